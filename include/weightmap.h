@@ -1,0 +1,440 @@
+/*
+ * weightmap.h: the public interface of weightmap, the only header a user includes.
+ *
+ * weightmap opens a weight file (GGUF, safetensors), loads its tensors with an explicit load
+ * mode, hands them to a compute backend and releases every byte again, with figures that prove
+ * it. C11; also compiles as C++.
+ *
+ * Conventions that hold for every function below:
+ *   - A call that can fail returns wm_status; WM_OK is 0.
+ *   - A call whose failure depends on a file or the OS takes a last, optional, caller-owned
+ *     `wm_error *err`. When it is not NULL and the call fails, it holds the status, the errno
+ *     that caused it (0 when none) and a message naming the file, the offset and the field.
+ *   - Out-parameters are written only on success; pointer out-parameters are set to NULL on
+ *     failure.
+ *   - Release functions (wm_file_close, wm_model_release) accept NULL, return nothing and
+ *     cannot fail.
+ *   - What a getter returns is borrowed from its owner and stays valid until the owner is
+ *     released.
+ *   - Objects are not locked: one wm_file or wm_model may be read from several threads at once,
+ *     but closed or released by one thread, after all other use has ended. Different objects may
+ *     be used on different threads freely. The ledger is global and thread-safe.
+ */
+#ifndef WEIGHTMAP_H
+#define WEIGHTMAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32) || defined(__CYGWIN__)
+#define WM_API
+#elif defined(__GNUC__)
+#define WM_API __attribute__((visibility("default")))
+#else
+#define WM_API
+#endif
+
+#define WM_VERSION_MAJOR 0
+#define WM_VERSION_MINOR 1
+#define WM_VERSION_PATCH 0
+#define WM_VERSION_STRING "0.1.0"
+
+/* The library's version as "MAJOR.MINOR.PATCH". */
+WM_API const char *wm_version(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Status codes and errors
+ * ------------------------------------------------------------------------------------------- */
+
+/* X(NAME, value, message): the one list from which the enum, the names and messages come. */
+#define WM_STATUS_LIST(X)                                                                          \
+    X(OK, 0, "success")                                                                            \
+    X(EINVAL, 1, "invalid argument")                                                               \
+    X(ENOMEM, 2, "out of memory")                                                                  \
+    X(EIO, 3, "input/output error")                                                                \
+    X(EFORMAT, 4, "malformed or unsupported file")                                                 \
+    X(ENOENT, 5, "no such file, tensor or key")                                                    \
+    X(EPERM, 6, "operation not permitted")                                                         \
+    X(ETYPE, 7, "value has another type")                                                          \
+    X(ERANGE, 8, "index or value out of range")                                                    \
+    X(ECANCELED, 9, "canceled by the caller")                                                      \
+    X(EUNSUPPORTED, 10, "not supported by this build or platform")                                 \
+    X(EDEVICE, 11, "compute device error")
+
+typedef enum wm_status {
+#define WM__STATUS_ENUM(name, value, msg) WM_##name = value,
+    WM_STATUS_LIST(WM__STATUS_ENUM)
+#undef WM__STATUS_ENUM
+} wm_status;
+
+/* "WM_EFORMAT" for WM_EFORMAT; "WM_UNKNOWN" for a value outside the list. Never NULL. */
+WM_API const char *wm_status_name(wm_status status);
+/* A short English description of a status. Never NULL. */
+WM_API const char *wm_strerror(wm_status status);
+
+#define WM_ERROR_MSG_SIZE 256
+
+/* Filled by a failing call when the caller passes one. Caller-owned; no cleanup needed. */
+typedef struct wm_error {
+    wm_status code;              /* the status the call returned */
+    int os_errno;                /* errno of the failed system call, or 0 */
+    char msg[WM_ERROR_MSG_SIZE]; /* "model.gguf: tensor 'x' at offset 0x1f400 ends ..." */
+} wm_error;
+
+/* ---------------------------------------------------------------------------------------------
+ * The ledger: what the library holds, exactly, by category
+ * ------------------------------------------------------------------------------------------- */
+
+typedef enum wm_ledger_category {
+    WM_LEDGER_HEAP = 0,    /* the counted allocator (small blocks from malloc, large from pages) */
+    WM_LEDGER_SCRATCH,     /* page-allocated staging and conversion buffers */
+    WM_LEDGER_MAP_SHARED,  /* MAP_SHARED, PROT_READ file mappings */
+    WM_LEDGER_MAP_PRIVATE, /* MAP_PRIVATE, writable file mappings (commit-charged) */
+    WM_LEDGER_LOCKED,      /* bytes under mlock */
+    WM_LEDGER_PINNED,      /* host memory registered with or allocated for a device */
+    WM_LEDGER_DEVICE,      /* device memory */
+    WM_LEDGER_COUNT
+} wm_ledger_category;
+
+typedef struct wm_ledger_stat {
+    uint64_t current; /* bytes held now */
+    uint64_t peak;    /* most bytes held at once since start (or wm_ledger_reset_peaks) */
+    uint64_t total;   /* bytes ever acquired */
+    uint64_t regions; /* regions (allocations, mappings, ...) held now */
+} wm_ledger_stat;
+
+typedef struct wm_ledger {
+    wm_ledger_stat cat[WM_LEDGER_COUNT];
+    uint64_t heap_largest; /* largest single request the counted allocator has served */
+} wm_ledger;
+
+/* A consistent-enough snapshot of the global ledger (each figure is read atomically). */
+WM_API void wm_ledger_get(wm_ledger *out);
+/* Sets every peak to its current value and heap_largest to 0 (for measuring one phase). */
+WM_API void wm_ledger_reset_peaks(void);
+/* "heap", "scratch", "map_shared", "map_private", "locked", "pinned", "device"; NULL if out of
+ * range. These are the names used in JSON output. */
+WM_API const char *wm_ledger_category_name(wm_ledger_category category);
+/* Sum of `current` over every category, and of `regions`. Zero when the library holds nothing. */
+WM_API uint64_t wm_ledger_bytes(const wm_ledger *ledger);
+WM_API uint64_t wm_ledger_regions(const wm_ledger *ledger);
+
+/* ---------------------------------------------------------------------------------------------
+ * Tensor element types (ids are ggml's, so GGUF files use them directly)
+ * ------------------------------------------------------------------------------------------- */
+
+typedef enum wm_type {
+    WM_TYPE_F32 = 0,
+    WM_TYPE_F16 = 1,
+    WM_TYPE_Q4_0 = 2,
+    WM_TYPE_Q4_1 = 3,
+    /* 4, 5: removed (Q4_2, Q4_3) */
+    WM_TYPE_Q5_0 = 6,
+    WM_TYPE_Q5_1 = 7,
+    WM_TYPE_Q8_0 = 8,
+    WM_TYPE_Q8_1 = 9,
+    WM_TYPE_Q2_K = 10,
+    WM_TYPE_Q3_K = 11,
+    WM_TYPE_Q4_K = 12,
+    WM_TYPE_Q5_K = 13,
+    WM_TYPE_Q6_K = 14,
+    WM_TYPE_Q8_K = 15,
+    WM_TYPE_IQ2_XXS = 16,
+    WM_TYPE_IQ2_XS = 17,
+    WM_TYPE_IQ3_XXS = 18,
+    WM_TYPE_IQ1_S = 19,
+    WM_TYPE_IQ4_NL = 20,
+    WM_TYPE_IQ3_S = 21,
+    WM_TYPE_IQ2_S = 22,
+    WM_TYPE_IQ4_XS = 23,
+    WM_TYPE_I8 = 24,
+    WM_TYPE_I16 = 25,
+    WM_TYPE_I32 = 26,
+    WM_TYPE_I64 = 27,
+    WM_TYPE_F64 = 28,
+    WM_TYPE_IQ1_M = 29,
+    WM_TYPE_BF16 = 30,
+    /* 31, 32, 33: removed (Q4_0_4_4, Q4_0_4_8, Q4_0_8_8) */
+    WM_TYPE_TQ1_0 = 34,
+    WM_TYPE_TQ2_0 = 35,
+    /* 36, 37, 38: removed (IQ4_NL_4_4, IQ4_NL_4_8, IQ4_NL_8_8) */
+    WM_TYPE_MXFP4 = 39,
+    WM_TYPE_NVFP4 = 40,
+    WM_TYPE_Q1_0 = 41,
+    WM_TYPE_Q2_0 = 42,
+    WM_GGML_TYPE_COUNT = 43,
+    /* Types that only safetensors files carry (no ggml id). */
+    WM_TYPE_BOOL = 100,
+    WM_TYPE_U8 = 101,
+    WM_TYPE_U16 = 102,
+    WM_TYPE_U32 = 103,
+    WM_TYPE_U64 = 104,
+    WM_TYPE_F8_E4M3 = 105,
+    WM_TYPE_F8_E5M2 = 106,
+    WM_TYPE_F8_E8M0 = 107,
+    WM_TYPE_F6_E2M3 = 108,
+    WM_TYPE_F6_E3M2 = 109,
+    WM_TYPE_F4 = 110,
+    WM_TYPE_INVALID = -1
+} wm_type;
+
+/* Lower-case ggml name ("q4_K", "bf16", "f8_e4m3"); NULL for an unknown or removed id. */
+WM_API const char *wm_type_name(wm_type type);
+/* Case-insensitive lookup by name; WM_TYPE_INVALID when unknown. */
+WM_API wm_type wm_type_from_name(const char *name);
+/* Elements per block and bytes per block; 0 for an unknown or removed id. Sub-byte types that
+ * have no blocks (F4, F6_*) report the number of elements that fill whole bytes. */
+WM_API uint32_t wm_type_block_elems(wm_type type);
+WM_API uint32_t wm_type_block_bytes(wm_type type);
+
+/* ---------------------------------------------------------------------------------------------
+ * Files: the header of a weight file, parsed; nothing loaded
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct wm_file wm_file;
+
+typedef enum wm_format { WM_FORMAT_GGUF = 1, WM_FORMAT_SAFETENSORS = 2 } wm_format;
+
+/* Opens a weight file and parses its header: the tensor table and the metadata. Reads a bounded
+ * number of times whatever the file's metadata holds; keeps the header bytes and references
+ * metadata strings and arrays in place.
+ * Returns WM_OK and *out, or: WM_EINVAL (NULL path or out), WM_ENOENT (no such file), WM_EPERM,
+ * WM_EIO, WM_ENOMEM, WM_EFORMAT (not a weight file, or a malformed one: err names the offset
+ * and field). On failure nothing is held (ledger unchanged, no descriptor left open).
+ * Thread safety: any number of files may be opened concurrently. */
+WM_API wm_status wm_file_open(const char *path, wm_file **out, wm_error *err);
+/* Closes a file opened by wm_file_open. Accepts NULL. Every model loaded from it must have been
+ * released first. */
+WM_API void wm_file_close(wm_file *file_from_wm_file_open);
+
+WM_API wm_format wm_file_format(const wm_file *file);
+/* "gguf" or "safetensors". */
+WM_API const char *wm_format_name(wm_format format);
+/* The path the file was opened with (borrowed). */
+WM_API const char *wm_file_path(const wm_file *file);
+/* Format version (GGUF 1, 2 or 3; safetensors reports 1). */
+WM_API uint32_t wm_file_version(const wm_file *file);
+WM_API uint64_t wm_file_size(const wm_file *file);
+/* Offset of the tensor data section, and its alignment (GGUF general.alignment, default 32;
+ * safetensors: 8 + header length, alignment 1). */
+WM_API uint64_t wm_file_data_offset(const wm_file *file);
+WM_API uint32_t wm_file_alignment(const wm_file *file);
+/* Sum of every tensor's byte size. */
+WM_API uint64_t wm_file_tensor_bytes(const wm_file *file);
+
+#define WM_MAX_DIMS 4
+
+typedef struct wm_tensor_info {
+    const char *name;              /* NUL-terminated, borrowed from the file */
+    wm_type type;
+    uint32_t n_dims;               /* 0 .. WM_MAX_DIMS */
+    uint64_t shape[WM_MAX_DIMS];   /* ggml order: shape[0] is the row (fastest); unused are 1 */
+    uint64_t n_elements;
+    uint64_t offset;               /* absolute offset of the first byte in the file */
+    uint64_t nbytes;
+} wm_tensor_info;
+
+WM_API size_t wm_file_tensor_count(const wm_file *file);
+/* Fills *out with tensor `index`. WM_ERANGE if index >= count, WM_EINVAL on NULL. */
+WM_API wm_status wm_file_tensor(const wm_file *file, size_t index, wm_tensor_info *out);
+/* Finds a tensor by name (hash lookup). WM_ENOENT if absent. */
+WM_API wm_status wm_file_find_tensor(const wm_file *file, const char *name, size_t *index);
+
+/* Metadata value types; ids are GGUF's. */
+typedef enum wm_value_type {
+    WM_VALUE_U8 = 0,
+    WM_VALUE_I8 = 1,
+    WM_VALUE_U16 = 2,
+    WM_VALUE_I16 = 3,
+    WM_VALUE_U32 = 4,
+    WM_VALUE_I32 = 5,
+    WM_VALUE_F32 = 6,
+    WM_VALUE_BOOL = 7,
+    WM_VALUE_STRING = 8,
+    WM_VALUE_ARRAY = 9,
+    WM_VALUE_U64 = 10,
+    WM_VALUE_I64 = 11,
+    WM_VALUE_F64 = 12,
+    WM_VALUE_TYPE_COUNT = 13
+} wm_value_type;
+
+/* "u8", "i8", ..., "string", "array"; NULL when out of range. */
+WM_API const char *wm_value_type_name(wm_value_type type);
+
+/* A string referenced in place in the file's header: not NUL-terminated. */
+typedef struct wm_string {
+    const char *ptr;
+    size_t len;
+} wm_string;
+
+/* One metadata entry. For an array, elem_type and length describe it; elements are read with
+ * wm_file_array_* below. For safetensors, __metadata__ entries are strings. */
+typedef struct wm_kv {
+    const char *key; /* NUL-terminated, borrowed */
+    wm_value_type type;
+    wm_value_type elem_type; /* arrays only */
+    uint64_t length;         /* arrays: element count; strings: byte length; else 1 */
+} wm_kv;
+
+WM_API size_t wm_file_metadata_count(const wm_file *file);
+/* Entry `index`, in file order. WM_ERANGE past the end. */
+WM_API wm_status wm_file_metadata(const wm_file *file, size_t index, wm_kv *out);
+/* Index of a key. WM_ENOENT if absent. */
+WM_API wm_status wm_file_find_metadata(const wm_file *file, const char *key, size_t *index);
+
+/* Typed getters by key. WM_ENOENT: no such key; WM_ETYPE: the value has another type (the
+ * integer getters accept any integer type whose value fits, WM_ERANGE when it does not; the
+ * float getter accepts F32 and F64). */
+WM_API wm_status wm_file_get_u64(const wm_file *file, const char *key, uint64_t *out);
+WM_API wm_status wm_file_get_i64(const wm_file *file, const char *key, int64_t *out);
+WM_API wm_status wm_file_get_u32(const wm_file *file, const char *key, uint32_t *out);
+WM_API wm_status wm_file_get_f64(const wm_file *file, const char *key, double *out);
+WM_API wm_status wm_file_get_bool(const wm_file *file, const char *key, int *out);
+WM_API wm_status wm_file_get_string(const wm_file *file, const char *key, wm_string *out);
+
+/* Scalar value of entry `index` converted as the getters above do. */
+WM_API wm_status wm_file_kv_u64(const wm_file *file, size_t index, uint64_t *out);
+WM_API wm_status wm_file_kv_i64(const wm_file *file, size_t index, int64_t *out);
+WM_API wm_status wm_file_kv_f64(const wm_file *file, size_t index, double *out);
+WM_API wm_status wm_file_kv_string(const wm_file *file, size_t index, wm_string *out);
+
+/* Array access for entry `index`. WM_ETYPE if it is not an array (or elements have another
+ * type), WM_ERANGE if elem >= length. Numeric elements convert as the getters above.
+ * A string element costs O(elem) for random access; iterate with wm_array_iter for O(1) a step. */
+WM_API wm_status wm_file_array_u64(const wm_file *file, size_t index, uint64_t elem, uint64_t *out);
+WM_API wm_status wm_file_array_i64(const wm_file *file, size_t index, uint64_t elem, int64_t *out);
+WM_API wm_status wm_file_array_f64(const wm_file *file, size_t index, uint64_t elem, double *out);
+WM_API wm_status wm_file_array_string(const wm_file *file, size_t index, uint64_t elem,
+                                      wm_string *out);
+
+/* Sequential access to a string array: init, then next until it returns WM_ERANGE. */
+typedef struct wm_array_iter {
+    const unsigned char *pos_;
+    uint64_t left_;
+    uint32_t lenw_;
+} wm_array_iter;
+WM_API wm_status wm_file_array_iter(const wm_file *file, size_t index, wm_array_iter *it);
+WM_API wm_status wm_array_iter_next(wm_array_iter *it, wm_string *out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Models: tensors loaded on a backend with an explicit mode
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct wm_model wm_model;
+
+/* No default: a zeroed options struct is refused with WM_EINVAL. */
+typedef enum wm_mode {
+    WM_MODE_NONE = 0,
+    WM_MODE_HEAP = 1,        /* page-aligned anonymous memory, filled by parallel pread */
+    WM_MODE_MMAP = 2,        /* one MAP_SHARED, PROT_READ mapping: zero private bytes */
+    WM_MODE_MMAP_PRIVATE = 3 /* MAP_PRIVATE, read-write: commit-charged, writes privatise */
+} wm_mode;
+
+typedef enum wm_lock {
+    WM_LOCK_OFF = 0,
+    WM_LOCK_REQUIRED = 1,   /* mlock every loaded byte or fail with WM_EPERM */
+    WM_LOCK_BEST_EFFORT = 2 /* lock what can be locked; the model reports how much */
+} wm_lock;
+
+typedef enum wm_backend_kind { WM_BACKEND_CPU = 0, WM_BACKEND_CUDA = 1 } wm_backend_kind;
+
+/* Progress: called from the loading thread with bytes done so far and the total. Return
+ * non-zero to cancel: the load then fails with WM_ECANCELED and holds nothing. */
+typedef int (*wm_progress_fn)(void *user, uint64_t bytes_done, uint64_t bytes_total);
+
+typedef struct wm_load_options {
+    wm_mode mode;              /* required */
+    wm_lock lock;
+    int prefetch;              /* mmap modes: MADV_POPULATE_READ (or WILLNEED) the data */
+    unsigned threads;          /* worker threads for heap reads; 0 = one per online CPU, max 64 */
+    uint64_t max_buffer_size;  /* chunk limit for one buffer; 0 = no limit */
+    wm_progress_fn progress;
+    void *progress_user;
+    wm_backend_kind backend;
+    int device;                /* backend device index (CUDA) */
+} wm_load_options;
+
+/* Loads every tensor of `file` by opts->mode. The model keeps a reference to file, which must
+ * stay open until the model is released. Worker threads exist only during this call.
+ * Returns WM_OK and *out, or WM_EINVAL (bad options, including mode NONE and lock with
+ * mmap-private), WM_EPERM (lock required over RLIMIT_MEMLOCK), WM_ENOMEM, WM_EIO, WM_EFORMAT
+ * (the file changed or is shorter than its header says), WM_ECANCELED, WM_EUNSUPPORTED, WM_EDEVICE.
+ * On failure nothing is held. */
+WM_API wm_status wm_model_load(wm_file *file, const wm_load_options *opts, wm_model **out,
+                               wm_error *err);
+/* Releases every mapping, buffer, lock, registration and device allocation of a model, in the
+ * order device views, registrations, locks, mappings and pages. Synchronous; may run on any
+ * thread. Accepts NULL. */
+WM_API void wm_model_release(wm_model *model_from_wm_model_load);
+
+WM_API const wm_file *wm_model_file(const wm_model *model);
+WM_API wm_mode wm_model_mode(const wm_model *model);
+/* "heap", "mmap", "mmap-private"; NULL for another value. */
+WM_API const char *wm_mode_name(wm_mode mode);
+/* Parses a mode name; WM_MODE_NONE when unknown. */
+WM_API wm_mode wm_mode_from_name(const char *name);
+
+/* Host pointer of tensor `index` (CPU backend). Const for mmap mode; wm_model_tensor_data_mut
+ * returns NULL for mmap mode. Both NULL when out of range or on a device backend. Borrowed. */
+WM_API const void *wm_model_tensor_data(const wm_model *model, size_t index);
+WM_API void *wm_model_tensor_data_mut(wm_model *model, size_t index);
+/* Device pointer of tensor `index` (CUDA backend), as an integer; 0 when not on a device. */
+WM_API uint64_t wm_model_tensor_device_ptr(const wm_model *model, size_t index);
+
+typedef struct wm_model_stats {
+    uint64_t tensor_bytes;   /* bytes of tensor data */
+    uint32_t buffers;        /* buffers (chunks) the tensors live in */
+    uint64_t mapped_bytes;   /* bytes of file mappings held */
+    uint64_t heap_bytes;     /* bytes of page-allocated tensor memory held */
+    uint64_t committed;      /* commit charge (mmap-private: whole mapping) */
+    uint64_t locked_bytes;   /* bytes actually under mlock */
+    uint64_t device_bytes;   /* bytes of device memory */
+    unsigned threads;        /* worker threads the load used */
+    double load_seconds;     /* wall time of wm_model_load */
+} wm_model_stats;
+
+WM_API void wm_model_stats_get(const wm_model *model, wm_model_stats *out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Memory figures: the operating system's view
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct wm_mem_figures {
+    uint64_t footprint;     /* Anonymous + Swap + RssShmem (smaps_rollup): what the process costs */
+    uint64_t resident;      /* Rss */
+    uint64_t file_resident; /* RssFile */
+    uint64_t locked;        /* VmLck */
+    uint64_t committed;     /* VmData */
+} wm_mem_figures;
+
+/* Figures for `pid` (0 = this process). WM_ENOENT: no such process; WM_EPERM; WM_EIO. */
+WM_API wm_status wm_mem_figures_get(int pid, wm_mem_figures *out, wm_error *err);
+
+typedef struct wm_file_region {
+    uint64_t start, end;   /* virtual addresses */
+    uint64_t offset;       /* file offset of start */
+    char perms[5];         /* "r--s", "rw-p", ... */
+    uint64_t size;         /* end - start */
+    uint64_t rss;          /* Rss */
+    uint64_t privatised;   /* Anonymous: pages copied from the file into private memory */
+    uint64_t private_dirty;
+    uint64_t locked;       /* Locked */
+    char path[256];        /* mapped file path (truncated) */
+} wm_file_region;
+
+/* Regions of process `pid` (0 = self) that map the file at `path` (matched by device and inode),
+ * or every file-backed region whose path ends in ".gguf" or ".safetensors" when path is NULL.
+ * Writes at most `cap` entries, and the number found to *count (which may exceed cap).
+ * WM_ENOENT: no such process or file. */
+WM_API wm_status wm_mem_file_regions(int pid, const char *path, wm_file_region *regions,
+                                     size_t cap, size_t *count, wm_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* WEIGHTMAP_H */

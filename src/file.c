@@ -1,0 +1,449 @@
+/*
+ * file.c: the wm_file object: open (format detection, parse, index), close, and every getter.
+ *
+ * Sections: open and close; the name and key index (hash tables, duplicates refused); tensor
+ * getters; metadata getters (scalars converted on read, strings and arrays referenced in the
+ * header buffer).
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+/* ---- open and close ---- */
+
+const char *wm_format_name(wm_format format) {
+    switch (format) {
+    case WM_FORMAT_GGUF: return "gguf";
+    case WM_FORMAT_SAFETENSORS: return "safetensors";
+    }
+    return "unknown";
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+void wm__file_free(wm_file *f) {
+    if (!f) return;
+    if (f->aux_free) f->aux_free(f->aux);
+    for (uint32_t i = 0; i < f->n_shards; i++) {
+        wm__os_close(f->shards[i].fd);
+        if (f->shards[i].path != f->path) wm__free(f->shards[i].path);
+    }
+    wm__free(f->shards);
+    wm__free(f->tensor_hash);
+    wm__free(f->kv_hash);
+    wm__free(f->names);
+    wm__free(f->kvs);
+    wm__free(f->tensors);
+    wm__free(f->header);
+    wm__free(f->path);
+    wm__free(f);
+}
+
+void wm_file_close(wm_file *file) { wm__file_free(file); }
+
+wm_status wm_file_open(const char *path, wm_file **out, wm_error *err) {
+    if (out) *out = NULL;
+    if (!path || !out) return wm__err(err, WM_EINVAL, 0, "wm_file_open: NULL path or out");
+    wm_status st;
+    wm_file *f = wm__calloc(1, sizeof *f);
+    if (!f) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory", path);
+    f->path = wm__strdup(path);
+    f->shards = wm__calloc(1, sizeof *f->shards);
+    if (!f->path || !f->shards) {
+        st = wm__err(err, WM_ENOMEM, 0, "%s: out of memory", path);
+        goto fail;
+    }
+    f->n_shards = 1;
+    wm__shard *sh = &f->shards[0];
+    sh->fd = -1;
+    sh->path = f->path;
+    int e = wm__os_open_read(path, &sh->fd);
+    if (e) {
+        st = wm__err(err, wm__status_from_errno(e), e, "%s: cannot open: %s", path,
+                     wm__errno_text(e));
+        goto fail;
+    }
+    e = wm__os_stat(sh->fd, &sh->st);
+    if (e) {
+        st = wm__err(err, WM_EIO, e, "%s: cannot stat: %s", path, wm__errno_text(e));
+        goto fail;
+    }
+    if (!sh->st.is_regular) {
+        st = wm__err(err, WM_EINVAL, 0, "%s: not a regular file", path);
+        goto fail;
+    }
+    f->size = sh->st.size;
+
+    /* Format by content: "GGUF" magic; else a safetensors header (8-byte length then '{'),
+     * or a name that says safetensors; anything else goes to the GGUF reader, which names the
+     * bad magic. */
+    unsigned char head[9] = {0};
+    size_t got = 0;
+    e = wm__os_pread(sh->fd, head, sizeof head, 0, &got);
+    if (e) {
+        st = wm__err(err, WM_EIO, e, "%s: reading at offset 0: %s", path, wm__errno_text(e));
+        goto fail;
+    }
+    bool is_gguf = got >= 4 && memcmp(head, "GGUF", 4) == 0;
+    bool is_st = !is_gguf && ((got == 9 && head[8] == '{') || ends_with(path, ".safetensors") ||
+                              ends_with(path, ".json"));
+    if (is_st) {
+        f->format = WM_FORMAT_SAFETENSORS;
+        st = wm__safetensors_parse(f, err);
+    } else {
+        f->format = WM_FORMAT_GGUF;
+        st = wm__gguf_parse(f, err);
+    }
+    if (st != WM_OK) goto fail;
+    st = wm__file_index(f, err);
+    if (st != WM_OK) goto fail;
+    *out = f;
+    return WM_OK;
+fail:
+    wm__file_free(f);
+    return st;
+}
+
+/* ---- the index ---- */
+
+static size_t probe_start(const char *s, size_t n, size_t cap) {
+    return (size_t)wm__hash(s, n) & (cap - 1);
+}
+
+wm_status wm__file_index(wm_file *f, wm_error *err) {
+    size_t n = f->n_tensors > f->n_kv ? f->n_tensors : f->n_kv;
+    size_t cap = 16;
+    while (cap < 2 * n) cap *= 2;
+    f->hash_cap = cap;
+    f->tensor_hash = wm__calloc(cap, sizeof *f->tensor_hash);
+    f->kv_hash = wm__calloc(cap, sizeof *f->kv_hash);
+    if (!f->tensor_hash || !f->kv_hash)
+        return wm__err(err, WM_ENOMEM, 0, "%s: out of memory for the name index", f->path);
+    for (size_t i = 0; i < f->n_tensors; i++) {
+        const wm__tensor *t = &f->tensors[i];
+        const char *name = f->names + t->name_off;
+        for (size_t h = probe_start(name, t->name_len, cap);; h = (h + 1) & (cap - 1)) {
+            uint32_t slot = f->tensor_hash[h];
+            if (!slot) {
+                f->tensor_hash[h] = (uint32_t)i + 1;
+                break;
+            }
+            const wm__tensor *o = &f->tensors[slot - 1];
+            if (o->name_len == t->name_len && memcmp(f->names + o->name_off, name, t->name_len) == 0)
+                return wm__err(err, WM_EFORMAT, 0, "%s: duplicate tensor name '%s' (tensors %u and %zu)",
+                               f->path, name, slot - 1, i);
+        }
+    }
+    for (size_t i = 0; i < f->n_kv; i++) {
+        const wm__kv *kv = &f->kvs[i];
+        const char *key = f->names + kv->key_off;
+        for (size_t h = probe_start(key, kv->key_len, cap);; h = (h + 1) & (cap - 1)) {
+            uint32_t slot = f->kv_hash[h];
+            if (!slot) {
+                f->kv_hash[h] = (uint32_t)i + 1;
+                break;
+            }
+            const wm__kv *o = &f->kvs[slot - 1];
+            if (o->key_len == kv->key_len && memcmp(f->names + o->key_off, key, kv->key_len) == 0)
+                return wm__err(err, WM_EFORMAT, 0, "%s: duplicate metadata key '%s' (entries %u and %zu)",
+                               f->path, key, slot - 1, i);
+        }
+    }
+    return WM_OK;
+}
+
+/* ---- file and tensor getters ---- */
+
+wm_format wm_file_format(const wm_file *f) { return f->format; }
+const char *wm_file_path(const wm_file *f) { return f->path; }
+uint32_t wm_file_version(const wm_file *f) { return f->version; }
+uint64_t wm_file_size(const wm_file *f) { return f->size; }
+uint64_t wm_file_data_offset(const wm_file *f) { return f->data_offset; }
+uint32_t wm_file_alignment(const wm_file *f) { return f->alignment; }
+uint64_t wm_file_tensor_bytes(const wm_file *f) { return f->tensor_bytes; }
+size_t wm_file_tensor_count(const wm_file *f) { return f ? f->n_tensors : 0; }
+size_t wm_file_metadata_count(const wm_file *f) { return f ? f->n_kv : 0; }
+
+wm_status wm_file_tensor(const wm_file *f, size_t index, wm_tensor_info *out) {
+    if (!f || !out) return WM_EINVAL;
+    if (index >= f->n_tensors) return WM_ERANGE;
+    const wm__tensor *t = &f->tensors[index];
+    out->name = f->names + t->name_off;
+    out->type = (wm_type)t->type;
+    out->n_dims = t->n_dims;
+    for (int d = 0; d < WM_MAX_DIMS; d++) out->shape[d] = t->ne[d];
+    out->n_elements = t->n_elements;
+    out->offset = t->offset;
+    out->nbytes = t->nbytes;
+    return WM_OK;
+}
+
+wm_status wm_file_find_tensor(const wm_file *f, const char *name, size_t *index) {
+    if (!f || !name || !index) return WM_EINVAL;
+    size_t n = strlen(name);
+    for (size_t h = probe_start(name, n, f->hash_cap);; h = (h + 1) & (f->hash_cap - 1)) {
+        uint32_t slot = f->tensor_hash[h];
+        if (!slot) return WM_ENOENT;
+        const wm__tensor *t = &f->tensors[slot - 1];
+        if (t->name_len == n && memcmp(f->names + t->name_off, name, n) == 0) {
+            *index = slot - 1;
+            return WM_OK;
+        }
+    }
+}
+
+/* ---- metadata ---- */
+
+const char *wm_value_type_name(wm_value_type type) {
+    static const char *const names[WM_VALUE_TYPE_COUNT] = {
+        "u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "string", "array", "u64", "i64", "f64"};
+    return (unsigned)type < WM_VALUE_TYPE_COUNT ? names[type] : NULL;
+}
+
+wm_status wm_file_find_metadata(const wm_file *f, const char *key, size_t *index) {
+    if (!f || !key || !index) return WM_EINVAL;
+    size_t n = strlen(key);
+    for (size_t h = probe_start(key, n, f->hash_cap);; h = (h + 1) & (f->hash_cap - 1)) {
+        uint32_t slot = f->kv_hash[h];
+        if (!slot) return WM_ENOENT;
+        const wm__kv *kv = &f->kvs[slot - 1];
+        if (kv->key_len == n && memcmp(f->names + kv->key_off, key, n) == 0) {
+            *index = slot - 1;
+            return WM_OK;
+        }
+    }
+}
+
+wm_status wm_file_metadata(const wm_file *f, size_t index, wm_kv *out) {
+    if (!f || !out) return WM_EINVAL;
+    if (index >= f->n_kv) return WM_ERANGE;
+    const wm__kv *kv = &f->kvs[index];
+    out->key = f->names + kv->key_off;
+    out->type = (wm_value_type)kv->type;
+    out->elem_type = (wm_value_type)kv->elem_type;
+    out->length = kv->length;
+    return WM_OK;
+}
+
+/* A number decoded from `type` at p; kind 0 unsigned, 1 signed, 2 float. */
+typedef struct num {
+    int kind;
+    uint64_t u;
+    int64_t i;
+    double d;
+} num;
+
+static bool decode(wm_value_type type, const unsigned char *p, num *n) {
+    union {
+        uint8_t u8;
+        int8_t i8;
+        uint16_t u16;
+        int16_t i16;
+        uint32_t u32;
+        int32_t i32;
+        float f32;
+        uint64_t u64;
+        int64_t i64;
+        double f64;
+    } v;
+    switch (type) {
+    case WM_VALUE_U8: case WM_VALUE_BOOL: memcpy(&v.u8, p, 1); *n = (num){0, v.u8, 0, 0}; return true;
+    case WM_VALUE_U16: memcpy(&v.u16, p, 2); *n = (num){0, v.u16, 0, 0}; return true;
+    case WM_VALUE_U32: memcpy(&v.u32, p, 4); *n = (num){0, v.u32, 0, 0}; return true;
+    case WM_VALUE_U64: memcpy(&v.u64, p, 8); *n = (num){0, v.u64, 0, 0}; return true;
+    case WM_VALUE_I8: memcpy(&v.i8, p, 1); *n = (num){1, 0, v.i8, 0}; return true;
+    case WM_VALUE_I16: memcpy(&v.i16, p, 2); *n = (num){1, 0, v.i16, 0}; return true;
+    case WM_VALUE_I32: memcpy(&v.i32, p, 4); *n = (num){1, 0, v.i32, 0}; return true;
+    case WM_VALUE_I64: memcpy(&v.i64, p, 8); *n = (num){1, 0, v.i64, 0}; return true;
+    case WM_VALUE_F32: memcpy(&v.f32, p, 4); *n = (num){2, 0, 0, v.f32}; return true;
+    case WM_VALUE_F64: memcpy(&v.f64, p, 8); *n = (num){2, 0, 0, v.f64}; return true;
+    default: return false;
+    }
+}
+
+static wm_status to_u64(const num *n, uint64_t *out) {
+    if (n->kind == 2) return WM_ETYPE;
+    if (n->kind == 1 && n->i < 0) return WM_ERANGE;
+    *out = n->kind == 0 ? n->u : (uint64_t)n->i;
+    return WM_OK;
+}
+
+static wm_status to_i64(const num *n, int64_t *out) {
+    if (n->kind == 2) return WM_ETYPE;
+    if (n->kind == 0 && n->u > (uint64_t)INT64_MAX) return WM_ERANGE;
+    *out = n->kind == 1 ? n->i : (int64_t)n->u;
+    return WM_OK;
+}
+
+static wm_status to_f64(const num *n, double *out) {
+    if (n->kind != 2) return WM_ETYPE;
+    *out = n->d;
+    return WM_OK;
+}
+
+static wm_status scalar(const wm_file *f, size_t index, num *n) {
+    if (!f) return WM_EINVAL;
+    if (index >= f->n_kv) return WM_ERANGE;
+    const wm__kv *kv = &f->kvs[index];
+    if (kv->type == WM_VALUE_BOOL) return WM_ETYPE;
+    return decode((wm_value_type)kv->type, kv->val, n) ? WM_OK : WM_ETYPE;
+}
+
+wm_status wm_file_kv_u64(const wm_file *f, size_t index, uint64_t *out) {
+    num n;
+    wm_status st = scalar(f, index, &n);
+    return st ? st : to_u64(&n, out);
+}
+
+wm_status wm_file_kv_i64(const wm_file *f, size_t index, int64_t *out) {
+    num n;
+    wm_status st = scalar(f, index, &n);
+    return st ? st : to_i64(&n, out);
+}
+
+wm_status wm_file_kv_f64(const wm_file *f, size_t index, double *out) {
+    num n;
+    wm_status st = scalar(f, index, &n);
+    return st ? st : to_f64(&n, out);
+}
+
+wm_status wm_file_kv_string(const wm_file *f, size_t index, wm_string *out) {
+    if (!f || !out) return WM_EINVAL;
+    if (index >= f->n_kv) return WM_ERANGE;
+    const wm__kv *kv = &f->kvs[index];
+    if (kv->type != WM_VALUE_STRING) return WM_ETYPE;
+    out->ptr = (const char *)kv->val;
+    out->len = (size_t)kv->length;
+    return WM_OK;
+}
+
+wm_status wm_file_get_u64(const wm_file *f, const char *key, uint64_t *out) {
+    size_t i;
+    wm_status st = wm_file_find_metadata(f, key, &i);
+    return st ? st : wm_file_kv_u64(f, i, out);
+}
+
+wm_status wm_file_get_i64(const wm_file *f, const char *key, int64_t *out) {
+    size_t i;
+    wm_status st = wm_file_find_metadata(f, key, &i);
+    return st ? st : wm_file_kv_i64(f, i, out);
+}
+
+wm_status wm_file_get_u32(const wm_file *f, const char *key, uint32_t *out) {
+    uint64_t v;
+    wm_status st = wm_file_get_u64(f, key, &v);
+    if (st) return st;
+    if (v > UINT32_MAX) return WM_ERANGE;
+    *out = (uint32_t)v;
+    return WM_OK;
+}
+
+wm_status wm_file_get_f64(const wm_file *f, const char *key, double *out) {
+    size_t i;
+    wm_status st = wm_file_find_metadata(f, key, &i);
+    return st ? st : wm_file_kv_f64(f, i, out);
+}
+
+wm_status wm_file_get_bool(const wm_file *f, const char *key, int *out) {
+    size_t i;
+    wm_status st = wm_file_find_metadata(f, key, &i);
+    if (st) return st;
+    const wm__kv *kv = &f->kvs[i];
+    if (kv->type != WM_VALUE_BOOL) return WM_ETYPE;
+    *out = kv->val[0] != 0;
+    return WM_OK;
+}
+
+wm_status wm_file_get_string(const wm_file *f, const char *key, wm_string *out) {
+    size_t i;
+    wm_status st = wm_file_find_metadata(f, key, &i);
+    return st ? st : wm_file_kv_string(f, i, out);
+}
+
+/* ---- arrays ---- */
+
+static wm_status array_kv(const wm_file *f, size_t index, uint64_t elem, const wm__kv **out) {
+    if (!f) return WM_EINVAL;
+    if (index >= f->n_kv) return WM_ERANGE;
+    const wm__kv *kv = &f->kvs[index];
+    if (kv->type != WM_VALUE_ARRAY) return WM_ETYPE;
+    if (elem >= kv->length) return WM_ERANGE;
+    *out = kv;
+    return WM_OK;
+}
+
+static wm_status array_num(const wm_file *f, size_t index, uint64_t elem, num *n) {
+    const wm__kv *kv;
+    wm_status st = array_kv(f, index, elem, &kv);
+    if (st) return st;
+    static const uint8_t size[WM_VALUE_TYPE_COUNT] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
+    if (kv->elem_type >= WM_VALUE_TYPE_COUNT || !size[kv->elem_type]) return WM_ETYPE;
+    return decode((wm_value_type)kv->elem_type, kv->val + elem * size[kv->elem_type], n) ? WM_OK
+                                                                                          : WM_ETYPE;
+}
+
+wm_status wm_file_array_u64(const wm_file *f, size_t index, uint64_t elem, uint64_t *out) {
+    num n;
+    wm_status st = array_num(f, index, elem, &n);
+    return st ? st : to_u64(&n, out);
+}
+
+wm_status wm_file_array_i64(const wm_file *f, size_t index, uint64_t elem, int64_t *out) {
+    num n;
+    wm_status st = array_num(f, index, elem, &n);
+    return st ? st : to_i64(&n, out);
+}
+
+wm_status wm_file_array_f64(const wm_file *f, size_t index, uint64_t elem, double *out) {
+    num n;
+    wm_status st = array_num(f, index, elem, &n);
+    return st ? st : to_f64(&n, out);
+}
+
+wm_status wm_file_array_iter(const wm_file *f, size_t index, wm_array_iter *it) {
+    if (!f || !it) return WM_EINVAL;
+    if (index >= f->n_kv) return WM_ERANGE;
+    const wm__kv *kv = &f->kvs[index];
+    if (kv->type != WM_VALUE_ARRAY || kv->elem_type != WM_VALUE_STRING) return WM_ETYPE;
+    it->pos_ = kv->val;
+    it->left_ = kv->length;
+    it->lenw_ = kv->lenw;
+    return WM_OK;
+}
+
+/* The parser checked every length of the array, so stepping needs no bounds here. */
+wm_status wm_array_iter_next(wm_array_iter *it, wm_string *out) {
+    if (!it || !out) return WM_EINVAL;
+    if (it->left_ == 0) return WM_ERANGE;
+    uint64_t n;
+    if (it->lenw_ == 4) {
+        uint32_t n32;
+        memcpy(&n32, it->pos_, 4);
+        n = n32;
+    } else {
+        memcpy(&n, it->pos_, 8);
+    }
+    out->ptr = (const char *)it->pos_ + it->lenw_;
+    out->len = (size_t)n;
+    it->pos_ += it->lenw_ + n;
+    it->left_--;
+    return WM_OK;
+}
+
+wm_status wm_file_array_string(const wm_file *f, size_t index, uint64_t elem, wm_string *out) {
+    const wm__kv *kv;
+    wm_status st = array_kv(f, index, elem, &kv);
+    if (st) return st;
+    wm_array_iter it;
+    st = wm_file_array_iter(f, index, &it);
+    if (st) return st;
+    wm_string s = {0};
+    for (uint64_t i = 0; i <= elem; i++) wm_array_iter_next(&it, &s);
+    *out = s;
+    return WM_OK;
+}

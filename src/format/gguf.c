@@ -1,0 +1,458 @@
+/*
+ * gguf.c: the GGUF reader (versions 1, 2 and 3), hostile-input safe.
+ *
+ * Sections: reading the header into one buffer (a bounded number of reads: the buffer grows by
+ * 8x until the header fits); the metadata (values, arrays of arrays to a bounded depth, strings
+ * referenced in place); the tensor table; validation of the data section (inside the file,
+ * aligned, no overlap); the name blob.
+ *
+ * Every count, length and offset read from the file is checked against the bytes left and
+ * against overflow before it is used. A check that fails names the file, the offset and the
+ * field. v1 differs from v2/v3 only in width: counts, string and array lengths and dimensions
+ * are 32-bit there.
+ */
+#include "reader.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#define GGUF_DEFAULT_ALIGNMENT 32u
+#define GGUF_MAX_ALIGNMENT (1u << 20)
+#define GGUF_MAX_NAME 64 /* bytes including the NUL, as llama.cpp's GGML_MAX_NAME */
+#define GGUF_MAX_DEPTH 8 /* arrays of arrays */
+#define GGUF_FIRST_READ ((size_t)256 * 1024)
+
+static const uint8_t value_size[WM_VALUE_TYPE_COUNT] = {
+    [WM_VALUE_U8] = 1,  [WM_VALUE_I8] = 1,  [WM_VALUE_U16] = 2, [WM_VALUE_I16] = 2,
+    [WM_VALUE_U32] = 4, [WM_VALUE_I32] = 4, [WM_VALUE_F32] = 4, [WM_VALUE_BOOL] = 1,
+    [WM_VALUE_U64] = 8, [WM_VALUE_I64] = 8, [WM_VALUE_F64] = 8,
+    /* STRING and ARRAY have no fixed size */
+};
+
+typedef struct parse_state {
+    wm__reader r;
+    wm_file *f;
+    unsigned lenw; /* 4 for v1, else 8 */
+    uint64_t n_tensors, n_kv;
+} parse_state;
+
+static bool fail(parse_state *s, size_t at, const char *fmt, ...) WM_PRINTF(3, 4);
+static bool fail(parse_state *s, size_t at, const char *fmt, ...) {
+    char what[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    wm__err(s->r.err, WM_EFORMAT, 0, "%s: at offset %zu (0x%zx): %s", s->r.path, at, at, what);
+    return false;
+}
+
+/* ---- values ---- */
+
+static bool skip_value(parse_state *s, uint32_t type, unsigned depth, const char *field);
+
+static bool skip_string(parse_state *s, const char *field) {
+    uint64_t n;
+    if (!wm__rd_len(&s->r, s->lenw, &n, field)) return false;
+    if (!wm__rd_have(&s->r, n, field)) return false;
+    s->r.pos += (size_t)n;
+    return true;
+}
+
+/* Reads an array header and skips its elements; the header fields go to *elem and *count. */
+static bool skip_array(parse_state *s, unsigned depth, uint32_t *elem_out, uint64_t *count_out,
+                       const char *field) {
+    size_t at = s->r.pos;
+    uint32_t elem;
+    uint64_t count;
+    if (!wm__rd_u32(&s->r, &elem, "array element type")) return false;
+    if (elem >= WM_VALUE_TYPE_COUNT)
+        return fail(s, at, "%s: unknown array element type %u", field, elem);
+    if (!wm__rd_len(&s->r, s->lenw, &count, "array length")) return false;
+    if (elem == WM_VALUE_ARRAY && depth + 1 >= GGUF_MAX_DEPTH)
+        return fail(s, at, "%s: arrays nested deeper than %d", field, GGUF_MAX_DEPTH);
+    /* Each element takes at least min bytes: a count larger than the bytes left is refused
+     * before any loop runs, and the multiplication is overflow-checked. */
+    uint64_t min = elem == WM_VALUE_STRING ? s->lenw
+                   : elem == WM_VALUE_ARRAY ? 4u + s->lenw
+                                            : value_size[elem];
+    uint64_t bytes;
+    if (wm__mul_overflow_u64(count, min, &bytes) || bytes > wm__rd_file_left(&s->r))
+        return fail(s, at, "%s: array of %llu %s elements is larger than the %llu bytes left",
+                    field, (unsigned long long)count, wm_value_type_name((wm_value_type)elem),
+                    (unsigned long long)wm__rd_file_left(&s->r));
+    if (elem_out) *elem_out = elem;
+    if (count_out) *count_out = count;
+    if (elem == WM_VALUE_STRING) {
+        for (uint64_t i = 0; i < count; i++)
+            if (!skip_string(s, field)) return false;
+    } else if (elem == WM_VALUE_ARRAY) {
+        for (uint64_t i = 0; i < count; i++)
+            if (!skip_value(s, WM_VALUE_ARRAY, depth + 1, field)) return false;
+    } else if (elem == WM_VALUE_BOOL) {
+        if (!wm__rd_have(&s->r, bytes, field)) return false;
+        for (uint64_t i = 0; i < count; i++)
+            if (s->r.buf[s->r.pos + i] > 1)
+                return fail(s, s->r.pos + (size_t)i, "%s: bool element %llu is %u, not 0 or 1",
+                            field, (unsigned long long)i, s->r.buf[s->r.pos + i]);
+        s->r.pos += (size_t)bytes;
+    } else {
+        if (!wm__rd_have(&s->r, bytes, field)) return false;
+        s->r.pos += (size_t)bytes;
+    }
+    return true;
+}
+
+static bool skip_value(parse_state *s, uint32_t type, unsigned depth, const char *field) {
+    switch (type) {
+    case WM_VALUE_STRING: return skip_string(s, field);
+    case WM_VALUE_ARRAY: return skip_array(s, depth, NULL, NULL, field);
+    case WM_VALUE_BOOL:
+        if (!wm__rd_have(&s->r, 1, field)) return false;
+        if (s->r.buf[s->r.pos] > 1)
+            return fail(s, s->r.pos, "%s: bool value is %u, not 0 or 1", field, s->r.buf[s->r.pos]);
+        s->r.pos += 1;
+        return true;
+    default:
+        if (!wm__rd_have(&s->r, value_size[type], field)) return false;
+        s->r.pos += value_size[type];
+        return true;
+    }
+}
+
+static bool parse_kv(parse_state *s, uint64_t i) {
+    wm__kv *kv = &s->f->kvs[i];
+    size_t at = s->r.pos;
+    uint64_t klen;
+    if (!wm__rd_len(&s->r, s->lenw, &klen, "key length")) return false;
+    if (klen == 0) return fail(s, at, "metadata key %llu is empty", (unsigned long long)i);
+    if (klen > UINT32_MAX || klen > wm__rd_file_left(&s->r))
+        return fail(s, at, "metadata key %llu: length %llu runs past the end of the file",
+                    (unsigned long long)i, (unsigned long long)klen);
+    if (!wm__rd_have(&s->r, klen, "key")) return false;
+    kv->key_off = (uint32_t)s->r.pos; /* header offset for now; blob offset after build_names */
+    kv->key_len = (uint32_t)klen;
+    for (uint64_t j = 0; j < klen; j++)
+        if (s->r.buf[s->r.pos + j] == 0)
+            return fail(s, at, "metadata key %llu contains a NUL byte", (unsigned long long)i);
+    s->r.pos += (size_t)klen;
+
+    char field[96];
+    snprintf(field, sizeof field, "value of '%.*s'", (int)(klen < 60 ? klen : 60),
+             (const char *)s->r.buf + kv->key_off);
+    size_t tat = s->r.pos;
+    uint32_t type;
+    if (!wm__rd_u32(&s->r, &type, "value type")) return false;
+    if (type >= WM_VALUE_TYPE_COUNT) return fail(s, tat, "%s: unknown value type %u", field, type);
+    kv->type = (uint8_t)type;
+    kv->lenw = (uint8_t)s->lenw;
+    kv->length = 1;
+    if (type == WM_VALUE_ARRAY) {
+        uint32_t elem;
+        uint64_t count;
+        if (!skip_array(s, 0, &elem, &count, field)) return false;
+        kv->elem_type = (uint8_t)elem;
+        kv->length = count;
+        kv->val = s->r.buf + tat + 4 + 4 + s->lenw;
+    } else if (type == WM_VALUE_STRING) {
+        uint64_t n;
+        if (!wm__rd_len(&s->r, s->lenw, &n, field)) return false;
+        if (!wm__rd_have(&s->r, n, field)) return false;
+        kv->length = n;
+        kv->val = s->r.buf + s->r.pos;
+        s->r.pos += (size_t)n;
+    } else {
+        kv->val = s->r.buf + s->r.pos;
+        if (!skip_value(s, type, 0, field)) return false;
+    }
+    return true;
+}
+
+/* ---- tensors ---- */
+
+static bool parse_tensor(parse_state *s, uint64_t i) {
+    wm__tensor *t = &s->f->tensors[i];
+    size_t at = s->r.pos;
+    uint64_t nlen;
+    if (!wm__rd_len(&s->r, s->lenw, &nlen, "tensor name length")) return false;
+    if (nlen == 0) return fail(s, at, "tensor %llu has an empty name", (unsigned long long)i);
+    if (nlen >= GGUF_MAX_NAME)
+        return fail(s, at, "tensor %llu: name length %llu is not below the limit of %d bytes",
+                    (unsigned long long)i, (unsigned long long)nlen, GGUF_MAX_NAME);
+    if (!wm__rd_have(&s->r, nlen, "tensor name")) return false;
+    const char *name = (const char *)s->r.buf + s->r.pos;
+    if (memchr(name, 0, (size_t)nlen))
+        return fail(s, at, "tensor %llu: name contains a NUL byte", (unsigned long long)i);
+    t->name_off = (uint32_t)s->r.pos;
+    t->name_len = (uint32_t)nlen;
+    s->r.pos += (size_t)nlen;
+    int nl = (int)nlen;
+
+    size_t dat = s->r.pos;
+    uint32_t n_dims;
+    if (!wm__rd_u32(&s->r, &n_dims, "n_dims")) return false;
+    if (n_dims > WM_MAX_DIMS)
+        return fail(s, dat, "tensor '%.*s': n_dims %u is more than %d", nl, name, n_dims,
+                    WM_MAX_DIMS);
+    t->n_dims = n_dims;
+    uint64_t n_el = 1;
+    for (unsigned d = 0; d < WM_MAX_DIMS; d++) t->ne[d] = 1;
+    for (unsigned d = 0; d < n_dims; d++) {
+        size_t eat = s->r.pos;
+        uint64_t ne;
+        if (!wm__rd_len(&s->r, s->lenw, &ne, "dimension")) return false;
+        if (ne > (uint64_t)INT64_MAX)
+            return fail(s, eat, "tensor '%.*s': dimension %u is negative (%lld)", nl, name, d,
+                        (long long)ne);
+        t->ne[d] = ne;
+        if (wm__mul_overflow_u64(n_el, ne, &n_el) || n_el > (uint64_t)INT64_MAX)
+            return fail(s, eat, "tensor '%.*s': element count overflows at dimension %u", nl,
+                        name, d);
+    }
+    t->n_elements = n_el;
+
+    size_t tat = s->r.pos;
+    uint32_t type;
+    if (!wm__rd_u32(&s->r, &type, "tensor type")) return false;
+    uint32_t blk = wm_type_block_elems((wm_type)type);
+    if (type >= WM_GGML_TYPE_COUNT || blk == 0)
+        return fail(s, tat, "tensor '%.*s': type id %u is %s", nl, name, type,
+                    type < WM_GGML_TYPE_COUNT ? "a removed ggml type" : "unknown");
+    t->type = (int32_t)type;
+    if (t->ne[0] % blk != 0)
+        return fail(s, tat, "tensor '%.*s': row of %llu elements is not a multiple of the %s block "
+                            "of %u",
+                    nl, name, (unsigned long long)t->ne[0], wm_type_name((wm_type)type), blk);
+    /* bytes = ne0 / blk * block_bytes * ne1 * ne2 * ne3, each step overflow-checked */
+    uint64_t bytes = t->ne[0] / blk;
+    bool over = wm__mul_overflow_u64(bytes, wm_type_block_bytes((wm_type)type), &bytes);
+    for (unsigned d = 1; d < WM_MAX_DIMS && !over; d++)
+        over = wm__mul_overflow_u64(bytes, t->ne[d], &bytes);
+    if (over || bytes > (uint64_t)INT64_MAX)
+        return fail(s, tat, "tensor '%.*s': byte size overflows", nl, name);
+    t->nbytes = bytes;
+
+    size_t oat = s->r.pos;
+    uint64_t off;
+    if (!wm__rd_u64(&s->r, &off, "tensor offset")) return false;
+    t->offset = off; /* relative until the data offset is known */
+    (void)oat;
+    return true;
+}
+
+/* Overlap check: tensors sorted by offset. */
+typedef struct span {
+    uint64_t off, end;
+    uint32_t i;
+} span;
+static int by_offset(const void *a, const void *b) {
+    uint64_t x = ((const span *)a)->off, y = ((const span *)b)->off;
+    return x < y ? -1 : x > y;
+}
+
+static bool check_data(parse_state *s, size_t infos_end) {
+    wm_file *f = s->f;
+    uint64_t data_off = wm__align_up(infos_end, f->alignment);
+    f->data_offset = data_off;
+    if (f->n_tensors == 0) {
+        /* A file without tensors may end right after its metadata (no padding). */
+        return true;
+    }
+    if (data_off > f->size)
+        return fail(s, infos_end, "data section starts at %llu (aligned to %u), past the end of the "
+                                  "%llu-byte file",
+                    (unsigned long long)data_off, f->alignment, (unsigned long long)f->size);
+    uint64_t data_len = f->size - data_off, sum = 0;
+    for (size_t i = 0; i < f->n_tensors; i++) {
+        wm__tensor *t = &f->tensors[i];
+        const char *name = (const char *)s->r.buf + t->name_off;
+        int nl = (int)t->name_len;
+        if (t->offset % f->alignment != 0)
+            return fail(s, infos_end, "tensor '%.*s': data offset %llu is not a multiple of the "
+                                      "alignment %u",
+                        nl, name, (unsigned long long)t->offset, f->alignment);
+        uint64_t end;
+        if (wm__add_overflow_u64(t->offset, t->nbytes, &end) || end > data_len)
+            return fail(s, infos_end, "tensor '%.*s' at data offset %llu (file offset %llu) with %llu "
+                                      "bytes ends past the end of the file (%llu data bytes)",
+                        nl, name, (unsigned long long)t->offset,
+                        (unsigned long long)(data_off + t->offset), (unsigned long long)t->nbytes,
+                        (unsigned long long)data_len);
+        if (wm__add_overflow_u64(sum, t->nbytes, &sum) || sum > data_len)
+            return fail(s, infos_end, "tensor sizes add up to more than the %llu data bytes",
+                        (unsigned long long)data_len);
+        t->offset += data_off;
+    }
+    f->tensor_bytes = sum;
+    /* Overlap: sort by offset and compare neighbours (padding between tensors is legal). */
+    span *sp = wm__alloc(f->n_tensors * sizeof *sp);
+    if (!sp) {
+        wm__err(s->r.err, WM_ENOMEM, 0, "%s: out of memory sorting %zu tensors", s->r.path,
+                f->n_tensors);
+        return false;
+    }
+    for (size_t i = 0; i < f->n_tensors; i++)
+        sp[i] = (span){f->tensors[i].offset, f->tensors[i].offset + f->tensors[i].nbytes, (uint32_t)i};
+    qsort(sp, f->n_tensors, sizeof *sp, by_offset);
+    bool ok = true;
+    for (size_t i = 1; i < f->n_tensors && ok; i++) {
+        if (sp[i - 1].end <= sp[i].off || sp[i - 1].end == sp[i - 1].off || sp[i].end == sp[i].off)
+            continue;
+        const wm__tensor *a = &f->tensors[sp[i - 1].i], *b = &f->tensors[sp[i].i];
+        ok = fail(s, infos_end, "tensor '%.*s' (offset %llu, %llu bytes) overlaps tensor '%.*s' "
+                                "(offset %llu)",
+                  (int)a->name_len, (const char *)s->r.buf + a->name_off,
+                  (unsigned long long)a->offset, (unsigned long long)a->nbytes, (int)b->name_len,
+                  (const char *)s->r.buf + b->name_off, (unsigned long long)b->offset);
+    }
+    wm__free(sp);
+    return ok;
+}
+
+/* ---- driver ---- */
+
+/* One pass over the buffer. Returns true on success; false with need_more set when the buffer
+ * was too short, or with err filled. */
+static bool parse_pass(parse_state *s) {
+    wm_file *f = s->f;
+    wm__reader *r = &s->r;
+    r->pos = 0;
+    r->need_more = false;
+
+    if (!wm__rd_have(r, 4, "magic")) return false;
+    if (memcmp(r->buf, "GGUF", 4) != 0) {
+        if (r->len >= 7 && memcmp(r->buf, "version", 7) == 0)
+            return fail(s, 0, "not a GGUF file: it is a text file starting with \"version\" "
+                              "(a Git LFS pointer?)");
+        return fail(s, 0, "bad magic %02x %02x %02x %02x: not a GGUF file", r->buf[0], r->buf[1],
+                    r->buf[2], r->buf[3]);
+    }
+    r->pos = 4;
+    uint32_t version;
+    if (!wm__rd_u32(r, &version, "version")) return false;
+    if (version < 1 || version > 3) {
+        uint32_t sw = __builtin_bswap32(version);
+        if (sw >= 1 && sw <= 3)
+            return fail(s, 4, "big-endian GGUF (version %u byte-swapped) is not supported", sw);
+        return fail(s, 4, "unsupported GGUF version %u (1, 2 and 3 are read)", version);
+    }
+    f->version = version;
+    s->lenw = version == 1 ? 4 : 8;
+
+    size_t cat = r->pos;
+    uint64_t nt, nk;
+    if (!wm__rd_len(r, s->lenw, &nt, "n_tensors")) return false;
+    if (!wm__rd_len(r, s->lenw, &nk, "n_kv")) return false;
+    /* The smallest tensor info and KV bound the counts by the bytes left. */
+    uint64_t left = wm__rd_file_left(r);
+    if (nt > left / (s->lenw + 1 + 4 + 4 + 8) || nt >= UINT32_MAX)
+        return fail(s, cat, "n_tensors %llu is larger than the %llu bytes left could hold",
+                    (unsigned long long)nt, (unsigned long long)left);
+    if (nk > left / (s->lenw + 1 + 4 + 1) || nk >= UINT32_MAX)
+        return fail(s, cat + s->lenw, "n_kv %llu is larger than the %llu bytes left could hold",
+                    (unsigned long long)nk, (unsigned long long)left);
+    if (!f->kvs && nk) {
+        f->kvs = wm__calloc((size_t)nk, sizeof *f->kvs);
+        if (!f->kvs) {
+            wm__err(r->err, WM_ENOMEM, 0, "%s: out of memory for %llu metadata entries", r->path,
+                    (unsigned long long)nk);
+            return false;
+        }
+    }
+    if (!f->tensors && nt) {
+        f->tensors = wm__calloc((size_t)nt, sizeof *f->tensors);
+        if (!f->tensors) {
+            wm__err(r->err, WM_ENOMEM, 0, "%s: out of memory for %llu tensors", r->path,
+                    (unsigned long long)nt);
+            return false;
+        }
+    }
+    f->n_kv = (size_t)nk;
+    f->n_tensors = (size_t)nt;
+
+    f->alignment = GGUF_DEFAULT_ALIGNMENT;
+    for (uint64_t i = 0; i < nk; i++) {
+        size_t at = r->pos;
+        if (!parse_kv(s, i)) return false;
+        wm__kv *kv = &f->kvs[i];
+        if (kv->key_len == 17 && memcmp(r->buf + kv->key_off, "general.alignment", 17) == 0) {
+            if (kv->type != WM_VALUE_U32)
+                return fail(s, at, "general.alignment has type %s, not u32",
+                            wm_value_type_name((wm_value_type)kv->type));
+            uint32_t a;
+            memcpy(&a, kv->val, 4);
+            if (a == 0 || (a & (a - 1)) != 0 || a > GGUF_MAX_ALIGNMENT)
+                return fail(s, at, "general.alignment %u is not a power of two from 1 to %u", a,
+                            GGUF_MAX_ALIGNMENT);
+            f->alignment = a;
+        }
+    }
+    for (uint64_t i = 0; i < nt; i++)
+        if (!parse_tensor(s, i)) return false;
+    f->header_len = r->pos;
+    return check_data(s, r->pos);
+}
+
+/* Copies keys and tensor names into one NUL-terminated blob and rebases their offsets. */
+static wm_status build_names(wm_file *f, const char *path, wm_error *err) {
+    size_t total = 1;
+    for (size_t i = 0; i < f->n_kv; i++) total += f->kvs[i].key_len + 1u;
+    for (size_t i = 0; i < f->n_tensors; i++) total += f->tensors[i].name_len + 1u;
+    f->names = wm__alloc(total);
+    if (!f->names) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory for names", path);
+    size_t p = 0;
+    f->names[p++] = 0;
+    for (size_t i = 0; i < f->n_kv; i++) {
+        wm__kv *kv = &f->kvs[i];
+        memcpy(f->names + p, f->header + kv->key_off, kv->key_len);
+        kv->key_off = (uint32_t)p;
+        p += kv->key_len;
+        f->names[p++] = 0;
+    }
+    for (size_t i = 0; i < f->n_tensors; i++) {
+        wm__tensor *t = &f->tensors[i];
+        memcpy(f->names + p, f->header + t->name_off, t->name_len);
+        t->name_off = (uint32_t)p;
+        p += t->name_len;
+        f->names[p++] = 0;
+    }
+    f->names_len = p;
+    return WM_OK;
+}
+
+wm_status wm__gguf_parse(wm_file *f, wm_error *err) {
+    wm_error local;
+    if (!err) err = &local; /* the status travels in err->code */
+    wm__shard *sh = &f->shards[0];
+    parse_state s = {.f = f};
+    s.r.path = f->path;
+    s.r.err = err;
+    s.r.file_size = f->size;
+
+    size_t cap = f->size < GGUF_FIRST_READ ? (size_t)f->size : GGUF_FIRST_READ;
+    size_t have = 0;
+    for (;;) {
+        unsigned char *nb = wm__alloc(cap ? cap : 1);
+        if (!nb) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory for a %zu-byte header", f->path, cap);
+        if (have) memcpy(nb, f->header, have);
+        wm__free(f->header);
+        f->header = nb;
+        size_t got;
+        int e = wm__os_pread(sh->fd, nb + have, cap - have, have, &got);
+        if (e)
+            return wm__err(err, wm__status_from_errno(e) == WM_ENOMEM ? WM_ENOMEM : WM_EIO, e,
+                           "%s: reading the header at offset %zu: %s", f->path, have,
+                           wm__errno_text(e));
+        if (got != cap - have)
+            return wm__err(err, WM_EIO, 0, "%s: file shrank while reading its header (offset %zu)",
+                           f->path, have + got);
+        have = cap;
+        s.r.buf = nb;
+        s.r.len = have;
+        if (parse_pass(&s)) break;
+        if (!s.r.need_more) return err->code;
+        uint64_t want = (uint64_t)cap * 8;
+        cap = want > f->size ? (size_t)f->size : (size_t)want;
+    }
+    return build_names(f, f->path, err);
+}

@@ -1,0 +1,141 @@
+/*
+ * internal.h: what the library's files share and nothing outside src/ sees.
+ *
+ * Sections: errors, the ledger and the counted allocator, the file object (filled by the
+ * parsers in src/format/), small helpers. Names that cross files are wm__; file-local ones are
+ * static and unprefixed.
+ */
+#ifndef WM_INTERNAL_H
+#define WM_INTERNAL_H
+
+#include "weightmap.h"
+#include "os/os.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define WM_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#define WM_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define WM_PRINTF(a, b)
+#define WM_UNLIKELY(x) (x)
+#endif
+
+/* ---- errors (error.c) ---- */
+
+/* Fills err (when not NULL) and returns code: `return wm__err(err, WM_EFORMAT, 0, "...")`. */
+wm_status wm__err(wm_error *err, wm_status code, int os_errno, const char *fmt, ...) WM_PRINTF(4, 5);
+/* Maps an errno from os.h to a status (ENOENT -> WM_ENOENT, ENOMEM -> WM_ENOMEM, ...). */
+wm_status wm__status_from_errno(int e);
+/* "No such file or directory" for an errno; thread-safe. */
+const char *wm__errno_text(int e);
+
+/* ---- the ledger (ledger.c) ---- */
+
+void wm__ledger_acquire(wm_ledger_category cat, uint64_t bytes);
+void wm__ledger_release(wm_ledger_category cat, uint64_t bytes);
+void wm__ledger_note_request(uint64_t bytes); /* heap_largest */
+
+/* ---- the counted allocator (alloc.c): all heap memory of the library goes through it ---- */
+
+/* Blocks of WM_ALLOC_PAGE_THRESHOLD bytes or more come from wm__os_pages_alloc, never malloc,
+ * so that no allocator cache can keep them after release. NULL on exhaustion or injected fault. */
+#define WM_ALLOC_PAGE_THRESHOLD ((size_t)64 * 1024)
+void *wm__alloc(size_t size);
+void *wm__calloc(size_t n, size_t size); /* zeroed; NULL on overflow */
+void *wm__realloc(void *ptr, size_t size);
+void wm__free(void *ptr);
+char *wm__strdup(const char *s);
+
+/* Page-allocated scratch (ledger: scratch). 0 or an errno. */
+int wm__scratch_alloc(size_t size, void **out);
+void wm__scratch_free(void *p, size_t size);
+
+/* ---- the file object ---- */
+
+typedef struct wm__tensor {
+    uint32_t name_off; /* into wm_file.names, NUL-terminated */
+    uint32_t name_len;
+    int32_t type;
+    uint32_t n_dims;
+    uint32_t shard; /* index into wm_file.shards */
+    uint64_t ne[WM_MAX_DIMS];
+    uint64_t n_elements;
+    uint64_t offset; /* absolute offset in its shard */
+    uint64_t nbytes;
+} wm__tensor;
+
+typedef struct wm__kv {
+    uint32_t key_off; /* into wm_file.names, NUL-terminated */
+    uint32_t key_len;
+    uint8_t type;      /* wm_value_type */
+    uint8_t elem_type; /* arrays */
+    uint8_t lenw;      /* width in bytes of string lengths inside the value: 4 (GGUF v1) or 8 */
+    uint64_t length;   /* array: elements; string: bytes; else 1 */
+    const unsigned char *val; /* scalar bytes, string bytes, or the first array element */
+} wm__kv;
+
+typedef struct wm__shard {
+    char *path; /* counted allocation */
+    int fd;
+    wm_os_stat st;
+    uint64_t data_offset;
+} wm__shard;
+
+struct wm_file {
+    wm_format format;
+    uint32_t version;
+    char *path;
+    uint64_t size;
+    uint64_t data_offset;
+    uint32_t alignment;
+    uint64_t tensor_bytes;
+
+    wm__shard *shards; /* shards[0] is the file itself */
+    uint32_t n_shards;
+
+    unsigned char *header; /* header bytes (counted allocation); metadata points into it */
+    size_t header_len;     /* bytes valid in header */
+    void *aux;             /* format-private state (safetensors: the parsed JSON) */
+    void (*aux_free)(void *aux);
+
+    wm__tensor *tensors;
+    size_t n_tensors;
+    wm__kv *kvs;
+    size_t n_kv;
+    char *names; /* tensor names and keys, each NUL-terminated */
+    size_t names_len;
+
+    uint32_t *tensor_hash; /* open addressing: index + 1, 0 = empty */
+    uint32_t *kv_hash;
+    size_t hash_cap; /* power of two, for both tables */
+
+    unsigned models; /* models loaded and not released (for a debug check at close) */
+};
+
+/* Parsers (src/format/). Each fills a zeroed wm_file whose shards[0] is open; on failure the
+ * caller runs wm__file_free on the half-built file. */
+wm_status wm__gguf_parse(wm_file *f, wm_error *err);
+wm_status wm__safetensors_parse(wm_file *f, wm_error *err);
+
+/* Builds the name and key hash tables, refusing duplicates (file.c). */
+wm_status wm__file_index(wm_file *f, wm_error *err);
+/* Frees everything a (possibly half-built) file holds, and the file. */
+void wm__file_free(wm_file *f);
+
+/* ---- helpers ---- */
+
+uint64_t wm__hash(const void *p, size_t n); /* FNV-1a */
+
+static inline bool wm__add_overflow_u64(uint64_t a, uint64_t b, uint64_t *out) {
+    return __builtin_add_overflow(a, b, out);
+}
+static inline bool wm__mul_overflow_u64(uint64_t a, uint64_t b, uint64_t *out) {
+    return __builtin_mul_overflow(a, b, out);
+}
+static inline uint64_t wm__align_up(uint64_t x, uint64_t a) { return (x + a - 1) & ~(a - 1); }
+
+#endif /* WM_INTERNAL_H */

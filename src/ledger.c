@@ -1,0 +1,168 @@
+/*
+ * ledger.c: exact accounting of what the library holds, by category, and the counted allocator.
+ *
+ * Sections: the ledger (atomic {current, peak, total, regions} per category); the counted
+ * allocator (every heap byte of the library, small blocks from malloc with a size header, large
+ * ones from pages); scratch pages.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the ledger ---- */
+
+typedef struct counter {
+    _Atomic uint64_t current, peak, total, regions;
+} counter;
+
+static counter cats[WM_LEDGER_COUNT];
+static _Atomic uint64_t heap_largest;
+
+static void raise_max(_Atomic uint64_t *m, uint64_t v) {
+    uint64_t old = atomic_load(m);
+    while (v > old && !atomic_compare_exchange_weak(m, &old, v)) {
+    }
+}
+
+void wm__ledger_acquire(wm_ledger_category cat, uint64_t bytes) {
+    counter *c = &cats[cat];
+    uint64_t now = atomic_fetch_add(&c->current, bytes) + bytes;
+    atomic_fetch_add(&c->total, bytes);
+    atomic_fetch_add(&c->regions, 1);
+    raise_max(&c->peak, now);
+}
+
+void wm__ledger_release(wm_ledger_category cat, uint64_t bytes) {
+    counter *c = &cats[cat];
+    atomic_fetch_sub(&c->current, bytes);
+    atomic_fetch_sub(&c->regions, 1);
+}
+
+void wm__ledger_note_request(uint64_t bytes) { raise_max(&heap_largest, bytes); }
+
+void wm_ledger_get(wm_ledger *out) {
+    if (!out) return;
+    for (int i = 0; i < WM_LEDGER_COUNT; i++) {
+        out->cat[i].current = atomic_load(&cats[i].current);
+        out->cat[i].peak = atomic_load(&cats[i].peak);
+        out->cat[i].total = atomic_load(&cats[i].total);
+        out->cat[i].regions = atomic_load(&cats[i].regions);
+    }
+    out->heap_largest = atomic_load(&heap_largest);
+}
+
+void wm_ledger_reset_peaks(void) {
+    for (int i = 0; i < WM_LEDGER_COUNT; i++)
+        atomic_store(&cats[i].peak, atomic_load(&cats[i].current));
+    atomic_store(&heap_largest, 0);
+}
+
+const char *wm_ledger_category_name(wm_ledger_category category) {
+    static const char *const names[WM_LEDGER_COUNT] = {
+        "heap", "scratch", "map_shared", "map_private", "locked", "pinned", "device"};
+    return (unsigned)category < WM_LEDGER_COUNT ? names[category] : NULL;
+}
+
+uint64_t wm_ledger_bytes(const wm_ledger *l) {
+    uint64_t s = 0;
+    for (int i = 0; i < WM_LEDGER_COUNT; i++) s += l->cat[i].current;
+    return s;
+}
+
+uint64_t wm_ledger_regions(const wm_ledger *l) {
+    uint64_t s = 0;
+    for (int i = 0; i < WM_LEDGER_COUNT; i++) s += l->cat[i].regions;
+    return s;
+}
+
+/* ---- the counted allocator ----
+ * Each block carries a 16-byte header holding its size, so wm__free needs no size and the
+ * ledger gets back exactly what it was charged. */
+
+#define HDR 16
+
+void *wm__alloc(size_t size) {
+    if (size > SIZE_MAX - HDR) return NULL;
+    if (wm__fault_hit(WM_OS_ALLOC)) return NULL;
+    size_t total = size + HDR;
+    unsigned char *p;
+    if (total >= WM_ALLOC_PAGE_THRESHOLD) {
+        void *pages;
+        if (wm__os_pages_alloc(total, &pages)) return NULL;
+        p = pages;
+    } else {
+        p = malloc(total);
+        if (!p) return NULL;
+    }
+    memcpy(p, &total, sizeof total);
+    wm__ledger_note_request(size);
+    wm__ledger_acquire(WM_LEDGER_HEAP, total);
+    return p + HDR;
+}
+
+void *wm__calloc(size_t n, size_t size) {
+    size_t bytes;
+    if (__builtin_mul_overflow(n, size, &bytes)) return NULL;
+    void *p = wm__alloc(bytes);
+    if (p) memset(p, 0, bytes); /* page blocks are zero already; small ones are not */
+    return p;
+}
+
+void wm__free(void *ptr) {
+    if (!ptr) return;
+    unsigned char *p = (unsigned char *)ptr - HDR;
+    size_t total;
+    memcpy(&total, p, sizeof total);
+    wm__ledger_release(WM_LEDGER_HEAP, total);
+    if (total >= WM_ALLOC_PAGE_THRESHOLD)
+        wm__os_pages_free(p, total);
+    else
+        free(p);
+}
+
+void *wm__realloc(void *ptr, size_t size) {
+    if (!ptr) return wm__alloc(size);
+    size_t total;
+    memcpy(&total, (unsigned char *)ptr - HDR, sizeof total);
+    size_t old = total - HDR;
+    if (size <= old) return ptr;
+    void *q = wm__alloc(size);
+    if (!q) return NULL;
+    memcpy(q, ptr, old);
+    wm__free(ptr);
+    return q;
+}
+
+char *wm__strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = wm__alloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+/* ---- scratch pages ---- */
+
+int wm__scratch_alloc(size_t size, void **out) {
+    void *p;
+    int e = wm__os_pages_alloc(size, &p);
+    if (e) return e;
+    wm__ledger_acquire(WM_LEDGER_SCRATCH, size);
+    *out = p;
+    return 0;
+}
+
+void wm__scratch_free(void *p, size_t size) {
+    if (!p) return;
+    wm__os_pages_free(p, size);
+    wm__ledger_release(WM_LEDGER_SCRATCH, size);
+}
+
+uint64_t wm__hash(const void *p, size_t n) {
+    const unsigned char *s = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 1099511628211ull;
+    return h;
+}

@@ -1,0 +1,30 @@
+/*
+ * fault.h: fault injection for tests (built with WM_FAULT_INJECTION; the test suite always is).
+ *
+ * Every fallible OS call and every counted allocation asks wm__fault_hit(kind) first. A test
+ * arms the table to fail the k-th call of one kind (or of any kind) with a chosen errno, runs a
+ * scenario, and reads how many calls were made. The usual sweep:
+ *
+ *     wm__fault_reset();                      run once, n = wm__fault_count(WM_OS_ANY);
+ *     for k in 1..n: wm__fault_arm(WM_OS_ANY, k, EIO); run; check status, ledger 0, no mapping.
+ *
+ * The table is process-global and thread-safe (atomic counters).
+ */
+#ifndef WM_FAULT_H
+#define WM_FAULT_H
+
+#include "os.h"
+
+/* Clears counters and disarms. */
+void wm__fault_reset(void);
+/* Fails the k-th call (1-based, counted from now) of `kind` with `err`; with `sticky`, every
+ * later call of that kind fails too. */
+void wm__fault_arm(wm_os_call kind, uint64_t k, int err);
+void wm__fault_arm_sticky(wm_os_call kind, uint64_t k, int err);
+/* Calls of `kind` (or all) counted since the last reset. */
+uint64_t wm__fault_count(wm_os_call kind);
+/* Number of faults injected since the last reset. */
+uint64_t wm__fault_injected(void);
+const char *wm__fault_call_name(wm_os_call kind);
+
+#endif /* WM_FAULT_H */

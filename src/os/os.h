@@ -1,0 +1,108 @@
+/*
+ * os.h: the whole operating-system contract of weightmap. Only src/os/ names an OS.
+ *
+ * Rules that hold for every function here:
+ *   - A function that can fail returns 0 or a positive errno value; it never sets errno for the
+ *     caller to read and never prints.
+ *   - Nothing here counts bytes: the ledger is kept one level up (src/region.c, src/alloc.c), so
+ *     each acquisition is counted exactly once.
+ *   - Release functions (wm__os_close, wm__os_unmap, wm__os_pages_free, wm__os_unlock) cannot
+ *     fail from the caller's point of view and accept a NULL/empty argument.
+ *   - With WM_FAULT_INJECTION defined, every fallible call first asks src/os/fault.c whether it
+ *     should fail (see fault.h), so tests can fail the k-th call of each kind.
+ */
+#ifndef WM_OS_H
+#define WM_OS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The fallible calls, by kind, for fault injection and call counting. */
+#define WM_OS_CALL_LIST(X)                                                                         \
+    X(OPEN)                                                                                        \
+    X(STAT)                                                                                        \
+    X(PREAD)                                                                                       \
+    X(MAP)                                                                                         \
+    X(PAGES)                                                                                       \
+    X(LOCK)                                                                                        \
+    X(ADVISE)                                                                                      \
+    X(THREAD)                                                                                      \
+    X(ALLOC)                                                                                       \
+    X(DEVICE)
+
+typedef enum wm_os_call {
+#define WM__OS_CALL_ENUM(name) WM_OS_##name,
+    WM_OS_CALL_LIST(WM__OS_CALL_ENUM)
+#undef WM__OS_CALL_ENUM
+        WM_OS_CALL_COUNT,
+    WM_OS_ANY = WM_OS_CALL_COUNT /* fault.h: match a call of any kind */
+} wm_os_call;
+
+typedef struct wm_os_stat {
+    uint64_t size;
+    uint64_t dev;
+    uint64_t ino;
+    int is_regular;
+} wm_os_stat;
+
+/* Files. */
+int wm__os_open_read(const char *path, int *fd_out);
+void wm__os_close(int fd);
+int wm__os_stat(int fd, wm_os_stat *out);
+int wm__os_stat_path(const char *path, wm_os_stat *out);
+/* Reads len bytes at off, retrying short reads and EINTR. *got is the count read; less than len
+ * only at end of file (returns 0 then). */
+int wm__os_pread(int fd, void *buf, size_t len, uint64_t off, size_t *got);
+
+/* Mappings of a file. */
+typedef enum wm_os_map_kind {
+    WM_OS_MAP_SHARED_RO = 1, /* MAP_SHARED, PROT_READ */
+    WM_OS_MAP_PRIVATE_RW = 2 /* MAP_PRIVATE, PROT_READ|PROT_WRITE */
+} wm_os_map_kind;
+/* off must be a multiple of the page size. */
+int wm__os_map(int fd, uint64_t off, size_t len, wm_os_map_kind kind, void **out);
+void wm__os_unmap(void *addr, size_t len);
+
+/* Anonymous, page-aligned, zeroed memory straight from the OS (never malloc). */
+int wm__os_pages_alloc(size_t len, void **out);
+void wm__os_pages_free(void *addr, size_t len);
+
+/* Locking and advice. */
+int wm__os_lock(void *addr, size_t len);
+void wm__os_unlock(void *addr, size_t len);
+int wm__os_memlock_limit(uint64_t *soft_out); /* RLIMIT_MEMLOCK soft limit; UINT64_MAX = none */
+
+typedef enum wm_os_advice {
+    WM_OS_ADV_POPULATE_READ = 1, /* prefault readable pages, privatising nothing */
+    WM_OS_ADV_WILLNEED,
+    WM_OS_ADV_HUGEPAGE,
+    WM_OS_ADV_SEQUENTIAL
+} wm_os_advice;
+/* Advice is a hint: EINVAL for an advice the kernel lacks is returned, callers decide. */
+int wm__os_advise(void *addr, size_t len, wm_os_advice advice);
+
+/* Threads (worker threads live only for the duration of one call). */
+typedef struct wm_os_thread {
+    unsigned long handle;
+} wm_os_thread;
+int wm__os_thread_start(wm_os_thread *t, void *(*fn)(void *), void *arg);
+void wm__os_thread_join(wm_os_thread *t);
+/* Runs fn(arg) inside the OS's per-task scope (an autorelease pool on Darwin; nothing here). */
+void wm__os_task_scope(void (*fn)(void *), void *arg);
+
+size_t wm__os_page_size(void);
+unsigned wm__os_cpu_count(void);
+double wm__os_now(void); /* monotonic seconds */
+
+/* Counts calls and asks the fault table; returns the errno to inject or 0. Inline no-op when
+ * fault injection is compiled out. */
+#ifdef WM_FAULT_INJECTION
+int wm__fault_hit(wm_os_call call);
+#else
+static inline int wm__fault_hit(wm_os_call call) {
+    (void)call;
+    return 0;
+}
+#endif
+
+#endif /* WM_OS_H */

@@ -1,0 +1,168 @@
+/*
+ * posix.c: the POSIX half of os.h: files, pread, mappings, pages, locks, threads and clocks.
+ * Linux-only calls (madvise advice beyond POSIX) live in linux.c.
+ *
+ * Every fallible function first asks wm__fault_hit() so tests can fail it (fault.h).
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "os.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- files ---- */
+
+int wm__os_open_read(const char *path, int *fd_out) {
+    int e = wm__fault_hit(WM_OS_OPEN);
+    if (e) return e;
+    int fd;
+    do {
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0) return errno;
+    *fd_out = fd;
+    return 0;
+}
+
+void wm__os_close(int fd) {
+    if (fd >= 0) close(fd); /* EINTR on close: the descriptor is gone on Linux; do not retry */
+}
+
+static void fill_stat(const struct stat *st, wm_os_stat *out) {
+    out->size = (uint64_t)st->st_size;
+    out->dev = (uint64_t)st->st_dev;
+    out->ino = (uint64_t)st->st_ino;
+    out->is_regular = S_ISREG(st->st_mode);
+}
+
+int wm__os_stat(int fd, wm_os_stat *out) {
+    int e = wm__fault_hit(WM_OS_STAT);
+    if (e) return e;
+    struct stat st;
+    if (fstat(fd, &st) != 0) return errno;
+    fill_stat(&st, out);
+    return 0;
+}
+
+int wm__os_stat_path(const char *path, wm_os_stat *out) {
+    int e = wm__fault_hit(WM_OS_STAT);
+    if (e) return e;
+    struct stat st;
+    if (stat(path, &st) != 0) return errno;
+    fill_stat(&st, out);
+    return 0;
+}
+
+int wm__os_pread(int fd, void *buf, size_t len, uint64_t off, size_t *got) {
+    size_t done = 0;
+    *got = 0;
+    while (done < len) {
+        int e = wm__fault_hit(WM_OS_PREAD);
+        if (e == EINTR) continue; /* an injected EINTR is retried like a real one */
+        if (e) return e;
+        size_t want = len - done;
+        if (want > ((size_t)1 << 30)) want = (size_t)1 << 30; /* Linux caps one read at ~2 GiB */
+        ssize_t n = pread(fd, (char *)buf + done, want, (off_t)(off + done));
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return errno;
+        }
+        if (n == 0) break; /* end of file */
+        done += (size_t)n;
+        *got = done;
+    }
+    return 0;
+}
+
+/* ---- mappings and pages ---- */
+
+int wm__os_map(int fd, uint64_t off, size_t len, wm_os_map_kind kind, void **out) {
+    int e = wm__fault_hit(WM_OS_MAP);
+    if (e) return e;
+    if (len == 0) return EINVAL;
+    int prot = kind == WM_OS_MAP_SHARED_RO ? PROT_READ : PROT_READ | PROT_WRITE;
+    int flags = kind == WM_OS_MAP_SHARED_RO ? MAP_SHARED : MAP_PRIVATE;
+    void *p = mmap(NULL, len, prot, flags, fd, (off_t)off);
+    if (p == MAP_FAILED) return errno;
+    *out = p;
+    return 0;
+}
+
+void wm__os_unmap(void *addr, size_t len) {
+    if (addr && len) munmap(addr, len);
+}
+
+int wm__os_pages_alloc(size_t len, void **out) {
+    int e = wm__fault_hit(WM_OS_PAGES);
+    if (e) return e;
+    if (len == 0) return EINVAL;
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return errno;
+    *out = p;
+    return 0;
+}
+
+void wm__os_pages_free(void *addr, size_t len) {
+    if (addr && len) munmap(addr, len);
+}
+
+int wm__os_lock(void *addr, size_t len) {
+    int e = wm__fault_hit(WM_OS_LOCK);
+    if (e) return e;
+    if (mlock(addr, len) != 0) return errno;
+    return 0;
+}
+
+void wm__os_unlock(void *addr, size_t len) {
+    if (addr && len) munlock(addr, len);
+}
+
+int wm__os_memlock_limit(uint64_t *soft_out) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0) return errno;
+    *soft_out = rl.rlim_cur == RLIM_INFINITY ? UINT64_MAX : (uint64_t)rl.rlim_cur;
+    return 0;
+}
+
+/* ---- threads ---- */
+
+int wm__os_thread_start(wm_os_thread *t, void *(*fn)(void *), void *arg) {
+    int e = wm__fault_hit(WM_OS_THREAD);
+    if (e) return e;
+    pthread_t th;
+    e = pthread_create(&th, NULL, fn, arg);
+    if (e) return e;
+    t->handle = (unsigned long)th;
+    return 0;
+}
+
+void wm__os_thread_join(wm_os_thread *t) { pthread_join((pthread_t)t->handle, NULL); }
+
+void wm__os_task_scope(void (*fn)(void *), void *arg) { fn(arg); }
+
+/* ---- misc ---- */
+
+size_t wm__os_page_size(void) {
+    static size_t page;
+    if (!page) page = (size_t)sysconf(_SC_PAGESIZE);
+    return page;
+}
+
+unsigned wm__os_cpu_count(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1u : (unsigned)n;
+}
+
+double wm__os_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}

@@ -1,0 +1,35 @@
+/*
+ * cli.h: what the files of the weightmap tool share (output helpers and command entry points).
+ * The tool uses only the public header of the library.
+ */
+#ifndef WM_CLI_H
+#define WM_CLI_H
+
+#include "weightmap.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+void cli_json_string(FILE *out, const char *s, size_t n);
+void cli_json_cstr(FILE *out, const char *s);
+const char *cli_bytes(uint64_t b, char buf[32]);
+/* Prints "weightmap: <err->msg>" and returns 1. */
+int cli_fail(const wm_error *err);
+/* Prints a usage error and returns 2. */
+int cli_usage(const char *fmt, ...);
+/* Parses "123", "0x10", "512M", "1GiB". */
+bool cli_parse_u64(const char *s, uint64_t *out);
+
+int cmd_make_model(int argc, char **argv);
+
+/* Further commands (load, check, probe, demo, cat) register here: a NULL-terminated table
+ * defined in tools/commands.c. */
+typedef struct cli_command {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+} cli_command;
+extern const cli_command cli_commands[];
+
+#endif

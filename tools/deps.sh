@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# deps.sh: installs the Debian packages the build and the tests need, when they are missing.
+# Called by every Makefile target, so a fresh Debian 12 machine needs nothing installed by hand.
+set -euo pipefail
+need=(cmake ninja-build gcc clang libclang-rt-14-dev llvm pkg-config libcjson-dev)
+missing=()
+for p in "${need[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "deps: installing ${missing[*]}" >&2
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null; then SUDO=sudo; else
+    echo "deps: missing packages (${missing[*]}) and not root: install them with apt-get" >&2; exit 1; fi
+else SUDO=; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
