@@ -321,6 +321,27 @@ WM_API wm_status wm_file_array_iter(const wm_file *file, size_t index, wm_array_
 WM_API wm_status wm_array_iter_next(wm_array_iter *it, wm_string *out);
 
 /* ---------------------------------------------------------------------------------------------
+ * Conversion between element types (dequantization and float widths)
+ * ------------------------------------------------------------------------------------------- */
+
+/* Non-zero when wm_convert can turn `from` into `to`. Targets are F32, F16, BF16 and F64; sources
+ * are every float type and every quantized type that llama.cpp can turn into floats. */
+WM_API int wm_convert_supported(wm_type from, wm_type to);
+/* Converts n_elements (a multiple of from's block size) from src to dst, bit-identical to ggml's
+ * to_float (and its float conversions). Single-threaded; uses SIMD when the CPU has it.
+ * WM_EINVAL: unsupported pair or n_elements not a whole number of blocks. */
+WM_API wm_status wm_convert(wm_type from, wm_type to, const void *src, void *dst,
+                            uint64_t n_elements);
+
+/* A conversion asked for at load time: tensors matching `tensor` (exact name, or NULL for any)
+ * and `from` (WM_TYPE_INVALID for any) are delivered as `to`. The first matching rule wins. */
+typedef struct wm_convert_rule {
+    const char *tensor;
+    wm_type from;
+    wm_type to;
+} wm_convert_rule;
+
+/* ---------------------------------------------------------------------------------------------
  * Models: tensors loaded on a backend with an explicit mode
  * ------------------------------------------------------------------------------------------- */
 
@@ -356,6 +377,10 @@ typedef struct wm_load_options {
     void *progress_user;
     wm_backend_kind backend;
     int device;                /* backend device index (CUDA) */
+    const wm_convert_rule *convert; /* conversions (heap mode only); NULL for none */
+    size_t n_convert;
+    int cuda_registered;       /* CUDA: register the mmap-mode mapping instead of staging */
+    uint64_t pinned_budget;    /* CUDA: pinned staging bytes, 0 = 256 MiB */
 } wm_load_options;
 
 /* Loads every tensor of `file` by opts->mode. The model keeps a reference to file, which must
@@ -378,6 +403,9 @@ WM_API const char *wm_mode_name(wm_mode mode);
 /* Parses a mode name; WM_MODE_NONE when unknown. */
 WM_API wm_mode wm_mode_from_name(const char *name);
 
+/* The tensor's type and byte size as loaded (after any conversion). */
+WM_API wm_status wm_model_tensor_info(const wm_model *model, size_t index, wm_type *type,
+                                      uint64_t *nbytes);
 /* Host pointer of tensor `index` (CPU backend). Const for mmap mode; wm_model_tensor_data_mut
  * returns NULL for mmap mode. Both NULL when out of range or on a device backend. Borrowed. */
 WM_API const void *wm_model_tensor_data(const wm_model *model, size_t index);
