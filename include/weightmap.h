@@ -226,6 +226,19 @@ WM_API uint32_t wm_file_alignment(const wm_file *file);
 /* Sum of every tensor's byte size. */
 WM_API uint64_t wm_file_tensor_bytes(const wm_file *file);
 
+/* Sharded checkpoints and split sets. wm_file_open on NAME.safetensors.index.json, on any shard
+ * NAME-0000K-of-0000N.safetensors, or on any part NAME-0000K-of-0000N.gguf of a GGUF split set
+ * (split.no, split.count, split.tensors.count) opens the whole set as one file: every shard is
+ * opened and checked (a missing, extra or inconsistent shard fails with a message naming it),
+ * tensors of all shards are listed together, and each tensor says in which shard its data lies.
+ * For a set, wm_file_size is the sum of the shards' sizes, and the data offset, alignment and
+ * version are those of shard 0; GGUF metadata is shard 0's; safetensors metadata is the index's
+ * "metadata" followed by shard 0's __metadata__ (keys the index already has are skipped).
+ * wm_file_shard_count: 1 for a single file (0 for NULL). wm_file_shard_path: the path of shard
+ * `index` (borrowed; shard 0 is the file itself for a single file), NULL when out of range. */
+WM_API uint32_t wm_file_shard_count(const wm_file *file);
+WM_API const char *wm_file_shard_path(const wm_file *file, uint32_t index);
+
 #define WM_MAX_DIMS 4
 
 typedef struct wm_tensor_info {
@@ -234,8 +247,9 @@ typedef struct wm_tensor_info {
     uint32_t n_dims;               /* 0 .. WM_MAX_DIMS */
     uint64_t shape[WM_MAX_DIMS];   /* ggml order: shape[0] is the row (fastest); unused are 1 */
     uint64_t n_elements;
-    uint64_t offset;               /* absolute offset of the first byte in the file */
+    uint64_t offset;               /* absolute offset of the first byte in its file (shard) */
     uint64_t nbytes;
+    uint32_t shard;                /* the file that holds the data: wm_file_shard_path(shard) */
 } wm_tensor_info;
 
 WM_API size_t wm_file_tensor_count(const wm_file *file);

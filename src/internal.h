@@ -121,6 +121,27 @@ struct wm_file {
 wm_status wm__gguf_parse(wm_file *f, wm_error *err);
 wm_status wm__safetensors_parse(wm_file *f, wm_error *err);
 
+/* A parsed *.safetensors.index.json (safetensors.c). Every string lies NUL-terminated in blob:
+ * map[i] holds the blob offsets of a tensor name and of its shard's file name; kvs are the
+ * "metadata" entries (key_off into blob, val into blob). */
+typedef struct wm__st_index {
+    char *blob;
+    size_t blob_len;
+    uint32_t (*map)[2];
+    size_t n_map;
+    wm__kv *kvs;
+    size_t n_kv;
+} wm__st_index;
+wm_status wm__safetensors_index_parse(const char *path, const unsigned char *text, size_t len,
+                                      wm__st_index *out, wm_error *err);
+void wm__st_index_free(wm__st_index *ix);
+
+/* Sets of files opened as one (shards.c): wm_file_open hands every path to wm__shards_open,
+ * which opens a sharded safetensors checkpoint or a GGUF split set whole, and any other file
+ * through wm__file_open_one (file.c: one file, parsed and indexed). */
+wm_status wm__shards_open(const char *path, wm_file **out, wm_error *err);
+wm_status wm__file_open_one(const char *path, wm_file **out, wm_error *err);
+
 /* Builds the name and key hash tables, refusing duplicates (file.c). */
 wm_status wm__file_index(wm_file *f, wm_error *err);
 /* Frees everything a (possibly half-built) file holds, and the file. */

@@ -4,11 +4,20 @@
  * Writes a deterministic llama-shaped model that llama.cpp accepts: token_embd (F16), per block
  * attn_norm/ffn_norm (F32), attn_q/k/v/output (Q8_0), ffn_gate/up/down (Q4_0), output_norm
  * (F32), output (Q8_0), with llama.* hyper-parameters and a tokenizer (tokens, scores, types).
+ * `--format safetensors` writes the same names and shapes with F16 for every matrix (safetensors
+ * has no block-quantized types) and F32 norms, the hyper-parameters as __metadata__ strings.
  * The same arguments give the same bytes: all data comes from a splitmix64 stream seeded by
- * --seed, and nothing depends on time, locale or the machine. The size is an upper bound that
- * the shapes approach: widths and the layer count are picked to fill it.
+ * --seed and the tensor's index, and nothing depends on time, locale or the machine. The size is
+ * an upper bound that the shapes approach: widths and the layer count are picked to fill it.
  *
- * Sections: the plan (shapes from the size), the GGUF writer, the safetensors writer, data.
+ * `--shards N` writes a set instead of one file: OUT's stem + -0000K-of-0000N + extension for
+ * each part. GGUF parts carry split.no, split.count and split.tensors.count (as llama.cpp's
+ * gguf-split writes them: every key in the first part, only the split keys in the others);
+ * safetensors parts come with STEM.safetensors.index.json. Tensors are cut into N runs of about
+ * equal bytes, in order; the tensor data do not depend on N.
+ *
+ * Sections: the plan (shapes from the size), the GGUF writer, the safetensors writer, data,
+ * sharding and the command.
  */
 #include "cli.h"
 
@@ -64,15 +73,17 @@ static void add(model_plan *p, const char *name, wm_type type, uint64_t ne0, uin
     t->nbytes = tbytes(type, ne0, ne1);
 }
 
-static bool plan(uint64_t size, model_plan *p) {
+/* Matrix types: Q8_0 and Q4_0 for GGUF; F16 for safetensors (st). */
+static bool plan(uint64_t size, bool st, model_plan *p) {
     static const uint32_t widths[] = {4096, 2048, 1024, 512, 256, 128, 64};
+    const wm_type q8 = st ? WM_TYPE_F16 : WM_TYPE_Q8_0, q4 = st ? WM_TYPE_F16 : WM_TYPE_Q4_0;
     for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
         uint32_t e = widths[w];
         uint32_t ff = (e * 8 / 3 + 255) / 256 * 256;
         uint32_t vocab = e >= 1024 ? 32000 : e * 32;
-        uint64_t fixed = tbytes(WM_TYPE_F16, e, vocab) + tbytes(WM_TYPE_Q8_0, e, vocab) + 4ull * e +
+        uint64_t fixed = tbytes(WM_TYPE_F16, e, vocab) + tbytes(q8, e, vocab) + 4ull * e +
                          (uint64_t)vocab * 24 + 65536;
-        uint64_t layer = 4 * tbytes(WM_TYPE_Q8_0, e, e) + 3 * tbytes(WM_TYPE_Q4_0, e, ff) + 8ull * e;
+        uint64_t layer = 4 * tbytes(q8, e, e) + 3 * tbytes(q4, e, ff) + 8ull * e;
         if (fixed + 2 * layer > size && e != 64) continue;
         uint64_t n_layer = size > fixed ? (size - fixed) / layer : 0;
         if (n_layer < 1) return false;
@@ -91,18 +102,18 @@ static bool plan(uint64_t size, model_plan *p) {
     snprintf(nm, sizeof nm, "blk.%u." suffix, l);                                                  \
     add(p, nm, type, a, b)
             L("attn_norm.weight", WM_TYPE_F32, e, 1);
-            L("attn_q.weight", WM_TYPE_Q8_0, e, e);
-            L("attn_k.weight", WM_TYPE_Q8_0, e, e);
-            L("attn_v.weight", WM_TYPE_Q8_0, e, e);
-            L("attn_output.weight", WM_TYPE_Q8_0, e, e);
+            L("attn_q.weight", q8, e, e);
+            L("attn_k.weight", q8, e, e);
+            L("attn_v.weight", q8, e, e);
+            L("attn_output.weight", q8, e, e);
             L("ffn_norm.weight", WM_TYPE_F32, e, 1);
-            L("ffn_gate.weight", WM_TYPE_Q4_0, e, ff);
-            L("ffn_up.weight", WM_TYPE_Q4_0, e, ff);
-            L("ffn_down.weight", WM_TYPE_Q4_0, ff, e);
+            L("ffn_gate.weight", q4, e, ff);
+            L("ffn_up.weight", q4, e, ff);
+            L("ffn_down.weight", q4, ff, e);
 #undef L
         }
         add(p, "output_norm.weight", WM_TYPE_F32, e, 1);
-        add(p, "output.weight", WM_TYPE_Q8_0, e, vocab);
+        add(p, "output.weight", q8, e, vocab);
         return true;
     }
     return false;
@@ -188,13 +199,31 @@ static void kv_f32(out_buf *b, const char *k, float v) {
     put(b, &v, 4);
 }
 
-static int write_data(FILE *fp, const model_plan *p, uint64_t seed, uint64_t data_start,
-                      const char *out) {
+static void kv_u16(out_buf *b, const char *k, uint16_t v) {
+    put_str(b, k);
+    put_u32(b, WM_VALUE_U16);
+    put(b, &v, 2);
+}
+static void kv_i32(out_buf *b, const char *k, int32_t v) {
+    put_str(b, k);
+    put_u32(b, WM_VALUE_I32);
+    put(b, &v, 4);
+}
+
+/* A run of tensors [first, last) written to one file. */
+typedef struct part {
+    size_t first, last;
+    uint32_t no, count; /* 0-based part number and the number of parts; count 0: not a set */
+} part;
+
+/* Writes the data of a part's tensors; each tensor's offset is relative to data_start. */
+static int write_data(FILE *fp, const model_plan *p, const part *pt, uint64_t seed,
+                      uint64_t data_start, const char *out) {
     size_t chunk = 1 << 20;
     unsigned char *buf = malloc(chunk);
     if (!buf) return 1;
     uint64_t pos = data_start;
-    for (size_t i = 0; i < p->n; i++) {
+    for (size_t i = pt->first; i < pt->last; i++) {
         const tensor_plan *t = &p->t[i];
         uint64_t at = data_start + t->offset;
         static const unsigned char zero[64];
@@ -222,32 +251,50 @@ static int write_data(FILE *fp, const model_plan *p, uint64_t seed, uint64_t dat
     return 0;
 }
 
-static int write_gguf(const char *out, const model_plan *p, uint64_t seed) {
-    out_buf b = {0};
-    put(&b, "GGUF", 4);
-    put_u32(&b, 3);
-    put_u64(&b, p->n);
-    size_t n_kv_at = b.len;
-    put_u64(&b, 0); /* patched below */
-    kv_str(&b, "general.architecture", "llama");
-    kv_str(&b, "general.name", "weightmap-default");
-    kv_u32(&b, "general.alignment", 32);
-    kv_u32(&b, "llama.context_length", 2048);
-    kv_u32(&b, "llama.embedding_length", p->n_embd);
-    kv_u32(&b, "llama.block_count", p->n_layer);
-    kv_u32(&b, "llama.feed_forward_length", p->n_ff);
-    kv_u32(&b, "llama.attention.head_count", p->n_head);
-    kv_u32(&b, "llama.attention.head_count_kv", p->n_head);
-    kv_u32(&b, "llama.rope.dimension_count", p->n_embd / p->n_head);
-    kv_f32(&b, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-    kv_str(&b, "tokenizer.ggml.model", "llama");
-    kv_u32(&b, "tokenizer.ggml.bos_token_id", 1);
-    kv_u32(&b, "tokenizer.ggml.eos_token_id", 2);
+/* Writes the header bytes in b and then the data; frees b. */
+static int write_file(const char *out, out_buf *b, const model_plan *p, const part *pt,
+                      uint64_t seed, uint64_t data_start) {
+    if (b->oom) {
+        free(b->p);
+        fprintf(stderr, "weightmap: %s: out of memory\n", out);
+        return 1;
+    }
+    FILE *fp = fopen(out, "wb");
+    if (!fp) {
+        free(b->p);
+        fprintf(stderr, "weightmap: %s: cannot create: %s\n", out, strerror(errno));
+        return 1;
+    }
+    int rc = fwrite(b->p, 1, b->len, fp) == b->len ? 0 : 1;
+    free(b->p);
+    if (!rc) rc = write_data(fp, p, pt, seed, data_start, out);
+    if (fclose(fp) != 0) rc = 1;
+    if (rc) fprintf(stderr, "weightmap: %s: write failed\n", out);
+    return rc;
+}
+
+/* ---- GGUF ---- */
+
+static void gguf_model_kvs(out_buf *b, const model_plan *p) {
+    kv_str(b, "general.architecture", "llama");
+    kv_str(b, "general.name", "weightmap-default");
+    kv_u32(b, "general.alignment", 32);
+    kv_u32(b, "llama.context_length", 2048);
+    kv_u32(b, "llama.embedding_length", p->n_embd);
+    kv_u32(b, "llama.block_count", p->n_layer);
+    kv_u32(b, "llama.feed_forward_length", p->n_ff);
+    kv_u32(b, "llama.attention.head_count", p->n_head);
+    kv_u32(b, "llama.attention.head_count_kv", p->n_head);
+    kv_u32(b, "llama.rope.dimension_count", p->n_embd / p->n_head);
+    kv_f32(b, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    kv_str(b, "tokenizer.ggml.model", "llama");
+    kv_u32(b, "tokenizer.ggml.bos_token_id", 1);
+    kv_u32(b, "tokenizer.ggml.eos_token_id", 2);
     /* tokens: <unk> <s> </s>, the 256 byte tokens, then words */
-    put_str(&b, "tokenizer.ggml.tokens");
-    put_u32(&b, WM_VALUE_ARRAY);
-    put_u32(&b, WM_VALUE_STRING);
-    put_u64(&b, p->n_vocab);
+    put_str(b, "tokenizer.ggml.tokens");
+    put_u32(b, WM_VALUE_ARRAY);
+    put_u32(b, WM_VALUE_STRING);
+    put_u64(b, p->n_vocab);
     for (uint32_t i = 0; i < p->n_vocab; i++) {
         char tok[32];
         if (i == 0) snprintf(tok, sizeof tok, "<unk>");
@@ -255,29 +302,45 @@ static int write_gguf(const char *out, const model_plan *p, uint64_t seed) {
         else if (i == 2) snprintf(tok, sizeof tok, "</s>");
         else if (i < 3 + 256) snprintf(tok, sizeof tok, "<0x%02X>", i - 3);
         else snprintf(tok, sizeof tok, "\xe2\x96\x81t%u", i);
-        put_str(&b, tok);
+        put_str(b, tok);
     }
-    put_str(&b, "tokenizer.ggml.scores");
-    put_u32(&b, WM_VALUE_ARRAY);
-    put_u32(&b, WM_VALUE_F32);
-    put_u64(&b, p->n_vocab);
+    put_str(b, "tokenizer.ggml.scores");
+    put_u32(b, WM_VALUE_ARRAY);
+    put_u32(b, WM_VALUE_F32);
+    put_u64(b, p->n_vocab);
     for (uint32_t i = 0; i < p->n_vocab; i++) {
         float s = -(float)i;
-        put(&b, &s, 4);
+        put(b, &s, 4);
     }
-    put_str(&b, "tokenizer.ggml.token_type");
-    put_u32(&b, WM_VALUE_ARRAY);
-    put_u32(&b, WM_VALUE_I32);
-    put_u64(&b, p->n_vocab);
+    put_str(b, "tokenizer.ggml.token_type");
+    put_u32(b, WM_VALUE_ARRAY);
+    put_u32(b, WM_VALUE_I32);
+    put_u64(b, p->n_vocab);
     for (uint32_t i = 0; i < p->n_vocab; i++) {
         int32_t ty = i == 0 ? 2 : i < 3 ? 3 : i < 3 + 256 ? 6 : 1;
-        put(&b, &ty, 4);
+        put(b, &ty, 4);
     }
-    if (!b.oom) {
-        uint64_t n_kv = 17;
-        memcpy(b.p + n_kv_at, &n_kv, 8);
+}
+
+static int write_gguf(const char *out, model_plan *p, const part *pt, uint64_t seed) {
+    uint64_t off = 0;
+    for (size_t i = pt->first; i < pt->last; i++) {
+        p->t[i].offset = off;
+        off = (off + p->t[i].nbytes + 31) / 32 * 32;
     }
-    for (size_t i = 0; i < p->n; i++) {
+    out_buf b = {0};
+    put(&b, "GGUF", 4);
+    put_u32(&b, 3);
+    put_u64(&b, pt->last - pt->first);
+    uint64_t n_kv = (pt->no == 0 ? 17 : 0) + (pt->count ? 3 : 0);
+    put_u64(&b, n_kv);
+    if (pt->no == 0) gguf_model_kvs(&b, p);
+    if (pt->count) {
+        kv_u16(&b, "split.no", (uint16_t)pt->no);
+        kv_u16(&b, "split.count", (uint16_t)pt->count);
+        kv_i32(&b, "split.tensors.count", (int32_t)p->n);
+    }
+    for (size_t i = pt->first; i < pt->last; i++) {
         const tensor_plan *t = &p->t[i];
         put_str(&b, t->name);
         put_u32(&b, t->n_dims);
@@ -285,31 +348,111 @@ static int write_gguf(const char *out, const model_plan *p, uint64_t seed) {
         put_u32(&b, (uint32_t)t->type);
         put_u64(&b, t->offset);
     }
-    if (b.oom) {
-        free(b.p);
-        fprintf(stderr, "weightmap: %s: out of memory\n", out);
-        return 1;
-    }
     uint64_t data_start = (b.len + 31) / 32 * 32;
     static const unsigned char zero[32];
     put(&b, zero, (size_t)(data_start - b.len));
-    FILE *fp = fopen(out, "wb");
+    return write_file(out, &b, p, pt, seed, data_start);
+}
+
+/* ---- safetensors ---- */
+
+static void put_txt(out_buf *b, const char *s) { put(b, s, strlen(s)); }
+
+static const char *st_dtype(wm_type t) { return t == WM_TYPE_F32 ? "F32" : "F16"; }
+
+static int write_safetensors(const char *out, model_plan *p, const part *pt, uint64_t seed) {
+    out_buf b = {0};
+    char num[160];
+    put_u64(&b, 0); /* header length, patched below */
+    snprintf(num, sizeof num,
+             "{\"__metadata__\":{\"format\":\"pt\",\"general.architecture\":\"llama\","
+             "\"general.name\":\"weightmap-default\",\"llama.embedding_length\":\"%u\",",
+             p->n_embd);
+    put_txt(&b, num);
+    snprintf(num, sizeof num,
+             "\"llama.block_count\":\"%u\",\"llama.feed_forward_length\":\"%u\","
+             "\"llama.attention.head_count\":\"%u\",\"llama.vocab_size\":\"%u\"}",
+             p->n_layer, p->n_ff, p->n_head, p->n_vocab);
+    put_txt(&b, num);
+    uint64_t off = 0;
+    for (size_t i = pt->first; i < pt->last; i++) {
+        tensor_plan *t = &p->t[i];
+        t->offset = off;
+        put_txt(&b, ",\"");
+        put_txt(&b, t->name);
+        /* safetensors shapes are outermost first: the reverse of ggml's order */
+        if (t->n_dims == 2)
+            snprintf(num, sizeof num, "\":{\"dtype\":\"%s\",\"shape\":[%llu,%llu],", st_dtype(t->type),
+                     (unsigned long long)t->ne[1], (unsigned long long)t->ne[0]);
+        else
+            snprintf(num, sizeof num, "\":{\"dtype\":\"%s\",\"shape\":[%llu],", st_dtype(t->type),
+                     (unsigned long long)t->ne[0]);
+        put_txt(&b, num);
+        snprintf(num, sizeof num, "\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
+                 (unsigned long long)(off + t->nbytes));
+        put_txt(&b, num);
+        off += t->nbytes;
+    }
+    put_txt(&b, "}");
+    while ((b.len - 8) % 8) put_txt(&b, " "); /* the reference pads the header to 8 bytes */
+    if (!b.oom) {
+        uint64_t n = b.len - 8;
+        memcpy(b.p, &n, 8);
+    }
+    return write_file(out, &b, p, pt, seed, b.len);
+}
+
+/* The index of a safetensors set: total_size and the shard of every tensor. */
+static int write_index(const char *path, const model_plan *p, const part *parts, uint32_t n,
+                       char *const *names) {
+    FILE *fp = fopen(path, "wb");
     if (!fp) {
-        free(b.p);
-        fprintf(stderr, "weightmap: %s: cannot create: %s\n", out, strerror(errno));
+        fprintf(stderr, "weightmap: %s: cannot create: %s\n", path, strerror(errno));
         return 1;
     }
-    int rc = fwrite(b.p, 1, b.len, fp) == b.len ? 0 : 1;
-    free(b.p);
-    if (!rc) rc = write_data(fp, p, seed, data_start, out);
+    uint64_t total = 0;
+    for (size_t i = 0; i < p->n; i++) total += p->t[i].nbytes;
+    fprintf(fp, "{\n  \"metadata\": {\n    \"total_size\": %llu\n  },\n  \"weight_map\": {",
+            (unsigned long long)total);
+    bool first = true;
+    for (uint32_t k = 0; k < n; k++) {
+        const char *base = strrchr(names[k], '/');
+        base = base ? base + 1 : names[k];
+        for (size_t i = parts[k].first; i < parts[k].last; i++) {
+            fprintf(fp, "%s\n    \"%s\": \"%s\"", first ? "" : ",", p->t[i].name, base);
+            first = false;
+        }
+    }
+    fputs("\n  }\n}\n", fp);
+    int rc = ferror(fp) ? 1 : 0;
     if (fclose(fp) != 0) rc = 1;
-    if (rc) fprintf(stderr, "weightmap: %s: write failed\n", out);
+    if (rc) fprintf(stderr, "weightmap: %s: write failed\n", path);
     return rc;
 }
 
+/* ---- sharding and the command ---- */
+
+/* Cuts the tensors into n runs of about equal bytes (each at least one tensor). */
+static void cut(const model_plan *p, uint32_t n, part *parts) {
+    uint64_t total = 0, acc = 0;
+    for (size_t i = 0; i < p->n; i++) total += p->t[i].nbytes;
+    size_t i = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        parts[k] = (part){i, i, k, n};
+        uint64_t goal = total / n * (k + 1);
+        size_t left_parts = n - k - 1;
+        while (parts[k].last < p->n - left_parts &&
+               (parts[k].last == parts[k].first || k + 1 == n || acc + p->t[parts[k].last].nbytes / 2 <= goal)) {
+            acc += p->t[parts[k].last].nbytes;
+            parts[k].last++;
+        }
+        i = parts[k].last;
+    }
+}
+
 int cmd_make_model(int argc, char **argv) {
-    const char *out = NULL, *format = "gguf";
-    uint64_t size = 0, seed = 0;
+    const char *out = NULL, *format = NULL;
+    uint64_t size = 0, seed = 0, shards = 0;
     bool have_size = false;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--size") && i + 1 < argc) {
@@ -319,6 +462,9 @@ int cmd_make_model(int argc, char **argv) {
             if (!cli_parse_u64(argv[++i], &seed)) return cli_usage("make-model: bad --seed '%s'", argv[i]);
         } else if (!strcmp(argv[i], "--format") && i + 1 < argc) {
             format = argv[++i];
+        } else if (!strcmp(argv[i], "--shards") && i + 1 < argc) {
+            if (!cli_parse_u64(argv[++i], &shards) || shards < 1 || shards > 9999)
+                return cli_usage("make-model: bad --shards '%s' (1 to 9999)", argv[i]);
         } else if (argv[i][0] == '-') {
             return cli_usage("make-model: unknown option %s", argv[i]);
         } else if (!out) {
@@ -328,19 +474,65 @@ int cmd_make_model(int argc, char **argv) {
         }
     }
     if (!out || !have_size) return cli_usage("make-model: OUT and --size BYTES are required");
-    if (strcmp(format, "gguf") != 0) return cli_usage("make-model: unknown --format '%s'", format);
+    if (!format) { /* by OUT's extension; GGUF otherwise */
+        size_t ol = strlen(out);
+        format = ol >= 12 && !strcmp(out + ol - 12, ".safetensors") ? "safetensors" : "gguf";
+    }
+    bool st = !strcmp(format, "safetensors");
+    if (!st && strcmp(format, "gguf") != 0)
+        return cli_usage("make-model: unknown --format '%s' (gguf or safetensors)", format);
     model_plan p = {0};
-    if (!plan(size, &p)) {
+    if (!plan(size, st, &p)) {
         fprintf(stderr, "weightmap: %s: --size %llu is too small for a llama-shaped model\n", out,
                 (unsigned long long)size);
         return 1;
     }
-    uint64_t off = 0;
-    for (size_t i = 0; i < p.n; i++) {
-        p.t[i].offset = off;
-        off = (off + p.t[i].nbytes + 31) / 32 * 32;
+    if (shards > p.n) {
+        free(p.t);
+        fprintf(stderr, "weightmap: %s: --shards %llu is more than the %zu tensors\n", out,
+                (unsigned long long)shards, p.n);
+        return 1;
     }
-    int rc = write_gguf(out, &p, seed);
+    int rc = 0;
+    if (shards == 0) {
+        part whole = {0, p.n, 0, 0};
+        rc = st ? write_safetensors(out, &p, &whole, seed) : write_gguf(out, &p, &whole, seed);
+        free(p.t);
+        return rc;
+    }
+    /* OUT's stem: without .gguf / .safetensors */
+    const char *ext = st ? ".safetensors" : ".gguf";
+    size_t n = strlen(out), el = strlen(ext);
+    size_t stem = n >= el && !strcmp(out + n - el, ext) ? n - el : n;
+    uint32_t count = (uint32_t)shards;
+    part *parts = calloc(count, sizeof *parts);
+    char **names = calloc(count, sizeof *names);
+    if (!parts || !names) rc = 1;
+    if (!rc) cut(&p, count, parts);
+    for (uint32_t k = 0; k < count && !rc; k++) {
+        size_t cap = stem + el + 32;
+        if (!(names[k] = malloc(cap))) {
+            rc = 1;
+            break;
+        }
+        snprintf(names[k], cap, "%.*s-%05u-of-%05u%s", (int)stem, out, k + 1, count, ext);
+        rc = st ? write_safetensors(names[k], &p, &parts[k], seed)
+                : write_gguf(names[k], &p, &parts[k], seed);
+    }
+    if (!rc && st) {
+        size_t cap = stem + 32;
+        char *ipath = malloc(cap);
+        if (!ipath) rc = 1;
+        else {
+            snprintf(ipath, cap, "%.*s.safetensors.index.json", (int)stem, out);
+            rc = write_index(ipath, &p, parts, count, names);
+            free(ipath);
+        }
+    }
+    if (names)
+        for (uint32_t k = 0; k < count; k++) free(names[k]);
+    free(names);
+    free(parts);
     free(p.t);
     return rc;
 }

@@ -190,9 +190,15 @@ static int cmd_info(int argc, char **argv) {
         fprintf(out,
                 ", \"format\": \"%s\", \"version\": %u, \"size\": %" PRIu64
                 ", \"alignment\": %u, \"data_offset\": %" PRIu64 ", \"n_tensors\": %zu, "
-                "\"n_metadata\": %zu, \"tensor_bytes\": %" PRIu64 ", \"metadata\": {",
+                "\"n_metadata\": %zu, \"tensor_bytes\": %" PRIu64,
                 wm_format_name(wm_file_format(f)), wm_file_version(f), wm_file_size(f),
                 wm_file_alignment(f), wm_file_data_offset(f), nt, nk, wm_file_tensor_bytes(f));
+        fputs(", \"shards\": [", out);
+        for (uint32_t i = 0; i < wm_file_shard_count(f); i++) {
+            fputs(i ? ", " : "", out);
+            cli_json_cstr(out, wm_file_shard_path(f, i));
+        }
+        fputs("], \"metadata\": {", out);
         for (size_t i = 0; i < nk; i++) {
             wm_kv kv;
             wm_file_metadata(f, i, &kv);
@@ -210,8 +216,8 @@ static int cmd_info(int argc, char **argv) {
             fprintf(out, ", \"type\": \"%s\", \"shape\": [", wm_type_name(t.type));
             for (uint32_t d = 0; d < t.n_dims; d++)
                 fprintf(out, "%s%" PRIu64, d ? ", " : "", t.shape[d]);
-            fprintf(out, "], \"offset\": %" PRIu64 ", \"nbytes\": %" PRIu64 "}", t.offset,
-                    t.nbytes);
+            fprintf(out, "], \"offset\": %" PRIu64 ", \"nbytes\": %" PRIu64 ", \"shard\": %u}",
+                    t.offset, t.nbytes, t.shard);
         }
         fputs("], \"by_type\": {", out);
         bool first = true;
@@ -230,6 +236,10 @@ static int cmd_info(int argc, char **argv) {
                 cli_bytes(wm_file_size(f), b1));
         fprintf(out, "alignment:   %u\n", wm_file_alignment(f));
         fprintf(out, "data offset: %" PRIu64 "\n", wm_file_data_offset(f));
+        if (wm_file_shard_count(f) > 1)
+            for (uint32_t i = 0; i < wm_file_shard_count(f); i++)
+                fprintf(out, "%s %u/%u %s\n", i ? "            " : "shards:     ", i + 1,
+                        wm_file_shard_count(f), wm_file_shard_path(f, i));
         fprintf(out, "tensors:     %zu (%s)\n", nt, cli_bytes(wm_file_tensor_bytes(f), b2));
         fprintf(out, "metadata:    %zu\n\n", nk);
         for (size_t i = 0; i < nk; i++) {
@@ -273,7 +283,7 @@ static void help(FILE *out) {
           "  load FILE --mode M [options]         load, touch, release; figures per cycle\n"
           "  check FILE [--cycles N] [--json]     every mode: is every byte returned?\n"
           "  probe [--pid P] [--file F] [--json]  memory figures and weight-file regions\n"
-          "  make-model OUT --size BYTES [--seed N] [--format gguf]\n"
+          "  make-model OUT --size BYTES [--seed N] [--format gguf|safetensors] [--shards N]\n"
           "                                       a deterministic llama-shaped model\n"
           "  demo                                 check on the built-in default model\n"
           "\nexit codes: 0 success, 1 the file or the run failed, 2 usage error\n",

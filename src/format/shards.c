@@ -1,0 +1,602 @@
+/*
+ * shards.c: sets of files opened as one wm_file: sharded safetensors checkpoints (an index
+ * NAME.safetensors.index.json whose weight_map names the shard of every tensor, or shards named
+ * NAME-0000K-of-0000N.safetensors) and GGUF split sets (NAME-0000K-of-0000N.gguf carrying
+ * split.no, split.count and split.tensors.count).
+ *
+ * Sections: shard names (recognising them, building sibling paths); reading the index; merging
+ * parsed shards into one file (each shard keeps its own descriptor, tensors say their shard);
+ * safetensors sets; GGUF split sets; the entry point and the shard getters.
+ *
+ * Every shard is parsed as a file of its own by wm__file_open_one, so each gets the full checks
+ * of its format; the set checks come on top: every shard present and of the right kind, no
+ * tensor in two shards, and the index or the split keys agreeing with what the shards hold.
+ */
+#include "../internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_SHARDS 65535u              /* split.count is a u16 in llama.cpp */
+#define MAX_INDEX_BYTES 100000000ull   /* largest index file read */
+#define ST_EXT ".safetensors"
+#define ST_INDEX_EXT ".safetensors.index.json"
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* ---- shard names ---- */
+
+typedef struct shard_name {
+    size_t prefix_len; /* bytes of the path before "-0000K-of-0000N" */
+    unsigned k, n;     /* this shard (1-based) and the count */
+    int wk, wn;        /* digits written for each */
+    const char *ext;
+} shard_name;
+
+static bool digits_before(const char *p, size_t end, size_t *start, unsigned *val) {
+    size_t i = end;
+    while (i > 0 && p[i - 1] >= '0' && p[i - 1] <= '9') i--;
+    if (i == end || end - i > 9) return false;
+    unsigned v = 0;
+    for (size_t j = i; j < end; j++) v = v * 10 + (unsigned)(p[j] - '0');
+    *start = i;
+    *val = v;
+    return true;
+}
+
+/* True when path ends in "-<digits>-of-<digits>" + ext. */
+static bool parse_shard_name(const char *path, const char *ext, shard_name *out) {
+    size_t n = strlen(path), el = strlen(ext);
+    if (n < el || strcmp(path + n - el, ext) != 0) return false;
+    size_t j, i;
+    unsigned count, k;
+    if (!digits_before(path, n - el, &j, &count)) return false;
+    if (j < 4 || memcmp(path + j - 4, "-of-", 4) != 0) return false;
+    if (!digits_before(path, j - 4, &i, &k)) return false;
+    if (i < 1 || path[i - 1] != '-') return false;
+    *out = (shard_name){i - 1, k, count, (int)(j - 4 - i), (int)(n - el - j), ext};
+    return true;
+}
+
+static char *sibling_path(const char *path, const shard_name *sn, unsigned k) {
+    size_t cap = sn->prefix_len + strlen(sn->ext) + 48;
+    char *p = wm__alloc(cap);
+    if (p)
+        snprintf(p, cap, "%.*s-%0*u-of-%0*u%s", (int)sn->prefix_len, path, sn->wk, k, sn->wn, sn->n,
+                 sn->ext);
+    return p;
+}
+
+/* ---- reading the index ---- */
+
+static wm_status read_index(const char *path, wm__st_index *ix, wm_error *err) {
+    int fd = -1;
+    unsigned char *text = NULL;
+    wm_os_stat stt;
+    wm_status st;
+    int e = wm__os_open_read(path, &fd);
+    if (e) return wm__err(err, wm__status_from_errno(e), e, "%s: cannot open: %s", path, wm__errno_text(e));
+    e = wm__os_stat(fd, &stt);
+    if (e) {
+        st = wm__err(err, e == ENOMEM ? WM_ENOMEM : WM_EIO, e, "%s: cannot stat: %s", path,
+                     wm__errno_text(e));
+        goto done;
+    }
+    if (!stt.is_regular) {
+        st = wm__err(err, WM_EINVAL, 0, "%s: not a regular file", path);
+        goto done;
+    }
+    if (stt.size > MAX_INDEX_BYTES) {
+        st = wm__err(err, WM_EFORMAT, 0, "%s: at offset 0: an index of %llu bytes is more than the "
+                                         "limit of %llu", path, (unsigned long long)stt.size,
+                     MAX_INDEX_BYTES);
+        goto done;
+    }
+    text = wm__alloc(stt.size ? (size_t)stt.size : 1);
+    if (!text) {
+        st = wm__err(err, WM_ENOMEM, 0, "%s: out of memory for the index", path);
+        goto done;
+    }
+    size_t got;
+    e = wm__os_pread(fd, text, (size_t)stt.size, 0, &got);
+    if (e) {
+        st = wm__err(err, e == ENOMEM ? WM_ENOMEM : WM_EIO, e, "%s: reading at offset 0: %s", path,
+                     wm__errno_text(e));
+        goto done;
+    }
+    if (got != stt.size) {
+        st = wm__err(err, WM_EIO, 0, "%s: file shrank while reading it", path);
+        goto done;
+    }
+    st = wm__safetensors_index_parse(path, text, (size_t)stt.size, ix, err);
+done:
+    wm__free(text);
+    wm__os_close(fd);
+    return st;
+}
+
+/* ---- merging ---- */
+
+typedef struct set {
+    const char *path; /* as the caller gave it */
+    wm_error *err;
+    wm_file **sub; /* each shard parsed on its own */
+    uint32_t n;
+    wm__st_index ix; /* safetensors index, when there is one */
+    bool have_ix;
+} set;
+
+typedef struct tref {
+    const char *name;
+    uint32_t shard;
+} tref;
+
+static int by_name(const void *a, const void *b) {
+    const tref *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : (x->shard > y->shard) - (x->shard < y->shard);
+}
+
+static const char *tname(const wm_file *f, size_t i) { return f->names + f->tensors[i].name_off; }
+
+/* No tensor may be in two shards (each shard refused its own duplicates already). */
+static wm_status check_unique(set *s, size_t total) {
+    if (!total) return WM_OK;
+    tref *r = wm__alloc(total * sizeof *r);
+    if (!r) return wm__err(s->err, WM_ENOMEM, 0, "%s: out of memory", s->path);
+    size_t k = 0;
+    for (uint32_t i = 0; i < s->n; i++)
+        for (size_t j = 0; j < s->sub[i]->n_tensors; j++) r[k++] = (tref){tname(s->sub[i], j), i};
+    qsort(r, total, sizeof *r, by_name);
+    wm_status st = WM_OK;
+    for (size_t i = 1; i < total && !st; i++)
+        if (!strcmp(r[i - 1].name, r[i].name))
+            st = wm__err(s->err, WM_EFORMAT, 0, "%s: tensor '%s' is in two shards: %s and %s", s->path,
+                         r[i].name, s->sub[r[i - 1].shard]->path, s->sub[r[i].shard]->path);
+    wm__free(r);
+    return st;
+}
+
+static bool has_key(const wm__kv *kvs, size_t n, const char *blob, const char *key) {
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(blob + kvs[i].key_off, key)) return true;
+    return false;
+}
+
+/* Builds the one file from the parsed shards, moving their descriptors, paths and value buffers
+ * into it. On failure the shards keep what they had. */
+static wm_status merge(set *s, wm_file **out) {
+    wm_file *s0 = s->sub[0];
+    size_t total = 0;
+    uint64_t size = 0, bytes = 0;
+    for (uint32_t i = 0; i < s->n; i++) {
+        total += s->sub[i]->n_tensors;
+        size += s->sub[i]->size;
+        bytes += s->sub[i]->tensor_bytes;
+    }
+    if (total >= UINT32_MAX)
+        return wm__err(s->err, WM_EFORMAT, 0, "%s: %zu tensors in the set are too many", s->path, total);
+    wm_status st = check_unique(s, total);
+    if (st) return st;
+
+    /* Metadata: the index's, then shard 0's keys that the index lacks. */
+    size_t n_kv = s->have_ix ? s->ix.n_kv : 0;
+    for (size_t i = 0; i < s0->n_kv; i++)
+        if (!s->have_ix || !has_key(s->ix.kvs, s->ix.n_kv, s->ix.blob, s0->names + s0->kvs[i].key_off))
+            n_kv++;
+    size_t names_len = 1;
+    for (uint32_t i = 0; i < s->n; i++)
+        for (size_t j = 0; j < s->sub[i]->n_tensors; j++) names_len += s->sub[i]->tensors[j].name_len + 1u;
+    if (s->have_ix)
+        for (size_t i = 0; i < s->ix.n_kv; i++) names_len += s->ix.kvs[i].key_len + 1u;
+    for (size_t i = 0; i < s0->n_kv; i++) names_len += s0->kvs[i].key_len + 1u;
+    if (names_len > UINT32_MAX)
+        return wm__err(s->err, WM_EFORMAT, 0, "%s: the names of the set are too long", s->path);
+
+    wm_file *m = wm__calloc(1, sizeof *m);
+    if (!m) return wm__err(s->err, WM_ENOMEM, 0, "%s: out of memory", s->path);
+    m->path = wm__strdup(s->path);
+    m->shards = wm__calloc(s->n, sizeof *m->shards);
+    m->tensors = total ? wm__calloc(total, sizeof *m->tensors) : NULL;
+    m->kvs = n_kv ? wm__calloc(n_kv, sizeof *m->kvs) : NULL;
+    m->names = wm__alloc(names_len);
+    if (!m->path || !m->shards || (total && !m->tensors) || (n_kv && !m->kvs) || !m->names) {
+        wm__file_free(m);
+        return wm__err(s->err, WM_ENOMEM, 0, "%s: out of memory", s->path);
+    }
+    size_t p = 0, t = 0, k = 0;
+    m->names[p++] = 0;
+#define PUT_NAME(str, len, off)                                                                    \
+    do {                                                                                           \
+        memcpy(m->names + p, (str), (len));                                                        \
+        (off) = (uint32_t)p;                                                                       \
+        p += (len);                                                                                \
+        m->names[p++] = 0;                                                                         \
+    } while (0)
+    if (s->have_ix)
+        for (size_t i = 0; i < s->ix.n_kv; i++, k++) {
+            m->kvs[k] = s->ix.kvs[i];
+            PUT_NAME(s->ix.blob + s->ix.kvs[i].key_off, s->ix.kvs[i].key_len, m->kvs[k].key_off);
+        }
+    for (size_t i = 0; i < s0->n_kv; i++) {
+        const char *key = s0->names + s0->kvs[i].key_off;
+        if (s->have_ix && has_key(s->ix.kvs, s->ix.n_kv, s->ix.blob, key)) continue;
+        m->kvs[k] = s0->kvs[i];
+        PUT_NAME(key, s0->kvs[i].key_len, m->kvs[k].key_off);
+        k++;
+    }
+    for (uint32_t i = 0; i < s->n; i++) {
+        const wm_file *f = s->sub[i];
+        for (size_t j = 0; j < f->n_tensors; j++, t++) {
+            m->tensors[t] = f->tensors[j];
+            m->tensors[t].shard = i;
+            PUT_NAME(tname(f, j), f->tensors[j].name_len, m->tensors[t].name_off);
+        }
+    }
+#undef PUT_NAME
+    m->names_len = p;
+    m->n_tensors = total;
+    m->n_kv = n_kv;
+
+    /* Nothing can fail from here to the index: move what the shards own. */
+    m->format = s0->format;
+    m->version = s0->version;
+    m->alignment = s0->alignment;
+    m->data_offset = s0->data_offset;
+    m->size = size;
+    m->tensor_bytes = bytes;
+    m->n_shards = s->n;
+    for (uint32_t i = 0; i < s->n; i++) {
+        wm_file *f = s->sub[i];
+        m->shards[i] = f->shards[0];
+        m->shards[i].path = f->path; /* shards[0].path aliases f->path */
+        f->path = NULL;
+        f->n_shards = 0;
+    }
+    if (s->have_ix) {
+        m->header = (unsigned char *)s->ix.blob; /* the index's keys and values */
+        m->header_len = s->ix.blob_len;
+        s->ix.blob = NULL;
+    } else {
+        m->header = s0->header;
+        m->header_len = s0->header_len;
+        s0->header = NULL;
+    }
+    m->aux = s0->aux;
+    m->aux_free = s0->aux_free;
+    s0->aux = NULL;
+    s0->aux_free = NULL;
+    st = wm__file_index(m, s->err);
+    if (st) {
+        wm__file_free(m);
+        return st;
+    }
+    *out = m;
+    return WM_OK;
+}
+
+static void set_free(set *s) {
+    for (uint32_t i = 0; i < s->n; i++) wm__file_free(s->sub[i]);
+    wm__free(s->sub);
+    wm__st_index_free(&s->ix);
+}
+
+/* Opens one shard into s->sub[i]; a missing shard is named as such. */
+static wm_status open_shard(set *s, uint32_t i, const char *spath, wm_format want, const char *by) {
+    wm_status st = wm__file_open_one(spath, &s->sub[i], s->err);
+    if (st == WM_ENOENT)
+        return wm__err(s->err, WM_ENOENT, s->err ? s->err->os_errno : 0,
+                       "%s: shard %s (%s) is missing", s->path, spath, by);
+    if (st) return st;
+    if (s->sub[i]->format != want)
+        return wm__err(s->err, WM_EFORMAT, 0, "%s: shard %s is a %s file, not %s", s->path, spath,
+                       wm_format_name(s->sub[i]->format), wm_format_name(want));
+    return WM_OK;
+}
+
+/* ---- safetensors sets ---- */
+
+typedef struct mref {
+    const char *tensor, *shard;
+} mref;
+
+static int mref_cmp(const void *a, const void *b) {
+    return strcmp(((const mref *)a)->tensor, ((const mref *)b)->tensor);
+}
+
+static int str_cmp(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static bool safe_shard_name(const char *name) {
+    if (!name[0] || name[0] == '/') return false;
+    for (const char *p = name; *p;) {
+        const char *q = strchr(p, '/');
+        size_t n = q ? (size_t)(q - p) : strlen(p);
+        if (n == 2 && p[0] == '.' && p[1] == '.') return false;
+        p += n + (q ? 1 : 0);
+    }
+    return true;
+}
+
+/* Checks every shard's tensors against the weight_map: none extra, none missing, each in the
+ * shard the index names. */
+static wm_status check_weight_map(set *s, const char *const *shard_names, const char *index_path) {
+    size_t n = s->ix.n_map;
+    mref *r = n ? wm__alloc(n * sizeof *r) : NULL;
+    if (n && !r) return wm__err(s->err, WM_ENOMEM, 0, "%s: out of memory", s->path);
+    for (size_t i = 0; i < n; i++)
+        r[i] = (mref){s->ix.blob + s->ix.map[i][0], s->ix.blob + s->ix.map[i][1]};
+    if (n) qsort(r, n, sizeof *r, mref_cmp);
+    wm_status st = WM_OK;
+    for (size_t i = 1; i < n && !st; i++)
+        if (!strcmp(r[i - 1].tensor, r[i].tensor))
+            st = wm__err(s->err, WM_EFORMAT, 0, "%s: weight_map lists tensor '%s' twice", index_path,
+                         r[i].tensor);
+    size_t matched = 0;
+    for (uint32_t k = 0; k < s->n && !st; k++) {
+        const wm_file *f = s->sub[k];
+        for (size_t j = 0; j < f->n_tensors && !st; j++) {
+            mref key = {tname(f, j), NULL};
+            const mref *hit = n ? bsearch(&key, r, n, sizeof *r, mref_cmp) : NULL;
+            if (!hit)
+                st = wm__err(s->err, WM_EFORMAT, 0, "%s: shard %s holds tensor '%s', which the index "
+                                                    "does not list", index_path, f->path, key.tensor);
+            else if (strcmp(hit->shard, shard_names[k]) != 0)
+                st = wm__err(s->err, WM_EFORMAT, 0, "%s: tensor '%s' is in shard %s, but the index "
+                                                    "puts it in %s", index_path, key.tensor, f->path,
+                             hit->shard);
+            else
+                matched++;
+        }
+    }
+    if (!st && matched != n) {
+        for (size_t i = 0; i < n && !st; i++) {
+            const char **sh = bsearch(&r[i].shard, shard_names, s->n, sizeof *shard_names, str_cmp);
+            size_t idx;
+            if (sh && wm_file_find_tensor(s->sub[sh - shard_names], r[i].tensor, &idx) != WM_OK)
+                st = wm__err(s->err, WM_EFORMAT, 0, "%s: tensor '%s' is listed for shard %s, which "
+                                                    "does not hold it", index_path, r[i].tensor,
+                             s->sub[sh - shard_names]->path);
+        }
+        if (!st)
+            st = wm__err(s->err, WM_EFORMAT, 0, "%s: the index lists %zu tensors, the shards hold %zu",
+                         index_path, n, matched);
+    }
+    wm__free(r);
+    return st;
+}
+
+/* The set described by an index file. */
+static wm_status open_st_index(const char *user_path, const char *index_path, wm_file **out,
+                               wm_error *err) {
+    set s = {.path = user_path, .err = err};
+    const char **names = NULL;
+    char *spath = NULL;
+    wm_status st = read_index(index_path, &s.ix, err);
+    if (st) goto done;
+    s.have_ix = true;
+    /* Distinct shard file names, sorted, so shard 0 is the first of the set. */
+    if (s.ix.n_map && !(names = wm__alloc(s.ix.n_map * sizeof *names))) {
+        st = wm__err(err, WM_ENOMEM, 0, "%s: out of memory", user_path);
+        goto done;
+    }
+    for (size_t i = 0; i < s.ix.n_map; i++) {
+        names[i] = s.ix.blob + s.ix.map[i][1];
+        if (!safe_shard_name(names[i])) {
+            st = wm__err(err, WM_EFORMAT, 0, "%s: weight_map names the shard '%s', which is not a "
+                                             "file name below the index's folder", index_path, names[i]);
+            goto done;
+        }
+    }
+    size_t nn = 0;
+    if (s.ix.n_map) {
+        qsort(names, s.ix.n_map, sizeof *names, str_cmp);
+        for (size_t i = 0; i < s.ix.n_map; i++)
+            if (!nn || strcmp(names[nn - 1], names[i])) names[nn++] = names[i];
+    }
+    if (nn == 0) {
+        st = wm__err(err, WM_EFORMAT, 0, "%s: the weight_map names no tensors", index_path);
+        goto done;
+    }
+    if (nn > MAX_SHARDS) {
+        st = wm__err(err, WM_EFORMAT, 0, "%s: %zu shards are more than %u", index_path, nn, MAX_SHARDS);
+        goto done;
+    }
+    if (!(s.sub = wm__calloc(nn, sizeof *s.sub))) {
+        st = wm__err(err, WM_ENOMEM, 0, "%s: out of memory", user_path);
+        goto done;
+    }
+    const char *slash = strrchr(index_path, '/');
+    size_t dir_len = slash ? (size_t)(slash - index_path) + 1 : 0;
+    for (size_t i = 0; i < nn; i++) {
+        size_t cap = dir_len + strlen(names[i]) + 1;
+        wm__free(spath);
+        if (!(spath = wm__alloc(cap))) {
+            st = wm__err(err, WM_ENOMEM, 0, "%s: out of memory", user_path);
+            goto done;
+        }
+        snprintf(spath, cap, "%.*s%s", (int)dir_len, index_path, names[i]);
+        s.n = (uint32_t)i + 1;
+        st = open_shard(&s, (uint32_t)i, spath, WM_FORMAT_SAFETENSORS, "named by the index");
+        if (st) goto done;
+    }
+    st = check_weight_map(&s, names, index_path);
+    if (st) goto done;
+    st = merge(&s, out);
+done:
+    wm__free(spath);
+    wm__free(names);
+    set_free(&s);
+    return st;
+}
+
+/* Shards named NAME-0000K-of-0000N.safetensors: through NAME.safetensors.index.json when it
+ * exists, else every K from 1 to N. */
+static wm_status open_st_shards(const char *path, const shard_name *sn, wm_file **out,
+                                wm_error *err) {
+    if (sn->k < 1 || sn->k > sn->n)
+        return wm__err(err, WM_EFORMAT, 0, "%s: shard number %u is not between 1 and %u", path,
+                       sn->k, sn->n);
+    size_t cap = sn->prefix_len + sizeof ST_INDEX_EXT;
+    char *ipath = wm__alloc(cap);
+    if (!ipath) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory", path);
+    snprintf(ipath, cap, "%.*s%s", (int)sn->prefix_len, path, ST_INDEX_EXT);
+    wm_os_stat stt;
+    int e = wm__os_stat_path(ipath, &stt);
+    wm_status st;
+    if (e == 0) {
+        st = open_st_index(path, ipath, out, err);
+        wm__free(ipath);
+        return st;
+    }
+    if (e != ENOENT) {
+        st = wm__err(err, e == ENOMEM ? WM_ENOMEM : WM_EIO, e, "%s: cannot stat the index %s: %s",
+                     path, ipath, wm__errno_text(e));
+        wm__free(ipath);
+        return st;
+    }
+    wm__free(ipath);
+    set s = {.path = path, .err = err};
+    char *spath = NULL;
+    if (!(s.sub = wm__calloc(sn->n, sizeof *s.sub))) {
+        st = wm__err(err, WM_ENOMEM, 0, "%s: out of memory", path);
+        goto done;
+    }
+    for (unsigned k = 1; k <= sn->n; k++) {
+        wm__free(spath);
+        if (!(spath = sibling_path(path, sn, k))) {
+            st = wm__err(err, WM_ENOMEM, 0, "%s: out of memory", path);
+            goto done;
+        }
+        s.n = k;
+        st = open_shard(&s, k - 1, spath, WM_FORMAT_SAFETENSORS, "the name says there are that many");
+        if (st) goto done;
+    }
+    st = merge(&s, out);
+done:
+    wm__free(spath);
+    set_free(&s);
+    return st;
+}
+
+/* ---- GGUF split sets ---- */
+
+/* Reads a split.* key as an unsigned integer; *present false when the key is absent. */
+static wm_status split_key(const wm_file *f, const char *key, uint64_t *v, bool *present,
+                           wm_error *err) {
+    wm_status st = wm_file_get_u64(f, key, v);
+    *present = st == WM_OK;
+    if (st == WM_OK || st == WM_ENOENT) return WM_OK;
+    return wm__err(err, WM_EFORMAT, 0, "%s: %s is not a non-negative integer", f->path, key);
+}
+
+/* `first` is the file the caller named, already open; it becomes shard split.no of the set. */
+static wm_status open_gguf_split(const char *path, wm_file *first, uint64_t count, wm_file **out,
+                                 wm_error *err) {
+    set s = {.path = path, .err = err};
+    char *spath = NULL;
+    wm_status st;
+    shard_name sn;
+    uint64_t no;
+    bool present;
+    if (!parse_shard_name(path, ".gguf", &sn)) {
+        st = wm__err(err, WM_EFORMAT, 0, "%s: split.count is %llu, but the name does not end in "
+                                         "-0000K-of-0000N.gguf, so the other parts cannot be found",
+                     path, (unsigned long long)count);
+        goto done;
+    }
+    if (sn.n != count || count > MAX_SHARDS) {
+        st = wm__err(err, WM_EFORMAT, 0, "%s: split.count is %llu, but the name says %u parts", path,
+                     (unsigned long long)count, sn.n);
+        goto done;
+    }
+    if (!(s.sub = wm__calloc(sn.n, sizeof *s.sub))) {
+        st = wm__err(err, WM_ENOMEM, 0, "%s: out of memory", path);
+        goto done;
+    }
+    s.n = sn.n;
+    if (sn.k < 1 || sn.k > sn.n) {
+        st = wm__err(err, WM_EFORMAT, 0, "%s: part number %u is not between 1 and %u", path, sn.k, sn.n);
+        goto done;
+    }
+    s.sub[sn.k - 1] = first;
+    first = NULL;
+    for (unsigned k = 1; k <= sn.n; k++) {
+        if (!s.sub[k - 1]) {
+            wm__free(spath);
+            if (!(spath = sibling_path(path, &sn, k))) {
+                st = wm__err(err, WM_ENOMEM, 0, "%s: out of memory", path);
+                goto done;
+            }
+            st = open_shard(&s, k - 1, spath, WM_FORMAT_GGUF, "split.count says there are that many");
+            if (st) goto done;
+        }
+        const wm_file *f = s.sub[k - 1];
+        uint64_t c;
+        if ((st = split_key(f, "split.count", &c, &present, err))) goto done;
+        if (!present || c != count) {
+            st = wm__err(err, WM_EFORMAT, 0, "%s: split.count is %s%llu in this part, %llu in %s",
+                         f->path, present ? "" : "missing, not ", (unsigned long long)(present ? c : count),
+                         (unsigned long long)count, path);
+            goto done;
+        }
+        if ((st = split_key(f, "split.no", &no, &present, err))) goto done;
+        if (!present || no != k - 1) {
+            st = wm__err(err, WM_EFORMAT, 0, "%s: split.no is %s%llu, but the name makes it part %u "
+                                             "(split.no %u)", f->path, present ? "" : "missing, not ",
+                         (unsigned long long)(present ? no : k - 1), k, k - 1);
+            goto done;
+        }
+    }
+    uint64_t want, have = 0;
+    if ((st = split_key(s.sub[0], "split.tensors.count", &want, &present, err))) goto done;
+    for (uint32_t i = 0; i < s.n; i++) have += s.sub[i]->n_tensors;
+    if (!present || want != have) {
+        st = wm__err(err, WM_EFORMAT, 0, "%s: split.tensors.count is %s%llu, but the %u parts hold "
+                                         "%llu tensors", s.sub[0]->path, present ? "" : "missing, not ",
+                     (unsigned long long)want, s.n, (unsigned long long)have);
+        goto done;
+    }
+    st = merge(&s, out);
+done:
+    wm__file_free(first);
+    wm__free(spath);
+    set_free(&s);
+    return st;
+}
+
+/* ---- entry point and getters ---- */
+
+wm_status wm__shards_open(const char *path, wm_file **out, wm_error *err) {
+    *out = NULL;
+    if (ends_with(path, ST_INDEX_EXT)) return open_st_index(path, path, out, err);
+    shard_name sn;
+    if (parse_shard_name(path, ST_EXT, &sn)) return open_st_shards(path, &sn, out, err);
+    wm_file *f;
+    wm_status st = wm__file_open_one(path, &f, err);
+    if (st) return st;
+    if (f->format == WM_FORMAT_GGUF) {
+        uint64_t count;
+        bool present;
+        st = split_key(f, "split.count", &count, &present, err);
+        if (st) {
+            wm__file_free(f);
+            return st;
+        }
+        if (present && count > 1) return open_gguf_split(path, f, count, out, err);
+    }
+    *out = f;
+    return WM_OK;
+}
+
+uint32_t wm_file_shard_count(const wm_file *f) { return f ? f->n_shards : 0; }
+
+const char *wm_file_shard_path(const wm_file *f, uint32_t index) {
+    return f && index < f->n_shards ? f->shards[index].path : NULL;
+}
