@@ -46,9 +46,16 @@ void wm__file_free(wm_file *f) {
 
 void wm_file_close(wm_file *file) { wm__file_free(file); }
 
+/* Every path goes to shards.c first: an index or a shard name opens the whole set there; any
+ * other file comes back to wm__file_open_one. */
 wm_status wm_file_open(const char *path, wm_file **out, wm_error *err) {
     if (out) *out = NULL;
     if (!path || !out) return wm__err(err, WM_EINVAL, 0, "wm_file_open: NULL path or out");
+    return wm__shards_open(path, out, err);
+}
+
+wm_status wm__file_open_one(const char *path, wm_file **out, wm_error *err) {
+    *out = NULL;
     wm_status st;
     wm_file *f = wm__calloc(1, sizeof *f);
     if (!f) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory", path);
@@ -180,6 +187,7 @@ wm_status wm_file_tensor(const wm_file *f, size_t index, wm_tensor_info *out) {
     out->n_elements = t->n_elements;
     out->offset = t->offset;
     out->nbytes = t->nbytes;
+    out->shard = t->shard;
     return WM_OK;
 }
 
