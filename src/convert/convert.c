@@ -1,0 +1,171 @@
+/*
+ * convert.c: the public conversion entry points, wm_convert_supported and wm_convert.
+ *
+ * Sections: kernel choice (x86 when usable and not forced off, else portable); narrowing from
+ * float to half and bfloat16; the F64 and integer paths; wm_convert itself.
+ *
+ * Every conversion goes through float: a source type is first turned into floats by its row
+ * kernel (bit-identical to ggml's to_float), then narrowed with ggml's rounding. Sources that
+ * would round twice that way (F64, 32- and 64-bit integers) take a double path with round-to-odd into
+ * float, so that the final narrowing is a single correct rounding. Nothing here allocates: a
+ * staging buffer of 16 KiB lives on the stack.
+ */
+#include "convert.h"
+
+#include <math.h>
+
+/* Floats staged per step of a two-stage conversion: a multiple of every block size. */
+#define STAGE_ELEMS 4096
+
+static int force_scalar;
+
+int wm__convert_force_scalar(int on) {
+    int prev = force_scalar;
+    force_scalar = on;
+    return prev;
+}
+
+/* ---- kernel choice ---- */
+
+static wm__to_f32_fn to_f32_kernel(wm_type t) {
+    if (!force_scalar && wm__x86_usable()) {
+        wm__to_f32_fn f = wm__dequant_x86(t);
+        if (f) return f;
+    }
+    return wm__dequant_scalar(t);
+}
+
+/* ---- narrowing from float ---- */
+
+static void f32_to_f16_scalar(const float *src, uint16_t *dst, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = wm__f32_to_f16(src[i]);
+}
+
+static void f32_to_bf16_scalar(const float *src, uint16_t *dst, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = wm__f32_to_bf16(src[i]);
+}
+
+static void narrow(wm_type to, const float *src, void *dst, size_t n) {
+    /* dst may be unaligned for uint16_t in principle; callers pass tensor buffers, which are. */
+    uint16_t *d = dst;
+    bool simd = !force_scalar && wm__x86_usable();
+    if (to == WM_TYPE_F16)
+        (simd ? wm__f32_to_f16_x86 : f32_to_f16_scalar)(src, d, n);
+    else
+        (simd ? wm__f32_to_bf16_x86 : f32_to_bf16_scalar)(src, d, n);
+}
+
+/* ---- the double path (F64 and 64-bit integer sources) ---- */
+
+/* Integer types too wide for float's 24-bit significand. */
+static bool is_wide_int(wm_type t) {
+    return t == WM_TYPE_I32 || t == WM_TYPE_U32 || t == WM_TYPE_I64 || t == WM_TYPE_U64;
+}
+
+/* Element i of an F64 or wide integer array as a double (64-bit integers round once, to
+ * nearest; 32-bit ones are exact). */
+static double load_double(wm_type t, const uint8_t *p, size_t i) {
+    if (t == WM_TYPE_I32) {
+        int32_t v;
+        memcpy(&v, p + 4 * i, 4);
+        return v;
+    }
+    if (t == WM_TYPE_U32) {
+        uint32_t v;
+        memcpy(&v, p + 4 * i, 4);
+        return v;
+    }
+    if (t == WM_TYPE_F64) {
+        double v;
+        memcpy(&v, p + 8 * i, 8);
+        return v;
+    }
+    if (t == WM_TYPE_I64) {
+        int64_t v;
+        memcpy(&v, p + 8 * i, 8);
+        return (double)v;
+    }
+    uint64_t v;
+    memcpy(&v, p + 8 * i, 8);
+    return (double)v;
+}
+
+/* Double to float rounding to odd: an inexact result gets its last bit set. A later rounding to
+ * half or bfloat16 (13 or 16 bits shorter) then equals one direct rounding of the double. */
+static float round_to_odd(double v) {
+    float f = (float)v;
+    if (isnan(v) || isinf(f) || (double)f == v) return f;
+    if (fabs((double)f) > fabs(v)) f = nextafterf(f, 0.0f);
+    return wm__f32_from_bits(wm__f32_bits(f) | 1u);
+}
+
+/* ---- public entry points ---- */
+
+static bool is_target(wm_type t) {
+    return t == WM_TYPE_F32 || t == WM_TYPE_F16 || t == WM_TYPE_BF16 || t == WM_TYPE_F64;
+}
+
+int wm_convert_supported(wm_type from, wm_type to) {
+    if (!is_target(to)) return 0;
+    return from == to || wm__dequant_scalar(from) != NULL;
+}
+
+wm_status wm_convert(wm_type from, wm_type to, const void *src, void *dst, uint64_t n_elements) {
+    if (!wm_convert_supported(from, to)) return WM_EINVAL;
+    uint64_t be = wm_type_block_elems(from), bb = wm_type_block_bytes(from);
+    if (be == 0 || n_elements % be != 0) return WM_EINVAL;
+    if (n_elements == 0) return WM_OK;
+    if (!src || !dst) return WM_EINVAL;
+    uint64_t nb64 = n_elements / be;
+    if (n_elements > SIZE_MAX / 8 || nb64 > SIZE_MAX / bb) return WM_EINVAL;
+    size_t n = (size_t)n_elements, nb = (size_t)nb64;
+    const uint8_t *s = src;
+
+    if (from == to) {
+        memcpy(dst, src, nb * (size_t)bb);
+        return WM_OK;
+    }
+    if (to == WM_TYPE_F32) {
+        to_f32_kernel(from)(s, dst, nb);
+        return WM_OK;
+    }
+    if (to == WM_TYPE_F64) {
+        double *d = dst;
+        if (is_wide_int(from)) {
+            for (size_t i = 0; i < n; i++) d[i] = load_double(from, s, i);
+            return WM_OK;
+        }
+        float stage[STAGE_ELEMS];
+        wm__to_f32_fn k = to_f32_kernel(from);
+        size_t step = STAGE_ELEMS / (size_t)be; /* blocks per stage */
+        for (size_t b = 0; b < nb; b += step) {
+            size_t cnt = nb - b < step ? nb - b : step;
+            k(s + b * (size_t)bb, stage, cnt);
+            for (size_t i = 0; i < cnt * (size_t)be; i++) d[b * (size_t)be + i] = (double)stage[i];
+        }
+        return WM_OK;
+    }
+    /* to F16 or BF16 */
+    uint16_t *d = dst;
+    if (from == WM_TYPE_F32) {
+        narrow(to, src, d, n);
+        return WM_OK;
+    }
+    float stage[STAGE_ELEMS];
+    if (from == WM_TYPE_F64 || is_wide_int(from)) {
+        for (size_t i = 0; i < n; i += STAGE_ELEMS) {
+            size_t cnt = n - i < STAGE_ELEMS ? n - i : STAGE_ELEMS;
+            for (size_t j = 0; j < cnt; j++) stage[j] = round_to_odd(load_double(from, s, i + j));
+            narrow(to, stage, d + i, cnt);
+        }
+        return WM_OK;
+    }
+    wm__to_f32_fn k = to_f32_kernel(from);
+    size_t step = STAGE_ELEMS / (size_t)be;
+    for (size_t b = 0; b < nb; b += step) {
+        size_t cnt = nb - b < step ? nb - b : step;
+        k(s + b * (size_t)bb, stage, cnt);
+        narrow(to, stage, d + b * (size_t)be, cnt * (size_t)be);
+    }
+    return WM_OK;
+}

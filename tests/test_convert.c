@@ -1,0 +1,546 @@
+/*
+ * test_convert.c: conversion between element types, against llama.cpp's own code.
+ *
+ * Sections: deterministic inputs (a splitmix64 stream; valid blocks of every type are random
+ * bytes whose scale fields are made finite); the peer (libggml-base.so from the npm package, or
+ * WM_PEER_LIB=dir: to_float and from_float_ref of every type through ggml_get_type_traits, and
+ * ggml's own half/bfloat16 rows); peer cases (every type dequantized by both and compared byte
+ * for byte, on the AVX2 path and the portable path); the committed reference checksums (taken
+ * once from the peer, so the bit-exactness check also runs where the peer is absent); exact
+ * values of the types ggml does not have (float8, integers, F64 rounding); API errors; and the
+ * `weightmap cat` command.
+ */
+#include "wmtest.h"
+
+#include "convert/convert.h"
+
+#include <dlfcn.h>
+#include <math.h>
+#include <stdbool.h>
+#include <string.h>
+#include <sys/wait.h>
+
+/* ---- deterministic inputs ---- */
+
+static uint64_t rng_next(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static void rng_fill(uint64_t *s, uint8_t *p, size_t n) {
+    for (size_t i = 0; i < n; i += 8) {
+        uint64_t v = rng_next(s);
+        memcpy(p + i, &v, n - i < 8 ? n - i : 8);
+    }
+}
+
+/* A finite half: a random one with the top exponent bit cleared when it would be inf/NaN, and
+ * scaled down so that products with codes stay well inside float range. */
+static uint16_t finite_half(uint64_t *s) {
+    uint16_t h = (uint16_t)rng_next(s);
+    if ((h & 0x7C00) == 0x7C00) h &= (uint16_t)~0x4000;
+    return h;
+}
+
+static void put_half(uint8_t *p, uint16_t h) { memcpy(p, &h, 2); }
+
+/* Offsets of the half-precision scale fields of a block type (-1 ends the list). */
+static const int *half_fields(wm_type t) {
+    static const int at0[] = {0, -1}, at02[] = {0, 2, -1}, q2k[] = {80, 82, -1}, q3k[] = {108, -1},
+                     q6k[] = {208, -1}, tq1[] = {52, -1}, tq2[] = {64, -1}, none[] = {-1};
+    switch (t) {
+    case WM_TYPE_Q4_0: case WM_TYPE_Q5_0: case WM_TYPE_Q8_0: case WM_TYPE_IQ4_NL: case WM_TYPE_Q1_0:
+    case WM_TYPE_Q2_0: case WM_TYPE_IQ4_XS: case WM_TYPE_IQ2_XXS: case WM_TYPE_IQ2_XS:
+    case WM_TYPE_IQ2_S: case WM_TYPE_IQ3_XXS: case WM_TYPE_IQ3_S: case WM_TYPE_IQ1_S:
+        return at0;
+    case WM_TYPE_Q4_1: case WM_TYPE_Q5_1: case WM_TYPE_Q4_K: case WM_TYPE_Q5_K: case WM_TYPE_Q8_1:
+        return at02;
+    case WM_TYPE_Q2_K: return q2k;
+    case WM_TYPE_Q3_K: return q3k;
+    case WM_TYPE_Q6_K: return q6k;
+    case WM_TYPE_TQ1_0: return tq1;
+    case WM_TYPE_TQ2_0: return tq2;
+    default: return none;
+    }
+}
+
+/* nb valid blocks of type t: random bytes, every scale field finite. */
+static void make_blocks(wm_type t, size_t nb, uint64_t seed, uint8_t *out) {
+    uint64_t s = seed;
+    size_t bb = wm_type_block_bytes(t);
+    rng_fill(&s, out, nb * bb);
+    for (size_t i = 0; i < nb; i++) {
+        uint8_t *b = out + i * bb;
+        for (const int *f = half_fields(t); *f >= 0; f++) put_half(b + *f, finite_half(&s));
+        if (t == WM_TYPE_Q8_K) { /* float d: a modest finite value */
+            float d = (float)((int64_t)(rng_next(&s) % 2001) - 1000) / 4096.0f;
+            memcpy(b, &d, 4);
+        } else if (t == WM_TYPE_MXFP4) {
+            b[0] = (uint8_t)(100 + rng_next(&s) % 50); /* E8M0 around 2^-27 .. 2^22 */
+        } else if (t == WM_TYPE_IQ1_M) {
+            /* the half scale is spread over the top nibbles of the four 16-bit scale words */
+            uint16_t h = finite_half(&s);
+            for (int k = 0; k < 4; k++) b[48 + 2 * k + 1] = (uint8_t)((b[48 + 2 * k + 1] & 0x0F) | (((h >> (4 * k)) & 0xF) << 4));
+        }
+    }
+}
+
+static uint64_t fnv1a(const void *p, size_t n) {
+    const uint8_t *b = p;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* ---- the peer ---- */
+
+typedef struct peer_traits { /* struct ggml_type_traits of ggml 0.23 (llama.cpp v0.4.0) */
+    const char *type_name;
+    int64_t blck_size;
+    int64_t blck_size_interleave;
+    size_t type_size;
+    bool is_quantized;
+    void (*to_float)(const void *x, float *y, int64_t k);
+    void (*from_float_ref)(const float *x, void *y, int64_t k);
+} peer_traits;
+
+static struct {
+    void *lib;
+    const peer_traits *(*traits)(int type);
+    void (*fp16_to_fp32_row)(const uint16_t *x, float *y, int64_t n);
+    void (*fp32_to_fp16_row)(const float *x, uint16_t *y, int64_t n);
+    void (*bf16_to_fp32_row)(const uint16_t *x, float *y, int64_t n);
+    void (*fp32_to_bf16_row)(const float *x, uint16_t *y, int64_t n);
+} peer;
+
+static const char *peer_dir(void) {
+    const char *e = getenv("WM_PEER_LIB");
+    return e && *e ? e : WM_SOURCE_DIR "/bench/peers/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64";
+}
+
+static bool peer_load(void) {
+    if (peer.lib) return true;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/libggml-base.so", peer_dir());
+    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) return false;
+    *(void **)&peer.traits = dlsym(lib, "ggml_get_type_traits");
+    *(void **)&peer.fp16_to_fp32_row = dlsym(lib, "ggml_fp16_to_fp32_row");
+    *(void **)&peer.fp32_to_fp16_row = dlsym(lib, "ggml_fp32_to_fp16_row");
+    *(void **)&peer.bf16_to_fp32_row = dlsym(lib, "ggml_bf16_to_fp32_row");
+    *(void **)&peer.fp32_to_bf16_row = dlsym(lib, "ggml_fp32_to_bf16_row_ref");
+    if (!peer.traits || !peer.fp16_to_fp32_row || !peer.fp32_to_fp16_row || !peer.bf16_to_fp32_row ||
+        !peer.fp32_to_bf16_row)
+        return false;
+    peer.lib = lib;
+    return true;
+}
+
+#define NEED_PEER()                                                                                \
+    do {                                                                                           \
+        if (!peer_load()) WM_SKIP("llama.cpp peer (libggml-base.so) not installed");               \
+    } while (0)
+
+/* A type's to_float, or its exported dequantize_row_<name> when the traits leave it out (Q8_K). */
+static void (*peer_to_float(const peer_traits *tr))(const void *, float *, int64_t) {
+    if (tr->to_float) return tr->to_float;
+    char sym[64];
+    snprintf(sym, sizeof sym, "dequantize_row_%s", tr->type_name);
+    void (*f)(const void *, float *, int64_t);
+    *(void **)&f = dlsym(peer.lib, sym);
+    return f;
+}
+
+/* ggml types with a to_float that weightmap does not convert, with the reason (reported, not a
+ * failure): their codebook grids are ggml data that this project does not copy. */
+static bool known_missing(int t) {
+    return t == WM_TYPE_IQ2_XXS || t == WM_TYPE_IQ2_XS || t == WM_TYPE_IQ2_S || t == WM_TYPE_IQ3_XXS ||
+           t == WM_TYPE_IQ3_S || t == WM_TYPE_IQ1_S || t == WM_TYPE_IQ1_M;
+}
+
+/* Runs wm_convert on the portable path (scalar=1) or the default one. */
+static wm_status convert_path(int scalar, wm_type from, wm_type to, const void *src, void *dst,
+                              uint64_t n) {
+    int prev = wm__convert_force_scalar(scalar);
+    wm_status st = wm_convert(from, to, src, dst, n);
+    wm__convert_force_scalar(prev);
+    return st;
+}
+
+static size_t first_diff(const void *a, const void *b, size_t n) {
+    const uint8_t *x = a, *y = b;
+    for (size_t i = 0; i < n; i++)
+        if (x[i] != y[i]) return i;
+    return n;
+}
+
+/* ---- peer cases ---- */
+
+#define NB_MAX 512
+
+/* Every ggml type with a to_float: same block geometry as ours, and the same floats from the
+ * same blocks (random valid blocks, and blocks the peer quantized from random floats), on both
+ * paths. */
+WM_TEST(peer_dequant_f32) {
+    NEED_PEER();
+    static uint8_t blocks[NB_MAX * 292];
+    static float want[NB_MAX * 256], got[NB_MAX * 256], xs[NB_MAX * 256];
+    int checked = 0;
+    char missing[256] = "", done[512] = "";
+    for (int t = 0; t < 43; t++) {
+        const peer_traits *tr = peer.traits(t);
+        if (!tr || tr->blck_size == 0 || t == WM_TYPE_F32) continue;
+        void (*to_float)(const void *, float *, int64_t) = peer_to_float(tr);
+        if (!to_float) continue;
+        CHECK_MSG((uint64_t)tr->blck_size == wm_type_block_elems((wm_type)t) &&
+                      tr->type_size == wm_type_block_bytes((wm_type)t),
+                  "type %d (%s): peer block %lld elems / %zu bytes", t, tr->type_name,
+                  (long long)tr->blck_size, tr->type_size);
+        if (!wm_convert_supported((wm_type)t, WM_TYPE_F32)) {
+            CHECK_MSG(known_missing(t), "type %s has a ggml to_float but no conversion here", tr->type_name);
+            snprintf(missing + strlen(missing), sizeof missing - strlen(missing), " %s", tr->type_name);
+            continue;
+        }
+        size_t be = (size_t)tr->blck_size, nb = 8192 / be;
+        for (int round = 0; round < 4; round++) {
+            if (round < 2 || !tr->from_float_ref) {
+                make_blocks((wm_type)t, nb, 1000u * (unsigned)t + (unsigned)round, blocks);
+            } else { /* realistic blocks: the peer quantizes random floats */
+                uint64_t s = 77u * (unsigned)t + (unsigned)round;
+                for (size_t i = 0; i < nb * be; i++)
+                    xs[i] = (float)((int64_t)(rng_next(&s) % 20001) - 10000) / (round == 2 ? 7000.0f : 3.0f);
+                tr->from_float_ref(xs, blocks, (int64_t)(nb * be));
+            }
+            to_float(blocks, want, (int64_t)(nb * be));
+            for (int scalar = 0; scalar < 2; scalar++) {
+                memset(got, 0xA5, nb * be * 4);
+                CHECK_STATUS(convert_path(scalar, (wm_type)t, WM_TYPE_F32, blocks, got, nb * be), WM_OK);
+                size_t at = first_diff(want, got, nb * be * 4);
+                CHECK_MSG(at == nb * be * 4, "%s (%s path, round %d): element %zu: peer %a (0x%08x), ours %a",
+                          tr->type_name, scalar ? "portable" : "simd", round, at / 4, want[at / 4],
+                          (unsigned)wm__f32_bits(want[at / 4]), got[at / 4]);
+            }
+        }
+        checked++;
+        snprintf(done + strlen(done), sizeof done - strlen(done), " %s", tr->type_name);
+    }
+    fprintf(stderr, "bit-identical to ggml:%s\n", done);
+    if (missing[0]) fprintf(stderr, "not converted (ggml codebook grids not in this project):%s\n", missing);
+    CHECK(checked >= 21);
+}
+
+/* Half and bfloat16: every 16-bit pattern widened, and random 32-bit patterns (NaNs, infinities,
+ * subnormals included) narrowed, against ggml's rows, on both paths. */
+WM_TEST(peer_half_bfloat16) {
+    NEED_PEER();
+    enum { N = 1 << 16, M = 1 << 20 };
+    static uint16_t h[N], want16[M], got16[M];
+    static float want[M], got[M], xs[M];
+    for (int i = 0; i < N; i++) h[i] = (uint16_t)i;
+    uint64_t s = 42;
+    for (int i = 0; i < M; i++) {
+        uint32_t u = (uint32_t)rng_next(&s);
+        if (i % 4 == 1) u = (u & 0x80000000u) | (0x38000000u + (u & 0x07FFFFFFu)); /* near half range */
+        if (i % 4 == 2) u = (u & 0x8000FFFFu) | 0x47000000u | (u & 0x00FF0000u);
+        if (i < 16) u = (uint32_t[]){0, 0x80000000u, 0x7F800000u, 0xFF800000u, 0x7FC00000u, 0x7F800001u,
+                                     0xFFFFFFFFu, 0x477FF000u, 0x477FEFFFu, 0x33000000u, 0x33000001u,
+                                     0x387FC000u, 0x7F7FFFFFu, 0x00000001u, 0x3F808000u, 0x3F818000u}[i];
+        memcpy(&xs[i], &u, 4);
+    }
+    for (int scalar = 0; scalar < 2; scalar++) {
+        const char *path = scalar ? "portable" : "simd";
+        peer.fp16_to_fp32_row(h, want, N);
+        CHECK_STATUS(convert_path(scalar, WM_TYPE_F16, WM_TYPE_F32, h, got, N), WM_OK);
+        size_t at = first_diff(want, got, (size_t)N * 4);
+        CHECK_MSG(at == (size_t)N * 4, "f16->f32 (%s): half 0x%04zx", path, at / 4);
+        peer.bf16_to_fp32_row(h, want, N);
+        CHECK_STATUS(convert_path(scalar, WM_TYPE_BF16, WM_TYPE_F32, h, got, N), WM_OK);
+        at = first_diff(want, got, (size_t)N * 4);
+        CHECK_MSG(at == (size_t)N * 4, "bf16->f32 (%s): 0x%04zx", path, at / 4);
+        peer.fp32_to_fp16_row(xs, want16, M);
+        CHECK_STATUS(convert_path(scalar, WM_TYPE_F32, WM_TYPE_F16, xs, got16, M), WM_OK);
+        at = first_diff(want16, got16, (size_t)M * 2);
+        CHECK_MSG(at == (size_t)M * 2, "f32->f16 (%s): 0x%08x: peer 0x%04x ours 0x%04x", path,
+                  (unsigned)wm__f32_bits(xs[at / 2]), want16[at / 2], got16[at / 2]);
+        peer.fp32_to_bf16_row(xs, want16, M);
+        CHECK_STATUS(convert_path(scalar, WM_TYPE_F32, WM_TYPE_BF16, xs, got16, M), WM_OK);
+        at = first_diff(want16, got16, (size_t)M * 2);
+        CHECK_MSG(at == (size_t)M * 2, "f32->bf16 (%s): 0x%08x: peer 0x%04x ours 0x%04x", path,
+                  (unsigned)wm__f32_bits(xs[at / 2]), want16[at / 2], got16[at / 2]);
+    }
+}
+
+/* Quantized to half and bfloat16 is the peer's to_float followed by its own rounding. */
+WM_TEST(peer_quant_to_half) {
+    NEED_PEER();
+    static uint8_t blocks[NB_MAX * 292];
+    static float f[NB_MAX * 256];
+    static uint16_t want[NB_MAX * 256], got[NB_MAX * 256];
+    for (int t = 2; t < 43; t++) {
+        const peer_traits *tr = peer.traits(t);
+        if (!tr || tr->blck_size == 0 || !peer_to_float(tr) || !wm_convert_supported((wm_type)t, WM_TYPE_F16))
+            continue;
+        size_t n = 8192;
+        make_blocks((wm_type)t, n / (size_t)tr->blck_size, 31u * (unsigned)t, blocks);
+        peer_to_float(tr)(blocks, f, (int64_t)n);
+        for (int target = 0; target < 2; target++) {
+            wm_type to = target ? WM_TYPE_BF16 : WM_TYPE_F16;
+            if (to == (wm_type)t) continue; /* a copy, not a conversion */
+            (target ? peer.fp32_to_bf16_row : peer.fp32_to_fp16_row)(f, want, (int64_t)n);
+            for (int scalar = 0; scalar < 2; scalar++) {
+                CHECK_STATUS(convert_path(scalar, (wm_type)t, to, blocks, got, n), WM_OK);
+                size_t at = first_diff(want, got, n * 2);
+                CHECK_MSG(at == n * 2, "%s -> %s (%s): element %zu", tr->type_name, wm_type_name(to),
+                          scalar ? "portable" : "simd", at / 2);
+            }
+        }
+    }
+}
+
+/* ---- committed reference checksums ---- */
+
+#define REF_PATH WM_SOURCE_DIR "/tests/data/convert_ref.txt"
+
+/* The input of a reference line: 8192 elements of `from` built from seed = type id * 7919. For
+ * F32 sources the input is random 32-bit patterns (NaNs included). */
+static size_t ref_input(wm_type from, uint8_t *buf) {
+    size_t n = 8192;
+    if (from == WM_TYPE_F32 || from == WM_TYPE_F16 || from == WM_TYPE_BF16) {
+        uint64_t s = 7919u * (unsigned)from + 1;
+        rng_fill(&s, buf, n * wm_type_block_bytes(from));
+    } else {
+        make_blocks(from, n / wm_type_block_elems(from), 7919u * (unsigned)from, buf);
+    }
+    return n;
+}
+
+static size_t elem_size(wm_type t) { return t == WM_TYPE_F32 ? 4 : 2; }
+
+/* Writes the reference table from the peer's outputs (not ours). Runs only when asked:
+ * WM_CONVERT_WRITE_REF=1 ctest -R convert.write_reference. */
+WM_TEST(write_reference) {
+    if (!getenv("WM_CONVERT_WRITE_REF")) WM_SKIP("set WM_CONVERT_WRITE_REF=1 to regenerate " REF_PATH);
+    NEED_PEER();
+    static uint8_t in[8192 * 8];
+    static float f[8192];
+    static uint16_t h[8192];
+    FILE *out = fopen(REF_PATH, "w");
+    CHECK(out != NULL);
+    fprintf(out, "# FNV-1a 64 of llama.cpp's output (libggml-base, llama.cpp v0.4.0) for 8192 elements\n"
+                 "# of each source type built as in tests/test_convert.c ref_input(); lines: FROM TO HASH\n");
+    for (int t = 0; t < 43; t++) {
+        const peer_traits *tr = peer.traits(t);
+        if (!tr || tr->blck_size == 0 || !wm_convert_supported((wm_type)t, WM_TYPE_F32)) continue;
+        if (t != WM_TYPE_F32 && !peer_to_float(tr)) continue; /* F64, integers: ggml has no to_float */
+        size_t n = ref_input((wm_type)t, in);
+        if (t == WM_TYPE_F32) {
+            memcpy(f, in, n * 4);
+        } else {
+            peer_to_float(tr)(in, f, (int64_t)n);
+            fprintf(out, "%s f32 %016llx\n", tr->type_name, (unsigned long long)fnv1a(f, n * 4));
+        }
+        peer.fp32_to_fp16_row(f, h, (int64_t)n);
+        if (t != WM_TYPE_F16) fprintf(out, "%s f16 %016llx\n", tr->type_name, (unsigned long long)fnv1a(h, n * 2));
+        peer.fp32_to_bf16_row(f, h, (int64_t)n);
+        if (t != WM_TYPE_BF16) fprintf(out, "%s bf16 %016llx\n", tr->type_name, (unsigned long long)fnv1a(h, n * 2));
+    }
+    fclose(out);
+}
+
+/* Our output, on both paths, hashes to the committed value for every line of the table. */
+WM_TEST(reference_checksums) {
+    FILE *in = fopen(REF_PATH, "r");
+    CHECK_MSG(in != NULL, "cannot open %s", REF_PATH);
+    static uint8_t src[8192 * 8], dst[8192 * 4];
+    char line[256], from_name[32], to_name[32];
+    unsigned long long want;
+    int lines = 0;
+    while (fgets(line, sizeof line, in)) {
+        if (line[0] == '#') continue;
+        CHECK_MSG(sscanf(line, "%31s %31s %llx", from_name, to_name, &want) == 3, "bad line: %s", line);
+        wm_type from = wm_type_from_name(from_name), to = wm_type_from_name(to_name);
+        CHECK_MSG(from != WM_TYPE_INVALID && to != WM_TYPE_INVALID, "bad types: %s", line);
+        size_t n = ref_input(from, src);
+        for (int scalar = 0; scalar < 2; scalar++) {
+            CHECK_STATUS(convert_path(scalar, from, to, src, dst, n), WM_OK);
+            unsigned long long got = fnv1a(dst, n * elem_size(to));
+            CHECK_MSG(got == want, "%s -> %s (%s path): %016llx, reference %016llx", from_name, to_name,
+                      scalar ? "portable" : "simd", got, want);
+        }
+        lines++;
+    }
+    fclose(in);
+    CHECK_MSG(lines >= 60, "only %d reference lines", lines);
+}
+
+/* ---- exact values of types ggml lacks ---- */
+
+static float conv1(wm_type from, const void *src) {
+    float f;
+    CHECK_STATUS(wm_convert(from, WM_TYPE_F32, src, &f, 1), WM_OK);
+    return f;
+}
+
+WM_TEST(float8_and_integers) {
+    uint8_t b;
+    /* F8_E4M3 (fn): bias 7, 448 largest, S.1111.111 NaN, subnormals m * 2^-9 */
+    b = 0x38; CHECK(conv1(WM_TYPE_F8_E4M3, &b) == 1.0f);
+    b = 0x7E; CHECK(conv1(WM_TYPE_F8_E4M3, &b) == 448.0f);
+    b = 0xFE; CHECK(conv1(WM_TYPE_F8_E4M3, &b) == -448.0f);
+    b = 0x7F; CHECK(isnan(conv1(WM_TYPE_F8_E4M3, &b)));
+    b = 0x01; CHECK(conv1(WM_TYPE_F8_E4M3, &b) == ldexpf(1, -9));
+    b = 0x07; CHECK(conv1(WM_TYPE_F8_E4M3, &b) == 7 * ldexpf(1, -9));
+    b = 0x08; CHECK(conv1(WM_TYPE_F8_E4M3, &b) == ldexpf(1, -6));
+    b = 0x80; CHECK(wm__f32_bits(conv1(WM_TYPE_F8_E4M3, &b)) == 0x80000000u);
+    /* F8_E5M2: the top byte of a half */
+    b = 0x3C; CHECK(conv1(WM_TYPE_F8_E5M2, &b) == 1.0f);
+    b = 0x7B; CHECK(conv1(WM_TYPE_F8_E5M2, &b) == 57344.0f);
+    b = 0x7C; CHECK(isinf(conv1(WM_TYPE_F8_E5M2, &b)));
+    b = 0x01; CHECK(conv1(WM_TYPE_F8_E5M2, &b) == ldexpf(1, -16));
+    /* F8_E8M0: 2^(x-127), 0xFF NaN */
+    b = 127; CHECK(conv1(WM_TYPE_F8_E8M0, &b) == 1.0f);
+    b = 0; CHECK(conv1(WM_TYPE_F8_E8M0, &b) == ldexpf(1, -127));
+    b = 254; CHECK(conv1(WM_TYPE_F8_E8M0, &b) == ldexpf(1, 127));
+    b = 255; CHECK(isnan(conv1(WM_TYPE_F8_E8M0, &b)));
+    /* every float8 code converts to half exactly when it is representable */
+    for (int v = 0; v < 256; v++) {
+        uint8_t c = (uint8_t)v;
+        uint16_t hv;
+        float f = conv1(WM_TYPE_F8_E4M3, &c);
+        CHECK_STATUS(wm_convert(WM_TYPE_F8_E4M3, WM_TYPE_F16, &c, &hv, 1), WM_OK);
+        CHECK(isnan(f) ? (hv & 0x7FFF) == 0x7E00 : wm__f16_to_f32(hv) == f);
+    }
+    int8_t i8 = -128; CHECK(conv1(WM_TYPE_I8, &i8) == -128.0f);
+    uint16_t u16 = 65535; CHECK(conv1(WM_TYPE_U16, &u16) == 65535.0f);
+    int32_t i32 = -16777217; CHECK(conv1(WM_TYPE_I32, &i32) == -16777216.0f);
+    uint64_t u64 = UINT64_MAX; CHECK(conv1(WM_TYPE_U64, &u64) == 18446744073709551616.0f);
+    uint8_t bl[3] = {0, 1, 7};
+    float fb[3];
+    CHECK_STATUS(wm_convert(WM_TYPE_BOOL, WM_TYPE_F32, bl, fb, 3), WM_OK);
+    CHECK(fb[0] == 0.0f && fb[1] == 1.0f && fb[2] == 1.0f);
+}
+
+/* F64 and 32-bit integers narrow to half/bfloat16 with one rounding: a value just above a tie
+ * must round up although the float nearest to it is the tie itself. */
+WM_TEST(single_rounding_from_wide_types) {
+    double d = 1.0 + ldexp(1, -11) + ldexp(1, -40); /* above the midpoint of 1 and 1+2^-10 */
+    uint16_t hv;
+    CHECK_STATUS(wm_convert(WM_TYPE_F64, WM_TYPE_F16, &d, &hv, 1), WM_OK);
+    CHECK_EQ(hv, 0x3C01);
+    d = 1.0 + ldexp(1, -8) + ldexp(1, -50); /* bfloat16: above the midpoint of 1 and 1+2^-7 */
+    CHECK_STATUS(wm_convert(WM_TYPE_F64, WM_TYPE_BF16, &d, &hv, 1), WM_OK);
+    CHECK_EQ(hv, 0x3F81);
+    int32_t i = (1 << 24) + (1 << 16) + 1; /* 2^24 + 2^16 + 1: above a bfloat16 tie */
+    CHECK_STATUS(wm_convert(WM_TYPE_I32, WM_TYPE_BF16, &i, &hv, 1), WM_OK);
+    CHECK_EQ(hv, 0x4B81);
+    double back;
+    float one = 1.5f;
+    CHECK_STATUS(wm_convert(WM_TYPE_F32, WM_TYPE_F64, &one, &back, 1), WM_OK);
+    CHECK(back == 1.5);
+    d = 1e300;
+    CHECK_STATUS(wm_convert(WM_TYPE_F64, WM_TYPE_F16, &d, &hv, 1), WM_OK);
+    CHECK_EQ(hv, 0x7C00);
+}
+
+/* ---- API contract ---- */
+
+WM_TEST(api_errors) {
+    float f[256];
+    uint8_t q[144] = {0};
+    CHECK(wm_convert_supported(WM_TYPE_Q4_K, WM_TYPE_F32));
+    CHECK(wm_convert_supported(WM_TYPE_Q4_K, WM_TYPE_BF16));
+    CHECK(wm_convert_supported(WM_TYPE_F16, WM_TYPE_F64));
+    CHECK(!wm_convert_supported(WM_TYPE_F32, WM_TYPE_Q4_0));
+    CHECK(!wm_convert_supported(WM_TYPE_F6_E2M3, WM_TYPE_F32));
+    CHECK(!wm_convert_supported((wm_type)4, WM_TYPE_F32));
+    CHECK(!wm_convert_supported((wm_type)999, WM_TYPE_F32));
+    CHECK_STATUS(wm_convert(WM_TYPE_F32, WM_TYPE_Q4_0, f, q, 32), WM_EINVAL);
+    CHECK_STATUS(wm_convert(WM_TYPE_Q4_K, WM_TYPE_F32, q, f, 255), WM_EINVAL);
+    CHECK_STATUS(wm_convert(WM_TYPE_Q4_K, WM_TYPE_F32, NULL, f, 256), WM_EINVAL);
+    CHECK_STATUS(wm_convert(WM_TYPE_Q4_K, WM_TYPE_F32, q, NULL, 256), WM_EINVAL);
+    CHECK_STATUS(wm_convert(WM_TYPE_Q4_K, WM_TYPE_F32, NULL, NULL, 0), WM_OK);
+    CHECK_STATUS(wm_convert(WM_TYPE_Q4_K, WM_TYPE_F32, q, f, 256), WM_OK);
+    for (int i = 0; i < 256; i++) CHECK(f[i] == 0.0f);
+    uint16_t h[4] = {0x3C00, 0xC000, 0x7C00, 0x0001}, h2[4];
+    CHECK_STATUS(wm_convert(WM_TYPE_F16, WM_TYPE_F16, h, h2, 4), WM_OK);
+    CHECK(memcmp(h, h2, sizeof h) == 0);
+}
+
+/* Tails shorter than a vector and unaligned buffers give the same bytes on both paths. */
+WM_TEST(simd_tails_and_alignment) {
+    static uint8_t raw[4096 + 64];
+    static float a[2048 + 8], b[2048 + 8];
+    uint64_t s = 5;
+    rng_fill(&s, raw, sizeof raw);
+    for (size_t n = 1; n < 70; n++) {
+        for (int off = 0; off < 3; off++) {
+            CHECK_STATUS(convert_path(0, WM_TYPE_F16, WM_TYPE_F32, raw + 2 * off + 1, a + off, n), WM_OK);
+            CHECK_STATUS(convert_path(1, WM_TYPE_F16, WM_TYPE_F32, raw + 2 * off + 1, b + off, n), WM_OK);
+            CHECK(memcmp(a + off, b + off, n * 4) == 0);
+            uint16_t *ha = (uint16_t *)(raw + 2048), *hb = (uint16_t *)(raw + 3072);
+            CHECK_STATUS(convert_path(0, WM_TYPE_F32, WM_TYPE_BF16, a + off, ha, n), WM_OK);
+            CHECK_STATUS(convert_path(1, WM_TYPE_F32, WM_TYPE_BF16, a + off, hb, n), WM_OK);
+            CHECK(memcmp(ha, hb, n * 2) == 0);
+        }
+    }
+}
+
+/* ---- weightmap cat ---- */
+
+/* Runs a shell command, captures up to cap bytes of stdout; returns the exit status. */
+static int run_capture(const char *cmd, uint8_t *buf, size_t cap, size_t *len) {
+    FILE *p = popen(cmd, "r");
+    CHECK(p != NULL);
+    *len = fread(buf, 1, cap, p);
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+WM_TEST(cli_cat) {
+    const char *path = wmt_fixture("gguf/stories260K-q8_0.gguf");
+    wm_file *f;
+    CHECK_STATUS(wm_file_open(path, &f, NULL), WM_OK);
+    size_t file_len;
+    uint8_t *file = wmt_read_file(path, &file_len);
+    static uint8_t out[1 << 20], want[1 << 20];
+    char cmd[1024];
+    size_t len;
+    int tested = 0;
+    for (size_t i = 0; i < wm_file_tensor_count(f); i++) {
+        wm_tensor_info t;
+        CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
+        if (t.type != WM_TYPE_Q8_0 && t.type != WM_TYPE_F16 && t.type != WM_TYPE_F32) continue;
+        if (tested >= 2 && t.type == WM_TYPE_Q8_0) continue;
+        snprintf(cmd, sizeof cmd, "'%s' cat '%s' '%s'", WM_CLI, path, t.name);
+        CHECK_EQ(run_capture(cmd, out, sizeof out, &len), 0);
+        CHECK_EQ(len, t.nbytes);
+        CHECK(memcmp(out, file + t.offset, len) == 0);
+        const char *as[3] = {"f32", "f16", "bf16"};
+        for (int k = 0; k < 3; k++) {
+            wm_type to = wm_type_from_name(as[k]);
+            size_t wlen = (size_t)t.n_elements * elem_size(to);
+            if (wlen > sizeof want) continue;
+            CHECK_STATUS(wm_convert(t.type, to, file + t.offset, want, t.n_elements), WM_OK);
+            snprintf(cmd, sizeof cmd, "'%s' cat '%s' '%s' --as %s", WM_CLI, path, t.name, as[k]);
+            CHECK_EQ(run_capture(cmd, out, sizeof out, &len), 0);
+            CHECK_EQ(len, wlen);
+            CHECK(memcmp(out, want, wlen) == 0);
+        }
+        tested++;
+    }
+    CHECK(tested >= 3);
+    snprintf(cmd, sizeof cmd, "'%s' cat '%s' no.such.tensor 2>&1", WM_CLI, path);
+    CHECK_EQ(run_capture(cmd, out, sizeof out - 1, &len), 1);
+    out[len] = 0;
+    CHECK_MSG(strstr((char *)out, "no tensor 'no.such.tensor'") != NULL, "stderr: %s", (char *)out);
+    snprintf(cmd, sizeof cmd, "'%s' cat '%s' output.weight --as q4_0 2>/dev/null", WM_CLI, path);
+    CHECK_EQ(run_capture(cmd, out, sizeof out, &len), 2);
+    snprintf(cmd, sizeof cmd, "'%s' cat '%s' 2>/dev/null", WM_CLI, path);
+    CHECK_EQ(run_capture(cmd, out, sizeof out, &len), 2);
+    snprintf(cmd, sizeof cmd, "'%s' cat /no/such/file.gguf x 2>/dev/null", WM_CLI);
+    CHECK_EQ(run_capture(cmd, out, sizeof out, &len), 1);
+    free(file);
+    wm_file_close(f);
+}
