@@ -1,0 +1,505 @@
+/*
+ * test_safetensors.c: the safetensors reader on real files and on hand-built good ones.
+ *
+ * Sections: helpers (hand-built files, descriptor count); every fixture in
+ * ../shared/fixtures/safetensors with the figures an independent reading (Python's json) gives;
+ * hand-built files that must open (every dtype, scalars, zero-size tensors, padding, shape order,
+ * exact 64-bit numbers, tensors listed out of offset order); make-model --format safetensors;
+ * truncation sweeps; fault sweeps (the k-th OS call or allocation fails, for every k).
+ * The malformed files are in test_safetensors_malformed.c.
+ */
+#include "wmtest.h"
+#include "os/fault.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- helpers ---- */
+
+static int count_fds(void) {
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+    if (!d) return -1;
+    while (readdir(d)) n++;
+    closedir(d);
+    return n;
+}
+
+/* Writes 8-byte length + header + data_len bytes of data (byte value i & 255). */
+static const char *st_write(const char *name, const char *header, size_t data_len) {
+    wmt_buf b = {0};
+    wmt_put_u64(&b, strlen(header));
+    wmt_put(&b, header, strlen(header));
+    for (size_t i = 0; i < data_len; i++) wmt_put_u8(&b, (uint8_t)i);
+    const char *path = wmt_tmp(name);
+    wmt_write_file(path, b.p, b.len);
+    wmt_buf_free(&b);
+    return path;
+}
+
+static wm_file *open_ok(const char *path) {
+    wm_file *f = NULL;
+    wm_error err = {0};
+    wm_status st = wm_file_open(path, &f, &err);
+    CHECK_MSG(st == WM_OK, "%s: %s %s", path, wm_status_name(st), err.msg);
+    return f;
+}
+
+static void check_string(wm_file *f, const char *key, const char *want) {
+    wm_string s;
+    CHECK_STATUS(wm_file_get_string(f, key, &s), WM_OK);
+    CHECK_MSG(s.len == strlen(want) && memcmp(s.ptr, want, s.len) == 0, "%s is '%.*s', want '%s'",
+              key, (int)s.len, s.ptr, want);
+}
+
+/* ---- fixtures ---- */
+
+typedef struct fixture {
+    const char *file;
+    size_t n_tensors, n_kv;
+    const char *meta_key, *meta_val; /* one metadata entry, or NULL */
+    const char *tensor;              /* one tensor, checked in full */
+    wm_type type;
+    uint32_t n_dims;
+    uint64_t ne0, ne1; /* ggml order */
+    uint64_t offset, nbytes;
+    uint64_t size, data_offset;
+} fixture;
+
+static const fixture fixtures[] = {
+    {"candle-mel-filters.safetensors", 1, 0, NULL, NULL, "mel_80", WM_TYPE_F32, 2, 201, 80, 80,
+     64320, 64400, 80},
+    {"fastsafetensors-a.safetensors", 1, 1, "fst", "sample", "a0", WM_TYPE_F16, 2, 8, 16, 104, 256,
+     360, 104},
+    {"hf-sample-B.safetensors", 1, 1, "test", "a", "B", WM_TYPE_U8, 1, 6, 1, 89, 6, 95, 89},
+    {"hf-sample-H.safetensors", 1, 1, "test", "a", "H", WM_TYPE_U16, 1, 6, 1, 91, 12, 103, 91},
+    {"hf-sample-I.safetensors", 1, 1, "test", "a", "I", WM_TYPE_U32, 1, 6, 1, 91, 24, 115, 91},
+    {"hf-sample-b.safetensors", 1, 1, "test", "a", "b", WM_TYPE_I8, 1, 6, 1, 89, 6, 95, 89},
+    {"hf-sample-d.safetensors", 1, 1, "test", "a", "d", WM_TYPE_F64, 1, 6, 1, 91, 48, 139, 91},
+    {"hf-sample-e.safetensors", 1, 1, "test", "a", "e", WM_TYPE_F16, 1, 6, 1, 91, 12, 103, 91},
+    {"hf-sample-f.safetensors", 1, 1, "test", "a", "f", WM_TYPE_F32, 1, 6, 1, 91, 24, 115, 91},
+    {"hf-sample-h.safetensors", 1, 1, "test", "a", "h", WM_TYPE_I16, 1, 6, 1, 91, 12, 103, 91},
+    {"hf-sample-i.safetensors", 1, 1, "test", "a", "i", WM_TYPE_I32, 1, 6, 1, 91, 24, 115, 91},
+    {"hf-sample-overall.safetensors", 9, 1, "test", "a", "d", WM_TYPE_F64, 1, 6, 1, 534 + 48, 48,
+     702, 534},
+    {"runai-empty.safetensors", 0, 0, NULL, NULL, NULL, 0, 0, 0, 0, 0, 0, 16, 16},
+    {"runai-test.safetensors", 10, 1, "format", "pt", "tensor1.bfloat16", WM_TYPE_BF16, 2, 2, 3,
+     752 + 144, 12, 950, 752},
+};
+
+static void check_fixture(const fixture *x) {
+    char rel[128];
+    snprintf(rel, sizeof rel, "safetensors/%s", x->file);
+    wm_file *f = open_ok(wmt_fixture(rel));
+    CHECK_EQ(wm_file_format(f), WM_FORMAT_SAFETENSORS);
+    CHECK_EQ(wm_file_version(f), 1);
+    CHECK_EQ(wm_file_alignment(f), 1);
+    CHECK_EQ(wm_file_size(f), x->size);
+    CHECK_EQ(wm_file_data_offset(f), x->data_offset);
+    CHECK_EQ(wm_file_tensor_count(f), x->n_tensors);
+    CHECK_EQ(wm_file_metadata_count(f), x->n_kv);
+    CHECK_EQ(wm_file_shard_count(f), 1);
+    CHECK(strcmp(wm_file_shard_path(f, 0), wmt_fixture(rel)) == 0);
+    if (x->meta_key) check_string(f, x->meta_key, x->meta_val);
+    /* The tensors tile the data section exactly. */
+    uint64_t sum = 0;
+    for (size_t i = 0; i < x->n_tensors; i++) {
+        wm_tensor_info t;
+        CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
+        CHECK(t.offset >= x->data_offset && t.offset + t.nbytes <= x->size);
+        CHECK_EQ(t.shard, 0);
+        sum += t.nbytes;
+        size_t j;
+        CHECK_STATUS(wm_file_find_tensor(f, t.name, &j), WM_OK);
+        CHECK_EQ(j, i);
+    }
+    CHECK_EQ(sum, x->size - x->data_offset);
+    CHECK_EQ(wm_file_tensor_bytes(f), sum);
+    if (x->tensor) {
+        size_t i;
+        wm_tensor_info t;
+        CHECK_STATUS(wm_file_find_tensor(f, x->tensor, &i), WM_OK);
+        CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
+        CHECK_EQ(t.type, x->type);
+        CHECK_EQ(t.n_dims, x->n_dims);
+        CHECK_EQ(t.shape[0], x->ne0);
+        CHECK_EQ(t.shape[1], x->ne1);
+        CHECK_EQ(t.shape[2], 1);
+        CHECK_EQ(t.n_elements, x->ne0 * x->ne1);
+        CHECK_EQ(t.offset, x->offset);
+        CHECK_EQ(t.nbytes, x->nbytes);
+    }
+    wm_file_close(f);
+}
+
+WM_TEST(fixtures_all) {
+    int fds = count_fds();
+    for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++) check_fixture(&fixtures[i]);
+    CHECK_EQ(count_fds(), fds);
+}
+
+/* The overall sample holds one tensor of each of nine dtypes; runai-test ten, with BF16 and
+ * BOOL, listed out of offset order (bfloat16 lies after int32). */
+WM_TEST(fixtures_dtypes) {
+    static const struct {
+        const char *name;
+        wm_type type;
+    } overall[] = {{"B", WM_TYPE_U8},  {"H", WM_TYPE_U16}, {"I", WM_TYPE_U32},
+                   {"b", WM_TYPE_I8},  {"d", WM_TYPE_F64}, {"e", WM_TYPE_F16},
+                   {"f", WM_TYPE_F32}, {"h", WM_TYPE_I16}, {"i", WM_TYPE_I32}};
+    wm_file *f = open_ok(wmt_fixture("safetensors/hf-sample-overall.safetensors"));
+    uint64_t off = 534;
+    for (size_t i = 0; i < 9; i++) {
+        wm_tensor_info t;
+        CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
+        CHECK(strcmp(t.name, overall[i].name) == 0);
+        CHECK_EQ(t.type, overall[i].type);
+        CHECK_EQ(t.n_elements, 6);
+        CHECK_EQ(t.offset, off);
+        off += t.nbytes;
+    }
+    wm_file_close(f);
+    static const struct {
+        const char *name;
+        wm_type type;
+        uint64_t rel;
+    } runai[] = {{"tensor1.int64", WM_TYPE_I64, 0},      {"tensor1.float64", WM_TYPE_F64, 48},
+                 {"tensor1.float32", WM_TYPE_F32, 96},   {"tensor1.bfloat16", WM_TYPE_BF16, 144},
+                 {"tensor1.int32", WM_TYPE_I32, 120},    {"tensor1.float16", WM_TYPE_F16, 156},
+                 {"tensor1.int16", WM_TYPE_I16, 168},    {"tensor1.int8", WM_TYPE_I8, 180},
+                 {"tensor1.uint8", WM_TYPE_U8, 186},     {"tensor1.bool", WM_TYPE_BOOL, 192}};
+    f = open_ok(wmt_fixture("safetensors/runai-test.safetensors"));
+    for (size_t i = 0; i < 10; i++) {
+        wm_tensor_info t;
+        CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
+        CHECK(strcmp(t.name, runai[i].name) == 0);
+        CHECK_EQ(t.type, runai[i].type);
+        CHECK_EQ(t.n_dims, 2);
+        CHECK_EQ(t.shape[0], 2);
+        CHECK_EQ(t.shape[1], 3);
+        CHECK_EQ(t.offset, 752 + runai[i].rel);
+    }
+    wm_file_close(f);
+}
+
+/* The bytes at a tensor's reported offset are its data: in hf-sample-overall (read with Python),
+ * B (u8) is [253, 254, 255, 0, 1, 2] and f (f32) is [-3, -2, -1, 0, 1, 2]. */
+WM_TEST(fixture_data_at_offset) {
+    const char *path = wmt_fixture("safetensors/hf-sample-overall.safetensors");
+    wm_file *f = open_ok(path);
+    size_t len;
+    unsigned char *bytes = wmt_read_file(path, &len);
+    size_t i;
+    wm_tensor_info t;
+    CHECK_STATUS(wm_file_find_tensor(f, "B", &i), WM_OK);
+    CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
+    static const unsigned char b[6] = {253, 254, 255, 0, 1, 2};
+    CHECK(memcmp(bytes + t.offset, b, 6) == 0);
+    CHECK_STATUS(wm_file_find_tensor(f, "f", &i), WM_OK);
+    CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
+    for (int k = 0; k < 6; k++) {
+        float v;
+        memcpy(&v, bytes + t.offset + 4 * k, 4);
+        CHECK(v == (float)(k - 3));
+    }
+    free(bytes);
+    wm_file_close(f);
+}
+
+/* ---- hand-built files that must open ---- */
+
+WM_TEST(every_dtype) {
+    static const struct {
+        const char *dtype;
+        wm_type type;
+        const char *shape;
+        uint64_t n, bytes;
+    } d[] = {
+        {"BOOL", WM_TYPE_BOOL, "[3]", 3, 3},         {"U8", WM_TYPE_U8, "[3]", 3, 3},
+        {"I8", WM_TYPE_I8, "[3]", 3, 3},             {"F8_E4M3", WM_TYPE_F8_E4M3, "[3]", 3, 3},
+        {"F8_E5M2", WM_TYPE_F8_E5M2, "[3]", 3, 3},   {"F8_E8M0", WM_TYPE_F8_E8M0, "[3]", 3, 3},
+        {"I16", WM_TYPE_I16, "[3]", 3, 6},           {"U16", WM_TYPE_U16, "[3]", 3, 6},
+        {"F16", WM_TYPE_F16, "[3]", 3, 6},           {"BF16", WM_TYPE_BF16, "[3]", 3, 6},
+        {"I32", WM_TYPE_I32, "[3]", 3, 12},          {"U32", WM_TYPE_U32, "[3]", 3, 12},
+        {"F32", WM_TYPE_F32, "[3]", 3, 12},          {"F64", WM_TYPE_F64, "[3]", 3, 24},
+        {"I64", WM_TYPE_I64, "[3]", 3, 24},          {"U64", WM_TYPE_U64, "[3]", 3, 24},
+        {"F4", WM_TYPE_F4, "[3,2]", 6, 3},           {"F6_E2M3", WM_TYPE_F6_E2M3, "[2,4]", 8, 6},
+        {"F6_E3M2", WM_TYPE_F6_E3M2, "[4]", 4, 3},
+    };
+    size_t n = sizeof d / sizeof d[0];
+    char hdr[4096];
+    size_t p = (size_t)snprintf(hdr, sizeof hdr, "{");
+    uint64_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        p += (size_t)snprintf(hdr + p, sizeof hdr - p,
+                              "%s\"t%zu\":{\"dtype\":\"%s\",\"shape\":%s,\"data_offsets\":[%llu,%llu]}",
+                              i ? "," : "", i, d[i].dtype, d[i].shape, (unsigned long long)off,
+                              (unsigned long long)(off + d[i].bytes));
+        off += d[i].bytes;
+    }
+    snprintf(hdr + p, sizeof hdr - p, "}");
+    wm_file *f = open_ok(st_write("all.safetensors", hdr, off));
+    CHECK_EQ(wm_file_tensor_count(f), n);
+    for (size_t i = 0; i < n; i++) {
+        wm_tensor_info t;
+        CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
+        CHECK_MSG(t.type == d[i].type, "%s: type %d", d[i].dtype, (int)t.type);
+        CHECK_EQ(t.n_elements, d[i].n);
+        CHECK_EQ(t.nbytes, d[i].bytes);
+        CHECK(wm_type_name(t.type) != NULL);
+    }
+    wm_file_close(f);
+}
+
+/* A scalar (shape []), zero-size tensors (data_offsets [x, x]), a header padded with spaces and
+ * ending in JSON white space, metadata with escapes, a null __metadata__ elsewhere. */
+WM_TEST(scalar_zero_size_padding) {
+    const char *h = "{\"__metadata__\":{\"k\":\"a\\\"b\\u00e9\\n\",\"empty\":\"\"},"
+                    "\"z\":{\"dtype\":\"F32\",\"shape\":[0,5],\"data_offsets\":[0,0]},"
+                    "\"s\":{\"dtype\":\"F64\",\"shape\":[],\"data_offsets\":[0,8]},"
+                    "\"z2\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[8,8]}}  \t\r\n      ";
+    wm_file *f = open_ok(st_write("scalar.safetensors", h, 8));
+    CHECK_EQ(wm_file_tensor_count(f), 3);
+    wm_tensor_info t;
+    size_t i;
+    CHECK_STATUS(wm_file_find_tensor(f, "s", &i), WM_OK);
+    CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
+    CHECK_EQ(t.n_dims, 0);
+    CHECK_EQ(t.n_elements, 1);
+    CHECK_EQ(t.nbytes, 8);
+    CHECK_EQ(t.shape[0], 1);
+    CHECK_EQ(t.offset, 8 + strlen(h));
+    CHECK_STATUS(wm_file_find_tensor(f, "z", &i), WM_OK);
+    CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
+    CHECK_EQ(t.n_dims, 2);
+    CHECK_EQ(t.shape[0], 5);
+    CHECK_EQ(t.shape[1], 0);
+    CHECK_EQ(t.n_elements, 0);
+    CHECK_EQ(t.nbytes, 0);
+    check_string(f, "k", "a\"b\xc3\xa9\n");
+    check_string(f, "empty", "");
+    CHECK_EQ(wm_file_metadata_count(f), 2);
+    wm_file_close(f);
+
+    f = open_ok(st_write("nullmeta.safetensors",
+                         "{\"__metadata__\":null,\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]}}",
+                         2));
+    CHECK_EQ(wm_file_metadata_count(f), 0);
+    CHECK_EQ(wm_file_tensor_count(f), 1);
+    wm_file_close(f);
+}
+
+/* Shapes are outermost first in the file and ggml order here; unknown fields are ignored (with
+ * numbers in them, which must not shift the exact values of the numbers that follow). */
+WM_TEST(shape_order_and_unknown_fields) {
+    const char *h = "{\"x\":{\"extra\":[1.5,-2,{\"n\":7}],\"dtype\":\"U8\",\"shape\":[2,3,4,5],"
+                    "\"more\":3,\"data_offsets\":[0,120]}}";
+    wm_file *f = open_ok(st_write("order.safetensors", h, 120));
+    wm_tensor_info t;
+    CHECK_STATUS(wm_file_tensor(f, 0, &t), WM_OK);
+    CHECK_EQ(t.n_dims, 4);
+    CHECK_EQ(t.shape[0], 5);
+    CHECK_EQ(t.shape[1], 4);
+    CHECK_EQ(t.shape[2], 3);
+    CHECK_EQ(t.shape[3], 2);
+    CHECK_EQ(t.nbytes, 120);
+    wm_file_close(f);
+}
+
+/* Numbers are read exactly: a dimension of 2^64 - 1 and one of 2^53 + 1 (both next to a zero
+ * dimension, so the tensor is empty) come back unrounded. */
+WM_TEST(exact_64bit_numbers) {
+    const char *h = "{\"x\":{\"dtype\":\"U8\",\"shape\":[0,18446744073709551615,9007199254740993],"
+                    "\"data_offsets\":[0,0]}}";
+    wm_file *f = open_ok(st_write("exact.safetensors", h, 0));
+    wm_tensor_info t;
+    CHECK_STATUS(wm_file_tensor(f, 0, &t), WM_OK);
+    CHECK_EQ(t.shape[0], 9007199254740993ull);
+    CHECK_EQ(t.shape[1], UINT64_MAX);
+    CHECK_EQ(t.shape[2], 0);
+    CHECK_EQ(t.nbytes, 0);
+    wm_file_close(f);
+}
+
+/* The header order is kept; offsets may come in any order. */
+WM_TEST(out_of_order_offsets) {
+    const char *h = "{\"late\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]},"
+                    "\"early\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}";
+    const char *path = st_write("order2.safetensors", h, 12);
+    wm_file *f = open_ok(path);
+    wm_tensor_info t;
+    CHECK_STATUS(wm_file_tensor(f, 0, &t), WM_OK);
+    CHECK(strcmp(t.name, "late") == 0);
+    CHECK_EQ(t.offset, 8 + strlen(h) + 4);
+    CHECK_STATUS(wm_file_tensor(f, 1, &t), WM_OK);
+    CHECK(strcmp(t.name, "early") == 0);
+    CHECK_EQ(t.offset, 8 + strlen(h));
+    wm_file_close(f);
+}
+
+/* Names are any UTF-8; a file need not end in .safetensors to be recognised by content. */
+WM_TEST(utf8_names_and_detection) {
+    const char *h = "{\"caf\xc3\xa9.\xf0\x9f\x98\x80\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}";
+    wm_file *f = open_ok(st_write("model.bin", h, 1));
+    CHECK_EQ(wm_file_format(f), WM_FORMAT_SAFETENSORS);
+    size_t i;
+    CHECK_STATUS(wm_file_find_tensor(f, "caf\xc3\xa9.\xf0\x9f\x98\x80", &i), WM_OK);
+    wm_file_close(f);
+}
+
+/* ---- make-model --format safetensors ---- */
+
+WM_TEST(make_model_safetensors) {
+    char cmd[1024];
+    const char *a = wmt_tmp("a.safetensors"), *b = wmt_tmp("b.safetensors");
+    snprintf(cmd, sizeof cmd, "%s make-model %s --size 4M --seed 7 --format safetensors && "
+                              "%s make-model %s --size 4M --seed 7",
+             WM_CLI, a, WM_CLI, b);
+    CHECK_EQ(system(cmd), 0);
+    size_t la, lb;
+    void *pa = wmt_read_file(a, &la), *pb = wmt_read_file(b, &lb);
+    CHECK(la == lb && memcmp(pa, pb, la) == 0); /* deterministic; format from the extension */
+    CHECK(la <= 4u << 20);
+    CHECK(la > 2u << 20);
+    free(pa);
+    free(pb);
+    wm_file *f = open_ok(a);
+    CHECK_EQ(wm_file_format(f), WM_FORMAT_SAFETENSORS);
+    CHECK_EQ((wm_file_data_offset(f) - 8) % 8, 0); /* header padded to 8 as the reference does */
+    check_string(f, "general.architecture", "llama");
+    size_t i;
+    wm_tensor_info t;
+    CHECK_STATUS(wm_file_find_tensor(f, "blk.0.attn_q.weight", &i), WM_OK);
+    CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
+    CHECK_EQ(t.type, WM_TYPE_F16);
+    CHECK_EQ(t.n_dims, 2);
+    CHECK_STATUS(wm_file_find_tensor(f, "blk.0.ffn_down.weight", &i), WM_OK);
+    CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
+    CHECK_EQ(t.type, WM_TYPE_F16);
+    CHECK(t.shape[0] > t.shape[1]); /* ffn_down: n_ff along the row, as in GGUF */
+    CHECK_STATUS(wm_file_find_tensor(f, "blk.0.attn_norm.weight", &i), WM_OK);
+    CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
+    CHECK_EQ(t.type, WM_TYPE_F32);
+    CHECK_EQ(t.n_dims, 1);
+    wm_file_close(f);
+}
+
+/* ---- truncation ---- */
+
+/* The file cut to l bytes opens only at its full length; every shorter prefix is refused with
+ * WM_EFORMAT naming the file and an offset, holding nothing. */
+static void open_cut(const char *path, uint64_t l, uint64_t full, int fds) {
+    CHECK(truncate(path, (off_t)l) == 0);
+    wm_error err = {0};
+    wm_file *f = (wm_file *)(uintptr_t)1;
+    wm_status st = wm_file_open(path, &f, &err);
+    if (l == full) {
+        CHECK_STATUS(st, WM_OK);
+        wm_file_close(f);
+    } else {
+        CHECK_MSG(st == WM_EFORMAT, "%llu bytes of %llu: %s (%s)", (unsigned long long)l,
+                  (unsigned long long)full, wm_status_name(st), err.msg);
+        CHECK(f == NULL);
+        CHECK_MSG(strstr(err.msg, "offset") && strstr(err.msg, path), "%s", err.msg);
+    }
+    CHECK_LEDGER_EMPTY();
+    CHECK_EQ(count_fds(), fds);
+}
+
+/* Every length through the header and 16 bytes beyond, and `samples` lengths over the data. */
+static void truncation_sweep(const char *src, unsigned samples) {
+    size_t len;
+    void *bytes = wmt_read_file(src, &len);
+    const char *path = wmt_tmp("cut.safetensors");
+    wmt_write_file(path, bytes, len);
+    free(bytes);
+    int fds = count_fds();
+    wm_file *f = open_ok(path);
+    uint64_t every = wm_file_data_offset(f) + 16;
+    wm_file_close(f);
+    if (every > len) every = len;
+    open_cut(path, len, len, fds);
+    if (len > every)
+        for (unsigned k = samples; k >= 1; k--)
+            open_cut(path, every + (len - 1 - every) * k / (samples + 1), len, fds);
+    for (uint64_t l = every + 1; l-- > 0;)
+        if (l < len) open_cut(path, l, len, fds);
+}
+
+WM_TEST(truncate_runai_test) {
+    /* every length of the 950-byte file */
+    size_t len;
+    void *bytes = wmt_read_file(wmt_fixture("safetensors/runai-test.safetensors"), &len);
+    const char *path = wmt_tmp("cut.safetensors");
+    int fds = count_fds();
+    for (size_t l = len + 1; l-- > 0;) {
+        wmt_write_file(path, bytes, l);
+        wm_error err = {0};
+        wm_file *f = (wm_file *)(uintptr_t)1;
+        wm_status st = wm_file_open(path, &f, &err);
+        if (l == len) {
+            CHECK_STATUS(st, WM_OK);
+            wm_file_close(f);
+        } else {
+            CHECK_MSG(st == WM_EFORMAT, "%zu bytes: %s (%s)", l, wm_status_name(st), err.msg);
+            CHECK(f == NULL && strstr(err.msg, "offset"));
+        }
+        CHECK_LEDGER_EMPTY();
+        CHECK_EQ(count_fds(), fds);
+    }
+    free(bytes);
+}
+
+WM_TEST(truncate_overall_and_mel) {
+    truncation_sweep(wmt_fixture("safetensors/hf-sample-overall.safetensors"), 50);
+    truncation_sweep(wmt_fixture("safetensors/candle-mel-filters.safetensors"), 100);
+}
+
+/* ---- faults ---- */
+
+static void fault_sweep(const char *path) {
+    int fds = count_fds();
+    wm_file *f = NULL;
+    wm__fault_reset();
+    CHECK_STATUS(wm_file_open(path, &f, NULL), WM_OK);
+    uint64_t n = wm__fault_count(WM_OS_ANY);
+    uint64_t n_mem = wm__fault_count(WM_OS_ALLOC) + wm__fault_count(WM_OS_PAGES);
+    wm_file_close(f);
+    CHECK(n >= 6); /* open, stat, two reads, allocations (cJSON's among them) */
+    static const int errs[] = {EIO, ENOMEM};
+    for (int e = 0; e < 2; e++) {
+        uint64_t got_mem = 0;
+        for (uint64_t k = 1; k <= n; k++) {
+            wm_error err = {0};
+            f = (wm_file *)(uintptr_t)1;
+            wm__fault_arm(WM_OS_ANY, k, errs[e]);
+            wm_status st = wm_file_open(path, &f, &err);
+            CHECK_MSG(wm__fault_injected() == 1, "call %llu of %llu was not failed",
+                      (unsigned long long)k, (unsigned long long)n);
+            CHECK_MSG(st != WM_OK, "a fault at call %llu of %llu went unnoticed",
+                      (unsigned long long)k, (unsigned long long)n);
+            CHECK(f == NULL);
+            CHECK_EQ(err.code, st);
+            if (errs[e] == ENOMEM)
+                CHECK_MSG(st == WM_ENOMEM, "ENOMEM at call %llu gave %s: %s", (unsigned long long)k,
+                          wm_status_name(st), err.msg);
+            else
+                CHECK_MSG(st == WM_EIO || st == WM_ENOMEM, "EIO at call %llu gave %s: %s",
+                          (unsigned long long)k, wm_status_name(st), err.msg);
+            if (st == WM_ENOMEM) got_mem++;
+            CHECK_MSG(strstr(err.msg, path) != NULL, "\"%s\" lacks the path", err.msg);
+            CHECK_LEDGER_EMPTY();
+            CHECK_MSG(count_fds() == fds, "a fault at call %llu left a descriptor",
+                      (unsigned long long)k);
+        }
+        /* With EIO, exactly the failed allocations report WM_ENOMEM (cJSON's included). */
+        if (errs[e] == EIO) CHECK_EQ(got_mem, n_mem);
+    }
+    wm__fault_reset();
+}
+
+WM_TEST(faults_runai_test) { fault_sweep(wmt_fixture("safetensors/runai-test.safetensors")); }
+WM_TEST(faults_overall) { fault_sweep(wmt_fixture("safetensors/hf-sample-overall.safetensors")); }
+WM_TEST(faults_empty) { fault_sweep(wmt_fixture("safetensors/runai-empty.safetensors")); }
