@@ -4,5 +4,6 @@
 #include "cli.h"
 
 const cli_command cli_commands[] = {
+    {"cat", cmd_cat},
     {NULL, NULL},
 };

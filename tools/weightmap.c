@@ -286,6 +286,7 @@ static void help(FILE *out) {
           "  make-model OUT --size BYTES [--seed N] [--format gguf|safetensors] [--shards N]\n"
           "                                       a deterministic llama-shaped model\n"
           "  demo                                 check on the built-in default model\n"
+          "  cat FILE TENSOR [--as f32|f16|bf16]  one tensor's bytes to stdout, converted if asked\n"
           "\nexit codes: 0 success, 1 the file or the run failed, 2 usage error\n",
           out);
 }
