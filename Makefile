@@ -37,6 +37,15 @@ test-asan: deps
 	@cmake --build build-asan
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 $(CTEST)
 
+# Benchmarks against llama.cpp (bench/README.md): installs the peer into bench/peers/ if needed,
+# then runs every bench executable with its defaults; a benchmark exits 77 to say "skipped".
+bench: build
+	@bench/peer.sh >/dev/null
+	@for src in bench/*.c; do name=$$(basename $$src .c); exe=build/bench/$$name; \
+	  [ -x $$exe ] || continue; echo; echo "==> $$exe" >&2; rc=0; $$exe || rc=$$?; \
+	  if [ $$rc -eq 77 ]; then echo "bench/$$name: skipped"; \
+	  elif [ $$rc -ne 0 ]; then echo "bench/$$name: failed (exit $$rc)" >&2; exit $$rc; fi; done
+
 install: build
 	cmake --install build
 

@@ -1,0 +1,206 @@
+/*
+ * parse.c: the parse benchmark. Opens and closes GGUF files with weightmap (wm_file_open +
+ * wm_file_close) and with llama.cpp (gguf_init_from_file with no_alloc=true, ctx=NULL, then
+ * gguf_free), alternating the two in one run so both see the same warm page cache, and prints
+ * a markdown table: median, p10 and p90 of each, and the ratio of the medians.
+ *
+ * Sections: options; one timed open of each side; the per-file loop; main.
+ *
+ * Usage: parse [-n N] [--peer DIR] [FILE...]
+ *   -n N        iterations per side and file (default 50)
+ *   --peer DIR  llama.cpp's library folder (default: what bench/peer.sh installs)
+ *   FILE...     GGUF files (default: the vocab fixtures and stories260K.gguf)
+ */
+#include "peer.h"
+
+#include <weightmap.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* llama-bpe first: it carries the 10x target. */
+static const char *const default_files[] = {
+    "gguf/ggml-vocab-llama-bpe.gguf", "gguf/ggml-vocab-aquila.gguf",
+    "gguf/ggml-vocab-gpt-2.gguf",     "gguf/ggml-vocab-phi-3.gguf",
+    "gguf/ggml-vocab-llama-spm.gguf", "gguf/ggml-vocab-bert-bge.gguf",
+    "gguf/stories260K.gguf",
+};
+#define N_DEFAULT (sizeof default_files / sizeof default_files[0])
+#define TARGET_RATIO 10.0
+
+/* ---- one timed open of each side ---- */
+
+/* Returns the milliseconds one open+close took, or a negative value on failure. */
+static double time_weightmap(const char *path, uint64_t *heap_peak) {
+    wm_error err;
+    wm_file *f = NULL;
+    if (heap_peak) wm_ledger_reset_peaks();
+    double t0 = bench_now_ms();
+    wm_status st = wm_file_open(path, &f, &err);
+    if (st == WM_OK && heap_peak) {
+        wm_ledger l;
+        wm_ledger_get(&l);
+        *heap_peak = l.cat[WM_LEDGER_HEAP].peak;
+    }
+    wm_file_close(f);
+    double t1 = bench_now_ms();
+    if (st != WM_OK) {
+        fprintf(stderr, "parse: weightmap cannot open %s: %s\n", path, err.msg);
+        return -1;
+    }
+    return t1 - t0;
+}
+
+static double time_peer(const bench_peer *p, const char *path) {
+    struct bench_gguf_init_params ip = {.no_alloc = true, .ctx = NULL};
+    double t0 = bench_now_ms();
+    struct gguf_context *g = p->gguf_init_from_file(path, ip);
+    if (g) p->gguf_free(g);
+    double t1 = bench_now_ms();
+    if (!g) {
+        fprintf(stderr, "parse: llama.cpp cannot parse %s\n", path);
+        return -1;
+    }
+    return t1 - t0;
+}
+
+/* ---- the per-file loop ---- */
+
+typedef struct row {
+    const char *name;
+    uint64_t size, heap_peak;
+    size_t n_kv, n_tensors;
+    bench_stats wm, peer;
+} row;
+
+/* Checks that both sides read the same counts, warms both up, then times n alternations
+ * (the order flips each iteration so neither side always runs first). */
+static int bench_file(const bench_peer *p, const char *path, int n, row *out) {
+    wm_error err;
+    wm_file *f = NULL;
+    if (wm_file_open(path, &f, &err) != WM_OK) {
+        fprintf(stderr, "parse: weightmap cannot open %s: %s\n", path, err.msg);
+        return -1;
+    }
+    out->size = wm_file_size(f);
+    out->n_kv = wm_file_metadata_count(f);
+    out->n_tensors = wm_file_tensor_count(f);
+    wm_file_close(f);
+    struct bench_gguf_init_params ip = {.no_alloc = true, .ctx = NULL};
+    struct gguf_context *g = p->gguf_init_from_file(path, ip);
+    if (!g) {
+        fprintf(stderr, "parse: llama.cpp cannot parse %s\n", path);
+        return -1;
+    }
+    int64_t pkv = p->gguf_get_n_kv(g), pnt = p->gguf_get_n_tensors(g);
+    p->gguf_free(g);
+    if (pkv != (int64_t)out->n_kv || pnt != (int64_t)out->n_tensors) {
+        fprintf(stderr, "parse: %s: weightmap reads %zu KV and %zu tensors, llama.cpp %lld and %lld\n",
+                path, out->n_kv, out->n_tensors, (long long)pkv, (long long)pnt);
+        return -1;
+    }
+    if (time_weightmap(path, &out->heap_peak) < 0 || time_peer(p, path) < 0) return -1;
+
+    double *tw = calloc((size_t)n, sizeof *tw), *tp = calloc((size_t)n, sizeof *tp);
+    if (!tw || !tp) {
+        free(tw);
+        free(tp);
+        fprintf(stderr, "parse: out of memory\n");
+        return -1;
+    }
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        if (i % 2 == 0) {
+            tw[i] = time_weightmap(path, NULL);
+            tp[i] = time_peer(p, path);
+        } else {
+            tp[i] = time_peer(p, path);
+            tw[i] = time_weightmap(path, NULL);
+        }
+        if (tw[i] < 0 || tp[i] < 0) rc = -1;
+    }
+    if (rc == 0) {
+        out->wm = bench_stats_of(tw, (size_t)n);
+        out->peer = bench_stats_of(tp, (size_t)n);
+    }
+    free(tw);
+    free(tp);
+    return rc;
+}
+
+/* ---- main ---- */
+
+static void usage(void) {
+    fprintf(stderr, "usage: parse [-n N] [--peer DIR] [FILE...]\n");
+}
+
+int main(int argc, char **argv) {
+    int n = 50;
+    const char *peer_dir = NULL;
+    const char **files = calloc((size_t)argc + N_DEFAULT, sizeof *files);
+    char (*fixture)[4096] = calloc(N_DEFAULT, sizeof *fixture);
+    size_t n_files = 0;
+    if (!files || !fixture) return 1;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-n") == 0 && i + 1 < argc) {
+            n = atoi(argv[++i]);
+            if (n < 1) {
+                usage();
+                return 2;
+            }
+        } else if (strcmp(argv[i], "--peer") == 0 && i + 1 < argc) {
+            peer_dir = argv[++i];
+        } else if (argv[i][0] == '-') {
+            usage();
+            return 2;
+        } else {
+            files[n_files++] = argv[i];
+        }
+    }
+    if (n_files == 0)
+        for (size_t i = 0; i < N_DEFAULT; i++)
+            files[n_files++] = bench_fixture(fixture[i], sizeof fixture[i], default_files[i]);
+
+    bench_peer peer = {0};
+    if (bench_peer_open_gguf(&peer, peer_dir)) return 1;
+
+    char machine[512];
+    bench_machine_line(machine, sizeof machine);
+    printf("## parse\n\n");
+    printf("open+close, %d alternating iterations per side and file, warm page cache, one thread.\n", n);
+    printf("weightmap %s; llama.cpp gguf_init_from_file(no_alloc=true, ctx=NULL) + gguf_free, ggml %s "
+           "(commit %s).\n",
+           wm_version(), peer.ggml_version(), peer.ggml_commit());
+    printf("Machine: %s.\n\n", machine);
+    printf("| file | bytes | KV | tensors | weightmap ms: median (p10-p90) | llama.cpp ms: median "
+           "(p10-p90) | llama.cpp / weightmap | weightmap heap peak |\n");
+    printf("|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    fflush(stdout);
+
+    int rc = 0;
+    double first_ratio = 0;
+    for (size_t i = 0; i < n_files; i++) {
+        row r = {0};
+        const char *slash = strrchr(files[i], '/');
+        r.name = slash ? slash + 1 : files[i];
+        if (bench_file(&peer, files[i], n, &r)) {
+            printf("| %s | failed (see stderr) | | | | | | |\n", r.name);
+            rc = 1;
+            continue;
+        }
+        double ratio = r.wm.median > 0 ? r.peer.median / r.wm.median : 0;
+        if (i == 0) first_ratio = ratio;
+        printf("| %s | %llu | %zu | %zu | %.3f (%.3f-%.3f) | %.3f (%.3f-%.3f) | %.1fx | %.1f KiB |\n",
+               r.name, (unsigned long long)r.size, r.n_kv, r.n_tensors, r.wm.median, r.wm.p10,
+               r.wm.p90, r.peer.median, r.peer.p10, r.peer.p90, ratio, (double)r.heap_peak / 1024.0);
+        fflush(stdout);
+    }
+    if (n_files > 0 && rc == 0 && strstr(files[0], "ggml-vocab-llama-bpe.gguf"))
+        printf("\nTarget (weightmap at least %.0fx faster on ggml-vocab-llama-bpe.gguf): %s (%.1fx).\n",
+               TARGET_RATIO, first_ratio >= TARGET_RATIO ? "met" : "NOT met", first_ratio);
+    bench_peer_close(&peer);
+    free(files);
+    free(fixture);
+    return rc;
+}
