@@ -23,6 +23,7 @@ int cli_usage(const char *fmt, ...);
 bool cli_parse_u64(const char *s, uint64_t *out);
 
 int cmd_make_model(int argc, char **argv);
+int cmd_probe(int argc, char **argv);
 int cmd_cat(int argc, char **argv);
 
 /* Further commands (load, check, probe, demo, cat) register here: a NULL-terminated table

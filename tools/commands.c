@@ -4,6 +4,7 @@
 #include "cli.h"
 
 const cli_command cli_commands[] = {
+    {"probe", cmd_probe},
     {"cat", cmd_cat},
     {NULL, NULL},
 };

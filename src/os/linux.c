@@ -1,5 +1,5 @@
 /*
- * linux.c: the Linux-only half of os.h: madvise advice that POSIX lacks.
+ * linux.c: the Linux-only half of os.h: madvise advice that POSIX lacks, and /proc files.
  * MADV_POPULATE_READ (Linux 5.14) prefaults a range without privatising a page of a private
  * mapping, unlike MAP_POPULATE or mlock, so it is the prefetch tool of every mapped mode.
  */
@@ -9,7 +9,11 @@
 #include "os.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <sys/mman.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
 
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22
@@ -31,3 +35,39 @@ int wm__os_advise(void *addr, size_t len, wm_os_advice advice) {
         if (errno != EINTR && errno != EAGAIN) return errno;
     }
 }
+
+/* ---- /proc: the source of the memory figures (src/meter.c) ---- */
+
+int wm__os_proc_open(int pid, const char *name, int *fd_out) {
+    int e = wm__fault_hit(WM_OS_OPEN);
+    if (e) return e;
+    if (pid < 0 || !name) return EINVAL;
+    char path[96];
+    int n = pid == 0 ? snprintf(path, sizeof path, "/proc/self/%s", name)
+                     : snprintf(path, sizeof path, "/proc/%d/%s", pid, name);
+    if (n < 0 || (size_t)n >= sizeof path) return ENAMETOOLONG;
+    int fd;
+    do {
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0) return errno;
+    *fd_out = fd;
+    return 0;
+}
+
+int wm__os_read(int fd, void *buf, size_t len, size_t *got) {
+    *got = 0;
+    for (;;) {
+        int e = wm__fault_hit(WM_OS_PREAD);
+        if (e == EINTR) continue;
+        if (e) return e;
+        ssize_t n = read(fd, buf, len);
+        if (n >= 0) {
+            *got = (size_t)n;
+            return 0;
+        }
+        if (errno != EINTR) return errno;
+    }
+}
+
+uint64_t wm__os_dev_id(unsigned major, unsigned minor) { return (uint64_t)makedev(major, minor); }

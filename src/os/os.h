@@ -90,6 +90,14 @@ void wm__os_thread_join(wm_os_thread *t);
 /* Runs fn(arg) inside the OS's per-task scope (an autorelease pool on Darwin; nothing here). */
 void wm__os_task_scope(void (*fn)(void *), void *arg);
 
+/* /proc (Linux): opens /proc/PID/NAME for reading (pid 0 = this process), and reads it
+ * sequentially. wm__os_read reads at most len bytes, retrying EINTR; *got is 0 at end of file.
+ * Open faults count as OPEN, reads as PREAD. */
+int wm__os_proc_open(int pid, const char *name, int *fd_out);
+int wm__os_read(int fd, void *buf, size_t len, size_t *got);
+/* The device number that stat() reports for a "major:minor" pair as /proc/PID/maps prints it. */
+uint64_t wm__os_dev_id(unsigned major, unsigned minor);
+
 size_t wm__os_page_size(void);
 unsigned wm__os_cpu_count(void);
 double wm__os_now(void); /* monotonic seconds */
