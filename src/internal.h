@@ -42,8 +42,10 @@ void wm__ledger_note_request(uint64_t bytes); /* heap_largest */
 /* ---- the counted allocator (alloc.c): all heap memory of the library goes through it ---- */
 
 /* Blocks of WM_ALLOC_PAGE_THRESHOLD bytes or more come from wm__os_pages_alloc, never malloc,
- * so that no allocator cache can keep them after release. NULL on exhaustion or injected fault. */
-#define WM_ALLOC_PAGE_THRESHOLD ((size_t)64 * 1024)
+ * so that no allocator cache can keep them after release: only blocks smaller than a page ever
+ * sit in malloc's heap, and the bytes it may keep after a model is gone stay below its trim
+ * threshold. NULL on exhaustion or injected fault. */
+#define WM_ALLOC_PAGE_THRESHOLD ((size_t)4096)
 void *wm__alloc(size_t size);
 void *wm__calloc(size_t n, size_t size); /* zeroed; NULL on overflow */
 void *wm__realloc(void *ptr, size_t size);

@@ -23,6 +23,9 @@ int cli_usage(const char *fmt, ...);
 bool cli_parse_u64(const char *s, uint64_t *out);
 
 int cmd_make_model(int argc, char **argv);
+int cmd_load(int argc, char **argv);
+int cmd_check(int argc, char **argv);
+int cmd_demo(int argc, char **argv);
 int cmd_probe(int argc, char **argv);
 int cmd_cat(int argc, char **argv);
 

@@ -4,6 +4,9 @@
 #include "cli.h"
 
 const cli_command cli_commands[] = {
+    {"load", cmd_load},
+    {"check", cmd_check},
+    {"demo", cmd_demo},
     {"probe", cmd_probe},
     {"cat", cmd_cat},
     {NULL, NULL},

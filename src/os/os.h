@@ -82,8 +82,13 @@ typedef enum wm_os_advice {
 int wm__os_advise(void *addr, size_t len, wm_os_advice advice);
 
 /* Threads (worker threads live only for the duration of one call). */
+/* A worker thread. Its stack is anonymous memory the thread owns (not glibc's stack cache,
+ * which keeps the stacks of joined threads resident): joining unmaps it. */
+#define WM_OS_THREAD_STACK ((size_t)256 * 1024)
 typedef struct wm_os_thread {
     unsigned long handle;
+    void *stack;
+    size_t stack_len;
 } wm_os_thread;
 int wm__os_thread_start(wm_os_thread *t, void *(*fn)(void *), void *arg);
 void wm__os_thread_join(wm_os_thread *t);

@@ -137,14 +137,31 @@ int wm__os_memlock_limit(uint64_t *soft_out) {
 int wm__os_thread_start(wm_os_thread *t, void *(*fn)(void *), void *arg) {
     int e = wm__fault_hit(WM_OS_THREAD);
     if (e) return e;
+    size_t len = WM_OS_THREAD_STACK;
+    void *stack = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK,
+                       -1, 0);
+    if (stack == MAP_FAILED) return errno;
+    pthread_attr_t attr;
+    e = pthread_attr_init(&attr);
+    if (!e) e = pthread_attr_setstack(&attr, stack, len);
     pthread_t th;
-    e = pthread_create(&th, NULL, fn, arg);
-    if (e) return e;
+    if (!e) e = pthread_create(&th, &attr, fn, arg);
+    pthread_attr_destroy(&attr);
+    if (e) {
+        munmap(stack, len);
+        return e;
+    }
     t->handle = (unsigned long)th;
+    t->stack = stack;
+    t->stack_len = len;
     return 0;
 }
 
-void wm__os_thread_join(wm_os_thread *t) { pthread_join((pthread_t)t->handle, NULL); }
+void wm__os_thread_join(wm_os_thread *t) {
+    pthread_join((pthread_t)t->handle, NULL);
+    munmap(t->stack, t->stack_len);
+    t->stack = NULL;
+}
 
 void wm__os_task_scope(void (*fn)(void *), void *arg) { fn(arg); }
 
