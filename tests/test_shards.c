@@ -1,0 +1,659 @@
+/*
+ * test_shards.c: sharded safetensors checkpoints and GGUF split sets opened as one file.
+ *
+ * Sections: helpers (make-model through the CLI, a tiny GGUF part writer, editing an index,
+ * patching bytes); good sets (opened through the index or any shard, the same tensors and the same
+ * bytes as the one-file model of the same seed); broken sets (missing, extra, misplaced and
+ * duplicated tensors and shards, inconsistent split keys, unsafe shard names), each refused with a
+ * message naming the shard; truncation and fault sweeps over set opens; `weightmap info` on sets.
+ */
+#include "wmtest.h"
+#include "os/fault.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdbool.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* ---- helpers ---- */
+
+static int count_fds(void) {
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+    if (!d) return -1;
+    while (readdir(d)) n++;
+    closedir(d);
+    return n;
+}
+
+static void make_model(const char *out, const char *args) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s make-model %s %s", WM_CLI, out, args);
+    CHECK_MSG(system(cmd) == 0, "%s", cmd);
+}
+
+static wm_file *open_ok(const char *path) {
+    wm_file *f = NULL;
+    wm_error err = {0};
+    wm_status st = wm_file_open(path, &f, &err);
+    CHECK_MSG(st == WM_OK, "%s: %s %s", path, wm_status_name(st), err.msg);
+    return f;
+}
+
+/* Opening fails with `want`, the message holds each of the needles (NULL-terminated list). */
+static void refused(const char *path, wm_status want, const char *n1, const char *n2) {
+    int fds = count_fds();
+    wm_file *f = (wm_file *)(uintptr_t)1;
+    wm_error err = {0};
+    wm_status st = wm_file_open(path, &f, &err);
+    CHECK_MSG(st == want, "%s: %s, want %s (%s)", path, wm_status_name(st), wm_status_name(want),
+              err.msg);
+    CHECK(f == NULL);
+    CHECK_MSG(n1 == NULL || strstr(err.msg, n1), "\"%s\" lacks \"%s\"", err.msg, n1);
+    CHECK_MSG(n2 == NULL || strstr(err.msg, n2), "\"%s\" lacks \"%s\"", err.msg, n2);
+    CHECK_EQ(count_fds(), fds);
+    CHECK_LEDGER_EMPTY();
+}
+
+/* Replaces the first `from` in a text file by `to`. */
+static void edit_file(const char *path, const char *from, const char *to) {
+    size_t len;
+    char *s = wmt_read_file(path, &len);
+    s = realloc(s, len + 1);
+    s[len] = 0;
+    char *at = strstr(s, from);
+    CHECK_MSG(at != NULL, "%s: no \"%s\"", path, from);
+    wmt_buf b = {0};
+    wmt_put(&b, s, (size_t)(at - s));
+    wmt_put(&b, to, strlen(to));
+    wmt_put(&b, at + strlen(from), len - (size_t)(at - s) - strlen(from));
+    wmt_write_file(path, b.p, b.len);
+    wmt_buf_free(&b);
+    free(s);
+}
+
+/* Overwrites `n` bytes after the first occurrence of `key` (+ skip) in a binary file. */
+static void patch_after(const char *path, const char *key, size_t skip, const void *bytes, size_t n) {
+    size_t len;
+    unsigned char *s = wmt_read_file(path, &len);
+    unsigned char *at = memmem(s, len, key, strlen(key));
+    CHECK_MSG(at != NULL, "%s: no \"%s\"", path, key);
+    memcpy(at + strlen(key) + skip, bytes, n);
+    wmt_write_file(path, s, len);
+    free(s);
+}
+
+static void copy_file(const char *from, const char *to) {
+    size_t len;
+    void *s = wmt_read_file(from, &len);
+    wmt_write_file(to, s, len);
+    free(s);
+}
+
+/* A small GGUF v3 part: split.no/count/tensors.count (u16, u16, i32, as llama.cpp writes them)
+ * unless count is 0, and one F32 tensor of 4 elements. */
+static void gguf_part(const char *path, uint16_t no, uint16_t count, int32_t total, const char *tensor) {
+    wmt_buf b = {0};
+    wmt_put(&b, "GGUF", 4);
+    wmt_put_u32(&b, 3);
+    wmt_put_u64(&b, 1);
+    wmt_put_u64(&b, count ? 3 : 0);
+    if (count) {
+        const char *keys[3] = {"split.no", "split.count", "split.tensors.count"};
+        for (int k = 0; k < 3; k++) {
+            wmt_put_u64(&b, strlen(keys[k]));
+            wmt_put(&b, keys[k], strlen(keys[k]));
+            wmt_put_u32(&b, k < 2 ? WM_VALUE_U16 : WM_VALUE_I32);
+            if (k == 0) wmt_put(&b, &no, 2);
+            if (k == 1) wmt_put(&b, &count, 2);
+            if (k == 2) wmt_put(&b, &total, 4);
+        }
+    }
+    wmt_put_u64(&b, strlen(tensor));
+    wmt_put(&b, tensor, strlen(tensor));
+    wmt_put_u32(&b, 1);
+    wmt_put_u64(&b, 4);
+    wmt_put_u32(&b, WM_TYPE_F32);
+    wmt_put_u64(&b, 0);
+    while (b.len % 32) wmt_put_u8(&b, 0);
+    wmt_put_zeros(&b, 16);
+    wmt_write_file(path, b.p, b.len);
+    wmt_buf_free(&b);
+}
+
+/* A one-tensor safetensors file. */
+static void st_part(const char *path, const char *tensor) {
+    char h[256];
+    snprintf(h, sizeof h, "{\"%s\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", tensor);
+    wmt_buf b = {0};
+    wmt_put_u64(&b, strlen(h));
+    wmt_put(&b, h, strlen(h));
+    wmt_put_zeros(&b, 4);
+    wmt_write_file(path, b.p, b.len);
+    wmt_buf_free(&b);
+}
+
+/* The set has the tensors of the one-file model, in the same order, with the same bytes: each
+ * tensor's bytes are read from its shard's file at its offset. */
+static void same_as_single(wm_file *set, const char *single) {
+    wm_file *one = open_ok(single);
+    CHECK_EQ(wm_file_tensor_count(set), wm_file_tensor_count(one));
+    CHECK_EQ(wm_file_tensor_bytes(set), wm_file_tensor_bytes(one));
+    uint32_t ns = wm_file_shard_count(set);
+    CHECK(ns >= 1 && ns <= 8);
+    unsigned char *shard[8];
+    size_t slen[8];
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < ns; i++) {
+        shard[i] = wmt_read_file(wm_file_shard_path(set, i), &slen[i]);
+        total += slen[i];
+    }
+    CHECK_EQ(wm_file_size(set), total);
+    size_t olen;
+    unsigned char *obytes = wmt_read_file(single, &olen);
+    bool used[8] = {0};
+    for (size_t i = 0; i < wm_file_tensor_count(one); i++) {
+        wm_tensor_info a, b;
+        CHECK_STATUS(wm_file_tensor(one, i, &a), WM_OK);
+        CHECK_STATUS(wm_file_tensor(set, i, &b), WM_OK);
+        CHECK(strcmp(a.name, b.name) == 0);
+        CHECK_EQ(a.type, b.type);
+        CHECK_EQ(a.n_dims, b.n_dims);
+        for (int d = 0; d < WM_MAX_DIMS; d++) CHECK_EQ(a.shape[d], b.shape[d]);
+        CHECK_EQ(a.nbytes, b.nbytes);
+        CHECK(b.shard < ns);
+        used[b.shard] = true;
+        CHECK(b.offset + b.nbytes <= slen[b.shard]);
+        CHECK_MSG(memcmp(shard[b.shard] + b.offset, obytes + a.offset, a.nbytes) == 0,
+                  "tensor %s: bytes differ", a.name);
+        size_t j;
+        CHECK_STATUS(wm_file_find_tensor(set, a.name, &j), WM_OK);
+        CHECK_EQ(j, i);
+    }
+    for (uint32_t i = 0; i < ns; i++) {
+        CHECK_MSG(used[i], "shard %u holds no tensor", i);
+        free(shard[i]);
+    }
+    free(obytes);
+    wm_file_close(one);
+}
+
+/* ---- good sets ---- */
+
+WM_TEST(safetensors_index_and_any_shard) {
+    const char *one = wmt_tmp("one.safetensors");
+    make_model(one, "--size 1M --seed 5");
+    make_model(wmt_tmp("s.safetensors"), "--size 1M --seed 5 --shards 3");
+    int fds = count_fds();
+    const char *paths[4] = {wmt_tmp("s.safetensors.index.json"), wmt_tmp("s-00001-of-00003.safetensors"),
+                            wmt_tmp("s-00002-of-00003.safetensors"), wmt_tmp("s-00003-of-00003.safetensors")};
+    for (int i = 0; i < 4; i++) {
+        char p[512];
+        snprintf(p, sizeof p, "%s", paths[i]);
+        wm_file *f = open_ok(p);
+        CHECK(strcmp(wm_file_path(f), p) == 0);
+        CHECK_EQ(wm_file_format(f), WM_FORMAT_SAFETENSORS);
+        CHECK_EQ(wm_file_shard_count(f), 3);
+        CHECK(strstr(wm_file_shard_path(f, 0), "s-00001-of-00003.safetensors"));
+        CHECK(strstr(wm_file_shard_path(f, 2), "s-00003-of-00003.safetensors"));
+        CHECK(wm_file_shard_path(f, 3) == NULL);
+        /* Metadata: the index's total_size, then shard 0's __metadata__. */
+        uint64_t total;
+        CHECK_STATUS(wm_file_get_u64(f, "total_size", &total), WM_OK);
+        CHECK_EQ(total, wm_file_tensor_bytes(f));
+        wm_string s;
+        CHECK_STATUS(wm_file_get_string(f, "format", &s), WM_OK);
+        CHECK(s.len == 2 && memcmp(s.ptr, "pt", 2) == 0);
+        CHECK_STATUS(wm_file_get_string(f, "general.architecture", &s), WM_OK);
+        wm_kv kv;
+        CHECK_STATUS(wm_file_metadata(f, 0, &kv), WM_OK);
+        CHECK(strcmp(kv.key, "total_size") == 0);
+        same_as_single(f, one);
+        wm_file_close(f);
+    }
+    CHECK_EQ(count_fds(), fds);
+    /* A single file has one shard, itself. */
+    wm_file *f = open_ok(one);
+    CHECK_EQ(wm_file_shard_count(f), 1);
+    CHECK(strcmp(wm_file_shard_path(f, 0), one) == 0);
+    wm_file_close(f);
+    CHECK_EQ(wm_file_shard_count(NULL), 0);
+}
+
+/* Without the index, the name says how many shards there are. */
+WM_TEST(safetensors_shards_without_index) {
+    const char *one = wmt_tmp("one.safetensors");
+    make_model(one, "--size 1M --seed 6");
+    make_model(wmt_tmp("s.safetensors"), "--size 1M --seed 6 --shards 2");
+    CHECK(unlink(wmt_tmp("s.safetensors.index.json")) == 0);
+    wm_file *f = open_ok(wmt_tmp("s-00002-of-00002.safetensors"));
+    CHECK_EQ(wm_file_shard_count(f), 2);
+    uint64_t total;
+    CHECK_STATUS(wm_file_get_u64(f, "total_size", &total), WM_ENOENT);
+    wm_file *o = open_ok(one);
+    CHECK_EQ(wm_file_metadata_count(f), wm_file_metadata_count(o));
+    wm_file_close(o);
+    same_as_single(f, one);
+    wm_file_close(f);
+}
+
+WM_TEST(gguf_split_any_part) {
+    const char *one = wmt_tmp("one.gguf");
+    make_model(one, "--size 1M --seed 9");
+    make_model(wmt_tmp("g.gguf"), "--size 1M --seed 9 --shards 3");
+    int fds = count_fds();
+    wm_file *o = open_ok(one);
+    size_t n_kv = wm_file_metadata_count(o);
+    wm_file_close(o);
+    for (unsigned k = 1; k <= 3; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "g-%05u-of-00003.gguf", k);
+        wm_file *f = open_ok(wmt_tmp(name));
+        CHECK_EQ(wm_file_format(f), WM_FORMAT_GGUF);
+        CHECK_EQ(wm_file_shard_count(f), 3);
+        CHECK_EQ(wm_file_metadata_count(f), n_kv + 3); /* shard 0's keys: the model's and split.* */
+        uint32_t v;
+        CHECK_STATUS(wm_file_get_u32(f, "split.count", &v), WM_OK);
+        CHECK_EQ(v, 3);
+        CHECK_STATUS(wm_file_get_u32(f, "llama.block_count", &v), WM_OK);
+        same_as_single(f, one);
+        wm_file_close(f);
+    }
+    CHECK_EQ(count_fds(), fds);
+}
+
+/* A GGUF file with split.count 1 (or none) is a single file, whatever its name. */
+WM_TEST(gguf_split_of_one) {
+    gguf_part(wmt_tmp("p-00001-of-00001.gguf"), 0, 1, 1, "a");
+    wm_file *f = open_ok(wmt_tmp("p-00001-of-00001.gguf"));
+    CHECK_EQ(wm_file_shard_count(f), 1);
+    wm_file_close(f);
+    gguf_part(wmt_tmp("q-00002-of-00003.gguf"), 0, 0, 0, "a");
+    f = open_ok(wmt_tmp("q-00002-of-00003.gguf"));
+    CHECK_EQ(wm_file_shard_count(f), 1);
+    wm_file_close(f);
+}
+
+WM_TEST(gguf_split_hand_built) {
+    gguf_part(wmt_tmp("h-00001-of-00002.gguf"), 0, 2, 2, "a");
+    gguf_part(wmt_tmp("h-00002-of-00002.gguf"), 1, 2, 2, "b");
+    wm_file *f = open_ok(wmt_tmp("h-00002-of-00002.gguf"));
+    CHECK_EQ(wm_file_tensor_count(f), 2);
+    wm_tensor_info t;
+    CHECK_STATUS(wm_file_tensor(f, 1, &t), WM_OK);
+    CHECK(strcmp(t.name, "b") == 0);
+    CHECK_EQ(t.shard, 1);
+    CHECK_EQ(t.offset, wm_file_data_offset(f)); /* both parts have the same layout */
+    wm_file_close(f);
+}
+
+/* ---- broken safetensors sets ---- */
+
+static void make_st_set(void) { make_model(wmt_tmp("s.safetensors"), "--size 1M --seed 5 --shards 3"); }
+
+WM_TEST(st_missing_shard) {
+    make_st_set();
+    CHECK(unlink(wmt_tmp("s-00002-of-00003.safetensors")) == 0);
+    refused(wmt_tmp("s.safetensors.index.json"), WM_ENOENT, "s-00002-of-00003.safetensors", "missing");
+    refused(wmt_tmp("s-00001-of-00003.safetensors"), WM_ENOENT, "s-00002-of-00003.safetensors",
+            "missing");
+    CHECK(unlink(wmt_tmp("s.safetensors.index.json")) == 0);
+    refused(wmt_tmp("s-00003-of-00003.safetensors"), WM_ENOENT, "s-00002-of-00003.safetensors",
+            "missing");
+}
+
+WM_TEST(st_extra_tensor) {
+    make_st_set();
+    /* The index forgets a tensor that shard 1 holds. */
+    edit_file(wmt_tmp("s.safetensors.index.json"),
+              "    \"blk.0.attn_norm.weight\": \"s-00001-of-00003.safetensors\",\n", "");
+    refused(wmt_tmp("s.safetensors.index.json"), WM_EFORMAT, "s-00001-of-00003.safetensors holds tensor "
+            "'blk.0.attn_norm.weight', which the index does not list", NULL);
+}
+
+WM_TEST(st_tensor_in_wrong_shard) {
+    make_st_set();
+    edit_file(wmt_tmp("s.safetensors.index.json"),
+              "\"blk.0.attn_norm.weight\": \"s-00001-of-00003.safetensors\"",
+              "\"blk.0.attn_norm.weight\": \"s-00002-of-00003.safetensors\"");
+    refused(wmt_tmp("s-00003-of-00003.safetensors"), WM_EFORMAT,
+            "'blk.0.attn_norm.weight' is in shard", "but the index puts it in s-00002-of-00003.safetensors");
+}
+
+WM_TEST(st_listed_tensor_absent) {
+    make_st_set();
+    edit_file(wmt_tmp("s.safetensors.index.json"), "\"weight_map\": {",
+              "\"weight_map\": {\"ghost\": \"s-00002-of-00003.safetensors\",");
+    refused(wmt_tmp("s.safetensors.index.json"), WM_EFORMAT,
+            "tensor 'ghost' is listed for shard", "s-00002-of-00003.safetensors, which does not hold it");
+    /* A shard the index names that does not exist at all. */
+    make_st_set();
+    edit_file(wmt_tmp("s.safetensors.index.json"), "\"weight_map\": {",
+              "\"weight_map\": {\"ghost\": \"s-00009-of-00003.safetensors\",");
+    refused(wmt_tmp("s.safetensors.index.json"), WM_ENOENT, "s-00009-of-00003.safetensors", "missing");
+}
+
+WM_TEST(st_tensor_listed_twice) {
+    make_st_set();
+    edit_file(wmt_tmp("s.safetensors.index.json"), "\"weight_map\": {",
+              "\"weight_map\": {\"token_embd.weight\": \"s-00001-of-00003.safetensors\",");
+    refused(wmt_tmp("s.safetensors.index.json"), WM_EFORMAT, "lists tensor 'token_embd.weight' twice", NULL);
+}
+
+WM_TEST(st_unsafe_shard_names) {
+    make_st_set();
+    copy_file(wmt_tmp("s.safetensors.index.json"), wmt_tmp("u.safetensors.index.json"));
+    edit_file(wmt_tmp("u.safetensors.index.json"), "\"weight_map\": {",
+              "\"weight_map\": {\"x\": \"../s-00001-of-00003.safetensors\",");
+    refused(wmt_tmp("u.safetensors.index.json"), WM_EFORMAT, "'../s-00001-of-00003.safetensors'",
+            "not a file name below");
+    copy_file(wmt_tmp("s.safetensors.index.json"), wmt_tmp("v.safetensors.index.json"));
+    edit_file(wmt_tmp("v.safetensors.index.json"), "\"weight_map\": {", "\"weight_map\": {\"x\": \"/etc/passwd\",");
+    refused(wmt_tmp("v.safetensors.index.json"), WM_EFORMAT, "not a file name below", NULL);
+    copy_file(wmt_tmp("s.safetensors.index.json"), wmt_tmp("w.safetensors.index.json"));
+    edit_file(wmt_tmp("w.safetensors.index.json"), "\"weight_map\": {", "\"weight_map\": {\"x\": \"\",");
+    refused(wmt_tmp("w.safetensors.index.json"), WM_EFORMAT, "empty string, not a file name", NULL);
+}
+
+WM_TEST(st_bad_index) {
+    const char *ip = wmt_tmp("b.safetensors.index.json");
+    wmt_write_file(ip, "{\"weight_map\": {", 16);
+    refused(ip, WM_EFORMAT, "not valid JSON", "b.safetensors.index.json");
+    wmt_write_file(ip, "{\"metadata\": {}}", 16);
+    refused(ip, WM_EFORMAT, "no weight_map object", NULL);
+    wmt_write_file(ip, "{\"weight_map\": []}", 18);
+    refused(ip, WM_EFORMAT, "no weight_map object", NULL);
+    wmt_write_file(ip, "{\"weight_map\": {}}", 18);
+    refused(ip, WM_EFORMAT, "names no tensors", NULL);
+    wmt_write_file(ip, "{\"weight_map\": {\"a\": 3}}", 24);
+    refused(ip, WM_EFORMAT, "maps to a JSON number", NULL);
+    wmt_write_file(ip, "{\"weight_map\": {\"a\": \"x\"}, \"weight_map\": {}}", 44);
+    refused(ip, WM_EFORMAT, "'weight_map' appears twice", NULL);
+    wmt_write_file(ip, "[1]", 3);
+    refused(ip, WM_EFORMAT, "not an object", NULL);
+    refused(wmt_tmp("nope.safetensors.index.json"), WM_ENOENT, "nope.safetensors.index.json", NULL);
+}
+
+/* Index metadata of every kind is kept: integers exact, others as floats, booleans, JSON text. */
+WM_TEST(st_index_metadata_kinds) {
+    st_part(wmt_tmp("k-00001-of-00001.safetensors"), "a");
+    const char *ip = wmt_tmp("k.safetensors.index.json");
+    const char *txt = "{\"metadata\": {\"total_size\": 18446744073709551615, \"neg\": -3, \"f\": 0.5,"
+                      " \"b\": true, \"o\": {\"x\": [1, 2]}, \"s\": \"str\"},"
+                      " \"weight_map\": {\"a\": \"k-00001-of-00001.safetensors\"}}";
+    wmt_write_file(ip, txt, strlen(txt));
+    wm_file *f = open_ok(ip);
+    uint64_t u;
+    int64_t i;
+    double d;
+    int b;
+    wm_string s;
+    CHECK_STATUS(wm_file_get_u64(f, "total_size", &u), WM_OK);
+    CHECK_EQ(u, UINT64_MAX);
+    CHECK_STATUS(wm_file_get_i64(f, "neg", &i), WM_OK);
+    CHECK(i == -3);
+    CHECK_STATUS(wm_file_get_f64(f, "f", &d), WM_OK);
+    CHECK(d == 0.5);
+    CHECK_STATUS(wm_file_get_bool(f, "b", &b), WM_OK);
+    CHECK(b == 1);
+    CHECK_STATUS(wm_file_get_string(f, "o", &s), WM_OK);
+    CHECK(s.len == 11 && memcmp(s.ptr, "{\"x\":[1,2]}", 11) == 0);
+    CHECK_STATUS(wm_file_get_string(f, "s", &s), WM_OK);
+    CHECK_EQ(wm_file_shard_count(f), 1);
+    wm_file_close(f);
+}
+
+WM_TEST(st_shard_of_wrong_format) {
+    gguf_part(wmt_tmp("m-00001-of-00001.gguf"), 0, 0, 0, "a");
+    const char *ip = wmt_tmp("m.safetensors.index.json");
+    const char *txt = "{\"weight_map\": {\"a\": \"m-00001-of-00001.gguf\"}}";
+    wmt_write_file(ip, txt, strlen(txt));
+    refused(ip, WM_EFORMAT, "m-00001-of-00001.gguf is a gguf file, not safetensors", NULL);
+}
+
+WM_TEST(st_duplicate_across_shards) {
+    st_part(wmt_tmp("d-00001-of-00002.safetensors"), "t");
+    st_part(wmt_tmp("d-00002-of-00002.safetensors"), "t");
+    refused(wmt_tmp("d-00001-of-00002.safetensors"), WM_EFORMAT, "tensor 't' is in two shards",
+            "d-00002-of-00002.safetensors");
+}
+
+WM_TEST(st_corrupt_shard) {
+    make_st_set();
+    CHECK(truncate(wmt_tmp("s-00002-of-00003.safetensors"), 100) == 0);
+    refused(wmt_tmp("s.safetensors.index.json"), WM_EFORMAT, "s-00002-of-00003.safetensors", "offset");
+}
+
+/* ---- broken GGUF split sets ---- */
+
+static void make_gguf_set(void) { make_model(wmt_tmp("g.gguf"), "--size 1M --seed 9 --shards 3"); }
+
+WM_TEST(gguf_missing_part) {
+    make_gguf_set();
+    CHECK(unlink(wmt_tmp("g-00003-of-00003.gguf")) == 0);
+    refused(wmt_tmp("g-00001-of-00003.gguf"), WM_ENOENT, "g-00003-of-00003.gguf", "missing");
+}
+
+WM_TEST(gguf_split_count_mismatch) {
+    make_gguf_set();
+    uint16_t four = 4;
+    patch_after(wmt_tmp("g-00002-of-00003.gguf"), "split.count", 4, &four, 2);
+    refused(wmt_tmp("g-00001-of-00003.gguf"), WM_EFORMAT, "g-00002-of-00003.gguf: split.count is 4 in this part",
+            NULL);
+    refused(wmt_tmp("g-00002-of-00003.gguf"), WM_EFORMAT, "split.count is 4, but the name says 3 parts",
+            NULL);
+}
+
+WM_TEST(gguf_split_no_mismatch) {
+    make_gguf_set();
+    CHECK(rename(wmt_tmp("g-00002-of-00003.gguf"), wmt_tmp("x")) == 0);
+    CHECK(rename(wmt_tmp("g-00003-of-00003.gguf"), wmt_tmp("g-00002-of-00003.gguf")) == 0);
+    CHECK(rename(wmt_tmp("x"), wmt_tmp("g-00003-of-00003.gguf")) == 0);
+    refused(wmt_tmp("g-00001-of-00003.gguf"), WM_EFORMAT, "g-00002-of-00003.gguf: split.no is 2",
+            "part 2 (split.no 1)");
+    /* A part without split.no. */
+    gguf_part(wmt_tmp("n-00001-of-00002.gguf"), 0, 2, 2, "a");
+    gguf_part(wmt_tmp("n-00002-of-00002.gguf"), 1, 2, 2, "b");
+    patch_after(wmt_tmp("n-00002-of-00002.gguf"), "split.n", 0, "X", 1);
+    refused(wmt_tmp("n-00001-of-00002.gguf"), WM_EFORMAT, "split.no is missing", NULL);
+}
+
+WM_TEST(gguf_split_tensor_count_mismatch) {
+    make_gguf_set();
+    int32_t n = 101;
+    patch_after(wmt_tmp("g-00001-of-00003.gguf"), "split.tensors.count", 4, &n, 4);
+    refused(wmt_tmp("g-00003-of-00003.gguf"), WM_EFORMAT, "split.tensors.count is 101, but the 3 parts hold 102",
+            "g-00001-of-00003.gguf");
+}
+
+WM_TEST(gguf_split_bad_names) {
+    make_gguf_set();
+    copy_file(wmt_tmp("g-00001-of-00003.gguf"), wmt_tmp("plain.gguf"));
+    refused(wmt_tmp("plain.gguf"), WM_EFORMAT, "does not end in -0000K-of-0000N.gguf", NULL);
+    copy_file(wmt_tmp("g-00001-of-00003.gguf"), wmt_tmp("g-00001-of-00004.gguf"));
+    refused(wmt_tmp("g-00001-of-00004.gguf"), WM_EFORMAT, "the name says 4 parts", NULL);
+    /* split.count negative (an i16 of -1) */
+    gguf_part(wmt_tmp("t-00001-of-00002.gguf"), 0, 2, 2, "a");
+    unsigned char i16[6] = {WM_VALUE_I16, 0, 0, 0, 0xff, 0xff};
+    patch_after(wmt_tmp("t-00001-of-00002.gguf"), "split.count", 0, i16, 6);
+    refused(wmt_tmp("t-00001-of-00002.gguf"), WM_EFORMAT, "split.count is not a non-negative integer", NULL);
+}
+
+WM_TEST(gguf_duplicate_across_parts) {
+    gguf_part(wmt_tmp("d-00001-of-00002.gguf"), 0, 2, 2, "same");
+    gguf_part(wmt_tmp("d-00002-of-00002.gguf"), 1, 2, 2, "same");
+    refused(wmt_tmp("d-00002-of-00002.gguf"), WM_EFORMAT, "tensor 'same' is in two shards",
+            "d-00001-of-00002.gguf");
+}
+
+WM_TEST(gguf_part_of_wrong_format) {
+    gguf_part(wmt_tmp("w-00001-of-00002.gguf"), 0, 2, 2, "a");
+    st_part(wmt_tmp("w-00002-of-00002.gguf"), "b");
+    refused(wmt_tmp("w-00001-of-00002.gguf"), WM_EFORMAT, "w-00002-of-00002.gguf is a safetensors file, not gguf",
+            NULL);
+}
+
+/* ---- truncation sweeps ---- */
+
+/* Prefixes of the index: every length through 256 bytes, then every third (the full file and
+ * the one without its final newline open). */
+WM_TEST(truncate_index) {
+    make_model(wmt_tmp("s.safetensors"), "--size 1M --seed 5 --shards 2");
+    const char *ip = wmt_tmp("s.safetensors.index.json");
+    size_t len;
+    char *txt = wmt_read_file(ip, &len);
+    int fds = count_fds();
+    for (size_t l = len + 1; l-- > 0;) {
+        if (l > 256 && l < len - 1 && l % 3) continue;
+        wmt_write_file(ip, txt, l);
+        wm_file *f = (wm_file *)(uintptr_t)1;
+        wm_error err = {0};
+        wm_status st = wm_file_open(ip, &f, &err);
+        if (l >= len - 1) {
+            CHECK_STATUS(st, WM_OK);
+            wm_file_close(f);
+        } else {
+            CHECK_MSG(st == WM_EFORMAT, "%zu of %zu: %s (%s)", l, len, wm_status_name(st), err.msg);
+            CHECK(f == NULL && strstr(err.msg, "offset") && strstr(err.msg, "index.json"));
+        }
+        CHECK_LEDGER_EMPTY();
+        CHECK_EQ(count_fds(), fds);
+    }
+    free(txt);
+}
+
+/* A shard cut short, at every length through its header and sampled lengths of its data. */
+static void truncate_shard(const char *open_path, const char *shard) {
+    size_t len;
+    void *bytes = wmt_read_file(shard, &len);
+    int fds = count_fds();
+    wm_file *f = open_ok(open_path);
+    wm_file_close(f);
+    uint64_t lens[600];
+    size_t n = 0;
+    for (uint64_t l = 0; l < 256 && l < len; l++) lens[n++] = l;
+    for (uint64_t l = 256; l < 4096 && l < len; l += 61) lens[n++] = l; /* GGUF headers run longer */
+    for (unsigned k = 1; k < 40; k++) lens[n++] = 4096 + (len - 4097) * k / 40;
+    lens[n++] = len - 1;
+    for (size_t i = 0; i < n; i++) {
+        CHECK(truncate(shard, (off_t)lens[i]) == 0);
+        f = (wm_file *)(uintptr_t)1;
+        wm_error err = {0};
+        wm_status st = wm_file_open(open_path, &f, &err);
+        CHECK_MSG(st == WM_EFORMAT, "%llu of %zu: %s (%s)", (unsigned long long)lens[i], len,
+                  wm_status_name(st), err.msg);
+        CHECK(f == NULL && strstr(err.msg, "offset"));
+        CHECK_MSG(strstr(err.msg, shard) || lens[i] < 8, "\"%s\" lacks %s", err.msg, shard);
+        CHECK_LEDGER_EMPTY();
+        CHECK_EQ(count_fds(), fds);
+    }
+    wmt_write_file(shard, bytes, len);
+    f = open_ok(open_path);
+    wm_file_close(f);
+    free(bytes);
+}
+
+WM_TEST(truncate_st_shard) {
+    make_model(wmt_tmp("s.safetensors"), "--size 1M --seed 5 --shards 3");
+    truncate_shard(wmt_tmp("s-00001-of-00003.safetensors"), wmt_tmp("s-00002-of-00003.safetensors"));
+    CHECK(unlink(wmt_tmp("s.safetensors.index.json")) == 0);
+    truncate_shard(wmt_tmp("s-00001-of-00003.safetensors"), wmt_tmp("s-00003-of-00003.safetensors"));
+}
+
+WM_TEST(truncate_gguf_part) {
+    make_model(wmt_tmp("g.gguf"), "--size 1M --seed 9 --shards 3");
+    truncate_shard(wmt_tmp("g-00001-of-00003.gguf"), wmt_tmp("g-00003-of-00003.gguf"));
+}
+
+/* ---- fault sweeps ---- */
+
+static void fault_sweep(const char *path) {
+    int fds = count_fds();
+    wm_file *f = NULL;
+    wm__fault_reset();
+    CHECK_STATUS(wm_file_open(path, &f, NULL), WM_OK);
+    uint64_t n = wm__fault_count(WM_OS_ANY);
+    uint64_t n_mem = wm__fault_count(WM_OS_ALLOC) + wm__fault_count(WM_OS_PAGES);
+    wm_file_close(f);
+    CHECK(n >= 12);
+    static const int errs[] = {EIO, ENOMEM};
+    for (int e = 0; e < 2; e++) {
+        uint64_t got_mem = 0;
+        for (uint64_t k = 1; k <= n; k++) {
+            wm_error err = {0};
+            f = (wm_file *)(uintptr_t)1;
+            wm__fault_arm(WM_OS_ANY, k, errs[e]);
+            wm_status st = wm_file_open(path, &f, &err);
+            CHECK_MSG(wm__fault_injected() == 1, "call %llu of %llu was not failed",
+                      (unsigned long long)k, (unsigned long long)n);
+            CHECK_MSG(st != WM_OK, "a fault at call %llu of %llu went unnoticed", (unsigned long long)k,
+                      (unsigned long long)n);
+            CHECK(f == NULL);
+            CHECK_EQ(err.code, st);
+            if (errs[e] == ENOMEM)
+                CHECK_MSG(st == WM_ENOMEM, "ENOMEM at call %llu gave %s: %s", (unsigned long long)k,
+                          wm_status_name(st), err.msg);
+            else
+                CHECK_MSG(st == WM_EIO || st == WM_ENOMEM, "EIO at call %llu gave %s: %s",
+                          (unsigned long long)k, wm_status_name(st), err.msg);
+            if (st == WM_ENOMEM) got_mem++;
+            CHECK_LEDGER_EMPTY();
+            CHECK_MSG(count_fds() == fds, "a fault at call %llu left a descriptor", (unsigned long long)k);
+        }
+        if (errs[e] == EIO) CHECK_EQ(got_mem, n_mem);
+    }
+    wm__fault_reset();
+}
+
+WM_TEST(faults_st_index) {
+    make_model(wmt_tmp("s.safetensors"), "--size 1M --seed 5 --shards 2");
+    fault_sweep(wmt_tmp("s-00002-of-00002.safetensors")); /* stat of the index, index, shards */
+}
+
+WM_TEST(faults_st_no_index) {
+    make_model(wmt_tmp("s.safetensors"), "--size 1M --seed 5 --shards 2");
+    CHECK(unlink(wmt_tmp("s.safetensors.index.json")) == 0);
+    fault_sweep(wmt_tmp("s-00001-of-00002.safetensors"));
+}
+
+WM_TEST(faults_gguf_split) {
+    gguf_part(wmt_tmp("h-00001-of-00003.gguf"), 0, 3, 3, "a");
+    gguf_part(wmt_tmp("h-00002-of-00003.gguf"), 1, 3, 3, "b");
+    gguf_part(wmt_tmp("h-00003-of-00003.gguf"), 2, 3, 3, "c");
+    fault_sweep(wmt_tmp("h-00002-of-00003.gguf"));
+}
+
+/* ---- the CLI ---- */
+
+WM_TEST(cli_info_on_sets) {
+    make_model(wmt_tmp("s.safetensors"), "--size 1M --seed 5 --shards 3");
+    char cmd[1024], out[65536];
+    snprintf(cmd, sizeof cmd, "%s info --json %s", WM_CLI, wmt_tmp("s-00002-of-00003.safetensors"));
+    FILE *p = popen(cmd, "r");
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    CHECK_EQ(pclose(p), 0);
+    CHECK(strstr(out, "\"format\": \"safetensors\""));
+    CHECK(strstr(out, "\"shards\": [\""));
+    CHECK(strstr(out, "s-00003-of-00003.safetensors\"]"));
+    CHECK(strstr(out, "\"shard\": 2}"));
+    CHECK(strstr(out, "\"total_size\": "));
+    snprintf(cmd, sizeof cmd, "%s info %s", WM_CLI, wmt_tmp("s.safetensors.index.json"));
+    p = popen(cmd, "r");
+    n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    CHECK_EQ(pclose(p), 0);
+    CHECK(strstr(out, "shards:      1/3 "));
+    CHECK(strstr(out, "format:      safetensors v1"));
+    /* A broken set: exit 1, one line naming the missing shard. */
+    CHECK(unlink(wmt_tmp("s-00003-of-00003.safetensors")) == 0);
+    snprintf(cmd, sizeof cmd, "%s info %s 2>&1", WM_CLI, wmt_tmp("s.safetensors.index.json"));
+    p = popen(cmd, "r");
+    n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    int rc = pclose(p);
+    CHECK(WIFEXITED(rc) && WEXITSTATUS(rc) == 1);
+    CHECK(strstr(out, "s-00003-of-00003.safetensors") && strstr(out, "missing"));
+}
