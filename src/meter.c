@@ -328,9 +328,11 @@ wm_status wm_mem_file_regions(int pid, const char *path, wm_file_region *regions
     wm_os_stat fst = {0};
     if (path) {
         int se = wm__os_stat_path(path, &fst);
-        if (se)
-            return wm__err(err, wm__status_from_errno(se) == WM_ENOENT ? WM_ENOENT : WM_EIO, se,
-                           "%s: %s", path, wm__errno_text(se));
+        if (se) {
+            wm_status st = wm__status_from_errno(se);
+            if (st != WM_ENOENT && st != WM_EPERM && st != WM_ENOMEM) st = WM_EIO;
+            return wm__err(err, st, se, "%s: %s", path, wm__errno_text(se));
+        }
     }
     line_reader r;
     line ln;
