@@ -1,0 +1,250 @@
+/*
+ * test_gguf_sweep.c: sweeps over real fixtures.
+ *
+ * Sections: truncation (every prefix of the small fixtures, the whole header and sampled data
+ * lengths of the larger ones, opens or fails with WM_EFORMAT, holding nothing afterwards);
+ * faults (the k-th OS call or allocation of an open fails, for every k: the documented status,
+ * nothing held); EINTR (retried, so the open succeeds); the cost of an open (a bounded number of
+ * reads and allocations, whatever the vocabulary length).
+ */
+#include "gguf_builder.h"
+#include "os/fault.h"
+
+#include <errno.h>
+#include <unistd.h>
+
+/* ---- truncation ---- */
+
+typedef struct full_info {
+    uint64_t size;
+    uint64_t data_offset;
+    uint64_t data_end; /* end of the last tensor; data_offset when there are none */
+    size_t n_tensors;
+} full_info;
+
+static full_info fixture_info(const char *path) {
+    full_info fi = {0};
+    wm_file *f = OPEN_OK(path);
+    fi.size = wm_file_size(f);
+    fi.data_offset = wm_file_data_offset(f);
+    fi.n_tensors = wm_file_tensor_count(f);
+    /* A file without tensors may end right after its metadata, before the aligned offset. */
+    fi.data_end = fi.n_tensors ? fi.data_offset : fi.size;
+    for (size_t i = 0; i < fi.n_tensors; i++) {
+        wm_tensor_info t;
+        CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
+        if (t.offset + t.nbytes > fi.data_end) fi.data_end = t.offset + t.nbytes;
+    }
+    wm_file_close(f);
+    return fi;
+}
+
+/* Opens the first `len` bytes (the copy at `path` truncated to len): WM_OK exactly when every
+ * tensor's bytes are there, else WM_EFORMAT; nothing held either way. */
+static void open_prefix(const char *path, uint64_t len, const full_info *fi, int fds) {
+    CHECK_MSG(truncate(path, (off_t)len) == 0, "truncate %s to %llu", path,
+              (unsigned long long)len);
+    wm_file *f = (wm_file *)(uintptr_t)1;
+    wm_error err = {0};
+    wm_status st = wm_file_open(path, &f, &err);
+    wm_status want = len >= fi->data_end ? WM_OK : WM_EFORMAT;
+    CHECK_MSG(st == want, "prefix of %llu bytes: %s (%s), want %s", (unsigned long long)len,
+              wm_status_name(st), err.msg, wm_status_name(want));
+    if (st == WM_OK) {
+        CHECK_EQ(wm_file_tensor_count(f), fi->n_tensors);
+        wm_file_close(f);
+    } else {
+        CHECK(f == NULL);
+        CHECK_MSG(strstr(err.msg, "offset") != NULL, "prefix %llu: \"%s\" lacks \"offset\"",
+                  (unsigned long long)len, err.msg);
+    }
+    CHECK_LEDGER_EMPTY();
+    CHECK_MSG(ggb_count_fds() == fds, "prefix %llu: a descriptor was left open",
+              (unsigned long long)len);
+}
+
+/* Every length from the whole file down to 0 when it is under 64 KiB; otherwise every length
+ * through the header and `samples` lengths spread over the data section. The copy is written
+ * once and truncated step by step, longest first. */
+static void truncation_sweep(const char *fixture, unsigned samples) {
+    const char *src = wmt_fixture(fixture);
+    full_info fi = fixture_info(src);
+    size_t len;
+    void *bytes = wmt_read_file(src, &len);
+    CHECK_EQ(len, fi.size);
+    const char *path = wmt_tmp("prefix.gguf");
+    wmt_write_file(path, bytes, len);
+    free(bytes);
+    int fds = ggb_count_fds();
+    uint64_t every = fi.size < 64 * 1024 ? fi.size : fi.data_offset + 64;
+    if (every > fi.size) every = fi.size;
+    if (fi.size > every) {
+        /* Sampled lengths above the header, longest first; both sides of the last byte. */
+        open_prefix(path, fi.size, &fi, fds);
+        open_prefix(path, fi.size - 1, &fi, fds);
+        uint64_t span = fi.size - 1 - every;
+        for (unsigned k = samples; k >= 1; k--)
+            open_prefix(path, every + span * k / (samples + 1), &fi, fds);
+    }
+    for (uint64_t l = every + 1; l-- > 0;) open_prefix(path, l, &fi, fds);
+}
+
+WM_TEST(truncate_ratchet_test) { truncation_sweep("gguf/ratchet-test.gguf", 0); }
+WM_TEST(truncate_ratchet_dummy) { truncation_sweep("gguf/ratchet-dummy.gguf", 0); }
+WM_TEST(truncate_stories260K) { truncation_sweep("gguf/stories260K.gguf", 200); }
+WM_TEST(truncate_stories260K_v1) { truncation_sweep("gguf/stories260K-v1.gguf", 200); }
+WM_TEST(truncate_superpoint) { truncation_sweep("gguf/superpoint.gguf", 100); }
+
+/* A vocab file has no tensors: its header is the whole file (707 KiB here). Every length of its
+ * first 16 KiB, then lengths about 8 KiB apart over the rest, which cross each pass of the
+ * growing read buffer. */
+WM_TEST(truncate_vocab_llama_spm) {
+    const char *src = wmt_fixture("gguf/ggml-vocab-llama-spm.gguf");
+    full_info fi = fixture_info(src);
+    size_t len;
+    void *bytes = wmt_read_file(src, &len);
+    const char *path = wmt_tmp("prefix.gguf");
+    wmt_write_file(path, bytes, len);
+    free(bytes);
+    int fds = ggb_count_fds();
+    open_prefix(path, fi.size, &fi, fds);
+    for (uint64_t l = fi.size - 1; l > 16384; l -= 1 + l % 16381) open_prefix(path, l, &fi, fds);
+    for (uint64_t l = 16385; l-- > 0;) open_prefix(path, l, &fi, fds);
+}
+
+/* ---- faults ---- */
+
+static void fault_sweep(const char *fixture) {
+    const char *path = wmt_fixture(fixture);
+    int fds = ggb_count_fds();
+    wm_file *f = NULL;
+    wm__fault_reset();
+    CHECK_STATUS(wm_file_open(path, &f, NULL), WM_OK);
+    uint64_t n = wm__fault_count(WM_OS_ANY);
+    uint64_t n_mem = wm__fault_count(WM_OS_ALLOC) + wm__fault_count(WM_OS_PAGES);
+    uint64_t n_harmless = wm__fault_count(WM_OS_ADVISE);
+    wm_file_close(f);
+    CHECK(n >= 4); /* open, stat, reads, allocations */
+    static const int errs[] = {EIO, ENOMEM};
+    for (int e = 0; e < 2; e++) {
+        uint64_t got_mem = 0, got_ok = 0;
+        for (uint64_t k = 1; k <= n; k++) {
+            wm_error err = {0};
+            f = (wm_file *)(uintptr_t)1;
+            wm__fault_arm(WM_OS_ANY, k, errs[e]);
+            wm_status st = wm_file_open(path, &f, &err);
+            CHECK_MSG(wm__fault_injected() == 1, "%s: call %llu of %llu was not failed", fixture,
+                      (unsigned long long)k, (unsigned long long)n);
+            if (st == WM_OK) {
+                /* Only advice may fail without failing the open. */
+                got_ok++;
+                wm_file_close(f);
+            } else {
+                CHECK(f == NULL);
+                CHECK_EQ(err.code, st);
+                if (errs[e] == ENOMEM)
+                    CHECK_MSG(st == WM_ENOMEM, "%s: ENOMEM at call %llu gave %s: %s", fixture,
+                              (unsigned long long)k, wm_status_name(st), err.msg);
+                else
+                    CHECK_MSG(st == WM_EIO || st == WM_ENOMEM, "%s: EIO at call %llu gave %s: %s",
+                              fixture, (unsigned long long)k, wm_status_name(st), err.msg);
+                if (st == WM_ENOMEM) got_mem++;
+                CHECK_MSG(strstr(err.msg, path) != NULL, "\"%s\" lacks the path", err.msg);
+            }
+            CHECK_LEDGER_EMPTY();
+            CHECK_MSG(ggb_count_fds() == fds, "%s: fault at call %llu left a descriptor", fixture,
+                      (unsigned long long)k);
+            CHECK_EQ(wmt_count_file_maps(path), 0);
+        }
+        CHECK_EQ(got_ok, n_harmless);
+        /* With EIO, exactly the failed allocations report WM_ENOMEM. */
+        if (errs[e] == EIO) CHECK_EQ(got_mem, n_mem);
+    }
+    wm__fault_reset();
+}
+
+WM_TEST(faults_stories260K) { fault_sweep("gguf/stories260K.gguf"); }
+WM_TEST(faults_vocab_llama_bpe) { fault_sweep("gguf/ggml-vocab-llama-bpe.gguf"); }
+WM_TEST(faults_ratchet_dummy) { fault_sweep("gguf/ratchet-dummy.gguf"); }
+WM_TEST(faults_stories260K_v1) { fault_sweep("gguf/stories260K-v1.gguf"); }
+
+/* Per kind: the k-th call of each kind fails, and the status is exactly the one for that kind. */
+WM_TEST(faults_by_kind) {
+    const char *path = wmt_fixture("gguf/ggml-vocab-llama-spm.gguf");
+    wm_file *f = NULL;
+    wm__fault_reset();
+    CHECK_STATUS(wm_file_open(path, &f, NULL), WM_OK);
+    wm_file_close(f);
+    uint64_t counts[WM_OS_CALL_COUNT];
+    for (int c = 0; c < WM_OS_CALL_COUNT; c++) counts[c] = wm__fault_count((wm_os_call)c);
+    CHECK(counts[WM_OS_OPEN] == 1 && counts[WM_OS_STAT] >= 1 && counts[WM_OS_PREAD] >= 2);
+    for (int c = 0; c < WM_OS_CALL_COUNT; c++) {
+        for (uint64_t k = 1; k <= counts[c]; k++) {
+            wm_error err = {0};
+            wm__fault_arm((wm_os_call)c, k, EIO);
+            wm_status st = wm_file_open(path, &f, &err);
+            wm_status want = c == WM_OS_ALLOC || c == WM_OS_PAGES ? WM_ENOMEM
+                             : c == WM_OS_ADVISE                  ? WM_OK
+                                                                  : WM_EIO;
+            CHECK_MSG(st == want, "%s call %llu: %s, want %s (%s)",
+                      wm__fault_call_name((wm_os_call)c), (unsigned long long)k, wm_status_name(st),
+                      wm_status_name(want), err.msg);
+            if (st == WM_OK) wm_file_close(f);
+            else if (c != WM_OS_ALLOC && c != WM_OS_PAGES) CHECK_EQ(err.os_errno, EIO);
+            CHECK_LEDGER_EMPTY();
+        }
+    }
+    wm__fault_reset();
+}
+
+/* An interrupted read is retried: every read of an open may be interrupted, once or always. */
+WM_TEST(eintr_retried) {
+    const char *path = wmt_fixture("gguf/stories260K.gguf");
+    wm_file *f = NULL;
+    wm__fault_reset();
+    CHECK_STATUS(wm_file_open(path, &f, NULL), WM_OK);
+    wm_file_close(f);
+    uint64_t n = wm__fault_count(WM_OS_PREAD);
+    CHECK(n >= 2);
+    for (uint64_t k = 1; k <= n; k++) {
+        wm_error err = {0};
+        wm__fault_arm(WM_OS_PREAD, k, EINTR);
+        CHECK_MSG(wm_file_open(path, &f, &err) == WM_OK, "EINTR at read %llu: %s",
+                  (unsigned long long)k, err.msg);
+        CHECK_EQ(wm__fault_injected(), 1);
+        CHECK_EQ(wm_file_tensor_count(f), 48);
+        wm_file_close(f);
+        CHECK_LEDGER_EMPTY();
+    }
+    wm__fault_reset();
+}
+
+/* ---- the cost of an open ---- */
+
+typedef struct open_cost {
+    uint64_t reads, allocs, any;
+} open_cost;
+
+static open_cost cost_of_open(const char *fixture) {
+    wm_file *f = NULL;
+    wm__fault_reset();
+    CHECK_STATUS(wm_file_open(wmt_fixture(fixture), &f, NULL), WM_OK);
+    open_cost c = {wm__fault_count(WM_OS_PREAD), wm__fault_count(WM_OS_ALLOC),
+                   wm__fault_count(WM_OS_ANY)};
+    wm_file_close(f);
+    wm__fault_reset();
+    return c;
+}
+
+WM_TEST(open_cost_bounded) {
+    /* 128,256 tokens, 7.8 MB: a bounded number of reads and allocations, not one per token. */
+    open_cost big = cost_of_open("gguf/ggml-vocab-llama-bpe.gguf");
+    CHECK_MSG(big.reads <= 8, "%llu reads", (unsigned long long)big.reads);
+    CHECK_MSG(big.allocs <= 16, "%llu allocations", (unsigned long long)big.allocs);
+    /* 32,000 tokens and 512 tokens cost no fewer calls of either kind than 4x and 250x fewer
+     * tokens would suggest: the count depends on the header size in 8x steps, not the tokens. */
+    open_cost spm = cost_of_open("gguf/ggml-vocab-llama-spm.gguf");
+    open_cost small = cost_of_open("gguf/stories260K.gguf");
+    CHECK(big.allocs <= spm.allocs + 2 && spm.allocs <= small.allocs + 2);
+    CHECK(big.reads <= spm.reads + 2 && spm.reads <= small.reads + 2);
+}
