@@ -77,7 +77,8 @@ wm_status wm__file_open_one(const char *path, wm_file **out, wm_error *err) {
     }
     e = wm__os_stat(sh->fd, &sh->st);
     if (e) {
-        st = wm__err(err, WM_EIO, e, "%s: cannot stat: %s", path, wm__errno_text(e));
+        st = wm__err(err, e == ENOMEM ? WM_ENOMEM : WM_EIO, e, "%s: cannot stat: %s", path,
+                     wm__errno_text(e));
         goto fail;
     }
     if (!sh->st.is_regular) {
@@ -93,7 +94,8 @@ wm_status wm__file_open_one(const char *path, wm_file **out, wm_error *err) {
     size_t got = 0;
     e = wm__os_pread(sh->fd, head, sizeof head, 0, &got);
     if (e) {
-        st = wm__err(err, WM_EIO, e, "%s: reading at offset 0: %s", path, wm__errno_text(e));
+        st = wm__err(err, e == ENOMEM ? WM_ENOMEM : WM_EIO, e, "%s: reading at offset 0: %s",
+                     path, wm__errno_text(e));
         goto fail;
     }
     bool is_gguf = got >= 4 && memcmp(head, "GGUF", 4) == 0;
@@ -122,6 +124,12 @@ static size_t probe_start(const char *s, size_t n, size_t cap) {
     return (size_t)wm__hash(s, n) & (cap - 1);
 }
 
+/* File offset of a value that lies in the header buffer (GGUF), for messages; 0 otherwise. */
+static unsigned long long header_offset(const wm_file *f, const unsigned char *p) {
+    uintptr_t a = (uintptr_t)p, h = (uintptr_t)f->header;
+    return f->header && a >= h && a - h <= f->header_len ? (unsigned long long)(a - h) : 0;
+}
+
 wm_status wm__file_index(wm_file *f, wm_error *err) {
     size_t n = f->n_tensors > f->n_kv ? f->n_tensors : f->n_kv;
     size_t cap = 16;
@@ -142,8 +150,11 @@ wm_status wm__file_index(wm_file *f, wm_error *err) {
             }
             const wm__tensor *o = &f->tensors[slot - 1];
             if (o->name_len == t->name_len && memcmp(f->names + o->name_off, name, t->name_len) == 0)
-                return wm__err(err, WM_EFORMAT, 0, "%s: duplicate tensor name '%s' (tensors %u and %zu)",
-                               f->path, name, slot - 1, i);
+                return wm__err(err, WM_EFORMAT, 0,
+                               "%s: duplicate tensor name '%s' (tensors %u and %zu, data at offset "
+                               "%llu and %llu)",
+                               f->path, name, slot - 1, i, (unsigned long long)o->offset,
+                               (unsigned long long)t->offset);
         }
     }
     for (size_t i = 0; i < f->n_kv; i++) {
@@ -157,8 +168,10 @@ wm_status wm__file_index(wm_file *f, wm_error *err) {
             }
             const wm__kv *o = &f->kvs[slot - 1];
             if (o->key_len == kv->key_len && memcmp(f->names + o->key_off, key, kv->key_len) == 0)
-                return wm__err(err, WM_EFORMAT, 0, "%s: duplicate metadata key '%s' (entries %u and %zu)",
-                               f->path, key, slot - 1, i);
+                return wm__err(err, WM_EFORMAT, 0,
+                               "%s: duplicate metadata key '%s' (entries %u and %zu, value at offset "
+                               "%llu)",
+                               f->path, key, slot - 1, i, header_offset(f, kv->val));
         }
     }
     return WM_OK;

@@ -294,11 +294,17 @@ static bool check_data(parse_state *s, size_t infos_end) {
     for (size_t i = 0; i < f->n_tensors; i++)
         sp[i] = (span){f->tensors[i].offset, f->tensors[i].offset + f->tensors[i].nbytes, (uint32_t)i};
     qsort(sp, f->n_tensors, sizeof *sp, by_offset);
+    /* Each non-empty tensor is compared with the one reaching furthest before it, not just its
+     * neighbour: an empty tensor sorted in between must not hide an overlap. */
     bool ok = true;
-    for (size_t i = 1; i < f->n_tensors && ok; i++) {
-        if (sp[i - 1].end <= sp[i].off || sp[i - 1].end == sp[i - 1].off || sp[i].end == sp[i].off)
+    size_t last = SIZE_MAX; /* the non-empty tensor with the largest end so far */
+    for (size_t i = 0; i < f->n_tensors && ok; i++) {
+        if (sp[i].end == sp[i].off) continue;
+        if (last == SIZE_MAX || sp[last].end <= sp[i].off) {
+            if (last == SIZE_MAX || sp[i].end > sp[last].end) last = i;
             continue;
-        const wm__tensor *a = &f->tensors[sp[i - 1].i], *b = &f->tensors[sp[i].i];
+        }
+        const wm__tensor *a = &f->tensors[sp[last].i], *b = &f->tensors[sp[i].i];
         ok = fail(s, infos_end, "tensor '%.*s' (offset %llu, %llu bytes) overlaps tensor '%.*s' "
                                 "(offset %llu)",
                   (int)a->name_len, (const char *)s->r.buf + a->name_off,
@@ -396,8 +402,8 @@ static bool parse_pass(parse_state *s) {
 /* Copies keys and tensor names into one NUL-terminated blob and rebases their offsets. */
 static wm_status build_names(wm_file *f, const char *path, wm_error *err) {
     size_t total = 1;
-    for (size_t i = 0; i < f->n_kv; i++) total += f->kvs[i].key_len + 1u;
-    for (size_t i = 0; i < f->n_tensors; i++) total += f->tensors[i].name_len + 1u;
+    for (size_t i = 0; i < f->n_kv; i++) total += (size_t)f->kvs[i].key_len + 1;
+    for (size_t i = 0; i < f->n_tensors; i++) total += (size_t)f->tensors[i].name_len + 1;
     f->names = wm__alloc(total);
     if (!f->names) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory for names", path);
     size_t p = 0;
