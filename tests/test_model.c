@@ -315,6 +315,7 @@ static int lock_child(const char *path) {
         wm_mem_figures mf;
         if (wm_mem_figures_get(0, &mf, NULL) != WM_OK || mf.locked != s.locked_bytes) return 21;
         wm_model_release(m);
+        if (wm_mem_figures_get(0, &mf, NULL) != WM_OK || mf.locked != 0) return 23;
     }
     wm_file_close(f);
     wm_ledger_get(&l);
@@ -351,7 +352,13 @@ WM_TEST(lock_required_within_limit) {
         wm_ledger l;
         wm_ledger_get(&l);
         CHECK_EQ(l.cat[WM_LEDGER_LOCKED].current, s.locked_bytes);
+        wm_mem_figures mf;
+        CHECK_STATUS(wm_mem_figures_get(0, &mf, NULL), WM_OK);
+        CHECK(mf.locked >= s.locked_bytes);
         wm_model_release(m);
+        /* the kernel agrees: nothing of ours is locked any more */
+        CHECK_STATUS(wm_mem_figures_get(0, &mf, NULL), WM_OK);
+        CHECK_EQ(mf.locked, 0);
     }
     wm_file_close(f);
 }
