@@ -487,6 +487,32 @@ WM_TEST(simd_tails_and_alignment) {
     }
 }
 
+/* Outputs of a MiB and more go through a stage and non-temporal stores when dst is 32-byte
+ * aligned: same bytes as the portable path, aligned or not, for every block size. */
+WM_TEST(large_output_streams) {
+    static const wm_type ts[] = {WM_TYPE_F16, WM_TYPE_Q4_0, WM_TYPE_Q4_K, WM_TYPE_Q1_0, WM_TYPE_NVFP4, WM_TYPE_Q6_K};
+    size_t n = (1u << 19) + 256 * 3 + 13; /* 2 MiB of floats, a partial stage, a partial vector */
+    uint8_t *src = malloc(n * 2);
+    float *a = aligned_alloc(64, n * 4 + 64), *b = aligned_alloc(64, n * 4 + 64);
+    CHECK(src && a && b);
+    for (size_t k = 0; k < sizeof ts / sizeof ts[0]; k++) {
+        size_t be = wm_type_block_elems(ts[k]), m = n / be * be;
+        make_blocks(ts[k], m / be, 99 + k, src);
+        for (int off = 0; off < 2; off++) {
+            memset(a, 0x5A, n * 4 + 64);
+            memset(b, 0xA5, n * 4 + 64);
+            CHECK_STATUS(convert_path(0, ts[k], WM_TYPE_F32, src, a + off, m), WM_OK);
+            CHECK_STATUS(convert_path(1, ts[k], WM_TYPE_F32, src, b + off, m), WM_OK);
+            size_t at = first_diff(a + off, b + off, m * 4);
+            CHECK_MSG(at == m * 4, "%s offset %d: element %zu differs", wm_type_name(ts[k]), off, at / 4);
+            CHECK(((uint8_t *)a)[(m + (size_t)off) * 4] == 0x5A); /* nothing written past the end */
+        }
+    }
+    free(src);
+    free(a);
+    free(b);
+}
+
 /* ---- weightmap cat ---- */
 
 /* Runs a shell command, captures up to cap bytes of stdout; returns the exit status. */

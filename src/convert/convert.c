@@ -35,6 +35,15 @@ static wm__to_f32_fn to_f32_kernel(wm_type t) {
     return wm__dequant_scalar(t);
 }
 
+/* Output at least this large is written with non-temporal stores: it cannot stay in the caches
+ * anyway, and streaming saves the read of every destination line (the store bandwidth of one
+ * core nearly doubles). */
+#define STREAM_MIN_BYTES ((size_t)1 << 20)
+
+static bool stream_output(const void *dst, size_t bytes) {
+    return bytes >= STREAM_MIN_BYTES && ((uintptr_t)dst & 31) == 0 && !force_scalar && wm__x86_usable();
+}
+
 /* ---- narrowing from float ---- */
 
 static void f32_to_f16_scalar(const float *src, uint16_t *dst, size_t n) {
@@ -126,7 +135,21 @@ wm_status wm_convert(wm_type from, wm_type to, const void *src, void *dst, uint6
         return WM_OK;
     }
     if (to == WM_TYPE_F32) {
-        to_f32_kernel(from)(s, dst, nb);
+        wm__to_f32_fn k = to_f32_kernel(from);
+        if (!stream_output(dst, n * 4)) {
+            k(s, dst, nb);
+            return WM_OK;
+        }
+        /* Large output: dequantize a stage at a time in L1, then stream it out. */
+        float stage[STAGE_ELEMS] __attribute__((aligned(32)));
+        float *d = dst;
+        size_t step = STAGE_ELEMS / (size_t)be;
+        for (size_t b = 0; b < nb; b += step) {
+            size_t cnt = nb - b < step ? nb - b : step;
+            k(s + b * (size_t)bb, stage, cnt);
+            wm__stream_floats_x86(d + b * (size_t)be, stage, cnt * (size_t)be);
+        }
+        wm__stream_fence_x86();
         return WM_OK;
     }
     if (to == WM_TYPE_F64) {

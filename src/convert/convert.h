@@ -113,6 +113,10 @@ wm__to_f32_fn wm__dequant_scalar(wm_type type);
 wm__to_f32_fn wm__dequant_x86(wm_type type);
 void wm__f32_to_f16_x86(const float *src, uint16_t *dst, size_t n);
 void wm__f32_to_bf16_x86(const float *src, uint16_t *dst, size_t n);
+/* Copies n floats to a 32-byte aligned dst with non-temporal stores (no read of the destination
+ * lines, no cache pollution), then fences them; for outputs far larger than the caches. */
+void wm__stream_floats_x86(float *dst, const float *src, size_t n);
+void wm__stream_fence_x86(void);
 /* Non-zero when this build has the x86 kernels and the CPU runs AVX2 and F16C. */
 int wm__x86_usable(void);
 

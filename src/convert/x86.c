@@ -61,6 +61,22 @@ TARGET static inline void st16_u8_dm(float *y, __m128i v, __m256 dl, __m256 ml) 
 }
 static inline float half_at(const uint8_t *p) { return wm__f16_to_f32(wm__rd16(p)); }
 
+/* ---- streaming stores ---- */
+
+TARGET void wm__stream_floats_x86(float *dst, const float *src, size_t n) {
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        _mm256_stream_ps(dst + i, _mm256_loadu_ps(src + i));
+        _mm256_stream_ps(dst + i + 8, _mm256_loadu_ps(src + i + 8));
+        _mm256_stream_ps(dst + i + 16, _mm256_loadu_ps(src + i + 16));
+        _mm256_stream_ps(dst + i + 24, _mm256_loadu_ps(src + i + 24));
+    }
+    for (; i + 8 <= n; i += 8) _mm256_stream_ps(dst + i, _mm256_loadu_ps(src + i));
+    for (; i < n; i++) dst[i] = src[i];
+}
+
+void wm__stream_fence_x86(void) { _mm_sfence(); }
+
 /* ---- float widths ---- */
 
 TARGET static void x_f16(const uint8_t *x, float *y, size_t n) {
@@ -517,6 +533,8 @@ wm__to_f32_fn wm__dequant_x86(wm_type type) {
 void wm__f32_to_f16_x86(const float *src, uint16_t *dst, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = wm__f32_to_f16(src[i]);
 }
+void wm__stream_floats_x86(float *dst, const float *src, size_t n) { memcpy(dst, src, n * 4); }
+void wm__stream_fence_x86(void) {}
 void wm__f32_to_bf16_x86(const float *src, uint16_t *dst, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = wm__f32_to_bf16(src[i]);
 }
