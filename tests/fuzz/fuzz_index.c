@@ -1,0 +1,65 @@
+/*
+ * fuzz_index.c: libFuzzer harness wm_fuzz_index, for sharded safetensors checkpoints. The input
+ * is written as "model.safetensors.index.json" in a private temporary folder that also holds two
+ * small, valid shards (model-00001-of-00002.safetensors with tensors "a" and "b",
+ * model-00002-of-00002.safetensors with "c"), so an index may name shards that exist (and then
+ * agree or disagree with them) or shards that do not. Opened, walked, closed; the ledger must be
+ * empty afterwards. Every few inputs the same bytes are also opened through a shard's name,
+ * which looks the index up next to it.
+ */
+#include "fuzz_common.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* A safetensors file: 8-byte little-endian header length, the JSON header, the data. */
+static void put_shard(const char *name, const char *json, size_t data_len) {
+    unsigned char buf[512];
+    size_t n = strlen(json);
+    if (8 + n + data_len > sizeof buf) abort();
+    for (int i = 0; i < 8; i++) buf[i] = (unsigned char)((uint64_t)n >> (8 * i));
+    memcpy(buf + 8, json, n);
+    for (size_t i = 0; i < data_len; i++) buf[8 + n + i] = (unsigned char)(i * 7 + 1);
+    wmf_put_file(name, buf, 8 + n + data_len);
+}
+
+static void make_shards(void) {
+    put_shard("model-00001-of-00002.safetensors",
+              "{\"__metadata__\":{\"format\":\"pt\"},"
+              "\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]},"
+              "\"b\":{\"dtype\":\"F16\",\"shape\":[4],\"data_offsets\":[16,24]}}",
+              24);
+    put_shard("model-00002-of-00002.safetensors",
+              "{\"c\":{\"dtype\":\"BF16\",\"shape\":[2,3],\"data_offsets\":[0,12]}}", 12);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    static int ready;
+    if (!ready) {
+        make_shards();
+        ready = 1;
+    }
+    const char *path = wmf_put_file("model.safetensors.index.json", data, size);
+    wm_file *f = NULL;
+    wm_error err;
+    wm_status st = wm_file_open(path, &f, &err);
+    if (st == WM_OK) {
+        wmf_walk_file(f);
+        wm_file_close(f);
+    } else if (f != NULL || err.code != st || err.msg[0] == '\0') {
+        fprintf(stderr, "failed open left out=%p, err.code %d for status %d, msg '%s'\n",
+                (void *)f, err.code, st, err.msg);
+        abort();
+    }
+    wmf_check_ledger_empty("wm_file_open(index)/wm_file_close");
+    /* Through a shard's name: the reader finds the index next to it. */
+    if (size % 4 == 0) {
+        char shard[400];
+        snprintf(shard, sizeof shard, "%s/model-00002-of-00002.safetensors", wmf_dir());
+        if (wm_file_open(shard, &f, &err) == WM_OK) {
+            wmf_walk_file(f);
+            wm_file_close(f);
+        }
+        wmf_check_ledger_empty("wm_file_open(shard)/wm_file_close");
+    }
+    return 0;
+}

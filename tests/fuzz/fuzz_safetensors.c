@@ -1,0 +1,26 @@
+/*
+ * fuzz_safetensors.c: libFuzzer harness wm_fuzz_safetensors. The input is written as
+ * "in.safetensors" in a private temporary folder, so the name routes it to the safetensors
+ * reader whatever its first bytes (only a "GGUF" magic takes it elsewhere); opened, walked
+ * through every getter, closed; the ledger must be empty afterwards.
+ */
+#include "fuzz_common.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    const char *path = wmf_put_file("in.safetensors", data, size);
+    wm_file *f = NULL;
+    wm_error err;
+    wm_status st = wm_file_open(path, &f, &err);
+    if (st == WM_OK) {
+        wmf_walk_file(f);
+        wm_file_close(f);
+    } else if (f != NULL || err.code != st || err.msg[0] == '\0') {
+        fprintf(stderr, "failed open left out=%p, err.code %d for status %d, msg '%s'\n",
+                (void *)f, err.code, st, err.msg);
+        abort();
+    }
+    wmf_check_ledger_empty("wm_file_open/wm_file_close");
+    return 0;
+}
