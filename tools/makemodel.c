@@ -132,7 +132,8 @@ static void fill(rng *r, wm_type type, unsigned char *buf, size_t n) {
         for (size_t i = 0; i + 8 <= n; i += 8) {
             uint64_t x = next64(r);
             for (int k = 0; k < 4; k++) {
-                uint16_t h = rand_half(x >> (k * 16) | (x << (64 - k * 16)));
+                /* a rotation by k * 16 (k = 0 is x itself: a shift by 64 is undefined) */
+                uint16_t h = rand_half(k ? x >> (k * 16) | x << (64 - k * 16) : x);
                 memcpy(buf + i + 2 * k, &h, 2);
             }
         }

@@ -40,20 +40,74 @@ static wm_status ferr(wm_error *err, const char *path, uint64_t at, const char *
 
 /* ---- cJSON through the counted allocator ----
  * cJSON's hooks are global and its parser writes a global error position, so the hooks are set
- * once and every parse runs under one spin lock (headers parse in milliseconds). An allocation
- * that fails marks the parse as out of memory, so that it is not reported as bad JSON. */
+ * once and every parse runs under one spin lock (headers parse in milliseconds).
+ * While a header or an index is being read on a thread (json_begin to json_end), cJSON's nodes
+ * and the reader's scratch come from an arena of page-allocated chunks (ledger: scratch) that
+ * json_end frees whole; cJSON's frees are no-ops then. Why: a header of N tensors makes about 12N
+ * small nodes, and small blocks freed to malloc stay in the process (glibc keeps its heap top),
+ * which `weightmap check` would report as memory not returned. Outside an arena the hooks use the
+ * counted allocator. An allocation that fails marks the read as out of memory, so that it is
+ * not reported as bad JSON. */
+
+#define ARENA_CHUNK ((size_t)64 * 1024)
+#define ARENA_MAX_CHUNK ((size_t)64 * 1024 * 1024)
+#define ARENA_HDR ((size_t)32)
+
+typedef struct chunk {
+    struct chunk *next;
+    size_t size, used;
+} chunk;
 
 static _Thread_local bool json_oom;
+static _Thread_local bool arena_on;
+static _Thread_local chunk *arena; /* newest first */
 static atomic_flag json_lock = ATOMIC_FLAG_INIT;
 static bool json_hooks_set; /* written under json_lock */
 
+static void *arena_alloc(size_t n) {
+    if (n > SIZE_MAX - ARENA_HDR - 15) return NULL;
+    n = (n + 15) & ~(size_t)15;
+    chunk *c = arena;
+    if (!c || c->size - c->used < n) {
+        size_t size = c ? c->size * 2 : ARENA_CHUNK;
+        if (size > ARENA_MAX_CHUNK) size = ARENA_MAX_CHUNK;
+        if (size < n + ARENA_HDR) size = (n + ARENA_HDR + ARENA_CHUNK - 1) / ARENA_CHUNK * ARENA_CHUNK;
+        void *p;
+        if (wm__scratch_alloc(size, &p)) return NULL;
+        c = p;
+        c->next = arena;
+        c->size = size;
+        c->used = ARENA_HDR;
+        arena = c;
+    }
+    void *r = (char *)c + c->used;
+    c->used += n;
+    return r;
+}
+
+static void json_begin(void) {
+    arena_on = true;
+    json_oom = false;
+}
+
+static void json_end(void) {
+    while (arena) {
+        chunk *c = arena;
+        arena = c->next;
+        wm__scratch_free(c, c->size);
+    }
+    arena_on = false;
+}
+
 static void *json_alloc(size_t n) {
-    void *p = wm__alloc(n);
+    void *p = arena_on ? arena_alloc(n) : wm__alloc(n);
     if (!p) json_oom = true;
     return p;
 }
 
-static void json_free(void *p) { wm__free(p); }
+static void json_free(void *p) {
+    if (!arena_on) wm__free(p);
+}
 
 /* Parses len bytes of text. Returns the tree, or NULL with *oom or *end (the error offset). */
 static cJSON *json_parse(const unsigned char *text, size_t len, size_t *end, bool *oom) {
@@ -64,18 +118,13 @@ static cJSON *json_parse(const unsigned char *text, size_t len, size_t *end, boo
         cJSON_InitHooks(&h);
         json_hooks_set = true;
     }
-    json_oom = false;
     const char *stop = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts((const char *)text, len, &stop, 0);
-    *oom = json_oom;
     atomic_flag_clear_explicit(&json_lock, memory_order_release);
+    *oom = json_oom;
     *end = stop ? (size_t)(stop - (const char *)text) : 0;
     if (*end > len) *end = len;
-    if (root && *oom) { /* a partial tree cannot come back, but be safe */
-        cJSON_Delete(root);
-        root = NULL;
-    }
-    return root;
+    return *oom ? NULL : root; /* the arena holds whatever was built */
 }
 
 /* ---- the pre-scan ---- */
@@ -129,8 +178,9 @@ static bool is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
 static bool push_num(jscan *js, uint64_t u, bool exact) {
     if (js->n == js->cap) {
         size_t cap = js->cap ? js->cap * 2 : 64;
-        jnum *v = wm__realloc(js->v, cap * sizeof *v);
+        jnum *v = json_alloc(cap * sizeof *v); /* arena: the old array stays until json_end */
         if (!v) return false;
+        if (js->n) memcpy(v, js->v, js->n * sizeof *v);
         js->v = v;
         js->cap = cap;
     }
@@ -253,10 +303,8 @@ static wm_status json_load(const unsigned char *s, size_t n, uint64_t base, cons
         return ferr(err, path, base + end, "not valid JSON");
     }
     for (size_t i = end; i < n; i++)
-        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\n' && s[i] != '\r') {
-            cJSON_Delete(root);
+        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\n' && s[i] != '\r')
             return ferr(err, path, base + i, "trailing bytes after the JSON object");
-        }
     *out = root;
     return WM_OK;
 }
@@ -435,7 +483,7 @@ static wm_status parse_tensor(hdr *h, const cJSON *m, size_t ti) {
 /* Sorted by offsets, the tensors must tile the data section exactly (the reference's validate). */
 static wm_status check_layout(hdr *h, uint64_t data_start, uint64_t data_len) {
     wm_file *f = h->f;
-    qsort(h->spans, f->n_tensors, sizeof *h->spans, by_offsets);
+    if (f->n_tensors) qsort(h->spans, f->n_tensors, sizeof *h->spans, by_offsets);
     uint64_t at = 0;
     const char *prev = NULL;
     for (size_t k = 0; k < f->n_tensors; k++) {
@@ -505,8 +553,8 @@ static wm_status parse_members(hdr *h, const cJSON *root, uint64_t hlen) {
     }
     if (nt) {
         f->tensors = wm__calloc(nt, sizeof *f->tensors);
-        h->spans = wm__calloc(nt, sizeof *h->spans);
-        h->names = wm__calloc(nt, sizeof *h->names);
+        h->spans = nt <= SIZE_MAX / sizeof *h->spans ? json_alloc(nt * sizeof *h->spans) : NULL;
+        h->names = nt <= SIZE_MAX / sizeof *h->names ? json_alloc(nt * sizeof *h->names) : NULL;
         if (!f->tensors || !h->spans || !h->names)
             return wm__err(h->err, WM_ENOMEM, 0, "%s: out of memory for %zu tensors", path, nt);
     }
@@ -604,14 +652,11 @@ wm_status wm__safetensors_parse(wm_file *f, wm_error *err) {
         st = wm__err(err, WM_EIO, 0, "%s: file shrank while reading its header", path);
         goto done;
     }
+    json_begin();
     st = json_load(text, (size_t)hlen, 8, path, &h.js, &root, err);
-    if (st) goto done;
-    st = parse_members(&h, root, hlen);
+    if (!st) st = parse_members(&h, root, hlen);
+    json_end(); /* the tree, the number list, spans and names */
 done:
-    cJSON_Delete(root);
-    wm__free(h.js.v);
-    wm__free(h.spans);
-    wm__free((void *)h.names);
     wm__free(text);
     return st;
 }
@@ -654,16 +699,14 @@ static size_t index_value(gbuf *b, const cJSON *v, const jnum *num, wm__kv *kv, 
         kv->type = WM_VALUE_BOOL;
         return gput(b, &t, 1);
     }
-    char *txt = cJSON_PrintUnformatted(v);
+    char *txt = cJSON_PrintUnformatted(v); /* in the arena */
     if (!txt) {
         *oom = true;
         return 0;
     }
     kv->type = WM_VALUE_STRING;
     kv->length = strlen(txt);
-    size_t at = gput_str(b, txt);
-    cJSON_free(txt);
-    return at;
+    return gput_str(b, txt);
 }
 
 wm_status wm__safetensors_index_parse(const char *path, const unsigned char *text, size_t len,
@@ -673,6 +716,7 @@ wm_status wm__safetensors_index_parse(const char *path, const unsigned char *tex
     cJSON *root = NULL;
     gbuf b = {0};
     bool oom = false;
+    json_begin();
     wm_status st = json_load(text, len, 0, path, &js, &root, err);
     if (st) goto fail;
     if (!cJSON_IsObject(root)) {
@@ -745,12 +789,10 @@ wm_status wm__safetensors_index_parse(const char *path, const unsigned char *tex
     ix->n_map = n_map;
     ix->n_kv = n_kv;
     for (size_t i = 0; i < n_kv; i++) ix->kvs[i].val = (const unsigned char *)b.p + (uintptr_t)ix->kvs[i].val;
-    cJSON_Delete(root);
-    wm__free(js.v);
+    json_end();
     return WM_OK;
 fail:
-    cJSON_Delete(root);
-    wm__free(js.v);
+    json_end();
     wm__free(b.p);
     wm__st_index_free(ix);
     return st;
