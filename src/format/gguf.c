@@ -20,7 +20,12 @@
 #define GGUF_MAX_ALIGNMENT (1u << 20)
 #define GGUF_MAX_NAME 64 /* bytes including the NUL, as llama.cpp's GGML_MAX_NAME */
 #define GGUF_MAX_DEPTH 8 /* arrays of arrays */
-#define GGUF_FIRST_READ ((size_t)256 * 1024)
+/* The first read stays under WM_ALLOC_PAGE_THRESHOLD, so it comes from malloc's warm heap (no
+ * mmap, fault or munmap for a small header); the buffer then grows 8x, and from GGUF_HUGE_MIN on
+ * it is made of whole 2 MiB huge pages (see header_alloc). */
+#define GGUF_FIRST_READ (WM_ALLOC_PAGE_THRESHOLD - 64)
+#define GGUF_HUGE_MIN ((size_t)128 * 1024)
+#define GGUF_HUGE_PAGE ((size_t)2 * 1024 * 1024)
 
 static const uint8_t value_size[WM_VALUE_TYPE_COUNT] = {
     [WM_VALUE_U8] = 1,  [WM_VALUE_I8] = 1,  [WM_VALUE_U16] = 2, [WM_VALUE_I16] = 2,
@@ -426,6 +431,23 @@ static wm_status build_names(wm_file *f, const char *path, wm_error *err) {
     return WM_OK;
 }
 
+/* Why whole huge pages: filling fresh memory costs one page fault per 4 KiB, and on this kind of
+ * VM a fault costs ~15 us: reading a 7.8 MB vocab header into 4 KiB pages took 28 ms, into
+ * 2 MiB pages 1.4 ms. The counted allocator advises MADV_HUGEPAGE on blocks of 1 MiB or more;
+ * the kernel aligns an anonymous mapping to 2 MiB only when its length is a multiple of 2 MiB,
+ * so a buffer of GGUF_HUGE_MIN or more is rounded up to whole huge pages (the allocator's block
+ * header fits in the 64 bytes of slack). *cap then grows to what the buffer holds, up to the
+ * file size, so those bytes are read now rather than in a later pass. */
+static unsigned char *header_alloc(size_t *cap, uint64_t file_size) {
+    size_t n = *cap;
+    bool huge = n >= GGUF_HUGE_MIN && n <= SIZE_MAX - 2 * GGUF_HUGE_PAGE;
+    if (huge) n = (n + 64 + GGUF_HUGE_PAGE - 1) / GGUF_HUGE_PAGE * GGUF_HUGE_PAGE - 64;
+    unsigned char *p = wm__alloc(n ? n : 1);
+    if (!p) return NULL;
+    if (huge) *cap = n < file_size ? n : (size_t)file_size;
+    return p;
+}
+
 wm_status wm__gguf_parse(wm_file *f, wm_error *err) {
     wm_error local;
     if (!err) err = &local; /* the status travels in err->code */
@@ -438,7 +460,7 @@ wm_status wm__gguf_parse(wm_file *f, wm_error *err) {
     size_t cap = f->size < GGUF_FIRST_READ ? (size_t)f->size : GGUF_FIRST_READ;
     size_t have = 0;
     for (;;) {
-        unsigned char *nb = wm__alloc(cap ? cap : 1);
+        unsigned char *nb = header_alloc(&cap, f->size);
         if (!nb) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory for a %zu-byte header", f->path, cap);
         if (have) memcpy(nb, f->header, have);
         wm__free(f->header);
