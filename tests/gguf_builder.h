@@ -123,7 +123,8 @@ static inline void ggb_tensor(ggb *g, const char *name, uint32_t n_dims, const u
                               uint32_t type, uint64_t offset) {
     ggb_str(g, name);
     wmt_put_u32(&g->b, n_dims);
-    for (uint32_t d = 0; d < n_dims; d++) ggb_len(g, ne[d]);
+    for (uint32_t d = 0; d < n_dims; d++)
+        ggb_len(g, ne[d]);
     wmt_put_u32(&g->b, type);
     wmt_put_u64(&g->b, offset);
 }
@@ -140,7 +141,8 @@ static inline void ggb_pad(ggb *g, size_t align) {
 }
 /* n data bytes (a recognisable pattern, not zeros). */
 static inline void ggb_data(ggb *g, size_t n) {
-    for (size_t i = 0; i < n; i++) wmt_put_u8(&g->b, (uint8_t)(i * 7 + 1));
+    for (size_t i = 0; i < n; i++)
+        wmt_put_u8(&g->b, (uint8_t)(i * 7 + 1));
 }
 
 /* Writes the file to the case's temporary folder and returns its path (rotating buffer). */

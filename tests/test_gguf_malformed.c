@@ -18,8 +18,8 @@
 
 /* A v3 file with one string KV and one tensor info given by the caller, padded to 32, then
  * `data` bytes. */
-static void one_tensor(ggb *g, uint32_t n_dims, const uint64_t *ne, uint32_t type,
-                       uint64_t offset, size_t data) {
+static void one_tensor(ggb *g, uint32_t n_dims, const uint64_t *ne, uint32_t type, uint64_t offset,
+                       size_t data) {
     ggb_begin(g, 3, 1, 1);
     ggb_kv_str(g, "general.architecture", "test");
     ggb_tensor(g, "t", n_dims, ne, type, offset);
@@ -216,12 +216,12 @@ WM_TEST(array_count_wraps) {
         wm_value_type elem;
         uint64_t count;
     } cases[] = {
-        {WM_VALUE_U64, (uint64_t)1 << 61},       /* 8 * 2^61 = 2^64 -> 0 */
-        {WM_VALUE_U32, ((uint64_t)1 << 62) + 1}, /* 4 * (2^62 + 1) -> 4 */
-        {WM_VALUE_U16, ((uint64_t)1 << 63) + 2}, /* 2 * (2^63 + 2) -> 4 */
-        {WM_VALUE_F64, ((uint64_t)1 << 61) + 1}, /* -> 8 */
+        {WM_VALUE_U64, (uint64_t)1 << 61},          /* 8 * 2^61 = 2^64 -> 0 */
+        {WM_VALUE_U32, ((uint64_t)1 << 62) + 1},    /* 4 * (2^62 + 1) -> 4 */
+        {WM_VALUE_U16, ((uint64_t)1 << 63) + 2},    /* 2 * (2^63 + 2) -> 4 */
+        {WM_VALUE_F64, ((uint64_t)1 << 61) + 1},    /* -> 8 */
         {WM_VALUE_STRING, ((uint64_t)1 << 61) + 1}, /* 8-byte lengths -> 8 */
-        {WM_VALUE_ARRAY, 0x1555555555555556u},       /* 12-byte headers: 2^64 + 8 -> 8 */
+        {WM_VALUE_ARRAY, 0x1555555555555556u},      /* 12-byte headers: 2^64 + 8 -> 8 */
         {WM_VALUE_U8, U64_MAX},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -245,7 +245,8 @@ WM_TEST(arrays_nested_100000_deep) {
     ggb g;
     ggb_begin(&g, 3, 0, 1);
     ggb_key(&g, "deep", WM_VALUE_ARRAY);
-    for (int i = 0; i < 100000; i++) ggb_arr_head(&g, WM_VALUE_ARRAY, 1);
+    for (int i = 0; i < 100000; i++)
+        ggb_arr_head(&g, WM_VALUE_ARRAY, 1);
     ggb_arr_head(&g, WM_VALUE_U8, 0);
     CHECK(g.b.len > 1000000); /* past the parser's first read */
     CHECK_REFUSED(ggb_write(&g, "deep.gguf"), WM_EFORMAT, "nested deeper");
@@ -383,7 +384,8 @@ WM_TEST(n_dims_5_and_max) {
         ggb_begin(&g, 3, 1, 0);
         ggb_str(&g, "t");
         wmt_put_u32(&g.b, dims[i]);
-        for (int d = 0; d < 5; d++) wmt_put_u64(&g.b, 1);
+        for (int d = 0; d < 5; d++)
+            wmt_put_u64(&g.b, 1);
         wmt_put_u32(&g.b, 0);
         wmt_put_u64(&g.b, 0);
         ggb_pad(&g, 32);
@@ -684,7 +686,8 @@ static void hand_model(uint32_t version) {
     wm_array_iter it;
     CHECK_STATUS(wm_file_array_iter(f, idx, &it), WM_OK);
     int n = 0;
-    while (wm_array_iter_next(&it, &s) == WM_OK) n++;
+    while (wm_array_iter_next(&it, &s) == WM_OK)
+        n++;
     CHECK_EQ(n, 3);
     CHECK_STATUS(wm_file_find_metadata(f, "scores", &idx), WM_OK);
     double d;

@@ -59,8 +59,12 @@ static void open_prefix(const char *path, uint64_t len, const full_info *fi, int
                   (unsigned long long)len, err.msg);
     }
     CHECK_LEDGER_EMPTY();
-    CHECK_MSG(ggb_count_fds() == fds, "prefix %llu: a descriptor was left open",
-              (unsigned long long)len);
+    /* A leaked descriptor stays counted, so checking every 64th length (and the last, 0) misses
+     * none; it only names the length less precisely. */
+    if (len % 64 == 0)
+        CHECK_MSG(ggb_count_fds() == fds,
+                  "prefix %llu or up to 63 longer: a descriptor was left open",
+                  (unsigned long long)len);
 }
 
 /* Every length from the whole file down to 0 when it is under 64 KiB; otherwise every length
@@ -86,7 +90,8 @@ static void truncation_sweep(const char *fixture, unsigned samples) {
         for (unsigned k = samples; k >= 1; k--)
             open_prefix(path, every + span * k / (samples + 1), &fi, fds);
     }
-    for (uint64_t l = every + 1; l-- > 0;) open_prefix(path, l, &fi, fds);
+    for (uint64_t l = every + 1; l-- > 0;)
+        open_prefix(path, l, &fi, fds);
 }
 
 WM_TEST(truncate_ratchet_test) { truncation_sweep("gguf/ratchet-test.gguf", 0); }
@@ -108,8 +113,10 @@ WM_TEST(truncate_vocab_llama_spm) {
     free(bytes);
     int fds = ggb_count_fds();
     open_prefix(path, fi.size, &fi, fds);
-    for (uint64_t l = fi.size - 1; l > 16384; l -= 1 + l % 16381) open_prefix(path, l, &fi, fds);
-    for (uint64_t l = 16385; l-- > 0;) open_prefix(path, l, &fi, fds);
+    for (uint64_t l = fi.size - 1; l > 16384; l -= 1 + l % 16381)
+        open_prefix(path, l, &fi, fds);
+    for (uint64_t l = 16385; l-- > 0;)
+        open_prefix(path, l, &fi, fds);
 }
 
 /* ---- faults ---- */
@@ -124,6 +131,8 @@ static void fault_sweep(const char *fixture) {
     uint64_t n_mem = wm__fault_count(WM_OS_ALLOC) + wm__fault_count(WM_OS_PAGES);
     uint64_t n_harmless = wm__fault_count(WM_OS_ADVISE);
     wm_file_close(f);
+    fprintf(stderr, "%s: %llu fallible calls (%llu allocations)\n", fixture, (unsigned long long)n,
+            (unsigned long long)n_mem);
     CHECK(n >= 4); /* open, stat, reads, allocations */
     static const int errs[] = {EIO, ENOMEM};
     for (int e = 0; e < 2; e++) {
@@ -176,7 +185,8 @@ WM_TEST(faults_by_kind) {
     CHECK_STATUS(wm_file_open(path, &f, NULL), WM_OK);
     wm_file_close(f);
     uint64_t counts[WM_OS_CALL_COUNT];
-    for (int c = 0; c < WM_OS_CALL_COUNT; c++) counts[c] = wm__fault_count((wm_os_call)c);
+    for (int c = 0; c < WM_OS_CALL_COUNT; c++)
+        counts[c] = wm__fault_count((wm_os_call)c);
     CHECK(counts[WM_OS_OPEN] == 1 && counts[WM_OS_STAT] >= 1 && counts[WM_OS_PREAD] >= 2);
     for (int c = 0; c < WM_OS_CALL_COUNT; c++) {
         for (uint64_t k = 1; k <= counts[c]; k++) {
@@ -189,15 +199,17 @@ WM_TEST(faults_by_kind) {
             CHECK_MSG(st == want, "%s call %llu: %s, want %s (%s)",
                       wm__fault_call_name((wm_os_call)c), (unsigned long long)k, wm_status_name(st),
                       wm_status_name(want), err.msg);
-            if (st == WM_OK) wm_file_close(f);
-            else if (c != WM_OS_ALLOC && c != WM_OS_PAGES) CHECK_EQ(err.os_errno, EIO);
+            if (st == WM_OK)
+                wm_file_close(f);
+            else if (c != WM_OS_ALLOC && c != WM_OS_PAGES)
+                CHECK_EQ(err.os_errno, EIO);
             CHECK_LEDGER_EMPTY();
         }
     }
     wm__fault_reset();
 }
 
-/* An interrupted read is retried: every read of an open may be interrupted, once or always. */
+/* An interrupted read is retried: whichever read of an open is interrupted, the open succeeds. */
 WM_TEST(eintr_retried) {
     const char *path = wmt_fixture("gguf/stories260K.gguf");
     wm_file *f = NULL;
@@ -239,6 +251,9 @@ static open_cost cost_of_open(const char *fixture) {
 WM_TEST(open_cost_bounded) {
     /* 128,256 tokens, 7.8 MB: a bounded number of reads and allocations, not one per token. */
     open_cost big = cost_of_open("gguf/ggml-vocab-llama-bpe.gguf");
+    fprintf(stderr, "ggml-vocab-llama-bpe: %llu reads, %llu allocations, %llu calls\n",
+            (unsigned long long)big.reads, (unsigned long long)big.allocs,
+            (unsigned long long)big.any);
     CHECK_MSG(big.reads <= 8, "%llu reads", (unsigned long long)big.reads);
     CHECK_MSG(big.allocs <= 16, "%llu allocations", (unsigned long long)big.allocs);
     /* 32,000 tokens and 512 tokens cost no fewer calls of either kind than 4x and 250x fewer

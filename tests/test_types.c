@@ -48,26 +48,45 @@ WM_TEST(table_known_sizes) {
         const char *name;
         uint32_t elems, bytes;
     } rows[] = {
-        {WM_TYPE_F32, "f32", 1, 4},         {WM_TYPE_F16, "f16", 1, 2},
-        {WM_TYPE_Q4_0, "q4_0", 32, 18},     {WM_TYPE_Q4_1, "q4_1", 32, 20},
-        {WM_TYPE_Q5_0, "q5_0", 32, 22},     {WM_TYPE_Q5_1, "q5_1", 32, 24},
-        {WM_TYPE_Q8_0, "q8_0", 32, 34},     {WM_TYPE_Q8_1, "q8_1", 32, 36},
-        {WM_TYPE_Q2_K, "q2_K", 256, 84},    {WM_TYPE_Q3_K, "q3_K", 256, 110},
-        {WM_TYPE_Q4_K, "q4_K", 256, 144},   {WM_TYPE_Q5_K, "q5_K", 256, 176},
-        {WM_TYPE_Q6_K, "q6_K", 256, 210},   {WM_TYPE_Q8_K, "q8_K", 256, 292},
-        {WM_TYPE_IQ2_XXS, "iq2_xxs", 256, 66}, {WM_TYPE_IQ2_XS, "iq2_xs", 256, 74},
-        {WM_TYPE_IQ3_XXS, "iq3_xxs", 256, 98}, {WM_TYPE_IQ1_S, "iq1_s", 256, 50},
-        {WM_TYPE_IQ4_NL, "iq4_nl", 32, 18}, {WM_TYPE_IQ3_S, "iq3_s", 256, 110},
-        {WM_TYPE_IQ2_S, "iq2_s", 256, 82},  {WM_TYPE_IQ4_XS, "iq4_xs", 256, 136},
-        {WM_TYPE_I8, "i8", 1, 1},           {WM_TYPE_I16, "i16", 1, 2},
-        {WM_TYPE_I32, "i32", 1, 4},         {WM_TYPE_I64, "i64", 1, 8},
-        {WM_TYPE_F64, "f64", 1, 8},         {WM_TYPE_IQ1_M, "iq1_m", 256, 56},
-        {WM_TYPE_BF16, "bf16", 1, 2},       {WM_TYPE_TQ1_0, "tq1_0", 256, 54},
-        {WM_TYPE_TQ2_0, "tq2_0", 256, 66},  {WM_TYPE_MXFP4, "mxfp4", 32, 17},
-        {WM_TYPE_NVFP4, "nvfp4", 64, 36},   {WM_TYPE_Q1_0, "q1_0", 128, 18},
+        {WM_TYPE_F32, "f32", 1, 4},
+        {WM_TYPE_F16, "f16", 1, 2},
+        {WM_TYPE_Q4_0, "q4_0", 32, 18},
+        {WM_TYPE_Q4_1, "q4_1", 32, 20},
+        {WM_TYPE_Q5_0, "q5_0", 32, 22},
+        {WM_TYPE_Q5_1, "q5_1", 32, 24},
+        {WM_TYPE_Q8_0, "q8_0", 32, 34},
+        {WM_TYPE_Q8_1, "q8_1", 32, 36},
+        {WM_TYPE_Q2_K, "q2_K", 256, 84},
+        {WM_TYPE_Q3_K, "q3_K", 256, 110},
+        {WM_TYPE_Q4_K, "q4_K", 256, 144},
+        {WM_TYPE_Q5_K, "q5_K", 256, 176},
+        {WM_TYPE_Q6_K, "q6_K", 256, 210},
+        {WM_TYPE_Q8_K, "q8_K", 256, 292},
+        {WM_TYPE_IQ2_XXS, "iq2_xxs", 256, 66},
+        {WM_TYPE_IQ2_XS, "iq2_xs", 256, 74},
+        {WM_TYPE_IQ3_XXS, "iq3_xxs", 256, 98},
+        {WM_TYPE_IQ1_S, "iq1_s", 256, 50},
+        {WM_TYPE_IQ4_NL, "iq4_nl", 32, 18},
+        {WM_TYPE_IQ3_S, "iq3_s", 256, 110},
+        {WM_TYPE_IQ2_S, "iq2_s", 256, 82},
+        {WM_TYPE_IQ4_XS, "iq4_xs", 256, 136},
+        {WM_TYPE_I8, "i8", 1, 1},
+        {WM_TYPE_I16, "i16", 1, 2},
+        {WM_TYPE_I32, "i32", 1, 4},
+        {WM_TYPE_I64, "i64", 1, 8},
+        {WM_TYPE_F64, "f64", 1, 8},
+        {WM_TYPE_IQ1_M, "iq1_m", 256, 56},
+        {WM_TYPE_BF16, "bf16", 1, 2},
+        {WM_TYPE_TQ1_0, "tq1_0", 256, 54},
+        {WM_TYPE_TQ2_0, "tq2_0", 256, 66},
+        {WM_TYPE_MXFP4, "mxfp4", 32, 17},
+        {WM_TYPE_NVFP4, "nvfp4", 64, 36},
+        {WM_TYPE_Q1_0, "q1_0", 128, 18},
         {WM_TYPE_Q2_0, "q2_0", 64, 18},
-        {WM_TYPE_BOOL, "bool", 1, 1},       {WM_TYPE_U64, "u64", 1, 8},
-        {WM_TYPE_F8_E4M3, "f8_e4m3", 1, 1}, {WM_TYPE_F4, "f4", 2, 1},
+        {WM_TYPE_BOOL, "bool", 1, 1},
+        {WM_TYPE_U64, "u64", 1, 8},
+        {WM_TYPE_F8_E4M3, "f8_e4m3", 1, 1},
+        {WM_TYPE_F4, "f4", 2, 1},
         {WM_TYPE_F6_E2M3, "f6_e2m3", 4, 3},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
@@ -89,8 +108,8 @@ static const char *peer_dir(void) {
     static char dir[1024];
     const char *env = getenv("WM_PEER_LIB");
     if (env && *env) return env;
-    snprintf(dir, sizeof dir, "%s/bench/peers/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64",
-             WM_SOURCE_DIR);
+    snprintf(dir, sizeof dir,
+             "%s/bench/peers/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64", WM_SOURCE_DIR);
     return dir;
 }
 
@@ -98,7 +117,8 @@ WM_TEST(table_matches_ggml) {
     char lib[1200];
     snprintf(lib, sizeof lib, "%s/libggml-base.so", peer_dir());
     if (access(lib, R_OK) != 0)
-        WM_SKIP("llama.cpp peer not installed (bench/peers, or set WM_PEER_LIB to its bins folder)");
+        WM_SKIP(
+            "llama.cpp peer not installed (bench/peers, or set WM_PEER_LIB to its bins folder)");
     void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
     CHECK_MSG(h != NULL, "dlopen %s: %s", lib, dlerror());
     size_t (*type_size)(int);
