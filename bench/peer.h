@@ -132,7 +132,8 @@ int bench_mem_get(bench_mem *out);
  * ../shared/fixtures) and returns buf. */
 const char *bench_fixture(char *buf, size_t cap, const char *rel);
 
-/* One line for a result file: date (UTC), nproc and the CPU model from /proc/cpuinfo. */
+/* One line for a result file: date (UTC), nproc, the CPU model from /proc/cpuinfo and the load
+ * average (1, 5, 15 minutes). */
 void bench_machine_line(char *buf, size_t cap);
 
 #endif
