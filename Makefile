@@ -9,7 +9,7 @@ JOBS      ?= $(shell nproc)
 CTEST     := ctest --output-on-failure -j$(JOBS) --timeout 900
 DEMO_MODEL = build/default-model.gguf
 
-.PHONY: all deps build test test-normal test-asan demo install clean bench fuzz
+.PHONY: all deps build test test-normal test-asan demo install clean bench fuzz fuzz-build test-fuzz test-tsan
 
 all: build
 
@@ -24,7 +24,7 @@ demo: build
 	@test -f $(DEMO_MODEL) || build/weightmap make-model $(DEMO_MODEL) --size 512M
 	build/weightmap demo --model $(DEMO_MODEL)
 
-test: test-normal test-asan
+test: test-normal test-asan test-fuzz test-tsan
 
 test-normal: deps
 	@cmake -S . -B build-test -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_FAULT_INJECTION=ON >/dev/null
@@ -36,6 +36,37 @@ test-asan: deps
 	  -DWM_FAULT_INJECTION=ON -DWM_SANITIZE=address,undefined >/dev/null
 	@cmake --build build-asan
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 $(CTEST)
+
+# Fuzzing (docs/TESTING.md): libFuzzer harnesses tests/fuzz/fuzz_*.c in build-fuzz/ (clang, ASan,
+# UBSan, LSan). test-fuzz runs each from its corpus for FUZZ_CI_SECONDS (CI); fuzz is the long
+# campaign, FUZZ_SECONDS per harness, FUZZ_PARALLEL harnesses at once, at nice 10.
+FUZZ_TARGETS    := wm_fuzz_gguf wm_fuzz_safetensors wm_fuzz_index wm_fuzz_load
+FUZZ_CI_SECONDS ?= 45
+FUZZ_SECONDS    ?= 1800
+FUZZ_PARALLEL   ?= 1
+TSAN_STRESS_CYCLES ?= 50
+
+fuzz-build: deps
+	@cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
+	  -DWM_FUZZ=ON -DWM_SANITIZE=address,undefined -DWM_BUILD_TESTS=OFF -DWM_BUILD_CLI=OFF >/dev/null
+	@cmake --build build-fuzz --target $(FUZZ_TARGETS)
+
+test-fuzz: fuzz-build
+	FUZZ_PARALLEL=$(JOBS) tests/fuzz/run.sh build-fuzz $(FUZZ_CI_SECONDS)
+
+fuzz: fuzz-build
+	FUZZ_PARALLEL=$(FUZZ_PARALLEL) FUZZ_NICE=10 tests/fuzz/run.sh build-fuzz $(FUZZ_SECONDS)
+
+# ThreadSanitizer (build-tsan/): the concurrency tests, i.e. the labels stress and model, less the
+# cases that measure the kernel's page counts or mlock, which TSan's shadow memory and its
+# interceptors (mlock is a no-op under TSan) make meaningless.
+TSAN_EXCLUDE := ^model\.(heap_footprint_is_tensor_bytes_and_returns|lock_.*)$$
+test-tsan: deps
+	@cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
+	  -DWM_FAULT_INJECTION=ON -DWM_SANITIZE=thread >/dev/null
+	@cmake --build build-tsan --target test_stress test_model
+	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 WM_STRESS_CYCLES=$(TSAN_STRESS_CYCLES) \
+	  $(CTEST) -L '^(stress|model)$$' -E '$(TSAN_EXCLUDE)'
 
 # Benchmarks against llama.cpp (bench/README.md): installs the peer into bench/peers/ if needed,
 # then runs every bench executable with its defaults; a benchmark exits 77 to say "skipped".
