@@ -503,3 +503,24 @@ static void fault_sweep(const char *path) {
 WM_TEST(faults_runai_test) { fault_sweep(wmt_fixture("safetensors/runai-test.safetensors")); }
 WM_TEST(faults_overall) { fault_sweep(wmt_fixture("safetensors/hf-sample-overall.safetensors")); }
 WM_TEST(faults_empty) { fault_sweep(wmt_fixture("safetensors/runai-empty.safetensors")); }
+
+/* A header of 3,000 tensors: cJSON's nodes outgrow the first arena chunk, so faults land inside
+ * cJSON's parse too (they must come back as WM_ENOMEM, not as bad JSON). */
+WM_TEST(faults_many_tensors) {
+    wmt_buf h = {0};
+    wmt_put(&h, "{", 1);
+    for (int i = 0; i < 3000; i++) {
+        char e[128];
+        int n = snprintf(e, sizeof e, "%s\"tensor.%d\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[%d,%d]}",
+                         i ? "," : "", i, i, i + 1);
+        wmt_put(&h, e, (size_t)n);
+    }
+    wmt_put(&h, "}", 2); /* with the NUL, for st_write */
+    const char *path = st_write("many.safetensors", (const char *)h.p, 3000);
+    wmt_buf_free(&h);
+    wm_file *f = open_ok(path);
+    CHECK_EQ(wm_file_tensor_count(f), 3000);
+    wm_file_close(f);
+    fault_sweep(path);
+}
+
