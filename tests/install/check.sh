@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs the build into a temporary prefix and builds programs against it three ways: with
+# pkg-config, with find_package(weightmap), and as C++. Each must run on a fixture.
+set -euo pipefail
+bin=$1 src=$2 fixture=$3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cmake --install "$bin" --prefix "$tmp/prefix" >/dev/null
+libdir=$(ls -d "$tmp"/prefix/lib*/ | head -1)
+export PKG_CONFIG_PATH="$libdir/pkgconfig"
+test -f "$tmp/prefix/include/weightmap.h"
+test -x "$tmp/prefix/bin/weightmap"
+ls "$libdir" | grep -q '^libweightmap\.a$'
+ls "$libdir" | grep -q '^libweightmap\.so'
+# pkg-config, shared
+cc -o "$tmp/pc" "$src/tests/install/consumer.c" $(pkg-config --cflags --libs weightmap) -Wl,-rpath,"$libdir"
+"$tmp/pc" "$fixture"
+# pkg-config, static
+cc -o "$tmp/pcs" "$src/tests/install/consumer.c" $(pkg-config --cflags weightmap) "$libdir/libweightmap.a" \
+   $(pkg-config --libs-only-l --static libcjson 2>/dev/null || echo -lcjson) -lpthread -lm
+"$tmp/pcs" "$fixture"
+# find_package
+cmake -S "$src/tests/install" -B "$tmp/fp" -DCMAKE_PREFIX_PATH="$tmp/prefix" -DCMAKE_BUILD_RPATH="$libdir" >/dev/null
+cmake --build "$tmp/fp" >/dev/null
+"$tmp/fp/consumer" "$fixture"
+# C++
+c++ -std=c++11 -Wall -Wextra -Werror -o "$tmp/cxx" "$src/tests/install/consumer.cpp" -I"$tmp/prefix/include" -L"$libdir" -lweightmap -Wl,-rpath,"$libdir"
+"$tmp/cxx"
+echo "install ok"
