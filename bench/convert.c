@@ -8,9 +8,9 @@
  *
  * Usage: build/bench/convert [-m MIB] [-r REPS] [-t THREADS] [--model FILE] [--no-load] [--md]
  *   -m: f32 output per type and run (default 64 MiB, well past the caches); -r: rounds, each
- *   timing weightmap then ggml, medians reported (default 5); -t: threads for the parallel column (default: online
- *   CPUs); --model: the file for the load comparison (default: a 256 MiB safetensors model
- *   with F16 matrices made by `weightmap make-model`); --md: print Markdown table rows.
+ *   timing weightmap then ggml, medians reported (default 5); -t: threads for the parallel column
+ * (default: online CPUs); --model: the file for the load comparison (default: a 256 MiB safetensors
+ * model with F16 matrices made by `weightmap make-model`); --md: print Markdown table rows.
  */
 #include "peer.h"
 
@@ -45,10 +45,17 @@ static const int *half_fields(wm_type t) {
     static const int at0[] = {0, -1}, at02[] = {0, 2, -1}, q2k[] = {80, 82, -1}, q3k[] = {108, -1},
                      q6k[] = {208, -1}, tq1[] = {52, -1}, tq2[] = {64, -1}, none[] = {-1};
     switch (t) {
-    case WM_TYPE_Q4_0: case WM_TYPE_Q5_0: case WM_TYPE_Q8_0: case WM_TYPE_IQ4_NL: case WM_TYPE_Q1_0:
-    case WM_TYPE_Q2_0: case WM_TYPE_IQ4_XS:
-        return at0;
-    case WM_TYPE_Q4_1: case WM_TYPE_Q5_1: case WM_TYPE_Q4_K: case WM_TYPE_Q5_K: return at02;
+    case WM_TYPE_Q4_0:
+    case WM_TYPE_Q5_0:
+    case WM_TYPE_Q8_0:
+    case WM_TYPE_IQ4_NL:
+    case WM_TYPE_Q1_0:
+    case WM_TYPE_Q2_0:
+    case WM_TYPE_IQ4_XS: return at0;
+    case WM_TYPE_Q4_1:
+    case WM_TYPE_Q5_1:
+    case WM_TYPE_Q4_K:
+    case WM_TYPE_Q5_K: return at02;
     case WM_TYPE_Q2_K: return q2k;
     case WM_TYPE_Q3_K: return q3k;
     case WM_TYPE_Q6_K: return q6k;
@@ -150,9 +157,11 @@ static double time_once(int who, wm_type t, to_float_fn ggml, const uint8_t *src
     if (used == 1) {
         run_job(&jobs[0]);
     } else {
-        for (unsigned i = 1; i < used; i++) pthread_create(&tid[i], NULL, thread_main, &jobs[i]);
+        for (unsigned i = 1; i < used; i++)
+            pthread_create(&tid[i], NULL, thread_main, &jobs[i]);
         run_job(&jobs[0]);
-        for (unsigned i = 1; i < used; i++) pthread_join(tid[i], NULL);
+        for (unsigned i = 1; i < used; i++)
+            pthread_join(tid[i], NULL);
     }
     return (bench_now_ms() - t0) / 1000.0;
 }
@@ -228,10 +237,10 @@ static void cli_path(char *buf, size_t cap) {
 /* ---- main ---- */
 
 static const wm_type types[] = {
-    WM_TYPE_F16,  WM_TYPE_BF16, WM_TYPE_Q4_0,  WM_TYPE_Q4_1,   WM_TYPE_Q5_0,   WM_TYPE_Q5_1,
-    WM_TYPE_Q8_0, WM_TYPE_Q2_K, WM_TYPE_Q3_K,  WM_TYPE_Q4_K,   WM_TYPE_Q5_K,   WM_TYPE_Q6_K,
-    WM_TYPE_Q8_K, WM_TYPE_TQ1_0, WM_TYPE_TQ2_0, WM_TYPE_IQ4_NL, WM_TYPE_IQ4_XS, WM_TYPE_MXFP4,
-    WM_TYPE_NVFP4, WM_TYPE_Q1_0, WM_TYPE_Q2_0,
+    WM_TYPE_F16,   WM_TYPE_BF16,  WM_TYPE_Q4_0,  WM_TYPE_Q4_1,   WM_TYPE_Q5_0,   WM_TYPE_Q5_1,
+    WM_TYPE_Q8_0,  WM_TYPE_Q2_K,  WM_TYPE_Q3_K,  WM_TYPE_Q4_K,   WM_TYPE_Q5_K,   WM_TYPE_Q6_K,
+    WM_TYPE_Q8_K,  WM_TYPE_TQ1_0, WM_TYPE_TQ2_0, WM_TYPE_IQ4_NL, WM_TYPE_IQ4_XS, WM_TYPE_MXFP4,
+    WM_TYPE_NVFP4, WM_TYPE_Q1_0,  WM_TYPE_Q2_0,
 };
 
 int main(int argc, char **argv) {
@@ -241,14 +250,21 @@ int main(int argc, char **argv) {
     unsigned threads = ncpu > 0 ? (unsigned)ncpu : 1;
     const char *model = NULL;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-m") && i + 1 < argc) mib = (size_t)atol(argv[++i]);
-        else if (!strcmp(argv[i], "-r") && i + 1 < argc) reps = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "-t") && i + 1 < argc) threads = (unsigned)atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
-        else if (!strcmp(argv[i], "--no-load")) do_load = 0;
-        else if (!strcmp(argv[i], "--md")) md = 1;
+        if (!strcmp(argv[i], "-m") && i + 1 < argc)
+            mib = (size_t)atol(argv[++i]);
+        else if (!strcmp(argv[i], "-r") && i + 1 < argc)
+            reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-t") && i + 1 < argc)
+            threads = (unsigned)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--model") && i + 1 < argc)
+            model = argv[++i];
+        else if (!strcmp(argv[i], "--no-load"))
+            do_load = 0;
+        else if (!strcmp(argv[i], "--md"))
+            md = 1;
         else {
-            fprintf(stderr, "usage: convert [-m MIB] [-r REPS] [-t THREADS] [--model FILE] [--no-load] [--md]\n");
+            fprintf(stderr, "usage: convert [-m MIB] [-r REPS] [-t THREADS] [--model FILE] "
+                            "[--no-load] [--md]\n");
             return 2;
         }
     }
@@ -259,7 +275,8 @@ int main(int argc, char **argv) {
 
     size_t n_max = mib << 18; /* floats */
     n_max -= n_max % 256;
-    uint8_t *src = mmap(NULL, n_max * 4, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    uint8_t *src =
+        mmap(NULL, n_max * 4, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     float *dst = mmap(NULL, n_max * 4, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (src == MAP_FAILED || dst == MAP_FAILED) {
         perror("mmap");
@@ -267,11 +284,14 @@ int main(int argc, char **argv) {
     }
     char machine[512];
     bench_machine_line(machine, sizeof machine);
-    printf("# %s\n# %zu MiB of f32 out per run, median of %d, %u threads for the parallel columns\n",
-           machine, mib, reps, threads);
+    printf(
+        "# %s\n# %zu MiB of f32 out per run, median of %d, %u threads for the parallel columns\n",
+        machine, mib, reps, threads);
     if (md)
-        printf("| type | weightmap 1T GB/s | ggml 1T GB/s | ratio 1T | weightmap %uT GB/s | ggml %uT GB/s | ratio %uT |\n"
-               "|---|---:|---:|---:|---:|---:|---:|\n", threads, threads, threads);
+        printf("| type | weightmap 1T GB/s | ggml 1T GB/s | ratio 1T | weightmap %uT GB/s | ggml "
+               "%uT GB/s | ratio %uT |\n"
+               "|---|---:|---:|---:|---:|---:|---:|\n",
+               threads, threads, threads);
     else
         printf("%-8s %10s %10s %7s %10s %10s %7s\n", "type", "wm 1T", "ggml 1T", "ratio", "wm NT",
                "ggml NT", "ratio");
@@ -294,11 +314,11 @@ int main(int argc, char **argv) {
             worst_name = wm_type_name(t);
         }
         if (md)
-            printf("| %s | %.2f | %.2f | %.2fx | %.2f | %.2f | %.2fx |\n", wm_type_name(t), w1, g1, w1 / g1,
-                   wn, gn, wn / gn);
+            printf("| %s | %.2f | %.2f | %.2fx | %.2f | %.2f | %.2fx |\n", wm_type_name(t), w1, g1,
+                   w1 / g1, wn, gn, wn / gn);
         else
-            printf("%-8s %10.2f %10.2f %6.2fx %10.2f %10.2f %6.2fx\n", wm_type_name(t), w1, g1, w1 / g1,
-                   wn, gn, wn / gn);
+            printf("%-8s %10.2f %10.2f %6.2fx %10.2f %10.2f %6.2fx\n", wm_type_name(t), w1, g1,
+                   w1 / g1, wn, gn, wn / gn);
         fflush(stdout);
     }
     printf("# lowest single-thread ratio: %.2fx (%s)\n", worst, worst_name);
@@ -308,7 +328,8 @@ int main(int argc, char **argv) {
         if (!model) {
             snprintf(made, sizeof made, "/tmp/wm-bench-convert-%d.safetensors", (int)getpid());
             cli_path(cli, sizeof cli);
-            snprintf(cmd, sizeof cmd, "'%s' make-model '%s' --size 256M --format safetensors >/dev/null", cli, made);
+            snprintf(cmd, sizeof cmd,
+                     "'%s' make-model '%s' --size 256M --format safetensors >/dev/null", cli, made);
             if (system(cmd) != 0) {
                 fprintf(stderr, "convert: could not make a model with %s\n", cli);
                 return 1;
@@ -317,12 +338,14 @@ int main(int argc, char **argv) {
         }
         double s0, s1;
         uint64_t b0, b1;
-        if (load_time(model, 0, threads, reps, &s0, &b0) == 0 && load_time(model, 1, threads, reps, &s1, &b1) == 0) {
+        if (load_time(model, 0, threads, reps, &s0, &b0) == 0 &&
+            load_time(model, 1, threads, reps, &s1, &b1) == 0) {
             double r0 = (double)b0 / s0 / 1e9, r1 = (double)b1 / s1 / 1e9;
             printf("# load (heap, %u threads, warm cache) of %s:\n"
                    "#   plain:      %.3f s, %.2f GB out, %.2f GB/s out\n"
                    "#   f16->f32:   %.3f s, %.2f GB out, %.2f GB/s out (%.0f%% of plain)\n",
-                   threads, model, s0, (double)b0 / 1e9, r0, s1, (double)b1 / 1e9, r1, 100 * r1 / r0);
+                   threads, model, s0, (double)b0 / 1e9, r0, s1, (double)b1 / 1e9, r1,
+                   100 * r1 / r0);
         } else {
             printf("# load with conversion: not measured (wm_model_load failed; see above)\n");
         }

@@ -3,12 +3,12 @@
  *
  * Sections: deterministic inputs (a splitmix64 stream; valid blocks of every type are random
  * bytes whose scale fields are made finite); the peer (libggml-base.so from the npm package, or
- * WM_PEER_LIB=dir: to_float and from_float_ref of every type through ggml_get_type_traits, and
- * ggml's own half/bfloat16 rows); peer cases (every type dequantized by both and compared byte
- * for byte, on the AVX2 path and the portable path); the committed reference checksums (taken
- * once from the peer, so the bit-exactness check also runs where the peer is absent); exact
- * values of the types ggml does not have (float8, integers, F64 rounding); API errors; and the
- * `weightmap cat` command.
+ * WM_PEER_LIB=dir or WM_PEER_DIR=dir: to_float and from_float_ref of every type through
+ * ggml_get_type_traits, and ggml's own half/bfloat16 rows); peer cases (every type dequantized by
+ * both and compared byte for byte, on the AVX2 path and the portable path); the committed reference
+ * checksums (taken once from the peer, so the bit-exactness check also runs where the peer is
+ * absent); exact values of the types ggml does not have (float8, integers, F64 rounding); API
+ * errors; and the `weightmap cat` command.
  */
 #include "wmtest.h"
 
@@ -51,12 +51,24 @@ static const int *half_fields(wm_type t) {
     static const int at0[] = {0, -1}, at02[] = {0, 2, -1}, q2k[] = {80, 82, -1}, q3k[] = {108, -1},
                      q6k[] = {208, -1}, tq1[] = {52, -1}, tq2[] = {64, -1}, none[] = {-1};
     switch (t) {
-    case WM_TYPE_Q4_0: case WM_TYPE_Q5_0: case WM_TYPE_Q8_0: case WM_TYPE_IQ4_NL: case WM_TYPE_Q1_0:
-    case WM_TYPE_Q2_0: case WM_TYPE_IQ4_XS: case WM_TYPE_IQ2_XXS: case WM_TYPE_IQ2_XS:
-    case WM_TYPE_IQ2_S: case WM_TYPE_IQ3_XXS: case WM_TYPE_IQ3_S: case WM_TYPE_IQ1_S:
-        return at0;
-    case WM_TYPE_Q4_1: case WM_TYPE_Q5_1: case WM_TYPE_Q4_K: case WM_TYPE_Q5_K: case WM_TYPE_Q8_1:
-        return at02;
+    case WM_TYPE_Q4_0:
+    case WM_TYPE_Q5_0:
+    case WM_TYPE_Q8_0:
+    case WM_TYPE_IQ4_NL:
+    case WM_TYPE_Q1_0:
+    case WM_TYPE_Q2_0:
+    case WM_TYPE_IQ4_XS:
+    case WM_TYPE_IQ2_XXS:
+    case WM_TYPE_IQ2_XS:
+    case WM_TYPE_IQ2_S:
+    case WM_TYPE_IQ3_XXS:
+    case WM_TYPE_IQ3_S:
+    case WM_TYPE_IQ1_S: return at0;
+    case WM_TYPE_Q4_1:
+    case WM_TYPE_Q5_1:
+    case WM_TYPE_Q4_K:
+    case WM_TYPE_Q5_K:
+    case WM_TYPE_Q8_1: return at02;
     case WM_TYPE_Q2_K: return q2k;
     case WM_TYPE_Q3_K: return q3k;
     case WM_TYPE_Q6_K: return q6k;
@@ -73,7 +85,8 @@ static void make_blocks(wm_type t, size_t nb, uint64_t seed, uint8_t *out) {
     rng_fill(&s, out, nb * bb);
     for (size_t i = 0; i < nb; i++) {
         uint8_t *b = out + i * bb;
-        for (const int *f = half_fields(t); *f >= 0; f++) put_half(b + *f, finite_half(&s));
+        for (const int *f = half_fields(t); *f >= 0; f++)
+            put_half(b + *f, finite_half(&s));
         if (t == WM_TYPE_Q8_K) { /* float d: a modest finite value */
             float d = (float)((int64_t)(rng_next(&s) % 2001) - 1000) / 4096.0f;
             memcpy(b, &d, 4);
@@ -82,7 +95,9 @@ static void make_blocks(wm_type t, size_t nb, uint64_t seed, uint8_t *out) {
         } else if (t == WM_TYPE_IQ1_M) {
             /* the half scale is spread over the top nibbles of the four 16-bit scale words */
             uint16_t h = finite_half(&s);
-            for (int k = 0; k < 4; k++) b[48 + 2 * k + 1] = (uint8_t)((b[48 + 2 * k + 1] & 0x0F) | (((h >> (4 * k)) & 0xF) << 4));
+            for (int k = 0; k < 4; k++)
+                b[48 + 2 * k + 1] =
+                    (uint8_t)((b[48 + 2 * k + 1] & 0x0F) | (((h >> (4 * k)) & 0xF) << 4));
         }
     }
 }
@@ -90,7 +105,8 @@ static void make_blocks(wm_type t, size_t nb, uint64_t seed, uint8_t *out) {
 static uint64_t fnv1a(const void *p, size_t n) {
     const uint8_t *b = p;
     uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
     return h;
 }
 
@@ -117,7 +133,10 @@ static struct {
 
 static const char *peer_dir(void) {
     const char *e = getenv("WM_PEER_LIB");
-    return e && *e ? e : WM_SOURCE_DIR "/bench/peers/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64";
+    if (!e || !*e) e = getenv("WM_PEER_DIR"); /* the name bench/ uses */
+    return e && *e ? e
+                   : WM_SOURCE_DIR
+               "/bench/peers/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64";
 }
 
 static bool peer_load(void) {
@@ -131,8 +150,8 @@ static bool peer_load(void) {
     *(void **)&peer.fp32_to_fp16_row = dlsym(lib, "ggml_fp32_to_fp16_row");
     *(void **)&peer.bf16_to_fp32_row = dlsym(lib, "ggml_bf16_to_fp32_row");
     *(void **)&peer.fp32_to_bf16_row = dlsym(lib, "ggml_fp32_to_bf16_row_ref");
-    if (!peer.traits || !peer.fp16_to_fp32_row || !peer.fp32_to_fp16_row || !peer.bf16_to_fp32_row ||
-        !peer.fp32_to_bf16_row)
+    if (!peer.traits || !peer.fp16_to_fp32_row || !peer.fp32_to_fp16_row ||
+        !peer.bf16_to_fp32_row || !peer.fp32_to_bf16_row)
         return false;
     peer.lib = lib;
     return true;
@@ -156,8 +175,8 @@ static void (*peer_to_float(const peer_traits *tr))(const void *, float *, int64
 /* ggml types with a to_float that weightmap does not convert, with the reason (reported, not a
  * failure): their codebook grids are ggml data that this project does not copy. */
 static bool known_missing(int t) {
-    return t == WM_TYPE_IQ2_XXS || t == WM_TYPE_IQ2_XS || t == WM_TYPE_IQ2_S || t == WM_TYPE_IQ3_XXS ||
-           t == WM_TYPE_IQ3_S || t == WM_TYPE_IQ1_S || t == WM_TYPE_IQ1_M;
+    return t == WM_TYPE_IQ2_XXS || t == WM_TYPE_IQ2_XS || t == WM_TYPE_IQ2_S ||
+           t == WM_TYPE_IQ3_XXS || t == WM_TYPE_IQ3_S || t == WM_TYPE_IQ1_S || t == WM_TYPE_IQ1_M;
 }
 
 /* Runs wm_convert on the portable path (scalar=1) or the default one. */
@@ -199,8 +218,10 @@ WM_TEST(peer_dequant_f32) {
                   "type %d (%s): peer block %lld elems / %zu bytes", t, tr->type_name,
                   (long long)tr->blck_size, tr->type_size);
         if (!wm_convert_supported((wm_type)t, WM_TYPE_F32)) {
-            CHECK_MSG(known_missing(t), "type %s has a ggml to_float but no conversion here", tr->type_name);
-            snprintf(missing + strlen(missing), sizeof missing - strlen(missing), " %s", tr->type_name);
+            CHECK_MSG(known_missing(t), "type %s has a ggml to_float but no conversion here",
+                      tr->type_name);
+            snprintf(missing + strlen(missing), sizeof missing - strlen(missing), " %s",
+                     tr->type_name);
             continue;
         }
         size_t be = (size_t)tr->blck_size, nb = 8192 / be;
@@ -210,15 +231,18 @@ WM_TEST(peer_dequant_f32) {
             } else { /* realistic blocks: the peer quantizes random floats */
                 uint64_t s = 77u * (unsigned)t + (unsigned)round;
                 for (size_t i = 0; i < nb * be; i++)
-                    xs[i] = (float)((int64_t)(rng_next(&s) % 20001) - 10000) / (round == 2 ? 7000.0f : 3.0f);
+                    xs[i] = (float)((int64_t)(rng_next(&s) % 20001) - 10000) /
+                            (round == 2 ? 7000.0f : 3.0f);
                 tr->from_float_ref(xs, blocks, (int64_t)(nb * be));
             }
             to_float(blocks, want, (int64_t)(nb * be));
             for (int scalar = 0; scalar < 2; scalar++) {
                 memset(got, 0xA5, nb * be * 4);
-                CHECK_STATUS(convert_path(scalar, (wm_type)t, WM_TYPE_F32, blocks, got, nb * be), WM_OK);
+                CHECK_STATUS(convert_path(scalar, (wm_type)t, WM_TYPE_F32, blocks, got, nb * be),
+                             WM_OK);
                 size_t at = first_diff(want, got, nb * be * 4);
-                CHECK_MSG(at == nb * be * 4, "%s (%s path, round %d): element %zu: peer %a (0x%08x), ours %a",
+                CHECK_MSG(at == nb * be * 4,
+                          "%s (%s path, round %d): element %zu: peer %a (0x%08x), ours %a",
                           tr->type_name, scalar ? "portable" : "simd", round, at / 4, want[at / 4],
                           (unsigned)wm__f32_bits(want[at / 4]), got[at / 4]);
             }
@@ -227,7 +251,8 @@ WM_TEST(peer_dequant_f32) {
         snprintf(done + strlen(done), sizeof done - strlen(done), " %s", tr->type_name);
     }
     fprintf(stderr, "bit-identical to ggml:%s\n", done);
-    if (missing[0]) fprintf(stderr, "not converted (ggml codebook grids not in this project):%s\n", missing);
+    if (missing[0])
+        fprintf(stderr, "not converted (ggml codebook grids not in this project):%s\n", missing);
     CHECK(checked >= 21);
 }
 
@@ -238,15 +263,19 @@ WM_TEST(peer_half_bfloat16) {
     enum { N = 1 << 16, M = 1 << 20 };
     static uint16_t h[N], want16[M], got16[M];
     static float want[M], got[M], xs[M];
-    for (int i = 0; i < N; i++) h[i] = (uint16_t)i;
+    for (int i = 0; i < N; i++)
+        h[i] = (uint16_t)i;
     uint64_t s = 42;
     for (int i = 0; i < M; i++) {
         uint32_t u = (uint32_t)rng_next(&s);
-        if (i % 4 == 1) u = (u & 0x80000000u) | (0x38000000u + (u & 0x07FFFFFFu)); /* near half range */
+        if (i % 4 == 1)
+            u = (u & 0x80000000u) | (0x38000000u + (u & 0x07FFFFFFu)); /* near half range */
         if (i % 4 == 2) u = (u & 0x8000FFFFu) | 0x47000000u | (u & 0x00FF0000u);
-        if (i < 16) u = (uint32_t[]){0, 0x80000000u, 0x7F800000u, 0xFF800000u, 0x7FC00000u, 0x7F800001u,
-                                     0xFFFFFFFFu, 0x477FF000u, 0x477FEFFFu, 0x33000000u, 0x33000001u,
-                                     0x387FC000u, 0x7F7FFFFFu, 0x00000001u, 0x3F808000u, 0x3F818000u}[i];
+        if (i < 16)
+            u = (uint32_t[]){0,           0x80000000u, 0x7F800000u, 0xFF800000u,
+                             0x7FC00000u, 0x7F800001u, 0xFFFFFFFFu, 0x477FF000u,
+                             0x477FEFFFu, 0x33000000u, 0x33000001u, 0x387FC000u,
+                             0x7F7FFFFFu, 0x00000001u, 0x3F808000u, 0x3F818000u}[i];
         memcpy(&xs[i], &u, 4);
     }
     for (int scalar = 0; scalar < 2; scalar++) {
@@ -280,7 +309,8 @@ WM_TEST(peer_quant_to_half) {
     static uint16_t want[NB_MAX * 256], got[NB_MAX * 256];
     for (int t = 2; t < 43; t++) {
         const peer_traits *tr = peer.traits(t);
-        if (!tr || tr->blck_size == 0 || !peer_to_float(tr) || !wm_convert_supported((wm_type)t, WM_TYPE_F16))
+        if (!tr || tr->blck_size == 0 || !peer_to_float(tr) ||
+            !wm_convert_supported((wm_type)t, WM_TYPE_F16))
             continue;
         size_t n = 8192;
         make_blocks((wm_type)t, n / (size_t)tr->blck_size, 31u * (unsigned)t, blocks);
@@ -292,8 +322,8 @@ WM_TEST(peer_quant_to_half) {
             for (int scalar = 0; scalar < 2; scalar++) {
                 CHECK_STATUS(convert_path(scalar, (wm_type)t, to, blocks, got, n), WM_OK);
                 size_t at = first_diff(want, got, n * 2);
-                CHECK_MSG(at == n * 2, "%s -> %s (%s): element %zu", tr->type_name, wm_type_name(to),
-                          scalar ? "portable" : "simd", at / 2);
+                CHECK_MSG(at == n * 2, "%s -> %s (%s): element %zu", tr->type_name,
+                          wm_type_name(to), scalar ? "portable" : "simd", at / 2);
             }
         }
     }
@@ -321,19 +351,23 @@ static size_t elem_size(wm_type t) { return t == WM_TYPE_F32 ? 4 : 2; }
 /* Writes the reference table from the peer's outputs (not ours). Runs only when asked:
  * WM_CONVERT_WRITE_REF=1 ctest -R convert.write_reference. */
 WM_TEST(write_reference) {
-    if (!getenv("WM_CONVERT_WRITE_REF")) WM_SKIP("set WM_CONVERT_WRITE_REF=1 to regenerate " REF_PATH);
+    if (!getenv("WM_CONVERT_WRITE_REF"))
+        WM_SKIP("set WM_CONVERT_WRITE_REF=1 to regenerate " REF_PATH);
     NEED_PEER();
     static uint8_t in[8192 * 8];
     static float f[8192];
     static uint16_t h[8192];
     FILE *out = fopen(REF_PATH, "w");
     CHECK(out != NULL);
-    fprintf(out, "# FNV-1a 64 of llama.cpp's output (libggml-base, llama.cpp v0.4.0) for 8192 elements\n"
-                 "# of each source type built as in tests/test_convert.c ref_input(); lines: FROM TO HASH\n");
+    fprintf(out,
+            "# FNV-1a 64 of llama.cpp's output (libggml-base, llama.cpp v0.4.0) for 8192 elements\n"
+            "# of each source type built as in tests/test_convert.c ref_input(); lines: FROM TO "
+            "HASH\n");
     for (int t = 0; t < 43; t++) {
         const peer_traits *tr = peer.traits(t);
         if (!tr || tr->blck_size == 0 || !wm_convert_supported((wm_type)t, WM_TYPE_F32)) continue;
-        if (t != WM_TYPE_F32 && !peer_to_float(tr)) continue; /* F64, integers: ggml has no to_float */
+        if (t != WM_TYPE_F32 && !peer_to_float(tr))
+            continue; /* F64, integers: ggml has no to_float */
         size_t n = ref_input((wm_type)t, in);
         if (t == WM_TYPE_F32) {
             memcpy(f, in, n * 4);
@@ -342,9 +376,11 @@ WM_TEST(write_reference) {
             fprintf(out, "%s f32 %016llx\n", tr->type_name, (unsigned long long)fnv1a(f, n * 4));
         }
         peer.fp32_to_fp16_row(f, h, (int64_t)n);
-        if (t != WM_TYPE_F16) fprintf(out, "%s f16 %016llx\n", tr->type_name, (unsigned long long)fnv1a(h, n * 2));
+        if (t != WM_TYPE_F16)
+            fprintf(out, "%s f16 %016llx\n", tr->type_name, (unsigned long long)fnv1a(h, n * 2));
         peer.fp32_to_bf16_row(f, h, (int64_t)n);
-        if (t != WM_TYPE_BF16) fprintf(out, "%s bf16 %016llx\n", tr->type_name, (unsigned long long)fnv1a(h, n * 2));
+        if (t != WM_TYPE_BF16)
+            fprintf(out, "%s bf16 %016llx\n", tr->type_name, (unsigned long long)fnv1a(h, n * 2));
     }
     fclose(out);
 }
@@ -359,15 +395,16 @@ WM_TEST(reference_checksums) {
     int lines = 0;
     while (fgets(line, sizeof line, in)) {
         if (line[0] == '#') continue;
-        CHECK_MSG(sscanf(line, "%31s %31s %llx", from_name, to_name, &want) == 3, "bad line: %s", line);
+        CHECK_MSG(sscanf(line, "%31s %31s %llx", from_name, to_name, &want) == 3, "bad line: %s",
+                  line);
         wm_type from = wm_type_from_name(from_name), to = wm_type_from_name(to_name);
         CHECK_MSG(from != WM_TYPE_INVALID && to != WM_TYPE_INVALID, "bad types: %s", line);
         size_t n = ref_input(from, src);
         for (int scalar = 0; scalar < 2; scalar++) {
             CHECK_STATUS(convert_path(scalar, from, to, src, dst, n), WM_OK);
             unsigned long long got = fnv1a(dst, n * elem_size(to));
-            CHECK_MSG(got == want, "%s -> %s (%s path): %016llx, reference %016llx", from_name, to_name,
-                      scalar ? "portable" : "simd", got, want);
+            CHECK_MSG(got == want, "%s -> %s (%s path): %016llx, reference %016llx", from_name,
+                      to_name, scalar ? "portable" : "simd", got, want);
         }
         lines++;
     }
@@ -386,24 +423,40 @@ static float conv1(wm_type from, const void *src) {
 WM_TEST(float8_and_integers) {
     uint8_t b;
     /* F8_E4M3 (fn): bias 7, 448 largest, S.1111.111 NaN, subnormals m * 2^-9 */
-    b = 0x38; CHECK(conv1(WM_TYPE_F8_E4M3, &b) == 1.0f);
-    b = 0x7E; CHECK(conv1(WM_TYPE_F8_E4M3, &b) == 448.0f);
-    b = 0xFE; CHECK(conv1(WM_TYPE_F8_E4M3, &b) == -448.0f);
-    b = 0x7F; CHECK(isnan(conv1(WM_TYPE_F8_E4M3, &b)));
-    b = 0x01; CHECK(conv1(WM_TYPE_F8_E4M3, &b) == ldexpf(1, -9));
-    b = 0x07; CHECK(conv1(WM_TYPE_F8_E4M3, &b) == 7 * ldexpf(1, -9));
-    b = 0x08; CHECK(conv1(WM_TYPE_F8_E4M3, &b) == ldexpf(1, -6));
-    b = 0x80; CHECK(wm__f32_bits(conv1(WM_TYPE_F8_E4M3, &b)) == 0x80000000u);
+    b = 0x38;
+    CHECK(conv1(WM_TYPE_F8_E4M3, &b) == 1.0f);
+    b = 0x7E;
+    CHECK(conv1(WM_TYPE_F8_E4M3, &b) == 448.0f);
+    b = 0xFE;
+    CHECK(conv1(WM_TYPE_F8_E4M3, &b) == -448.0f);
+    b = 0x7F;
+    CHECK(isnan(conv1(WM_TYPE_F8_E4M3, &b)));
+    b = 0x01;
+    CHECK(conv1(WM_TYPE_F8_E4M3, &b) == ldexpf(1, -9));
+    b = 0x07;
+    CHECK(conv1(WM_TYPE_F8_E4M3, &b) == 7 * ldexpf(1, -9));
+    b = 0x08;
+    CHECK(conv1(WM_TYPE_F8_E4M3, &b) == ldexpf(1, -6));
+    b = 0x80;
+    CHECK(wm__f32_bits(conv1(WM_TYPE_F8_E4M3, &b)) == 0x80000000u);
     /* F8_E5M2: the top byte of a half */
-    b = 0x3C; CHECK(conv1(WM_TYPE_F8_E5M2, &b) == 1.0f);
-    b = 0x7B; CHECK(conv1(WM_TYPE_F8_E5M2, &b) == 57344.0f);
-    b = 0x7C; CHECK(isinf(conv1(WM_TYPE_F8_E5M2, &b)));
-    b = 0x01; CHECK(conv1(WM_TYPE_F8_E5M2, &b) == ldexpf(1, -16));
+    b = 0x3C;
+    CHECK(conv1(WM_TYPE_F8_E5M2, &b) == 1.0f);
+    b = 0x7B;
+    CHECK(conv1(WM_TYPE_F8_E5M2, &b) == 57344.0f);
+    b = 0x7C;
+    CHECK(isinf(conv1(WM_TYPE_F8_E5M2, &b)));
+    b = 0x01;
+    CHECK(conv1(WM_TYPE_F8_E5M2, &b) == ldexpf(1, -16));
     /* F8_E8M0: 2^(x-127), 0xFF NaN */
-    b = 127; CHECK(conv1(WM_TYPE_F8_E8M0, &b) == 1.0f);
-    b = 0; CHECK(conv1(WM_TYPE_F8_E8M0, &b) == ldexpf(1, -127));
-    b = 254; CHECK(conv1(WM_TYPE_F8_E8M0, &b) == ldexpf(1, 127));
-    b = 255; CHECK(isnan(conv1(WM_TYPE_F8_E8M0, &b)));
+    b = 127;
+    CHECK(conv1(WM_TYPE_F8_E8M0, &b) == 1.0f);
+    b = 0;
+    CHECK(conv1(WM_TYPE_F8_E8M0, &b) == ldexpf(1, -127));
+    b = 254;
+    CHECK(conv1(WM_TYPE_F8_E8M0, &b) == ldexpf(1, 127));
+    b = 255;
+    CHECK(isnan(conv1(WM_TYPE_F8_E8M0, &b)));
     /* every float8 code converts to half exactly when it is representable */
     for (int v = 0; v < 256; v++) {
         uint8_t c = (uint8_t)v;
@@ -412,10 +465,14 @@ WM_TEST(float8_and_integers) {
         CHECK_STATUS(wm_convert(WM_TYPE_F8_E4M3, WM_TYPE_F16, &c, &hv, 1), WM_OK);
         CHECK(isnan(f) ? (hv & 0x7FFF) == 0x7E00 : wm__f16_to_f32(hv) == f);
     }
-    int8_t i8 = -128; CHECK(conv1(WM_TYPE_I8, &i8) == -128.0f);
-    uint16_t u16 = 65535; CHECK(conv1(WM_TYPE_U16, &u16) == 65535.0f);
-    int32_t i32 = -16777217; CHECK(conv1(WM_TYPE_I32, &i32) == -16777216.0f);
-    uint64_t u64 = UINT64_MAX; CHECK(conv1(WM_TYPE_U64, &u64) == 18446744073709551616.0f);
+    int8_t i8 = -128;
+    CHECK(conv1(WM_TYPE_I8, &i8) == -128.0f);
+    uint16_t u16 = 65535;
+    CHECK(conv1(WM_TYPE_U16, &u16) == 65535.0f);
+    int32_t i32 = -16777217;
+    CHECK(conv1(WM_TYPE_I32, &i32) == -16777216.0f);
+    uint64_t u64 = UINT64_MAX;
+    CHECK(conv1(WM_TYPE_U64, &u64) == 18446744073709551616.0f);
     uint8_t bl[3] = {0, 1, 7};
     float fb[3];
     CHECK_STATUS(wm_convert(WM_TYPE_BOOL, WM_TYPE_F32, bl, fb, 3), WM_OK);
@@ -462,7 +519,8 @@ WM_TEST(api_errors) {
     CHECK_STATUS(wm_convert(WM_TYPE_Q4_K, WM_TYPE_F32, q, NULL, 256), WM_EINVAL);
     CHECK_STATUS(wm_convert(WM_TYPE_Q4_K, WM_TYPE_F32, NULL, NULL, 0), WM_OK);
     CHECK_STATUS(wm_convert(WM_TYPE_Q4_K, WM_TYPE_F32, q, f, 256), WM_OK);
-    for (int i = 0; i < 256; i++) CHECK(f[i] == 0.0f);
+    for (int i = 0; i < 256; i++)
+        CHECK(f[i] == 0.0f);
     uint16_t h[4] = {0x3C00, 0xC000, 0x7C00, 0x0001}, h2[4];
     CHECK_STATUS(wm_convert(WM_TYPE_F16, WM_TYPE_F16, h, h2, 4), WM_OK);
     CHECK(memcmp(h, h2, sizeof h) == 0);
@@ -476,8 +534,10 @@ WM_TEST(simd_tails_and_alignment) {
     rng_fill(&s, raw, sizeof raw);
     for (size_t n = 1; n < 70; n++) {
         for (int off = 0; off < 3; off++) {
-            CHECK_STATUS(convert_path(0, WM_TYPE_F16, WM_TYPE_F32, raw + 2 * off + 1, a + off, n), WM_OK);
-            CHECK_STATUS(convert_path(1, WM_TYPE_F16, WM_TYPE_F32, raw + 2 * off + 1, b + off, n), WM_OK);
+            CHECK_STATUS(convert_path(0, WM_TYPE_F16, WM_TYPE_F32, raw + 2 * off + 1, a + off, n),
+                         WM_OK);
+            CHECK_STATUS(convert_path(1, WM_TYPE_F16, WM_TYPE_F32, raw + 2 * off + 1, b + off, n),
+                         WM_OK);
             CHECK(memcmp(a + off, b + off, n * 4) == 0);
             uint16_t *ha = (uint16_t *)(raw + 2048), *hb = (uint16_t *)(raw + 3072);
             CHECK_STATUS(convert_path(0, WM_TYPE_F32, WM_TYPE_BF16, a + off, ha, n), WM_OK);
@@ -487,24 +547,27 @@ WM_TEST(simd_tails_and_alignment) {
     }
 }
 
-/* Outputs of a MiB and more go through a stage and non-temporal stores when dst is 32-byte
+/* Outputs of 4 MiB and more go through a stage and non-temporal stores when dst is 32-byte
  * aligned: same bytes as the portable path, aligned or not, for every block size. */
 WM_TEST(large_output_streams) {
-    static const wm_type ts[] = {WM_TYPE_F16, WM_TYPE_Q4_0, WM_TYPE_Q4_K, WM_TYPE_Q1_0, WM_TYPE_NVFP4, WM_TYPE_Q6_K};
-    size_t n = (1u << 19) + 256 * 3 + 13; /* 2 MiB of floats, a partial stage, a partial vector */
+    static const wm_type ts[] = {WM_TYPE_F16,  WM_TYPE_Q4_0,  WM_TYPE_Q4_K,
+                                 WM_TYPE_Q1_0, WM_TYPE_NVFP4, WM_TYPE_Q6_K};
+    size_t n = (1u << 20) + 256 * 3 + 13; /* 4 MiB of floats, a partial stage, a partial vector */
+    size_t cap = (n * 4 + 64 + 63) / 64 * 64; /* aligned_alloc wants a multiple of the alignment */
     uint8_t *src = malloc(n * 2);
-    float *a = aligned_alloc(64, n * 4 + 64), *b = aligned_alloc(64, n * 4 + 64);
+    float *a = aligned_alloc(64, cap), *b = aligned_alloc(64, cap);
     CHECK(src && a && b);
     for (size_t k = 0; k < sizeof ts / sizeof ts[0]; k++) {
         size_t be = wm_type_block_elems(ts[k]), m = n / be * be;
         make_blocks(ts[k], m / be, 99 + k, src);
         for (int off = 0; off < 2; off++) {
-            memset(a, 0x5A, n * 4 + 64);
-            memset(b, 0xA5, n * 4 + 64);
+            memset(a, 0x5A, cap);
+            memset(b, 0xA5, cap);
             CHECK_STATUS(convert_path(0, ts[k], WM_TYPE_F32, src, a + off, m), WM_OK);
             CHECK_STATUS(convert_path(1, ts[k], WM_TYPE_F32, src, b + off, m), WM_OK);
             size_t at = first_diff(a + off, b + off, m * 4);
-            CHECK_MSG(at == m * 4, "%s offset %d: element %zu differs", wm_type_name(ts[k]), off, at / 4);
+            CHECK_MSG(at == m * 4, "%s offset %d: element %zu differs", wm_type_name(ts[k]), off,
+                      at / 4);
             CHECK(((uint8_t *)a)[(m + (size_t)off) * 4] == 0x5A); /* nothing written past the end */
         }
     }

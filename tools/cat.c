@@ -16,9 +16,7 @@
 /* Bytes of source data read per piece (rounded down to whole blocks). */
 #define PIECE_BYTES ((size_t)4 << 20)
 
-static size_t elem_bytes(wm_type t) {
-    return t == WM_TYPE_F64 ? 8 : t == WM_TYPE_F32 ? 4 : 2;
-}
+static size_t elem_bytes(wm_type t) { return t == WM_TYPE_F64 ? 8 : t == WM_TYPE_F32 ? 4 : 2; }
 
 /* Reads exactly n bytes at off, retrying short reads; 0 or an errno (EIO for end of file). */
 static int pread_full(int fd, void *buf, size_t n, uint64_t off) {
@@ -37,9 +35,7 @@ static int pread_full(int fd, void *buf, size_t n, uint64_t off) {
     return 0;
 }
 
-static int write_full(const void *buf, size_t n) {
-    return fwrite(buf, 1, n, stdout) == n ? 0 : 1;
-}
+static int write_full(const void *buf, size_t n) { return fwrite(buf, 1, n, stdout) == n ? 0 : 1; }
 
 /* Streams tensor t of the file at shard_path to stdout, converted to `to` unless `to` is its own
  * type. Returns 0, or 1 after printing one line naming the file. */
@@ -73,8 +69,8 @@ static int stream(const char *path, const char *shard_path, const wm_tensor_info
             uint64_t n_el = (uint64_t)(n / bb) * be;
             wm_status st = wm_convert(t->type, to, in, out, n_el);
             if (st != WM_OK) {
-                fprintf(stderr, "weightmap: %s: tensor '%s': converting %s to %s: %s\n", path, t->name,
-                        wm_type_name(t->type), wm_type_name(to), wm_strerror(st));
+                fprintf(stderr, "weightmap: %s: tensor '%s': converting %s to %s: %s\n", path,
+                        t->name, wm_type_name(t->type), wm_type_name(to), wm_strerror(st));
                 goto done;
             }
             if (write_full(out, (size_t)n_el * elem_bytes(to))) goto write_failed;
@@ -117,7 +113,8 @@ int cmd_cat(int argc, char **argv) {
             return cli_usage("cat: FILE and TENSOR only");
         }
     }
-    if (!path || !name) return cli_usage("cat: usage: weightmap cat FILE TENSOR [--as f32|f16|bf16] [--force]");
+    if (!path || !name)
+        return cli_usage("cat: usage: weightmap cat FILE TENSOR [--as f32|f16|bf16] [--force]");
     wm_type to = WM_TYPE_INVALID;
     if (as) {
         to = wm_type_from_name(as);
@@ -139,8 +136,8 @@ int cmd_cat(int argc, char **argv) {
     }
     if (to == WM_TYPE_INVALID) to = t.type;
     if (to != t.type && !wm_convert_supported(t.type, to)) {
-        fprintf(stderr, "weightmap: %s: tensor '%s' of type %s cannot be converted to %s\n", path, name,
-                wm_type_name(t.type) ? wm_type_name(t.type) : "unknown", wm_type_name(to));
+        fprintf(stderr, "weightmap: %s: tensor '%s' of type %s cannot be converted to %s\n", path,
+                name, wm_type_name(t.type) ? wm_type_name(t.type) : "unknown", wm_type_name(to));
         goto done;
     }
     if (wm_type_block_bytes(t.type) == 0) {

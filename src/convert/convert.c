@@ -6,8 +6,8 @@
  *
  * Every conversion goes through float: a source type is first turned into floats by its row
  * kernel (bit-identical to ggml's to_float), then narrowed with ggml's rounding. Sources that
- * would round twice that way (F64, 32- and 64-bit integers) take a double path with round-to-odd into
- * float, so that the final narrowing is a single correct rounding. Nothing here allocates: a
+ * would round twice that way (F64, 32- and 64-bit integers) take a double path with round-to-odd
+ * into float, so that the final narrowing is a single correct rounding. Nothing here allocates: a
  * staging buffer of 16 KiB lives on the stack.
  */
 #include "convert.h"
@@ -35,23 +35,28 @@ static wm__to_f32_fn to_f32_kernel(wm_type t) {
     return wm__dequant_scalar(t);
 }
 
-/* Output at least this large is written with non-temporal stores: it cannot stay in the caches
- * anyway, and streaming saves the read of every destination line (the store bandwidth of one
- * core nearly doubles). */
-#define STREAM_MIN_BYTES ((size_t)1 << 20)
+/* Output at least this large is written with non-temporal stores: it is not read again soon (a
+ * loaded tensor), and streaming saves the read of every destination line. On a quiet Xeon this
+ * nearly doubled one core's f32 output rate (bench/RESULTS.md, "convert"); on the shared AMD VM
+ * plain stores measured faster for outputs of 16-64 MiB, which its L3 may hold, so the
+ * threshold stays well above L2 sizes. */
+#define STREAM_MIN_BYTES ((size_t)4 << 20)
 
 static bool stream_output(const void *dst, size_t bytes) {
-    return bytes >= STREAM_MIN_BYTES && ((uintptr_t)dst & 31) == 0 && !force_scalar && wm__x86_usable();
+    return bytes >= STREAM_MIN_BYTES && ((uintptr_t)dst & 31) == 0 && !force_scalar &&
+           wm__x86_usable();
 }
 
 /* ---- narrowing from float ---- */
 
 static void f32_to_f16_scalar(const float *src, uint16_t *dst, size_t n) {
-    for (size_t i = 0; i < n; i++) dst[i] = wm__f32_to_f16(src[i]);
+    for (size_t i = 0; i < n; i++)
+        dst[i] = wm__f32_to_f16(src[i]);
 }
 
 static void f32_to_bf16_scalar(const float *src, uint16_t *dst, size_t n) {
-    for (size_t i = 0; i < n; i++) dst[i] = wm__f32_to_bf16(src[i]);
+    for (size_t i = 0; i < n; i++)
+        dst[i] = wm__f32_to_bf16(src[i]);
 }
 
 static void narrow(wm_type to, const float *src, void *dst, size_t n) {
@@ -155,7 +160,8 @@ wm_status wm_convert(wm_type from, wm_type to, const void *src, void *dst, uint6
     if (to == WM_TYPE_F64) {
         double *d = dst;
         if (is_wide_int(from)) {
-            for (size_t i = 0; i < n; i++) d[i] = load_double(from, s, i);
+            for (size_t i = 0; i < n; i++)
+                d[i] = load_double(from, s, i);
             return WM_OK;
         }
         float stage[STAGE_ELEMS];
@@ -164,7 +170,8 @@ wm_status wm_convert(wm_type from, wm_type to, const void *src, void *dst, uint6
         for (size_t b = 0; b < nb; b += step) {
             size_t cnt = nb - b < step ? nb - b : step;
             k(s + b * (size_t)bb, stage, cnt);
-            for (size_t i = 0; i < cnt * (size_t)be; i++) d[b * (size_t)be + i] = (double)stage[i];
+            for (size_t i = 0; i < cnt * (size_t)be; i++)
+                d[b * (size_t)be + i] = (double)stage[i];
         }
         return WM_OK;
     }
@@ -178,7 +185,8 @@ wm_status wm_convert(wm_type from, wm_type to, const void *src, void *dst, uint6
     if (from == WM_TYPE_F64 || is_wide_int(from)) {
         for (size_t i = 0; i < n; i += STAGE_ELEMS) {
             size_t cnt = n - i < STAGE_ELEMS ? n - i : STAGE_ELEMS;
-            for (size_t j = 0; j < cnt; j++) stage[j] = round_to_odd(load_double(from, s, i + j));
+            for (size_t j = 0; j < cnt; j++)
+                stage[j] = round_to_odd(load_double(from, s, i + j));
             narrow(to, stage, d + i, cnt);
         }
         return WM_OK;

@@ -76,8 +76,8 @@ static inline uint16_t wm__f32_to_f16(float f) {
     uint32_t ax = x & 0x7FFFFFFFu;
     if (ax > 0x7F800000u) return (uint16_t)(sign | 0x7E00u);
     if (ax >= 0x477FF000u) return (uint16_t)(sign | 0x7C00u); /* 65520 and up round to inf */
-    if (ax < 0x38800000u) {                                  /* below 2^-14: half subnormal */
-        if (ax < 0x33000000u) return sign;                   /* below 2^-25: zero */
+    if (ax < 0x38800000u) {                                   /* below 2^-14: half subnormal */
+        if (ax < 0x33000000u) return sign;                    /* below 2^-25: zero */
         uint32_t e = ax >> 23, m = (ax & 0x7FFFFFu) | 0x800000u;
         uint32_t shift = 126 - e; /* value / 2^-24 = m * 2^(e - 126) */
         uint32_t r = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);

@@ -35,7 +35,7 @@ float wm__ue4m3_half(uint8_t x) {
     if (x == 0 || x == 0x7F) return 0.0f;
     uint32_t e = (x >> 3) & 0xFu, m = x & 7u;
     if (e == 0) return (float)m * wm__f32_from_bits(0x3A800000u); /* m * 2^-9 * 0.5 */
-    return wm__f32_from_bits(((e + 119u) << 23) | (m << 20));  /* (1 + m/8) * 2^(e-7) * 0.5 */
+    return wm__f32_from_bits(((e + 119u) << 23) | (m << 20));     /* (1 + m/8) * 2^(e-7) * 0.5 */
 }
 
 static inline float half_at(const uint8_t *p) { return wm__f16_to_f32(wm__rd16(p)); }
@@ -96,7 +96,8 @@ static void dq_q5_1(const uint8_t *x, float *y, size_t nb) {
 static void dq_q8_0(const uint8_t *x, float *y, size_t nb) {
     for (size_t i = 0; i < nb; i++, x += 34, y += 32) {
         const float d = half_at(x);
-        for (int j = 0; j < 32; j++) y[j] = (float)(int8_t)x[2 + j] * d;
+        for (int j = 0; j < 32; j++)
+            y[j] = (float)(int8_t)x[2 + j] * d;
     }
 }
 
@@ -104,7 +105,8 @@ static void dq_q8_0(const uint8_t *x, float *y, size_t nb) {
 static void dq_q1_0(const uint8_t *x, float *y, size_t nb) {
     for (size_t i = 0; i < nb; i++, x += 18, y += 128) {
         const float d = half_at(x), nd = -d;
-        for (int j = 0; j < 128; j++) y[j] = (x[2 + j / 8] >> (j % 8)) & 1 ? d : nd;
+        for (int j = 0; j < 128; j++)
+            y[j] = (x[2 + j / 8] >> (j % 8)) & 1 ? d : nd;
     }
 }
 
@@ -112,7 +114,8 @@ static void dq_q1_0(const uint8_t *x, float *y, size_t nb) {
 static void dq_q2_0(const uint8_t *x, float *y, size_t nb) {
     for (size_t i = 0; i < nb; i++, x += 18, y += 64) {
         const float d = half_at(x);
-        for (int j = 0; j < 64; j++) y[j] = (float)(((x[2 + j / 4] >> (2 * (j % 4))) & 3) - 1) * d;
+        for (int j = 0; j < 64; j++)
+            y[j] = (float)(((x[2 + j / 4] >> (2 * (j % 4))) & 3) - 1) * d;
     }
 }
 
@@ -219,8 +222,10 @@ static void dq_q4_k(const uint8_t *x, float *y, size_t nb) {
             const float d1 = d * (float)sc, m1 = dmin * (float)m;
             scale_min_k4(j + 1, s, &sc, &m);
             const float d2 = d * (float)sc, m2 = dmin * (float)m;
-            for (int l = 0; l < 32; l++) *y++ = d1 * (float)(q[l] & 0xF) - m1;
-            for (int l = 0; l < 32; l++) *y++ = d2 * (float)(q[l] >> 4) - m2;
+            for (int l = 0; l < 32; l++)
+                *y++ = d1 * (float)(q[l] & 0xF) - m1;
+            for (int l = 0; l < 32; l++)
+                *y++ = d2 * (float)(q[l] >> 4) - m2;
         }
     }
 }
@@ -275,7 +280,8 @@ static void dq_q6_k(const uint8_t *x, float *y, size_t nb) {
 static void dq_q8_k(const uint8_t *x, float *y, size_t nb) {
     for (size_t i = 0; i < nb; i++, x += 292, y += 256) {
         const float d = wm__f32_from_bits(wm__rd32(x));
-        for (int j = 0; j < 256; j++) y[j] = d * (float)(int8_t)x[4 + j];
+        for (int j = 0; j < 256; j++)
+            y[j] = d * (float)(int8_t)x[4 + j];
     }
 }
 
@@ -294,11 +300,14 @@ static void dq_tq1_0(const uint8_t *x, float *y, size_t nb) {
     for (size_t i = 0; i < nb; i++, x += 54) {
         const float d = half_at(x + 52);
         for (int n = 0; n < 5; n++)
-            for (int m = 0; m < 32; m++) *y++ = (float)(trit(x[m], pow3[n]) - 1) * d;
+            for (int m = 0; m < 32; m++)
+                *y++ = (float)(trit(x[m], pow3[n]) - 1) * d;
         for (int n = 0; n < 5; n++)
-            for (int m = 0; m < 16; m++) *y++ = (float)(trit(x[32 + m], pow3[n]) - 1) * d;
+            for (int m = 0; m < 16; m++)
+                *y++ = (float)(trit(x[32 + m], pow3[n]) - 1) * d;
         for (int n = 0; n < 4; n++)
-            for (int j = 0; j < 4; j++) *y++ = (float)(trit(x[48 + j], pow3[n]) - 1) * d;
+            for (int j = 0; j < 4; j++)
+                *y++ = (float)(trit(x[48 + j], pow3[n]) - 1) * d;
     }
 }
 
@@ -349,11 +358,13 @@ static void dq_iq4_xs(const uint8_t *x, float *y, size_t nb) {
 static void dq_f32(const uint8_t *x, float *y, size_t n) { memcpy(y, x, n * 4); }
 
 static void dq_f16(const uint8_t *x, float *y, size_t n) {
-    for (size_t i = 0; i < n; i++) y[i] = wm__f16_to_f32(wm__rd16(x + 2 * i));
+    for (size_t i = 0; i < n; i++)
+        y[i] = wm__f16_to_f32(wm__rd16(x + 2 * i));
 }
 
 static void dq_bf16(const uint8_t *x, float *y, size_t n) {
-    for (size_t i = 0; i < n; i++) y[i] = wm__bf16_to_f32(wm__rd16(x + 2 * i));
+    for (size_t i = 0; i < n; i++)
+        y[i] = wm__bf16_to_f32(wm__rd16(x + 2 * i));
 }
 
 static void dq_f64(const uint8_t *x, float *y, size_t n) {
@@ -379,7 +390,8 @@ static void dq_f8_e4m3(const uint8_t *x, float *y, size_t n) {
 
 /* F8_E5M2 is the top byte of an IEEE half. */
 static void dq_f8_e5m2(const uint8_t *x, float *y, size_t n) {
-    for (size_t i = 0; i < n; i++) y[i] = wm__f16_to_f32((uint16_t)(x[i] << 8));
+    for (size_t i = 0; i < n; i++)
+        y[i] = wm__f16_to_f32((uint16_t)(x[i] << 8));
 }
 
 /* F8_E8M0: 2^(x-127); 0xFF is NaN (OCP microscaling). */
@@ -391,7 +403,7 @@ static void dq_f8_e8m0(const uint8_t *x, float *y, size_t n) {
 }
 
 #define INT_KERNEL(name, T)                                                                        \
-    static void name(const uint8_t *x, float *y, size_t n) {                                      \
+    static void name(const uint8_t *x, float *y, size_t n) {                                       \
         for (size_t i = 0; i < n; i++) {                                                           \
             T v;                                                                                   \
             memcpy(&v, x + sizeof(T) * i, sizeof(T));                                              \
@@ -408,7 +420,8 @@ INT_KERNEL(dq_i64, int64_t)
 INT_KERNEL(dq_u64, uint64_t)
 
 static void dq_bool(const uint8_t *x, float *y, size_t n) {
-    for (size_t i = 0; i < n; i++) y[i] = x[i] ? 1.0f : 0.0f;
+    for (size_t i = 0; i < n; i++)
+        y[i] = x[i] ? 1.0f : 0.0f;
 }
 
 /* ---- the kernel table ---- */

@@ -47,8 +47,12 @@ int wm__x86_usable(void) {
 
 /* ---- helpers ---- */
 
-TARGET static inline __m256 i8x8_ps(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)); }
-TARGET static inline __m256 u8x8_ps(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)); }
+TARGET static inline __m256 i8x8_ps(__m128i v) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+}
+TARGET static inline __m256 u8x8_ps(__m128i v) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
+}
 /* Stores 16 signed bytes times d as 16 floats. */
 TARGET static inline void st16_i8(float *y, __m128i v, __m256 d) {
     _mm256_storeu_ps(y, _mm256_mul_ps(i8x8_ps(v), d));
@@ -71,8 +75,10 @@ TARGET void wm__stream_floats_x86(float *dst, const float *src, size_t n) {
         _mm256_stream_ps(dst + i + 16, _mm256_loadu_ps(src + i + 16));
         _mm256_stream_ps(dst + i + 24, _mm256_loadu_ps(src + i + 24));
     }
-    for (; i + 8 <= n; i += 8) _mm256_stream_ps(dst + i, _mm256_loadu_ps(src + i));
-    for (; i < n; i++) dst[i] = src[i];
+    for (; i + 8 <= n; i += 8)
+        _mm256_stream_ps(dst + i, _mm256_loadu_ps(src + i));
+    for (; i < n; i++)
+        dst[i] = src[i];
 }
 
 void wm__stream_fence_x86(void) { _mm_sfence(); }
@@ -87,7 +93,8 @@ TARGET static void x_f16(const uint8_t *x, float *y, size_t n) {
         _mm256_storeu_ps(y + i, _mm256_cvtph_ps(a));
         _mm256_storeu_ps(y + i + 8, _mm256_cvtph_ps(b));
     }
-    for (; i < n; i++) y[i] = wm__f16_to_f32(wm__rd16(x + 2 * i));
+    for (; i < n; i++)
+        y[i] = wm__f16_to_f32(wm__rd16(x + 2 * i));
 }
 
 TARGET static void x_bf16(const uint8_t *x, float *y, size_t n) {
@@ -98,7 +105,8 @@ TARGET static void x_bf16(const uint8_t *x, float *y, size_t n) {
         _mm256_storeu_si256((__m256i *)(y + i), _mm256_slli_epi32(a, 16));
         _mm256_storeu_si256((__m256i *)(y + i + 8), _mm256_slli_epi32(b, 16));
     }
-    for (; i < n; i++) y[i] = wm__bf16_to_f32(wm__rd16(x + 2 * i));
+    for (; i < n; i++)
+        y[i] = wm__bf16_to_f32(wm__rd16(x + 2 * i));
 }
 
 /* vcvtps2ph rounds to nearest even like ggml, but keeps NaN payloads where ggml writes 0x7E00:
@@ -108,17 +116,20 @@ TARGET void wm__f32_to_f16_x86(const float *src, uint16_t *dst, size_t n) {
     for (; i + 8 <= n; i += 8) {
         __m256 v = _mm256_loadu_ps(src + i);
         if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q))) {
-            for (size_t j = i; j < i + 8; j++) dst[j] = wm__f32_to_f16(src[j]);
+            for (size_t j = i; j < i + 8; j++)
+                dst[j] = wm__f32_to_f16(src[j]);
         } else {
             _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
         }
     }
-    for (; i < n; i++) dst[i] = wm__f32_to_f16(src[i]);
+    for (; i < n; i++)
+        dst[i] = wm__f32_to_f16(src[i]);
 }
 
 TARGET static inline __m256i bf16_round(__m256i u) {
     const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), lsb)), 16);
+    __m256i r = _mm256_srli_epi32(
+        _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), lsb)), 16);
     __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF)),
                                      _mm256_set1_epi32(0x7F800000));
     __m256i q = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(64));
@@ -133,7 +144,8 @@ TARGET void wm__f32_to_bf16_x86(const float *src, uint16_t *dst, size_t n) {
         __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xD8);
         _mm256_storeu_si256((__m256i *)(dst + i), p);
     }
-    for (; i < n; i++) dst[i] = wm__f32_to_bf16(src[i]);
+    for (; i < n; i++)
+        dst[i] = wm__f32_to_bf16(src[i]);
 }
 
 /* ---- simple block types ---- */
@@ -157,7 +169,8 @@ TARGET static void x_q4_1(const uint8_t *x, float *y, size_t nb) {
         _mm256_storeu_ps(y, _mm256_add_ps(_mm256_mul_ps(u8x8_ps(lo), d), m));
         _mm256_storeu_ps(y + 8, _mm256_add_ps(_mm256_mul_ps(u8x8_ps(_mm_srli_si128(lo, 8)), d), m));
         _mm256_storeu_ps(y + 16, _mm256_add_ps(_mm256_mul_ps(u8x8_ps(hi), d), m));
-        _mm256_storeu_ps(y + 24, _mm256_add_ps(_mm256_mul_ps(u8x8_ps(_mm_srli_si128(hi, 8)), d), m));
+        _mm256_storeu_ps(y + 24,
+                         _mm256_add_ps(_mm256_mul_ps(u8x8_ps(_mm_srli_si128(hi, 8)), d), m));
     }
 }
 
@@ -215,7 +228,8 @@ TARGET static void x_q1_0(const uint8_t *x, float *y, size_t nb) {
         const float df = half_at(x);
         const __m256 d = _mm256_set1_ps(df), nd = _mm256_set1_ps(-df);
         for (int k = 0; k < 16; k++, y += 8) {
-            __m256i set = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(x[2 + k]), bit), bit);
+            __m256i set =
+                _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(x[2 + k]), bit), bit);
             _mm256_storeu_ps(y, _mm256_blendv_ps(nd, d, _mm256_castsi256_ps(set)));
         }
     }
@@ -236,7 +250,8 @@ TARGET static void x_q2_0(const uint8_t *x, float *y, size_t nb) {
 
 /* 16 codebook nibbles of an MXFP4/IQ4 block mapped through `kv` (16 signed bytes). */
 TARGET static void x_mxfp4(const uint8_t *x, float *y, size_t nb) {
-    const __m128i kv = _mm_loadu_si128((const __m128i *)wm__kvalues_mxfp4), m4 = _mm_set1_epi8(0x0F);
+    const __m128i kv = _mm_loadu_si128((const __m128i *)wm__kvalues_mxfp4),
+                  m4 = _mm_set1_epi8(0x0F);
     for (size_t i = 0; i < nb; i++, x += 17, y += 32) {
         const __m256 d = _mm256_set1_ps(wm__e8m0_half(x[0]));
         __m128i q = _mm_loadu_si128((const __m128i *)(x + 1));
@@ -246,7 +261,8 @@ TARGET static void x_mxfp4(const uint8_t *x, float *y, size_t nb) {
 }
 
 TARGET static void x_nvfp4(const uint8_t *x, float *y, size_t nb) {
-    const __m128i kv = _mm_loadu_si128((const __m128i *)wm__kvalues_mxfp4), m4 = _mm_set1_epi8(0x0F);
+    const __m128i kv = _mm_loadu_si128((const __m128i *)wm__kvalues_mxfp4),
+                  m4 = _mm_set1_epi8(0x0F);
     for (size_t i = 0; i < nb; i++, x += 36) {
         for (int s = 0; s < 4; s++, y += 16) {
             const __m256 d = _mm256_set1_ps(wm__ue4m3_half(x[s]));
@@ -260,7 +276,8 @@ TARGET static void x_nvfp4(const uint8_t *x, float *y, size_t nb) {
 }
 
 TARGET static void x_iq4_nl(const uint8_t *x, float *y, size_t nb) {
-    const __m128i kv = _mm_loadu_si128((const __m128i *)wm__kvalues_iq4nl), m4 = _mm_set1_epi8(0x0F);
+    const __m128i kv = _mm_loadu_si128((const __m128i *)wm__kvalues_iq4nl),
+                  m4 = _mm_set1_epi8(0x0F);
     for (size_t i = 0; i < nb; i++, x += 18, y += 32) {
         const __m256 d = _mm256_set1_ps(half_at(x));
         __m128i q = _mm_loadu_si128((const __m128i *)(x + 2));
@@ -270,7 +287,8 @@ TARGET static void x_iq4_nl(const uint8_t *x, float *y, size_t nb) {
 }
 
 TARGET static void x_iq4_xs(const uint8_t *x, float *y, size_t nb) {
-    const __m128i kv = _mm_loadu_si128((const __m128i *)wm__kvalues_iq4nl), m4 = _mm_set1_epi8(0x0F);
+    const __m128i kv = _mm_loadu_si128((const __m128i *)wm__kvalues_iq4nl),
+                  m4 = _mm_set1_epi8(0x0F);
     for (size_t i = 0; i < nb; i++, x += 136) {
         const float d = half_at(x);
         const uint16_t sh = wm__rd16(x + 2);
@@ -304,7 +322,8 @@ TARGET static void x_q2_k(const uint8_t *x, float *y, size_t nb) {
         const float d = half_at(x + 80), dmin = half_at(x + 82);
         int is = 0;
         for (int n = 0; n < 2; n++, q += 32) {
-            __m128i qa = _mm_loadu_si128((const __m128i *)q), qb = _mm_loadu_si128((const __m128i *)(q + 16));
+            __m128i qa = _mm_loadu_si128((const __m128i *)q),
+                    qb = _mm_loadu_si128((const __m128i *)(q + 16));
             for (int shift = 0; shift < 8; shift += 2) {
                 __m128i cnt = _mm_cvtsi32_si128(shift);
                 for (int half = 0; half < 2; half++, is++, y += 16) {
@@ -331,12 +350,14 @@ TARGET static void x_q3_k(const uint8_t *x, float *y, size_t nb) {
     for (size_t i = 0; i < nb; i++, x += 110) {
         const uint8_t *q = x + 32;
         const float d = half_at(x + 108);
-        const __m128i hma = _mm_loadu_si128((const __m128i *)x), hmb = _mm_loadu_si128((const __m128i *)(x + 16));
+        const __m128i hma = _mm_loadu_si128((const __m128i *)x),
+                      hmb = _mm_loadu_si128((const __m128i *)(x + 16));
         int8_t sc[16];
         q3k_scales(x + 96, sc);
         int is = 0, bitn = 0;
         for (int n = 0; n < 2; n++, q += 32) {
-            __m128i qa = _mm_loadu_si128((const __m128i *)q), qb = _mm_loadu_si128((const __m128i *)(q + 16));
+            __m128i qa = _mm_loadu_si128((const __m128i *)q),
+                    qb = _mm_loadu_si128((const __m128i *)(q + 16));
             for (int shift = 0; shift < 8; shift += 2, bitn++) {
                 const __m128i m = _mm_set1_epi8((char)(1u << bitn));
                 __m128i cnt = _mm_cvtsi32_si128(shift);
@@ -369,7 +390,8 @@ TARGET static void x_q4_k(const uint8_t *x, float *y, size_t nb) {
             const __m256 d1 = _mm256_set1_ps(d * (float)sc), m1 = _mm256_set1_ps(dmin * (float)m);
             scale_min_k4(j + 1, s, &sc, &m);
             const __m256 d2 = _mm256_set1_ps(d * (float)sc), m2 = _mm256_set1_ps(dmin * (float)m);
-            __m128i qa = _mm_loadu_si128((const __m128i *)q), qb = _mm_loadu_si128((const __m128i *)(q + 16));
+            __m128i qa = _mm_loadu_si128((const __m128i *)q),
+                    qb = _mm_loadu_si128((const __m128i *)(q + 16));
             st32_u8_dm(y, _mm_and_si128(qa, m4), _mm_and_si128(qb, m4), d1, m1);
             st32_u8_dm(y + 32, _mm_and_si128(_mm_srli_epi16(qa, 4), m4),
                        _mm_and_si128(_mm_srli_epi16(qb, 4), m4), d2, m2);
@@ -382,7 +404,8 @@ TARGET static void x_q5_k(const uint8_t *x, float *y, size_t nb) {
     for (size_t i = 0; i < nb; i++, x += 176) {
         const float d = half_at(x), dmin = half_at(x + 2);
         const uint8_t *s = x + 4, *ql = x + 48;
-        const __m128i ha = _mm_loadu_si128((const __m128i *)(x + 16)), hb = _mm_loadu_si128((const __m128i *)(x + 32));
+        const __m128i ha = _mm_loadu_si128((const __m128i *)(x + 16)),
+                      hb = _mm_loadu_si128((const __m128i *)(x + 32));
         int bitn = 0;
         for (int j = 0; j < 8; j += 2, ql += 32, y += 64, bitn += 2) {
             uint8_t sc, m;
@@ -390,10 +413,16 @@ TARGET static void x_q5_k(const uint8_t *x, float *y, size_t nb) {
             const __m256 d1 = _mm256_set1_ps(d * (float)sc), m1 = _mm256_set1_ps(dmin * (float)m);
             scale_min_k4(j + 1, s, &sc, &m);
             const __m256 d2 = _mm256_set1_ps(d * (float)sc), m2 = _mm256_set1_ps(dmin * (float)m);
-            const __m128i u1 = _mm_set1_epi8((char)(1u << bitn)), u2 = _mm_set1_epi8((char)(2u << bitn));
-            __m128i qa = _mm_loadu_si128((const __m128i *)ql), qb = _mm_loadu_si128((const __m128i *)(ql + 16));
-            __m128i la = _mm_add_epi8(_mm_and_si128(qa, m4), _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(ha, u1), u1), sixteen));
-            __m128i lb = _mm_add_epi8(_mm_and_si128(qb, m4), _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(hb, u1), u1), sixteen));
+            const __m128i u1 = _mm_set1_epi8((char)(1u << bitn)),
+                          u2 = _mm_set1_epi8((char)(2u << bitn));
+            __m128i qa = _mm_loadu_si128((const __m128i *)ql),
+                    qb = _mm_loadu_si128((const __m128i *)(ql + 16));
+            __m128i la =
+                _mm_add_epi8(_mm_and_si128(qa, m4),
+                             _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(ha, u1), u1), sixteen));
+            __m128i lb =
+                _mm_add_epi8(_mm_and_si128(qb, m4),
+                             _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(hb, u1), u1), sixteen));
             st32_u8_dm(y, la, lb, d1, m1);
             la = _mm_add_epi8(_mm_and_si128(_mm_srli_epi16(qa, 4), m4),
                               _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(ha, u2), u2), sixteen));
@@ -420,13 +449,17 @@ TARGET static void x_q6_k(const uint8_t *x, float *y, size_t nb) {
                 __m128i l0 = _mm_loadu_si128((const __m128i *)(ql + 16 * h));
                 __m128i l1 = _mm_loadu_si128((const __m128i *)(ql + 32 + 16 * h));
                 __m128i hh = _mm_loadu_si128((const __m128i *)(qh + 16 * h));
-                __m128i q1 = _mm_or_si128(_mm_and_si128(l0, m4), _mm_slli_epi16(_mm_and_si128(hh, m3), 4));
-                __m128i q2 = _mm_or_si128(_mm_and_si128(l1, m4),
-                                          _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(hh, 2), m3), 4));
-                __m128i q3 = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(l0, 4), m4),
-                                          _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(hh, 4), m3), 4));
-                __m128i q4 = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(l1, 4), m4),
-                                          _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(hh, 6), m3), 4));
+                __m128i q1 =
+                    _mm_or_si128(_mm_and_si128(l0, m4), _mm_slli_epi16(_mm_and_si128(hh, m3), 4));
+                __m128i q2 =
+                    _mm_or_si128(_mm_and_si128(l1, m4),
+                                 _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(hh, 2), m3), 4));
+                __m128i q3 =
+                    _mm_or_si128(_mm_and_si128(_mm_srli_epi16(l0, 4), m4),
+                                 _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(hh, 4), m3), 4));
+                __m128i q4 =
+                    _mm_or_si128(_mm_and_si128(_mm_srli_epi16(l1, 4), m4),
+                                 _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(hh, 6), m3), 4));
                 q6_store16(y + 16 * h, q1, _mm256_set1_ps(d * (float)sc[h]));
                 q6_store16(y + 32 + 16 * h, q2, _mm256_set1_ps(d * (float)sc[h + 2]));
                 q6_store16(y + 64 + 16 * h, q3, _mm256_set1_ps(d * (float)sc[h + 4]));
@@ -439,7 +472,8 @@ TARGET static void x_q6_k(const uint8_t *x, float *y, size_t nb) {
 TARGET static void x_q8_k(const uint8_t *x, float *y, size_t nb) {
     for (size_t i = 0; i < nb; i++, x += 292, y += 256) {
         const __m256 d = _mm256_set1_ps(wm__f32_from_bits(wm__rd32(x)));
-        for (int j = 0; j < 256; j += 16) st16_i8(y + j, _mm_loadu_si128((const __m128i *)(x + 4 + j)), d);
+        for (int j = 0; j < 256; j += 16)
+            st16_i8(y + j, _mm_loadu_si128((const __m128i *)(x + 4 + j)), d);
     }
 }
 
@@ -450,7 +484,8 @@ TARGET static void x_tq2_0(const uint8_t *x, float *y, size_t nb) {
     for (size_t i = 0; i < nb; i++, x += 66) {
         const __m256 d = _mm256_set1_ps(half_at(x + 64));
         for (int j = 0; j < 64; j += 32) {
-            __m128i qa = _mm_loadu_si128((const __m128i *)(x + j)), qb = _mm_loadu_si128((const __m128i *)(x + j + 16));
+            __m128i qa = _mm_loadu_si128((const __m128i *)(x + j)),
+                    qb = _mm_loadu_si128((const __m128i *)(x + j + 16));
             for (int l = 0; l < 4; l++, y += 32) {
                 __m128i cnt = _mm_cvtsi32_si128(2 * l);
                 st16_i8(y, _mm_sub_epi8(_mm_and_si128(_mm_srl_epi16(qa, cnt), m3), one), d);
@@ -484,7 +519,8 @@ TARGET static void x_tq1_0(const uint8_t *x, float *y, size_t nb) {
             tq1_store16(y, a, pow3[n], d);
             tq1_store16(y + 16, b, pow3[n], d);
         }
-        for (int n = 0; n < 5; n++, y += 16) tq1_store16(y, c, pow3[n], d);
+        for (int n = 0; n < 5; n++, y += 16)
+            tq1_store16(y, c, pow3[n], d);
         for (int n = 0; n < 4; n++) {
             for (int j = 0; j < 4; j++) {
                 uint8_t q = (uint8_t)(x[48 + j] * pow3[n]);
@@ -531,12 +567,14 @@ wm__to_f32_fn wm__dequant_x86(wm_type type) {
     return NULL;
 }
 void wm__f32_to_f16_x86(const float *src, uint16_t *dst, size_t n) {
-    for (size_t i = 0; i < n; i++) dst[i] = wm__f32_to_f16(src[i]);
+    for (size_t i = 0; i < n; i++)
+        dst[i] = wm__f32_to_f16(src[i]);
 }
 void wm__stream_floats_x86(float *dst, const float *src, size_t n) { memcpy(dst, src, n * 4); }
 void wm__stream_fence_x86(void) {}
 void wm__f32_to_bf16_x86(const float *src, uint16_t *dst, size_t n) {
-    for (size_t i = 0; i < n; i++) dst[i] = wm__f32_to_bf16(src[i]);
+    for (size_t i = 0; i < n; i++)
+        dst[i] = wm__f32_to_bf16(src[i]);
 }
 
 #endif
