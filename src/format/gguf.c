@@ -39,6 +39,7 @@ typedef struct parse_state {
     wm_file *f;
     unsigned lenw; /* 4 for v1, else 8 */
     uint64_t n_tensors, n_kv;
+    size_t kv_cap, t_cap; /* entries allocated in f->kvs and f->tensors (kept across passes) */
 } parse_state;
 
 static bool fail(parse_state *s, size_t at, const char *fmt, ...) WM_PRINTF(3, 4);
@@ -322,6 +323,25 @@ static bool check_data(parse_state *s, size_t infos_end) {
 
 /* ---- driver ---- */
 
+/* Why entries are allocated as they are parsed rather than all at once: the counts are bounded
+ * only by the bytes left in the file, so a sparse file of a few GiB claiming hundreds of
+ * millions of entries would cost ~3x its size in memory before its first entry is read. The
+ * array starts at up to 1024 zeroed entries and doubles, never past `max`. Returns the (possibly
+ * moved) array, or NULL with err filled. */
+static void *reserve(parse_state *s, void *arr, size_t *cap, uint64_t max, size_t elem,
+                     const char *what) {
+    size_t n = *cap ? *cap * 2 : 1024;
+    if (n > max) n = (size_t)max; /* max < UINT32_MAX: n * elem cannot overflow */
+    unsigned char *p = wm__realloc(arr, n * elem);
+    if (!p) {
+        wm__err(s->r.err, WM_ENOMEM, 0, "%s: out of memory for %zu %s", s->r.path, n, what);
+        return NULL;
+    }
+    memset(p + *cap * elem, 0, (n - *cap) * elem);
+    *cap = n;
+    return p;
+}
+
 /* One pass over the buffer. Returns true on success; false with need_more set when the buffer
  * was too short, or with err filled. */
 static bool parse_pass(parse_state *s) {
@@ -362,28 +382,17 @@ static bool parse_pass(parse_state *s) {
     if (nk > left / (s->lenw + 1 + 4 + 1) || nk >= UINT32_MAX)
         return fail(s, cat + s->lenw, "n_kv %llu is larger than the %llu bytes left could hold",
                     (unsigned long long)nk, (unsigned long long)left);
-    if (!f->kvs && nk) {
-        f->kvs = wm__calloc((size_t)nk, sizeof *f->kvs);
-        if (!f->kvs) {
-            wm__err(r->err, WM_ENOMEM, 0, "%s: out of memory for %llu metadata entries", r->path,
-                    (unsigned long long)nk);
-            return false;
-        }
-    }
-    if (!f->tensors && nt) {
-        f->tensors = wm__calloc((size_t)nt, sizeof *f->tensors);
-        if (!f->tensors) {
-            wm__err(r->err, WM_ENOMEM, 0, "%s: out of memory for %llu tensors", r->path,
-                    (unsigned long long)nt);
-            return false;
-        }
-    }
     f->n_kv = (size_t)nk;
     f->n_tensors = (size_t)nt;
 
     f->alignment = GGUF_DEFAULT_ALIGNMENT;
     for (uint64_t i = 0; i < nk; i++) {
         size_t at = r->pos;
+        if (i >= s->kv_cap) {
+            void *p = reserve(s, f->kvs, &s->kv_cap, nk, sizeof *f->kvs, "metadata entries");
+            if (!p) return false;
+            f->kvs = p;
+        }
         if (!parse_kv(s, i)) return false;
         wm__kv *kv = &f->kvs[i];
         if (kv->key_len == 17 && memcmp(r->buf + kv->key_off, "general.alignment", 17) == 0) {
@@ -398,8 +407,14 @@ static bool parse_pass(parse_state *s) {
             f->alignment = a;
         }
     }
-    for (uint64_t i = 0; i < nt; i++)
+    for (uint64_t i = 0; i < nt; i++) {
+        if (i >= s->t_cap) {
+            void *p = reserve(s, f->tensors, &s->t_cap, nt, sizeof *f->tensors, "tensors");
+            if (!p) return false;
+            f->tensors = p;
+        }
         if (!parse_tensor(s, i)) return false;
+    }
     f->header_len = r->pos;
     return check_data(s, r->pos);
 }
