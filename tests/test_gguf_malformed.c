@@ -13,6 +13,7 @@
 #include <math.h>
 #include <stdbool.h>
 #include <string.h>
+#include <unistd.h>
 
 #define U64_MAX UINT64_MAX
 
@@ -99,6 +100,25 @@ WM_TEST(kv_count_larger_than_file) {
         ggb_kv_u8(&g, "a", 1); /* 14 bytes: room for one KV, not three */
         wmt_put_zeros(&g.b, 14);
         CHECK_REFUSED(ggb_write(&g, "nkv.gguf"), WM_EFORMAT, "n_kv");
+        ggb_free(&g);
+    }
+}
+
+/* A sparse file of 4 GiB whose header claims 200 million entries (fewer than its bytes could
+ * hold) is refused at its first entry, having allocated a bounded amount, not ~3x its size. */
+WM_TEST(huge_counts_in_sparse_file) {
+    for (int t = 0; t < 2; t++) {
+        ggb g;
+        ggb_begin(&g, 3, t ? 100000000 : 0, t ? 0 : 200000000);
+        ggb_len(&g, 0); /* an empty key or tensor name */
+        const char *p = ggb_write(&g, "sparse.gguf");
+        CHECK(truncate(p, (off_t)4 << 30) == 0);
+        wm_ledger_reset_peaks();
+        CHECK_REFUSED(p, WM_EFORMAT, "empty");
+        wm_ledger l;
+        wm_ledger_get(&l);
+        CHECK_MSG(l.cat[WM_LEDGER_HEAP].peak < ((uint64_t)64 << 20), "heap peak %llu bytes",
+                  (unsigned long long)l.cat[WM_LEDGER_HEAP].peak);
         ggb_free(&g);
     }
 }
