@@ -553,6 +553,7 @@ WM_TEST(large_output_streams) {
     static const wm_type ts[] = {WM_TYPE_F16,  WM_TYPE_Q4_0,  WM_TYPE_Q4_K,
                                  WM_TYPE_Q1_0, WM_TYPE_NVFP4, WM_TYPE_Q6_K};
     size_t n = (1u << 20) + 256 * 3 + 13; /* 4 MiB of floats, a partial stage, a partial vector */
+    int prev_stream = wm__convert_force_stream(1); /* Intel only by default; test it everywhere */
     size_t cap = (n * 4 + 64 + 63) / 64 * 64; /* aligned_alloc wants a multiple of the alignment */
     uint8_t *src = malloc(n * 2);
     float *a = aligned_alloc(64, cap), *b = aligned_alloc(64, cap);
@@ -571,6 +572,7 @@ WM_TEST(large_output_streams) {
             CHECK(((uint8_t *)a)[(m + (size_t)off) * 4] == 0x5A); /* nothing written past the end */
         }
     }
+    wm__convert_force_stream(prev_stream);
     free(src);
     free(a);
     free(b);

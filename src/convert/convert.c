@@ -17,11 +17,17 @@
 /* Floats staged per step of a two-stage conversion: a multiple of every block size. */
 #define STAGE_ELEMS 4096
 
-static int force_scalar;
+static int force_scalar, force_stream;
 
 int wm__convert_force_scalar(int on) {
     int prev = force_scalar;
     force_scalar = on;
+    return prev;
+}
+
+int wm__convert_force_stream(int on) {
+    int prev = force_stream;
+    force_stream = on;
     return prev;
 }
 
@@ -35,16 +41,14 @@ static wm__to_f32_fn to_f32_kernel(wm_type t) {
     return wm__dequant_scalar(t);
 }
 
-/* Output at least this large is written with non-temporal stores: it is not read again soon (a
- * loaded tensor), and streaming saves the read of every destination line. On a quiet Xeon this
- * nearly doubled one core's f32 output rate (bench/RESULTS.md, "convert"); on the shared AMD VM
- * plain stores measured faster for outputs of 16-64 MiB, which its L3 may hold, so the
- * threshold stays well above L2 sizes. */
+/* Output at least this large is written with non-temporal stores where that measured faster
+ * (wm__x86_stream_preferred): it is not read again soon (a loaded tensor), and streaming saves
+ * the read of every destination line. The threshold stays well above L2 sizes. */
 #define STREAM_MIN_BYTES ((size_t)4 << 20)
 
 static bool stream_output(const void *dst, size_t bytes) {
     return bytes >= STREAM_MIN_BYTES && ((uintptr_t)dst & 31) == 0 && !force_scalar &&
-           wm__x86_usable();
+           wm__x86_usable() && (force_stream || wm__x86_stream_preferred());
 }
 
 /* ---- narrowing from float ---- */

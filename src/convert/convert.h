@@ -117,6 +117,8 @@ void wm__f32_to_bf16_x86(const float *src, uint16_t *dst, size_t n);
  * lines, no cache pollution), then fences them; for outputs far larger than the caches. */
 void wm__stream_floats_x86(float *dst, const float *src, size_t n);
 void wm__stream_fence_x86(void);
+/* Non-zero on CPUs where streaming large outputs measured faster than plain stores (Intel). */
+int wm__x86_stream_preferred(void);
 /* Non-zero when this build has the x86 kernels and the CPU runs AVX2 and F16C. */
 int wm__x86_usable(void);
 
@@ -134,5 +136,8 @@ float wm__e8m0_half(uint8_t x);
 /* Non-zero: wm_convert uses only the portable kernels (tests compare both paths). Returns the
  * previous setting. Not thread-safe against concurrent conversions; tests only. */
 int wm__convert_force_scalar(int on);
+/* Non-zero: large outputs are streamed on any x86 CPU with AVX2 (tests cover that path on
+ * every machine). Returns the previous setting. Tests only. */
+int wm__convert_force_stream(int on);
 
 #endif /* WM_CONVERT_H */
