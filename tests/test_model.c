@@ -258,6 +258,10 @@ WM_TEST(mmap_private_write_privatises_exact_pages) {
 }
 
 WM_TEST(heap_footprint_is_tensor_bytes_and_returns) {
+#if WMT_ASAN
+    /* ASan's shadow memory and quarantine grow the footprint by more than the test allows. */
+    WM_SKIP("footprint figures are not exact under AddressSanitizer");
+#endif
     const char *path = made_model("m.gguf", "16M");
     wm_file *f = open_ok(path);
     wm_mem_figures before, loaded, after;

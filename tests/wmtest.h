@@ -18,6 +18,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+/* WMT_ASAN is 1 in AddressSanitizer builds (gcc and clang), for the few figures it distorts. */
+#if defined(__SANITIZE_ADDRESS__)
+#define WMT_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define WMT_ASAN 1
+#endif
+#endif
+#ifndef WMT_ASAN
+#define WMT_ASAN 0
+#endif
+
 typedef void (*wmt_fn)(void);
 void wmt_register(const char *name, wmt_fn fn);
 
