@@ -13,6 +13,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -522,5 +523,31 @@ WM_TEST(faults_many_tensors) {
     CHECK_EQ(wm_file_tensor_count(f), 3000);
     wm_file_close(f);
     fault_sweep(path);
+}
+
+/* ---- threads ---- */
+
+/* cJSON's hooks and error position are process-wide: opens on several threads at once must
+ * still parse correctly and hold nothing afterwards (the parse lock, the per-thread arena). */
+static void *open_many(void *arg) {
+    const char *path = arg;
+    for (int i = 0; i < 200; i++) {
+        wm_file *f = NULL;
+        if (wm_file_open(path, &f, NULL) != WM_OK || wm_file_tensor_count(f) != 10) return (void *)1;
+        wm_file_close(f);
+    }
+    return NULL;
+}
+
+WM_TEST(concurrent_opens) {
+    pthread_t t[4];
+    char *path = strdup(wmt_fixture("safetensors/runai-test.safetensors"));
+    for (int i = 0; i < 4; i++) CHECK(pthread_create(&t[i], NULL, open_many, path) == 0);
+    for (int i = 0; i < 4; i++) {
+        void *r;
+        CHECK(pthread_join(t[i], &r) == 0);
+        CHECK(r == NULL);
+    }
+    free(path);
 }
 
