@@ -494,8 +494,12 @@ wm_status wm__gguf_parse(wm_file *f, wm_error *err) {
         s.r.len = have;
         if (parse_pass(&s)) break;
         if (!s.r.need_more) return err->code;
+        /* 8x (in whole huge pages from GGUF_HUGE_MIN on); a buffer that would hold a quarter of
+         * the file takes all of it: a vocab-only file is all header, and one more pass over a
+         * partial buffer costs more than it saves. */
         uint64_t want = (uint64_t)cap * 8;
-        cap = want > f->size ? (size_t)f->size : (size_t)want;
+        if (want >= GGUF_HUGE_MIN) want = (want + GGUF_HUGE_PAGE - 1) / GGUF_HUGE_PAGE * GGUF_HUGE_PAGE;
+        cap = want >= f->size / 4 ? (size_t)f->size : (size_t)want;
     }
     return build_names(f, f->path, err);
 }
