@@ -48,7 +48,7 @@ TSAN_STRESS_CYCLES ?= 50
 
 fuzz-build: deps
 	@cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
-	  -DWM_FUZZ=ON -DWM_SANITIZE=address,undefined -DWM_BUILD_TESTS=OFF -DWM_BUILD_CLI=OFF >/dev/null
+	  -DWM_FUZZ=ON -DWM_FAULT_INJECTION=ON -DWM_SANITIZE=address,undefined -DWM_BUILD_TESTS=OFF -DWM_BUILD_CLI=OFF >/dev/null
 	@cmake --build build-fuzz --target $(FUZZ_TARGETS)
 
 test-fuzz: fuzz-build

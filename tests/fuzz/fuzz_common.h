@@ -6,12 +6,17 @@
  * regions, or the harness aborts, so that libFuzzer reports the input as a crash); writing the
  * input where the library can open it (a memfd reached as /proc/self/fd/N, or a named file in a
  * per-process temporary folder when the name matters); walking an open file through every getter
- * of the public API, so that every parsed field is read at least once under ASan.
+ * of the public API, so that every parsed field is read at least once under ASan; running an
+ * input a second time with one OS call or allocation failed (fault injection), so that the error
+ * paths of every odd file the fuzzer makes are checked for leaks too.
  */
 #ifndef WM_FUZZ_COMMON_H
 #define WM_FUZZ_COMMON_H
 
 #include "weightmap.h"
+#ifdef WM_FAULT_INJECTION
+#include "os/fault.h"
+#endif
 
 #include <errno.h>
 #include <fcntl.h>
@@ -131,6 +136,9 @@ static void wmf_walk_file(const wm_file *f) {
     for (size_t i = 0; i < nt; i++) {
         wm_tensor_info t;
         if (wm_file_tensor(f, i, &t) != WM_OK) abort();
+        const char *tn = wm_type_name(t.type);
+        if (!tn || wm_type_from_name(tn) != t.type) abort();
+        wmf_sink += wm_type_block_elems(t.type) + wm_type_block_bytes(t.type);
         size_t back;
         if (wm_file_find_tensor(f, t.name, &back) != WM_OK) abort();
         wmf_sink += strlen(t.name) + (uint64_t)t.type + t.n_dims + t.n_elements + t.offset +
@@ -183,6 +191,37 @@ static void wmf_walk_file(const wm_file *f) {
     }
     wm_kv kv;
     if (wm_file_metadata(f, nkv, &kv) != WM_ERANGE) abort();
+}
+
+/* ---- faults ---- */
+
+/* Runs fn(ctx), which must check the ledger itself; then, when the build has fault injection,
+ * again with one of the calls it made failed: the k-th of n, with k and the errno (EIO or ENOMEM)
+ * chosen from the input's bytes so that a crash reproduces from the input alone. With
+ * WM_FUZZ_FAULT_SWEEP=1 in the environment (coverage runs), every k with both errnos instead. */
+static void wmf_with_faults(void (*fn)(void *), void *ctx, const uint8_t *data, size_t size) {
+#ifdef WM_FAULT_INJECTION
+    wm__fault_reset();
+    fn(ctx);
+    uint64_t n = wm__fault_count(WM_OS_ANY);
+    if (n == 0) return;
+    static int sweep = -1;
+    if (sweep < 0) sweep = getenv("WM_FUZZ_FAULT_SWEEP") != NULL;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < size; i++) h = (h ^ data[i]) * 1099511628211ull;
+    for (uint64_t k = sweep ? 1 : h % n + 1; k <= (sweep ? n : h % n + 1); k++) {
+        for (int e = 0; e < 2; e++) {
+            if (!sweep && e != (int)((h >> 32) & 1)) continue;
+            wm__fault_arm(WM_OS_ANY, k, e ? EIO : ENOMEM);
+            fn(ctx);
+            wm__fault_reset();
+        }
+    }
+#else
+    (void)data;
+    (void)size;
+    fn(ctx);
+#endif
 }
 
 #endif /* WM_FUZZ_COMMON_H */

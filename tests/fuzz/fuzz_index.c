@@ -4,8 +4,10 @@
  * small, valid shards (model-00001-of-00002.safetensors with tensors "a" and "b",
  * model-00002-of-00002.safetensors with "c"), so an index may name shards that exist (and then
  * agree or disagree with them) or shards that do not. Opened, walked, closed; the ledger must be
- * empty afterwards. Every few inputs the same bytes are also opened through a shard's name,
- * which looks the index up next to it.
+ * empty afterwards (also with one OS call or allocation failed, see wmf_with_faults). Inputs whose
+ * length is a multiple of 4 are also opened through a shard's name, which finds the index next to
+ * it; those of length 1 modulo 4 through a shard's name with the index removed (the reader then
+ * opens every K-of-N sibling).
  */
 #include "fuzz_common.h"
 
@@ -32,13 +34,7 @@ static void make_shards(void) {
               "{\"c\":{\"dtype\":\"BF16\",\"shape\":[2,3],\"data_offsets\":[0,12]}}", 12);
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    static int ready;
-    if (!ready) {
-        make_shards();
-        ready = 1;
-    }
-    const char *path = wmf_put_file("model.safetensors.index.json", data, size);
+static void run_path(void *path) {
     wm_file *f = NULL;
     wm_error err;
     wm_status st = wm_file_open(path, &f, &err);
@@ -50,16 +46,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 (void *)f, err.code, st, err.msg);
         abort();
     }
-    wmf_check_ledger_empty("wm_file_open(index)/wm_file_close");
-    /* Through a shard's name: the reader finds the index next to it. */
-    if (size % 4 == 0) {
-        char shard[400];
-        snprintf(shard, sizeof shard, "%s/model-00002-of-00002.safetensors", wmf_dir());
-        if (wm_file_open(shard, &f, &err) == WM_OK) {
-            wmf_walk_file(f);
-            wm_file_close(f);
-        }
-        wmf_check_ledger_empty("wm_file_open(shard)/wm_file_close");
+    wmf_check_ledger_empty("wm_file_open/wm_file_close");
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    static int ready;
+    if (!ready) {
+        make_shards();
+        ready = 1;
+    }
+    char index[400], shard[400];
+    snprintf(index, sizeof index, "%s", wmf_put_file("model.safetensors.index.json", data, size));
+    snprintf(shard, sizeof shard, "%s/model-00002-of-00002.safetensors", wmf_dir());
+    wmf_with_faults(run_path, index, data, size);
+    if (size % 4 == 0) wmf_with_faults(run_path, shard, data, size);
+    if (size % 4 == 1) {
+        unlink(index);
+        wmf_with_faults(run_path, shard, data, size);
     }
     return 0;
 }

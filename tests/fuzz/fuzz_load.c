@@ -5,7 +5,8 @@
  * exists), every byte of every tensor read, wm_model_release, wm_file_close. The ledger must read
  * zero after each release (but for the open file's own header bytes) and zero at the end: a leak
  * is a crash. The thread count alternates between 1 and 2 with the input's length so that both
- * the inline and the worker paths are fuzzed.
+ * the inline and the worker paths are fuzzed. Each input runs again with one OS call or allocation
+ * failed (see wmf_with_faults).
  */
 #include "fuzz_common.h"
 
@@ -47,36 +48,50 @@ static void check_back_to(const wm_ledger *before, const char *where) {
     }
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    char path[64];
-    int fd = wmf_memfd(data, size, path, sizeof path);
+typedef struct input {
+    const char *path;
+    size_t size;
+} input;
+
+static void run_input(void *p) {
+    const input *in = p;
     wm_file *f = NULL;
     wm_error err;
-    if (wm_file_open(path, &f, &err) == WM_OK) {
+    wm_status st = wm_file_open(in->path, &f, &err);
+    if (st == WM_OK) {
         wm_ledger before;
         wm_ledger_get(&before);
         static const wm_convert_rule to_f32 = {NULL, WM_TYPE_INVALID, WM_TYPE_F32};
         for (int k = 0; k < 4; k++) {
             wm_load_options o = {.mode = k == 3 ? WM_MODE_HEAP : (wm_mode)(k + 1),
-                                 .threads = 1 + (unsigned)(size & 1)};
+                                 .threads = 1 + (unsigned)(in->size & 1)};
             if (k == 3) {
                 o.convert = &to_f32;
                 o.n_convert = 1;
             }
             wm_model *m = NULL;
-            wm_status st = wm_model_load(f, &o, &m, &err);
+            st = wm_model_load(f, &o, &m, &err);
             if (st == WM_OK) {
                 if (wm_model_mode(m) != o.mode) abort();
                 touch_all(m);
                 wm_model_release(m);
-            } else if (m != NULL || err.code != st) {
+            } else if (m != NULL || err.code != st || err.msg[0] == '\0') {
                 abort();
             }
             check_back_to(&before, wm_mode_name(o.mode));
         }
         wm_file_close(f);
+    } else if (f != NULL || err.code != st || err.msg[0] == '\0') {
+        abort();
     }
-    close(fd);
     wmf_check_ledger_empty("load/release/close");
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    char path[64];
+    int fd = wmf_memfd(data, size, path, sizeof path);
+    input in = {path, size};
+    wmf_with_faults(run_input, &in, data, size);
+    close(fd);
     return 0;
 }

@@ -148,6 +148,9 @@ def main():
         "v3-empty.gguf": gguf(3, [], []),
         "v3-split.gguf": gguf(3, [("split.no", 2, 0), ("split.count", 2, 1),
                                   ("split.tensors.count", 5, 1)], [("a", [4], 0)]),
+        # part 1 of the two-part set that wm_fuzz_gguf completes with its own part 2
+        "v3-split-part1.gguf": gguf(3, [("split.no", 2, 0), ("split.count", 2, 2),
+                                        ("split.tensors.count", 5, 1)], [("a", [4], 0)]),
     }
     for name, data in seeds.items():
         write("gguf", name, data)

@@ -13,7 +13,8 @@
 #
 # Environment: FUZZ_PARALLEL (harnesses run at once, default 1), FUZZ_NICE (niceness, default 0),
 # FUZZ_TIMEOUT (seconds one input may take, default 10), FUZZ_MAX_LEN (default 65536),
-# FUZZ_ARGS (more libFuzzer flags), WM_FIXTURES (default ../shared/fixtures).
+# FUZZ_ARGS (more libFuzzer flags), WM_FIXTURES (default ../shared/fixtures), FUZZ_TMPDIR (where
+# the harnesses that need a named file write it; default /dev/shm when it exists, so no disk).
 set -u
 if [ $# -lt 2 ]; then
     echo "usage: $0 BUILD_DIR SECONDS [HARNESS...]" >&2
@@ -26,6 +27,8 @@ harnesses=${*:-gguf safetensors index load}
 src=$(cd "$(dirname "$0")/../.." && pwd)
 fixtures=${WM_FIXTURES:-$src/../shared/fixtures}
 par=${FUZZ_PARALLEL:-1}
+tmp=${FUZZ_TMPDIR:-/tmp}
+[ -z "${FUZZ_TMPDIR:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ] && tmp=/dev/shm
 
 run_one() {
     local h=$1 dict extra=""
@@ -42,7 +45,7 @@ run_one() {
     local dirs="$work $src/tests/corpus/$h" d
     for d in $extra; do [ -d "$d" ] && dirs="$dirs $d"; done
     # shellcheck disable=SC2086
-    ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} nice -n "${FUZZ_NICE:-0}" "$exe" \
+    TMPDIR=$tmp ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} nice -n "${FUZZ_NICE:-0}" "$exe" \
         -dict="$src/tests/fuzz/$dict" -max_total_time="$secs" -timeout="${FUZZ_TIMEOUT:-10}" \
         -rss_limit_mb=2048 -max_len="${FUZZ_MAX_LEN:-65536}" -print_final_stats=1 \
         -artifact_prefix="$art/" ${FUZZ_ARGS:-} $dirs >"$log" 2>&1
