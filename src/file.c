@@ -290,6 +290,7 @@ static bool decode(wm_value_type type, const unsigned char *p, num *n) {
 static wm_status to_u64(const num *n, uint64_t *out) {
     if (n->kind == 2) return WM_ETYPE;
     if (n->kind == 1 && n->i < 0) return WM_ERANGE;
+    if (!out) return WM_EINVAL;
     *out = n->kind == 0 ? n->u : (uint64_t)n->i;
     return WM_OK;
 }
@@ -297,12 +298,14 @@ static wm_status to_u64(const num *n, uint64_t *out) {
 static wm_status to_i64(const num *n, int64_t *out) {
     if (n->kind == 2) return WM_ETYPE;
     if (n->kind == 0 && n->u > (uint64_t)INT64_MAX) return WM_ERANGE;
+    if (!out) return WM_EINVAL;
     *out = n->kind == 1 ? n->i : (int64_t)n->u;
     return WM_OK;
 }
 
 static wm_status to_f64(const num *n, double *out) {
     if (n->kind != 2) return WM_ETYPE;
+    if (!out) return WM_EINVAL;
     *out = n->d;
     return WM_OK;
 }
@@ -360,6 +363,7 @@ wm_status wm_file_get_u32(const wm_file *f, const char *key, uint32_t *out) {
     wm_status st = wm_file_get_u64(f, key, &v);
     if (st) return st;
     if (v > UINT32_MAX) return WM_ERANGE;
+    if (!out) return WM_EINVAL;
     *out = (uint32_t)v;
     return WM_OK;
 }
@@ -376,6 +380,7 @@ wm_status wm_file_get_bool(const wm_file *f, const char *key, int *out) {
     if (st) return st;
     const wm__kv *kv = &f->kvs[i];
     if (kv->type != WM_VALUE_BOOL) return WM_ETYPE;
+    if (!out) return WM_EINVAL;
     *out = kv->val[0] != 0;
     return WM_OK;
 }
@@ -463,6 +468,7 @@ wm_status wm_file_array_string(const wm_file *f, size_t index, uint64_t elem, wm
     wm_array_iter it;
     st = wm_file_array_iter(f, index, &it);
     if (st) return st;
+    if (!out) return WM_EINVAL;
     wm_string s = {0};
     for (uint64_t i = 0; i <= elem; i++) wm_array_iter_next(&it, &s);
     *out = s;

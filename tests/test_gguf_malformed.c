@@ -862,6 +862,16 @@ WM_TEST(getters_scalars) {
     CHECK_EQ(kv.length, 5);
     CHECK_STATUS(wm_file_metadata(f, 0, &kv), WM_OK);
     CHECK_EQ(kv.length, 1);
+    /* A NULL out is refused (after the type is checked), never written through. */
+    CHECK_STATUS(wm_file_get_u64(f, "u8", NULL), WM_EINVAL);
+    CHECK_STATUS(wm_file_get_i64(f, "i8", NULL), WM_EINVAL);
+    CHECK_STATUS(wm_file_get_u32(f, "u32", NULL), WM_EINVAL);
+    CHECK_STATUS(wm_file_get_f64(f, "f64", NULL), WM_EINVAL);
+    CHECK_STATUS(wm_file_get_bool(f, "bool", NULL), WM_EINVAL);
+    CHECK_STATUS(wm_file_get_string(f, "str", NULL), WM_EINVAL);
+    CHECK_STATUS(wm_file_get_u64(f, "str", NULL), WM_ETYPE);
+    CHECK_STATUS(wm_file_get_u64(NULL, "u8", &u), WM_EINVAL);
+    CHECK_STATUS(wm_file_get_u64(f, NULL, &u), WM_EINVAL);
     wm_file_close(f);
     ggb_free(&g);
 }
@@ -934,6 +944,14 @@ WM_TEST(getters_arrays) {
     CHECK_STATUS(wm_file_array_u64(f, a_nest, 0, &u), WM_ETYPE);
     CHECK_STATUS(wm_file_array_string(f, a_nest, 0, &s), WM_ETYPE);
     CHECK_STATUS(wm_file_array_iter(f, a_nest, &it), WM_ETYPE);
+
+    /* A NULL out is refused once the element is known to exist and to have the right type. */
+    CHECK_STATUS(wm_file_array_u64(f, a_u8, 0, NULL), WM_EINVAL);
+    CHECK_STATUS(wm_file_array_i64(f, a_i64, 0, NULL), WM_EINVAL);
+    CHECK_STATUS(wm_file_array_f64(f, a_f64, 0, NULL), WM_EINVAL);
+    CHECK_STATUS(wm_file_array_string(f, a_str, 0, NULL), WM_EINVAL);
+    CHECK_STATUS(wm_file_array_u64(f, a_str, 0, NULL), WM_ETYPE);
+    CHECK_STATUS(wm_file_array_iter(f, a_str, NULL), WM_EINVAL);
 
     /* The iterator walks every string, then says WM_ERANGE, and stays there. */
     CHECK_STATUS(wm_file_array_iter(f, a_str, &it), WM_OK);
