@@ -397,6 +397,14 @@ typedef struct wm_load_options {
     uint64_t pinned_budget;    /* CUDA: pinned staging bytes, 0 = 256 MiB */
 } wm_load_options;
 
+/* Starts a backend's runtime on `device` ahead of a load (CUDA: creates the device's primary
+ * context, which stays until the process exits), so that memory figures taken afterwards do
+ * not count the runtime's own memory. Optional: a load starts the runtime itself. Leaves the
+ * calling thread's current CUDA device as it was. WM_OK for the CPU backend; WM_EUNSUPPORTED
+ * when this build lacks the backend; WM_EDEVICE (err names the problem) when there is no such
+ * device or no driver. Thread-safe. */
+WM_API wm_status wm_backend_init(wm_backend_kind backend, int device, wm_error *err);
+
 /* Loads every tensor of `file` by opts->mode. The model keeps a reference to file, which must
  * stay open until the model is released. Worker threads exist only during this call.
  * Returns WM_OK and *out, or WM_EINVAL (bad options, including mode NONE and lock with

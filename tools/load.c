@@ -303,6 +303,8 @@ int cmd_load(int argc, char **argv) {
     wm_file *f;
     wm_error err;
     figures before_open;
+    /* A device runtime's own memory stays until exit: start it before the first figures. */
+    if (wm_backend_init(a.opts.backend, a.opts.device, &err) != WM_OK) return cli_fail(&err);
     if (measure(a.path, &before_open, &err)) return cli_fail(&err);
     if (wm_file_open(a.path, &f, &err) != WM_OK) return cli_fail(&err);
     figures base;

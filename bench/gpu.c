@@ -1,0 +1,419 @@
+/*
+ * gpu.c: the GPU benchmark's measuring program (bench/gpu.sh runs it; issue 6). Each
+ * subcommand prints one JSON line:
+ *
+ *   gpu load FILE [--registered] [--threads N] [--budget BYTES] [--repeat R] [--verify]
+ *       weightmap's CUDA load (staged, or registered with --registered): wall time of
+ *       wm_model_load, the host footprint (RssAnon + RssShmem + VmSwap) sampled every 2 ms
+ *       from a thread during each load (peak above its value right after CUDA initialisation),
+ *       the ledger's pinned peak, and with --verify every byte copied back and compared with
+ *       the file.
+ *   gpu h2d [--bytes BYTES] [--repeat R]
+ *       the ceiling of the bus: cudaMemcpyAsync of a registered (cudaHostRegister) buffer to
+ *       the device, timed with events, on one stream and on four.
+ *   gpu pread FILE [--threads N] [--block BYTES] [--repeat R]
+ *       the ceiling of the page cache: N threads pread the file in blocks, into reused
+ *       per-thread buffers and into one buffer the size of the file (both pre-faulted).
+ *
+ * Without a CUDA build, or with no arguments, it says so and exits 77 (skipped), so `make
+ * bench` passes over it. Sections: helpers; footprint sampler; load; h2d; pread; main.
+ */
+#include "weightmap.h"
+
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef WM_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+/* ---- helpers ---- */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static bool parse_size(const char *s, uint64_t *out) {
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s) return false;
+    switch (*end) {
+    case 'G': v <<= 30; break;
+    case 'M': v <<= 20; break;
+    case 'K': v <<= 10; break;
+    case 0: break;
+    default: return false;
+    }
+    *out = v;
+    return true;
+}
+
+#define CUDA_OK(call)                                                                              \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "gpu: %s: %s\n", #call, cudaGetErrorString(e_));                       \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static void *pages(size_t len) {
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        perror("gpu: mmap");
+        exit(1);
+    }
+    madvise(p, len, MADV_HUGEPAGE);
+    memset(p, 1, len);
+    return p;
+}
+
+/* ---- footprint sampler ---- */
+
+typedef struct sampler {
+    pthread_t th;
+    atomic_int stop;
+    uint64_t peak;
+    unsigned samples;
+} sampler;
+
+/* RssAnon + RssShmem + VmSwap from /proc/self/status: the footprint weightmap reports
+ * (Anonymous + Swap + RssShmem), from counters the kernel keeps, so that sampling costs the
+ * load nothing (smaps_rollup would walk every page of a mapped model each time). */
+static uint64_t footprint(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    uint64_t sum = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long long kb;
+        if (sscanf(line, "RssAnon: %llu", &kb) == 1 || sscanf(line, "RssShmem: %llu", &kb) == 1 ||
+            sscanf(line, "VmSwap: %llu", &kb) == 1)
+            sum += (uint64_t)kb * 1024;
+    }
+    fclose(f);
+    return sum;
+}
+
+static void *sample(void *arg) {
+    sampler *s = arg;
+    struct timespec d = {0, 2000000};
+    while (!atomic_load(&s->stop)) {
+        uint64_t f = footprint();
+        if (f > s->peak) s->peak = f;
+        s->samples++;
+        nanosleep(&d, NULL);
+    }
+    return NULL;
+}
+
+static void sampler_start(sampler *s) {
+    s->peak = footprint();
+    s->samples = 0;
+    atomic_store(&s->stop, 0);
+    pthread_create(&s->th, NULL, sample, s);
+}
+
+static void sampler_stop(sampler *s) {
+    atomic_store(&s->stop, 1);
+    pthread_join(s->th, NULL);
+    uint64_t f = footprint();
+    if (f > s->peak) s->peak = f;
+}
+
+/* ---- load ---- */
+
+/* Copies every tensor back and compares it with the file, 64 MiB at a time. */
+static bool verify(wm_model *m) {
+    const wm_file *f = wm_model_file(m);
+    size_t cap = (size_t)64 << 20;
+    unsigned char *a = malloc(cap), *b = malloc(cap);
+    bool ok = a && b;
+    for (size_t i = 0; ok && i < wm_file_tensor_count(f); i++) {
+        wm_tensor_info ti;
+        wm_file_tensor(f, i, &ti);
+        const unsigned char *d = (const unsigned char *)(uintptr_t)wm_model_tensor_device_ptr(m, i);
+        int fd = open(wm_file_shard_path(f, ti.shard), O_RDONLY);
+        if (fd < 0) ok = false;
+        for (uint64_t off = 0; ok && off < ti.nbytes; off += cap) {
+            size_t n = ti.nbytes - off < cap ? (size_t)(ti.nbytes - off) : cap;
+            ok = cudaMemcpy(a, d + off, n, cudaMemcpyDeviceToHost) == cudaSuccess &&
+                 pread(fd, b, n, (off_t)(ti.offset + off)) == (ssize_t)n && memcmp(a, b, n) == 0;
+            if (!ok) fprintf(stderr, "gpu: tensor %s differs near byte %" PRIu64 "\n", ti.name, off);
+        }
+        if (fd >= 0) close(fd);
+    }
+    free(a);
+    free(b);
+    return ok;
+}
+
+static int cmd_load(int argc, char **argv) {
+    const char *path = NULL;
+    wm_load_options o = {0};
+    o.backend = WM_BACKEND_CUDA;
+    o.mode = WM_MODE_HEAP;
+    unsigned repeat = 3;
+    bool check = false;
+    for (int i = 0; i < argc; i++) {
+        uint64_t v;
+        if (!strcmp(argv[i], "--registered")) {
+            o.mode = WM_MODE_MMAP;
+            o.cuda_registered = 1;
+        } else if (!strcmp(argv[i], "--verify")) {
+            check = true;
+        } else if (!strcmp(argv[i], "--threads") && i + 1 < argc && parse_size(argv[++i], &v)) {
+            o.threads = (unsigned)v;
+        } else if (!strcmp(argv[i], "--budget") && i + 1 < argc && parse_size(argv[++i], &v)) {
+            o.pinned_budget = v;
+        } else if (!strcmp(argv[i], "--max-buffer") && i + 1 < argc && parse_size(argv[++i], &v)) {
+            o.max_buffer_size = v;
+        } else if (!strcmp(argv[i], "--repeat") && i + 1 < argc && parse_size(argv[++i], &v) && v) {
+            repeat = (unsigned)v;
+        } else if (!path && argv[i][0] != '-') {
+            path = argv[i];
+        } else {
+            fprintf(stderr, "gpu load: bad argument %s\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!path) return 2;
+    wm_error err;
+    if (wm_backend_init(WM_BACKEND_CUDA, 0, &err) != WM_OK) {
+        fprintf(stderr, "gpu: %s\n", err.msg);
+        return 77;
+    }
+    uint64_t base = footprint(); /* right after CUDA initialisation */
+    wm_file *f;
+    if (wm_file_open(path, &f, &err) != WM_OK) {
+        fprintf(stderr, "gpu: %s\n", err.msg);
+        return 1;
+    }
+    double t[64];
+    if (repeat > 64) repeat = 64;
+    uint64_t peak_delta = 0, pinned_peak = 0, scratch_peak = 0;
+    wm_model_stats st = {0};
+    bool verified = false, released = true;
+    for (unsigned r = 0; r < repeat; r++) {
+        sampler s;
+        wm_ledger_reset_peaks();
+        sampler_start(&s);
+        wm_model *m;
+        double t0 = now_s();
+        wm_status rc = wm_model_load(f, &o, &m, &err);
+        double t1 = now_s();
+        sampler_stop(&s);
+        if (rc != WM_OK) {
+            fprintf(stderr, "gpu: %s\n", err.msg);
+            return 1;
+        }
+        t[r] = t1 - t0;
+        wm_ledger l;
+        wm_ledger_get(&l);
+        if (l.cat[WM_LEDGER_PINNED].peak > pinned_peak) pinned_peak = l.cat[WM_LEDGER_PINNED].peak;
+        if (l.cat[WM_LEDGER_SCRATCH].peak > scratch_peak) scratch_peak = l.cat[WM_LEDGER_SCRATCH].peak;
+        if (s.peak > base && s.peak - base > peak_delta) peak_delta = s.peak - base;
+        wm_model_stats_get(m, &st);
+        if (check && r == 0) verified = verify(m);
+        wm_model_release(m);
+        wm_ledger_get(&l);
+        released = released && l.cat[WM_LEDGER_DEVICE].current == 0 &&
+                   l.cat[WM_LEDGER_PINNED].current == 0;
+    }
+    wm_file_close(f);
+    double sorted[64];
+    memcpy(sorted, t, repeat * sizeof *t);
+    qsort(sorted, repeat, sizeof *sorted, cmp_double);
+    double best = sorted[0], median = sorted[repeat / 2];
+    printf("{\"bench\": \"load\", \"file\": \"%s\", \"path\": \"%s\", \"threads\": %u, "
+           "\"budget\": %" PRIu64 ", \"tensor_bytes\": %" PRIu64 ", \"buffers\": %u, "
+           "\"repeat\": %u, \"best_s\": %.4f, \"median_s\": %.4f, \"best_gbps\": %.2f, "
+           "\"median_gbps\": %.2f, \"footprint_base\": %" PRIu64 ", \"footprint_peak_delta\": %" PRIu64
+           ", \"pinned_peak\": %" PRIu64 ", \"scratch_peak\": %" PRIu64 ", \"verified\": %s, "
+           "\"released\": %s}\n",
+           path, o.cuda_registered ? "registered" : "staged", st.threads, o.pinned_budget,
+           st.tensor_bytes, st.buffers, repeat, best, median, (double)st.tensor_bytes / best / 1e9,
+           (double)st.tensor_bytes / median / 1e9, base, peak_delta, pinned_peak, scratch_peak,
+           check ? (verified ? "true" : "false") : "null", released ? "true" : "false");
+    return (check && !verified) || !released ? 1 : 0;
+}
+
+/* ---- h2d ---- */
+
+static int cmd_h2d(int argc, char **argv) {
+    uint64_t bytes = (uint64_t)1 << 30, v;
+    unsigned repeat = 8;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--bytes") && i + 1 < argc && parse_size(argv[++i], &v)) {
+            bytes = v;
+        } else if (!strcmp(argv[i], "--repeat") && i + 1 < argc && parse_size(argv[++i], &v) && v) {
+            repeat = (unsigned)v;
+        } else {
+            fprintf(stderr, "gpu h2d: bad argument %s\n", argv[i]);
+            return 2;
+        }
+    }
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) return 77;
+    CUDA_OK(cudaSetDevice(0));
+    unsigned char *h = pages(bytes);
+    CUDA_OK(cudaHostRegister(h, bytes, cudaHostRegisterDefault));
+    void *d;
+    CUDA_OK(cudaMalloc(&d, bytes));
+    enum { NS = 4 };
+    cudaStream_t s[NS];
+    for (int k = 0; k < NS; k++) CUDA_OK(cudaStreamCreateWithFlags(&s[k], cudaStreamNonBlocking));
+    cudaEvent_t e0, e1;
+    CUDA_OK(cudaEventCreate(&e0));
+    CUDA_OK(cudaEventCreate(&e1));
+    CUDA_OK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice)); /* warm-up */
+    double best1 = 0, best4 = 0;
+    for (unsigned r = 0; r < repeat; r++) {
+        float ms;
+        CUDA_OK(cudaEventRecord(e0, s[0]));
+        CUDA_OK(cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, s[0]));
+        CUDA_OK(cudaEventRecord(e1, s[0]));
+        CUDA_OK(cudaEventSynchronize(e1));
+        CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+        double g = (double)bytes / (ms * 1e-3) / 1e9;
+        if (g > best1) best1 = g;
+        /* Four streams, a quarter each, timed on the host around all of them. */
+        CUDA_OK(cudaDeviceSynchronize());
+        double t0 = now_s();
+        for (int k = 0; k < NS; k++)
+            CUDA_OK(cudaMemcpyAsync((char *)d + bytes / NS * k, h + bytes / NS * k, bytes / NS,
+                                    cudaMemcpyHostToDevice, s[k]));
+        CUDA_OK(cudaDeviceSynchronize());
+        g = (double)bytes / (now_s() - t0) / 1e9;
+        if (g > best4) best4 = g;
+    }
+    struct cudaDeviceProp prop;
+    CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+    printf("{\"bench\": \"h2d\", \"device\": \"%s\", \"bytes\": %" PRIu64 ", \"repeat\": %u, "
+           "\"one_stream_gbps\": %.2f, \"four_streams_gbps\": %.2f, \"best_gbps\": %.2f}\n",
+           prop.name, bytes, repeat, best1, best4, best1 > best4 ? best1 : best4);
+    CUDA_OK(cudaHostUnregister(h));
+    CUDA_OK(cudaFree(d));
+    munmap(h, bytes);
+    return 0;
+}
+
+/* ---- pread ---- */
+
+typedef struct pread_job {
+    int fd;
+    uint64_t size, block;
+    atomic_uint_least64_t next;
+    unsigned char *big; /* NULL: each thread reads into its own reused buffer */
+    atomic_int failed;
+} pread_job;
+
+typedef struct pread_thread {
+    pthread_t th;
+    pread_job *j;
+    unsigned char *buf;
+} pread_thread;
+
+static void *pread_main(void *arg) {
+    pread_thread *t = arg;
+    pread_job *j = t->j;
+    for (unsigned turn = 0;; turn ^= 1) {
+        uint64_t off = atomic_fetch_add(&j->next, j->block);
+        if (off >= j->size) break;
+        size_t n = j->size - off < j->block ? (size_t)(j->size - off) : (size_t)j->block;
+        unsigned char *dst = j->big ? j->big + off : t->buf + turn * j->block;
+        if (pread(j->fd, dst, n, (off_t)off) != (ssize_t)n) atomic_store(&j->failed, 1);
+    }
+    return NULL;
+}
+
+static double pread_once(pread_job *j, pread_thread *ts, unsigned n) {
+    atomic_store(&j->next, 0);
+    double t0 = now_s();
+    for (unsigned k = 0; k < n; k++) pthread_create(&ts[k].th, NULL, pread_main, &ts[k]);
+    for (unsigned k = 0; k < n; k++) pthread_join(ts[k].th, NULL);
+    return now_s() - t0;
+}
+
+static int cmd_pread(int argc, char **argv) {
+    const char *path = NULL;
+    uint64_t threads = (uint64_t)sysconf(_SC_NPROCESSORS_ONLN), block = (uint64_t)8 << 20, v;
+    unsigned repeat = 3;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--threads") && i + 1 < argc && parse_size(argv[++i], &v) && v) {
+            threads = v;
+        } else if (!strcmp(argv[i], "--block") && i + 1 < argc && parse_size(argv[++i], &v) && v) {
+            block = v;
+        } else if (!strcmp(argv[i], "--repeat") && i + 1 < argc && parse_size(argv[++i], &v) && v) {
+            repeat = (unsigned)v;
+        } else if (!path && argv[i][0] != '-') {
+            path = argv[i];
+        } else {
+            fprintf(stderr, "gpu pread: bad argument %s\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!path || threads > 256) return 2;
+    pread_job j = {.fd = open(path, O_RDONLY), .block = block};
+    if (j.fd < 0) {
+        perror(path);
+        return 1;
+    }
+    j.size = (uint64_t)lseek(j.fd, 0, SEEK_END);
+    pread_thread ts[256];
+    for (unsigned k = 0; k < threads; k++) ts[k] = (pread_thread){.j = &j, .buf = pages(2 * block)};
+    double best_reused = 1e30, best_big = 1e30;
+    for (unsigned r = 0; r < repeat; r++) {
+        double t = pread_once(&j, ts, (unsigned)threads);
+        if (t < best_reused) best_reused = t;
+    }
+    j.big = pages(j.size);
+    for (unsigned r = 0; r < repeat; r++) {
+        double t = pread_once(&j, ts, (unsigned)threads);
+        if (t < best_big) best_big = t;
+    }
+    munmap(j.big, j.size);
+    for (unsigned k = 0; k < threads; k++) munmap(ts[k].buf, 2 * block);
+    close(j.fd);
+    double g1 = (double)j.size / best_reused / 1e9, g2 = (double)j.size / best_big / 1e9;
+    printf("{\"bench\": \"pread\", \"file\": \"%s\", \"bytes\": %" PRIu64 ", \"threads\": %" PRIu64
+           ", \"block\": %" PRIu64 ", \"reused_buffers_gbps\": %.2f, \"file_sized_buffer_gbps\": %.2f, "
+           "\"best_gbps\": %.2f, \"failed\": %s}\n",
+           path, j.size, threads, block, g1, g2, g1 > g2 ? g1 : g2,
+           atomic_load(&j.failed) ? "true" : "false");
+    return atomic_load(&j.failed) ? 1 : 0;
+}
+
+#endif /* WM_HAVE_CUDA */
+
+/* ---- main ---- */
+
+int main(int argc, char **argv) {
+#ifdef WM_HAVE_CUDA
+    if (argc >= 2 && !strcmp(argv[1], "load")) return cmd_load(argc - 2, argv + 2);
+    if (argc >= 2 && !strcmp(argv[1], "h2d")) return cmd_h2d(argc - 2, argv + 2);
+    if (argc >= 2 && !strcmp(argv[1], "pread")) return cmd_pread(argc - 2, argv + 2);
+    fprintf(stderr, "bench/gpu: run bench/gpu.sh on a machine with a GPU (usage: gpu load FILE "
+                    "[--registered] ... | gpu h2d | gpu pread FILE); skipped\n");
+#else
+    (void)argc;
+    (void)argv;
+    fprintf(stderr, "bench/gpu: this build has no CUDA backend; skipped\n");
+#endif
+    return 77;
+}

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# bench/gpu.sh: the GPU benchmark (issue 6), one script for one call on a machine with a GPU.
+#
+# Builds weightmap with the CUDA backend, runs the CUDA tests and the CLI there, makes a model
+# of SIZE (default 8G) as GGUF and as safetensors with `weightmap make-model`, warms the page
+# cache, measures the ceilings right there (cudaMemcpyAsync of a registered host buffer to the
+# device; N-thread pread of the model into memory), then weightmap's staged and registered
+# paths (bench/gpu.c: time, host footprint sampled during the load, every byte verified once)
+# and safetensors.torch.load_file(path, device="cuda:0") (bench/gpu_safetensors.py), and prints
+# a table with the targets: >= 0.9 x min(H2D, pread), >= 5 x safetensors, footprint <= 300 MiB
+# above its value right after CUDA initialisation.
+#
+# Usage: bench/gpu.sh [SIZE]
+# Environment: OUT (folder for logs and results, default /tmp/wm-gpu-out), BUILD (build folder,
+# default build-gpu), MODELS (model folder, default /tmp/wm-gpu-models), DEPS (a folder of .deb
+# files of libcjson1, libcjson-dev, pkgconf, pkgconf-bin and libpkgconf3, unpacked and used when
+# the machine lacks pkg-config or libcjson; default .h7carry), SKIP_TESTS=1, REPEAT (default 5).
+set -u
+SIZE=${1:-8G}
+OUT=${OUT:-/tmp/wm-gpu-out}
+BUILD=${BUILD:-build-gpu}
+MODELS=${MODELS:-/tmp/wm-gpu-models}
+DEPS=${DEPS:-.h7carry}
+REPEAT=${REPEAT:-5}
+NPROC=$(nproc)
+mkdir -p "$OUT" "$MODELS"
+LOG="$OUT/log.txt"
+JSONL="$OUT/bench.jsonl"
+: >"$JSONL"
+say() { echo "== $(date +%T) $*" | tee -a "$LOG"; }
+
+# ---- the machine ----
+say "machine"
+{
+    nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.current,pcie.link.width.current --format=csv
+    echo "cpus: $NPROC"
+    free -g
+    uname -r
+    head -2 /etc/os-release
+    cmake --version | head -1
+    ninja --version
+    command -v pkg-config
+    python3 -c 'import torch, safetensors; print("torch", torch.__version__, "safetensors", safetensors.__version__)'
+} >"$OUT/machine.txt" 2>&1
+cat "$OUT/machine.txt" | tee -a "$LOG"
+
+# ---- build ----
+say "build ($BUILD)"
+cm=()
+if ! pkg-config --exists libcjson 2>/dev/null; then
+    d=/tmp/wm-deps
+    mkdir -p $d
+    for f in "$DEPS"/*.deb; do dpkg -x "$f" $d; done
+    pc=$d/usr/lib/x86_64-linux-gnu/pkgconfig/libcjson.pc
+    sed -i "s|^libdir=.*|libdir=$d/usr/lib/x86_64-linux-gnu|; s|^includedir=.*|includedir=$d/usr/include|" $pc
+    export PKG_CONFIG_PATH=$d/usr/lib/x86_64-linux-gnu/pkgconfig
+    export LD_LIBRARY_PATH=$d/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    if command -v pkg-config >/dev/null; then :; else cm+=(-DPKG_CONFIG_EXECUTABLE=$d/usr/bin/pkgconf); fi
+    echo "using libcjson from $DEPS ($d)" | tee -a "$LOG"
+fi
+gen=()
+command -v ninja >/dev/null && gen=(-G Ninja)
+if ! { cmake -S . -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_FAULT_INJECTION=ON \
+        "${cm[@]}" && cmake --build "$BUILD" -j"$NPROC"; } >"$OUT/build.txt" 2>&1; then
+    tail -40 "$OUT/build.txt" | tee -a "$LOG"
+    exit 1
+fi
+grep -i "cuda backend" "$OUT/build.txt" | tee -a "$LOG"
+W=$BUILD/weightmap
+G=$BUILD/bench/gpu
+
+# ---- tests ----
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+    say "tests (ctest -L 'cuda|model')"
+    (cd "$BUILD" && timeout 300 ctest -L 'cuda|model' -j4 --timeout 240 --output-on-failure) >"$OUT/tests.txt" 2>&1
+    grep -E "tests passed|Failed|\*\*\*|Skipped|Not Run" "$OUT/tests.txt" | tee -a "$LOG"
+fi
+
+# ---- models ----
+say "models ($SIZE)"
+GGUF=$MODELS/model-$SIZE.gguf
+ST=$MODELS/model-$SIZE.safetensors
+[ -f "$GGUF" ] || "$W" make-model "$GGUF" --size "$SIZE" >>"$LOG" 2>&1
+[ -f "$ST" ] || "$W" make-model "$ST" --size "$SIZE" --format safetensors >>"$LOG" 2>&1
+ls -l "$GGUF" "$ST" | tee -a "$LOG"
+cat "$GGUF" "$ST" >/dev/null # warm the page cache
+cat "$GGUF" "$ST" >/dev/null
+
+# ---- the CLI ----
+say "CLI: weightmap load --backend cuda"
+for f in "$GGUF" "$ST"; do
+    "$W" load "$f" --mode heap --backend cuda 2>&1 | tee -a "$LOG"
+    "$W" load "$f" --mode mmap --registered --backend cuda:0 2>&1 | tee -a "$LOG"
+done
+"$W" load "$GGUF" --mode heap --backend cuda:7 >>"$LOG" 2>&1
+echo "weightmap load --backend cuda:7 (no such device): exit $?" | tee -a "$LOG"
+
+# ---- ceilings ----
+say "ceilings"
+"$G" h2d --bytes 1G --repeat 8 | tee -a "$JSONL"
+"$G" pread "$GGUF" --threads "$NPROC" --repeat 3 | tee -a "$JSONL"
+
+# ---- weightmap ----
+say "weightmap loads"
+for f in "$GGUF" "$ST"; do
+    "$G" load "$f" --repeat "$REPEAT" --verify | tee -a "$JSONL"
+    "$G" load "$f" --registered --repeat "$REPEAT" --verify | tee -a "$JSONL"
+done
+for b in 64M 128M 512M; do
+    "$G" load "$GGUF" --budget $b --repeat 3 | tee -a "$JSONL"
+done
+"$G" load "$GGUF" --max-buffer 1G --repeat 3 | tee -a "$JSONL"
+"$G" load "$GGUF" --registered --budget 1G --repeat 3 | tee -a "$JSONL"
+
+# ---- safetensors ----
+say "safetensors.torch.load_file"
+PYTHONUNBUFFERED=1 python3 bench/gpu_safetensors.py "$ST" 3 | tee -a "$JSONL"
+
+# ---- table ----
+say "summary"
+python3 - "$JSONL" "$OUT/machine.txt" <<'EOF' | tee "$OUT/summary.md"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+h2d = next((r for r in rows if r["bench"] == "h2d"), None)
+pr = next((r for r in rows if r["bench"] == "pread"), None)
+st = next((r for r in rows if r["bench"].startswith("safetensors")), None)
+ceiling = min(h2d["best_gbps"], pr["best_gbps"]) if h2d and pr else None
+MiB = 1 << 20
+print("| what | file | GB/s (best) | GB/s (median) | x ceiling | x safetensors | footprint peak above CUDA init | pinned peak | verified |")
+print("|---|---|---|---|---|---|---|---|---|")
+if h2d:
+    print(f"| ceiling: H2D of a registered buffer (1 stream / 4 streams) | {h2d['bytes'] // MiB} MiB | {h2d['best_gbps']} | {h2d['one_stream_gbps']} / {h2d['four_streams_gbps']} | | | | | |")
+if pr:
+    print(f"| ceiling: pread, {pr['threads']} threads (reused buffers / file-sized buffer) | gguf | {pr['best_gbps']} | {pr['reused_buffers_gbps']} / {pr['file_sized_buffer_gbps']} | | | | | |")
+for r in rows:
+    if r["bench"] == "load":
+        name = f"weightmap {r['path']}, {r['threads']} threads" + (f", budget {r['budget'] // MiB} MiB" if r["budget"] else "") + (f", {r['buffers']} buffers" if r["buffers"] > 1 else "")
+        x = f"{r['best_gbps'] / ceiling:.2f}" if ceiling else ""
+        xs = f"{r['best_gbps'] / st['best_gbps']:.1f}" if st and st["best_gbps"] else ""
+        fmt = r["file"].rsplit(".", 1)[-1]
+        print(f"| {name} | {fmt} | {r['best_gbps']} | {r['median_gbps']} | {x} | {xs} | {r['footprint_peak_delta'] / MiB:.1f} MiB | {r['pinned_peak'] / MiB:.0f} MiB | {r['verified']} |")
+if st:
+    print(f"| safetensors.torch.load_file(device='cuda:0') | safetensors | {st['best_gbps']} | {st['median_gbps']} | {st['best_gbps'] / ceiling:.2f} | 1.0 | {st['footprint_peak_delta'] / MiB:.1f} MiB | | |")
+if ceiling:
+    print(f"\nceiling = min(H2D {h2d['best_gbps']}, pread {pr['best_gbps']}) = {ceiling} GB/s; target 0.9 x = {0.9 * ceiling:.2f} GB/s" + (f"; 5 x safetensors = {5 * st['best_gbps']:.2f} GB/s" if st else ""))
+EOF
+say "done"

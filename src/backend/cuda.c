@@ -1,0 +1,714 @@
+/*
+ * cuda.c: the CUDA backend, and wm_backend_init.
+ *
+ * A load gives every chunk of the plan (the packed layout) one cudaMalloc buffer and fills it
+ * from the file through worker threads (the loading thread is one of them), each with its own
+ * stream and two host slots, so that it fills one slot while the other is being copied:
+ *   - staged (the default; modes heap and mmap): the slots are a ring of page-allocated memory,
+ *     at most opts.pinned_budget bytes (256 MiB by default). Each worker registers its part of
+ *     the ring with cudaHostRegister once per load, then for each file window it takes: waits
+ *     for the slot's event, preads the window into the slot, queues one cudaMemcpyAsync per
+ *     tensor piece in the window and records the slot's event.
+ *   - registered (opts.cuda_registered, mode mmap): the source is the file's shared read-only
+ *     mapping. A worker registers one window of it at a time (cudaHostRegisterReadOnly), queues
+ *     the same copies, and unregisters the window once its event has passed, so that at most
+ *     pinned_budget bytes are registered at once. A private mapping is never registered: that
+ *     would privatise every page.
+ * Windows are aligned file ranges (so registered windows never share a page); a tensor that
+ * crosses a window boundary is copied in pieces. When a load returns, its host memory is gone:
+ * the model holds device memory only. Every fallible CUDA call first asks
+ * wm__fault_hit(WM_OS_DEVICE), so tests can fail the k-th one; release calls cannot fail and
+ * are not counted. After a failure the runtime's last error is cleared on every thread that
+ * saw it, so the caller's next CUDA call does not report ours.
+ *
+ * Sections: CUDA calls and errors; devices; the window plan; workers; load; release and
+ * pointers; wm_backend_init; test hooks. Without WM_HAVE_CUDA only wm_backend_init is here.
+ */
+#include "backend.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef WM_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#define DEFAULT_BUDGET ((uint64_t)256 << 20)
+#define MAX_WINDOW ((size_t)64 << 20)
+#define MIN_WINDOW ((size_t)1 << 20)
+#define MAX_WORKERS 64u
+#define SLOTS 2
+
+/* ---- CUDA calls and errors ---- */
+
+/* The errno of the fault just injected on this thread (see CU). */
+static _Thread_local int injected_errno;
+
+static bool fault_now(void) {
+    injected_errno = wm__fault_hit(WM_OS_DEVICE);
+    return injected_errno != 0;
+}
+
+static cudaError_t injected(void) {
+    return injected_errno == ENOMEM ? cudaErrorMemoryAllocation : cudaErrorUnknown;
+}
+
+/* A fallible CUDA call: an injected fault replaces the call (which then does not happen). */
+#define CU(call) (fault_now() ? injected() : (call))
+
+/* Fills err for a failed CUDA call: "PREFIX: cudaMalloc: out of memory (cudaErrorMemory...)".
+ * Out of device memory is WM_ENOMEM, anything else WM_EDEVICE. Clears this thread's last error. */
+static wm_status cu_fail(wm_error *err, cudaError_t ce, const char *what, const char *fmt, ...)
+    WM_PRINTF(4, 5);
+static wm_status cu_fail(wm_error *err, cudaError_t ce, const char *what, const char *fmt, ...) {
+    char prefix[160];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    (void)cudaGetLastError();
+    return wm__err(err, ce == cudaErrorMemoryAllocation ? WM_ENOMEM : WM_EDEVICE, 0,
+                   "%s: %s: %s (%s)", prefix, what, cudaGetErrorString(ce), cudaGetErrorName(ce));
+}
+
+/* ---- devices ---- */
+
+/* Checks that `device` exists and makes it current on this thread; *prev gets the device that
+ * was current, for restore_device. */
+static wm_status use_device(int device, const char *who, int *prev, wm_error *err) {
+    int n = 0;
+    cudaError_t ce = CU(cudaGetDeviceCount(&n));
+    if (ce) {
+        (void)cudaGetLastError();
+        return wm__err(err, WM_EDEVICE, 0,
+                       "%s: no usable CUDA device: cudaGetDeviceCount: %s (%s); is there a GPU "
+                       "and an NVIDIA driver?",
+                       who, cudaGetErrorString(ce), cudaGetErrorName(ce));
+    }
+    if (n <= 0) return wm__err(err, WM_EDEVICE, 0, "%s: no CUDA device is present", who);
+    if (device < 0 || device >= n)
+        return wm__err(err, WM_EDEVICE, 0, "%s: CUDA device %d does not exist (%d device%s)", who,
+                       device, n, n == 1 ? "" : "s");
+    ce = CU(cudaGetDevice(prev));
+    if (ce) return cu_fail(err, ce, "cudaGetDevice", "%s: CUDA device %d", who, device);
+    ce = CU(cudaSetDevice(device));
+    if (ce) return cu_fail(err, ce, "cudaSetDevice", "%s: CUDA device %d", who, device);
+    return WM_OK;
+}
+
+static void restore_device(int prev) {
+    if (prev >= 0) cudaSetDevice(prev);
+    (void)cudaGetLastError();
+}
+
+/* ---- the window plan ---- */
+
+/* Bytes [off, off + len) of one tensor, inside one window. */
+typedef struct piece {
+    uint64_t off;
+    size_t len;
+    uint32_t tensor;
+    uint32_t shard;
+    uint64_t window; /* off / window size */
+} piece;
+
+/* A file range of one shard and the pieces that lie in it. */
+typedef struct window {
+    uint32_t shard;
+    uint64_t start, end; /* from the first piece's start to the last piece's end */
+    size_t first, count; /* pieces[first .. first + count) */
+    uint64_t bytes;      /* tensor bytes (what progress counts) */
+} window;
+
+static int by_window(const void *a, const void *b) {
+    const piece *x = a, *y = b;
+    if (x->shard != y->shard) return x->shard < y->shard ? -1 : 1;
+    if (x->window != y->window) return x->window < y->window ? -1 : 1;
+    if (x->off != y->off) return x->off < y->off ? -1 : 1;
+    return x->tensor < y->tensor ? -1 : x->tensor > y->tensor;
+}
+
+/* Cuts every tensor at multiples of `wsize` (file offsets) and groups the pieces by window. */
+static wm_status plan_windows(const wm_model *m, size_t wsize, piece **pieces_out,
+                              window **windows_out, size_t *n_windows, wm_error *err) {
+    const wm_file *f = m->file;
+    size_t n = 0, cap = f->n_tensors + 16;
+    piece *ps = wm__alloc(cap * sizeof *ps);
+    window *ws = NULL;
+    if (!ps) goto nomem;
+    for (size_t k = 0; k < f->n_tensors; k++) {
+        uint32_t i = m->order[k];
+        const wm__tensor *t = &f->tensors[i];
+        for (uint64_t off = t->offset; off < t->offset + t->nbytes;) {
+            uint64_t w = off / wsize, wend = (w + 1) * wsize, end = t->offset + t->nbytes;
+            if (end > wend) end = wend;
+            if (n == cap) {
+                piece *np = wm__realloc(ps, cap * 2 * sizeof *np);
+                if (!np) goto nomem;
+                ps = np;
+                cap *= 2;
+            }
+            ps[n++] = (piece){.off = off, .len = (size_t)(end - off), .tensor = i, .shard = t->shard,
+                              .window = w};
+            off = end;
+        }
+    }
+    qsort(ps, n, sizeof *ps, by_window);
+    size_t nw = 0;
+    for (size_t k = 0; k < n; k++)
+        if (k == 0 || ps[k].shard != ps[k - 1].shard || ps[k].window != ps[k - 1].window) nw++;
+    ws = wm__calloc(nw ? nw : 1, sizeof *ws);
+    if (!ws) goto nomem;
+    nw = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (k == 0 || ps[k].shard != ps[k - 1].shard || ps[k].window != ps[k - 1].window)
+            ws[nw++] = (window){.shard = ps[k].shard, .start = ps[k].off, .end = ps[k].off,
+                                .first = k};
+        window *w = &ws[nw - 1];
+        if (ps[k].off + ps[k].len > w->end) w->end = ps[k].off + ps[k].len;
+        w->count++;
+        w->bytes += ps[k].len;
+    }
+    *pieces_out = ps;
+    *windows_out = ws;
+    *n_windows = nw;
+    return WM_OK;
+nomem:
+    wm__free(ps);
+    wm__free(ws);
+    return wm__err(err, WM_ENOMEM, 0, "%s: out of memory for the copy plan", f->path);
+}
+
+/* ---- workers ---- */
+
+typedef struct cuda_state {
+    int device;
+    unsigned char **dev; /* one buffer per chunk (NULL for an empty chunk) */
+    uint32_t n_dev;      /* entries of dev filled so far (release frees [0, n_dev)) */
+} cuda_state;
+
+typedef struct slot {
+    unsigned char *host; /* staged: the slot's part of the ring */
+    unsigned char *reg;  /* registered: the window of the mapping registered now, or NULL */
+    size_t reg_len;
+    cudaEvent_t ev;
+    bool ev_made;
+} slot;
+
+typedef struct pipe pipe;
+
+typedef struct worker {
+    pipe *p;
+    unsigned index;
+    cudaStream_t stream;
+    bool stream_made;
+    unsigned char *ring_part; /* staged: this worker's 2 slots, registered by it */
+    bool ring_registered;
+    slot slots[SLOTS];
+    unsigned turn;
+    wm_os_thread th;
+} worker;
+
+struct pipe {
+    wm_model *m;
+    cuda_state *cs;
+    const window *win;
+    size_t n_win;
+    const piece *pieces;
+    size_t wsize;    /* window size (a slot's bytes) */
+    bool registered; /* the registered path */
+    unsigned char *ring;
+    const wm__region *maps; /* registered: one shared mapping per shard */
+    const uint64_t *map_off;
+    _Atomic size_t next;
+    _Atomic uint64_t done;
+    uint64_t total;
+    _Atomic int failed;
+    wm_error first; /* written once, by the thread that set failed */
+};
+
+static _Atomic(void *) last_ring; /* test hook: base of the last staged ring */
+
+static void fail_pipe(pipe *p, const wm_error *e) {
+    int expected = 0;
+    if (atomic_compare_exchange_strong(&p->failed, &expected, 1)) p->first = *e;
+}
+
+/* Waits until the slot's last copies are done; in the registered path, unregisters its window. */
+static wm_status retire(worker *w, slot *s, wm_error *err) {
+    const pipe *p = w->p;
+    if (s->ev_made) {
+        cudaError_t ce = CU(cudaEventSynchronize(s->ev));
+        if (ce)
+            return cu_fail(err, ce, "cudaEventSynchronize", "%s: waiting for copies to device %d",
+                           p->m->file->path, p->cs->device);
+    }
+    if (s->reg) {
+        cudaHostUnregister(s->reg);
+        wm__ledger_release(WM_LEDGER_PINNED, s->reg_len);
+        s->reg = NULL;
+        s->reg_len = 0;
+    }
+    return WM_OK;
+}
+
+/* One window: bytes into a slot (pread or registration), then its pieces queued. */
+static wm_status do_window(worker *w, const window *win, wm_error *err) {
+    pipe *p = w->p;
+    const wm_model *m = p->m;
+    const wm__shard *sh = &m->file->shards[win->shard];
+    slot *s = &w->slots[w->turn];
+    w->turn = (w->turn + 1) % SLOTS;
+    wm_status st = retire(w, s, err);
+    if (st) return st;
+    size_t len = (size_t)(win->end - win->start);
+    const unsigned char *src;
+    cudaError_t ce;
+    if (p->registered) {
+        size_t page = wm__os_page_size();
+        uint64_t a = win->start / page * page, b = wm__align_up(win->end, page);
+        unsigned char *base = (unsigned char *)p->maps[win->shard].base + (a - p->map_off[win->shard]);
+        ce = CU(cudaHostRegister(base, (size_t)(b - a), cudaHostRegisterReadOnly));
+        if (ce)
+            return cu_fail(err, ce, "cudaHostRegister", "%s: registering %llu bytes at offset %llu",
+                           sh->path, (unsigned long long)(b - a), (unsigned long long)a);
+        wm__ledger_acquire(WM_LEDGER_PINNED, b - a);
+        s->reg = base;
+        s->reg_len = (size_t)(b - a);
+        src = base + (win->start - a);
+    } else {
+        size_t got;
+        int e = wm__os_pread(sh->fd, s->host, len, win->start, &got);
+        if (e)
+            return wm__err(err, wm__status_from_errno(e) == WM_ENOMEM ? WM_ENOMEM : WM_EIO, e,
+                           "%s: reading %zu bytes at offset %llu: %s", sh->path, len,
+                           (unsigned long long)win->start, wm__errno_text(e));
+        if (got != len)
+            return wm__err(err, WM_EFORMAT, 0,
+                           "%s: tensor data at offset %llu: the file ends %zu bytes early (it is "
+                           "shorter than its header says)",
+                           sh->path, (unsigned long long)win->start, len - got);
+        src = s->host;
+    }
+    for (size_t k = win->first; k < win->first + win->count; k++) {
+        const piece *pc = &p->pieces[k];
+        const wm__tensor *t = &m->file->tensors[pc->tensor];
+        const wm__place *pl = &m->place[pc->tensor];
+        unsigned char *dst = p->cs->dev[pl->chunk] + pl->dst_off + (pc->off - t->offset);
+        ce = CU(cudaMemcpyAsync(dst, src + (pc->off - win->start), pc->len,
+                                cudaMemcpyHostToDevice, w->stream));
+        if (ce)
+            return cu_fail(err, ce, "cudaMemcpyAsync", "%s: tensor '%s': copying %zu bytes to device %d",
+                           sh->path, m->file->names + t->name_off, pc->len, p->cs->device);
+    }
+    ce = CU(cudaEventRecord(s->ev, w->stream));
+    if (ce)
+        return cu_fail(err, ce, "cudaEventRecord", "%s: copies to device %d", sh->path,
+                       p->cs->device);
+    atomic_fetch_add(&p->done, win->bytes);
+    return WM_OK;
+}
+
+/* A worker's stream, events and (staged) its registered part of the ring. */
+static wm_status worker_open(worker *w, wm_error *err) {
+    pipe *p = w->p;
+    const char *path = p->m->file->path;
+    int dev = p->cs->device;
+    cudaError_t ce = CU(cudaSetDevice(dev));
+    if (ce) return cu_fail(err, ce, "cudaSetDevice", "%s: CUDA device %d", path, dev);
+    ce = CU(cudaStreamCreateWithFlags(&w->stream, cudaStreamNonBlocking));
+    if (ce) return cu_fail(err, ce, "cudaStreamCreateWithFlags", "%s: device %d", path, dev);
+    w->stream_made = true;
+    for (unsigned k = 0; k < SLOTS; k++) {
+        slot *s = &w->slots[k];
+        ce = CU(cudaEventCreateWithFlags(&s->ev, cudaEventDisableTiming | cudaEventBlockingSync));
+        if (ce) return cu_fail(err, ce, "cudaEventCreateWithFlags", "%s: device %d", path, dev);
+        s->ev_made = true;
+    }
+    if (!p->registered) {
+        size_t len = SLOTS * p->wsize;
+        w->ring_part = p->ring + (size_t)w->index * len;
+        ce = CU(cudaHostRegister(w->ring_part, len, cudaHostRegisterDefault));
+        if (ce)
+            return cu_fail(err, ce, "cudaHostRegister",
+                           "%s: pinning %zu bytes of staging for device %d", path, len, dev);
+        wm__ledger_acquire(WM_LEDGER_PINNED, len);
+        w->ring_registered = true;
+        for (unsigned k = 0; k < SLOTS; k++) w->slots[k].host = w->ring_part + k * p->wsize;
+    }
+    return WM_OK;
+}
+
+/* Waits for every copy the worker queued, then gives back registrations, events and stream.
+ * Cannot fail: after a device error the copies are dead and nothing waits on them. */
+static void worker_close(worker *w) {
+    if (w->stream_made) cudaStreamSynchronize(w->stream);
+    for (unsigned k = 0; k < SLOTS; k++) {
+        slot *s = &w->slots[k];
+        if (s->reg) {
+            cudaHostUnregister(s->reg);
+            wm__ledger_release(WM_LEDGER_PINNED, s->reg_len);
+            s->reg = NULL;
+        }
+        if (s->ev_made) cudaEventDestroy(s->ev);
+        s->ev_made = false;
+    }
+    if (w->ring_registered) {
+        cudaHostUnregister(w->ring_part);
+        wm__ledger_release(WM_LEDGER_PINNED, SLOTS * w->p->wsize);
+        w->ring_registered = false;
+    }
+    if (w->stream_made) cudaStreamDestroy(w->stream);
+    w->stream_made = false;
+    (void)cudaGetLastError();
+}
+
+static void work(worker *w, bool main) {
+    pipe *p = w->p;
+    wm_error e;
+    if (worker_open(w, &e)) {
+        fail_pipe(p, &e);
+    } else {
+        while (!atomic_load(&p->failed)) {
+            size_t i = atomic_fetch_add(&p->next, 1);
+            if (i >= p->n_win) break;
+            if (do_window(w, &p->win[i], &e)) {
+                fail_pipe(p, &e);
+                break;
+            }
+            if (main && wm__progress(p->m, atomic_load(&p->done), p->total)) {
+                wm__err(&e, WM_ECANCELED, 0, "%s: load canceled by the progress callback",
+                        p->m->file->path);
+                fail_pipe(p, &e);
+            }
+        }
+        /* The last windows' copies must be done before the load reports success. */
+        for (unsigned k = 0; k < SLOTS && !atomic_load(&p->failed); k++)
+            if (retire(w, &w->slots[k], &e)) fail_pipe(p, &e);
+    }
+    worker_close(w);
+}
+
+static void work_scope(void *arg) { work(arg, false); }
+static void *worker_main(void *arg) {
+    wm__os_task_scope(work_scope, arg);
+    return NULL;
+}
+
+/* Runs the pipeline on `n` workers (the calling thread is worker 0). */
+static wm_status run_pipe(pipe *p, worker *ws, unsigned n, wm_error *err) {
+    unsigned started = 0;
+    for (unsigned t = 1; t < n; t++) {
+        int e = wm__os_thread_start(&ws[t].th, worker_main, &ws[t]);
+        if (e) {
+            wm_error ferr;
+            wm__err(&ferr, WM_ENOMEM, e, "%s: cannot start worker thread %u: %s",
+                    p->m->file->path, t, wm__errno_text(e));
+            fail_pipe(p, &ferr);
+            break;
+        }
+        wm__ledger_acquire(WM_LEDGER_SCRATCH, ws[t].th.stack_len);
+        started++;
+    }
+    work(&ws[0], true);
+    for (unsigned t = 1; t <= started; t++) {
+        size_t len = ws[t].th.stack_len;
+        wm__os_thread_join(&ws[t].th);
+        wm__ledger_release(WM_LEDGER_SCRATCH, len);
+    }
+    if (atomic_load(&p->failed)) {
+        if (err) *err = p->first;
+        return p->first.code;
+    }
+    return WM_OK;
+}
+
+/* ---- load ---- */
+
+static void cuda_release(wm_model *m);
+
+static wm_status check_cuda_options(const wm_model *m, wm_error *err) {
+    const char *path = m->file->path;
+    const wm_load_options *o = &m->opts;
+    if (o->mode == WM_MODE_MMAP_PRIVATE)
+        return wm__err(err, WM_EINVAL, 0,
+                       "%s: mode mmap-private makes no sense on the CUDA backend (and a private "
+                       "mapping is never registered): use heap (staged) or mmap",
+                       path);
+    if (o->cuda_registered && o->mode != WM_MODE_MMAP)
+        return wm__err(err, WM_EINVAL, 0,
+                       "%s: the registered CUDA path needs mode mmap (it registers the shared "
+                       "read-only mapping), not %s",
+                       path, wm_mode_name(o->mode));
+    if (o->lock != WM_LOCK_OFF)
+        return wm__err(err, WM_EINVAL, 0,
+                       "%s: lock applies to host memory; the CUDA backend keeps none after the "
+                       "load (its staging is pinned anyway)",
+                       path);
+    for (size_t i = 0; i < m->file->n_tensors; i++)
+        if (m->place[i].convert)
+            return wm__err(err, WM_EINVAL, 0,
+                           "%s: conversion on load is not supported by the CUDA backend", path);
+    return WM_OK;
+}
+
+/* Workers and window size from the budget: two slots per worker, windows of at most
+ * MAX_WINDOW bytes (and not much more than the model needs), fewer workers rather than
+ * windows under MIN_WINDOW. */
+static wm_status size_pipe(const wm_model *m, unsigned *workers, size_t *wsize, wm_error *err) {
+    uint64_t budget = m->opts.pinned_budget ? m->opts.pinned_budget : DEFAULT_BUDGET;
+    size_t page = wm__os_page_size();
+    if (budget < (uint64_t)SLOTS * page)
+        return wm__err(err, WM_EINVAL, 0, "%s: pinned_budget %llu is below %u pages",
+                       m->file->path, (unsigned long long)budget, SLOTS);
+    unsigned t = wm__load_threads(m);
+    if (t > MAX_WORKERS) t = MAX_WORKERS;
+    if (t == 0) t = 1;
+    if (budget / ((uint64_t)SLOTS * t) < MIN_WINDOW) {
+        uint64_t fit = budget / ((uint64_t)SLOTS * MIN_WINDOW);
+        t = fit ? (unsigned)fit : 1;
+    }
+    uint64_t w = budget / ((uint64_t)SLOTS * t);
+    if (w > MAX_WINDOW) w = MAX_WINDOW;
+    /* A small model needs no more staging than about one window per worker. */
+    uint64_t each = wm__align_up(m->stats.tensor_bytes / t + 1, page);
+    if (w > each) w = each;
+    *wsize = (size_t)(w / page * page);
+    *workers = t;
+    return WM_OK;
+}
+
+/* Registered path: one shared read-only mapping per shard, over its tensor data. */
+static wm_status map_shards(wm_model *m, wm__region *maps, uint64_t *map_off, wm_error *err) {
+    size_t page = wm__os_page_size();
+    const wm_file *f = m->file;
+    for (uint32_t s = 0; s < f->n_shards; s++) {
+        uint64_t lo = UINT64_MAX, hi = 0;
+        for (size_t i = 0; i < f->n_tensors; i++) {
+            const wm__tensor *t = &f->tensors[i];
+            if (t->shard != s || t->nbytes == 0) continue;
+            if (t->offset < lo) lo = t->offset;
+            if (t->offset + t->nbytes > hi) hi = t->offset + t->nbytes;
+        }
+        if (hi == 0) continue;
+        map_off[s] = lo / page * page;
+        wm_status st = wm__region_map(m, s, map_off[s], (size_t)(hi - map_off[s]),
+                                      WM_OS_MAP_SHARED_RO, &maps[s], err);
+        if (st) return st;
+    }
+    return WM_OK;
+}
+
+static wm_status cuda_load(wm_model *m, wm_error *err) {
+    const char *path = m->file->path;
+    wm_status st = check_cuda_options(m, err);
+    if (st) return st;
+    cuda_state *cs = wm__calloc(1, sizeof *cs);
+    if (!cs) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory", path);
+    cs->device = m->opts.device;
+    m->bctx = cs;
+    int prev = -1;
+    piece *pieces = NULL;
+    window *wins = NULL;
+    worker *ws = NULL;
+    wm__region ring = {0};
+    wm__region *maps = NULL;
+    uint64_t *map_off = NULL;
+    size_t n_win = 0;
+    bool registered = m->opts.cuda_registered != 0;
+
+    st = use_device(cs->device, path, &prev, err);
+    if (st) goto fail;
+    if (registered) {
+        int ok = 0;
+        cudaError_t ce = CU(cudaDeviceGetAttribute(&ok, cudaDevAttrHostRegisterReadOnlySupported,
+                                                   cs->device));
+        if (ce) {
+            st = cu_fail(err, ce, "cudaDeviceGetAttribute", "%s: device %d", path, cs->device);
+            goto fail;
+        }
+        if (!ok) {
+            st = wm__err(err, WM_EUNSUPPORTED, 0,
+                         "%s: CUDA device %d cannot register read-only memory: use the staged "
+                         "path (no --registered)",
+                         path, cs->device);
+            goto fail;
+        }
+    }
+
+    /* Device memory: one buffer per chunk. */
+    if (m->n_chunks) {
+        cs->dev = wm__calloc(m->n_chunks, sizeof *cs->dev);
+        if (!cs->dev) {
+            st = wm__err(err, WM_ENOMEM, 0, "%s: out of memory", path);
+            goto fail;
+        }
+    }
+    for (uint32_t c = 0; c < m->n_chunks; c++) {
+        size_t size = m->chunks[c].size;
+        if (size) {
+            void *d = NULL;
+            cudaError_t ce = CU(cudaMalloc(&d, size));
+            if (ce) {
+                st = cu_fail(err, ce, "cudaMalloc", "%s: allocating %zu bytes for buffer %u on device %d",
+                             path, size, c, cs->device);
+                goto fail;
+            }
+            cs->dev[c] = d;
+            wm__ledger_acquire(WM_LEDGER_DEVICE, size);
+            m->stats.device_bytes += size;
+        }
+        cs->n_dev = c + 1;
+    }
+
+    unsigned n_workers = 1;
+    size_t wsize = 0;
+    st = size_pipe(m, &n_workers, &wsize, err);
+    if (st) goto fail;
+    st = plan_windows(m, wsize, &pieces, &wins, &n_win, err);
+    if (st) goto fail;
+    if (n_workers > n_win) n_workers = n_win ? (unsigned)n_win : 1;
+    m->stats.threads = n_workers;
+    if (n_win == 0) goto done;
+
+    ws = wm__calloc(n_workers, sizeof *ws);
+    if (!ws) {
+        st = wm__err(err, WM_ENOMEM, 0, "%s: out of memory", path);
+        goto fail;
+    }
+    if (registered) {
+        maps = wm__calloc(m->file->n_shards, sizeof *maps);
+        map_off = wm__calloc(m->file->n_shards, sizeof *map_off);
+        if (!maps || !map_off) {
+            st = wm__err(err, WM_ENOMEM, 0, "%s: out of memory", path);
+            goto fail;
+        }
+        st = map_shards(m, maps, map_off, err);
+        if (st) goto fail;
+    } else {
+        st = wm__region_pages(m, (size_t)n_workers * SLOTS * wsize, WM_LEDGER_SCRATCH, &ring, err);
+        if (st) goto fail;
+        /* Registration faults the whole ring in: huge pages make that a few hundred faults. */
+        wm__os_advise(ring.base, ring.len, WM_OS_ADV_HUGEPAGE); /* a hint: failure is harmless */
+        atomic_store(&last_ring, ring.base);
+    }
+
+    pipe p = {.m = m, .cs = cs, .win = wins, .n_win = n_win, .pieces = pieces, .wsize = wsize,
+              .registered = registered, .ring = ring.base, .maps = maps, .map_off = map_off};
+    atomic_init(&p.next, 0);
+    atomic_init(&p.done, 0);
+    atomic_init(&p.failed, 0);
+    for (size_t k = 0; k < n_win; k++) p.total += wins[k].bytes;
+    for (unsigned t = 0; t < n_workers; t++) ws[t] = (worker){.p = &p, .index = t};
+    st = run_pipe(&p, ws, n_workers, err);
+    if (st) goto fail;
+
+done:
+    /* Registrations are gone (each worker dropped its own); now the host memory. */
+    wm__region_free(&ring);
+    if (maps)
+        for (uint32_t s = 0; s < m->file->n_shards; s++) wm__region_free(&maps[s]);
+    wm__free(maps);
+    wm__free(map_off);
+    wm__free(ws);
+    wm__free(pieces);
+    wm__free(wins);
+    restore_device(prev);
+    return WM_OK;
+
+fail:
+    wm__region_free(&ring);
+    if (maps)
+        for (uint32_t s = 0; s < m->file->n_shards; s++) wm__region_free(&maps[s]);
+    wm__free(maps);
+    wm__free(map_off);
+    wm__free(ws);
+    wm__free(pieces);
+    wm__free(wins);
+    cuda_release(m);
+    restore_device(prev);
+    return st;
+}
+
+/* ---- release and pointers ---- */
+
+static void cuda_release(wm_model *m) {
+    cuda_state *cs = m->bctx;
+    if (!cs) return;
+    if (cs->n_dev) {
+        int prev = -1;
+        if (cudaGetDevice(&prev) != cudaSuccess) prev = -1;
+        cudaSetDevice(cs->device);
+        for (uint32_t c = 0; c < cs->n_dev; c++) {
+            if (!cs->dev[c]) continue;
+            cudaFree(cs->dev[c]);
+            wm__ledger_release(WM_LEDGER_DEVICE, m->chunks[c].size);
+            m->stats.device_bytes -= m->chunks[c].size;
+        }
+        restore_device(prev);
+    }
+    (void)cudaGetLastError();
+    wm__free(cs->dev);
+    wm__free(cs);
+    m->bctx = NULL;
+}
+
+static void *cuda_host_ptr(const wm_model *m, size_t t) {
+    (void)m;
+    (void)t;
+    return NULL;
+}
+
+static uint64_t cuda_device_ptr(const wm_model *m, size_t t) {
+    const cuda_state *cs = m->bctx;
+    const wm__place *p = &m->place[t];
+    if (!cs || p->chunk >= cs->n_dev || !cs->dev[p->chunk]) return 0;
+    return (uint64_t)(uintptr_t)(cs->dev[p->chunk] + p->dst_off);
+}
+
+const wm__backend wm__backend_cuda = {
+    .name = "cuda",
+    .load = cuda_load,
+    .release = cuda_release,
+    .host_ptr = cuda_host_ptr,
+    .device_ptr = cuda_device_ptr,
+};
+
+/* ---- test hooks ---- */
+
+/* The base of the last staged ring (tests check it is no longer registered after release). */
+void *wm__cuda_test_last_ring(void);
+void *wm__cuda_test_last_ring(void) { return atomic_load(&last_ring); }
+
+#endif /* WM_HAVE_CUDA */
+
+/* ---- wm_backend_init ---- */
+
+wm_status wm_backend_init(wm_backend_kind backend, int device, wm_error *err) {
+    if (backend == WM_BACKEND_CPU) return WM_OK;
+    if (backend != WM_BACKEND_CUDA)
+        return wm__err(err, WM_EINVAL, 0, "wm_backend_init: unknown backend %d", (int)backend);
+#ifdef WM_HAVE_CUDA
+    int prev = -1;
+    char who[32];
+    snprintf(who, sizeof who, "CUDA device %d", device);
+    wm_status st = use_device(device, who, &prev, err);
+    if (st) {
+        restore_device(prev);
+        return st;
+    }
+    cudaError_t ce = CU(cudaFree(NULL)); /* creates the primary context */
+    if (ce) st = cu_fail(err, ce, "cudaFree", "%s: starting the runtime", who);
+    restore_device(prev);
+    return st;
+#else
+    (void)device;
+    return wm__err(err, WM_EUNSUPPORTED, 0,
+                   "CUDA device %d: this build has no CUDA backend (the CUDA toolkit was not found "
+                   "at build time)",
+                   device);
+#endif
+}

@@ -1,0 +1,298 @@
+/*
+ * cuda_mock.c: a stand-in for the few CUDA runtime calls src/backend/cuda.c makes, built into
+ * the library instead of the runtime with -DWM_CUDA_MOCK=ON, so that the backend's logic (the
+ * window plan, slot reuse, registration, release, fault paths) runs and is checked on a machine
+ * without a GPU. It is strict where the real runtime is, and stricter where that finds bugs:
+ *   - "device memory" is malloc'd; cudaMemGetInfo reports a fixed total minus what is held;
+ *   - copies are queued on their stream and only run when an event recorded after them, or
+ *     the stream, is synchronised, so a slot refilled before its event has passed delivers
+ *     the wrong bytes (the tests compare every byte);
+ *   - a copy must come from registered host memory, a registration must not overlap another,
+ *     a read-only one must not be required to be writable, and unregistering an address that
+ *     is not a registration's base gives cudaErrorHostMemoryNotRegistered.
+ * Set WM_CUDA_MOCK_DEVICES=0 in the environment to see "no device".
+ *
+ * Sections: state; errors and devices; memory; registration; streams, events and copies; what
+ * bench/gpu.c also calls.
+ */
+#include <cuda_runtime_api.h>
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- state ---- */
+
+#define MOCK_TOTAL ((size_t)64 << 30)
+#define MAX_REG 4096
+#define MAX_OPS 4096
+
+typedef struct reg {
+    uintptr_t base;
+    size_t len;
+} reg;
+
+typedef struct op {
+    int is_event;
+    void *dst;
+    const void *src;
+    size_t len;
+    struct mock_event *ev;
+} op;
+
+struct mock_stream {
+    op *ops;
+    size_t n, head;
+};
+
+typedef struct mock_event {
+    struct mock_stream *stream; /* where it was last recorded, or NULL */
+    size_t pos;                 /* ops before it in that stream */
+} mock_event;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static reg regs[MAX_REG];
+static size_t n_regs;
+static size_t device_held;
+static _Thread_local cudaError_t last_error;
+static _Thread_local int current_device;
+
+static cudaError_t ret(cudaError_t e) {
+    if (e) last_error = e;
+    return e;
+}
+
+/* ---- errors and devices ---- */
+
+cudaError_t cudaGetLastError(void) {
+    cudaError_t e = last_error;
+    last_error = cudaSuccess;
+    return e;
+}
+
+const char *cudaGetErrorString(cudaError_t e) { return e ? "mock error" : "no error"; }
+const char *cudaGetErrorName(cudaError_t e) { return e ? "cudaErrorMock" : "cudaSuccess"; }
+
+static int devices(void) {
+    const char *s = getenv("WM_CUDA_MOCK_DEVICES");
+    return s ? atoi(s) : 1;
+}
+
+cudaError_t cudaGetDeviceCount(int *n) {
+    if (devices() == 0) return ret(cudaErrorNoDevice);
+    *n = devices();
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int *d) {
+    *d = current_device;
+    return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int d) {
+    if (d < 0 || d >= devices()) return ret(cudaErrorInvalidDevice);
+    current_device = d;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr attr, int d) {
+    if (d < 0 || d >= devices()) return ret(cudaErrorInvalidDevice);
+    *v = attr == cudaDevAttrHostRegisterReadOnlySupported ? 1 : 0;
+    return cudaSuccess;
+}
+
+/* ---- memory ---- */
+
+typedef struct block {
+    size_t len;
+    max_align_t align;
+} block;
+
+cudaError_t cudaMalloc(void **p, size_t len) {
+    pthread_mutex_lock(&lock);
+    int full = device_held + len > MOCK_TOTAL;
+    if (!full) device_held += len;
+    pthread_mutex_unlock(&lock);
+    if (full) return ret(cudaErrorMemoryAllocation);
+    block *b = malloc(sizeof *b + len);
+    if (!b) return ret(cudaErrorMemoryAllocation);
+    b->len = len;
+    memset(b + 1, 0xA5, len); /* device memory is not zeroed */
+    *p = b + 1;
+    return cudaSuccess;
+}
+
+cudaError_t cudaFree(void *p) {
+    if (!p) return cudaSuccess;
+    block *b = (block *)p - 1;
+    pthread_mutex_lock(&lock);
+    device_held -= b->len;
+    pthread_mutex_unlock(&lock);
+    free(b);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
+    pthread_mutex_lock(&lock);
+    *free_bytes = MOCK_TOTAL - device_held;
+    pthread_mutex_unlock(&lock);
+    *total = MOCK_TOTAL;
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t len, enum cudaMemcpyKind kind) {
+    (void)kind;
+    memcpy(dst, src, len);
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+
+/* ---- registration ---- */
+
+cudaError_t cudaHostRegister(void *p, size_t len, unsigned flags) {
+    uintptr_t a = (uintptr_t)p;
+    if (!p || !len) return ret(cudaErrorInvalidValue);
+    /* Touch every page as the driver would pin it: reads for read-only, writes otherwise. */
+    volatile unsigned char *c = p;
+    for (size_t k = 0; k < len; k += 4096) {
+        if (flags & cudaHostRegisterReadOnly)
+            (void)c[k];
+        else
+            c[k] = c[k];
+    }
+    pthread_mutex_lock(&lock);
+    cudaError_t e = cudaSuccess;
+    for (size_t i = 0; i < n_regs && !e; i++)
+        if (a < regs[i].base + regs[i].len && regs[i].base < a + len)
+            e = cudaErrorHostMemoryAlreadyRegistered;
+    if (!e && n_regs == MAX_REG) e = cudaErrorMemoryAllocation;
+    if (!e) regs[n_regs++] = (reg){a, len};
+    pthread_mutex_unlock(&lock);
+    return ret(e);
+}
+
+cudaError_t cudaHostUnregister(void *p) {
+    uintptr_t a = (uintptr_t)p;
+    cudaError_t e = cudaErrorHostMemoryNotRegistered;
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < n_regs; i++)
+        if (regs[i].base == a) {
+            regs[i] = regs[--n_regs];
+            e = cudaSuccess;
+            break;
+        }
+    pthread_mutex_unlock(&lock);
+    return ret(e);
+}
+
+static int registered(const void *p, size_t len) {
+    uintptr_t a = (uintptr_t)p;
+    int ok = 0;
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < n_regs && !ok; i++)
+        ok = a >= regs[i].base && a + len <= regs[i].base + regs[i].len;
+    pthread_mutex_unlock(&lock);
+    return ok;
+}
+
+/* ---- streams, events and copies ---- */
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
+    (void)flags;
+    struct mock_stream *ms = calloc(1, sizeof *ms);
+    if (!ms || !(ms->ops = calloc(MAX_OPS, sizeof *ms->ops))) {
+        free(ms);
+        return ret(cudaErrorMemoryAllocation);
+    }
+    *s = (cudaStream_t)(void *)ms;
+    return cudaSuccess;
+}
+
+/* Runs queued operations up to (not including) position `upto`. */
+static void drain(struct mock_stream *ms, size_t upto) {
+    for (; ms->head < upto && ms->head < ms->n; ms->head++) {
+        op *o = &ms->ops[ms->head];
+        if (o->is_event) continue;
+        if (!registered(o->src, o->len)) {
+            fprintf(stderr, "cuda_mock: a queued copy's source was unregistered before it ran\n");
+            abort();
+        }
+        memcpy(o->dst, o->src, o->len);
+    }
+    if (ms->head == ms->n) ms->head = ms->n = 0;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    struct mock_stream *ms = (struct mock_stream *)(void *)s;
+    drain(ms, ms->n);
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    struct mock_stream *ms = (struct mock_stream *)(void *)s;
+    drain(ms, ms->n);
+    free(ms->ops);
+    free(ms);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t len, enum cudaMemcpyKind kind,
+                            cudaStream_t s) {
+    struct mock_stream *ms = (struct mock_stream *)(void *)s;
+    if (kind != cudaMemcpyHostToDevice || !registered(src, len)) return ret(cudaErrorInvalidValue);
+    if (ms->n == MAX_OPS) drain(ms, ms->n);
+    if (ms->n == MAX_OPS) return ret(cudaErrorMemoryAllocation);
+    ms->ops[ms->n++] = (op){.dst = dst, .src = src, .len = len};
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
+    (void)flags;
+    mock_event *me = calloc(1, sizeof *me);
+    if (!me) return ret(cudaErrorMemoryAllocation);
+    *e = (cudaEvent_t)(void *)me;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    free((void *)e);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    mock_event *me = (mock_event *)(void *)e;
+    struct mock_stream *ms = (struct mock_stream *)(void *)s;
+    if (ms->n == MAX_OPS) drain(ms, ms->n);
+    ms->ops[ms->n++] = (op){.is_event = 1, .ev = me};
+    me->stream = ms;
+    me->pos = ms->n;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    mock_event *me = (mock_event *)(void *)e;
+    if (me->stream) drain(me->stream, me->pos);
+    me->stream = NULL;
+    return cudaSuccess;
+}
+
+/* ---- what bench/gpu.c also calls ---- */
+
+cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
+
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
+    (void)a;
+    (void)b;
+    *ms = 1.0f;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d) {
+    if (d < 0 || d >= devices()) return ret(cudaErrorInvalidDevice);
+    memset(p, 0, sizeof *p);
+    strcpy(p->name, "cuda_mock");
+    return cudaSuccess;
+}

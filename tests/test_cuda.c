@@ -1,0 +1,427 @@
+/*
+ * test_cuda.c: the CUDA backend (src/backend/cuda.c).
+ *
+ * Cases that need a GPU exit 77 (skipped) when cudaGetDeviceCount finds none. With one: the
+ * bytes on the device equal the file's (copied back and compared) on the staged and the
+ * registered path, with and without chunking, for GGUF and safetensors; 20 load/release cycles
+ * give the device's free memory back to its baseline and leave the ledger at 0; the pinned
+ * figure never exceeds the budget; after release the old ring is no longer registered; each
+ * k-th CUDA call (and each k-th OS call) failed in turn gives a clean error and holds nothing.
+ * Without a GPU the no-device error (library and CLI) and the refused options are checked.
+ * Built with -DWM_CUDA_MOCK=ON the same cases run against tests/cuda_mock.c. Without the CUDA
+ * toolkit the file checks that the backend is reported as missing.
+ *
+ * Sections: helpers; always (no GPU needed); with a GPU.
+ */
+#include "wmtest.h"
+
+#include "os/fault.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifdef WM_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+void *wm__cuda_test_last_ring(void);
+#endif
+
+/* ---- helpers ---- */
+
+/* Writes a model with the CLI's make-model into the case's temporary folder. */
+static const char *make_model(const char *name, const char *size, const char *format) {
+    const char *path = wmt_tmp(name);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' make-model '%s' --size %s --format %s >/dev/null", WM_CLI, path,
+             size, format);
+    CHECK_MSG(system(cmd) == 0, "make-model failed: %s", cmd);
+    return path;
+}
+
+static wm_load_options cuda_opts(wm_mode mode) {
+    wm_load_options o = {0};
+    o.mode = mode;
+    o.backend = WM_BACKEND_CUDA;
+    return o;
+}
+
+static int run_cli(const char *args, char *out, size_t cap) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", WM_CLI, args);
+    FILE *p = popen(cmd, "r");
+    CHECK(p != NULL);
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+#ifdef WM_HAVE_CUDA
+
+static bool have_gpu(void) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    (void)cudaGetLastError();
+    return e == cudaSuccess && n > 0;
+}
+
+#define NEED_GPU()                                                                                 \
+    do {                                                                                           \
+        if (!have_gpu()) WM_SKIP("no CUDA device");                                                \
+    } while (0)
+
+/* Copies every tensor back from the device and compares it with the file's bytes. */
+static void check_bytes(wm_model *m) {
+    const wm_file *f = wm_model_file(m);
+    size_t n = wm_file_tensor_count(f);
+    CHECK(n > 0);
+    for (size_t i = 0; i < n; i++) {
+        wm_tensor_info ti;
+        CHECK_STATUS(wm_file_tensor(f, i, &ti), WM_OK);
+        CHECK(wm_model_tensor_data(m, i) == NULL);
+        uint64_t d = wm_model_tensor_device_ptr(m, i);
+        CHECK_MSG(d != 0 || ti.nbytes == 0, "tensor %s has no device pointer", ti.name);
+        if (!ti.nbytes) continue;
+        unsigned char *got = malloc(ti.nbytes), *want = malloc(ti.nbytes);
+        CHECK(got && want);
+        memset(got, 0x5A, ti.nbytes);
+        CHECK_EQ(cudaMemcpy(got, (void *)(uintptr_t)d, ti.nbytes, cudaMemcpyDeviceToHost),
+                 cudaSuccess);
+        int fd = open(wm_file_shard_path(f, ti.shard), O_RDONLY);
+        CHECK(fd >= 0);
+        CHECK_EQ(pread(fd, want, ti.nbytes, (off_t)ti.offset), ti.nbytes);
+        close(fd);
+        CHECK_MSG(memcmp(got, want, ti.nbytes) == 0, "tensor %s differs on the device", ti.name);
+        free(got);
+        free(want);
+    }
+}
+
+/* Loads, compares, releases; checks the pinned peak against the budget and the ledger after. */
+static void load_compare(const char *path, wm_load_options o) {
+    wm_file *f;
+    wm_error err;
+    CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
+    wm_ledger_reset_peaks();
+    wm_model *m;
+    wm_status st = wm_model_load(f, &o, &m, &err);
+    CHECK_MSG(st == WM_OK, "load: %s", err.msg);
+    wm_ledger l;
+    wm_ledger_get(&l);
+    uint64_t budget = o.pinned_budget ? o.pinned_budget : (uint64_t)256 << 20;
+    CHECK(l.cat[WM_LEDGER_PINNED].peak > 0);
+    CHECK_MSG(l.cat[WM_LEDGER_PINNED].peak <= budget, "pinned peak %llu over budget %llu",
+              (unsigned long long)l.cat[WM_LEDGER_PINNED].peak, (unsigned long long)budget);
+    CHECK_EQ(l.cat[WM_LEDGER_PINNED].current, 0);
+    CHECK_EQ(l.cat[WM_LEDGER_MAP_SHARED].current, 0);
+    wm_model_stats s;
+    wm_model_stats_get(m, &s);
+    CHECK_EQ(l.cat[WM_LEDGER_DEVICE].current, s.device_bytes);
+    CHECK(s.device_bytes >= s.tensor_bytes);
+    check_bytes(m);
+    wm_model_release(m);
+    wm_file_close(f);
+    CHECK_LEDGER_EMPTY();
+    CHECK_EQ(wmt_count_file_maps(path), 0);
+}
+
+/* The staged and registered paths, each whole and chunked, with small budgets so that
+ * windows are many, tensors cross window boundaries and several workers share the work. */
+static void both_paths(const char *path) {
+    for (int reg = 0; reg < 2; reg++) {
+        wm_load_options o = cuda_opts(reg ? WM_MODE_MMAP : WM_MODE_HEAP);
+        o.cuda_registered = reg;
+        load_compare(path, o);
+        o.threads = 3;
+        o.pinned_budget = (uint64_t)6 << 20; /* 3 workers x 2 slots of 1 MiB */
+        load_compare(path, o);
+        o.max_buffer_size = (uint64_t)5 << 20;
+        load_compare(path, o);
+        o.threads = 1;
+        o.pinned_budget = 2 * 4096; /* one worker, two one-page slots */
+        o.max_buffer_size = 0;
+        load_compare(path, o);
+    }
+}
+
+#endif /* WM_HAVE_CUDA */
+
+/* ---- always (no GPU needed) ---- */
+
+/* With no GPU (or no such device), a clear WM_EDEVICE and nothing held; without the backend,
+ * WM_EUNSUPPORTED. */
+WM_TEST(no_device_error) {
+    const char *path = make_model("m.gguf", "2M", "gguf");
+    wm_file *f;
+    wm_error err;
+    CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
+    wm_load_options o = cuda_opts(WM_MODE_HEAP);
+    wm_model *m = (wm_model *)1;
+#ifdef WM_HAVE_CUDA
+    if (have_gpu()) o.device = 999;
+    CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EDEVICE);
+    CHECK(m == NULL);
+    CHECK_MSG_HAS(err, "CUDA");
+    CHECK_STATUS(wm_backend_init(WM_BACKEND_CUDA, have_gpu() ? 999 : 0, &err), WM_EDEVICE);
+    CHECK_MSG_HAS(err, "CUDA device");
+    /* Our errors are cleared; without a driver every runtime call reports that, ours or not. */
+    if (have_gpu()) CHECK_EQ(cudaGetLastError(), cudaSuccess);
+#else
+    CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EUNSUPPORTED);
+    CHECK(m == NULL);
+    CHECK_STATUS(wm_backend_init(WM_BACKEND_CUDA, 0, &err), WM_EUNSUPPORTED);
+#endif
+    CHECK_STATUS(wm_backend_init(WM_BACKEND_CPU, 0, &err), WM_OK);
+    wm_file_close(f);
+    CHECK_LEDGER_EMPTY();
+}
+
+/* The CLI: exit 1 and a message naming the problem without a device; a clean load with one. */
+WM_TEST(cli_load) {
+    const char *path = make_model("m.gguf", "4M", "gguf");
+    char args[600], out[8192];
+    snprintf(args, sizeof args, "load '%s' --mode heap --backend cuda", path);
+    int rc = run_cli(args, out, sizeof out);
+#ifdef WM_HAVE_CUDA
+    if (have_gpu()) {
+        CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
+        CHECK_MSG(strstr(out, "all memory returned") != NULL, "%s", out);
+        snprintf(args, sizeof args, "load '%s' --mode mmap --registered --backend cuda:0", path);
+        rc = run_cli(args, out, sizeof out);
+        CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
+        CHECK_MSG(strstr(out, "all memory returned") != NULL, "%s", out);
+        return;
+    }
+    CHECK_MSG(strstr(out, "no usable CUDA device") != NULL, "%s", out);
+#else
+    CHECK_MSG(strstr(out, "no CUDA backend") != NULL, "%s", out);
+#endif
+    CHECK_MSG(rc == 1, "exit %d: %s", rc, out);
+}
+
+#ifdef WM_HAVE_CUDA
+
+/* Options that make no sense on a device are refused before any device is touched. */
+WM_TEST(options_refused) {
+    const char *path = make_model("m.gguf", "2M", "gguf");
+    wm_file *f;
+    wm_error err;
+    wm_model *m;
+    CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
+    wm_load_options o = cuda_opts(WM_MODE_MMAP_PRIVATE);
+    CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EINVAL);
+    CHECK_MSG_HAS(err, "mmap-private");
+    o = cuda_opts(WM_MODE_HEAP);
+    o.cuda_registered = 1;
+    CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EINVAL);
+    CHECK_MSG_HAS(err, "needs mode mmap");
+    o = cuda_opts(WM_MODE_MMAP);
+    o.cuda_registered = 1;
+    o.lock = WM_LOCK_REQUIRED;
+    CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EINVAL);
+    o = cuda_opts(WM_MODE_HEAP);
+    wm_convert_rule r = {NULL, WM_TYPE_INVALID, WM_TYPE_F32};
+    o.convert = &r;
+    o.n_convert = 1;
+    CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EINVAL);
+    CHECK_MSG_HAS(err, "conversion");
+    o = cuda_opts(WM_MODE_HEAP);
+    o.pinned_budget = 100;
+    if (have_gpu()) {
+        CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EINVAL);
+        CHECK_MSG_HAS(err, "pinned_budget");
+    }
+    wm_file_close(f);
+    CHECK_LEDGER_EMPTY();
+}
+
+/* ---- with a GPU ---- */
+
+WM_TEST(gguf_bytes_equal) {
+    NEED_GPU();
+    both_paths(make_model("m.gguf", "12M", "gguf"));
+}
+
+/* safetensors data has alignment 1: windows and registrations start inside pages. */
+WM_TEST(safetensors_bytes_equal) {
+    NEED_GPU();
+    both_paths(make_model("m.safetensors", "12M", "safetensors"));
+}
+
+/* 20 cycles, alternating paths: device free memory back to its baseline, ledger 0, nothing
+ * registered, no mapping of the file left. */
+WM_TEST(cycles_return_memory) {
+    NEED_GPU();
+    const char *path = make_model("m.gguf", "24M", "gguf");
+    wm_file *f;
+    wm_error err;
+    CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
+    CHECK_STATUS(wm_backend_init(WM_BACKEND_CUDA, 0, &err), WM_OK);
+    size_t base_free, total, now_free;
+    /* One warm-up cycle: the runtime keeps what it sets up on first use of streams. */
+    wm_load_options o = cuda_opts(WM_MODE_HEAP);
+    o.threads = 2;
+    o.pinned_budget = (uint64_t)8 << 20;
+    wm_model *m;
+    CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_OK);
+    wm_model_release(m);
+    CHECK_EQ(cudaMemGetInfo(&base_free, &total), cudaSuccess);
+    for (int c = 0; c < 20; c++) {
+        o = cuda_opts(c % 2 ? WM_MODE_MMAP : WM_MODE_HEAP);
+        o.cuda_registered = c % 2;
+        o.threads = 2;
+        o.pinned_budget = (uint64_t)8 << 20;
+        o.max_buffer_size = c % 4 < 2 ? 0 : (uint64_t)5 << 20;
+        CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_OK);
+        CHECK_EQ(cudaMemGetInfo(&now_free, &total), cudaSuccess);
+        CHECK_MSG(now_free + (20u << 20) <= base_free, "cycle %d: the model takes no device memory",
+                  c);
+        wm_model_release(m);
+        CHECK_EQ(cudaMemGetInfo(&now_free, &total), cudaSuccess);
+        /* Device memory comes in 2 MiB pages; a leaked buffer is 5 MiB or more. */
+        uint64_t diff = now_free > base_free ? now_free - base_free : base_free - now_free;
+        CHECK_MSG(diff <= (2u << 20), "cycle %d: device free %zu, baseline %zu", c, now_free,
+                  base_free);
+        wm_ledger l;
+        wm_ledger_get(&l);
+        CHECK_EQ(l.cat[WM_LEDGER_DEVICE].current, 0);
+        CHECK_EQ(l.cat[WM_LEDGER_PINNED].current, 0);
+        CHECK_EQ(wmt_count_file_maps(path), 0);
+    }
+    wm_file_close(f);
+    CHECK_LEDGER_EMPTY();
+}
+
+/* After release the ring is no longer registered (and the caller's last error is clean). */
+WM_TEST(ring_unregistered_after_release) {
+    NEED_GPU();
+    const char *path = make_model("m.gguf", "4M", "gguf");
+    wm_file *f;
+    wm_error err;
+    wm_model *m;
+    CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
+    wm_load_options o = cuda_opts(WM_MODE_HEAP);
+    o.threads = 1;
+    CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_OK);
+    void *ring = wm__cuda_test_last_ring();
+    CHECK(ring != NULL);
+    wm_model_release(m);
+    CHECK_EQ(cudaGetLastError(), cudaSuccess);
+    CHECK_EQ(cudaHostUnregister(ring), cudaErrorHostMemoryNotRegistered);
+    (void)cudaGetLastError();
+    wm_file_close(f);
+    CHECK_LEDGER_EMPTY();
+}
+
+static int cancel_at_first(void *user, uint64_t done, uint64_t total) {
+    (void)user;
+    (void)total;
+    return done > 0;
+}
+
+WM_TEST(cancel_holds_nothing) {
+    NEED_GPU();
+    const char *path = make_model("m.gguf", "8M", "gguf");
+    wm_file *f;
+    wm_error err;
+    wm_model *m;
+    CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
+    for (int reg = 0; reg < 2; reg++) {
+        wm_load_options o = cuda_opts(reg ? WM_MODE_MMAP : WM_MODE_HEAP);
+        o.cuda_registered = reg;
+        o.pinned_budget = (uint64_t)2 << 20;
+        o.progress = cancel_at_first;
+        CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_ECANCELED);
+        CHECK(m == NULL);
+        wm_ledger l;
+        wm_ledger_get(&l);
+        CHECK_EQ(l.cat[WM_LEDGER_DEVICE].current, 0);
+        CHECK_EQ(l.cat[WM_LEDGER_PINNED].current, 0);
+        CHECK_EQ(wmt_count_file_maps(path), 0);
+    }
+    wm_file_close(f);
+    CHECK_LEDGER_EMPTY();
+}
+
+/* Fails the k-th call of `kind` for every k of one load: each failure is clean (a status, a
+ * message, nothing held, no mapping, no CUDA error left for the caller), and a load past the
+ * last call succeeds. */
+static void sweep(const char *path, wm_load_options o, wm_os_call kind) {
+    wm_file *f;
+    wm_error err;
+    wm_model *m;
+    CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
+    wm__fault_reset();
+    CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_OK);
+    uint64_t n = wm__fault_count(kind);
+    wm_model_release(m);
+    CHECK(n > 0);
+    for (uint64_t k = 1; k <= n + 1; k++) {
+        wm__fault_arm(kind, k, k % 3 == 0 ? ENOMEM : EIO);
+        memset(&err, 0, sizeof err);
+        wm_status st = wm_model_load(f, &o, &m, &err);
+        bool hit = wm__fault_injected() > 0;
+        wm__fault_reset();
+        if (st == WM_OK) {
+            CHECK_MSG(!hit, "call %llu of %llu failed but the load succeeded",
+                      (unsigned long long)k, (unsigned long long)n);
+            check_bytes(m);
+            wm_model_release(m);
+        } else {
+            CHECK_MSG(hit, "load failed with no fault injected: %s", err.msg);
+            CHECK(m == NULL);
+            CHECK_MSG(err.code == st && err.msg[0], "status %s without a message",
+                      wm_status_name(st));
+            CHECK_MSG(st == WM_EDEVICE || st == WM_ENOMEM || st == WM_EIO,
+                      "call %llu: status %s: %s", (unsigned long long)k, wm_status_name(st), err.msg);
+        }
+        CHECK_EQ(cudaGetLastError(), cudaSuccess);
+        wm_ledger l;
+        wm_ledger_get(&l);
+        CHECK_MSG(l.cat[WM_LEDGER_DEVICE].current == 0 && l.cat[WM_LEDGER_PINNED].current == 0 &&
+                      l.cat[WM_LEDGER_SCRATCH].current == 0 && l.cat[WM_LEDGER_MAP_SHARED].current == 0,
+                  "call %llu: device %llu, pinned %llu, scratch %llu, mapped %llu held", (unsigned long long)k,
+                  (unsigned long long)l.cat[WM_LEDGER_DEVICE].current,
+                  (unsigned long long)l.cat[WM_LEDGER_PINNED].current,
+                  (unsigned long long)l.cat[WM_LEDGER_SCRATCH].current,
+                  (unsigned long long)l.cat[WM_LEDGER_MAP_SHARED].current);
+        CHECK_EQ(wmt_count_file_maps(path), 0);
+    }
+    wm_file_close(f);
+    CHECK_LEDGER_EMPTY();
+}
+
+static wm_load_options sweep_opts(int registered) {
+    wm_load_options o = cuda_opts(registered ? WM_MODE_MMAP : WM_MODE_HEAP);
+    o.cuda_registered = registered;
+    o.threads = 2;
+    o.pinned_budget = (uint64_t)4 << 20;
+    o.max_buffer_size = (uint64_t)2 << 20;
+    return o;
+}
+
+WM_TEST(fault_sweep_device_staged) {
+    NEED_GPU();
+    sweep(make_model("m.gguf", "6M", "gguf"), sweep_opts(0), WM_OS_DEVICE);
+}
+
+WM_TEST(fault_sweep_device_registered) {
+    NEED_GPU();
+    sweep(make_model("m.safetensors", "6M", "safetensors"), sweep_opts(1), WM_OS_DEVICE);
+}
+
+WM_TEST(fault_sweep_any_staged) {
+    NEED_GPU();
+    sweep(make_model("m.gguf", "4M", "gguf"), sweep_opts(0), WM_OS_ANY);
+}
+
+WM_TEST(fault_sweep_any_registered) {
+    NEED_GPU();
+    sweep(make_model("m.gguf", "4M", "gguf"), sweep_opts(1), WM_OS_ANY);
+}
+
+#endif /* WM_HAVE_CUDA */
