@@ -256,6 +256,148 @@ WM_TEST(peer_dequant_f32) {
     CHECK(checked >= 21);
 }
 
+/* ---- IQ grids, read back from the peer's own dequantizers ---- */
+
+static uint64_t g_iq2xxs[256], g_iq2xs[512], g_iq2s[1024], g_iq1s[2048];
+static uint32_t g_iq3xxs[256], g_iq3s[512];
+
+/* Dequantizes one crafted block of type t and returns its floats (256). */
+static const float *peer_block(wm_type t, const uint8_t *blk) {
+    static float out[256];
+    peer_to_float(peer.traits(t))(blk, out, 256);
+    return out;
+}
+
+static void put16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
+
+/* Each grid entry is recovered from a block whose scale makes the output an exact multiple of
+ * the entry's bytes and whose signs are all positive (d = 1.0 is the half 0x3C00). */
+static void extract_grids(wm__iq_grids *g) {
+    uint8_t b[128];
+    const float *y;
+    for (int base = 0; base < 256; base += 32) { /* IQ2_XXS: db = 1/8 with a zero scale */
+        memset(b, 0, sizeof b);
+        put16(b, 0x3C00);
+        for (int k = 0; k < 32; k++)
+            b[2 + 8 * (k / 4) + k % 4] = (uint8_t)(base + k);
+        y = peer_block(WM_TYPE_IQ2_XXS, b);
+        for (int k = 0; k < 32; k++) {
+            g_iq2xxs[base + k] = 0;
+            for (int j = 0; j < 8; j++)
+                g_iq2xxs[base + k] |= (uint64_t)(uint8_t)(y[8 * k + j] * 8) << (8 * j);
+        }
+    }
+    for (int base = 0; base < 512; base += 32) { /* IQ2_XS: 9-bit index, sign index 0 */
+        memset(b, 0, sizeof b);
+        put16(b, 0x3C00);
+        for (int k = 0; k < 32; k++)
+            put16(b + 2 + 2 * k, (uint16_t)(base + k));
+        y = peer_block(WM_TYPE_IQ2_XS, b);
+        for (int k = 0; k < 32; k++) {
+            g_iq2xs[base + k] = 0;
+            for (int j = 0; j < 8; j++)
+                g_iq2xs[base + k] |= (uint64_t)(uint8_t)(y[8 * k + j] * 8) << (8 * j);
+        }
+    }
+    for (int base = 0; base < 1024; base += 32) { /* IQ2_S: 8 low bits + 2 high bits in qh */
+        memset(b, 0, sizeof b);
+        put16(b, 0x3C00);
+        for (int k = 0; k < 32; k++) {
+            int idx = base + k, ib = k / 4, l = k % 4;
+            b[2 + k] = (uint8_t)idx;
+            b[66 + ib] |= (uint8_t)(((idx >> 8) & 3) << (2 * l));
+        }
+        y = peer_block(WM_TYPE_IQ2_S, b);
+        for (int k = 0; k < 32; k++) {
+            g_iq2s[base + k] = 0;
+            for (int j = 0; j < 8; j++)
+                g_iq2s[base + k] |= (uint64_t)(uint8_t)(y[8 * k + j] * 8) << (8 * j);
+        }
+    }
+    for (int base = 0; base < 256; base += 64) { /* IQ3_XXS: db = 1/4, 64 indices a block */
+        memset(b, 0, sizeof b);
+        put16(b, 0x3C00);
+        for (int k = 0; k < 64; k++)
+            b[2 + k] = (uint8_t)(base + k);
+        y = peer_block(WM_TYPE_IQ3_XXS, b);
+        for (int k = 0; k < 64; k++) {
+            g_iq3xxs[base + k] = 0;
+            for (int j = 0; j < 4; j++)
+                g_iq3xxs[base + k] |= (uint32_t)(uint8_t)(y[4 * k + j] * 4) << (8 * j);
+        }
+    }
+    for (int base = 0; base < 512; base += 64) { /* IQ3_S: db = 1, ninth bit in qh */
+        memset(b, 0, sizeof b);
+        put16(b, 0x3C00);
+        for (int k = 0; k < 64; k++) {
+            int idx = base + k;
+            b[2 + k] = (uint8_t)idx;
+            if (idx & 256) b[66 + k / 8] |= (uint8_t)(1u << (k % 8));
+        }
+        y = peer_block(WM_TYPE_IQ3_S, b);
+        for (int k = 0; k < 64; k++) {
+            g_iq3s[base + k] = 0;
+            for (int j = 0; j < 4; j++)
+                g_iq3s[base + k] |= (uint32_t)(uint8_t)y[4 * k + j] << (8 * j);
+        }
+    }
+    for (int base = 0; base < 2048; base += 32) { /* IQ1_S: dl = 1, delta +1/8 */
+        memset(b, 0, sizeof b);
+        put16(b, 0x3C00);
+        for (int k = 0; k < 32; k++) {
+            int idx = base + k, ib = k / 4, l = k % 4;
+            b[2 + k] = (uint8_t)idx;
+            uint16_t q;
+            memcpy(&q, b + 34 + 2 * ib, 2);
+            q = (uint16_t)(q | ((idx >> 8) & 7) << (3 * l));
+            put16(b + 34 + 2 * ib, q);
+        }
+        y = peer_block(WM_TYPE_IQ1_S, b);
+        for (int k = 0; k < 32; k++) {
+            g_iq1s[base + k] = 0;
+            for (int j = 0; j < 8; j++)
+                g_iq1s[base + k] |= (uint64_t)(uint8_t)(int8_t)(y[8 * k + j] - 0.125f) << (8 * j);
+        }
+    }
+    *g = (wm__iq_grids){g_iq2xxs, g_iq2xs, g_iq2s, g_iq3xxs, g_iq3s, g_iq1s};
+}
+
+/* The IQ kernels, given the grids read back from the peer, match the peer bit for bit on random
+ * blocks; without grids those types stay unsupported. */
+WM_TEST(peer_iq_kernels) {
+    NEED_PEER();
+    static const wm_type ts[] = {WM_TYPE_IQ2_XXS, WM_TYPE_IQ2_XS, WM_TYPE_IQ2_S, WM_TYPE_IQ3_XXS,
+                                 WM_TYPE_IQ3_S,   WM_TYPE_IQ1_S,  WM_TYPE_IQ1_M};
+    static uint8_t blocks[64 * 110];
+    static float want[64 * 256], got[64 * 256];
+    wm__iq_grids g;
+    for (size_t k = 0; k < sizeof ts / sizeof ts[0]; k++)
+        CHECK(!wm_convert_supported(ts[k], WM_TYPE_F32));
+    extract_grids(&g);
+    for (int i = 0; i < 256; i++)
+        for (int j = 0; j < 8; j++) {
+            uint8_t v = (uint8_t)(g_iq2xxs[i] >> (8 * j));
+            CHECK(v == 0x08 || v == 0x19 || v == 0x2b);
+        }
+    wm__convert_set_iq_grids(&g);
+    for (size_t k = 0; k < sizeof ts / sizeof ts[0]; k++) {
+        CHECK(wm_convert_supported(ts[k], WM_TYPE_F32));
+        for (int round = 0; round < 4; round++) {
+            make_blocks(ts[k], 64, 555u * (unsigned)ts[k] + (unsigned)round, blocks);
+            peer_to_float(peer.traits(ts[k]))(blocks, want, 64 * 256);
+            for (int scalar = 0; scalar < 2; scalar++) {
+                CHECK_STATUS(convert_path(scalar, ts[k], WM_TYPE_F32, blocks, got, 64 * 256),
+                             WM_OK);
+                size_t at = first_diff(want, got, sizeof want);
+                CHECK_MSG(at == sizeof want, "%s round %d: element %zu: peer %a ours %a",
+                          wm_type_name(ts[k]), round, at / 4, want[at / 4], got[at / 4]);
+            }
+        }
+    }
+    wm__convert_set_iq_grids(NULL);
+    CHECK(!wm_convert_supported(WM_TYPE_IQ2_XXS, WM_TYPE_F32));
+}
+
 /* Half and bfloat16: every 16-bit pattern widened, and random 32-bit patterns (NaNs, infinities,
  * subnormals included) narrowed, against ggml's rows, on both paths. */
 WM_TEST(peer_half_bfloat16) {

@@ -131,6 +131,25 @@ float wm__ue4m3_half(uint8_t x);
 /* E8M0 scale byte to float, halved (MXFP4). */
 float wm__e8m0_half(uint8_t x);
 
+/* ---- IQ codebooks ---- */
+
+/* The codebook grids of the IQ1/IQ2/IQ3 types: each entry packs 8 (iq3: 4) byte values, the
+ * first in the lowest byte. They are ggml data this project does not ship (no rule derives
+ * them), so the kernels of those types exist but are unsupported until a caller supplies the
+ * grids; the tests do, extracted from the peer's own dequantizers. */
+typedef struct wm__iq_grids {
+    const uint64_t *iq2xxs; /* 256 entries, bytes 0x08/0x19/0x2b */
+    const uint64_t *iq2xs;  /* 512 */
+    const uint64_t *iq2s;   /* 1024 */
+    const uint32_t *iq3xxs; /* 256 */
+    const uint32_t *iq3s;   /* 512 */
+    const uint64_t *iq1s;   /* 2048, signed bytes -1/0/1 */
+} wm__iq_grids;
+
+/* Installs (or with NULL removes) the grids; a type whose grid is NULL stays unsupported. The
+ * struct and tables must outlive their use. Not thread-safe against running conversions. */
+void wm__convert_set_iq_grids(const wm__iq_grids *grids);
+
 /* ---- test hook ---- */
 
 /* Non-zero: wm_convert uses only the portable kernels (tests compare both paths). Returns the

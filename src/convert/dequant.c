@@ -353,6 +353,188 @@ static void dq_iq4_xs(const uint8_t *x, float *y, size_t nb) {
     }
 }
 
+/* ---- IQ codebook types (grids supplied at run time, see convert.h) ---- */
+
+static const wm__iq_grids *iq;
+
+void wm__convert_set_iq_grids(const wm__iq_grids *grids) { iq = grids; }
+
+/* Sign byte k of the IQ2/IQ3 types: 7 stored bits, the eighth makes the count of set bits
+ * even. */
+static inline uint8_t ksign(unsigned k) {
+    return (uint8_t)(k | ((unsigned)__builtin_popcount(k) & 1u) << 7);
+}
+static inline float sgn(uint8_t signs, int j) { return (signs >> j) & 1 ? -1.f : 1.f; }
+static inline uint8_t gbyte64(const uint64_t *g, unsigned i, int j) {
+    return (uint8_t)(g[i] >> (8 * j));
+}
+static inline uint8_t gbyte32(const uint32_t *g, unsigned i, int j) {
+    return (uint8_t)(g[i] >> (8 * j));
+}
+
+/* IQ2_XXS, 66 bytes: half d, then per 32 elements 4 grid indices (bytes) and a 32-bit word of
+ * four 7-bit sign indices and a 4-bit scale. */
+static void dq_iq2_xxs(const uint8_t *x, float *y, size_t nb) {
+    for (size_t i = 0; i < nb; i++, x += 66) {
+        const float d = half_at(x);
+        for (int ib = 0; ib < 8; ib++) {
+            const uint32_t a0 = wm__rd32(x + 2 + 8 * ib), a1 = wm__rd32(x + 6 + 8 * ib);
+            const float db = d * (0.5f + (float)(a1 >> 28)) * 0.25f;
+            for (int l = 0; l < 4; l++, y += 8) {
+                const unsigned gi = (a0 >> (8 * l)) & 0xFF;
+                const uint8_t signs = ksign((a1 >> (7 * l)) & 127);
+                for (int j = 0; j < 8; j++)
+                    y[j] = db * (float)gbyte64(iq->iq2xxs, gi, j) * sgn(signs, j);
+            }
+        }
+    }
+}
+
+/* IQ2_XS, 74 bytes: half d, 32 16-bit codes (9-bit grid index, 7-bit sign index), 8 bytes of
+ * two 4-bit scales. */
+static void dq_iq2_xs(const uint8_t *x, float *y, size_t nb) {
+    for (size_t i = 0; i < nb; i++, x += 74) {
+        const float d = half_at(x);
+        for (int ib = 0; ib < 8; ib++) {
+            const uint8_t sc = x[66 + ib];
+            const float db[2] = {d * (0.5f + (float)(sc & 0xF)) * 0.25f,
+                                 d * (0.5f + (float)(sc >> 4)) * 0.25f};
+            for (int l = 0; l < 4; l++, y += 8) {
+                const uint16_t q = wm__rd16(x + 2 + 2 * (4 * ib + l));
+                const uint8_t signs = ksign(q >> 9);
+                for (int j = 0; j < 8; j++)
+                    y[j] = db[l / 2] * (float)gbyte64(iq->iq2xs, q & 511, j) * sgn(signs, j);
+            }
+        }
+    }
+}
+
+/* IQ2_S, 82 bytes: half d, 32 bytes of grid index low bits, 32 sign bytes, 8 bytes of index
+ * high bits, 8 bytes of two 4-bit scales. */
+static void dq_iq2_s(const uint8_t *x, float *y, size_t nb) {
+    for (size_t i = 0; i < nb; i++, x += 82) {
+        const float d = half_at(x);
+        const uint8_t *qs = x + 2, *signs = x + 34, *qh = x + 66, *scales = x + 74;
+        for (int ib = 0; ib < 8; ib++, qs += 4, signs += 4) {
+            const float db[2] = {d * (0.5f + (float)(scales[ib] & 0xF)) * 0.25f,
+                                 d * (0.5f + (float)(scales[ib] >> 4)) * 0.25f};
+            for (int l = 0; l < 4; l++, y += 8) {
+                const unsigned gi = qs[l] | ((unsigned)(qh[ib] << (8 - 2 * l)) & 0x300u);
+                for (int j = 0; j < 8; j++)
+                    y[j] = db[l / 2] * (float)gbyte64(iq->iq2s, gi, j) * sgn(signs[l], j);
+            }
+        }
+    }
+}
+
+/* IQ3_XXS, 98 bytes: half d, 64 grid index bytes, 8 words of four 7-bit sign indices and a
+ * 4-bit scale. */
+static void dq_iq3_xxs(const uint8_t *x, float *y, size_t nb) {
+    for (size_t i = 0; i < nb; i++, x += 98) {
+        const float d = half_at(x);
+        const uint8_t *qs = x + 2;
+        for (int ib = 0; ib < 8; ib++, qs += 8) {
+            const uint32_t a = wm__rd32(x + 66 + 4 * ib);
+            const float db = d * (0.5f + (float)(a >> 28)) * 0.5f;
+            for (int l = 0; l < 4; l++, y += 8) {
+                const uint8_t signs = ksign((a >> (7 * l)) & 127);
+                for (int j = 0; j < 4; j++) {
+                    y[j] = db * (float)gbyte32(iq->iq3xxs, qs[2 * l], j) * sgn(signs, j);
+                    y[j + 4] =
+                        db * (float)gbyte32(iq->iq3xxs, qs[2 * l + 1], j) * sgn(signs, j + 4);
+                }
+            }
+        }
+    }
+}
+
+/* IQ3_S, 110 bytes: half d, 64 grid index bytes, 8 bytes of index ninth bits, 32 sign bytes,
+ * 4 bytes of two 4-bit scales (odd scales 1..31). */
+static void dq_iq3_s(const uint8_t *x, float *y, size_t nb) {
+    for (size_t i = 0; i < nb; i++, x += 110) {
+        const float d = half_at(x);
+        const uint8_t *qs = x + 2, *qh = x + 66, *signs = x + 74, *scales = x + 106;
+        for (int ib = 0; ib < 8; ib += 2, qh += 2) {
+            for (int h = 0; h < 2; h++, qs += 8, signs += 4) {
+                const int s = h ? scales[ib / 2] >> 4 : scales[ib / 2] & 0xF;
+                const float db = d * (float)(1 + 2 * s);
+                for (int l = 0; l < 4; l++, y += 8) {
+                    const unsigned g1 = qs[2 * l] | ((unsigned)(qh[h] << (8 - 2 * l)) & 256u);
+                    const unsigned g2 = qs[2 * l + 1] | ((unsigned)(qh[h] << (7 - 2 * l)) & 256u);
+                    for (int j = 0; j < 4; j++) {
+                        y[j] = db * (float)gbyte32(iq->iq3s, g1, j) * sgn(signs[l], j);
+                        y[j + 4] = db * (float)gbyte32(iq->iq3s, g2, j) * sgn(signs[l], j + 4);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* IQ1_S, 50 bytes: half d, 32 grid index low bytes, 8 16-bit words (index high bits, a 3-bit
+ * scale, the sign of the shift). x = (d*(2s+1)) * (grid + delta), delta = +-1/8. */
+static void dq_iq1_s(const uint8_t *x, float *y, size_t nb) {
+    for (size_t i = 0; i < nb; i++, x += 50) {
+        const float d = half_at(x);
+        const uint8_t *qs = x + 2;
+        for (int ib = 0; ib < 8; ib++, qs += 4) {
+            const uint16_t q = wm__rd16(x + 34 + 2 * ib);
+            const float dl = d * (float)(2 * ((q >> 12) & 7) + 1);
+            const float delta = q & 0x8000 ? -0.125f : 0.125f;
+            for (int l = 0; l < 4; l++, y += 8) {
+                const unsigned gi = qs[l] | (((unsigned)(q >> (3 * l)) & 7u) << 8);
+                for (int j = 0; j < 8; j++)
+                    y[j] = dl * ((float)(int8_t)gbyte64(iq->iq1s, gi, j) + delta);
+            }
+        }
+    }
+}
+
+/* IQ1_M, 56 bytes: 32 grid index low bytes, 16 bytes of index high bits and shift signs, 4
+ * 16-bit words of 3-bit scales whose top nibbles together hold the half d. */
+static void dq_iq1_m(const uint8_t *x, float *y, size_t nb) {
+    for (size_t i = 0; i < nb; i++, x += 56) {
+        uint16_t sc[4];
+        for (int k = 0; k < 4; k++)
+            sc[k] = wm__rd16(x + 48 + 2 * k);
+        const uint16_t dh = (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) |
+                                       ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000));
+        const float d = wm__f16_to_f32(dh);
+        const uint8_t *qs = x, *qh = x + 32;
+        for (int ib = 0; ib < 8; ib++, qs += 4, qh += 2) {
+            const float dl1 = d * (float)(2 * ((sc[ib / 2] >> (6 * (ib % 2))) & 7) + 1);
+            const float dl2 = d * (float)(2 * ((sc[ib / 2] >> (6 * (ib % 2) + 3)) & 7) + 1);
+            const unsigned idx[4] = {qs[0] | ((unsigned)(qh[0] << 8) & 0x700u),
+                                     qs[1] | ((unsigned)(qh[0] << 4) & 0x700u),
+                                     qs[2] | ((unsigned)(qh[1] << 8) & 0x700u),
+                                     qs[3] | ((unsigned)(qh[1] << 4) & 0x700u)};
+            const float delta[4] = {
+                qh[0] & 0x08 ? -0.125f : 0.125f, qh[0] & 0x80 ? -0.125f : 0.125f,
+                qh[1] & 0x08 ? -0.125f : 0.125f, qh[1] & 0x80 ? -0.125f : 0.125f};
+            for (int l = 0; l < 4; l++, y += 8) {
+                const float dl = l < 2 ? dl1 : dl2;
+                for (int j = 0; j < 8; j++)
+                    y[j] = dl * ((float)(int8_t)gbyte64(iq->iq1s, idx[l], j) + delta[l]);
+            }
+        }
+    }
+}
+
+/* The IQ kernel of a type when its grid is installed. */
+static wm__to_f32_fn iq_kernel(wm_type type) {
+    if (!iq) return NULL;
+    switch (type) {
+    case WM_TYPE_IQ2_XXS: return iq->iq2xxs ? dq_iq2_xxs : NULL;
+    case WM_TYPE_IQ2_XS: return iq->iq2xs ? dq_iq2_xs : NULL;
+    case WM_TYPE_IQ2_S: return iq->iq2s ? dq_iq2_s : NULL;
+    case WM_TYPE_IQ3_XXS: return iq->iq3xxs ? dq_iq3_xxs : NULL;
+    case WM_TYPE_IQ3_S: return iq->iq3s ? dq_iq3_s : NULL;
+    case WM_TYPE_IQ1_S:
+    case WM_TYPE_IQ1_M: return iq->iq1s ? (type == WM_TYPE_IQ1_S ? dq_iq1_s : dq_iq1_m) : NULL;
+    default: return NULL;
+    }
+}
+
 /* ---- plain element types (a "block" is one element) ---- */
 
 static void dq_f32(const uint8_t *x, float *y, size_t n) { memcpy(y, x, n * 4); }
@@ -463,6 +645,6 @@ wm__to_f32_fn wm__dequant_scalar(wm_type type) {
     case WM_TYPE_I64: return dq_i64;
     case WM_TYPE_U64: return dq_u64;
     case WM_TYPE_BOOL: return dq_bool;
-    default: return NULL;
+    default: return iq_kernel(type);
     }
 }
