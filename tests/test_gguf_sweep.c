@@ -11,6 +11,7 @@
 #include "os/fault.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 /* ---- truncation ---- */
@@ -117,6 +118,65 @@ WM_TEST(truncate_vocab_llama_spm) {
         open_prefix(path, l, &fi, fds);
     for (uint64_t l = 16385; l-- > 0;)
         open_prefix(path, l, &fi, fds);
+}
+
+/* ---- corrupted bytes ---- */
+
+/* Every byte of the header in [from, upto) replaced in turn by each of a few values:
+ * the open succeeds or fails with WM_EFORMAT (never a crash, an over-read under ASan, or
+ * another status), and holds nothing afterwards. */
+static void corrupt_sweep(const char *fixture, size_t from, size_t upto, const uint8_t *vals,
+                          size_t n_vals) {
+    const char *src = wmt_fixture(fixture);
+    size_t len;
+    unsigned char *bytes = wmt_read_file(src, &len);
+    const char *path = wmt_tmp("corrupt.gguf");
+    wmt_write_file(path, bytes, len);
+    int fd = open(path, O_WRONLY);
+    CHECK(fd >= 0);
+    int fds = ggb_count_fds();
+    if (upto > len) upto = len;
+    unsigned ok = 0, refused = 0;
+    for (size_t pos = from; pos < upto; pos++) {
+        for (size_t v = 0; v < n_vals; v++) {
+            uint8_t b = vals[v] == 0x5a ? (uint8_t)(bytes[pos] ^ 0x80) : vals[v];
+            if (b == bytes[pos]) continue;
+            CHECK(pwrite(fd, &b, 1, (off_t)pos) == 1);
+            wm_file *f = (wm_file *)(uintptr_t)1;
+            wm_error err = {0};
+            wm_status st = wm_file_open(path, &f, &err);
+            CHECK_MSG(st == WM_OK || st == WM_EFORMAT, "byte %zu = 0x%02x: %s (%s)", pos, b,
+                      wm_status_name(st), err.msg);
+            if (st == WM_OK) {
+                ok++;
+                wm_file_close(f);
+            } else {
+                refused++;
+                CHECK(f == NULL);
+            }
+            CHECK_LEDGER_EMPTY();
+        }
+        CHECK(pwrite(fd, &bytes[pos], 1, (off_t)pos) == 1);
+    }
+    close(fd);
+    CHECK_EQ(ggb_count_fds(), fds - 1);
+    fprintf(stderr, "%s: %u corrupted files opened, %u refused\n", fixture, ok, refused);
+    CHECK(refused > 0);
+    free(bytes);
+}
+
+static const uint8_t corrupt_vals[] = {0x00, 0xff, 0x5a /* flip the top bit */, 0x01};
+
+WM_TEST(corrupt_ratchet_dummy) {
+    corrupt_sweep("gguf/ratchet-dummy.gguf", 0, 1184, corrupt_vals, 4);
+}
+WM_TEST(corrupt_stories260K_v1) {
+    corrupt_sweep("gguf/stories260K-v1.gguf", 0, 2048, corrupt_vals, 2);
+}
+WM_TEST(corrupt_stories260K_tensor_infos) {
+    /* The tensor infos of stories260K: the last 2.6 KiB of its 14176-byte header. */
+    const uint8_t vals[] = {0xff, 0x5a};
+    corrupt_sweep("gguf/stories260K.gguf", 11500, 14176, vals, 2);
 }
 
 /* ---- faults ---- */
