@@ -731,6 +731,31 @@ static int run_capture(const char *cmd, uint8_t *buf, size_t cap, size_t *len) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* Every tensor of a safetensors file, raw and as f32, against the file's bytes. */
+WM_TEST(cli_cat_safetensors) {
+    const char *path = wmt_fixture("safetensors/hf-sample-overall.safetensors");
+    wm_file *f;
+    CHECK_STATUS(wm_file_open(path, &f, NULL), WM_OK);
+    size_t file_len;
+    uint8_t *file = wmt_read_file(path, &file_len);
+    uint8_t out[4096], want[4096];
+    char cmd[1024];
+    size_t len;
+    for (size_t i = 0; i < wm_file_tensor_count(f); i++) {
+        wm_tensor_info t;
+        CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
+        snprintf(cmd, sizeof cmd, "'%s' cat '%s' '%s'", WM_CLI, path, t.name);
+        CHECK_EQ(run_capture(cmd, out, sizeof out, &len), 0);
+        CHECK(len == t.nbytes && memcmp(out, file + t.offset, len) == 0);
+        CHECK_STATUS(wm_convert(t.type, WM_TYPE_F32, file + t.offset, want, t.n_elements), WM_OK);
+        snprintf(cmd, sizeof cmd, "'%s' cat '%s' '%s' --as=f32", WM_CLI, path, t.name);
+        CHECK_EQ(run_capture(cmd, out, sizeof out, &len), 0);
+        CHECK(len == t.n_elements * 4 && memcmp(out, want, len) == 0);
+    }
+    free(file);
+    wm_file_close(f);
+}
+
 WM_TEST(cli_cat) {
     const char *path = wmt_fixture("gguf/stories260K-q8_0.gguf");
     wm_file *f;
@@ -774,6 +799,18 @@ WM_TEST(cli_cat) {
     CHECK_EQ(run_capture(cmd, out, sizeof out, &len), 2);
     snprintf(cmd, sizeof cmd, "'%s' cat /no/such/file.gguf x 2>/dev/null", WM_CLI);
     CHECK_EQ(run_capture(cmd, out, sizeof out, &len), 1);
+    /* a terminal on stdout is refused (usage error) unless --force; `script` provides one */
+    if (system("command -v script >/dev/null 2>&1") == 0) {
+        snprintf(cmd, sizeof cmd,
+                 "script -qec \"'%s' cat '%s' output_norm.weight\" /dev/null >/dev/null 2>&1",
+                 WM_CLI, path);
+        CHECK_EQ(WEXITSTATUS(system(cmd)), 2);
+        snprintf(
+            cmd, sizeof cmd,
+            "script -qec \"'%s' cat '%s' output_norm.weight --force\" /dev/null >/dev/null 2>&1",
+            WM_CLI, path);
+        CHECK_EQ(WEXITSTATUS(system(cmd)), 0);
+    }
     free(file);
     wm_file_close(f);
 }
