@@ -5,12 +5,14 @@
  * patching bytes); good sets (opened through the index or any shard, the same tensors and the same
  * bytes as the one-file model of the same seed); broken sets (missing, extra, misplaced and
  * duplicated tensors and shards, inconsistent split keys, unsafe shard names), each refused with a
- * message naming the shard; truncation and fault sweeps over set opens; `weightmap info` on sets.
+ * message naming the shard; truncation and fault sweeps over set opens; `weightmap info` on sets;
+ * llama.cpp (the npm peer, when installed) loading make-model's GGUF split sets.
  */
 #include "wmtest.h"
 #include "os/fault.h"
 
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdbool.h>
 #include <string.h>
@@ -657,3 +659,99 @@ WM_TEST(cli_info_on_sets) {
     CHECK(WIFEXITED(rc) && WEXITSTATUS(rc) == 1);
     CHECK(strstr(out, "s-00003-of-00003.safetensors") && strstr(out, "missing"));
 }
+
+/* ---- llama.cpp loads the split sets make-model writes ---- */
+
+/* The folder of llama.cpp's prebuilt libraries: $WM_PEER_LIB, else the npm peer in bench/peers. */
+static const char *peer_dir(void) {
+    static char dir[1024];
+    const char *env = getenv("WM_PEER_LIB");
+    if (env && *env) return env;
+    snprintf(dir, sizeof dir, "%s/bench/peers/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64",
+             WM_SOURCE_DIR);
+    return dir;
+}
+
+/* llama.cpp refuses a file by throwing a C++ exception, which AddressSanitizer's __cxa_throw
+ * interceptor cannot pass on in this C program (no libstdc++ at start-up): under ASan only the
+ * loads that succeed are tried. */
+#if defined(__SANITIZE_ADDRESS__)
+#define PEER_NO_THROW 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define PEER_NO_THROW 1
+#endif
+#endif
+
+/* struct llama_model_params of llama.cpp v0.4.0 (node-llama-cpp 3.21.1), as in
+ * ../shared/peers/llama-harness.c, which was checked against llama_model_default_params(). */
+struct peer_model_params {
+    void *devices;
+    const void *tensor_buft_overrides;
+    int32_t n_gpu_layers, split_mode, load_mode, lazy_mode, main_gpu;
+    const float *tensor_split;
+    void *progress_callback, *progress_callback_user_data;
+    const void *kv_overrides;
+    bool vocab_only, check_tensors, use_extra_bufts, no_host, no_alloc, load_mtp;
+};
+
+/* In a child process (llama.cpp's allocations stay out of this process and its leak check):
+ * loads the one-file model and the set (by its first part), exits 0 when both load with the same
+ * parameter count and size, 3 when the set is refused, 4 on a mismatch. */
+static int peer_load_pair(const char *dir, const char *single, const char *first_part) {
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid > 0) {
+        int st;
+        if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st)) return -1;
+        return WEXITSTATUS(st);
+    }
+    char lib[1200];
+    snprintf(lib, sizeof lib, "%s/libggml.v0.4.0.so", dir);
+    void *g = dlopen(lib, RTLD_NOW | RTLD_GLOBAL);
+    snprintf(lib, sizeof lib, "%s/libllama.v0.4.0.so", dir);
+    void *l = g ? dlopen(lib, RTLD_NOW | RTLD_GLOBAL) : NULL;
+    if (!l) _exit(2);
+    void (*load_all)(const char *);
+    void (*backend_init)(void);
+    struct peer_model_params (*defaults)(void);
+    void *(*load)(const char *, struct peer_model_params);
+    void (*model_free)(void *);
+    uint64_t (*n_params)(const void *), (*size)(const void *);
+    *(void **)&load_all = dlsym(g, "ggml_backend_load_all_from_path");
+    *(void **)&backend_init = dlsym(l, "llama_backend_init");
+    *(void **)&defaults = dlsym(l, "llama_model_default_params");
+    *(void **)&load = dlsym(l, "llama_model_load_from_file");
+    *(void **)&model_free = dlsym(l, "llama_model_free");
+    *(void **)&n_params = dlsym(l, "llama_model_n_params");
+    *(void **)&size = dlsym(l, "llama_model_size");
+    if (!load_all || !backend_init || !defaults || !load || !model_free || !n_params || !size) _exit(2);
+    load_all(dir);
+    backend_init();
+    struct peer_model_params p = defaults();
+    p.n_gpu_layers = 0;
+    p.load_mode = 1; /* mmap */
+    void *a = load(single, p), *b = load(first_part, p);
+    if (!a) _exit(2);
+    if (!b) _exit(3);
+    _exit(n_params(a) == n_params(b) && size(a) == size(b) ? 0 : 4);
+}
+
+WM_TEST(gguf_split_loads_in_llama_cpp) {
+    char lib[1200];
+    snprintf(lib, sizeof lib, "%s/libllama.v0.4.0.so", peer_dir());
+    if (access(lib, R_OK) != 0)
+        WM_SKIP("llama.cpp peer not installed (bench/peers, or set WM_PEER_LIB to its bins folder)");
+    const char *one = wmt_tmp("one.gguf");
+    make_model(one, "--size 1M --seed 9");
+    make_model(wmt_tmp("g.gguf"), "--size 1M --seed 9 --shards 3");
+    int rc = peer_load_pair(peer_dir(), one, wmt_tmp("g-00001-of-00003.gguf"));
+    CHECK_MSG(rc == 0, "llama.cpp: %d (2: the one-file model failed, 3: the set was refused, 4: "
+                       "they differ)", rc);
+#ifndef PEER_NO_THROW
+    /* The peer refuses the set without its last part, as we do. */
+    CHECK(unlink(wmt_tmp("g-00003-of-00003.gguf")) == 0);
+    CHECK_EQ(peer_load_pair(peer_dir(), one, wmt_tmp("g-00001-of-00003.gguf")), 3);
+#endif
+}
+
