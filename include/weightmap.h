@@ -343,7 +343,9 @@ WM_API wm_status wm_array_iter_next(wm_array_iter *it, wm_string *out);
 WM_API int wm_convert_supported(wm_type from, wm_type to);
 /* Converts n_elements (a multiple of from's block size) from src to dst, bit-identical to ggml's
  * to_float (and its float conversions). Single-threaded; uses SIMD when the CPU has it.
- * WM_EINVAL: unsupported pair or n_elements not a whole number of blocks. */
+ * src may have any alignment; dst must be aligned for the target element (4 bytes for F32).
+ * Half and bfloat16 results round to nearest even, NaN written as ggml does. Allocates nothing.
+ * WM_EINVAL: unsupported pair, n_elements not a whole number of blocks, NULL or misaligned dst. */
 WM_API wm_status wm_convert(wm_type from, wm_type to, const void *src, void *dst,
                             uint64_t n_elements);
 

@@ -660,6 +660,8 @@ WM_TEST(api_errors) {
     CHECK_STATUS(wm_convert(WM_TYPE_Q4_K, WM_TYPE_F32, NULL, f, 256), WM_EINVAL);
     CHECK_STATUS(wm_convert(WM_TYPE_Q4_K, WM_TYPE_F32, q, NULL, 256), WM_EINVAL);
     CHECK_STATUS(wm_convert(WM_TYPE_Q4_K, WM_TYPE_F32, NULL, NULL, 0), WM_OK);
+    CHECK_STATUS(wm_convert(WM_TYPE_Q4_K, WM_TYPE_F32, q, (char *)f + 2, 256), WM_EINVAL);
+    CHECK_STATUS(wm_convert(WM_TYPE_F32, WM_TYPE_F16, f, (char *)f + 1, 1), WM_EINVAL);
     CHECK_STATUS(wm_convert(WM_TYPE_Q4_K, WM_TYPE_F32, q, f, 256), WM_OK);
     for (int i = 0; i < 256; i++)
         CHECK(f[i] == 0.0f);

@@ -134,6 +134,8 @@ wm_status wm_convert(wm_type from, wm_type to, const void *src, void *dst, uint6
     if (be == 0 || n_elements % be != 0) return WM_EINVAL;
     if (n_elements == 0) return WM_OK;
     if (!src || !dst) return WM_EINVAL;
+    size_t out_size = to == WM_TYPE_F64 ? 8 : to == WM_TYPE_F32 ? 4 : 2;
+    if ((uintptr_t)dst % out_size != 0) return WM_EINVAL; /* kernels store whole elements */
     uint64_t nb64 = n_elements / be;
     if (n_elements > SIZE_MAX / 8 || nb64 > SIZE_MAX / bb) return WM_EINVAL;
     size_t n = (size_t)n_elements, nb = (size_t)nb64;
