@@ -11,6 +11,8 @@
 #include "wmtest.h"
 #include "os/fault.h"
 
+#include <cjson/cJSON.h>
+
 #include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
@@ -549,5 +551,22 @@ WM_TEST(concurrent_opens) {
         CHECK(r == NULL);
     }
     free(path);
+}
+
+/* A program's own cJSON calls stay on malloc and free: weightmap sets cJSON's global hooks only
+ * for its own calls. A tree made before an open is freed after it, and one made after an open is
+ * not counted in the library's ledger. */
+WM_TEST(program_cjson_untouched) {
+    cJSON *before = cJSON_Parse("{\"a\":[1,2,3]}");
+    CHECK(before != NULL);
+    wm_file *f = open_ok(wmt_fixture("safetensors/runai-test.safetensors"));
+    wm_file_close(f);
+    cJSON *after = cJSON_Parse("{\"b\":\"x\"}");
+    CHECK(after != NULL);
+    CHECK_LEDGER_EMPTY();
+    cJSON_Delete(before);
+    cJSON_Delete(after);
+    char *txt = cJSON_PrintUnformatted(NULL);
+    CHECK(txt == NULL);
 }
 

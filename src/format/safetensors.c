@@ -39,8 +39,10 @@ static wm_status ferr(wm_error *err, const char *path, uint64_t at, const char *
 }
 
 /* ---- cJSON through the counted allocator ----
- * cJSON's hooks are global and its parser writes a global error position, so the hooks are set
- * once and every parse runs under one spin lock (headers parse in milliseconds).
+ * cJSON's hooks are global and its parser writes a global error position, so every call into
+ * cJSON runs under one spin lock (headers parse in milliseconds), with our hooks set for the call
+ * and cJSON's defaults (malloc and free) put back after it: a program that uses cJSON itself keeps
+ * malloc'd trees outside our calls (it must not call cJSON on another thread during one).
  * While a header or an index is being read on a thread (json_begin to json_end), cJSON's nodes
  * and the reader's scratch come from an arena of page-allocated chunks (ledger: scratch) that
  * json_end frees whole; cJSON's frees are no-ops then. Why: a header of N tensors makes about 12N
@@ -62,7 +64,6 @@ static _Thread_local bool json_oom;
 static _Thread_local bool arena_on;
 static _Thread_local chunk *arena; /* newest first */
 static atomic_flag json_lock = ATOMIC_FLAG_INIT;
-static bool json_hooks_set; /* written under json_lock */
 
 static void *arena_alloc(size_t n) {
     if (n > SIZE_MAX - ARENA_HDR - 15) return NULL;
@@ -109,18 +110,24 @@ static void json_free(void *p) {
     if (!arena_on) wm__free(p);
 }
 
-/* Parses len bytes of text. Returns the tree, or NULL with *oom or *end (the error offset). */
-static cJSON *json_parse(const unsigned char *text, size_t len, size_t *end, bool *oom) {
+static void json_enter(void) {
     while (atomic_flag_test_and_set_explicit(&json_lock, memory_order_acquire)) {
     }
-    if (!json_hooks_set) {
-        cJSON_Hooks h = {json_alloc, json_free};
-        cJSON_InitHooks(&h);
-        json_hooks_set = true;
-    }
+    cJSON_Hooks h = {json_alloc, json_free};
+    cJSON_InitHooks(&h);
+}
+
+static void json_leave(void) {
+    cJSON_InitHooks(NULL); /* malloc and free again */
+    atomic_flag_clear_explicit(&json_lock, memory_order_release);
+}
+
+/* Parses len bytes of text. Returns the tree, or NULL with *oom or *end (the error offset). */
+static cJSON *json_parse(const unsigned char *text, size_t len, size_t *end, bool *oom) {
+    json_enter();
     const char *stop = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts((const char *)text, len, &stop, 0);
-    atomic_flag_clear_explicit(&json_lock, memory_order_release);
+    json_leave();
     *oom = json_oom;
     *end = stop ? (size_t)(stop - (const char *)text) : 0;
     if (*end > len) *end = len;
@@ -699,7 +706,9 @@ static size_t index_value(gbuf *b, const cJSON *v, const jnum *num, wm__kv *kv, 
         kv->type = WM_VALUE_BOOL;
         return gput(b, &t, 1);
     }
+    json_enter();
     char *txt = cJSON_PrintUnformatted(v); /* in the arena */
+    json_leave();
     if (!txt) {
         *oom = true;
         return 0;
