@@ -2,9 +2,17 @@
  * safetensors.c: the safetensors reader, and the reader of a sharded checkpoint's index
  * (*.safetensors.index.json).
  *
- * Sections: cJSON through the counted allocator; a strict pre-scan of the JSON text; the walk
- * over cJSON's tree (exact numbers); the header (tensor table and __metadata__, with every check
- * of the reference implementation); the index of a sharded checkpoint.
+ * Sections: cJSON through the counted allocator (a page-allocated arena per parse); a strict
+ * pre-scan of the JSON text; the walk over cJSON's tree (exact numbers); the header (tensor table
+ * and __metadata__, with every check of the reference implementation); the index of a sharded
+ * checkpoint.
+ *
+ * Against the reference (huggingface/safetensors 0.8, checked file by file): the same files are
+ * accepted and refused, except where this reader is stricter on purpose: a name, key or value
+ * holding \u0000, a repeated __metadata__ key (the reference keeps the last) and more than
+ * WM_MAX_DIMS dimensions are refused; the dtypes C64, F8_E4M3FNUZ and F8_E5M2FNUZ, which have no
+ * wm_type, are refused with WM_EUNSUPPORTED. Tensors keep the header's order; safetensors shapes
+ * (outermost first) are reversed into ggml order.
  *
  * Why a pre-scan before cJSON: cJSON accepts text that is not JSON (control bytes as white space,
  * a byte-order mark, numbers such as 01 or 1.), keeps both of two equal keys, reads every number
