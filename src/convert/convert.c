@@ -1,8 +1,9 @@
 /*
  * convert.c: the public conversion entry points, wm_convert_supported and wm_convert.
  *
- * Sections: kernel choice (x86 when usable and not forced off, else portable); narrowing from
- * float to half and bfloat16; the F64 and integer paths; wm_convert itself.
+ * Sections: kernel choice (x86 when usable and not forced off, else portable; large f32
+ * outputs streamed past the caches where that is faster); narrowing from float to half and
+ * bfloat16; the F64 and wide-integer paths; wm_convert itself.
  *
  * Every conversion goes through float: a source type is first turned into floats by its row
  * kernel (bit-identical to ggml's to_float), then narrowed with ggml's rounding. Sources that
@@ -64,8 +65,7 @@ static void f32_to_bf16_scalar(const float *src, uint16_t *dst, size_t n) {
 }
 
 static void narrow(wm_type to, const float *src, void *dst, size_t n) {
-    /* dst may be unaligned for uint16_t in principle; callers pass tensor buffers, which are. */
-    uint16_t *d = dst;
+    uint16_t *d = dst; /* 2-byte aligned: wm_convert checks */
     bool simd = !force_scalar && wm__x86_usable();
     if (to == WM_TYPE_F16)
         (simd ? wm__f32_to_f16_x86 : f32_to_f16_scalar)(src, d, n);
@@ -73,7 +73,7 @@ static void narrow(wm_type to, const float *src, void *dst, size_t n) {
         (simd ? wm__f32_to_bf16_x86 : f32_to_bf16_scalar)(src, d, n);
 }
 
-/* ---- the double path (F64 and 64-bit integer sources) ---- */
+/* ---- the double path (F64 and wide integer sources) ---- */
 
 /* Integer types too wide for float's 24-bit significand. */
 static bool is_wide_int(wm_type t) {

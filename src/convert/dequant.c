@@ -2,8 +2,9 @@
  * dequant.c: the portable kernels that turn every supported element type into floats.
  *
  * Sections: codebooks and scale decoders; simple block types (Q4_0 .. Q8_0, Q1_0, Q2_0, MXFP4,
- * NVFP4); k-quants (Q2_K .. Q8_K); ternary types (TQ1_0, TQ2_0); IQ4 types; plain element types
- * (F16, BF16, F64, the safetensors float8 types, integers, bool); the kernel table.
+ * NVFP4); k-quants (Q2_K .. Q8_K); ternary types (TQ1_0, TQ2_0); IQ4 types; IQ codebook types
+ * (IQ1_S .. IQ3_S: their grids come from the caller, see convert.h); plain element types (F16,
+ * BF16, F64, the safetensors float8 types, integers, bool); the kernel table.
  *
  * Block layouts and formulas are ggml's (ggml-common.h, ggml-quants.c). Each element is computed
  * with the same operations in the same order as ggml's reference, so the floats are identical:
