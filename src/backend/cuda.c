@@ -701,7 +701,31 @@ wm_status wm_backend_init(wm_backend_kind backend, int device, wm_error *err) {
         return st;
     }
     cudaError_t ce = CU(cudaFree(NULL)); /* creates the primary context */
-    if (ce) st = cu_fail(err, ce, "cudaFree", "%s: starting the runtime", who);
+    if (ce) {
+        st = cu_fail(err, ce, "cudaFree", "%s: starting the runtime", who);
+    } else {
+        /* What a load uses once, so that the runtime sets up its lazy state now: a stream, an
+         * event, a registration. Best effort: a failure here shows again in the load. */
+        cudaStream_t s;
+        cudaEvent_t e;
+        if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess) {
+            if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming | cudaEventBlockingSync) ==
+                cudaSuccess) {
+                cudaEventRecord(e, s);
+                cudaEventSynchronize(e);
+                cudaEventDestroy(e);
+            }
+            cudaStreamDestroy(s);
+        }
+        void *page;
+        size_t len = wm__os_page_size();
+        if (wm__scratch_alloc(len, &page) == 0) {
+            if (cudaHostRegister(page, len, cudaHostRegisterDefault) == cudaSuccess)
+                cudaHostUnregister(page);
+            wm__scratch_free(page, len);
+        }
+        (void)cudaGetLastError();
+    }
     restore_device(prev);
     return st;
 #else
