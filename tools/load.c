@@ -38,6 +38,7 @@ typedef struct cycle_result {
 
 typedef struct load_args {
     const char *path;
+    const struct shard_paths *shards;
     wm_load_options opts;
     bool touch, json;
     unsigned cycles;
@@ -50,20 +51,55 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static int measure(const char *path, figures *f, wm_error *err) {
+/* The files whose mappings are counted: every shard of a sharded set, else the file itself. */
+typedef struct shard_paths {
+    char **path;
+    unsigned n;
+} shard_paths;
+
+static void paths_free(shard_paths *ps) {
+    for (unsigned i = 0; i < ps->n; i++) free(ps->path[i]);
+    free(ps->path);
+    ps->path = NULL;
+    ps->n = 0;
+}
+
+static int paths_collect(const char *path, shard_paths *ps, wm_error *err) {
+    wm_file *f;
+    if (wm_file_open(path, &f, err) != WM_OK) return 1;
+    unsigned n = wm_file_shard_count(f);
+    ps->path = calloc(n ? n : 1, sizeof *ps->path);
+    for (unsigned i = 0; ps->path && i < n; i++) {
+        ps->path[i] = strdup(wm_file_shard_path(f, i));
+        if (!ps->path[i]) break;
+        ps->n++;
+    }
+    wm_file_close(f);
+    if (ps->n != n) {
+        paths_free(ps);
+        snprintf(err->msg, sizeof err->msg, "%s: out of memory", path);
+        return 1;
+    }
+    return 0;
+}
+
+static int measure(const shard_paths *ps, figures *f, wm_error *err) {
     wm_mem_figures m;
     if (wm_mem_figures_get(0, &m, err) != WM_OK) return 1;
     f->footprint = m.footprint;
     f->resident = m.resident;
     f->privatised = f->locked = 0;
-    wm_file_region regs[MAX_REGIONS];
-    size_t n = 0;
-    if (wm_mem_file_regions(0, path, regs, MAX_REGIONS, &n, err) != WM_OK) return 1;
-    for (size_t i = 0; i < n && i < MAX_REGIONS; i++) {
-        f->privatised += regs[i].privatised;
-        f->locked += regs[i].locked;
+    f->file_regions = 0;
+    for (unsigned k = 0; k < ps->n; k++) {
+        wm_file_region regs[MAX_REGIONS];
+        size_t n = 0;
+        if (wm_mem_file_regions(0, ps->path[k], regs, MAX_REGIONS, &n, err) != WM_OK) return 1;
+        for (size_t i = 0; i < n && i < MAX_REGIONS; i++) {
+            f->privatised += regs[i].privatised;
+            f->locked += regs[i].locked;
+        }
+        f->file_regions += n;
     }
-    f->file_regions = n;
     wm_ledger l;
     wm_ledger_get(&l);
     f->ledger_bytes = wm_ledger_bytes(&l);
@@ -137,7 +173,7 @@ static int run_cycles(const load_args *a, wm_file *f, cycle_result *res, unsigne
         if (a->touch) touch_all(m);
         wm_model_stats_get(m, &r->stats);
         figures loaded;
-        if (measure(a->path, &loaded, err)) {
+        if (measure(a->shards, &loaded, err)) {
             wm_model_release(m);
             return 1;
         }
@@ -152,7 +188,7 @@ static int run_cycles(const load_args *a, wm_file *f, cycle_result *res, unsigne
         r->file_regions = loaded.file_regions;
         wm_model_release(m);
         figures after;
-        if (measure(a->path, &after, err)) return 1;
+        if (measure(a->shards, &after, err)) return 1;
         /* the open file's own header bytes are in base; the model must leave nothing */
         r->released_footprint = (int64_t)(after.footprint - base->footprint);
         r->ledger_bytes = after.ledger_bytes - base->ledger_bytes;
@@ -305,13 +341,19 @@ int cmd_load(int argc, char **argv) {
     figures before_open;
     /* A device runtime's own memory stays until exit: start it before the first figures. */
     if (wm_backend_init(a.opts.backend, a.opts.device, &err) != WM_OK) return cli_fail(&err);
-    if (measure(a.path, &before_open, &err)) return cli_fail(&err);
-    if (wm_file_open(a.path, &f, &err) != WM_OK) return cli_fail(&err);
+    shard_paths sp = {0};
+    if (paths_collect(a.path, &sp, &err)) return cli_fail(&err);
+    a.shards = &sp;
+    if (measure(&sp, &before_open, &err) || wm_file_open(a.path, &f, &err) != WM_OK) {
+        paths_free(&sp);
+        return cli_fail(&err);
+    }
     figures base;
     cycle_result *res = calloc(a.cycles, sizeof *res);
-    if (!res || measure(a.path, &base, &err) || run_cycles(&a, f, res, a.cycles, &base, &err)) {
+    if (!res || measure(&sp, &base, &err) || run_cycles(&a, f, res, a.cycles, &base, &err)) {
         free(res);
         wm_file_close(f);
+        paths_free(&sp);
         return res ? cli_fail(&err) : 1;
     }
     /* After the last release, close the file too: then the ledger must read exactly 0. */
@@ -319,7 +361,9 @@ int cmd_load(int argc, char **argv) {
     wm_file_close(f);
     f = NULL;
     figures closed;
-    if (measure(a.path, &closed, &err)) {
+    int mrc = measure(&sp, &closed, &err);
+    paths_free(&sp);
+    if (mrc) {
         free(res);
         return cli_fail(&err);
     }
@@ -371,8 +415,13 @@ static int check_file(const char *path, unsigned cycles, bool json, unsigned thr
     static const wm_mode modes[] = {WM_MODE_HEAP, WM_MODE_MMAP, WM_MODE_MMAP_PRIVATE};
     enum { NM = 3 };
     wm_error err;
+    shard_paths sp = {0};
+    if (paths_collect(path, &sp, &err)) return cli_fail(&err);
     cycle_result *res = calloc((size_t)NM * cycles, sizeof *res);
-    if (!res) return 1;
+    if (!res) {
+        paths_free(&sp);
+        return 1;
+    }
     bool all_ok = true;
     bool mode_ok[NM];
     double best[NM];
@@ -382,25 +431,28 @@ static int check_file(const char *path, unsigned cycles, bool json, unsigned thr
         /* Each mode: open, cycles, close; `released` is measured with the file closed. */
         figures before_open, base, closed;
         wm_file *f;
-        if (measure(path, &before_open, &err) || wm_file_open(path, &f, &err) != WM_OK) {
+        if (measure(&sp, &before_open, &err) || wm_file_open(path, &f, &err) != WM_OK) {
             free(res);
+            paths_free(&sp);
             return cli_fail(&err);
         }
         size = wm_file_size(f);
         tensor_bytes = wm_file_tensor_bytes(f);
         n_tensors = wm_file_tensor_count(f);
-        load_args a = {.path = path, .touch = true, .json = json, .cycles = cycles};
+        load_args a = {.path = path, .shards = &sp, .touch = true, .json = json, .cycles = cycles};
         a.opts.mode = modes[k];
         a.opts.threads = threads;
         cycle_result *r = res + (size_t)k * cycles;
-        if (measure(path, &base, &err) || run_cycles(&a, f, r, cycles, &base, &err)) {
+        if (measure(&sp, &base, &err) || run_cycles(&a, f, r, cycles, &base, &err)) {
             free(res);
             wm_file_close(f);
+            paths_free(&sp);
             return cli_fail(&err);
         }
         wm_file_close(f);
-        if (measure(path, &closed, &err)) {
+        if (measure(&sp, &closed, &err)) {
             free(res);
+            paths_free(&sp);
             return cli_fail(&err);
         }
         final_figures(&r[cycles - 1], &closed, &before_open);
@@ -458,6 +510,7 @@ static int check_file(const char *path, unsigned cycles, bool json, unsigned thr
                                  : "MEMORY NOT RETURNED: see the rows marked LEAK");
     }
     free(res);
+    paths_free(&sp);
     return all_ok ? 0 : 1;
 }
 
