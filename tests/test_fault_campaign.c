@@ -241,8 +241,11 @@ static void short_reads(wm_mode mode, unsigned threads) {
             }
         }
     }
-    /* a heap load did meet a short read after it began */
-    CHECK(mode != WM_MODE_HEAP || (progress_calls >= 2 && mid_load_failures > 0));
+    /* A heap load did meet a short read after it began. With one thread the reads and the
+     * progress calls alternate on it, so this is certain; with workers, they may have read
+     * everything before the cut, which is also a correct outcome. */
+    CHECK(mode != WM_MODE_HEAP || progress_calls >= 2);
+    CHECK(mode != WM_MODE_HEAP || threads > 1 || mid_load_failures > 0);
     wm_file_close(f);
     free(bytes);
 }
