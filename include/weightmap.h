@@ -205,7 +205,9 @@ typedef enum wm_format { WM_FORMAT_GGUF = 1, WM_FORMAT_SAFETENSORS = 2 } wm_form
  * Returns WM_OK and *out, or: WM_EINVAL (NULL path or out), WM_ENOENT (no such file), WM_EPERM,
  * WM_EIO, WM_ENOMEM, WM_EFORMAT (not a weight file, or a malformed one: err names the offset
  * and field). On failure nothing is held (ledger unchanged, no descriptor left open).
- * Thread safety: any number of files may be opened concurrently. */
+ * Thread safety: any number of files may be opened concurrently. safetensors headers are parsed
+ * with cJSON, whose allocation hooks are process-global: weightmap sets them for the duration of
+ * its own parse only, so a program must not use cJSON on another thread during wm_file_open. */
 WM_API wm_status wm_file_open(const char *path, wm_file **out, wm_error *err);
 /* Closes a file opened by wm_file_open. Accepts NULL. Every model loaded from it must have been
  * released first. */
