@@ -6,8 +6,8 @@
  *       weightmap's CUDA load (staged, or registered with --registered): wall time of
  *       wm_model_load, the host footprint (RssAnon + RssShmem + VmSwap) sampled every 2 ms
  *       from a thread during each load (peak above its value right after CUDA initialisation),
- *       the ledger's pinned peak, and with --verify every byte copied back and compared with
- *       the file.
+ *       the ledger's pinned peak, the footprint left after the first and the last release, and
+ *       with --verify every byte copied back and compared with the file.
  *   gpu h2d [--bytes BYTES] [--repeat R]
  *       the ceiling of the bus: cudaMemcpyAsync of a registered (cudaHostRegister) buffer to
  *       the device, timed with events, on one stream and on four.
@@ -209,6 +209,7 @@ static int cmd_load(int argc, char **argv) {
     uint64_t peak_delta = 0, pinned_peak = 0, scratch_peak = 0;
     wm_model_stats st = {0};
     bool verified = false, released = true;
+    int64_t left_first = 0, left_last = 0; /* footprint after release, above the base */
     for (unsigned r = 0; r < repeat; r++) {
         sampler s;
         wm_ledger_reset_peaks();
@@ -231,6 +232,9 @@ static int cmd_load(int argc, char **argv) {
         wm_model_stats_get(m, &st);
         if (check && r == 0) verified = verify(m);
         wm_model_release(m);
+        uint64_t after = footprint();
+        if (r == 0) left_first = (int64_t)(after - base);
+        left_last = (int64_t)(after - base);
         wm_ledger_get(&l);
         released = released && l.cat[WM_LEDGER_DEVICE].current == 0 &&
                    l.cat[WM_LEDGER_PINNED].current == 0;
@@ -245,11 +249,13 @@ static int cmd_load(int argc, char **argv) {
            "\"repeat\": %u, \"best_s\": %.4f, \"median_s\": %.4f, \"best_gbps\": %.2f, "
            "\"median_gbps\": %.2f, \"footprint_base\": %" PRIu64 ", \"footprint_peak_delta\": %" PRIu64
            ", \"pinned_peak\": %" PRIu64 ", \"scratch_peak\": %" PRIu64 ", \"verified\": %s, "
-           "\"released\": %s}\n",
+           "\"released\": %s, \"footprint_left_first\": %" PRId64 ", \"footprint_left_last\": %" PRId64
+           "}\n",
            path, o.cuda_registered ? "registered" : "staged", st.threads, o.pinned_budget,
            st.tensor_bytes, st.buffers, repeat, best, median, (double)st.tensor_bytes / best / 1e9,
            (double)st.tensor_bytes / median / 1e9, base, peak_delta, pinned_peak, scratch_peak,
-           check ? (verified ? "true" : "false") : "null", released ? "true" : "false");
+           check ? (verified ? "true" : "false") : "null", released ? "true" : "false", left_first,
+           left_last);
     return (check && !verified) || !released ? 1 : 0;
 }
 

@@ -92,8 +92,8 @@ cat "$GGUF" "$ST" >/dev/null
 # ---- the CLI ----
 say "CLI: weightmap load --backend cuda"
 for f in "$GGUF" "$ST"; do
-    $W load "$f" --mode heap --backend cuda 2>&1 | tee -a "$LOG"
-    $W load "$f" --mode mmap --registered --backend cuda:0 2>&1 | tee -a "$LOG"
+    $W load "$f" --mode heap --backend cuda --cycles 3 2>&1 | tee -a "$LOG"
+    $W load "$f" --mode mmap --registered --backend cuda:0 --cycles 3 2>&1 | tee -a "$LOG"
 done
 $W load "$GGUF" --mode heap --backend cuda:7 >>"$LOG" 2>&1
 echo "weightmap load --backend cuda:7 (no such device): exit $?" | tee -a "$LOG"
@@ -109,7 +109,7 @@ for f in "$GGUF" "$ST"; do
     $G load "$f" --repeat "$REPEAT" --verify | tee -a "$JSONL"
     $G load "$f" --registered --repeat "$REPEAT" --verify | tee -a "$JSONL"
 done
-for b in 64M 128M 512M; do
+for b in 32M 128M 512M; do
     $G load "$GGUF" --budget $b --repeat 3 | tee -a "$JSONL"
 done
 for t in 4 8 32; do

@@ -22,6 +22,7 @@
 #include <fcntl.h>
 #include <stdbool.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -70,9 +71,19 @@ static bool have_gpu(void) {
     return e == cudaSuccess && n > 0;
 }
 
+/* Test processes that ctest runs at once share the GPU: a case that measures the device's free
+ * memory holds this lock exclusively, every other GPU case holds it shared (until it exits). */
+static int gpu_lock_fd = -1;
+static void gpu_lock(int how) {
+    if (gpu_lock_fd < 0) gpu_lock_fd = open("/tmp/weightmap-test-cuda.lock", O_RDWR | O_CREAT, 0666);
+    CHECK(gpu_lock_fd >= 0);
+    CHECK(flock(gpu_lock_fd, how) == 0);
+}
+
 #define NEED_GPU()                                                                                 \
     do {                                                                                           \
         if (!have_gpu()) WM_SKIP("no CUDA device");                                                \
+        gpu_lock(LOCK_SH);                                                                         \
     } while (0)
 
 /* Copies every tensor back from the device and compares it with the file's bytes. */
@@ -257,6 +268,7 @@ WM_TEST(safetensors_bytes_equal) {
  * registered, no mapping of the file left. */
 WM_TEST(cycles_return_memory) {
     NEED_GPU();
+    gpu_lock(LOCK_EX);
     const char *path = make_model("m.gguf", "24M", "gguf");
     wm_file *f;
     wm_error err;

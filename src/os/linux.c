@@ -1,5 +1,6 @@
 /*
- * linux.c: the Linux-only half of os.h: madvise advice that POSIX lacks, and /proc files.
+ * linux.c: the Linux-only half of os.h: madvise advice that POSIX lacks, /proc files, and
+ * trimming glibc's heap.
  * MADV_POPULATE_READ (Linux 5.14) prefaults a range without privatising a page of a private
  * mapping, unlike MAP_POPULATE or mlock, so it is the prefetch tool of every mapped mode.
  */
@@ -71,3 +72,12 @@ int wm__os_read(int fd, void *buf, size_t len, size_t *got) {
 }
 
 uint64_t wm__os_dev_id(unsigned major, unsigned minor) { return (uint64_t)makedev(major, minor); }
+
+/* ---- the C library's heap ---- */
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+void wm__os_heap_trim(void) { malloc_trim(0); }
+#else
+void wm__os_heap_trim(void) {}
+#endif

@@ -103,6 +103,11 @@ int wm__os_read(int fd, void *buf, size_t len, size_t *got);
 /* The device number that stat() reports for a "major:minor" pair as /proc/PID/maps prints it. */
 uint64_t wm__os_dev_id(unsigned major, unsigned minor);
 
+/* Hands the free memory of every malloc arena back to the OS (glibc's malloc_trim; nothing
+ * elsewhere). The CUDA backend calls it after its worker threads are gone: the runtime mallocs
+ * per-thread state in them, and what it frees would otherwise stay in their arenas. */
+void wm__os_heap_trim(void);
+
 size_t wm__os_page_size(void);
 unsigned wm__os_cpu_count(void);
 double wm__os_now(void); /* monotonic seconds */
