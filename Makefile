@@ -1,9 +1,11 @@
 # The two commands that matter (see README.md):
 #   make demo   build, make the default model (512 MiB, cached in build/) and check it
-#   make test   the whole test suite: normal build, then again under ASan+UBSan (clang)
+#   make test   the whole test suite: normal build, then again under ASan+UBSan (clang), each
+#               fuzzer for a bounded time, the concurrency tests under TSan (docs/TESTING.md)
 #
 # Build folders: build/ (release, for use and demo), build-test/ (fault injection on),
-# build-asan/ (fault injection, AddressSanitizer, UndefinedBehaviorSanitizer, LeakSanitizer).
+# build-asan/ (fault injection, AddressSanitizer, UndefinedBehaviorSanitizer, LeakSanitizer),
+# build-fuzz/ (libFuzzer harnesses), build-tsan/ (ThreadSanitizer).
 
 JOBS      ?= $(shell nproc)
 CTEST     := ctest --output-on-failure -j$(JOBS) --timeout 900
