@@ -36,6 +36,7 @@ say "machine"
 {
     nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.current,pcie.link.width.current --format=csv
     echo "cpus: $NPROC"
+    grep -m1 "model name" /proc/cpuinfo
     free -g
     uname -r
     head -2 /etc/os-release
@@ -112,11 +113,14 @@ done
 for b in 32M 128M 512M; do
     $G load "$GGUF" --budget $b --repeat 3 | tee -a "$JSONL"
 done
-for t in 4 8 32; do
+for t in 8 12 24 32; do
     $G load "$GGUF" --threads $t --repeat 3 | tee -a "$JSONL"
 done
 $G load "$GGUF" --max-buffer 1G --repeat 3 | tee -a "$JSONL"
 $G load "$GGUF" --registered --budget 1G --repeat 3 | tee -a "$JSONL"
+
+# The page cache's ceiling again, after the loads: how much it moves within one run.
+$G pread "$GGUF" --threads "$NPROC" --repeat 3 | sed 's/"bench": "pread"/"bench": "pread-again"/' | tee -a "$JSONL"
 
 # ---- safetensors ----
 say "safetensors.torch.load_file"
@@ -136,8 +140,8 @@ print("| what | file | GB/s (best) | GB/s (median) | x ceiling | x safetensors |
 print("|---|---|---|---|---|---|---|---|---|")
 if h2d:
     print(f"| ceiling: H2D of a registered buffer (1 stream / 4 streams) | {h2d['bytes'] // MiB} MiB | {h2d['best_gbps']} | {h2d['one_stream_gbps']} / {h2d['four_streams_gbps']} | | | | | |")
-if pr:
-    print(f"| ceiling: pread, {pr['threads']} threads (reused buffers / file-sized buffer) | gguf | {pr['best_gbps']} | {pr['reused_buffers_gbps']} / {pr['file_sized_buffer_gbps']} | | | | | |")
+for p in (r for r in rows if r["bench"].startswith("pread")):
+    print(f"| ceiling: pread, {p['threads']} threads (reused buffers / file-sized buffer){' (again, after the loads)' if p['bench'] != 'pread' else ''} | gguf | {p['best_gbps']} | {p['reused_buffers_gbps']} / {p['file_sized_buffer_gbps']} | | | | | |")
 for r in rows:
     if r["bench"] == "load":
         name = f"weightmap {r['path']}, {r['threads']} threads" + (f", budget {r['budget'] // MiB} MiB" if r["budget"] else "") + (f", {r['buffers']} buffers" if r["buffers"] > 1 else "")

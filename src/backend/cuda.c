@@ -4,11 +4,12 @@
  * A load gives every chunk of the plan (the packed layout) one cudaMalloc buffer and fills it
  * from the file through worker threads (the loading thread is one of them), each with its own
  * stream and two host slots, so that it fills one slot while the other is being copied:
- *   - staged (the default; modes heap and mmap): the slots are a ring of page-allocated memory,
- *     at most opts.pinned_budget bytes (256 MiB by default). Each worker registers its part of
- *     the ring with cudaHostRegister once per load, then for each file window it takes: waits
- *     for the slot's event, preads the window into the slot, queues one cudaMemcpyAsync per
- *     tensor piece in the window and records the slot's event.
+ *   - staged (the default; modes heap and mmap): the slots are a ring of page-allocated memory
+ *     of 2 MiB slots, never more than opts.pinned_budget bytes (256 MiB by default; 16 workers
+ *     use 64 MiB). Each worker registers its part of the ring with cudaHostRegister once per
+ *     load, then for each file window it takes: waits for the slot's event, preads the window
+ *     into the slot, queues one cudaMemcpyAsync per tensor piece in the window and records the
+ *     slot's event.
  *   - registered (opts.cuda_registered, mode mmap): the source is the file's shared read-only
  *     mapping. A worker registers one window of it at a time (cudaHostRegisterReadOnly), queues
  *     the same copies, and unregisters the window once its event has passed, so that at most
