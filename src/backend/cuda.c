@@ -42,11 +42,17 @@
  * slots (64 MiB) loaded 8 GiB at 42 GB/s and one of 8 MiB slots (256 MiB) at 31 GB/s, since
  * faulting in and pinning the ring costs more than bigger copies save. A registered window
  * costs one cudaHostRegister, so there bigger is better. */
-#define STAGED_WINDOW ((size_t)2 << 20)
+#ifndef WM_CUDA_STAGED_WINDOW
+#define WM_CUDA_STAGED_WINDOW (2u << 20) /* a build may set it, for measuring */
+#endif
+#define STAGED_WINDOW ((size_t)WM_CUDA_STAGED_WINDOW)
 #define MAX_WINDOW ((size_t)64 << 20)
 #define MIN_WINDOW ((size_t)1 << 20)
 #define MAX_WORKERS 64u
-#define SLOTS 2
+#ifndef WM_CUDA_SLOTS
+#define WM_CUDA_SLOTS 2 /* slots per worker; a build may set it, for measuring */
+#endif
+#define SLOTS WM_CUDA_SLOTS
 
 /* ---- CUDA calls and errors ---- */
 
@@ -702,8 +708,7 @@ wm_status wm_backend_init(wm_backend_kind backend, int device, wm_error *err) {
         return wm__err(err, WM_EINVAL, 0, "wm_backend_init: unknown backend %d", (int)backend);
 #ifdef WM_HAVE_CUDA
     int prev = -1;
-    char who[32];
-    snprintf(who, sizeof who, "CUDA device %d", device);
+    const char *who = "wm_backend_init";
     wm_status st = use_device(device, who, &prev, err);
     if (st) {
         restore_device(prev);
