@@ -19,6 +19,9 @@
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22
 #endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
 
 int wm__os_advise(void *addr, size_t len, wm_os_advice advice) {
     int e = wm__fault_hit(WM_OS_ADVISE);
@@ -29,6 +32,7 @@ int wm__os_advise(void *addr, size_t len, wm_os_advice advice) {
     case WM_OS_ADV_WILLNEED: adv = MADV_WILLNEED; break;
     case WM_OS_ADV_HUGEPAGE: adv = MADV_HUGEPAGE; break;
     case WM_OS_ADV_SEQUENTIAL: adv = MADV_SEQUENTIAL; break;
+    case WM_OS_ADV_POPULATE_WRITE: adv = MADV_POPULATE_WRITE; break;
     default: return EINVAL;
     }
     for (;;) {

@@ -76,7 +76,8 @@ typedef enum wm_os_advice {
     WM_OS_ADV_POPULATE_READ = 1, /* prefault readable pages, privatising nothing */
     WM_OS_ADV_WILLNEED,
     WM_OS_ADV_HUGEPAGE,
-    WM_OS_ADV_SEQUENTIAL
+    WM_OS_ADV_SEQUENTIAL,
+    WM_OS_ADV_POPULATE_WRITE /* prefault writable anonymous pages about to be filled */
 } wm_os_advice;
 /* Advice is a hint: EINVAL for an advice the kernel lacks is returned, callers decide. */
 int wm__os_advise(void *addr, size_t len, wm_os_advice advice);
