@@ -16,13 +16,15 @@ ls "$libdir" | grep -q '^libweightmap\.so'
 cc -o "$tmp/pc" "$src/tests/install/consumer.c" $(pkg-config --cflags --libs weightmap) -Wl,-rpath,"$libdir"
 "$tmp/pc" "$fixture"
 # pkg-config, static
-cc -o "$tmp/pcs" "$src/tests/install/consumer.c" $(pkg-config --cflags weightmap) "$libdir/libweightmap.a" \
-   $(pkg-config --libs-only-l --static libcjson 2>/dev/null || echo -lcjson) -lpthread -lm
+cc -static-libgcc -o "$tmp/pcs" "$src/tests/install/consumer.c" $(pkg-config --cflags weightmap) \
+   -Wl,-Bstatic -lweightmap -Wl,-Bdynamic -L"$libdir" $(pkg-config --libs-only-other --libs-only-L --static weightmap) \
+   $(pkg-config --libs-only-l --static weightmap | sed 's/-lweightmap//')
 "$tmp/pcs" "$fixture"
-# find_package
+# find_package, shared and static
 cmake -S "$src/tests/install" -B "$tmp/fp" -DCMAKE_PREFIX_PATH="$tmp/prefix" -DCMAKE_BUILD_RPATH="$libdir" >/dev/null
 cmake --build "$tmp/fp" >/dev/null
 "$tmp/fp/consumer" "$fixture"
+"$tmp/fp/consumer_static" "$fixture"
 # C++
 c++ -std=c++11 -Wall -Wextra -Werror -o "$tmp/cxx" "$src/tests/install/consumer.cpp" -I"$tmp/prefix/include" -L"$libdir" -lweightmap -Wl,-rpath,"$libdir"
 "$tmp/cxx"

@@ -11,6 +11,14 @@ int main(int argc, char **argv) {
         return 1;
     }
     printf("%s %zu tensors\n", wm_version(), wm_file_tensor_count(f));
+    wm_load_options o = {.mode = WM_MODE_MMAP};
+    wm_model *m;
+    if (wm_model_load(f, &o, &m, &err) != WM_OK) {
+        fprintf(stderr, "%s\n", err.msg);
+        wm_file_close(f);
+        return 1;
+    }
+    wm_model_release(m);
     wm_file_close(f);
     wm_ledger l;
     wm_ledger_get(&l);
