@@ -34,6 +34,18 @@ static char *stderr_text(void) {
     return s;
 }
 
+/* Under AddressSanitizer its allocator's quarantine and shadow memory keep hundreds of KiB of
+ * footprint after a release, so the tool's footprint verdict fails there: sanitizer builds check
+ * the exact figures (ledger, file regions) and not the verdict. */
+static void verdict_exit(int rc, int line) {
+    if (WMT_ASAN ? rc != 0 && rc != 1 : rc != 0) wmt_fail(__FILE__, line, "exit %d", rc);
+}
+#define VERDICT_EXIT(rc) verdict_exit((rc), __LINE__)
+#define HAS_VERDICT(s, needle)                                                                     \
+    do {                                                                                           \
+        if (!WMT_ASAN) HAS(s, needle);                                                             \
+    } while (0)
+
 #define HAS(s, needle) CHECK_MSG(strstr((s), (needle)) != NULL, "output lacks %s:\n%.2000s", needle, s)
 
 WM_TEST(exit_codes_and_error_line) {
@@ -76,8 +88,8 @@ WM_TEST(check_json_every_mode_returns_everything) {
     char *out;
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "%s check --json --cycles 2 %s", WM_CLI, wmt_fixture("gguf/stories260K.gguf"));
-    CHECK_EQ(run(cmd, &out), 0);
-    HAS(out, "\"ok\": true, \"modes\": [");
+    VERDICT_EXIT(run(cmd, &out));
+    HAS_VERDICT(out, "\"ok\": true, \"modes\": [");
     HAS(out, "{\"mode\": \"heap\", \"cycles\": 2, \"load_seconds\": ");
     HAS(out, "{\"mode\": \"mmap\", \"cycles\": 2");
     HAS(out, "{\"mode\": \"mmap-private\", \"cycles\": 2");
@@ -94,7 +106,7 @@ WM_TEST(check_sharded_set_counts_every_shard) {
     CHECK_EQ(run(cmd, &out), 0);
     free(out);
     snprintf(cmd, sizeof cmd, "%s check --json --cycles 1 %s.index.json", WM_CLI, base);
-    CHECK_EQ(run(cmd, &out), 0);
+    VERDICT_EXIT(run(cmd, &out));
     /* mapped modes map each of the three shards */
     HAS(out, "\"file_regions\": 3}");
     HAS(out, "\"ledger_bytes\": 0, \"ledger_regions\": 0, \"file_regions\": 0}");
@@ -106,9 +118,10 @@ WM_TEST(load_json_and_lock_refusal) {
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "%s load --json --mode heap --cycles 3 --threads 2 %s", WM_CLI,
              wmt_fixture("gguf/stories260K.gguf"));
-    CHECK_EQ(run(cmd, &out), 0);
+    VERDICT_EXIT(run(cmd, &out));
     HAS(out, "\"mode\": \"heap\"");
-    HAS(out, "\"ok\": true");
+    HAS_VERDICT(out, "\"ok\": true");
+    HAS(out, "\"ledger_bytes\": 0, \"ledger_regions\": 0, \"file_regions\": 0}");
     HAS(out, "{\"cycle\": 3, ");
     free(out);
     snprintf(cmd, sizeof cmd, "%s load --mode mmap-private --lock %s", WM_CLI,
