@@ -9,11 +9,16 @@
  *     the wrong bytes (the tests compare every byte);
  *   - a copy must come from registered host memory, a registration must not overlap another,
  *     a read-only one must not be required to be writable, and unregistering an address that
- *     is not a registration's base gives cudaErrorHostMemoryNotRegistered.
+ *     is not a registration's base gives cudaErrorHostMemoryNotRegistered;
+ *   - every entry point must be called from the thread that first called the mock (the
+ *     process's loading thread): the real runtime keeps host memory for every thread that ever
+ *     called it, so a load must make no CUDA call on its worker threads. A call from another
+ *     thread prints a line, fails with cudaErrorNotPermitted and is counted
+ *     (wm__cuda_mock_violations, which the tests read).
  * Set WM_CUDA_MOCK_DEVICES=0 in the environment to see "no device".
  *
- * Sections: state; errors and devices; memory; registration; streams, events and copies; what
- * bench/gpu.c also calls.
+ * Sections: state; the calling thread; errors and devices; memory; registration; streams, events
+ * and copies; what bench/gpu.c also calls.
  */
 #include <cuda_runtime_api.h>
 
@@ -65,16 +70,58 @@ static cudaError_t ret(cudaError_t e) {
     return e;
 }
 
+/* ---- the calling thread ---- */
+
+static pthread_t owner;
+static int owner_set;
+static unsigned long violations;
+
+/* Calls from threads other than the first caller so far (tests read it). */
+unsigned long wm__cuda_mock_violations(void);
+unsigned long wm__cuda_mock_violations(void) {
+    pthread_mutex_lock(&lock);
+    unsigned long n = violations;
+    pthread_mutex_unlock(&lock);
+    return n;
+}
+
+/* True when the caller is the thread that first called the mock; otherwise counts and says so. */
+static int own_thread(const char *fn) {
+    pthread_mutex_lock(&lock);
+    if (!owner_set) {
+        owner = pthread_self();
+        owner_set = 1;
+    }
+    int ok = pthread_equal(owner, pthread_self());
+    if (!ok) violations++;
+    pthread_mutex_unlock(&lock);
+    if (!ok)
+        fprintf(stderr, "cuda_mock: %s called from a thread other than the loading thread\n", fn);
+    return ok;
+}
+
+#define OWN_THREAD()                                                                               \
+    do {                                                                                           \
+        if (!own_thread(__func__)) return ret(cudaErrorNotPermitted);                              \
+    } while (0)
+
 /* ---- errors and devices ---- */
 
 cudaError_t cudaGetLastError(void) {
+    if (!own_thread(__func__)) return cudaErrorNotPermitted;
     cudaError_t e = last_error;
     last_error = cudaSuccess;
     return e;
 }
 
-const char *cudaGetErrorString(cudaError_t e) { return e ? "mock error" : "no error"; }
-const char *cudaGetErrorName(cudaError_t e) { return e ? "cudaErrorMock" : "cudaSuccess"; }
+const char *cudaGetErrorString(cudaError_t e) {
+    (void)own_thread(__func__);
+    return e ? "mock error" : "no error";
+}
+const char *cudaGetErrorName(cudaError_t e) {
+    (void)own_thread(__func__);
+    return e ? "cudaErrorMock" : "cudaSuccess";
+}
 
 static int devices(void) {
     const char *s = getenv("WM_CUDA_MOCK_DEVICES");
@@ -82,23 +129,27 @@ static int devices(void) {
 }
 
 cudaError_t cudaGetDeviceCount(int *n) {
+    OWN_THREAD();
     if (devices() == 0) return ret(cudaErrorNoDevice);
     *n = devices();
     return cudaSuccess;
 }
 
 cudaError_t cudaGetDevice(int *d) {
+    OWN_THREAD();
     *d = current_device;
     return cudaSuccess;
 }
 
 cudaError_t cudaSetDevice(int d) {
+    OWN_THREAD();
     if (d < 0 || d >= devices()) return ret(cudaErrorInvalidDevice);
     current_device = d;
     return cudaSuccess;
 }
 
 cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr attr, int d) {
+    OWN_THREAD();
     if (d < 0 || d >= devices()) return ret(cudaErrorInvalidDevice);
     *v = attr == cudaDevAttrHostRegisterReadOnlySupported ? 1 : 0;
     return cudaSuccess;
@@ -112,6 +163,7 @@ typedef struct block {
 } block;
 
 cudaError_t cudaMalloc(void **p, size_t len) {
+    OWN_THREAD();
     pthread_mutex_lock(&lock);
     int full = device_held + len > MOCK_TOTAL;
     if (!full) device_held += len;
@@ -126,6 +178,7 @@ cudaError_t cudaMalloc(void **p, size_t len) {
 }
 
 cudaError_t cudaFree(void *p) {
+    OWN_THREAD();
     if (!p) return cudaSuccess;
     block *b = (block *)p - 1;
     pthread_mutex_lock(&lock);
@@ -136,6 +189,7 @@ cudaError_t cudaFree(void *p) {
 }
 
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
+    OWN_THREAD();
     pthread_mutex_lock(&lock);
     *free_bytes = MOCK_TOTAL - device_held;
     pthread_mutex_unlock(&lock);
@@ -144,16 +198,21 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
 }
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t len, enum cudaMemcpyKind kind) {
+    OWN_THREAD();
     (void)kind;
     memcpy(dst, src, len);
     return cudaSuccess;
 }
 
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) {
+    OWN_THREAD();
+    return cudaSuccess;
+}
 
 /* ---- registration ---- */
 
 cudaError_t cudaHostRegister(void *p, size_t len, unsigned flags) {
+    OWN_THREAD();
     uintptr_t a = (uintptr_t)p;
     if (!p || !len) return ret(cudaErrorInvalidValue);
     /* Touch every page as the driver would pin it: reads for read-only, writes otherwise. */
@@ -176,6 +235,7 @@ cudaError_t cudaHostRegister(void *p, size_t len, unsigned flags) {
 }
 
 cudaError_t cudaHostUnregister(void *p) {
+    OWN_THREAD();
     uintptr_t a = (uintptr_t)p;
     cudaError_t e = cudaErrorHostMemoryNotRegistered;
     pthread_mutex_lock(&lock);
@@ -202,6 +262,7 @@ static int registered(const void *p, size_t len) {
 /* ---- streams, events and copies ---- */
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
+    OWN_THREAD();
     (void)flags;
     /* mmap, not malloc: freed blocks this size would raise malloc's mmap threshold and stay in
      * its heap, which the CLI's "all memory returned" figure would count. */
@@ -228,12 +289,14 @@ static void drain(struct mock_stream *ms, size_t upto) {
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    OWN_THREAD();
     struct mock_stream *ms = (struct mock_stream *)(void *)s;
     drain(ms, ms->n);
     return cudaSuccess;
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    OWN_THREAD();
     struct mock_stream *ms = (struct mock_stream *)(void *)s;
     drain(ms, ms->n);
     munmap(ms, sizeof *ms + MAX_OPS * sizeof(op));
@@ -242,6 +305,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t len, enum cudaMemcpyKind kind,
                             cudaStream_t s) {
+    OWN_THREAD();
     struct mock_stream *ms = (struct mock_stream *)(void *)s;
     if (kind != cudaMemcpyHostToDevice || !registered(src, len)) return ret(cudaErrorInvalidValue);
     if (ms->n == MAX_OPS) drain(ms, ms->n);
@@ -251,6 +315,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t len, enum cudaMem
 }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
+    OWN_THREAD();
     (void)flags;
     mock_event *me = calloc(1, sizeof *me);
     if (!me) return ret(cudaErrorMemoryAllocation);
@@ -259,11 +324,13 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
 }
 
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    OWN_THREAD();
     free((void *)e);
     return cudaSuccess;
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    OWN_THREAD();
     mock_event *me = (mock_event *)(void *)e;
     struct mock_stream *ms = (struct mock_stream *)(void *)s;
     if (ms->n == MAX_OPS) drain(ms, ms->n);
@@ -274,6 +341,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    OWN_THREAD();
     mock_event *me = (mock_event *)(void *)e;
     if (me->stream) drain(me->stream, me->pos);
     me->stream = NULL;
@@ -285,6 +353,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e) {
 cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
 
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
+    OWN_THREAD();
     (void)a;
     (void)b;
     *ms = 1.0f;
@@ -292,6 +361,7 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
 }
 
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d) {
+    OWN_THREAD();
     if (d < 0 || d >= devices()) return ret(cudaErrorInvalidDevice);
     memset(p, 0, sizeof *p);
     strcpy(p->name, "cuda_mock");

@@ -9,7 +9,9 @@
  * k-th CUDA call (and each k-th OS call of every kind) failed in turn gives a clean error and
  * holds nothing.
  * Without a GPU the no-device error (library and CLI) and the refused options are checked.
- * Built with -DWM_CUDA_MOCK=ON the same cases run against tests/cuda_mock.c. Without the CUDA
+ * Built with -DWM_CUDA_MOCK=ON the same cases run against tests/cuda_mock.c, and one more checks
+ * that a load calls CUDA only on the loading thread (the runtime keeps host memory for every
+ * thread that ever called it, and workers are new threads on every load). Without the CUDA
  * toolkit the file checks that the backend is reported as missing.
  *
  * Sections: helpers; always (no GPU needed); with a GPU.
@@ -30,6 +32,9 @@
 #include <cuda_runtime_api.h>
 
 void *wm__cuda_test_last_ring(void);
+#ifdef WM_CUDA_MOCK
+unsigned long wm__cuda_mock_violations(void);
+#endif
 #endif
 
 /* ---- helpers ---- */
@@ -75,7 +80,8 @@ static bool have_gpu(void) {
  * memory holds this lock exclusively, every other GPU case holds it shared (until it exits). */
 static int gpu_lock_fd = -1;
 static void gpu_lock(int how) {
-    if (gpu_lock_fd < 0) gpu_lock_fd = open("/tmp/weightmap-test-cuda.lock", O_RDWR | O_CREAT, 0666);
+    if (gpu_lock_fd < 0)
+        gpu_lock_fd = open("/tmp/weightmap-test-cuda.lock", O_RDWR | O_CREAT, 0666);
     CHECK(gpu_lock_fd >= 0);
     CHECK(flock(gpu_lock_fd, how) == 0);
 }
@@ -211,9 +217,10 @@ WM_TEST(cli_load) {
             rc = run_cli(args, out, sizeof out);
             CHECK_MSG(rc == 0 || (rc == 1 && strstr(out, "\"ok\": false")), "exit %d: %s", rc, out);
             CHECK_MSG(strstr(out, "\"backend\": \"cuda\"") != NULL, "%s", out);
-            CHECK_MSG(strstr(out, "\"ledger_bytes\": 0, \"ledger_regions\": 0, \"file_regions\": 0") !=
-                          NULL,
-                      "%s", out);
+            CHECK_MSG(
+                strstr(out, "\"ledger_bytes\": 0, \"ledger_regions\": 0, \"file_regions\": 0") !=
+                    NULL,
+                "%s", out);
         }
         return;
     }
@@ -390,7 +397,8 @@ static void sweep(const char *path, wm_load_options o, wm_os_call kind) {
         wm__fault_reset();
         if (st == WM_OK) {
             /* Advice is a hint (MADV_HUGEPAGE on the ring): its failure is harmless. */
-            CHECK_MSG(!hit || kind == WM_OS_ADVISE, "%s call %llu of %llu failed but the load succeeded",
+            CHECK_MSG(!hit || kind == WM_OS_ADVISE,
+                      "%s call %llu of %llu failed but the load succeeded",
                       wm__fault_call_name(kind), (unsigned long long)k, (unsigned long long)n);
             check_bytes(m);
             wm_model_release(m);
@@ -400,15 +408,17 @@ static void sweep(const char *path, wm_load_options o, wm_os_call kind) {
             CHECK_MSG(err.code == st && err.msg[0], "status %s without a message",
                       wm_status_name(st));
             CHECK_MSG(st == WM_EDEVICE || st == WM_ENOMEM || st == WM_EIO,
-                      "call %llu: status %s: %s", (unsigned long long)k, wm_status_name(st), err.msg);
+                      "call %llu: status %s: %s", (unsigned long long)k, wm_status_name(st),
+                      err.msg);
         }
         CHECK_EQ(cudaGetLastError(), cudaSuccess);
         wm_ledger l;
         wm_ledger_get(&l);
         CHECK_MSG(l.cat[WM_LEDGER_DEVICE].current == 0 && l.cat[WM_LEDGER_PINNED].current == 0 &&
-                      l.cat[WM_LEDGER_SCRATCH].current == 0 && l.cat[WM_LEDGER_MAP_SHARED].current == 0,
-                  "call %llu: device %llu, pinned %llu, scratch %llu, mapped %llu held", (unsigned long long)k,
-                  (unsigned long long)l.cat[WM_LEDGER_DEVICE].current,
+                      l.cat[WM_LEDGER_SCRATCH].current == 0 &&
+                      l.cat[WM_LEDGER_MAP_SHARED].current == 0,
+                  "call %llu: device %llu, pinned %llu, scratch %llu, mapped %llu held",
+                  (unsigned long long)k, (unsigned long long)l.cat[WM_LEDGER_DEVICE].current,
                   (unsigned long long)l.cat[WM_LEDGER_PINNED].current,
                   (unsigned long long)l.cat[WM_LEDGER_SCRATCH].current,
                   (unsigned long long)l.cat[WM_LEDGER_MAP_SHARED].current);
@@ -457,6 +467,41 @@ static void sweep_os(const char *path, wm_load_options o) {
 WM_TEST(fault_sweep_os_staged) {
     NEED_GPU();
     sweep_os(make_model("m.gguf", "4M", "gguf"), sweep_opts(0));
+}
+
+/* Staged loads with 4 threads (and registered ones) make every CUDA call on the loading
+ * thread: the mock counts a call from any other thread as a violation (and fails it). */
+WM_TEST(cuda_calls_only_on_loading_thread) {
+#ifndef WM_CUDA_MOCK
+    WM_SKIP("the calling thread is checked by the mock runtime (-DWM_CUDA_MOCK=ON)");
+#else
+    NEED_GPU(); /* the mock's first caller, and so its owner, is this (the main) thread */
+    const char *path = make_model("m.gguf", "12M", "gguf");
+    for (int reg = 0; reg < 2; reg++) {
+        for (int chunked = 0; chunked < 2; chunked++) {
+            wm_file *f;
+            wm_error err;
+            wm_model *m = NULL;
+            CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
+            wm_load_options o = cuda_opts(reg ? WM_MODE_MMAP : WM_MODE_HEAP);
+            o.cuda_registered = reg;
+            o.threads = 4;
+            o.pinned_budget = (uint64_t)8 << 20; /* 4 workers x 2 slots of 1 MiB */
+            o.max_buffer_size = chunked ? (uint64_t)5 << 20 : 0;
+            unsigned long before = wm__cuda_mock_violations();
+            wm_status st = wm_model_load(f, &o, &m, &err);
+            CHECK_MSG(wm__cuda_mock_violations() == before,
+                      "%lu CUDA calls from threads other than the loading thread (%s path)",
+                      wm__cuda_mock_violations() - before, reg ? "registered" : "staged");
+            CHECK_MSG(st == WM_OK, "load: %s", err.msg);
+            check_bytes(m);
+            wm_model_release(m);
+            CHECK_EQ(wm__cuda_mock_violations(), before);
+            wm_file_close(f);
+        }
+    }
+    CHECK_LEDGER_EMPTY();
+#endif
 }
 
 WM_TEST(fault_sweep_os_registered) {

@@ -2,27 +2,32 @@
  * cuda.c: the CUDA backend, and wm_backend_init.
  *
  * A load gives every chunk of the plan (the packed layout) one cudaMalloc buffer and fills it
- * from the file through worker threads (the loading thread is one of them), each with its own
- * stream and two host slots, so that it fills one slot while the other is being copied:
+ * from the file through a ring of host slots, two per worker. Only the loading thread (the one
+ * in wm_model_load) calls CUDA: the runtime keeps host memory for every thread that ever called
+ * it, and worker threads are new on every load, so a CUDA call on a worker would leave memory
+ * behind on every load (measured on an H200: 12-72 KiB per load with 1 thread, 290-390 KiB
+ * with 16). The loading thread owns a few streams and one event per slot:
  *   - staged (the default; modes heap and mmap): the slots are a ring of page-allocated memory
  *     of 2 MiB slots, never more than opts.pinned_budget bytes (256 MiB by default; 16 workers
- *     use 64 MiB). Each worker registers its part of the ring with cudaHostRegister once per
- *     load, then for each file window it takes: waits for the slot's event, preads the window
- *     into the slot, queues one cudaMemcpyAsync per tensor piece in the window and records the
- *     slot's event.
+ *     use 64 MiB), registered whole with cudaHostRegister once per load by the loading thread.
+ *     Reader threads (none with one thread: then the loading thread reads) take a free slot and
+ *     the next file window, pread the window into the slot and hand the slot to the loading
+ *     thread through a queue (a mutex and two condition variables). The loading thread queues
+ *     one cudaMemcpyAsync per tensor piece in the window, records the slot's event, and gives
+ *     the slot back to the readers only once cudaEventSynchronize says its copies are done.
  *   - registered (opts.cuda_registered, mode mmap): the source is the file's shared read-only
- *     mapping. A worker registers one window of it at a time (cudaHostRegisterReadOnly), queues
- *     the same copies, and unregisters the window once its event has passed, so that at most
- *     pinned_budget bytes are registered at once. A private mapping is never registered: that
- *     would privatise every page.
+ *     mapping. The loading thread registers one window of it per slot
+ *     (cudaHostRegisterReadOnly), queues the same copies, and unregisters the window once its
+ *     event has passed, so that at most pinned_budget bytes are registered at once. There are
+ *     no readers. A private mapping is never registered: that would privatise every page.
  * Windows are aligned file ranges (so registered windows never share a page); a tensor that
  * crosses a window boundary is copied in pieces. When a load returns, its host memory is gone:
  * the model holds device memory only. Every fallible CUDA call first asks
  * wm__fault_hit(WM_OS_DEVICE), so tests can fail the k-th one; release calls cannot fail and
- * are not counted. After a failure the runtime's last error is cleared on every thread that
- * saw it, so the caller's next CUDA call does not report ours.
+ * are not counted. After a failure the runtime's last error is cleared (on the loading thread,
+ * the only one that saw it), so the caller's next CUDA call does not report ours.
  *
- * Sections: CUDA calls and errors; devices; the window plan; workers; load; release and
+ * Sections: CUDA calls and errors; devices; the window plan; the pipeline; load; release and
  * pointers; wm_backend_init; test hooks. Without WM_HAVE_CUDA only wm_backend_init is here.
  */
 #include "backend.h"
@@ -163,7 +168,10 @@ static wm_status plan_windows(const wm_model *m, size_t wsize, piece **pieces_ou
                 ps = np;
                 cap *= 2;
             }
-            ps[n++] = (piece){.off = off, .len = (size_t)(end - off), .tensor = i, .shard = t->shard,
+            ps[n++] = (piece){.off = off,
+                              .len = (size_t)(end - off),
+                              .tensor = i,
+                              .shard = t->shard,
                               .window = w};
             off = end;
         }
@@ -177,8 +185,8 @@ static wm_status plan_windows(const wm_model *m, size_t wsize, piece **pieces_ou
     nw = 0;
     for (size_t k = 0; k < n; k++) {
         if (k == 0 || ps[k].shard != ps[k - 1].shard || ps[k].window != ps[k - 1].window)
-            ws[nw++] = (window){.shard = ps[k].shard, .start = ps[k].off, .end = ps[k].off,
-                                .first = k};
+            ws[nw++] =
+                (window){.shard = ps[k].shard, .start = ps[k].off, .end = ps[k].off, .first = k};
         window *w = &ws[nw - 1];
         if (ps[k].off + ps[k].len > w->end) w->end = ps[k].off + ps[k].len;
         w->count++;
@@ -194,7 +202,7 @@ nomem:
     return wm__err(err, WM_ENOMEM, 0, "%s: out of memory for the copy plan", f->path);
 }
 
-/* ---- workers ---- */
+/* ---- the pipeline ---- */
 
 typedef struct cuda_state {
     int device;
@@ -206,25 +214,15 @@ typedef struct slot {
     unsigned char *host; /* staged: the slot's part of the ring */
     unsigned char *reg;  /* registered: the window of the mapping registered now, or NULL */
     size_t reg_len;
+    const unsigned char *src; /* where the window's bytes are, once filled */
+    size_t win;               /* the window it holds */
     cudaEvent_t ev;
     bool ev_made;
 } slot;
 
-typedef struct pipe pipe;
+#define MAX_STREAMS 4u
 
-typedef struct worker {
-    pipe *p;
-    unsigned index;
-    cudaStream_t stream;
-    bool stream_made;
-    unsigned char *ring_part; /* staged: this worker's 2 slots, registered by it */
-    bool ring_registered;
-    slot slots[SLOTS];
-    unsigned turn;
-    wm_os_thread th;
-} worker;
-
-struct pipe {
+typedef struct pipe {
     wm_model *m;
     cuda_state *cs;
     const window *win;
@@ -235,131 +233,264 @@ struct pipe {
     unsigned char *ring;
     const wm__region *maps; /* registered: one shared mapping per shard */
     const uint64_t *map_off;
-    _Atomic size_t next;
-    _Atomic uint64_t done;
-    uint64_t total;
-    _Atomic int failed;
-    wm_error first; /* written once, by the thread that set failed */
-};
+    slot *slots;
+    unsigned n_slots;
+    cudaStream_t streams[MAX_STREAMS];
+    unsigned n_streams; /* streams made so far */
+    bool ring_registered;
+
+    /* The hand-over between readers and the loading thread, under mu. */
+    wm_os_mutex mu;
+    wm_os_cond to_readers; /* a slot was freed, or stop */
+    wm_os_cond to_loader;  /* a slot was filled, or a failure */
+    unsigned *free_q;      /* free slots (a stack) */
+    size_t n_free;
+    unsigned *filled_q; /* filled slots (a ring of n_slots) */
+    size_t filled_head, n_filled;
+    size_t next; /* the next window to fill */
+    bool stop;   /* readers leave */
+    bool failed;
+    wm_error first; /* the first failure */
+
+    /* The loading thread's own. */
+    unsigned *busy_q; /* slots with copies queued, oldest first (a ring of n_slots) */
+    size_t busy_head, n_busy;
+    size_t issued; /* windows whose copies are queued */
+    uint64_t done, total;
+} pipe;
 
 static _Atomic(void *) last_ring; /* test hook: base of the last staged ring */
 
-static void fail_pipe(pipe *p, const wm_error *e) {
-    int expected = 0;
-    if (atomic_compare_exchange_strong(&p->failed, &expected, 1)) p->first = *e;
+/* Records the first failure and stops everyone. The caller holds mu. */
+static void fail_locked(pipe *p, const wm_error *e) {
+    if (!p->failed) p->first = *e;
+    p->failed = true;
+    p->stop = true;
+    wm__os_cond_broadcast(&p->to_readers);
+    wm__os_cond_broadcast(&p->to_loader);
 }
 
-/* Waits until the slot's last copies are done; in the registered path, unregisters its window. */
-static wm_status retire(worker *w, slot *s, wm_error *err) {
-    const pipe *p = w->p;
-    if (s->ev_made) {
-        cudaError_t ce = CU(cudaEventSynchronize(s->ev));
+static bool pipe_failed(pipe *p) {
+    wm__os_mutex_lock(&p->mu);
+    bool f = p->failed;
+    wm__os_mutex_unlock(&p->mu);
+    return f;
+}
+
+static void fail_pipe(pipe *p, const wm_error *e) {
+    wm__os_mutex_lock(&p->mu);
+    fail_locked(p, e);
+    wm__os_mutex_unlock(&p->mu);
+}
+
+/* Staged: preads a window into its slot. No CUDA call: readers run this. */
+static wm_status read_window(const pipe *p, slot *s, const window *win, wm_error *err) {
+    const wm__shard *sh = &p->m->file->shards[win->shard];
+    size_t len = (size_t)(win->end - win->start), got;
+    int e = wm__os_pread(sh->fd, s->host, len, win->start, &got);
+    if (e)
+        return wm__err(err, wm__status_from_errno(e) == WM_ENOMEM ? WM_ENOMEM : WM_EIO, e,
+                       "%s: reading %zu bytes at offset %llu: %s", sh->path, len,
+                       (unsigned long long)win->start, wm__errno_text(e));
+    if (got != len)
+        return wm__err(err, WM_EFORMAT, 0,
+                       "%s: tensor data at offset %llu: the file ends %zu bytes early (it is "
+                       "shorter than its header says)",
+                       sh->path, (unsigned long long)win->start, len - got);
+    s->src = s->host;
+    return WM_OK;
+}
+
+/* Registered: registers the pages of the mapping under a window (loading thread). */
+static wm_status register_window(pipe *p, slot *s, const window *win, wm_error *err) {
+    const wm__shard *sh = &p->m->file->shards[win->shard];
+    size_t page = wm__os_page_size();
+    uint64_t a = win->start / page * page, b = wm__align_up(win->end, page);
+    unsigned char *base = (unsigned char *)p->maps[win->shard].base + (a - p->map_off[win->shard]);
+    cudaError_t ce = CU(cudaHostRegister(base, (size_t)(b - a), cudaHostRegisterReadOnly));
+    if (ce)
+        return cu_fail(err, ce, "cudaHostRegister", "%s: registering %llu bytes at offset %llu",
+                       sh->path, (unsigned long long)(b - a), (unsigned long long)a);
+    wm__ledger_acquire(WM_LEDGER_PINNED, b - a);
+    s->reg = base;
+    s->reg_len = (size_t)(b - a);
+    s->src = base + (win->start - a);
+    return WM_OK;
+}
+
+/* Queues a filled slot's copies and records its event (loading thread). */
+static wm_status issue(pipe *p, unsigned k, wm_error *err) {
+    const wm_model *m = p->m;
+    slot *s = &p->slots[k];
+    const window *win = &p->win[s->win];
+    const char *path = m->file->shards[win->shard].path;
+    cudaStream_t stream = p->streams[k % p->n_streams];
+    cudaError_t ce;
+    for (size_t i = win->first; i < win->first + win->count; i++) {
+        const piece *pc = &p->pieces[i];
+        const wm__tensor *t = &m->file->tensors[pc->tensor];
+        const wm__place *pl = &m->place[pc->tensor];
+        unsigned char *dst = p->cs->dev[pl->chunk] + pl->dst_off + (pc->off - t->offset);
+        ce = CU(cudaMemcpyAsync(dst, s->src + (pc->off - win->start), pc->len,
+                                cudaMemcpyHostToDevice, stream));
         if (ce)
-            return cu_fail(err, ce, "cudaEventSynchronize", "%s: waiting for copies to device %d",
-                           p->m->file->path, p->cs->device);
+            return cu_fail(err, ce, "cudaMemcpyAsync",
+                           "%s: tensor '%s': copying %zu bytes to device %d", path,
+                           m->file->names + t->name_off, pc->len, p->cs->device);
     }
+    ce = CU(cudaEventRecord(s->ev, stream));
+    if (ce)
+        return cu_fail(err, ce, "cudaEventRecord", "%s: copies to device %d", path, p->cs->device);
+    p->busy_q[(p->busy_head + p->n_busy++) % p->n_slots] = k;
+    p->issued++;
+    p->done += win->bytes;
+    return WM_OK;
+}
+
+/* Waits for the oldest busy slot's copies, unregisters its window (registered path) and gives
+ * it back to the readers (loading thread). */
+static wm_status retire_oldest(pipe *p, wm_error *err) {
+    unsigned k = p->busy_q[p->busy_head];
+    slot *s = &p->slots[k];
+    cudaError_t ce = CU(cudaEventSynchronize(s->ev));
+    if (ce)
+        return cu_fail(err, ce, "cudaEventSynchronize", "%s: waiting for copies to device %d",
+                       p->m->file->path, p->cs->device);
     if (s->reg) {
         cudaHostUnregister(s->reg);
         wm__ledger_release(WM_LEDGER_PINNED, s->reg_len);
         s->reg = NULL;
         s->reg_len = 0;
     }
+    p->busy_head = (p->busy_head + 1) % p->n_slots;
+    p->n_busy--;
+    wm__os_mutex_lock(&p->mu);
+    p->free_q[p->n_free++] = k;
+    wm__os_cond_broadcast(&p->to_readers);
+    wm__os_mutex_unlock(&p->mu);
     return WM_OK;
 }
 
-/* One window: bytes into a slot (pread or registration), then its pieces queued. */
-static wm_status do_window(worker *w, const window *win, wm_error *err) {
-    pipe *p = w->p;
-    const wm_model *m = p->m;
-    const wm__shard *sh = &m->file->shards[win->shard];
-    slot *s = &w->slots[w->turn];
-    w->turn = (w->turn + 1) % SLOTS;
-    wm_status st = retire(w, s, err);
-    if (st) return st;
-    size_t len = (size_t)(win->end - win->start);
-    const unsigned char *src;
-    cudaError_t ce;
-    if (p->registered) {
-        size_t page = wm__os_page_size();
-        uint64_t a = win->start / page * page, b = wm__align_up(win->end, page);
-        unsigned char *base = (unsigned char *)p->maps[win->shard].base + (a - p->map_off[win->shard]);
-        ce = CU(cudaHostRegister(base, (size_t)(b - a), cudaHostRegisterReadOnly));
-        if (ce)
-            return cu_fail(err, ce, "cudaHostRegister", "%s: registering %llu bytes at offset %llu",
-                           sh->path, (unsigned long long)(b - a), (unsigned long long)a);
-        wm__ledger_acquire(WM_LEDGER_PINNED, b - a);
-        s->reg = base;
-        s->reg_len = (size_t)(b - a);
-        src = base + (win->start - a);
-    } else {
-        size_t got;
-        int e = wm__os_pread(sh->fd, s->host, len, win->start, &got);
-        if (e)
-            return wm__err(err, wm__status_from_errno(e) == WM_ENOMEM ? WM_ENOMEM : WM_EIO, e,
-                           "%s: reading %zu bytes at offset %llu: %s", sh->path, len,
-                           (unsigned long long)win->start, wm__errno_text(e));
-        if (got != len)
-            return wm__err(err, WM_EFORMAT, 0,
-                           "%s: tensor data at offset %llu: the file ends %zu bytes early (it is "
-                           "shorter than its header says)",
-                           sh->path, (unsigned long long)win->start, len - got);
-        src = s->host;
+/* A reader: takes a free slot and the next window, preads, hands the slot to the loading
+ * thread; until the windows run out or the pipe stops. */
+static void read_loop(void *arg) {
+    pipe *p = arg;
+    wm__os_mutex_lock(&p->mu);
+    while (!p->stop && p->next < p->n_win) {
+        if (!p->n_free) {
+            wm__os_cond_wait(&p->to_readers, &p->mu);
+            continue;
+        }
+        unsigned k = p->free_q[--p->n_free];
+        size_t i = p->next++;
+        wm__os_mutex_unlock(&p->mu);
+        wm_error e;
+        wm_status st = read_window(p, &p->slots[k], &p->win[i], &e);
+        wm__os_mutex_lock(&p->mu);
+        if (st) {
+            fail_locked(p, &e);
+            break;
+        }
+        p->slots[k].win = i;
+        p->filled_q[(p->filled_head + p->n_filled++) % p->n_slots] = k;
+        wm__os_cond_signal(&p->to_loader);
     }
-    for (size_t k = win->first; k < win->first + win->count; k++) {
-        const piece *pc = &p->pieces[k];
-        const wm__tensor *t = &m->file->tensors[pc->tensor];
-        const wm__place *pl = &m->place[pc->tensor];
-        unsigned char *dst = p->cs->dev[pl->chunk] + pl->dst_off + (pc->off - t->offset);
-        ce = CU(cudaMemcpyAsync(dst, src + (pc->off - win->start), pc->len,
-                                cudaMemcpyHostToDevice, w->stream));
-        if (ce)
-            return cu_fail(err, ce, "cudaMemcpyAsync", "%s: tensor '%s': copying %zu bytes to device %d",
-                           sh->path, m->file->names + t->name_off, pc->len, p->cs->device);
-    }
-    ce = CU(cudaEventRecord(s->ev, w->stream));
-    if (ce)
-        return cu_fail(err, ce, "cudaEventRecord", "%s: copies to device %d", sh->path,
-                       p->cs->device);
-    atomic_fetch_add(&p->done, win->bytes);
-    return WM_OK;
+    wm__os_mutex_unlock(&p->mu);
 }
 
-/* A worker's stream, events and (staged) its registered part of the ring. */
-static wm_status worker_open(worker *w, wm_error *err) {
-    pipe *p = w->p;
+static void *reader_main(void *arg) {
+    wm__os_task_scope(read_loop, arg);
+    return NULL;
+}
+
+/* The loading thread's part: queue copies for filled slots, retire busy slots when there is
+ * nothing else to do, and fill slots itself when no reader does (one thread, or the registered
+ * path); until every window's copies are queued or the pipe fails. */
+static void drive(pipe *p, bool self_fill) {
+    enum { END, WAITED, ISSUE, FILL, RETIRE } act;
+    for (;;) {
+        unsigned k = 0;
+        size_t i = 0;
+        wm__os_mutex_lock(&p->mu);
+        if (p->failed || (!p->n_filled && p->issued == p->n_win)) {
+            act = END;
+        } else if (p->n_filled) {
+            k = p->filled_q[p->filled_head];
+            p->filled_head = (p->filled_head + 1) % p->n_slots;
+            p->n_filled--;
+            act = ISSUE;
+        } else if (self_fill && p->n_free && p->next < p->n_win) {
+            k = p->free_q[--p->n_free];
+            i = p->next++;
+            act = FILL;
+        } else if (p->n_busy) {
+            act = RETIRE;
+        } else {
+            wm__os_cond_wait(&p->to_loader, &p->mu);
+            act = WAITED;
+        }
+        wm__os_mutex_unlock(&p->mu);
+        wm_error e;
+        wm_status st = WM_OK;
+        if (act == END) break;
+        if (act == FILL) {
+            slot *s = &p->slots[k];
+            s->win = i;
+            st = p->registered ? register_window(p, s, &p->win[i], &e)
+                               : read_window(p, s, &p->win[i], &e);
+        }
+        if (!st && (act == ISSUE || act == FILL)) {
+            st = issue(p, k, &e);
+            if (!st && wm__progress(p->m, p->done, p->total))
+                st = wm__err(&e, WM_ECANCELED, 0, "%s: load canceled by the progress callback",
+                             p->m->file->path);
+        }
+        if (!st && act == RETIRE) st = retire_oldest(p, &e);
+        if (st) {
+            fail_pipe(p, &e);
+            break;
+        }
+    }
+}
+
+/* The loading thread's streams, one event per slot and (staged) the registered ring. */
+static wm_status pipe_open(pipe *p, wm_error *err) {
     const char *path = p->m->file->path;
     int dev = p->cs->device;
-    cudaError_t ce = CU(cudaSetDevice(dev));
-    if (ce) return cu_fail(err, ce, "cudaSetDevice", "%s: CUDA device %d", path, dev);
-    ce = CU(cudaStreamCreateWithFlags(&w->stream, cudaStreamNonBlocking));
-    if (ce) return cu_fail(err, ce, "cudaStreamCreateWithFlags", "%s: device %d", path, dev);
-    w->stream_made = true;
-    for (unsigned k = 0; k < SLOTS; k++) {
-        slot *s = &w->slots[k];
+    unsigned want = p->n_slots < MAX_STREAMS ? p->n_slots : MAX_STREAMS;
+    cudaError_t ce;
+    while (p->n_streams < want) {
+        ce = CU(cudaStreamCreateWithFlags(&p->streams[p->n_streams], cudaStreamNonBlocking));
+        if (ce) return cu_fail(err, ce, "cudaStreamCreateWithFlags", "%s: device %d", path, dev);
+        p->n_streams++;
+    }
+    for (unsigned k = 0; k < p->n_slots; k++) {
+        slot *s = &p->slots[k];
         ce = CU(cudaEventCreateWithFlags(&s->ev, cudaEventDisableTiming | cudaEventBlockingSync));
         if (ce) return cu_fail(err, ce, "cudaEventCreateWithFlags", "%s: device %d", path, dev);
         s->ev_made = true;
     }
     if (!p->registered) {
-        size_t len = SLOTS * p->wsize;
-        w->ring_part = p->ring + (size_t)w->index * len;
-        ce = CU(cudaHostRegister(w->ring_part, len, cudaHostRegisterDefault));
+        size_t len = (size_t)p->n_slots * p->wsize;
+        ce = CU(cudaHostRegister(p->ring, len, cudaHostRegisterDefault));
         if (ce)
             return cu_fail(err, ce, "cudaHostRegister",
                            "%s: pinning %zu bytes of staging for device %d", path, len, dev);
         wm__ledger_acquire(WM_LEDGER_PINNED, len);
-        w->ring_registered = true;
-        for (unsigned k = 0; k < SLOTS; k++) w->slots[k].host = w->ring_part + k * p->wsize;
+        p->ring_registered = true;
+        for (unsigned k = 0; k < p->n_slots; k++)
+            p->slots[k].host = p->ring + k * p->wsize;
     }
     return WM_OK;
 }
 
-/* Waits for every copy the worker queued, then gives back registrations, events and stream.
- * Cannot fail: after a device error the copies are dead and nothing waits on them. */
-static void worker_close(worker *w) {
-    if (w->stream_made) cudaStreamSynchronize(w->stream);
-    for (unsigned k = 0; k < SLOTS; k++) {
-        slot *s = &w->slots[k];
+/* Waits for every queued copy, then gives back registrations, events and streams. Cannot
+ * fail: after a device error the copies are dead and nothing waits on them. */
+static void pipe_close(pipe *p) {
+    for (unsigned t = 0; t < p->n_streams; t++)
+        cudaStreamSynchronize(p->streams[t]);
+    for (unsigned k = 0; k < p->n_slots; k++) {
+        slot *s = &p->slots[k];
         if (s->reg) {
             cudaHostUnregister(s->reg);
             wm__ledger_release(WM_LEDGER_PINNED, s->reg_len);
@@ -368,70 +499,55 @@ static void worker_close(worker *w) {
         if (s->ev_made) cudaEventDestroy(s->ev);
         s->ev_made = false;
     }
-    if (w->ring_registered) {
-        cudaHostUnregister(w->ring_part);
-        wm__ledger_release(WM_LEDGER_PINNED, SLOTS * w->p->wsize);
-        w->ring_registered = false;
+    if (p->ring_registered) {
+        cudaHostUnregister(p->ring);
+        wm__ledger_release(WM_LEDGER_PINNED, (size_t)p->n_slots * p->wsize);
+        p->ring_registered = false;
     }
-    if (w->stream_made) cudaStreamDestroy(w->stream);
-    w->stream_made = false;
+    for (unsigned t = 0; t < p->n_streams; t++)
+        cudaStreamDestroy(p->streams[t]);
+    p->n_streams = 0;
     (void)cudaGetLastError();
 }
 
-static void work(worker *w, bool main) {
-    pipe *p = w->p;
+/* Runs the pipeline with `n_readers` reader threads (0: the loading thread fills the slots
+ * itself). Every CUDA call is made here, on the loading thread. */
+static wm_status run_pipe(pipe *p, wm_os_thread *th, unsigned n_readers, wm_error *err) {
     wm_error e;
-    if (worker_open(w, &e)) {
+    if (pipe_open(p, &e)) {
         fail_pipe(p, &e);
     } else {
-        while (!atomic_load(&p->failed)) {
-            size_t i = atomic_fetch_add(&p->next, 1);
-            if (i >= p->n_win) break;
-            if (do_window(w, &p->win[i], &e)) {
-                fail_pipe(p, &e);
-                break;
-            }
-            if (main && wm__progress(p->m, atomic_load(&p->done), p->total)) {
-                wm__err(&e, WM_ECANCELED, 0, "%s: load canceled by the progress callback",
-                        p->m->file->path);
-                fail_pipe(p, &e);
-            }
-        }
-        /* The last windows' copies must be done before the load reports success. */
-        for (unsigned k = 0; k < SLOTS && !atomic_load(&p->failed); k++)
-            if (retire(w, &w->slots[k], &e)) fail_pipe(p, &e);
+        for (unsigned k = 0; k < p->n_slots; k++)
+            p->free_q[p->n_free++] = k;
     }
-    worker_close(w);
-}
-
-static void work_scope(void *arg) { work(arg, false); }
-static void *worker_main(void *arg) {
-    wm__os_task_scope(work_scope, arg);
-    return NULL;
-}
-
-/* Runs the pipeline on `n` workers (the calling thread is worker 0). */
-static wm_status run_pipe(pipe *p, worker *ws, unsigned n, wm_error *err) {
     unsigned started = 0;
-    for (unsigned t = 1; t < n; t++) {
-        int e = wm__os_thread_start(&ws[t].th, worker_main, &ws[t]);
-        if (e) {
-            wm_error ferr;
-            wm__err(&ferr, WM_ENOMEM, e, "%s: cannot start worker thread %u: %s",
-                    p->m->file->path, t, wm__errno_text(e));
-            fail_pipe(p, &ferr);
+    for (unsigned t = 0; t < n_readers && !pipe_failed(p); t++) {
+        int oe = wm__os_thread_start(&th[t], reader_main, p);
+        if (oe) {
+            wm__err(&e, WM_ENOMEM, oe, "%s: cannot start worker thread %u: %s", p->m->file->path,
+                    t + 1, wm__errno_text(oe));
+            fail_pipe(p, &e);
             break;
         }
-        wm__ledger_acquire(WM_LEDGER_SCRATCH, ws[t].th.stack_len);
+        wm__ledger_acquire(WM_LEDGER_SCRATCH, th[t].stack_len);
         started++;
     }
-    work(&ws[0], true);
-    for (unsigned t = 1; t <= started; t++) {
-        size_t len = ws[t].th.stack_len;
-        wm__os_thread_join(&ws[t].th);
+    if (!pipe_failed(p)) drive(p, n_readers == 0);
+    wm__os_mutex_lock(&p->mu);
+    p->stop = true;
+    wm__os_cond_broadcast(&p->to_readers);
+    wm__os_mutex_unlock(&p->mu);
+    for (unsigned t = 0; t < started; t++) {
+        size_t len = th[t].stack_len;
+        wm__os_thread_join(&th[t]);
         wm__ledger_release(WM_LEDGER_SCRATCH, len);
     }
-    if (atomic_load(&p->failed)) {
+    /* The last windows' copies must be done before the load reports success. The readers are
+     * gone: the pipe is this thread's alone now. */
+    while (!p->failed && p->n_busy)
+        if (retire_oldest(p, &e)) fail_pipe(p, &e);
+    pipe_close(p);
+    if (p->failed) {
         if (err) *err = p->first;
         return p->first.code;
     }
@@ -474,8 +590,8 @@ static wm_status size_pipe(const wm_model *m, unsigned *workers, size_t *wsize, 
     uint64_t budget = m->opts.pinned_budget ? m->opts.pinned_budget : DEFAULT_BUDGET;
     size_t page = wm__os_page_size();
     if (budget < (uint64_t)SLOTS * page)
-        return wm__err(err, WM_EINVAL, 0, "%s: pinned_budget %llu is below %u pages",
-                       m->file->path, (unsigned long long)budget, SLOTS);
+        return wm__err(err, WM_EINVAL, 0, "%s: pinned_budget %llu is below %u pages", m->file->path,
+                       (unsigned long long)budget, SLOTS);
     unsigned t = wm__load_threads(m);
     if (t > MAX_WORKERS) t = MAX_WORKERS;
     if (t == 0) t = 1;
@@ -526,8 +642,10 @@ static wm_status cuda_load(wm_model *m, wm_error *err) {
     int prev = -1;
     piece *pieces = NULL;
     window *wins = NULL;
-    worker *ws = NULL;
+    void *work = NULL; /* the slots, the pipe's queues and the reader threads */
     wm__region ring = {0};
+    pipe p = {.m = m, .cs = cs};
+    bool mu_made = false, to_readers_made = false, to_loader_made = false;
     wm__region *maps = NULL;
     uint64_t *map_off = NULL;
     size_t n_win = 0;
@@ -537,8 +655,8 @@ static wm_status cuda_load(wm_model *m, wm_error *err) {
     if (st) goto fail;
     if (registered) {
         int ok = 0;
-        cudaError_t ce = CU(cudaDeviceGetAttribute(&ok, cudaDevAttrHostRegisterReadOnlySupported,
-                                                   cs->device));
+        cudaError_t ce =
+            CU(cudaDeviceGetAttribute(&ok, cudaDevAttrHostRegisterReadOnlySupported, cs->device));
         if (ce) {
             st = cu_fail(err, ce, "cudaDeviceGetAttribute", "%s: device %d", path, cs->device);
             goto fail;
@@ -566,8 +684,9 @@ static wm_status cuda_load(wm_model *m, wm_error *err) {
             void *d = NULL;
             cudaError_t ce = CU(cudaMalloc(&d, size));
             if (ce) {
-                st = cu_fail(err, ce, "cudaMalloc", "%s: allocating %zu bytes for buffer %u on device %d",
-                             path, size, c, cs->device);
+                st = cu_fail(err, ce, "cudaMalloc",
+                             "%s: allocating %zu bytes for buffer %u on device %d", path, size, c,
+                             cs->device);
                 goto fail;
             }
             cs->dev[c] = d;
@@ -584,12 +703,30 @@ static wm_status cuda_load(wm_model *m, wm_error *err) {
     st = plan_windows(m, wsize, &pieces, &wins, &n_win, err);
     if (st) goto fail;
     if (n_workers > n_win) n_workers = n_win ? (unsigned)n_win : 1;
-    m->stats.threads = n_workers;
+    /* Readers pread (staged, more than one thread); the registered path registers windows on
+     * the loading thread, so it has none. */
+    unsigned n_slots = n_workers * SLOTS;
+    unsigned n_readers = registered || n_workers == 1 ? 0 : n_workers;
+    m->stats.threads = registered ? 1 : n_workers;
     if (n_win == 0) goto done;
 
-    ws = wm__calloc(n_workers, sizeof *ws);
-    if (!ws) {
+    work = wm__calloc(1, n_slots * sizeof(slot) + n_readers * sizeof(wm_os_thread) +
+                             3 * (size_t)n_slots * sizeof(unsigned));
+    if (!work) {
         st = wm__err(err, WM_ENOMEM, 0, "%s: out of memory", path);
+        goto fail;
+    }
+    wm_os_thread *readers = (wm_os_thread *)((slot *)work + n_slots);
+    unsigned *queues = (unsigned *)(readers + n_readers);
+    int oe = wm__os_mutex_init(&p.mu);
+    mu_made = !oe;
+    if (!oe) oe = wm__os_cond_init(&p.to_readers);
+    to_readers_made = mu_made && !oe;
+    if (!oe) oe = wm__os_cond_init(&p.to_loader);
+    to_loader_made = to_readers_made && !oe;
+    if (oe) {
+        st = wm__err(err, WM_ENOMEM, oe, "%s: cannot make a lock for the load: %s", path,
+                     wm__errno_text(oe));
         goto fail;
     }
     if (registered) {
@@ -602,44 +739,59 @@ static wm_status cuda_load(wm_model *m, wm_error *err) {
         st = map_shards(m, maps, map_off, err);
         if (st) goto fail;
     } else {
-        st = wm__region_pages(m, (size_t)n_workers * SLOTS * wsize, WM_LEDGER_SCRATCH, &ring, err);
+        st = wm__region_pages(m, (size_t)n_slots * wsize, WM_LEDGER_SCRATCH, &ring, err);
         if (st) goto fail;
         /* Registration faults the whole ring in: huge pages make that a few hundred faults. */
         wm__os_advise(ring.base, ring.len, WM_OS_ADV_HUGEPAGE); /* a hint: failure is harmless */
         atomic_store(&last_ring, ring.base);
     }
 
-    pipe p = {.m = m, .cs = cs, .win = wins, .n_win = n_win, .pieces = pieces, .wsize = wsize,
-              .registered = registered, .ring = ring.base, .maps = maps, .map_off = map_off};
-    atomic_init(&p.next, 0);
-    atomic_init(&p.done, 0);
-    atomic_init(&p.failed, 0);
-    for (size_t k = 0; k < n_win; k++) p.total += wins[k].bytes;
-    for (unsigned t = 0; t < n_workers; t++) ws[t] = (worker){.p = &p, .index = t};
-    st = run_pipe(&p, ws, n_workers, err);
-    wm__os_heap_trim(); /* what the runtime freed of the workers' per-thread state */
+    p.win = wins;
+    p.n_win = n_win;
+    p.pieces = pieces;
+    p.wsize = wsize;
+    p.registered = registered;
+    p.ring = ring.base;
+    p.maps = maps;
+    p.map_off = map_off;
+    p.slots = work;
+    p.n_slots = n_slots;
+    p.free_q = queues;
+    p.filled_q = queues + n_slots;
+    p.busy_q = queues + 2 * (size_t)n_slots;
+    for (size_t k = 0; k < n_win; k++)
+        p.total += wins[k].bytes;
+    st = run_pipe(&p, readers, n_readers, err);
     if (st) goto fail;
 
 done:
-    /* Registrations are gone (each worker dropped its own); now the host memory. */
+    /* Registrations are gone (pipe_close dropped them); now the host memory. */
+    if (to_loader_made) wm__os_cond_destroy(&p.to_loader);
+    if (to_readers_made) wm__os_cond_destroy(&p.to_readers);
+    if (mu_made) wm__os_mutex_destroy(&p.mu);
     wm__region_free(&ring);
     if (maps)
-        for (uint32_t s = 0; s < m->file->n_shards; s++) wm__region_free(&maps[s]);
+        for (uint32_t s = 0; s < m->file->n_shards; s++)
+            wm__region_free(&maps[s]);
     wm__free(maps);
     wm__free(map_off);
-    wm__free(ws);
+    wm__free(work);
     wm__free(pieces);
     wm__free(wins);
     restore_device(prev);
     return WM_OK;
 
 fail:
+    if (to_loader_made) wm__os_cond_destroy(&p.to_loader);
+    if (to_readers_made) wm__os_cond_destroy(&p.to_readers);
+    if (mu_made) wm__os_mutex_destroy(&p.mu);
     wm__region_free(&ring);
     if (maps)
-        for (uint32_t s = 0; s < m->file->n_shards; s++) wm__region_free(&maps[s]);
+        for (uint32_t s = 0; s < m->file->n_shards; s++)
+            wm__region_free(&maps[s]);
     wm__free(maps);
     wm__free(map_off);
-    wm__free(ws);
+    wm__free(work);
     wm__free(pieces);
     wm__free(wins);
     cuda_release(m);

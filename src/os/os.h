@@ -96,6 +96,25 @@ void wm__os_thread_join(wm_os_thread *t);
 /* Runs fn(arg) inside the OS's per-task scope (an autorelease pool on Darwin; nothing here). */
 void wm__os_task_scope(void (*fn)(void *), void *arg);
 
+/* A mutex and a condition variable, for handing work between the threads of one call. The
+ * storage is opaque (posix.c checks that a pthread object fits). Only init can fail (counted
+ * as THREAD); destroy only what init made. */
+typedef struct wm_os_mutex {
+    _Alignas(16) unsigned char opaque[64];
+} wm_os_mutex;
+typedef struct wm_os_cond {
+    _Alignas(16) unsigned char opaque[64];
+} wm_os_cond;
+int wm__os_mutex_init(wm_os_mutex *m);
+void wm__os_mutex_destroy(wm_os_mutex *m);
+void wm__os_mutex_lock(wm_os_mutex *m);
+void wm__os_mutex_unlock(wm_os_mutex *m);
+int wm__os_cond_init(wm_os_cond *c);
+void wm__os_cond_destroy(wm_os_cond *c);
+void wm__os_cond_wait(wm_os_cond *c, wm_os_mutex *m);
+void wm__os_cond_signal(wm_os_cond *c);
+void wm__os_cond_broadcast(wm_os_cond *c);
+
 /* /proc (Linux): opens /proc/PID/NAME for reading (pid 0 = this process), and reads it
  * sequentially. wm__os_read reads at most len bytes, retrying EINTR; *got is 0 at end of file.
  * Open faults count as OPEN, reads as PREAD. */

@@ -168,6 +168,44 @@ void wm__os_thread_join(wm_os_thread *t) {
 
 void wm__os_task_scope(void (*fn)(void *), void *arg) { fn(arg); }
 
+_Static_assert(sizeof(pthread_mutex_t) <= sizeof(((wm_os_mutex *)0)->opaque) &&
+                   _Alignof(pthread_mutex_t) <= 16,
+               "pthread_mutex_t does not fit wm_os_mutex");
+_Static_assert(sizeof(pthread_cond_t) <= sizeof(((wm_os_cond *)0)->opaque) &&
+                   _Alignof(pthread_cond_t) <= 16,
+               "pthread_cond_t does not fit wm_os_cond");
+
+int wm__os_mutex_init(wm_os_mutex *m) {
+    int e = wm__fault_hit(WM_OS_THREAD);
+    if (e) return e;
+    return pthread_mutex_init((pthread_mutex_t *)(void *)m->opaque, NULL);
+}
+
+void wm__os_mutex_destroy(wm_os_mutex *m) {
+    pthread_mutex_destroy((pthread_mutex_t *)(void *)m->opaque);
+}
+void wm__os_mutex_lock(wm_os_mutex *m) { pthread_mutex_lock((pthread_mutex_t *)(void *)m->opaque); }
+void wm__os_mutex_unlock(wm_os_mutex *m) {
+    pthread_mutex_unlock((pthread_mutex_t *)(void *)m->opaque);
+}
+
+int wm__os_cond_init(wm_os_cond *c) {
+    int e = wm__fault_hit(WM_OS_THREAD);
+    if (e) return e;
+    return pthread_cond_init((pthread_cond_t *)(void *)c->opaque, NULL);
+}
+
+void wm__os_cond_destroy(wm_os_cond *c) {
+    pthread_cond_destroy((pthread_cond_t *)(void *)c->opaque);
+}
+void wm__os_cond_wait(wm_os_cond *c, wm_os_mutex *m) {
+    pthread_cond_wait((pthread_cond_t *)(void *)c->opaque, (pthread_mutex_t *)(void *)m->opaque);
+}
+void wm__os_cond_signal(wm_os_cond *c) { pthread_cond_signal((pthread_cond_t *)(void *)c->opaque); }
+void wm__os_cond_broadcast(wm_os_cond *c) {
+    pthread_cond_broadcast((pthread_cond_t *)(void *)c->opaque);
+}
+
 /* ---- misc ---- */
 
 size_t wm__os_page_size(void) {
