@@ -207,9 +207,9 @@ WM_TEST(cli_load) {
 #ifdef WM_HAVE_CUDA
     if (have_gpu()) {
         /* The library's figures must read 0 after release. The footprint verdict is not checked:
-         * the CUDA runtime keeps a few hundred KiB of host memory for the worker threads that
-         * called it (seen on an H200: 200-400 KiB after the first load, a few KiB more each
-         * load), which is not the library's to give back. */
+         * the CUDA runtime keeps host memory for the loading thread, the only one that calls it
+         * (seen on an H200: 120-180 KiB after the first loads, a few KiB more each load; see
+         * bench/RESULTS.md, gpu), which is not the library's to give back. */
         static const char *const modes[] = {"--mode heap", "--mode mmap --registered"};
         for (int k = 0; k < 2; k++) {
             snprintf(args, sizeof args, "load '%s' %s --backend cuda:0 --cycles 2 --json", path,
