@@ -242,10 +242,10 @@ static void short_reads(wm_mode mode, unsigned threads) {
         }
     }
     /* A heap load did meet a short read after it began. With one thread the reads and the
-     * progress calls alternate on it, so this is certain; with workers, they may have read
-     * everything before the cut, which is also a correct outcome. */
-    CHECK(mode != WM_MODE_HEAP || progress_calls >= 2);
-    CHECK(mode != WM_MODE_HEAP || threads > 1 || mid_load_failures > 0);
+     * progress calls alternate on it, so this is certain; with workers, the loading thread may
+     * make few progress calls and the workers may read everything before the cut, which is also a
+     * correct outcome. */
+    CHECK(mode != WM_MODE_HEAP || threads > 1 || (progress_calls >= 2 && mid_load_failures > 0));
     wm_file_close(f);
     free(bytes);
 }
