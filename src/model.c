@@ -520,8 +520,8 @@ wm_status wm_model_load(wm_file *file, const wm_load_options *opts, wm_model **o
         wm_os_stat now;
         int e = wm__os_stat(file->shards[s].fd, &now);
         if (e) {
-            st = wm__err(err, WM_EIO, e, "%s: cannot stat: %s", file->shards[s].path,
-                         wm__errno_text(e));
+            st = wm__err(err, wm__status_from_errno(e) == WM_ENOMEM ? WM_ENOMEM : WM_EIO, e,
+                         "%s: cannot stat: %s", file->shards[s].path, wm__errno_text(e));
             goto fail;
         }
         if (now.size != file->shards[s].st.size) {
