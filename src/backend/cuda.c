@@ -765,23 +765,9 @@ static wm_status cuda_load(wm_model *m, wm_error *err) {
     if (st) goto fail;
 
 done:
-    /* Registrations are gone (pipe_close dropped them); now the host memory. */
-    if (to_loader_made) wm__os_cond_destroy(&p.to_loader);
-    if (to_readers_made) wm__os_cond_destroy(&p.to_readers);
-    if (mu_made) wm__os_mutex_destroy(&p.mu);
-    wm__region_free(&ring);
-    if (maps)
-        for (uint32_t s = 0; s < m->file->n_shards; s++)
-            wm__region_free(&maps[s]);
-    wm__free(maps);
-    wm__free(map_off);
-    wm__free(work);
-    wm__free(pieces);
-    wm__free(wins);
-    restore_device(prev);
-    return WM_OK;
-
 fail:
+    /* One cleanup path for success and failure. Registrations are gone (pipe_close dropped
+     * them); now the host memory; on failure also whatever the device holds. */
     if (to_loader_made) wm__os_cond_destroy(&p.to_loader);
     if (to_readers_made) wm__os_cond_destroy(&p.to_readers);
     if (mu_made) wm__os_mutex_destroy(&p.mu);
@@ -794,7 +780,7 @@ fail:
     wm__free(work);
     wm__free(pieces);
     wm__free(wins);
-    cuda_release(m);
+    if (st) cuda_release(m);
     restore_device(prev);
     return st;
 }
