@@ -111,14 +111,16 @@ static int measure(const shard_paths *ps, figures *f, wm_error *err) {
 
 typedef struct bar {
     bool on;
-    double t0;
+    double t0, last;
     bool drawn;
 } bar;
 
+/* Drawn from the second second on, ten times a second at most. */
 static int draw(void *user, uint64_t done, uint64_t total) {
     bar *b = user;
-    double dt = now_s() - b->t0;
-    if (!b->on || dt < 1.0 || total == 0) return 0;
+    double t = now_s(), dt = t - b->t0;
+    if (!b->on || dt < 1.0 || total == 0 || (t - b->last < 0.1 && done < total)) return 0;
+    b->last = t;
     double rate = (double)done / dt;
     double eta = rate > 0 ? (double)(total - done) / rate : 0;
     int w = 30, fill = (int)((double)w * (double)done / (double)total);
