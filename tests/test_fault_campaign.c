@@ -202,10 +202,19 @@ static void short_reads(wm_mode mode, unsigned threads) {
     /* Mid-load cuts only for heap: a mapping made before the cut is valid until touched. */
     for (int pass = 0; pass < (mode == WM_MODE_HEAP ? 2 : 1); pass++) {
         for (size_t c = 0; c < sizeof cuts / sizeof cuts[0]; c++) {
-            /* pass 1 samples the progress calls: the first, the middle and the last */
-            for (uint64_t at = pass; at <= (pass ? progress_calls : 0);
-                 at = at == 1 && progress_calls > 2 ? progress_calls / 2
-                                                    : (at < progress_calls ? progress_calls : at + 1)) {
+            /* pass 1 samples the progress calls: the first, the middle and the last (distinct,
+             * increasing); pass 0 runs once with at = 0 */
+            uint64_t ats[3] = {0}, n_at = 0;
+            if (!pass) {
+                ats[n_at++] = 0;
+            } else {
+                uint64_t cand[3] = {1, progress_calls / 2, progress_calls};
+                for (int k = 0; k < 3; k++)
+                    if (cand[k] >= 1 && cand[k] <= progress_calls && (n_at == 0 || cand[k] > ats[n_at - 1]))
+                        ats[n_at++] = cand[k];
+            }
+            for (uint64_t ai = 0; ai < n_at; ai++) {
+                uint64_t at = ats[ai];
                 /* pass 0: truncated between open and load; pass 1: at the at-th progress call */
                 shrink sh = {path, 0, at, cuts[c]};
                 if (!pass) CHECK(truncate(path, cuts[c]) == 0);
