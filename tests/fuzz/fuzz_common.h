@@ -195,6 +195,23 @@ static void wmf_walk_file(const wm_file *f) {
 
 /* ---- faults ---- */
 
+/* Opens `path`, reads every tensor and key, closes; a failed open must leave *out NULL and a
+ * message, and either way the ledger must be empty afterwards (else abort: a leak is a crash). */
+static void wmf_open_walk_close(const char *path) {
+    wm_file *f = NULL;
+    wm_error err;
+    wm_status st = wm_file_open(path, &f, &err);
+    if (st == WM_OK) {
+        wmf_walk_file(f);
+        wm_file_close(f);
+    } else if (f != NULL || err.code != st || err.msg[0] == '\0') {
+        fprintf(stderr, "failed open left out=%p, err.code %d for status %d, msg '%s'\n",
+                (void *)f, err.code, st, err.msg);
+        abort();
+    }
+    wmf_check_ledger_empty("wm_file_open/wm_file_close");
+}
+
 /* Runs fn(ctx), which must check the ledger itself; then, when the build has fault injection,
  * again with one of the calls it made failed: the k-th of n, with k and the errno (EIO or ENOMEM)
  * chosen from the input's bytes so that a crash reproduces from the input alone. With

@@ -9,20 +9,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static void run_path(void *path) {
-    wm_file *f = NULL;
-    wm_error err;
-    wm_status st = wm_file_open(path, &f, &err);
-    if (st == WM_OK) {
-        wmf_walk_file(f);
-        wm_file_close(f);
-    } else if (f != NULL || err.code != st || err.msg[0] == '\0') {
-        fprintf(stderr, "failed open left out=%p, err.code %d for status %d, msg '%s'\n",
-                (void *)f, err.code, st, err.msg);
-        abort();
-    }
-    wmf_check_ledger_empty("wm_file_open/wm_file_close");
-}
+static void run_path(void *path) { wmf_open_walk_close(path); }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char path[400];
