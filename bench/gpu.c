@@ -3,25 +3,33 @@
  * subcommand prints one JSON line:
  *
  *   gpu load FILE [--registered] [--threads N] [--budget BYTES] [--repeat R] [--verify]
+ *            [--window BYTES] [--slots N] [--serial-ring] [--no-reap]
  *       weightmap's CUDA load (staged, or registered with --registered): wall time of
  *       wm_model_load, the host footprint (RssAnon + RssShmem + VmSwap) sampled every 2 ms
  *       from a thread during each load (peak above its value right after CUDA initialisation),
  *       the ledger's pinned peak, the footprint left after the first and the last release, and
- *       with --verify every byte copied back and compared with the file.
+ *       with --verify every byte copied back and compared with the file. --window, --slots,
+ *       --serial-ring and --no-reap change the staged pipeline (wm__cuda_tune), to measure.
  *   gpu h2d [--bytes BYTES] [--repeat R]
  *       the ceiling of the bus: cudaMemcpyAsync of a registered (cudaHostRegister) buffer to
  *       the device, timed with events, on one stream and on four.
+ *   gpu cycles FILE [--registered] [--threads N] [--cycles N]
+ *       where host memory goes over load+release cycles: the footprint left after each
+ *       release (above its value right after CUDA initialisation), malloc's figures, and the
+ *       mappings whose anonymous memory changed (first cycle; first to last).
  *   gpu pread FILE [--threads N] [--block BYTES] [--repeat R]
  *       the ceiling of the page cache: N threads pread the file in blocks, into reused
  *       per-thread buffers and into one buffer the size of the file (both pre-faulted).
  *
  * Without a CUDA build, or with no arguments, it says so and exits 77 (skipped), so `make
- * bench` passes over it. Sections: helpers; footprint sampler; load; h2d; pread; main.
+ * bench` passes over it. Sections: helpers; footprint sampler; load; h2d; pread; cycles; main.
  */
 #include "weightmap.h"
+#include "backend/backend.h" /* wm__cuda_tune: the pipeline's measuring knobs */
 
 #include <fcntl.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -168,11 +176,20 @@ static int cmd_load(int argc, char **argv) {
     wm_load_options o = {0};
     o.backend = WM_BACKEND_CUDA;
     o.mode = WM_MODE_HEAP;
-    unsigned repeat = 3;
+    unsigned repeat = 3, slots = 0, flags = 0;
+    uint64_t window = 0;
     bool check = false;
     for (int i = 0; i < argc; i++) {
         uint64_t v;
-        if (!strcmp(argv[i], "--registered")) {
+        if (!strcmp(argv[i], "--window") && i + 1 < argc && parse_size(argv[++i], &v)) {
+            window = v;
+        } else if (!strcmp(argv[i], "--slots") && i + 1 < argc && parse_size(argv[++i], &v)) {
+            slots = (unsigned)v;
+        } else if (!strcmp(argv[i], "--serial-ring")) {
+            flags |= WM__CUDA_SERIAL_RING;
+        } else if (!strcmp(argv[i], "--no-reap")) {
+            flags |= WM__CUDA_NO_REAP;
+        } else if (!strcmp(argv[i], "--registered")) {
             o.mode = WM_MODE_MMAP;
             o.cuda_registered = 1;
         } else if (!strcmp(argv[i], "--verify")) {
@@ -193,6 +210,7 @@ static int cmd_load(int argc, char **argv) {
         }
     }
     if (!path) return 2;
+    wm__cuda_tune((size_t)window, slots, flags);
     wm_error err;
     if (wm_backend_init(WM_BACKEND_CUDA, 0, &err) != WM_OK) {
         fprintf(stderr, "gpu: %s\n", err.msg);
@@ -245,13 +263,16 @@ static int cmd_load(int argc, char **argv) {
     qsort(sorted, repeat, sizeof *sorted, cmp_double);
     double best = sorted[0], median = sorted[repeat / 2];
     printf("{\"bench\": \"load\", \"file\": \"%s\", \"path\": \"%s\", \"threads\": %u, "
+           "\"window\": %" PRIu64 ", \"slots\": %u, \"serial_ring\": %s, \"reap\": %s, "
            "\"budget\": %" PRIu64 ", \"tensor_bytes\": %" PRIu64 ", \"buffers\": %u, "
            "\"repeat\": %u, \"best_s\": %.4f, \"median_s\": %.4f, \"best_gbps\": %.2f, "
            "\"median_gbps\": %.2f, \"footprint_base\": %" PRIu64 ", \"footprint_peak_delta\": %" PRIu64
            ", \"pinned_peak\": %" PRIu64 ", \"scratch_peak\": %" PRIu64 ", \"verified\": %s, "
            "\"released\": %s, \"footprint_left_first\": %" PRId64 ", \"footprint_left_last\": %" PRId64
            "}\n",
-           path, o.cuda_registered ? "registered" : "staged", st.threads, o.pinned_budget,
+           path, o.cuda_registered ? "registered" : "staged", st.threads, window, slots,
+           flags & WM__CUDA_SERIAL_RING ? "true" : "false", flags & WM__CUDA_NO_REAP ? "false" : "true",
+           o.pinned_budget,
            st.tensor_bytes, st.buffers, repeat, best, median, (double)st.tensor_bytes / best / 1e9,
            (double)st.tensor_bytes / median / 1e9, base, peak_delta, pinned_peak, scratch_peak,
            check ? (verified ? "true" : "false") : "null", released ? "true" : "false", left_first,
@@ -405,6 +426,124 @@ static int cmd_pread(int argc, char **argv) {
     return atomic_load(&j.failed) ? 1 : 0;
 }
 
+/* ---- cycles ---- */
+
+/* One mapping of /proc/self/smaps: its start, name and Anonymous kB. */
+typedef struct anon_map {
+    uint64_t start;
+    uint64_t anon_kb;
+    char name[48];
+} anon_map;
+
+static size_t anon_maps(anon_map *out, size_t cap) {
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f) return 0;
+    char line[512];
+    size_t n = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long long a, b, kb;
+        int name_at = 0;
+        if (sscanf(line, "%llx-%llx %*s %*s %*s %*s %n", &a, &b, &name_at) == 2 && name_at > 0) {
+            if (n == cap) break;
+            out[n] = (anon_map){.start = a};
+            snprintf(out[n].name, sizeof out[n].name, "%s", line + name_at);
+            out[n].name[strcspn(out[n].name, "\n")] = 0;
+            n++;
+        } else if (n && sscanf(line, "Anonymous: %llu kB", &kb) == 1) {
+            out[n - 1].anon_kb = kb;
+        }
+    }
+    fclose(f);
+    return n;
+}
+
+/* Prints the mappings whose Anonymous kB differ between two snapshots (new, gone or changed). */
+static void anon_diff(const char *what, const anon_map *a, size_t na, const anon_map *b, size_t nb) {
+    for (size_t j = 0; j < nb; j++) {
+        uint64_t before = 0;
+        for (size_t i = 0; i < na; i++)
+            if (a[i].start == b[j].start) before = a[i].anon_kb;
+        if (before != b[j].anon_kb)
+            printf("{\"bench\": \"cycles-map\", \"between\": \"%s\", \"start\": \"%" PRIx64
+                   "\", \"name\": \"%s\", \"kb_before\": %" PRIu64 ", \"kb_after\": %" PRIu64 "}\n",
+                   what, b[j].start, b[j].name, before, b[j].anon_kb);
+    }
+    for (size_t i = 0; i < na; i++) {
+        bool kept = false;
+        for (size_t j = 0; j < nb && !kept; j++) kept = a[i].start == b[j].start;
+        if (!kept && a[i].anon_kb)
+            printf("{\"bench\": \"cycles-map\", \"between\": \"%s\", \"start\": \"%" PRIx64
+                   "\", \"name\": \"%s\", \"kb_before\": %" PRIu64 ", \"kb_after\": 0}\n",
+                   what, a[i].start, a[i].name, a[i].anon_kb);
+    }
+}
+
+/* gpu cycles FILE [--registered] [--threads N] [--cycles N]: the host footprint left after each
+ * load+release (above its value right after wm_backend_init), malloc's own figures, and which
+ * mappings hold what is left (after the first cycle, and what grew from the first to the last):
+ * where the CUDA runtime keeps host memory. */
+static int cmd_cycles(int argc, char **argv) {
+    const char *path = NULL;
+    wm_load_options o = {0};
+    o.backend = WM_BACKEND_CUDA;
+    o.mode = WM_MODE_HEAP;
+    unsigned cycles = 10;
+    for (int i = 0; i < argc; i++) {
+        uint64_t v;
+        if (!strcmp(argv[i], "--registered")) {
+            o.mode = WM_MODE_MMAP;
+            o.cuda_registered = 1;
+        } else if (!strcmp(argv[i], "--threads") && i + 1 < argc && parse_size(argv[++i], &v)) {
+            o.threads = (unsigned)v;
+        } else if (!strcmp(argv[i], "--cycles") && i + 1 < argc && parse_size(argv[++i], &v) && v) {
+            cycles = (unsigned)v;
+        } else if (!path && argv[i][0] != '-') {
+            path = argv[i];
+        } else {
+            fprintf(stderr, "gpu cycles: bad argument %s\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!path) return 2;
+    enum { CAP = 4096 };
+    static anon_map m0[CAP], m1[CAP], mn[CAP];
+    wm_error err;
+    if (wm_backend_init(WM_BACKEND_CUDA, 0, &err) != WM_OK) {
+        fprintf(stderr, "gpu: %s\n", err.msg);
+        return 77;
+    }
+    wm_file *f;
+    if (wm_file_open(path, &f, &err) != WM_OK) {
+        fprintf(stderr, "gpu: %s\n", err.msg);
+        return 1;
+    }
+    size_t n0 = anon_maps(m0, CAP), n1 = 0, nn = 0;
+    uint64_t base = footprint();
+    for (unsigned c = 1; c <= cycles; c++) {
+        wm_model *m;
+        if (wm_model_load(f, &o, &m, &err) != WM_OK) {
+            fprintf(stderr, "gpu: %s\n", err.msg);
+            return 1;
+        }
+        wm_model_release(m);
+        uint64_t now = footprint();
+        struct mallinfo2 mi = mallinfo2();
+        wm_ledger l;
+        wm_ledger_get(&l);
+        printf("{\"bench\": \"cycles\", \"path\": \"%s\", \"threads\": %u, \"cycle\": %u, "
+               "\"left\": %" PRId64 ", \"malloc_in_use\": %zu, \"malloc_arena\": %zu, "
+               "\"malloc_mmapped\": %zu, \"ledger\": %" PRIu64 "}\n",
+               o.cuda_registered ? "registered" : "staged", o.threads, c, (int64_t)(now - base),
+               mi.uordblks, mi.arena, mi.hblkhd, wm_ledger_bytes(&l));
+        if (c == 1) n1 = anon_maps(m1, CAP);
+    }
+    nn = anon_maps(mn, CAP);
+    anon_diff("base..first", m0, n0, m1, n1);
+    anon_diff("first..last", m1, n1, mn, nn);
+    wm_file_close(f);
+    return 0;
+}
+
 #endif /* WM_HAVE_CUDA */
 
 /* ---- main ---- */
@@ -414,6 +553,7 @@ int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "load")) return cmd_load(argc - 2, argv + 2);
     if (argc >= 2 && !strcmp(argv[1], "h2d")) return cmd_h2d(argc - 2, argv + 2);
     if (argc >= 2 && !strcmp(argv[1], "pread")) return cmd_pread(argc - 2, argv + 2);
+    if (argc >= 2 && !strcmp(argv[1], "cycles")) return cmd_cycles(argc - 2, argv + 2);
     fprintf(stderr, "bench/gpu: run bench/gpu.sh on a machine with a GPU (usage: gpu load FILE "
                     "[--registered] ... | gpu h2d | gpu pread FILE); skipped\n");
 #else

@@ -16,7 +16,7 @@
 # files of libcjson1, libcjson-dev, pkgconf, pkgconf-bin and libpkgconf3, unpacked and used when
 # the machine lacks pkg-config or libcjson; default .debs, git-ignored locally: fill it with
 # `apt-get download libcjson1 libcjson-dev pkgconf pkgconf-bin libpkgconf3`), SKIP_TESTS=1,
-# REPEAT (default 5).
+# REPEAT (default 5), TUNE=1 (also run the pipeline's tuning matrix).
 set -u
 SIZE=${1:-8G}
 OUT=${OUT:-/tmp/wm-gpu-out}
@@ -99,6 +99,13 @@ done
 $W load "$GGUF" --mode heap --backend cuda:7 >>"$LOG" 2>&1
 echo "weightmap load --backend cuda:7 (no such device): exit $?" | tee -a "$LOG"
 
+# ---- where host memory goes over cycles ----
+say "cycles: footprint left after each release (bench/gpu cycles)"
+for a in "--threads 16" "--threads 1" "--registered"; do
+    timeout 120 $BUILD/bench/gpu cycles "$GGUF" $a --cycles 8 | tee -a "$JSONL"
+done
+MALLOC_ARENA_MAX=1 timeout 120 $BUILD/bench/gpu cycles "$GGUF" --threads 16 --cycles 8 | sed 's/"bench": "cycles"/"bench": "cycles-arena1"/' | tee -a "$JSONL"
+
 # ---- ceilings ----
 say "ceilings"
 $G h2d --bytes 1G --repeat 8 | tee -a "$JSONL"
@@ -118,6 +125,25 @@ for t in 8 12 24 32; do
 done
 $G load "$GGUF" --max-buffer 1G --repeat 3 | tee -a "$JSONL"
 $G load "$GGUF" --registered --budget 1G --repeat 3 | tee -a "$JSONL"
+
+# The pipeline's knobs (TUNE=1): threads, window and slot sizes, how the ring is pinned, and
+# whether finished slots are retired early (bench/gpu load --window/--slots/--serial-ring/
+# --no-reap; the first row of each group is the default).
+if [ "${TUNE:-0}" = 1 ]; then
+    say "tuning matrix"
+    $G pread "$GGUF" --threads 8 --repeat 3 | sed 's/"bench": "pread"/"bench": "pread-8"/' | tee -a "$JSONL"
+    for t in 16 15 12 8; do
+        $G load "$GGUF" --threads $t --repeat 5 | tee -a "$JSONL"
+        $G load "$GGUF" --threads $t --repeat 5 --serial-ring | tee -a "$JSONL"
+        $G load "$GGUF" --threads $t --repeat 5 --no-reap | tee -a "$JSONL"
+    done
+    for t in 16 8; do
+        for ws in "1M 4" "2M 3" "2M 4" "4M 2" "4M 3" "8M 2"; do
+            set -- $ws
+            $G load "$GGUF" --threads $t --window $1 --slots $2 --budget 1G --repeat 5 | tee -a "$JSONL"
+        done
+    done
+fi
 
 # The page cache's ceiling again, after the loads: how much it moves within one run.
 $G pread "$GGUF" --threads "$NPROC" --repeat 3 | sed 's/"bench": "pread"/"bench": "pread-again"/' | tee -a "$JSONL"
@@ -145,12 +171,20 @@ for p in (r for r in rows if r["bench"].startswith("pread")):
 for r in rows:
     if r["bench"] == "load":
         name = f"weightmap {r['path']}, {r['threads']} threads" + (f", budget {r['budget'] // MiB} MiB" if r["budget"] else "") + (f", {r['buffers']} buffers" if r["buffers"] > 1 else "")
+        name += (f", {r['window'] // MiB} MiB x {r['slots']} slots" if r.get("window") else "") + (", ring pinned first" if r.get("serial_ring") else "") + (", no early retire" if r.get("reap") is False else "")
         x = f"{r['best_gbps'] / ceiling:.2f}" if ceiling else ""
         xs = f"{r['best_gbps'] / st['best_gbps']:.1f}" if st and st["best_gbps"] else ""
         fmt = r["file"].rsplit(".", 1)[-1]
         print(f"| {name} | {fmt} | {r['best_gbps']} | {r['median_gbps']} | {x} | {xs} | {r['footprint_peak_delta'] / MiB:.1f} MiB | {r['pinned_peak'] / MiB:.0f} MiB | {r['verified']} |")
 if st:
     print(f"| safetensors.torch.load_file(device='cuda:0') | safetensors | {st['best_gbps']} | {st['median_gbps']} | {st['best_gbps'] / ceiling:.2f} | 1.0 | {st['footprint_peak_delta'] / MiB:.1f} MiB | | |")
+cyc = [r for r in rows if r["bench"].startswith("cycles")]
+if cyc:
+    print("\n| cycles (footprint left after each release, KiB) | " + " | ".join(str(c) for c in range(1, 9)) + " |")
+    print("|---|" + "---:|" * 8)
+    for key in sorted({(r["bench"], r["path"], r["threads"]) for r in cyc if r["bench"] != "cycles-map"}):
+        left = [r["left"] // 1024 for r in cyc if r["bench"] != "cycles-map" and (r["bench"], r["path"], r["threads"]) == key]
+        print(f"| {key[0]} {key[1]}, {key[2]} threads | " + " | ".join(str(x) for x in left) + " |")
 if ceiling:
     print(f"\nceiling = min(H2D {h2d['best_gbps']}, pread {pr['best_gbps']}) = {ceiling} GB/s; target 0.9 x = {0.9 * ceiling:.2f} GB/s" + (f"; 5 x safetensors = {5 * st['best_gbps']:.2f} GB/s" if st else ""))
 EOF

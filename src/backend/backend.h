@@ -125,4 +125,11 @@ bool wm__progress(wm_model *m, uint64_t done, uint64_t total);
 /* Threads a load uses: opts.threads, or one per online CPU, at most 64. */
 unsigned wm__load_threads(const wm_model *m);
 
+/* The CUDA pipeline's measuring knobs (bench/gpu.c; cuda.c says what they do): the staged
+ * window size (0: keep), slots per worker (0: keep) and these flags. Not thread-safe: call it
+ * between loads. A build without CUDA has no such function. */
+#define WM__CUDA_SERIAL_RING 1u /* register the ring before the readers start */
+#define WM__CUDA_NO_REAP 2u     /* retire slots only when there is nothing else to do */
+void wm__cuda_tune(size_t wsize, unsigned slots, unsigned flags);
+
 #endif /* WM_BACKEND_H */

@@ -43,21 +43,23 @@
 #include <cuda_runtime_api.h>
 
 #define DEFAULT_BUDGET ((uint64_t)256 << 20)
-/* Window (slot) sizes. Staged windows stay small: on an H200 with 16 threads, a ring of 2 MiB
- * slots (64 MiB) loaded 8 GiB at 42 GB/s and one of 8 MiB slots (256 MiB) at 31 GB/s, since
- * faulting in and pinning the ring costs more than bigger copies save. A registered window
- * costs one cudaHostRegister, so there bigger is better. */
-#ifndef WM_CUDA_STAGED_WINDOW
-#define WM_CUDA_STAGED_WINDOW (2u << 20) /* a build may set it, for measuring */
-#endif
-#define STAGED_WINDOW ((size_t)WM_CUDA_STAGED_WINDOW)
 #define MAX_WINDOW ((size_t)64 << 20)
 #define MIN_WINDOW ((size_t)1 << 20)
 #define MAX_WORKERS 64u
-#ifndef WM_CUDA_SLOTS
-#define WM_CUDA_SLOTS 2 /* slots per worker; a build may set it, for measuring */
-#endif
-#define SLOTS WM_CUDA_SLOTS
+#define MAX_SLOTS 8u
+
+/* How the pipeline runs. The defaults are what measured fastest on an H200 (bench/RESULTS.md):
+ * staged windows stay small, since with 16 threads a ring of 2 MiB slots (64 MiB) loaded 8 GiB
+ * at 42 GB/s and one of 8 MiB slots (256 MiB) at 31 GB/s: faulting in and pinning a bigger ring
+ * costs more than bigger copies save. A registered window costs one cudaHostRegister, so there
+ * bigger is better (up to MAX_WINDOW). bench/gpu.c changes them through wm__cuda_tune, to
+ * measure; nothing else does. */
+static struct {
+    size_t window;    /* staged window (slot) size */
+    unsigned slots;   /* slots per worker */
+    bool serial_ring; /* register the ring before the readers start (they fault it in otherwise) */
+    bool no_reap;     /* never retire finished slots early with cudaEventQuery */
+} tuning = {(size_t)2 << 20, 2, false, false};
 
 /* ---- CUDA calls and errors ---- */
 
@@ -347,15 +349,19 @@ static wm_status issue(pipe *p, unsigned k, wm_error *err) {
     return WM_OK;
 }
 
-/* Waits for the oldest busy slot's copies, unregisters its window (registered path) and gives
- * it back to the readers (loading thread). */
-static wm_status retire_oldest(pipe *p, wm_error *err) {
+/* Gives the oldest busy slot back once its copies are done: unregisters its window (registered
+ * path) and hands it to the readers (loading thread). With `wait` it waits for the copies
+ * (cudaEventSynchronize); without, it only asks (cudaEventQuery) and sets *done to whether the
+ * slot was retired. */
+static wm_status retire_oldest(pipe *p, bool wait, bool *done, wm_error *err) {
     unsigned k = p->busy_q[p->busy_head];
     slot *s = &p->slots[k];
-    cudaError_t ce = CU(cudaEventSynchronize(s->ev));
+    *done = false;
+    cudaError_t ce = wait ? CU(cudaEventSynchronize(s->ev)) : CU(cudaEventQuery(s->ev));
+    if (ce == cudaErrorNotReady && !wait) return WM_OK;
     if (ce)
-        return cu_fail(err, ce, "cudaEventSynchronize", "%s: waiting for copies to device %d",
-                       p->m->file->path, p->cs->device);
+        return cu_fail(err, ce, wait ? "cudaEventSynchronize" : "cudaEventQuery",
+                       "%s: waiting for copies to device %d", p->m->file->path, p->cs->device);
     if (s->reg) {
         cudaHostUnregister(s->reg);
         wm__ledger_release(WM_LEDGER_PINNED, s->reg_len);
@@ -368,6 +374,19 @@ static wm_status retire_oldest(pipe *p, wm_error *err) {
     p->free_q[p->n_free++] = k;
     wm__os_cond_broadcast(&p->to_readers);
     wm__os_mutex_unlock(&p->mu);
+    *done = true;
+    return WM_OK;
+}
+
+/* Retires every busy slot whose copies are already done, oldest first, without waiting: the
+ * readers get their slots back as soon as possible, not only when the loading thread has
+ * nothing else to do. */
+static wm_status reap(pipe *p, wm_error *err) {
+    bool done = !tuning.no_reap;
+    while (done && p->n_busy) {
+        wm_status st = retire_oldest(p, false, &done, err);
+        if (st) return st;
+    }
     return WM_OK;
 }
 
@@ -445,7 +464,11 @@ static void drive(pipe *p, bool self_fill) {
                 st = wm__err(&e, WM_ECANCELED, 0, "%s: load canceled by the progress callback",
                              p->m->file->path);
         }
-        if (!st && act == RETIRE) st = retire_oldest(p, &e);
+        if (!st && act == ISSUE && !self_fill) st = reap(p, &e);
+        if (!st && act == RETIRE) {
+            bool done;
+            st = retire_oldest(p, true, &done, &e);
+        }
         if (st) {
             fail_pipe(p, &e);
             break;
@@ -453,7 +476,7 @@ static void drive(pipe *p, bool self_fill) {
     }
 }
 
-/* The loading thread's streams, one event per slot and (staged) the registered ring. */
+/* The loading thread's streams and one event per slot. */
 static wm_status pipe_open(pipe *p, wm_error *err) {
     const char *path = p->m->file->path;
     int dev = p->cs->device;
@@ -470,17 +493,19 @@ static wm_status pipe_open(pipe *p, wm_error *err) {
         if (ce) return cu_fail(err, ce, "cudaEventCreateWithFlags", "%s: device %d", path, dev);
         s->ev_made = true;
     }
-    if (!p->registered) {
-        size_t len = (size_t)p->n_slots * p->wsize;
-        ce = CU(cudaHostRegister(p->ring, len, cudaHostRegisterDefault));
-        if (ce)
-            return cu_fail(err, ce, "cudaHostRegister",
-                           "%s: pinning %zu bytes of staging for device %d", path, len, dev);
-        wm__ledger_acquire(WM_LEDGER_PINNED, len);
-        p->ring_registered = true;
-        for (unsigned k = 0; k < p->n_slots; k++)
-            p->slots[k].host = p->ring + k * p->wsize;
-    }
+    return WM_OK;
+}
+
+/* Staged: registers the whole ring, once. The readers may be writing into it already: pinning
+ * keeps the pages they fault in, and no copy is queued from the ring before this returns. */
+static wm_status pin_ring(pipe *p, wm_error *err) {
+    size_t len = (size_t)p->n_slots * p->wsize;
+    cudaError_t ce = CU(cudaHostRegister(p->ring, len, cudaHostRegisterDefault));
+    if (ce)
+        return cu_fail(err, ce, "cudaHostRegister", "%s: pinning %zu bytes of staging for device %d",
+                       p->m->file->path, len, p->cs->device);
+    wm__ledger_acquire(WM_LEDGER_PINNED, len);
+    p->ring_registered = true;
     return WM_OK;
 }
 
@@ -511,10 +536,17 @@ static void pipe_close(pipe *p) {
 }
 
 /* Runs the pipeline with `n_readers` reader threads (0: the loading thread fills the slots
- * itself). Every CUDA call is made here, on the loading thread. */
+ * itself). Every CUDA call is made here, on the loading thread. The readers start before the
+ * ring is registered: their first preads fault the ring in, in parallel, while this thread pins
+ * it (registering a ring nobody touched yet means faulting in all of it on one thread first). */
 static wm_status run_pipe(pipe *p, wm_os_thread *th, unsigned n_readers, wm_error *err) {
     wm_error e;
-    if (pipe_open(p, &e)) {
+    if (!p->registered)
+        for (unsigned k = 0; k < p->n_slots; k++)
+            p->slots[k].host = p->ring + k * p->wsize;
+    wm_status st = pipe_open(p, &e);
+    if (!st && !p->registered && (tuning.serial_ring || !n_readers)) st = pin_ring(p, &e);
+    if (st) {
         fail_pipe(p, &e);
     } else {
         for (unsigned k = 0; k < p->n_slots; k++)
@@ -532,6 +564,8 @@ static wm_status run_pipe(pipe *p, wm_os_thread *th, unsigned n_readers, wm_erro
         wm__ledger_acquire(WM_LEDGER_SCRATCH, th[t].stack_len);
         started++;
     }
+    if (!pipe_failed(p) && !p->registered && !p->ring_registered && pin_ring(p, &e))
+        fail_pipe(p, &e);
     if (!pipe_failed(p)) drive(p, n_readers == 0);
     wm__os_mutex_lock(&p->mu);
     p->stop = true;
@@ -544,8 +578,9 @@ static wm_status run_pipe(pipe *p, wm_os_thread *th, unsigned n_readers, wm_erro
     }
     /* The last windows' copies must be done before the load reports success. The readers are
      * gone: the pipe is this thread's alone now. */
+    bool done;
     while (!p->failed && p->n_busy)
-        if (retire_oldest(p, &e)) fail_pipe(p, &e);
+        if (retire_oldest(p, true, &done, &e)) fail_pipe(p, &e);
     pipe_close(p);
     if (p->failed) {
         if (err) *err = p->first;
@@ -583,24 +618,25 @@ static wm_status check_cuda_options(const wm_model *m, wm_error *err) {
     return WM_OK;
 }
 
-/* Workers and window size from the budget: two slots per worker, windows of at most
- * STAGED_WINDOW or MAX_WINDOW bytes (and not much more than the model needs), fewer workers
+/* Workers and window size from the budget: tuning.slots (two) slots per worker, windows of at most
+ * tuning.window or MAX_WINDOW bytes (and not much more than the model needs), fewer workers
  * rather than windows under MIN_WINDOW. */
 static wm_status size_pipe(const wm_model *m, unsigned *workers, size_t *wsize, wm_error *err) {
     uint64_t budget = m->opts.pinned_budget ? m->opts.pinned_budget : DEFAULT_BUDGET;
     size_t page = wm__os_page_size();
-    if (budget < (uint64_t)SLOTS * page)
+    unsigned slots = tuning.slots;
+    if (budget < (uint64_t)slots * page)
         return wm__err(err, WM_EINVAL, 0, "%s: pinned_budget %llu is below %u pages", m->file->path,
-                       (unsigned long long)budget, SLOTS);
+                       (unsigned long long)budget, slots);
     unsigned t = wm__load_threads(m);
     if (t > MAX_WORKERS) t = MAX_WORKERS;
     if (t == 0) t = 1;
-    if (budget / ((uint64_t)SLOTS * t) < MIN_WINDOW) {
-        uint64_t fit = budget / ((uint64_t)SLOTS * MIN_WINDOW);
+    if (budget / ((uint64_t)slots * t) < MIN_WINDOW) {
+        uint64_t fit = budget / ((uint64_t)slots * MIN_WINDOW);
         t = fit ? (unsigned)fit : 1;
     }
-    uint64_t w = budget / ((uint64_t)SLOTS * t);
-    uint64_t most = m->opts.cuda_registered ? MAX_WINDOW : STAGED_WINDOW;
+    uint64_t w = budget / ((uint64_t)slots * t);
+    uint64_t most = m->opts.cuda_registered ? MAX_WINDOW : tuning.window;
     if (w > most) w = most;
     /* A small model needs no more staging than about one window per worker. */
     uint64_t each = wm__align_up(m->stats.tensor_bytes / t + 1, page);
@@ -705,7 +741,7 @@ static wm_status cuda_load(wm_model *m, wm_error *err) {
     if (n_workers > n_win) n_workers = n_win ? (unsigned)n_win : 1;
     /* Readers pread (staged, more than one thread); the registered path registers windows on
      * the loading thread, so it has none. */
-    unsigned n_slots = n_workers * SLOTS;
+    unsigned n_slots = n_workers * tuning.slots;
     unsigned n_readers = registered || n_workers == 1 ? 0 : n_workers;
     m->stats.threads = registered ? 1 : n_workers;
     if (n_win == 0) goto done;
@@ -836,9 +872,58 @@ const wm__backend wm__backend_cuda = {
 void *wm__cuda_test_last_ring(void);
 void *wm__cuda_test_last_ring(void) { return atomic_load(&last_ring); }
 
+/* bench/gpu.c's measuring knobs (backend.h). Windows are kept within [MIN_WINDOW, MAX_WINDOW],
+ * slots within [1, MAX_SLOTS]. */
+void wm__cuda_tune(size_t wsize, unsigned slots, unsigned flags) {
+    if (wsize) tuning.window = wsize < MIN_WINDOW ? MIN_WINDOW : wsize > MAX_WINDOW ? MAX_WINDOW : wsize;
+    if (slots) tuning.slots = slots > MAX_SLOTS ? MAX_SLOTS : slots;
+    tuning.serial_ring = (flags & WM__CUDA_SERIAL_RING) != 0;
+    tuning.no_reap = (flags & WM__CUDA_NO_REAP) != 0;
+}
+
 #endif /* WM_HAVE_CUDA */
 
 /* ---- wm_backend_init ---- */
+
+#ifdef WM_HAVE_CUDA
+/* Makes, once, every kind of call a load makes (device memory, a registration, streams, events
+ * on them, host-to-device copies), so that the runtime sets up its lazy host state (it keeps
+ * that until exit) here, before a caller takes its baseline, and not in the first load. Best
+ * effort and not fault-counted: a failure here shows again in the load. */
+static void rehearse(void) {
+    size_t len = wm__os_page_size();
+    void *page = NULL, *dev = NULL;
+    cudaStream_t st[MAX_STREAMS];
+    cudaEvent_t ev[MAX_STREAMS];
+    unsigned n_st = 0, n_ev = 0;
+    bool reg = false;
+    if (wm__scratch_alloc(len, &page) != 0) page = NULL;
+    if (page) reg = cudaHostRegister(page, len, cudaHostRegisterDefault) == cudaSuccess;
+    if (cudaMalloc(&dev, len) != cudaSuccess) dev = NULL;
+    while (n_st < MAX_STREAMS && cudaStreamCreateWithFlags(&st[n_st], cudaStreamNonBlocking) == cudaSuccess)
+        n_st++;
+    while (n_ev < n_st && cudaEventCreateWithFlags(&ev[n_ev], cudaEventDisableTiming |
+                                                                  cudaEventBlockingSync) == cudaSuccess)
+        n_ev++;
+    for (unsigned k = 0; k < n_ev; k++) {
+        if (reg && dev) cudaMemcpyAsync(dev, page, len, cudaMemcpyHostToDevice, st[k]);
+        cudaEventRecord(ev[k], st[k]);
+        (void)cudaEventQuery(ev[k]);
+        cudaEventSynchronize(ev[k]);
+    }
+    for (unsigned k = 0; k < n_ev; k++)
+        cudaEventDestroy(ev[k]);
+    for (unsigned k = 0; k < n_st; k++)
+        cudaStreamDestroy(st[k]);
+    if (dev) cudaFree(dev);
+    if (reg) cudaHostUnregister(page);
+    /* The registered path's kind of registration too. */
+    if (page && cudaHostRegister(page, len, cudaHostRegisterReadOnly) == cudaSuccess)
+        cudaHostUnregister(page);
+    if (page) wm__scratch_free(page, len);
+    (void)cudaGetLastError();
+}
+#endif
 
 wm_status wm_backend_init(wm_backend_kind backend, int device, wm_error *err) {
     if (backend == WM_BACKEND_CPU) return WM_OK;
@@ -856,26 +941,7 @@ wm_status wm_backend_init(wm_backend_kind backend, int device, wm_error *err) {
     if (ce) {
         st = cu_fail(err, ce, "cudaFree", "%s: starting the runtime", who);
     } else {
-        /* What a load uses once, so that the runtime sets up its lazy state now: a stream, an
-         * event, a registration. Best effort: a failure here shows again in the load. */
-        cudaStream_t s;
-        cudaEvent_t e;
-        if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess) {
-            if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming | cudaEventBlockingSync) ==
-                cudaSuccess) {
-                cudaEventRecord(e, s);
-                cudaEventSynchronize(e);
-                cudaEventDestroy(e);
-            }
-            cudaStreamDestroy(s);
-        }
-        void *page;
-        size_t len = wm__os_page_size();
-        if (wm__scratch_alloc(len, &page) == 0) {
-            if (cudaHostRegister(page, len, cudaHostRegisterDefault) == cudaSuccess)
-                cudaHostUnregister(page);
-            wm__scratch_free(page, len);
-        }
+        rehearse();
         (void)cudaGetLastError();
     }
     restore_device(prev);
