@@ -64,7 +64,7 @@ fi
 gen=()
 command -v ninja >/dev/null && gen=(-G Ninja)
 if ! { cmake -S . -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_FAULT_INJECTION=ON \
-        "${cm[@]}" && cmake --build "$BUILD" -j"$NPROC"; } >"$OUT/build.txt" 2>&1; then
+        "${cm[@]}" && cmake --build "$BUILD" -j"$NPROC" --target weightmap_cli bench_gpu test_cuda; } >"$OUT/build.txt" 2>&1; then
     tail -40 "$OUT/build.txt" | tee -a "$LOG"
     exit 1
 fi
