@@ -11,7 +11,7 @@ JOBS      ?= $(shell nproc)
 CTEST     := ctest --output-on-failure -j$(JOBS) --timeout 900
 DEMO_MODEL = build/default-model.gguf
 
-.PHONY: all deps peer build test test-normal test-asan demo install clean bench fuzz fuzz-build test-fuzz test-tsan
+.PHONY: all deps peer build test test-normal test-asan demo install clean bench fuzz fuzz-build test-fuzz test-tsan iq-grids
 
 all: build
 
@@ -83,6 +83,13 @@ bench: build
 	  [ -x $$exe ] || continue; echo; echo "==> $$exe" >&2; rc=0; $$exe || rc=$$?; \
 	  if [ $$rc -eq 77 ]; then echo "bench/$$name: skipped"; \
 	  elif [ $$rc -ne 0 ]; then echo "bench/$$name: failed (exit $$rc)" >&2; exit $$rc; fi; done
+
+# Regenerates src/convert/iq_grids.c (the IQ codebook grids, committed) from the llama.cpp peer's
+# own dequantizers; only when asked (THIRD_PARTY.md says where the data comes from).
+iq-grids: deps
+	@bench/peer.sh >/dev/null
+	@cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@cmake --build build --target iq-grids
 
 install: build
 	cmake --install build

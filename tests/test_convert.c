@@ -5,7 +5,9 @@
  * bytes whose scale fields are made finite); the peer (libggml-base.so from the npm package, or
  * WM_PEER_LIB=dir or WM_PEER_DIR=dir: to_float and from_float_ref of every type through
  * ggml_get_type_traits, and ggml's own half/bfloat16 rows); peer cases (every type dequantized by
- * both and compared byte for byte, on the AVX2 path and the portable path); the committed reference
+ * both and compared byte for byte, on the AVX2 path and the portable path); the IQ codebook grids
+ * (committed hashes, and equality with the grids read back from the peer, tools/gen/iq_extract.h)
+ * and the IQ kernels against the peer; the committed reference
  * checksums (taken once from the peer, so the bit-exactness check also runs where the peer is
  * absent); exact values of the types ggml does not have (float8, integers, F64 rounding); API
  * errors; and the `weightmap cat` command.
@@ -13,10 +15,14 @@
 #include "wmtest.h"
 
 #include "convert/convert.h"
+#include "gguf_builder.h"
+
+#include "../tools/gen/iq_extract.h" /* the peer's traits and location; the IQ grids read back */
 
 #include <dlfcn.h>
 #include <math.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/wait.h>
 
@@ -112,16 +118,6 @@ static uint64_t fnv1a(const void *p, size_t n) {
 
 /* ---- the peer ---- */
 
-typedef struct peer_traits { /* struct ggml_type_traits of ggml 0.23 (llama.cpp v0.4.0) */
-    const char *type_name;
-    int64_t blck_size;
-    int64_t blck_size_interleave;
-    size_t type_size;
-    bool is_quantized;
-    void (*to_float)(const void *x, float *y, int64_t k);
-    void (*from_float_ref)(const float *x, void *y, int64_t k);
-} peer_traits;
-
 static struct {
     void *lib;
     const peer_traits *(*traits)(int type);
@@ -129,15 +125,9 @@ static struct {
     void (*fp32_to_fp16_row)(const float *x, uint16_t *y, int64_t n);
     void (*bf16_to_fp32_row)(const uint16_t *x, float *y, int64_t n);
     void (*fp32_to_bf16_row)(const float *x, uint16_t *y, int64_t n);
+    size_t (*quantize_chunk)(int type, const float *src, void *dst, int64_t start, int64_t nrows,
+                             int64_t n_per_row, const float *imatrix);
 } peer;
-
-static const char *peer_dir(void) {
-    const char *e = getenv("WM_PEER_LIB");
-    if (!e || !*e) e = getenv("WM_PEER_DIR"); /* the name bench/ uses */
-    return e && *e ? e
-                   : WM_SOURCE_DIR
-               "/bench/peers/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64";
-}
 
 static bool peer_load(void) {
     if (peer.lib) return true;
@@ -150,8 +140,9 @@ static bool peer_load(void) {
     *(void **)&peer.fp32_to_fp16_row = dlsym(lib, "ggml_fp32_to_fp16_row");
     *(void **)&peer.bf16_to_fp32_row = dlsym(lib, "ggml_bf16_to_fp32_row");
     *(void **)&peer.fp32_to_bf16_row = dlsym(lib, "ggml_fp32_to_bf16_row_ref");
+    *(void **)&peer.quantize_chunk = dlsym(lib, "ggml_quantize_chunk");
     if (!peer.traits || !peer.fp16_to_fp32_row || !peer.fp32_to_fp16_row ||
-        !peer.bf16_to_fp32_row || !peer.fp32_to_bf16_row)
+        !peer.bf16_to_fp32_row || !peer.fp32_to_bf16_row || !peer.quantize_chunk)
         return false;
     peer.lib = lib;
     return true;
@@ -163,20 +154,34 @@ static bool peer_load(void) {
     } while (0)
 
 /* A type's to_float, or its exported dequantize_row_<name> when the traits leave it out (Q8_K). */
-static void (*peer_to_float(const peer_traits *tr))(const void *, float *, int64_t) {
-    if (tr->to_float) return tr->to_float;
-    char sym[64];
-    snprintf(sym, sizeof sym, "dequantize_row_%s", tr->type_name);
-    void (*f)(const void *, float *, int64_t);
-    *(void **)&f = dlsym(peer.lib, sym);
-    return f;
+static peer_to_float_fn peer_to_float(const peer_traits *tr) {
+    return peer_type_to_float(peer.lib, tr);
 }
 
-/* ggml types with a to_float that weightmap does not convert, with the reason (reported, not a
- * failure): their codebook grids are ggml data that this project does not copy. */
-static bool known_missing(int t) {
+static bool is_iq_codebook(int t) {
     return t == WM_TYPE_IQ2_XXS || t == WM_TYPE_IQ2_XS || t == WM_TYPE_IQ2_S ||
            t == WM_TYPE_IQ3_XXS || t == WM_TYPE_IQ3_S || t == WM_TYPE_IQ1_S || t == WM_TYPE_IQ1_M;
+}
+
+/* The peer quantizes n floats (whole blocks) of type t; false when it has no quantizer for t.
+ * The IQ codebook types go through ggml_quantize_chunk, which first sets up their search tables
+ * (their from_float_ref would assert without that), with an importance matrix of ones (some of
+ * them require one). That set-up costs ggml 2 to 10 s per process for IQ2_XS, IQ2_S, IQ1_S and
+ * IQ1_M, so those four are left to random blocks (false here); IQ2_XXS, IQ3_XXS and IQ3_S take
+ * about a second together. */
+static bool peer_quantize(int t, const float *xs, void *blocks, size_t n) {
+    const peer_traits *tr = peer.traits(t);
+    if (is_iq_codebook(t)) {
+        if (t != WM_TYPE_IQ2_XXS && t != WM_TYPE_IQ3_XXS && t != WM_TYPE_IQ3_S) return false;
+        static float ones[256];
+        for (int i = 0; i < 256; i++)
+            ones[i] = 1.0f;
+        peer.quantize_chunk(t, xs, blocks, 0, (int64_t)(n / 256), 256, ones);
+        return true;
+    }
+    if (!tr->from_float_ref) return false;
+    tr->from_float_ref(xs, blocks, (int64_t)n);
+    return true;
 }
 
 /* Runs wm_convert on the portable path (scalar=1) or the default one. */
@@ -207,7 +212,7 @@ WM_TEST(peer_dequant_f32) {
     static uint8_t blocks[NB_MAX * 292];
     static float want[NB_MAX * 256], got[NB_MAX * 256], xs[NB_MAX * 256];
     int checked = 0;
-    char missing[256] = "", done[512] = "";
+    char done[512] = "";
     for (int t = 0; t < 43; t++) {
         const peer_traits *tr = peer.traits(t);
         if (!tr || tr->blck_size == 0 || t == WM_TYPE_F32) continue;
@@ -217,24 +222,20 @@ WM_TEST(peer_dequant_f32) {
                       tr->type_size == wm_type_block_bytes((wm_type)t),
                   "type %d (%s): peer block %lld elems / %zu bytes", t, tr->type_name,
                   (long long)tr->blck_size, tr->type_size);
-        if (!wm_convert_supported((wm_type)t, WM_TYPE_F32)) {
-            CHECK_MSG(known_missing(t), "type %s has a ggml to_float but no conversion here",
-                      tr->type_name);
-            snprintf(missing + strlen(missing), sizeof missing - strlen(missing), " %s",
-                     tr->type_name);
-            continue;
-        }
+        CHECK_MSG(wm_convert_supported((wm_type)t, WM_TYPE_F32),
+                  "type %s has a ggml to_float but no conversion here", tr->type_name);
         size_t be = (size_t)tr->blck_size, nb = 8192 / be;
         for (int round = 0; round < 4; round++) {
-            if (round < 2 || !tr->from_float_ref) {
-                make_blocks((wm_type)t, nb, 1000u * (unsigned)t + (unsigned)round, blocks);
-            } else { /* realistic blocks: the peer quantizes random floats */
+            bool quantized = false;
+            if (round >= 2) { /* realistic blocks: the peer quantizes random floats */
                 uint64_t s = 77u * (unsigned)t + (unsigned)round;
                 for (size_t i = 0; i < nb * be; i++)
                     xs[i] = (float)((int64_t)(rng_next(&s) % 20001) - 10000) /
                             (round == 2 ? 7000.0f : 3.0f);
-                tr->from_float_ref(xs, blocks, (int64_t)(nb * be));
+                quantized = peer_quantize(t, xs, blocks, nb * be);
             }
+            if (!quantized)
+                make_blocks((wm_type)t, nb, 1000u * (unsigned)t + (unsigned)round, blocks);
             to_float(blocks, want, (int64_t)(nb * be));
             for (int scalar = 0; scalar < 2; scalar++) {
                 memset(got, 0xA5, nb * be * 4);
@@ -251,151 +252,115 @@ WM_TEST(peer_dequant_f32) {
         snprintf(done + strlen(done), sizeof done - strlen(done), " %s", tr->type_name);
     }
     fprintf(stderr, "bit-identical to ggml:%s\n", done);
-    if (missing[0])
-        fprintf(stderr, "not converted (ggml codebook grids not in this project):%s\n", missing);
-    CHECK(checked >= 21);
+    CHECK(checked >= 28);
 }
 
-/* ---- IQ grids, read back from the peer's own dequantizers ---- */
+/* ---- IQ codebook grids ---- */
 
-static uint64_t g_iq2xxs[256], g_iq2xs[512], g_iq2s[1024], g_iq1s[2048];
-static uint32_t g_iq3xxs[256], g_iq3s[512];
+/* The built-in grids (src/convert/iq_grids.c), each with the FNV-1a 64 of its bytes as the
+ * generator wrote them from the peer (peer_iq_grids checks these values against the peer), and
+ * where the same table sits in iq_extract.h's iqx_grids. */
+static const struct iq_table {
+    const char *name;
+    const void *grid;
+    size_t bytes, entry;
+    uint64_t fnv;
+    size_t at;
+} iq_tables[] = {
+    {"iq2xxs", wm__iq2xxs_grid, sizeof wm__iq2xxs_grid, 8, 0xbb4ee025b5ac6e8eull,
+     offsetof(iqx_grids, iq2xxs)},
+    {"iq2xs", wm__iq2xs_grid, sizeof wm__iq2xs_grid, 8, 0xc9b1ee61e79909bdull,
+     offsetof(iqx_grids, iq2xs)},
+    {"iq2s", wm__iq2s_grid, sizeof wm__iq2s_grid, 8, 0x123edd38a3b62b90ull,
+     offsetof(iqx_grids, iq2s)},
+    {"iq3xxs", wm__iq3xxs_grid, sizeof wm__iq3xxs_grid, 4, 0xdfa5dc83d6a155d5ull,
+     offsetof(iqx_grids, iq3xxs)},
+    {"iq3s", wm__iq3s_grid, sizeof wm__iq3s_grid, 4, 0xfa37020c25b44829ull,
+     offsetof(iqx_grids, iq3s)},
+    {"iq1s", wm__iq1s_grid, sizeof wm__iq1s_grid, 8, 0x6703ed863501ae2eull,
+     offsetof(iqx_grids, iq1s)},
+};
 
-/* Dequantizes one crafted block of type t and returns its floats (256). */
-static const float *peer_block(wm_type t, const uint8_t *blk) {
-    static float out[256];
-    peer_to_float(peer.traits(t))(blk, out, 256);
-    return out;
+/* Without the peer: every table hashes to its committed value, has pairwise distinct entries
+ * (a codebook), and holds only the byte values its type allows. */
+WM_TEST(iq_grids_committed) {
+    for (size_t k = 0; k < sizeof iq_tables / sizeof iq_tables[0]; k++) {
+        const struct iq_table *t = &iq_tables[k];
+        const uint8_t *g = t->grid;
+        CHECK_MSG(fnv1a(g, t->bytes) == t->fnv, "%s grid: hash %016llx, committed %016llx", t->name,
+                  (unsigned long long)fnv1a(g, t->bytes), (unsigned long long)t->fnv);
+        size_t n = t->bytes / t->entry;
+        for (size_t i = 0; i < n; i++)
+            for (size_t j = i + 1; j < n; j++)
+                CHECK_MSG(memcmp(g + i * t->entry, g + j * t->entry, t->entry) != 0,
+                          "%s grid: entries %zu and %zu are equal", t->name, i, j);
+    }
+    for (size_t i = 0; i < sizeof wm__iq2xxs_grid; i++) {
+        uint8_t v = ((const uint8_t *)wm__iq2xxs_grid)[i];
+        CHECK(v == 0x08 || v == 0x19 || v == 0x2b);
+    }
+    for (size_t i = 0; i < sizeof wm__iq1s_grid; i++) {
+        int8_t v = ((const int8_t *)wm__iq1s_grid)[i];
+        CHECK(v >= -1 && v <= 1);
+    }
 }
 
-static void put16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
-
-/* Each grid entry is recovered from a block whose scale makes the output an exact multiple of
- * the entry's bytes and whose signs are all positive (d = 1.0 is the half 0x3C00). */
-static void extract_grids(wm__iq_grids *g) {
-    uint8_t b[128];
-    const float *y;
-    for (int base = 0; base < 256; base += 32) { /* IQ2_XXS: db = 1/8 with a zero scale */
-        memset(b, 0, sizeof b);
-        put16(b, 0x3C00);
-        for (int k = 0; k < 32; k++)
-            b[2 + 8 * (k / 4) + k % 4] = (uint8_t)(base + k);
-        y = peer_block(WM_TYPE_IQ2_XXS, b);
-        for (int k = 0; k < 32; k++) {
-            g_iq2xxs[base + k] = 0;
-            for (int j = 0; j < 8; j++)
-                g_iq2xxs[base + k] |= (uint64_t)(uint8_t)(y[8 * k + j] * 8) << (8 * j);
-        }
-    }
-    for (int base = 0; base < 512; base += 32) { /* IQ2_XS: 9-bit index, sign index 0 */
-        memset(b, 0, sizeof b);
-        put16(b, 0x3C00);
-        for (int k = 0; k < 32; k++)
-            put16(b + 2 + 2 * k, (uint16_t)(base + k));
-        y = peer_block(WM_TYPE_IQ2_XS, b);
-        for (int k = 0; k < 32; k++) {
-            g_iq2xs[base + k] = 0;
-            for (int j = 0; j < 8; j++)
-                g_iq2xs[base + k] |= (uint64_t)(uint8_t)(y[8 * k + j] * 8) << (8 * j);
-        }
-    }
-    for (int base = 0; base < 1024; base += 32) { /* IQ2_S: 8 low bits + 2 high bits in qh */
-        memset(b, 0, sizeof b);
-        put16(b, 0x3C00);
-        for (int k = 0; k < 32; k++) {
-            int idx = base + k, ib = k / 4, l = k % 4;
-            b[2 + k] = (uint8_t)idx;
-            b[66 + ib] |= (uint8_t)(((idx >> 8) & 3) << (2 * l));
-        }
-        y = peer_block(WM_TYPE_IQ2_S, b);
-        for (int k = 0; k < 32; k++) {
-            g_iq2s[base + k] = 0;
-            for (int j = 0; j < 8; j++)
-                g_iq2s[base + k] |= (uint64_t)(uint8_t)(y[8 * k + j] * 8) << (8 * j);
-        }
-    }
-    for (int base = 0; base < 256; base += 64) { /* IQ3_XXS: db = 1/4, 64 indices a block */
-        memset(b, 0, sizeof b);
-        put16(b, 0x3C00);
-        for (int k = 0; k < 64; k++)
-            b[2 + k] = (uint8_t)(base + k);
-        y = peer_block(WM_TYPE_IQ3_XXS, b);
-        for (int k = 0; k < 64; k++) {
-            g_iq3xxs[base + k] = 0;
-            for (int j = 0; j < 4; j++)
-                g_iq3xxs[base + k] |= (uint32_t)(uint8_t)(y[4 * k + j] * 4) << (8 * j);
-        }
-    }
-    for (int base = 0; base < 512; base += 64) { /* IQ3_S: db = 1, ninth bit in qh */
-        memset(b, 0, sizeof b);
-        put16(b, 0x3C00);
-        for (int k = 0; k < 64; k++) {
-            int idx = base + k;
-            b[2 + k] = (uint8_t)idx;
-            if (idx & 256) b[66 + k / 8] |= (uint8_t)(1u << (k % 8));
-        }
-        y = peer_block(WM_TYPE_IQ3_S, b);
-        for (int k = 0; k < 64; k++) {
-            g_iq3s[base + k] = 0;
-            for (int j = 0; j < 4; j++)
-                g_iq3s[base + k] |= (uint32_t)(uint8_t)y[4 * k + j] << (8 * j);
-        }
-    }
-    for (int base = 0; base < 2048; base += 32) { /* IQ1_S: dl = 1, delta +1/8 */
-        memset(b, 0, sizeof b);
-        put16(b, 0x3C00);
-        for (int k = 0; k < 32; k++) {
-            int idx = base + k, ib = k / 4, l = k % 4;
-            b[2 + k] = (uint8_t)idx;
-            uint16_t q;
-            memcpy(&q, b + 34 + 2 * ib, 2);
-            q = (uint16_t)(q | ((idx >> 8) & 7) << (3 * l));
-            put16(b + 34 + 2 * ib, q);
-        }
-        y = peer_block(WM_TYPE_IQ1_S, b);
-        for (int k = 0; k < 32; k++) {
-            g_iq1s[base + k] = 0;
-            for (int j = 0; j < 8; j++)
-                g_iq1s[base + k] |= (uint64_t)(uint8_t)(int8_t)(y[8 * k + j] - 0.125f) << (8 * j);
-        }
-    }
-    *g = (wm__iq_grids){g_iq2xxs, g_iq2xs, g_iq2s, g_iq3xxs, g_iq3s, g_iq1s};
+static void peer_iq_block(void *ctx, int type, const uint8_t *block, float *out) {
+    (void)ctx;
+    peer_to_float(peer.traits(type))(block, out, 256);
 }
 
-/* The IQ kernels, given the grids read back from the peer, match the peer bit for bit on random
- * blocks; without grids those types stay unsupported. */
+/* The committed grids are the ones read back from the peer's own dequantizers, entry for entry
+ * (tools/gen/iq_grids.c wrote them the same way). */
+WM_TEST(peer_iq_grids) {
+    NEED_PEER();
+    static iqx_grids g;
+    char why[160];
+    CHECK_MSG(iqx_extract(peer_iq_block, NULL, &g, why, sizeof why) == 0, "%s", why);
+    for (size_t k = 0; k < sizeof iq_tables / sizeof iq_tables[0]; k++) {
+        const struct iq_table *t = &iq_tables[k];
+        const uint8_t *peer_grid = (const uint8_t *)&g + t->at;
+        size_t at = first_diff(peer_grid, t->grid, t->bytes);
+        CHECK_MSG(at == t->bytes, "%s grid entry %zu: built in differs from the peer's", t->name,
+                  at / t->entry);
+        CHECK(fnv1a(peer_grid, t->bytes) == t->fnv);
+    }
+}
+
+/* The seven IQ codebook types match the peer bit for bit on both paths: random valid blocks
+ * (every sign and scale pattern) and, where ggml's set-up is quick (peer_quantize), blocks the
+ * peer quantized from random floats. */
 WM_TEST(peer_iq_kernels) {
     NEED_PEER();
     static const wm_type ts[] = {WM_TYPE_IQ2_XXS, WM_TYPE_IQ2_XS, WM_TYPE_IQ2_S, WM_TYPE_IQ3_XXS,
                                  WM_TYPE_IQ3_S,   WM_TYPE_IQ1_S,  WM_TYPE_IQ1_M};
-    static uint8_t blocks[64 * 110];
-    static float want[64 * 256], got[64 * 256];
-    wm__iq_grids g;
-    for (size_t k = 0; k < sizeof ts / sizeof ts[0]; k++)
-        CHECK(!wm_convert_supported(ts[k], WM_TYPE_F32));
-    extract_grids(&g);
-    for (int i = 0; i < 256; i++)
-        for (int j = 0; j < 8; j++) {
-            uint8_t v = (uint8_t)(g_iq2xxs[i] >> (8 * j));
-            CHECK(v == 0x08 || v == 0x19 || v == 0x2b);
-        }
-    wm__convert_set_iq_grids(&g);
+    enum { NB = 64, N = NB * 256 };
+    static uint8_t blocks[NB * 110];
+    static float want[N], got[N], xs[N];
     for (size_t k = 0; k < sizeof ts / sizeof ts[0]; k++) {
-        CHECK(wm_convert_supported(ts[k], WM_TYPE_F32));
-        for (int round = 0; round < 4; round++) {
-            make_blocks(ts[k], 64, 555u * (unsigned)ts[k] + (unsigned)round, blocks);
-            peer_to_float(peer.traits(ts[k]))(blocks, want, 64 * 256);
+        CHECK(wm_convert_supported(ts[k], WM_TYPE_F32) && wm_convert_supported(ts[k], WM_TYPE_F16));
+        for (int round = 0; round < 6; round++) {
+            if (round < 4) {
+                make_blocks(ts[k], NB, 555u * (unsigned)ts[k] + (unsigned)round, blocks);
+            } else {
+                uint64_t s = 91u * (unsigned)ts[k] + (unsigned)round;
+                for (size_t i = 0; i < N; i++)
+                    xs[i] = (float)((int64_t)(rng_next(&s) % 20001) - 10000) /
+                            (round == 4 ? 5000.0f : 2.0f);
+                if (!peer_quantize(ts[k], xs, blocks, N))
+                    make_blocks(ts[k], NB, 555u * (unsigned)ts[k] + (unsigned)round, blocks);
+            }
+            peer_to_float(peer.traits(ts[k]))(blocks, want, N);
             for (int scalar = 0; scalar < 2; scalar++) {
-                CHECK_STATUS(convert_path(scalar, ts[k], WM_TYPE_F32, blocks, got, 64 * 256),
-                             WM_OK);
+                memset(got, 0xA5, sizeof got);
+                CHECK_STATUS(convert_path(scalar, ts[k], WM_TYPE_F32, blocks, got, N), WM_OK);
                 size_t at = first_diff(want, got, sizeof want);
-                CHECK_MSG(at == sizeof want, "%s round %d: element %zu: peer %a ours %a",
-                          wm_type_name(ts[k]), round, at / 4, want[at / 4], got[at / 4]);
+                CHECK_MSG(at == sizeof want, "%s (%s path, round %d): element %zu: peer %a ours %a",
+                          wm_type_name(ts[k]), scalar ? "portable" : "simd", round, at / 4,
+                          want[at / 4], got[at / 4]);
             }
         }
     }
-    wm__convert_set_iq_grids(NULL);
-    CHECK(!wm_convert_supported(WM_TYPE_IQ2_XXS, WM_TYPE_F32));
 }
 
 /* Half and bfloat16: every 16-bit pattern widened, and random 32-bit patterns (NaNs, infinities,
@@ -551,7 +516,7 @@ WM_TEST(reference_checksums) {
         lines++;
     }
     fclose(in);
-    CHECK_MSG(lines >= 60, "only %d reference lines", lines);
+    CHECK_MSG(lines >= 84, "only %d reference lines", lines);
 }
 
 /* ---- exact values of types ggml lacks ---- */
@@ -758,6 +723,60 @@ WM_TEST(cli_cat_safetensors) {
         CHECK(len == t.n_elements * 4 && memcmp(out, want, len) == 0);
     }
     free(file);
+    wm_file_close(f);
+}
+
+/* The seven IQ codebook types through the whole library: a GGUF with one tensor of each loads
+ * with conversion to F32 (the load's worker threads), and `weightmap cat --as bf16` writes what
+ * wm_convert gives. */
+WM_TEST(iq_types_load_and_cat) {
+    static const wm_type ts[] = {WM_TYPE_IQ2_XXS, WM_TYPE_IQ2_XS, WM_TYPE_IQ2_S, WM_TYPE_IQ3_XXS,
+                                 WM_TYPE_IQ3_S,   WM_TYPE_IQ1_S,  WM_TYPE_IQ1_M};
+    enum { NT = sizeof ts / sizeof ts[0], NB = 8, N = NB * 256 };
+    static uint8_t data[NT][NB * 110], out[N * 4];
+    static float want[N];
+    static uint16_t want16[N];
+    ggb g;
+    ggb_begin(&g, 3, NT, 0);
+    uint64_t off = 0;
+    for (size_t k = 0; k < NT; k++) {
+        ggb_tensor1(&g, wm_type_name(ts[k]), N, (uint32_t)ts[k], off);
+        off += (NB * wm_type_block_bytes(ts[k]) + 31) / 32 * 32;
+    }
+    ggb_pad(&g, 32);
+    for (size_t k = 0; k < NT; k++) {
+        size_t bytes = NB * wm_type_block_bytes(ts[k]);
+        make_blocks(ts[k], NB, 4242u + (unsigned)k, data[k]);
+        wmt_put(&g.b, data[k], bytes);
+        ggb_pad(&g, 32);
+    }
+    const char *path = ggb_write(&g, "iq.gguf");
+    ggb_free(&g);
+
+    wm_file *f;
+    CHECK_STATUS(wm_file_open(path, &f, NULL), WM_OK);
+    wm_convert_rule rule = {NULL, WM_TYPE_INVALID, WM_TYPE_F32};
+    wm_load_options o = {.mode = WM_MODE_HEAP, .threads = 2, .convert = &rule, .n_convert = 1};
+    wm_model *m;
+    wm_error err;
+    CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_OK);
+    char cmd[1024];
+    size_t len;
+    for (size_t k = 0; k < NT; k++) {
+        wm_type type;
+        uint64_t nbytes;
+        CHECK_STATUS(wm_model_tensor_info(m, k, &type, &nbytes), WM_OK);
+        CHECK(type == WM_TYPE_F32 && nbytes == N * 4);
+        CHECK_STATUS(wm_convert(ts[k], WM_TYPE_F32, data[k], want, N), WM_OK);
+        CHECK_MSG(memcmp(wm_model_tensor_data(m, k), want, sizeof want) == 0,
+                  "%s converted on load differs", wm_type_name(ts[k]));
+        CHECK_STATUS(wm_convert(ts[k], WM_TYPE_BF16, data[k], want16, N), WM_OK);
+        snprintf(cmd, sizeof cmd, "'%s' cat '%s' %s --as bf16", WM_CLI, path, wm_type_name(ts[k]));
+        CHECK_EQ(run_capture(cmd, out, sizeof out, &len), 0);
+        CHECK_MSG(len == sizeof want16 && memcmp(out, want16, len) == 0, "cat %s --as bf16",
+                  wm_type_name(ts[k]));
+    }
+    wm_model_release(m);
     wm_file_close(f);
 }
 

@@ -3,8 +3,8 @@
  *
  * Sections: codebooks and scale decoders; simple block types (Q4_0 .. Q8_0, Q1_0, Q2_0, MXFP4,
  * NVFP4); k-quants (Q2_K .. Q8_K); ternary types (TQ1_0, TQ2_0); IQ4 types; IQ codebook types
- * (IQ1_S .. IQ3_S: their grids come from the caller, see convert.h); plain element types (F16,
- * BF16, F64, the safetensors float8 types, integers, bool); the kernel table.
+ * (IQ1_S .. IQ3_S, with the grids of iq_grids.c); plain element types (F16, BF16, F64, the
+ * safetensors float8 types, integers, bool); the kernel table.
  *
  * Block layouts and formulas are ggml's (ggml-common.h, ggml-quants.c). Each element is computed
  * with the same operations in the same order as ggml's reference, so the floats are identical:
@@ -354,11 +354,7 @@ static void dq_iq4_xs(const uint8_t *x, float *y, size_t nb) {
     }
 }
 
-/* ---- IQ codebook types (grids supplied at run time, see convert.h) ---- */
-
-static const wm__iq_grids *iq;
-
-void wm__convert_set_iq_grids(const wm__iq_grids *grids) { iq = grids; }
+/* ---- IQ codebook types (grids in iq_grids.c) ---- */
 
 /* Sign byte k of the IQ2/IQ3 types: 7 stored bits, the eighth makes the count of set bits
  * even. */
@@ -385,7 +381,7 @@ static void dq_iq2_xxs(const uint8_t *x, float *y, size_t nb) {
                 const unsigned gi = (a0 >> (8 * l)) & 0xFF;
                 const uint8_t signs = ksign((a1 >> (7 * l)) & 127);
                 for (int j = 0; j < 8; j++)
-                    y[j] = db * (float)gbyte64(iq->iq2xxs, gi, j) * sgn(signs, j);
+                    y[j] = db * (float)gbyte64(wm__iq2xxs_grid, gi, j) * sgn(signs, j);
             }
         }
     }
@@ -404,7 +400,7 @@ static void dq_iq2_xs(const uint8_t *x, float *y, size_t nb) {
                 const uint16_t q = wm__rd16(x + 2 + 2 * (4 * ib + l));
                 const uint8_t signs = ksign(q >> 9);
                 for (int j = 0; j < 8; j++)
-                    y[j] = db[l / 2] * (float)gbyte64(iq->iq2xs, q & 511, j) * sgn(signs, j);
+                    y[j] = db[l / 2] * (float)gbyte64(wm__iq2xs_grid, q & 511, j) * sgn(signs, j);
             }
         }
     }
@@ -422,7 +418,7 @@ static void dq_iq2_s(const uint8_t *x, float *y, size_t nb) {
             for (int l = 0; l < 4; l++, y += 8) {
                 const unsigned gi = qs[l] | ((unsigned)(qh[ib] << (8 - 2 * l)) & 0x300u);
                 for (int j = 0; j < 8; j++)
-                    y[j] = db[l / 2] * (float)gbyte64(iq->iq2s, gi, j) * sgn(signs[l], j);
+                    y[j] = db[l / 2] * (float)gbyte64(wm__iq2s_grid, gi, j) * sgn(signs[l], j);
             }
         }
     }
@@ -440,9 +436,9 @@ static void dq_iq3_xxs(const uint8_t *x, float *y, size_t nb) {
             for (int l = 0; l < 4; l++, y += 8) {
                 const uint8_t signs = ksign((a >> (7 * l)) & 127);
                 for (int j = 0; j < 4; j++) {
-                    y[j] = db * (float)gbyte32(iq->iq3xxs, qs[2 * l], j) * sgn(signs, j);
+                    y[j] = db * (float)gbyte32(wm__iq3xxs_grid, qs[2 * l], j) * sgn(signs, j);
                     y[j + 4] =
-                        db * (float)gbyte32(iq->iq3xxs, qs[2 * l + 1], j) * sgn(signs, j + 4);
+                        db * (float)gbyte32(wm__iq3xxs_grid, qs[2 * l + 1], j) * sgn(signs, j + 4);
                 }
             }
         }
@@ -463,8 +459,8 @@ static void dq_iq3_s(const uint8_t *x, float *y, size_t nb) {
                     const unsigned g1 = qs[2 * l] | ((unsigned)(qh[h] << (8 - 2 * l)) & 256u);
                     const unsigned g2 = qs[2 * l + 1] | ((unsigned)(qh[h] << (7 - 2 * l)) & 256u);
                     for (int j = 0; j < 4; j++) {
-                        y[j] = db * (float)gbyte32(iq->iq3s, g1, j) * sgn(signs[l], j);
-                        y[j + 4] = db * (float)gbyte32(iq->iq3s, g2, j) * sgn(signs[l], j + 4);
+                        y[j] = db * (float)gbyte32(wm__iq3s_grid, g1, j) * sgn(signs[l], j);
+                        y[j + 4] = db * (float)gbyte32(wm__iq3s_grid, g2, j) * sgn(signs[l], j + 4);
                     }
                 }
             }
@@ -485,7 +481,7 @@ static void dq_iq1_s(const uint8_t *x, float *y, size_t nb) {
             for (int l = 0; l < 4; l++, y += 8) {
                 const unsigned gi = qs[l] | (((unsigned)(q >> (3 * l)) & 7u) << 8);
                 for (int j = 0; j < 8; j++)
-                    y[j] = dl * ((float)(int8_t)gbyte64(iq->iq1s, gi, j) + delta);
+                    y[j] = dl * ((float)(int8_t)gbyte64(wm__iq1s_grid, gi, j) + delta);
             }
         }
     }
@@ -515,24 +511,9 @@ static void dq_iq1_m(const uint8_t *x, float *y, size_t nb) {
             for (int l = 0; l < 4; l++, y += 8) {
                 const float dl = l < 2 ? dl1 : dl2;
                 for (int j = 0; j < 8; j++)
-                    y[j] = dl * ((float)(int8_t)gbyte64(iq->iq1s, idx[l], j) + delta[l]);
+                    y[j] = dl * ((float)(int8_t)gbyte64(wm__iq1s_grid, idx[l], j) + delta[l]);
             }
         }
-    }
-}
-
-/* The IQ kernel of a type when its grid is installed. */
-static wm__to_f32_fn iq_kernel(wm_type type) {
-    if (!iq) return NULL;
-    switch (type) {
-    case WM_TYPE_IQ2_XXS: return iq->iq2xxs ? dq_iq2_xxs : NULL;
-    case WM_TYPE_IQ2_XS: return iq->iq2xs ? dq_iq2_xs : NULL;
-    case WM_TYPE_IQ2_S: return iq->iq2s ? dq_iq2_s : NULL;
-    case WM_TYPE_IQ3_XXS: return iq->iq3xxs ? dq_iq3_xxs : NULL;
-    case WM_TYPE_IQ3_S: return iq->iq3s ? dq_iq3_s : NULL;
-    case WM_TYPE_IQ1_S:
-    case WM_TYPE_IQ1_M: return iq->iq1s ? (type == WM_TYPE_IQ1_S ? dq_iq1_s : dq_iq1_m) : NULL;
-    default: return NULL;
     }
 }
 
@@ -634,6 +615,13 @@ wm__to_f32_fn wm__dequant_scalar(wm_type type) {
     case WM_TYPE_TQ2_0: return dq_tq2_0;
     case WM_TYPE_IQ4_NL: return dq_iq4_nl;
     case WM_TYPE_IQ4_XS: return dq_iq4_xs;
+    case WM_TYPE_IQ2_XXS: return dq_iq2_xxs;
+    case WM_TYPE_IQ2_XS: return dq_iq2_xs;
+    case WM_TYPE_IQ2_S: return dq_iq2_s;
+    case WM_TYPE_IQ3_XXS: return dq_iq3_xxs;
+    case WM_TYPE_IQ3_S: return dq_iq3_s;
+    case WM_TYPE_IQ1_S: return dq_iq1_s;
+    case WM_TYPE_IQ1_M: return dq_iq1_m;
     case WM_TYPE_F8_E4M3: return dq_f8_e4m3;
     case WM_TYPE_F8_E5M2: return dq_f8_e5m2;
     case WM_TYPE_F8_E8M0: return dq_f8_e8m0;
@@ -646,6 +634,6 @@ wm__to_f32_fn wm__dequant_scalar(wm_type type) {
     case WM_TYPE_I64: return dq_i64;
     case WM_TYPE_U64: return dq_u64;
     case WM_TYPE_BOOL: return dq_bool;
-    default: return iq_kernel(type);
+    default: return NULL;
     }
 }
