@@ -13,7 +13,8 @@
  *   gpu h2d [--bytes BYTES] [--repeat R]
  *       the ceiling of the bus: cudaMemcpyAsync of a registered (cudaHostRegister) buffer to
  *       the device, timed with events, on one stream and on four.
- *   gpu cycles FILE [--registered] [--threads N] [--cycles N]
+ *   gpu cycles FILE [--registered] [--threads N] [--cycles N] [--rehearse ROUNDS,EVENTS,COPIES]
+ *              [--malloc-info FILE]
  *       where host memory goes over load+release cycles: the footprint left after each
  *       release (above its value right after CUDA initialisation), malloc's figures, and the
  *       mappings whose anonymous memory changed (first cycle; first to last).
@@ -478,19 +479,42 @@ static void anon_diff(const char *what, const anon_map *a, size_t na, const anon
     }
 }
 
-/* gpu cycles FILE [--registered] [--threads N] [--cycles N]: the host footprint left after each
+/* Threads of this process now (the CUDA runtime's own included). */
+static unsigned threads_now(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned n = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "Threads: %u", &n) == 1) break;
+    fclose(f);
+    return n;
+}
+
+/* gpu cycles FILE [--registered] [--threads N] [--cycles N] [--rehearse R,E,C] [--malloc-info
+ * FILE]: the host footprint left after each
  * load+release (above its value right after wm_backend_init), malloc's own figures, and which
  * mappings hold what is left (after the first cycle, and what grew from the first to the last):
- * where the CUDA runtime keeps host memory. */
+ * where the CUDA runtime keeps host memory. --rehearse sets how much wm_backend_init rehearses
+ * (wm__cuda_rehearsal); --malloc-info writes glibc's malloc_info before the first load and after
+ * the last release. */
 static int cmd_cycles(int argc, char **argv) {
     const char *path = NULL;
     wm_load_options o = {0};
     o.backend = WM_BACKEND_CUDA;
     o.mode = WM_MODE_HEAP;
-    unsigned cycles = 10;
+    unsigned cycles = 10, rr = 0, re = 0, rc = 0;
+    const char *info = NULL, *rehearse_arg = "default";
+    bool rehearse_set = false;
     for (int i = 0; i < argc; i++) {
         uint64_t v;
-        if (!strcmp(argv[i], "--registered")) {
+        if (!strcmp(argv[i], "--rehearse") && i + 1 < argc &&
+            sscanf(argv[++i], "%u,%u,%u", &rr, &re, &rc) == 3) {
+            rehearse_set = true;
+            rehearse_arg = argv[i];
+        } else if (!strcmp(argv[i], "--malloc-info") && i + 1 < argc) {
+            info = argv[++i];
+        } else if (!strcmp(argv[i], "--registered")) {
             o.mode = WM_MODE_MMAP;
             o.cuda_registered = 1;
         } else if (!strcmp(argv[i], "--threads") && i + 1 < argc && parse_size(argv[++i], &v)) {
@@ -507,6 +531,7 @@ static int cmd_cycles(int argc, char **argv) {
     if (!path) return 2;
     enum { CAP = 4096 };
     static anon_map m0[CAP], m1[CAP], mn[CAP];
+    if (rehearse_set) wm__cuda_rehearsal(rr, re, rc);
     wm_error err;
     if (wm_backend_init(WM_BACKEND_CUDA, 0, &err) != WM_OK) {
         fprintf(stderr, "gpu: %s\n", err.msg);
@@ -519,6 +544,11 @@ static int cmd_cycles(int argc, char **argv) {
     }
     size_t n0 = anon_maps(m0, CAP), n1 = 0, nn = 0;
     uint64_t base = footprint();
+    FILE *mi_out = info ? fopen(info, "w") : NULL;
+    if (mi_out) {
+        fprintf(mi_out, "<!-- after wm_backend_init and wm_file_open -->\n");
+        malloc_info(0, mi_out);
+    }
     for (unsigned c = 1; c <= cycles; c++) {
         wm_model *m;
         if (wm_model_load(f, &o, &m, &err) != WM_OK) {
@@ -530,14 +560,20 @@ static int cmd_cycles(int argc, char **argv) {
         struct mallinfo2 mi = mallinfo2();
         wm_ledger l;
         wm_ledger_get(&l);
-        printf("{\"bench\": \"cycles\", \"path\": \"%s\", \"threads\": %u, \"cycle\": %u, "
-               "\"left\": %" PRId64 ", \"malloc_in_use\": %zu, \"malloc_arena\": %zu, "
-               "\"malloc_mmapped\": %zu, \"ledger\": %" PRIu64 "}\n",
-               o.cuda_registered ? "registered" : "staged", o.threads, c, (int64_t)(now - base),
-               mi.uordblks, mi.arena, mi.hblkhd, wm_ledger_bytes(&l));
+        printf("{\"bench\": \"cycles\", \"path\": \"%s\", \"threads\": %u, \"rehearsal\": \"%s\", "
+               "\"cycle\": %u, \"left\": %" PRId64 ", \"malloc_in_use\": %zu, \"malloc_arena\": %zu, "
+               "\"malloc_mmapped\": %zu, \"process_threads\": %u, \"ledger\": %" PRIu64 "}\n",
+               o.cuda_registered ? "registered" : "staged", o.threads,
+               rehearse_arg, c, (int64_t)(now - base), mi.uordblks, mi.arena,
+               mi.hblkhd, threads_now(), wm_ledger_bytes(&l));
         if (c == 1) n1 = anon_maps(m1, CAP);
     }
     nn = anon_maps(mn, CAP);
+    if (mi_out) {
+        fprintf(mi_out, "<!-- after the last release -->\n");
+        malloc_info(0, mi_out);
+        fclose(mi_out);
+    }
     anon_diff("base..first", m0, n0, m1, n1);
     anon_diff("first..last", m1, n1, mn, nn);
     wm_file_close(f);

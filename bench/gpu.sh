@@ -100,11 +100,22 @@ $W load "$GGUF" --mode heap --backend cuda:7 >>"$LOG" 2>&1
 echo "weightmap load --backend cuda:7 (no such device): exit $?" | tee -a "$LOG"
 
 # ---- where host memory goes over cycles ----
+# The footprint left after each of 8 load+release cycles, above its value right after
+# wm_backend_init, with wm_backend_init's rehearsal of a load's CUDA calls as built (default),
+# none (0,0,0), and smaller or larger ones (ROUNDS,EVENTS,COPIES); glibc's malloc_info of the
+# default staged run goes to malloc-info.txt.
 say "cycles: footprint left after each release (bench/gpu cycles)"
-for a in "--threads 16" "--threads 1" "--registered"; do
-    timeout 120 $BUILD/bench/gpu cycles "$GGUF" $a --cycles 8 | tee -a "$JSONL"
+C="timeout 120 $BUILD/bench/gpu cycles $GGUF --cycles 8"
+$C --threads 16 --malloc-info "$OUT/mi.xml" | tee -a "$JSONL"
+$C --threads 1 | tee -a "$JSONL"
+$C --registered | tee -a "$JSONL"
+for r in 0,0,0 1,4,4 3,64,1024; do
+    $C --threads 16 --rehearse $r | tee -a "$JSONL"
+    $C --registered --rehearse $r | tee -a "$JSONL"
 done
-MALLOC_ARENA_MAX=1 timeout 120 $BUILD/bench/gpu cycles "$GGUF" --threads 16 --cycles 8 | sed 's/"bench": "cycles"/"bench": "cycles-arena1"/' | tee -a "$JSONL"
+MALLOC_ARENA_MAX=1 $C --threads 16 | sed 's/"bench": "cycles"/"bench": "cycles-arena1"/' | tee -a "$JSONL"
+MALLOC_ARENA_MAX=1 $C --registered | sed 's/"bench": "cycles"/"bench": "cycles-arena1"/' | tee -a "$JSONL"
+[ -f "$OUT/mi.xml" ] && mv "$OUT/mi.xml" "$OUT/malloc-info.txt"
 
 # ---- ceilings ----
 say "ceilings"
@@ -182,9 +193,11 @@ cyc = [r for r in rows if r["bench"].startswith("cycles")]
 if cyc:
     print("\n| cycles (footprint left after each release, KiB) | " + " | ".join(str(c) for c in range(1, 9)) + " |")
     print("|---|" + "---:|" * 8)
-    for key in sorted({(r["bench"], r["path"], r["threads"]) for r in cyc if r["bench"] != "cycles-map"}):
-        left = [r["left"] // 1024 for r in cyc if r["bench"] != "cycles-map" and (r["bench"], r["path"], r["threads"]) == key]
-        print(f"| {key[0]} {key[1]}, {key[2]} threads | " + " | ".join(str(x) for x in left) + " |")
+    keyof = lambda r: (r["bench"], r["path"], r["threads"], r.get("rehearsal", "default"))
+    for key in sorted({keyof(r) for r in cyc if r["bench"] != "cycles-map"}):
+        left = [r["left"] // 1024 for r in cyc if r["bench"] != "cycles-map" and keyof(r) == key]
+        name = f"{key[0]} {key[1]}" + (f", {key[2]} threads" if key[1] == "staged" else "") + f", rehearsal {key[3]}"
+        print(f"| {name} | " + " | ".join(str(x) for x in left) + " |")
 if ceiling:
     print(f"\nceiling = min(H2D {h2d['best_gbps']}, pread {pr['best_gbps']}) = {ceiling} GB/s; target 0.9 x = {0.9 * ceiling:.2f} GB/s" + (f"; 5 x safetensors = {5 * st['best_gbps']:.2f} GB/s" if st else ""))
 EOF

@@ -886,42 +886,69 @@ void wm__cuda_tune(size_t wsize, unsigned slots, unsigned flags) {
 /* ---- wm_backend_init ---- */
 
 #ifdef WM_HAVE_CUDA
-/* Makes, once, every kind of call a load makes (device memory, a registration, streams, events
- * on them, host-to-device copies), so that the runtime sets up its lazy host state (it keeps
- * that until exit) here, before a caller takes its baseline, and not in the first load. Best
- * effort and not fault-counted: a failure here shows again in the load. */
+/* How much wm_backend_init rehearses (wm__cuda_rehearsal changes it, to measure). */
+static struct {
+    unsigned rounds, events, copies;
+} rehearsal = {2, 32, 256};
+
+/* Makes every kind of call a load makes, as many times as a load makes the per-slot ones
+ * (device memory, registrations of both kinds, streams, an event per slot recorded again and
+ * again behind host-to-device copies, queries and waits), in a few rounds, so that the
+ * runtime sets up and fills its lazy host state (which it keeps until exit: caches of events,
+ * command queues, registration records) here, before a caller takes its baseline, and not in
+ * the first loads. Best effort and not fault-counted: a failure here shows again in the load. */
 static void rehearse(void) {
-    size_t len = wm__os_page_size();
-    void *page = NULL, *dev = NULL;
+    size_t len = (size_t)2 << 20;
+    void *host = NULL, *dev = NULL;
     cudaStream_t st[MAX_STREAMS];
-    cudaEvent_t ev[MAX_STREAMS];
-    unsigned n_st = 0, n_ev = 0;
-    bool reg = false;
-    if (wm__scratch_alloc(len, &page) != 0) page = NULL;
-    if (page) reg = cudaHostRegister(page, len, cudaHostRegisterDefault) == cudaSuccess;
-    if (cudaMalloc(&dev, len) != cudaSuccess) dev = NULL;
-    while (n_st < MAX_STREAMS && cudaStreamCreateWithFlags(&st[n_st], cudaStreamNonBlocking) == cudaSuccess)
-        n_st++;
-    while (n_ev < n_st && cudaEventCreateWithFlags(&ev[n_ev], cudaEventDisableTiming |
-                                                                  cudaEventBlockingSync) == cudaSuccess)
-        n_ev++;
-    for (unsigned k = 0; k < n_ev; k++) {
-        if (reg && dev) cudaMemcpyAsync(dev, page, len, cudaMemcpyHostToDevice, st[k]);
-        cudaEventRecord(ev[k], st[k]);
-        (void)cudaEventQuery(ev[k]);
-        cudaEventSynchronize(ev[k]);
+    enum { MAX_EV = MAX_WORKERS * MAX_SLOTS };
+    cudaEvent_t ev[MAX_EV];
+    unsigned n_events = rehearsal.events < MAX_EV ? rehearsal.events : MAX_EV;
+    if (wm__scratch_alloc(len, &host) != 0) return;
+    for (unsigned round = 0; round < rehearsal.rounds; round++) {
+        unsigned n_st = 0, n_ev = 0;
+        bool reg = cudaHostRegister(host, len, cudaHostRegisterDefault) == cudaSuccess;
+        if (cudaMalloc(&dev, len) != cudaSuccess) dev = NULL;
+        while (n_st < MAX_STREAMS &&
+               cudaStreamCreateWithFlags(&st[n_st], cudaStreamNonBlocking) == cudaSuccess)
+            n_st++;
+        while (n_st && n_ev < n_events &&
+               cudaEventCreateWithFlags(&ev[n_ev], cudaEventDisableTiming | cudaEventBlockingSync) ==
+                   cudaSuccess)
+            n_ev++;
+        for (unsigned k = 0; n_ev && k < rehearsal.copies; k++) {
+            size_t part = len / n_ev, off = (k % n_ev) * part;
+            cudaStream_t s = st[k % n_st];
+            if (reg && dev)
+                cudaMemcpyAsync((char *)dev + off, (char *)host + off, part,
+                                cudaMemcpyHostToDevice, s);
+            cudaEventRecord(ev[k % n_ev], s);
+            if (cudaEventQuery(ev[(k + 1) % n_ev]) != cudaSuccess) (void)cudaGetLastError();
+            if (k + 1 >= n_ev) cudaEventSynchronize(ev[(k + 1) % n_ev]);
+        }
+        for (unsigned k = 0; k < n_st; k++)
+            cudaStreamSynchronize(st[k]);
+        for (unsigned k = 0; k < n_ev; k++)
+            cudaEventDestroy(ev[k]);
+        if (reg) cudaHostUnregister(host);
+        /* The registered path's kind of registration too. */
+        if (cudaHostRegister(host, len, cudaHostRegisterReadOnly) == cudaSuccess)
+            cudaHostUnregister(host);
+        for (unsigned k = 0; k < n_st; k++)
+            cudaStreamDestroy(st[k]);
+        if (dev) cudaFree(dev);
+        (void)cudaGetLastError();
+        wm__os_heap_trim();
     }
-    for (unsigned k = 0; k < n_ev; k++)
-        cudaEventDestroy(ev[k]);
-    for (unsigned k = 0; k < n_st; k++)
-        cudaStreamDestroy(st[k]);
-    if (dev) cudaFree(dev);
-    if (reg) cudaHostUnregister(page);
-    /* The registered path's kind of registration too. */
-    if (page && cudaHostRegister(page, len, cudaHostRegisterReadOnly) == cudaSuccess)
-        cudaHostUnregister(page);
-    if (page) wm__scratch_free(page, len);
-    (void)cudaGetLastError();
+    wm__scratch_free(host, len);
+}
+
+/* bench/gpu.c's knob for the rehearsal (backend.h): rounds, events, copies; takes effect at the
+ * next wm_backend_init. */
+void wm__cuda_rehearsal(unsigned rounds, unsigned events, unsigned copies) {
+    rehearsal.rounds = rounds;
+    rehearsal.events = events;
+    rehearsal.copies = copies;
 }
 #endif
 
