@@ -6,10 +6,12 @@
  * the peer's to_float; timing one thread and all threads (rows split into contiguous slices of
  * whole blocks, one slice per thread); the load with and without F16->F32 conversion; main.
  *
- * Usage: build/bench/convert [-m MIB] [-r REPS] [-t THREADS] [--model FILE] [--no-load] [--md]
+ * Usage: build/bench/convert [-m MIB] [-r REPS] [-t THREADS] [--types A,B,...] [--model FILE]
+ *                            [--no-load] [--md]
  *   -m: f32 output per type and run (default 64 MiB, well past the caches); -r: rounds, each
  *   timing weightmap then ggml, medians reported (default 5); -t: threads for the parallel column
- * (default: online CPUs); --model: the file for the load comparison (default: a 256 MiB safetensors
+ * (default: online CPUs); --types: only these types (names as `weightmap info` prints them, e.g.
+ * iq2_xxs,q4_k); --model: the file for the load comparison (default: a 256 MiB safetensors
  * model with F16 matrices made by `weightmap make-model`); --md: print Markdown table rows.
  */
 #include "peer.h"
@@ -21,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -51,7 +54,13 @@ static const int *half_fields(wm_type t) {
     case WM_TYPE_IQ4_NL:
     case WM_TYPE_Q1_0:
     case WM_TYPE_Q2_0:
-    case WM_TYPE_IQ4_XS: return at0;
+    case WM_TYPE_IQ4_XS:
+    case WM_TYPE_IQ2_XXS:
+    case WM_TYPE_IQ2_XS:
+    case WM_TYPE_IQ2_S:
+    case WM_TYPE_IQ3_XXS:
+    case WM_TYPE_IQ3_S:
+    case WM_TYPE_IQ1_S: return at0;
     case WM_TYPE_Q4_1:
     case WM_TYPE_Q5_1:
     case WM_TYPE_Q4_K:
@@ -85,6 +94,10 @@ static void make_blocks(wm_type t, size_t nb, uint64_t seed, uint8_t *out) {
             b[0] = (uint8_t)(110 + rng_next(&s) % 30);
         } else if (t == WM_TYPE_F16 && (b[1] & 0x7C) == 0x7C) {
             b[1] &= 0xBF;
+        } else if (t == WM_TYPE_IQ1_M) { /* the half scale lives in the top nibbles of 4 words */
+            uint16_t h = finite_half(&s);
+            for (int k = 0; k < 4; k++)
+                b[49 + 2 * k] = (uint8_t)((b[49 + 2 * k] & 0x0F) | (((h >> (4 * k)) & 0xF) << 4));
         }
     }
 }
@@ -237,18 +250,32 @@ static void cli_path(char *buf, size_t cap) {
 /* ---- main ---- */
 
 static const wm_type types[] = {
-    WM_TYPE_F16,   WM_TYPE_BF16,  WM_TYPE_Q4_0,  WM_TYPE_Q4_1,   WM_TYPE_Q5_0,   WM_TYPE_Q5_1,
-    WM_TYPE_Q8_0,  WM_TYPE_Q2_K,  WM_TYPE_Q3_K,  WM_TYPE_Q4_K,   WM_TYPE_Q5_K,   WM_TYPE_Q6_K,
-    WM_TYPE_Q8_K,  WM_TYPE_TQ1_0, WM_TYPE_TQ2_0, WM_TYPE_IQ4_NL, WM_TYPE_IQ4_XS, WM_TYPE_MXFP4,
-    WM_TYPE_NVFP4, WM_TYPE_Q1_0,  WM_TYPE_Q2_0,
+    WM_TYPE_F16,     WM_TYPE_BF16,  WM_TYPE_Q4_0,  WM_TYPE_Q4_1,    WM_TYPE_Q5_0,   WM_TYPE_Q5_1,
+    WM_TYPE_Q8_0,    WM_TYPE_Q2_K,  WM_TYPE_Q3_K,  WM_TYPE_Q4_K,    WM_TYPE_Q5_K,   WM_TYPE_Q6_K,
+    WM_TYPE_Q8_K,    WM_TYPE_TQ1_0, WM_TYPE_TQ2_0, WM_TYPE_IQ4_NL,  WM_TYPE_IQ4_XS, WM_TYPE_MXFP4,
+    WM_TYPE_NVFP4,   WM_TYPE_Q1_0,  WM_TYPE_Q2_0,  WM_TYPE_IQ2_XXS, WM_TYPE_IQ2_XS, WM_TYPE_IQ2_S,
+    WM_TYPE_IQ3_XXS, WM_TYPE_IQ3_S, WM_TYPE_IQ1_S, WM_TYPE_IQ1_M,
 };
+
+/* Non-zero when `name` is in the comma-separated list (NULL: every type). */
+static int type_listed(const char *list, const char *name) {
+    if (!list) return 1;
+    size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && !strncasecmp(p, name, n)) return 1;
+        p += len + (end != NULL);
+    }
+    return 0;
+}
 
 int main(int argc, char **argv) {
     size_t mib = 64;
     int reps = 5, md = 0, do_load = 1;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     unsigned threads = ncpu > 0 ? (unsigned)ncpu : 1;
-    const char *model = NULL;
+    const char *model = NULL, *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-m") && i + 1 < argc)
             mib = (size_t)atol(argv[++i]);
@@ -258,13 +285,15 @@ int main(int argc, char **argv) {
             threads = (unsigned)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--model") && i + 1 < argc)
             model = argv[++i];
+        else if (!strcmp(argv[i], "--types") && i + 1 < argc)
+            only = argv[++i];
         else if (!strcmp(argv[i], "--no-load"))
             do_load = 0;
         else if (!strcmp(argv[i], "--md"))
             md = 1;
         else {
-            fprintf(stderr, "usage: convert [-m MIB] [-r REPS] [-t THREADS] [--model FILE] "
-                            "[--no-load] [--md]\n");
+            fprintf(stderr, "usage: convert [-m MIB] [-r REPS] [-t THREADS] [--types A,B,...] "
+                            "[--model FILE] [--no-load] [--md]\n");
             return 2;
         }
     }
@@ -300,7 +329,12 @@ int main(int argc, char **argv) {
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
         wm_type t = types[k];
         to_float_fn g = peer_to_float(p.base, t);
-        if (!g || !wm_convert_supported(t, WM_TYPE_F32)) continue;
+        if (!type_listed(only, wm_type_name(t))) continue;
+        if (!g || !wm_convert_supported(t, WM_TYPE_F32)) {
+            printf("%-8s not measured: %s\n", wm_type_name(t),
+                   g ? "no conversion in weightmap" : "no to_float in the peer");
+            continue;
+        }
         size_t nb = n_max / wm_type_block_elems(t);
         make_blocks(t, nb, 1234 + (uint64_t)t, src);
         double out_gb = (double)nb * wm_type_block_elems(t) * 4 / 1e9;

@@ -144,6 +144,12 @@ extern const uint32_t wm__iq3xxs_grid[256];
 extern const uint32_t wm__iq3s_grid[512];
 extern const uint64_t wm__iq1s_grid[2048]; /* signed bytes -1/0/1; IQ1_M uses it too */
 
+/* Sign byte k of the IQ2/IQ3 types (bit j set: element j is negated): 7 stored bits, the eighth
+ * makes the count of set bits even. */
+static inline uint8_t wm__iq_ksign(unsigned k) {
+    return (uint8_t)(k | ((unsigned)__builtin_popcount(k) & 1u) << 7);
+}
+
 /* ---- test hook ---- */
 
 /* Non-zero: wm_convert uses only the portable kernels (tests compare both paths). Returns the

@@ -356,11 +356,6 @@ static void dq_iq4_xs(const uint8_t *x, float *y, size_t nb) {
 
 /* ---- IQ codebook types (grids in iq_grids.c) ---- */
 
-/* Sign byte k of the IQ2/IQ3 types: 7 stored bits, the eighth makes the count of set bits
- * even. */
-static inline uint8_t ksign(unsigned k) {
-    return (uint8_t)(k | ((unsigned)__builtin_popcount(k) & 1u) << 7);
-}
 static inline float sgn(uint8_t signs, int j) { return (signs >> j) & 1 ? -1.f : 1.f; }
 static inline uint8_t gbyte64(const uint64_t *g, unsigned i, int j) {
     return (uint8_t)(g[i] >> (8 * j));
@@ -379,7 +374,7 @@ static void dq_iq2_xxs(const uint8_t *x, float *y, size_t nb) {
             const float db = d * (0.5f + (float)(a1 >> 28)) * 0.25f;
             for (int l = 0; l < 4; l++, y += 8) {
                 const unsigned gi = (a0 >> (8 * l)) & 0xFF;
-                const uint8_t signs = ksign((a1 >> (7 * l)) & 127);
+                const uint8_t signs = wm__iq_ksign((a1 >> (7 * l)) & 127);
                 for (int j = 0; j < 8; j++)
                     y[j] = db * (float)gbyte64(wm__iq2xxs_grid, gi, j) * sgn(signs, j);
             }
@@ -398,7 +393,7 @@ static void dq_iq2_xs(const uint8_t *x, float *y, size_t nb) {
                                  d * (0.5f + (float)(sc >> 4)) * 0.25f};
             for (int l = 0; l < 4; l++, y += 8) {
                 const uint16_t q = wm__rd16(x + 2 + 2 * (4 * ib + l));
-                const uint8_t signs = ksign(q >> 9);
+                const uint8_t signs = wm__iq_ksign(q >> 9);
                 for (int j = 0; j < 8; j++)
                     y[j] = db[l / 2] * (float)gbyte64(wm__iq2xs_grid, q & 511, j) * sgn(signs, j);
             }
@@ -434,7 +429,7 @@ static void dq_iq3_xxs(const uint8_t *x, float *y, size_t nb) {
             const uint32_t a = wm__rd32(x + 66 + 4 * ib);
             const float db = d * (0.5f + (float)(a >> 28)) * 0.5f;
             for (int l = 0; l < 4; l++, y += 8) {
-                const uint8_t signs = ksign((a >> (7 * l)) & 127);
+                const uint8_t signs = wm__iq_ksign((a >> (7 * l)) & 127);
                 for (int j = 0; j < 4; j++) {
                     y[j] = db * (float)gbyte32(wm__iq3xxs_grid, qs[2 * l], j) * sgn(signs, j);
                     y[j + 4] =

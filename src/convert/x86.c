@@ -2,8 +2,8 @@
  * x86.c: AVX2/F16C kernels, chosen at run time when the CPU has both.
  *
  * Sections: CPU detection; float widths (half, bfloat16 both ways); simple block types; k-quants;
- * ternary and codebook types; the kernel table. Off x86-64 (or without GCC/Clang) the file
- * reduces to stubs that report "no kernel".
+ * ternary types; IQ codebook types (grids of iq_grids.c); the kernel table. Off x86-64 (or without
+ * GCC/Clang) the file reduces to stubs that report "no kernel".
  *
  * Each kernel computes exactly what its portable twin in dequant.c computes: integer codes are
  * decoded in integer lanes, converted to float, then multiplied and offset with separate
@@ -550,6 +550,147 @@ TARGET static void x_tq1_0(const uint8_t *x, float *y, size_t nb) {
     }
 }
 
+/* ---- IQ codebook types ---- */
+
+/* Eight outputs from one packed grid entry (8 unsigned bytes): (db * g[j]) * (+-1.0), the sign
+ * of lane j from bit j of `signs`. The sign is a multiply, as in the portable kernel (a NaN scale
+ * keeps its sign through it, as the scalar code's does). */
+TARGET static inline void iq_store8(float *y, uint64_t g, __m256 db, unsigned signs) {
+    const __m256i shift = _mm256_setr_epi32(31, 30, 29, 28, 27, 26, 25, 24),
+                  top = _mm256_set1_epi32((int)0x80000000u);
+    const __m256 one = _mm256_set1_ps(1.0f);
+    __m256 v = _mm256_mul_ps(db, u8x8_ps(_mm_cvtsi64_si128((long long)g)));
+    __m256i bit = _mm256_and_si256(_mm256_sllv_epi32(_mm256_set1_epi32((int)signs), shift), top);
+    _mm256_storeu_ps(y, _mm256_mul_ps(v, _mm256_or_ps(_mm256_castsi256_ps(bit), one)));
+}
+
+/* Eight IQ1 outputs: dl * (g[j] + delta), g a packed entry of signed bytes. */
+TARGET static inline void iq1_store8(float *y, uint64_t g, __m256 dl, float delta) {
+    __m256 v = _mm256_add_ps(i8x8_ps(_mm_cvtsi64_si128((long long)g)), _mm256_set1_ps(delta));
+    _mm256_storeu_ps(y, _mm256_mul_ps(dl, v));
+}
+
+static inline uint64_t iq3_pair(const uint32_t *grid, unsigned a, unsigned b) {
+    return (uint64_t)grid[a] | (uint64_t)grid[b] << 32;
+}
+
+TARGET static void x_iq2_xxs(const uint8_t *x, float *y, size_t nb) {
+    for (size_t i = 0; i < nb; i++, x += 66) {
+        const float d = half_at(x);
+        for (int ib = 0; ib < 8; ib++) {
+            const uint32_t a0 = wm__rd32(x + 2 + 8 * ib), a1 = wm__rd32(x + 6 + 8 * ib);
+            const __m256 db = _mm256_set1_ps(d * (0.5f + (float)(a1 >> 28)) * 0.25f);
+            for (int l = 0; l < 4; l++, y += 8)
+                iq_store8(y, wm__iq2xxs_grid[(a0 >> (8 * l)) & 0xFF], db,
+                          wm__iq_ksign((a1 >> (7 * l)) & 127));
+        }
+    }
+}
+
+TARGET static void x_iq2_xs(const uint8_t *x, float *y, size_t nb) {
+    for (size_t i = 0; i < nb; i++, x += 74) {
+        const float d = half_at(x);
+        for (int ib = 0; ib < 8; ib++) {
+            const uint8_t sc = x[66 + ib];
+            const __m256 db[2] = {_mm256_set1_ps(d * (0.5f + (float)(sc & 0xF)) * 0.25f),
+                                  _mm256_set1_ps(d * (0.5f + (float)(sc >> 4)) * 0.25f)};
+            for (int l = 0; l < 4; l++, y += 8) {
+                const uint16_t q = wm__rd16(x + 2 + 2 * (4 * ib + l));
+                iq_store8(y, wm__iq2xs_grid[q & 511], db[l / 2], wm__iq_ksign(q >> 9));
+            }
+        }
+    }
+}
+
+TARGET static void x_iq2_s(const uint8_t *x, float *y, size_t nb) {
+    for (size_t i = 0; i < nb; i++, x += 82) {
+        const float d = half_at(x);
+        const uint8_t *qs = x + 2, *signs = x + 34, *qh = x + 66, *scales = x + 74;
+        for (int ib = 0; ib < 8; ib++, qs += 4, signs += 4) {
+            const __m256 db[2] = {_mm256_set1_ps(d * (0.5f + (float)(scales[ib] & 0xF)) * 0.25f),
+                                  _mm256_set1_ps(d * (0.5f + (float)(scales[ib] >> 4)) * 0.25f)};
+            for (int l = 0; l < 4; l++, y += 8) {
+                const unsigned gi = qs[l] | ((unsigned)(qh[ib] << (8 - 2 * l)) & 0x300u);
+                iq_store8(y, wm__iq2s_grid[gi], db[l / 2], signs[l]);
+            }
+        }
+    }
+}
+
+TARGET static void x_iq3_xxs(const uint8_t *x, float *y, size_t nb) {
+    for (size_t i = 0; i < nb; i++, x += 98) {
+        const float d = half_at(x);
+        const uint8_t *qs = x + 2;
+        for (int ib = 0; ib < 8; ib++, qs += 8) {
+            const uint32_t a = wm__rd32(x + 66 + 4 * ib);
+            const __m256 db = _mm256_set1_ps(d * (0.5f + (float)(a >> 28)) * 0.5f);
+            for (int l = 0; l < 4; l++, y += 8)
+                iq_store8(y, iq3_pair(wm__iq3xxs_grid, qs[2 * l], qs[2 * l + 1]), db,
+                          wm__iq_ksign((a >> (7 * l)) & 127));
+        }
+    }
+}
+
+TARGET static void x_iq3_s(const uint8_t *x, float *y, size_t nb) {
+    for (size_t i = 0; i < nb; i++, x += 110) {
+        const float d = half_at(x);
+        const uint8_t *qs = x + 2, *qh = x + 66, *signs = x + 74, *scales = x + 106;
+        for (int ib = 0; ib < 8; ib += 2, qh += 2) {
+            for (int h = 0; h < 2; h++, qs += 8, signs += 4) {
+                const int sc = h ? scales[ib / 2] >> 4 : scales[ib / 2] & 0xF;
+                const __m256 db = _mm256_set1_ps(d * (float)(1 + 2 * sc));
+                for (int l = 0; l < 4; l++, y += 8) {
+                    const unsigned g1 = qs[2 * l] | ((unsigned)(qh[h] << (8 - 2 * l)) & 256u);
+                    const unsigned g2 = qs[2 * l + 1] | ((unsigned)(qh[h] << (7 - 2 * l)) & 256u);
+                    iq_store8(y, iq3_pair(wm__iq3s_grid, g1, g2), db, signs[l]);
+                }
+            }
+        }
+    }
+}
+
+TARGET static void x_iq1_s(const uint8_t *x, float *y, size_t nb) {
+    for (size_t i = 0; i < nb; i++, x += 50) {
+        const float d = half_at(x);
+        const uint8_t *qs = x + 2;
+        for (int ib = 0; ib < 8; ib++, qs += 4) {
+            const uint16_t q = wm__rd16(x + 34 + 2 * ib);
+            const __m256 dl = _mm256_set1_ps(d * (float)(2 * ((q >> 12) & 7) + 1));
+            const float delta = q & 0x8000 ? -0.125f : 0.125f;
+            for (int l = 0; l < 4; l++, y += 8)
+                iq1_store8(y, wm__iq1s_grid[qs[l] | (((unsigned)(q >> (3 * l)) & 7u) << 8)], dl,
+                           delta);
+        }
+    }
+}
+
+TARGET static void x_iq1_m(const uint8_t *x, float *y, size_t nb) {
+    for (size_t i = 0; i < nb; i++, x += 56) {
+        uint16_t sc[4];
+        for (int k = 0; k < 4; k++)
+            sc[k] = wm__rd16(x + 48 + 2 * k);
+        const uint16_t dh = (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) |
+                                       ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000));
+        const float d = wm__f16_to_f32(dh);
+        const uint8_t *qs = x, *qh = x + 32;
+        for (int ib = 0; ib < 8; ib++, qs += 4, qh += 2) {
+            const __m256 dl1 =
+                _mm256_set1_ps(d * (float)(2 * ((sc[ib / 2] >> (6 * (ib % 2))) & 7) + 1));
+            const __m256 dl2 =
+                _mm256_set1_ps(d * (float)(2 * ((sc[ib / 2] >> (6 * (ib % 2) + 3)) & 7) + 1));
+            iq1_store8(y, wm__iq1s_grid[qs[0] | ((unsigned)(qh[0] << 8) & 0x700u)], dl1,
+                       qh[0] & 0x08 ? -0.125f : 0.125f);
+            iq1_store8(y + 8, wm__iq1s_grid[qs[1] | ((unsigned)(qh[0] << 4) & 0x700u)], dl1,
+                       qh[0] & 0x80 ? -0.125f : 0.125f);
+            iq1_store8(y + 16, wm__iq1s_grid[qs[2] | ((unsigned)(qh[1] << 8) & 0x700u)], dl2,
+                       qh[1] & 0x08 ? -0.125f : 0.125f);
+            iq1_store8(y + 24, wm__iq1s_grid[qs[3] | ((unsigned)(qh[1] << 4) & 0x700u)], dl2,
+                       qh[1] & 0x80 ? -0.125f : 0.125f);
+            y += 32;
+        }
+    }
+}
+
 /* ---- the kernel table ---- */
 
 wm__to_f32_fn wm__dequant_x86(wm_type type) {
@@ -575,6 +716,13 @@ wm__to_f32_fn wm__dequant_x86(wm_type type) {
     case WM_TYPE_Q8_K: return x_q8_k;
     case WM_TYPE_TQ1_0: return x_tq1_0;
     case WM_TYPE_TQ2_0: return x_tq2_0;
+    case WM_TYPE_IQ2_XXS: return x_iq2_xxs;
+    case WM_TYPE_IQ2_XS: return x_iq2_xs;
+    case WM_TYPE_IQ2_S: return x_iq2_s;
+    case WM_TYPE_IQ3_XXS: return x_iq3_xxs;
+    case WM_TYPE_IQ3_S: return x_iq3_s;
+    case WM_TYPE_IQ1_S: return x_iq1_s;
+    case WM_TYPE_IQ1_M: return x_iq1_m;
     default: return NULL;
     }
 }
