@@ -13,7 +13,7 @@
  *   gpu h2d [--bytes BYTES] [--repeat R]
  *       the ceiling of the bus: cudaMemcpyAsync of a registered (cudaHostRegister) buffer to
  *       the device, timed with events, on one stream and on four.
- *   gpu cycles FILE [--registered] [--threads N] [--cycles N] [--rehearse ROUNDS,EVENTS,COPIES]
+ *   gpu cycles FILE [--registered] [--threads N] [--cycles N] [--rehearse ROUNDS,EVENTS,COPIES[,MIB]]
  *              [--malloc-info FILE]
  *       where host memory goes over load+release cycles: the footprint left after each
  *       release (above its value right after CUDA initialisation), malloc's figures, and the
@@ -491,7 +491,7 @@ static unsigned threads_now(void) {
     return n;
 }
 
-/* gpu cycles FILE [--registered] [--threads N] [--cycles N] [--rehearse R,E,C] [--malloc-info
+/* gpu cycles FILE [--registered] [--threads N] [--cycles N] [--rehearse R,E,C[,MIB]] [--malloc-info
  * FILE]: the host footprint left after each
  * load+release (above its value right after wm_backend_init), malloc's own figures, and which
  * mappings hold what is left (after the first cycle, and what grew from the first to the last):
@@ -503,13 +503,13 @@ static int cmd_cycles(int argc, char **argv) {
     wm_load_options o = {0};
     o.backend = WM_BACKEND_CUDA;
     o.mode = WM_MODE_HEAP;
-    unsigned cycles = 10, rr = 0, re = 0, rc = 0;
+    unsigned cycles = 10, rr = 0, re = 0, rc = 0, rmib = 0;
     const char *info = NULL, *rehearse_arg = "default";
     bool rehearse_set = false;
     for (int i = 0; i < argc; i++) {
         uint64_t v;
         if (!strcmp(argv[i], "--rehearse") && i + 1 < argc &&
-            sscanf(argv[++i], "%u,%u,%u", &rr, &re, &rc) == 3) {
+            sscanf(argv[++i], "%u,%u,%u,%u", &rr, &re, &rc, &rmib) >= 3) {
             rehearse_set = true;
             rehearse_arg = argv[i];
         } else if (!strcmp(argv[i], "--malloc-info") && i + 1 < argc) {
@@ -531,7 +531,7 @@ static int cmd_cycles(int argc, char **argv) {
     if (!path) return 2;
     enum { CAP = 4096 };
     static anon_map m0[CAP], m1[CAP], mn[CAP];
-    if (rehearse_set) wm__cuda_rehearsal(rr, re, rc);
+    if (rehearse_set) wm__cuda_rehearsal(rr, re, rc, (size_t)rmib << 20);
     wm_error err;
     if (wm_backend_init(WM_BACKEND_CUDA, 0, &err) != WM_OK) {
         fprintf(stderr, "gpu: %s\n", err.msg);

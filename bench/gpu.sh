@@ -102,18 +102,16 @@ echo "weightmap load --backend cuda:7 (no such device): exit $?" | tee -a "$LOG"
 # ---- where host memory goes over cycles ----
 # The footprint left after each of 8 load+release cycles, above its value right after
 # wm_backend_init, with wm_backend_init's rehearsal of a load's CUDA calls as built (default),
-# none (0,0,0), and smaller or larger ones (ROUNDS,EVENTS,COPIES); glibc's malloc_info of the
-# default staged run goes to malloc-info.txt.
+# none (0,0,0), and a larger registration (ROUNDS,EVENTS,COPIES,MIB); glibc's malloc_info of
+# the default staged run goes to malloc-info.txt.
 say "cycles: footprint left after each release (bench/gpu cycles)"
 C="timeout 120 $BUILD/bench/gpu cycles $GGUF --cycles 8"
 $C --threads 16 --malloc-info "$OUT/mi.xml" | tee -a "$JSONL"
 $C --threads 1 | tee -a "$JSONL"
 $C --registered | tee -a "$JSONL"
-for r in 0,0,0 1,4,4 3,64,1024; do
-    $C --threads 16 --rehearse $r | tee -a "$JSONL"
-    $C --registered --rehearse $r | tee -a "$JSONL"
-done
-MALLOC_ARENA_MAX=1 $C --threads 16 | sed 's/"bench": "cycles"/"bench": "cycles-arena1"/' | tee -a "$JSONL"
+$C --threads 16 --rehearse 0,0,0 | tee -a "$JSONL"
+$C --registered --rehearse 0,0,0 | tee -a "$JSONL"
+$C --registered --rehearse 3,64,1024,64 | tee -a "$JSONL"
 MALLOC_ARENA_MAX=1 $C --registered | sed 's/"bench": "cycles"/"bench": "cycles-arena1"/' | tee -a "$JSONL"
 [ -f "$OUT/mi.xml" ] && mv "$OUT/mi.xml" "$OUT/malloc-info.txt"
 

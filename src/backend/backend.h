@@ -131,8 +131,8 @@ unsigned wm__load_threads(const wm_model *m);
 #define WM__CUDA_SERIAL_RING 1u /* register the ring before the readers start */
 #define WM__CUDA_NO_REAP 2u     /* retire slots only when there is nothing else to do */
 void wm__cuda_tune(size_t wsize, unsigned slots, unsigned flags);
-/* How much wm_backend_init rehearses a load's CUDA calls (rounds; events and copies a round),
- * for the next wm_backend_init; bench/gpu.c measures with it. */
-void wm__cuda_rehearsal(unsigned rounds, unsigned events, unsigned copies);
+/* How much wm_backend_init rehearses a load's CUDA calls (rounds; events and copies a round;
+ * bytes registered, 0: keep), for the next wm_backend_init; bench/gpu.c measures with it. */
+void wm__cuda_rehearsal(unsigned rounds, unsigned events, unsigned copies, size_t bytes);
 
 #endif /* WM_BACKEND_H */

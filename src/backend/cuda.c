@@ -629,6 +629,10 @@ static wm_status size_pipe(const wm_model *m, unsigned *workers, size_t *wsize, 
         return wm__err(err, WM_EINVAL, 0, "%s: pinned_budget %llu is below %u pages", m->file->path,
                        (unsigned long long)budget, slots);
     unsigned t = wm__load_threads(m);
+    /* By default leave a quarter of the CPUs to the loading thread and the runtime's own
+     * threads: on an H200 host with 16 CPUs, 8 or 12 readers loaded 8 GiB at 41-44 GB/s where
+     * 16 did 36-39 (bench/RESULTS.md). */
+    if (!m->opts.threads && t >= 4) t = t * 3 / 4;
     if (t > MAX_WORKERS) t = MAX_WORKERS;
     if (t == 0) t = 1;
     if (budget / ((uint64_t)slots * t) < MIN_WINDOW) {
@@ -889,7 +893,8 @@ void wm__cuda_tune(size_t wsize, unsigned slots, unsigned flags) {
 /* How much wm_backend_init rehearses (wm__cuda_rehearsal changes it, to measure). */
 static struct {
     unsigned rounds, events, copies;
-} rehearsal = {2, 32, 256};
+    size_t bytes; /* the host buffer registered (both ways) and copied from */
+} rehearsal = {3, 64, 1024, (size_t)2 << 20};
 
 /* Makes every kind of call a load makes, as many times as a load makes the per-slot ones
  * (device memory, registrations of both kinds, streams, an event per slot recorded again and
@@ -898,7 +903,7 @@ static struct {
  * command queues, registration records) here, before a caller takes its baseline, and not in
  * the first loads. Best effort and not fault-counted: a failure here shows again in the load. */
 static void rehearse(void) {
-    size_t len = (size_t)2 << 20;
+    size_t len = rehearsal.bytes;
     void *host = NULL, *dev = NULL;
     cudaStream_t st[MAX_STREAMS];
     enum { MAX_EV = MAX_WORKERS * MAX_SLOTS };
@@ -943,12 +948,13 @@ static void rehearse(void) {
     wm__scratch_free(host, len);
 }
 
-/* bench/gpu.c's knob for the rehearsal (backend.h): rounds, events, copies; takes effect at the
- * next wm_backend_init. */
-void wm__cuda_rehearsal(unsigned rounds, unsigned events, unsigned copies) {
+/* bench/gpu.c's knob for the rehearsal (backend.h): rounds, events, copies, buffer bytes (0:
+ * keep); takes effect at the next wm_backend_init. */
+void wm__cuda_rehearsal(unsigned rounds, unsigned events, unsigned copies, size_t bytes) {
     rehearsal.rounds = rounds;
     rehearsal.events = events;
     rehearsal.copies = copies;
+    if (bytes) rehearsal.bytes = wm__align_up(bytes, wm__os_page_size());
 }
 #endif
 
