@@ -145,3 +145,111 @@ WM_TEST(make_model_is_deterministic) {
     CHECK_EQ(run(cmd, &out), 1); /* another seed, other bytes */
     free(out);
 }
+
+/* The bytes every tensor of a fixture takes converted to `to`, summed through the public API:
+ * elements x the target's element size for a tensor that converts, its stored size otherwise.
+ * *n_quant counts the tensors of a block-quantized type (so a case knows it covers them). */
+static uint64_t bytes_as_via_api(const char *path, wm_type to, uint64_t *stored, int *n_quant) {
+    wm_file *f = NULL;
+    CHECK_STATUS(wm_file_open(path, &f, NULL), WM_OK);
+    uint64_t total = 0;
+    *stored = 0;
+    *n_quant = 0;
+    for (size_t i = 0; i < wm_file_tensor_count(f); i++) {
+        wm_tensor_info t;
+        CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
+        *stored += t.nbytes;
+        *n_quant += wm_type_block_elems(t.type) > 1;
+        /* float targets have blocks of one element */
+        total += wm_convert_supported(t.type, to) ? t.n_elements * wm_type_block_bytes(to)
+                                                  : t.nbytes;
+    }
+    wm_file_close(f);
+    return total;
+}
+
+WM_TEST(info_as_f32_converted_total) {
+    char *out, cmd[1024], want[128];
+    const char *path = wmt_fixture("gguf/stories260K-q4_0.gguf");
+    uint64_t stored;
+    int n_quant;
+    uint64_t total = bytes_as_via_api(path, WM_TYPE_F32, &stored, &n_quant);
+    CHECK(n_quant >= 32); /* Q4_0 x31, Q8_0 x1 */
+    CHECK(total > stored);
+    snprintf(cmd, sizeof cmd, "%s info %s --as f32", WM_CLI, path);
+    CHECK_EQ(run(cmd, &out), 0);
+    snprintf(want, sizeof want, "as f32:      %llu bytes (", (unsigned long long)total);
+    HAS(out, want);
+    snprintf(want, sizeof want, ") from %llu stored\n", (unsigned long long)stored);
+    HAS(out, want);
+    /* one Q4_0 row: stored 18432 bytes, 64 x 512 elements as f32 */
+    HAS(out, "64 x 512                          49312        18432       131072\n");
+    CHECK(strstr(out, "(kept)") == NULL);
+    free(out);
+}
+
+WM_TEST(info_as_bad_type_is_usage_error) {
+    char *out, *err, cmd[1024];
+    const char *bad[] = {"q4_x", "q4_0"}; /* unknown; known but no type converts to it */
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd, "%s info %s --as %s", WM_CLI,
+                 wmt_fixture("gguf/stories260K.gguf"), bad[i]);
+        CHECK_EQ(run(cmd, &out), 2);
+        CHECK_EQ(out[0], 0);
+        err = stderr_text();
+        char want[64];
+        snprintf(want, sizeof want, "info: --as %s:", bad[i]);
+        HAS(err, want);
+        free(err);
+        free(out);
+    }
+}
+
+WM_TEST(info_as_json_fields) {
+    char *out, cmd[1024], want[256];
+    const char *path = wmt_fixture("gguf/stories260K-q8_0.gguf");
+    uint64_t stored;
+    int n_quant;
+    uint64_t total = bytes_as_via_api(path, WM_TYPE_F16, &stored, &n_quant);
+    CHECK(n_quant > 0);
+    snprintf(cmd, sizeof cmd, "%s info --json --as F16 %s", WM_CLI, path);
+    CHECK_EQ(run(cmd, &out), 0);
+    snprintf(want, sizeof want,
+             "\"tensor_bytes\": %llu, \"as\": \"f16\", \"tensor_bytes_as\": %llu, \"n_kept\": 0,",
+             (unsigned long long)stored, (unsigned long long)total);
+    HAS(out, want);
+    /* the fields info has without --as are unchanged; the new ones follow them */
+    HAS(out, "{\"name\": \"output.weight\", \"type\": \"q8_0\", \"shape\": [64, 512], "
+             "\"offset\": 14240, \"nbytes\": 34816, \"shard\": 0, \"nbytes_as\": 65536, "
+             "\"kept\": false}");
+    HAS(out, "\"f16\": {\"tensors\": 5, \"bytes\": 110080, \"bytes_as\": 110080}");
+    free(out);
+}
+
+/* F4 does not convert to f32: the tensor keeps its stored size and is marked. */
+WM_TEST(info_as_keeps_what_cannot_convert) {
+    char *out, cmd[1024];
+    const char hdr[] = "{\"a\":{\"dtype\":\"F4\",\"shape\":[4],\"data_offsets\":[0,2]},"
+                       "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[2,10]}}";
+    wmt_buf b = {0};
+    uint64_t n = sizeof hdr - 1;
+    unsigned char len[8];
+    for (int i = 0; i < 8; i++) len[i] = (unsigned char)(n >> (8 * i));
+    wmt_put(&b, len, 8);
+    wmt_put(&b, hdr, n);
+    wmt_put(&b, "\0\0\0\0\0\0\0\0\0\0", 10);
+    const char *path = wmt_tmp("f4.safetensors");
+    wmt_write_file(path, b.p, b.len);
+    free(b.p);
+    snprintf(cmd, sizeof cmd, "%s info --as f32 %s", WM_CLI, path);
+    CHECK_EQ(run(cmd, &out), 0);
+    HAS(out, "as f32:      10 bytes (10 B) from 10 stored; 1 tensors kept as stored\n");
+    HAS(out, "            2            2 (kept)\n");
+    HAS(out, "            8            8\n");
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s info --json --as f32 %s", WM_CLI, path);
+    CHECK_EQ(run(cmd, &out), 0);
+    HAS(out, "\"nbytes\": 2, \"shard\": 0, \"nbytes_as\": 2, \"kept\": true}");
+    HAS(out, "\"n_kept\": 1,");
+    free(out);
+}

@@ -1,9 +1,10 @@
 /*
  * weightmap.c: the command-line tool. Uses only the public header.
  *
- * Sections: output helpers (JSON strings, sizes); `info`; `make-model` (tools/makemodel.c);
- * command dispatch. Exit codes: 0 success, 1 the file or the run failed (one line on stderr:
- * "weightmap: FILE: what is wrong"), 2 usage error.
+ * Sections: output helpers (JSON strings, sizes); `info` (with `--as TYPE`, the sizes tensors
+ * would take converted); `make-model` (tools/makemodel.c); command dispatch. Exit codes: 0
+ * success, 1 the file or the run failed (one line on stderr: "weightmap: FILE: what is wrong"),
+ * 2 usage error.
  */
 #include "cli.h"
 
@@ -159,30 +160,60 @@ static void print_value(FILE *out, const wm_file *f, size_t i, const wm_kv *kv, 
     }
 }
 
+/* The bytes tensor t would take converted to `to`: its elements in whole blocks of `to`. A tensor
+ * whose type cannot convert to `to` keeps its stored size, and *kept says so. */
+static uint64_t size_as(const wm_tensor_info *t, wm_type to, bool *kept) {
+    *kept = !wm_convert_supported(t->type, to);
+    if (*kept || t->type == to) return t->nbytes;
+    uint64_t be = wm_type_block_elems(to);
+    return (t->n_elements + be - 1) / be * wm_type_block_bytes(to);
+}
+
 static int cmd_info(int argc, char **argv) {
     bool json = false, full = false;
-    const char *path = NULL;
+    const char *path = NULL, *as = NULL;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0) json = true;
         else if (strcmp(argv[i], "--metadata") == 0) full = true;
+        else if (strcmp(argv[i], "--as") == 0) {
+            if (++i >= argc) return cli_usage("info: --as needs a type (f32, f16, bf16, f64)");
+            as = argv[i];
+        } else if (strncmp(argv[i], "--as=", 5) == 0) as = argv[i] + 5;
         else if (argv[i][0] == '-') return cli_usage("info: unknown option %s", argv[i]);
         else if (!path) path = argv[i];
         else return cli_usage("info: one FILE only");
     }
     if (!path) return cli_usage("info: FILE missing");
+    wm_type to = WM_TYPE_INVALID;
+    if (as) {
+        /* A type is a conversion target exactly when it converts to itself. */
+        to = wm_type_from_name(as);
+        if (to == WM_TYPE_INVALID || !wm_convert_supported(to, to))
+            return cli_usage("info: --as %s: not a type tensors convert to (f32, f16, bf16, f64)",
+                             as);
+    }
     wm_file *f;
     wm_error err;
     if (wm_file_open(path, &f, &err) != WM_OK) return cli_fail(&err);
 
     size_t nt = wm_file_tensor_count(f), nk = wm_file_metadata_count(f);
-    uint64_t by_type_bytes[256] = {0}, by_type_n[256] = {0};
+    uint64_t by_type_bytes[256] = {0}, by_type_n[256] = {0}, by_type_as[256] = {0};
+    uint64_t total_as = 0, n_kept = 0;
     for (size_t i = 0; i < nt; i++) {
         wm_tensor_info t;
+        bool kept = false;
         wm_file_tensor(f, i, &t);
         unsigned k = (unsigned)t.type & 255;
         by_type_bytes[k] += t.nbytes;
         by_type_n[k]++;
+        if (as) {
+            uint64_t b = size_as(&t, to, &kept);
+            by_type_as[k] += b;
+            total_as += b;
+            n_kept += kept;
+        }
     }
+    const char *to_name = as ? wm_type_name(to) : "";
     FILE *out = stdout;
     if (json) {
         fputs("{\"file\": ", out);
@@ -193,6 +224,9 @@ static int cmd_info(int argc, char **argv) {
                 "\"n_metadata\": %zu, \"tensor_bytes\": %" PRIu64,
                 wm_format_name(wm_file_format(f)), wm_file_version(f), wm_file_size(f),
                 wm_file_alignment(f), wm_file_data_offset(f), nt, nk, wm_file_tensor_bytes(f));
+        if (as)
+            fprintf(out, ", \"as\": \"%s\", \"tensor_bytes_as\": %" PRIu64 ", \"n_kept\": %" PRIu64,
+                    to_name, total_as, n_kept);
         fputs(", \"shards\": [", out);
         for (uint32_t i = 0; i < wm_file_shard_count(f); i++) {
             fputs(i ? ", " : "", out);
@@ -216,15 +250,24 @@ static int cmd_info(int argc, char **argv) {
             fprintf(out, ", \"type\": \"%s\", \"shape\": [", wm_type_name(t.type));
             for (uint32_t d = 0; d < t.n_dims; d++)
                 fprintf(out, "%s%" PRIu64, d ? ", " : "", t.shape[d]);
-            fprintf(out, "], \"offset\": %" PRIu64 ", \"nbytes\": %" PRIu64 ", \"shard\": %u}",
+            fprintf(out, "], \"offset\": %" PRIu64 ", \"nbytes\": %" PRIu64 ", \"shard\": %u",
                     t.offset, t.nbytes, t.shard);
+            if (as) {
+                bool kept;
+                uint64_t b = size_as(&t, to, &kept);
+                fprintf(out, ", \"nbytes_as\": %" PRIu64 ", \"kept\": %s", b,
+                        kept ? "true" : "false");
+            }
+            fputc('}', out);
         }
         fputs("], \"by_type\": {", out);
         bool first = true;
         for (unsigned k = 0; k < 256; k++) {
             if (!by_type_n[k]) continue;
-            fprintf(out, "%s\"%s\": {\"tensors\": %" PRIu64 ", \"bytes\": %" PRIu64 "}",
+            fprintf(out, "%s\"%s\": {\"tensors\": %" PRIu64 ", \"bytes\": %" PRIu64,
                     first ? "" : ", ", wm_type_name((wm_type)k), by_type_n[k], by_type_bytes[k]);
+            if (as) fprintf(out, ", \"bytes_as\": %" PRIu64, by_type_as[k]);
+            fputc('}', out);
             first = false;
         }
         fputs("}}\n", out);
@@ -241,6 +284,14 @@ static int cmd_info(int argc, char **argv) {
                 fprintf(out, "%s %u/%u %s\n", i ? "            " : "shards:     ", i + 1,
                         wm_file_shard_count(f), wm_file_shard_path(f, i));
         fprintf(out, "tensors:     %zu (%s)\n", nt, cli_bytes(wm_file_tensor_bytes(f), b2));
+        if (as) {
+            char label[16];
+            snprintf(label, sizeof label, "as %s:", to_name);
+            fprintf(out, "%-12s %" PRIu64 " bytes (%s) from %" PRIu64 " stored", label, total_as,
+                    cli_bytes(total_as, b1), wm_file_tensor_bytes(f));
+            if (n_kept) fprintf(out, "; %" PRIu64 " tensors kept as stored", n_kept);
+            fputc('\n', out);
+        }
         fprintf(out, "metadata:    %zu\n\n", nk);
         for (size_t i = 0; i < nk; i++) {
             wm_kv kv;
@@ -250,8 +301,12 @@ static int cmd_info(int argc, char **argv) {
             fputc('\n', out);
         }
         if (nt) {
-            fprintf(out, "\n  %-40s %-8s %-24s %14s %12s\n", "tensor", "type", "shape", "offset",
+            char as_head[16];
+            snprintf(as_head, sizeof as_head, "as %s", to_name);
+            fprintf(out, "\n  %-40s %-8s %-24s %14s %12s", "tensor", "type", "shape", "offset",
                     "bytes");
+            if (as) fprintf(out, " %12s", as_head);
+            fputc('\n', out);
             for (size_t i = 0; i < nt; i++) {
                 wm_tensor_info t;
                 wm_file_tensor(f, i, &t);
@@ -260,15 +315,28 @@ static int cmd_info(int argc, char **argv) {
                 for (uint32_t d = 0; d < t.n_dims && n < sizeof shape; d++)
                     n += (size_t)snprintf(shape + n, sizeof shape - n, "%s%" PRIu64, d ? " x " : "",
                                           t.shape[d]);
-                fprintf(out, "  %-40s %-8s %-24s %14" PRIu64 " %12" PRIu64 "\n", t.name,
+                fprintf(out, "  %-40s %-8s %-24s %14" PRIu64 " %12" PRIu64, t.name,
                         wm_type_name(t.type), shape, t.offset, t.nbytes);
+                if (as) {
+                    bool kept;
+                    uint64_t b = size_as(&t, to, &kept);
+                    fprintf(out, " %12" PRIu64 "%s", b, kept ? " (kept)" : "");
+                }
+                fputc('\n', out);
             }
             fputs("\n  by type:\n", out);
-            for (unsigned k = 0; k < 256; k++)
-                if (by_type_n[k])
-                    fprintf(out, "  %-8s %5" PRIu64 " tensors %14" PRIu64 " bytes (%s)\n",
-                            wm_type_name((wm_type)k), by_type_n[k], by_type_bytes[k],
-                            cli_bytes(by_type_bytes[k], b1));
+            for (unsigned k = 0; k < 256; k++) {
+                if (!by_type_n[k]) continue;
+                fprintf(out, "  %-8s %5" PRIu64 " tensors %14" PRIu64 " bytes (%s)",
+                        wm_type_name((wm_type)k), by_type_n[k], by_type_bytes[k],
+                        cli_bytes(by_type_bytes[k], b1));
+                if (as) {
+                    bool kept = !wm_convert_supported((wm_type)k, to);
+                    fprintf(out, " -> %14" PRIu64 " bytes as %s (%s)%s", by_type_as[k], to_name,
+                            cli_bytes(by_type_as[k], b2), kept ? " (kept)" : "");
+                }
+                fputc('\n', out);
+            }
         }
     }
     wm_file_close(f);
@@ -279,7 +347,8 @@ static int cmd_info(int argc, char **argv) {
 
 static void help(FILE *out) {
     fputs("usage: weightmap COMMAND [ARGS]\n\n"
-          "  info FILE [--json] [--metadata]      what is in a weight file\n"
+          "  info FILE [--json] [--metadata] [--as f32|f16|bf16|f64]\n"
+          "                                       what is in a weight file; --as: sizes converted\n"
           "  load FILE --mode M [options]         load, touch, release; figures per cycle\n"
           "  check FILE [--cycles N] [--json]     every mode: is every byte returned?\n"
           "  probe [--pid P] [--file F] [--json]  memory figures and weight-file regions\n"
