@@ -215,13 +215,15 @@ cudaError_t cudaHostRegister(void *p, size_t len, unsigned flags) {
     OWN_THREAD();
     uintptr_t a = (uintptr_t)p;
     if (!p || !len) return ret(cudaErrorInvalidValue);
-    /* Touch every page as the driver would pin it: reads for read-only, writes otherwise. */
-    volatile unsigned char *c = p;
+    /* Touch every page as the driver would pin it: reads for read-only, writes otherwise. The
+     * write is an atomic "or 0", which changes nothing even while another thread writes the page
+     * (readers may already be filling a ring that is being registered), as pinning does. */
+    unsigned char *c = p;
     for (size_t k = 0; k < len; k += 4096) {
         if (flags & cudaHostRegisterReadOnly)
-            (void)c[k];
+            (void)__atomic_load_n(&c[k], __ATOMIC_RELAXED);
         else
-            c[k] = c[k];
+            (void)__atomic_fetch_or(&c[k], 0, __ATOMIC_RELAXED);
     }
     pthread_mutex_lock(&lock);
     cudaError_t e = cudaSuccess;
