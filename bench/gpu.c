@@ -3,14 +3,13 @@
  * subcommand prints one JSON line:
  *
  *   gpu load FILE [--registered] [--threads N] [--budget BYTES] [--repeat R] [--verify]
- *            [--window BYTES] [--slots N] [--span N] [--serial-ring] [--no-reap]
+ *            [--window BYTES] [--slots N] [--serial-ring] [--no-reap]
  *       weightmap's CUDA load (staged, or registered with --registered): wall time of
  *       wm_model_load, the host footprint (RssAnon + RssShmem + VmSwap) sampled every 2 ms
  *       from a thread during each load (peak above its value right after CUDA initialisation),
  *       the ledger's pinned peak, the footprint left after the first and the last release, and
  *       with --verify every byte copied back and compared with the file. --window, --slots,
- *       --span (windows the loading thread registers at once; 0: none), --serial-ring and
- *       --no-reap change the staged pipeline (wm__cuda_tune), to measure.
+ *       --serial-ring and --no-reap change the staged pipeline (wm__cuda_tune), to measure.
  *   gpu h2d [--bytes BYTES] [--repeat R]
  *       the ceiling of the bus: cudaMemcpyAsync of a registered (cudaHostRegister) buffer to
  *       the device, timed with events, on one stream and on four.
@@ -31,7 +30,6 @@
 
 #include <fcntl.h>
 #include <inttypes.h>
-#include <limits.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -179,7 +177,7 @@ static int cmd_load(int argc, char **argv) {
     wm_load_options o = {0};
     o.backend = WM_BACKEND_CUDA;
     o.mode = WM_MODE_HEAP;
-    unsigned repeat = 3, slots = 0, flags = 0, span = UINT_MAX;
+    unsigned repeat = 3, slots = 0, flags = 0;
     uint64_t window = 0;
     bool check = false;
     for (int i = 0; i < argc; i++) {
@@ -188,8 +186,6 @@ static int cmd_load(int argc, char **argv) {
             window = v;
         } else if (!strcmp(argv[i], "--slots") && i + 1 < argc && parse_size(argv[++i], &v)) {
             slots = (unsigned)v;
-        } else if (!strcmp(argv[i], "--span") && i + 1 < argc && parse_size(argv[++i], &v)) {
-            span = (unsigned)v;
         } else if (!strcmp(argv[i], "--serial-ring")) {
             flags |= WM__CUDA_SERIAL_RING;
         } else if (!strcmp(argv[i], "--no-reap")) {
@@ -215,7 +211,7 @@ static int cmd_load(int argc, char **argv) {
         }
     }
     if (!path) return 2;
-    wm__cuda_tune((size_t)window, slots, span, flags);
+    wm__cuda_tune((size_t)window, slots, flags);
     wm_error err;
     if (wm_backend_init(WM_BACKEND_CUDA, 0, &err) != WM_OK) {
         fprintf(stderr, "gpu: %s\n", err.msg);
@@ -268,21 +264,20 @@ static int cmd_load(int argc, char **argv) {
     qsort(sorted, repeat, sizeof *sorted, cmp_double);
     double best = sorted[0], median = sorted[repeat / 2];
     printf("{\"bench\": \"load\", \"file\": \"%s\", \"path\": \"%s\", \"threads\": %u, "
-           "\"window\": %" PRIu64 ", \"slots\": %u, \"span\": %d, \"serial_ring\": %s, \"reap\": %s, "
+           "\"window\": %" PRIu64 ", \"slots\": %u, \"serial_ring\": %s, \"reap\": %s, "
            "\"budget\": %" PRIu64 ", \"tensor_bytes\": %" PRIu64 ", \"buffers\": %u, "
            "\"repeat\": %u, \"best_s\": %.4f, \"median_s\": %.4f, \"best_gbps\": %.2f, "
            "\"median_gbps\": %.2f, \"footprint_base\": %" PRIu64 ", \"footprint_peak_delta\": %" PRIu64
            ", \"pinned_peak\": %" PRIu64 ", \"scratch_peak\": %" PRIu64 ", \"verified\": %s, "
            "\"released\": %s, \"footprint_left_first\": %" PRId64 ", \"footprint_left_last\": %" PRId64
-           ", \"span_windows_last\": %zu}\n",
+           "}\n",
            path, o.cuda_registered ? "registered" : "staged", st.threads, window, slots,
-           span == UINT_MAX ? -1 : (int)span,
            flags & WM__CUDA_SERIAL_RING ? "true" : "false", flags & WM__CUDA_NO_REAP ? "false" : "true",
            o.pinned_budget,
            st.tensor_bytes, st.buffers, repeat, best, median, (double)st.tensor_bytes / best / 1e9,
            (double)st.tensor_bytes / median / 1e9, base, peak_delta, pinned_peak, scratch_peak,
            check ? (verified ? "true" : "false") : "null", released ? "true" : "false", left_first,
-           left_last, wm__cuda_test_span_windows());
+           left_last);
     return (check && !verified) || !released ? 1 : 0;
 }
 

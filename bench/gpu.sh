@@ -141,17 +141,16 @@ $G load "$GGUF" --registered --budget 1G --repeat 3 | tee -a "$JSONL"
 if [ "${TUNE:-0}" = 1 ]; then
     say "tuning matrix"
     $G pread "$GGUF" --threads 8 --repeat 3 | sed 's/"bench": "pread"/"bench": "pread-8"/' | tee -a "$JSONL"
-    for t in 12 8; do
+    for t in 16 15 12 8; do
         $G load "$GGUF" --threads $t --repeat 5 | tee -a "$JSONL"
         $G load "$GGUF" --threads $t --repeat 5 --serial-ring | tee -a "$JSONL"
         $G load "$GGUF" --threads $t --repeat 5 --no-reap | tee -a "$JSONL"
     done
-    for t in 12 8 16; do
-        for sp in 0 1 2 8; do
-            $G load "$GGUF" --threads $t --span $sp --repeat 5 | tee -a "$JSONL"
+    for t in 16 8; do
+        for ws in "1M 4" "2M 3" "2M 4" "4M 2" "4M 3" "8M 2"; do
+            set -- $ws
+            $G load "$GGUF" --threads $t --window $1 --slots $2 --budget 1G --repeat 5 | tee -a "$JSONL"
         done
-        $G load "$GGUF" --threads $t --slots 3 --repeat 5 | tee -a "$JSONL"
-        $G load "$GGUF" --threads $t --slots 3 --span 0 --repeat 5 | tee -a "$JSONL"
     done
 fi
 
@@ -181,7 +180,7 @@ for p in (r for r in rows if r["bench"].startswith("pread")):
 for r in rows:
     if r["bench"] == "load":
         name = f"weightmap {r['path']}, {r['threads']} threads" + (f", budget {r['budget'] // MiB} MiB" if r["budget"] else "") + (f", {r['buffers']} buffers" if r["buffers"] > 1 else "")
-        name += (f", {r['window'] // MiB} MiB x {r['slots']} slots" if r.get("window") else "") + (f", {r['slots']} slots" if r.get("slots") and not r.get("window") else "") + (f", span {r['span']}" if r.get("span", -1) >= 0 else "") + (f" ({r['span_windows_last']} windows by spans)" if r.get("span_windows_last") else "") + (", ring pinned first" if r.get("serial_ring") else "") + (", no early retire" if r.get("reap") is False else "")
+        name += (f", {r['window'] // MiB} MiB x {r['slots']} slots" if r.get("window") else "") + (", ring pinned first" if r.get("serial_ring") else "") + (", no early retire" if r.get("reap") is False else "")
         x = f"{r['best_gbps'] / ceiling:.2f}" if ceiling else ""
         xs = f"{r['best_gbps'] / st['best_gbps']:.1f}" if st and st["best_gbps"] else ""
         fmt = r["file"].rsplit(".", 1)[-1]

@@ -126,16 +126,13 @@ bool wm__progress(wm_model *m, uint64_t done, uint64_t total);
 unsigned wm__load_threads(const wm_model *m);
 
 /* The CUDA pipeline's measuring knobs (bench/gpu.c; cuda.c says what they do): the staged
- * window size (0: keep), slots per worker (0: keep), windows per span (0: no spans; UINT_MAX:
- * keep) and these flags. Not thread-safe: call it between loads. A build without CUDA has no
- * such function. */
+ * window size (0: keep), slots per worker (0: keep) and these flags. Not thread-safe: call it
+ * between loads. A build without CUDA has no such function. */
 #define WM__CUDA_SERIAL_RING 1u /* register the ring before the readers start */
 #define WM__CUDA_NO_REAP 2u     /* retire slots only when there is nothing else to do */
-void wm__cuda_tune(size_t wsize, unsigned slots, unsigned span, unsigned flags);
+void wm__cuda_tune(size_t wsize, unsigned slots, unsigned flags);
 /* How much wm_backend_init rehearses a load's CUDA calls (rounds; events and copies a round;
  * bytes registered, 0: keep), for the next wm_backend_init; bench/gpu.c measures with it. */
-/* Windows the last staged load sent through the loading thread's span slots. */
-size_t wm__cuda_test_span_windows(void);
 void wm__cuda_rehearsal(unsigned rounds, unsigned events, unsigned copies, size_t bytes);
 
 #endif /* WM_BACKEND_H */

@@ -33,7 +33,6 @@
 #include "backend.h"
 
 #include <errno.h>
-#include <limits.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -48,7 +47,6 @@
 #define MIN_WINDOW ((size_t)1 << 20)
 #define MAX_WORKERS 64u
 #define MAX_SLOTS 8u
-#define SPAN_SLOTS 2u /* staged: slots the loading thread fills by registering the mapping */
 
 /* How the pipeline runs. The defaults are what measured fastest on an H200 (bench/RESULTS.md):
  * staged windows stay small, since with 16 threads a ring of 2 MiB slots (64 MiB) loaded 8 GiB
@@ -61,8 +59,7 @@ static struct {
     unsigned slots;   /* slots per worker */
     bool serial_ring; /* register the ring before the readers start (they fault it in otherwise) */
     bool no_reap;     /* never retire finished slots early with cudaEventQuery */
-    unsigned span;    /* windows the loading thread registers at once (0: it registers none) */
-} tuning = {(size_t)2 << 20, 2, false, false, 4};
+} tuning = {(size_t)2 << 20, 2, false, false};
 
 /* ---- CUDA calls and errors ---- */
 
@@ -219,8 +216,8 @@ typedef struct slot {
     unsigned char *host; /* staged: the slot's part of the ring */
     unsigned char *reg;  /* registered: the window of the mapping registered now, or NULL */
     size_t reg_len;
-    const unsigned char *src; /* where the first window's bytes are, once filled */
-    size_t win, win_end;      /* the windows it holds: [win, win_end) */
+    const unsigned char *src; /* where the window's bytes are, once filled */
+    size_t win;               /* the window it holds */
     cudaEvent_t ev;
     bool ev_made;
 } slot;
@@ -236,12 +233,10 @@ typedef struct pipe {
     size_t wsize;    /* window size (a slot's bytes) */
     bool registered; /* the registered path */
     unsigned char *ring;
-    const wm__region *maps; /* registered, or staged with spans: a shared mapping per shard */
+    const wm__region *maps; /* registered: one shared mapping per shard */
     const uint64_t *map_off;
     slot *slots;
-    unsigned n_slots; /* all slots: the ring's [0, n_ring), then the loading thread's spans */
-    unsigned n_ring;  /* staged: slots in the ring (readers fill them) */
-    unsigned span;    /* staged: windows a span slot registers at once (0: none) */
+    unsigned n_slots;
     cudaStream_t streams[MAX_STREAMS];
     unsigned n_streams; /* streams made so far */
     bool ring_registered;
@@ -260,17 +255,13 @@ typedef struct pipe {
     wm_error first; /* the first failure */
 
     /* The loading thread's own. */
-    unsigned *span_free; /* staged: free span slots (a stack) */
-    size_t n_span_free;
     unsigned *busy_q; /* slots with copies queued, oldest first (a ring of n_slots) */
     size_t busy_head, n_busy;
-    size_t issued;       /* windows whose copies are queued */
-    size_t span_windows; /* of which through span slots */
+    size_t issued; /* windows whose copies are queued */
     uint64_t done, total;
 } pipe;
 
-static _Atomic(void *) last_ring;       /* test hook: base of the last staged ring */
-static _Atomic(size_t) last_span_windows; /* test hook: windows the last load sent by spans */
+static _Atomic(void *) last_ring; /* test hook: base of the last staged ring */
 
 /* Records the first failure and stops everyone. The caller holds mu. */
 static void fail_locked(pipe *p, const wm_error *e) {
@@ -312,13 +303,11 @@ static wm_status read_window(const pipe *p, slot *s, const window *win, wm_error
     return WM_OK;
 }
 
-/* Registers the pages of the mapping under windows [s->win, s->win_end) of one shard (loading
- * thread): the registered path, and the staged path's spans. */
-static wm_status register_window(pipe *p, slot *s, wm_error *err) {
-    const window *win = &p->win[s->win], *last = &p->win[s->win_end - 1];
+/* Registered: registers the pages of the mapping under a window (loading thread). */
+static wm_status register_window(pipe *p, slot *s, const window *win, wm_error *err) {
     const wm__shard *sh = &p->m->file->shards[win->shard];
     size_t page = wm__os_page_size();
-    uint64_t a = win->start / page * page, b = wm__align_up(last->end, page);
+    uint64_t a = win->start / page * page, b = wm__align_up(win->end, page);
     unsigned char *base = (unsigned char *)p->maps[win->shard].base + (a - p->map_off[win->shard]);
     cudaError_t ce = CU(cudaHostRegister(base, (size_t)(b - a), cudaHostRegisterReadOnly));
     if (ce)
@@ -339,30 +328,24 @@ static wm_status issue(pipe *p, unsigned k, wm_error *err) {
     const char *path = m->file->shards[win->shard].path;
     cudaStream_t stream = p->streams[k % p->n_streams];
     cudaError_t ce;
-    uint64_t bytes = 0;
-    for (size_t w = s->win; w < s->win_end; w++) {
-        const window *ww = &p->win[w];
-        for (size_t i = ww->first; i < ww->first + ww->count; i++) {
-            const piece *pc = &p->pieces[i];
-            const wm__tensor *t = &m->file->tensors[pc->tensor];
-            const wm__place *pl = &m->place[pc->tensor];
-            unsigned char *dst = p->cs->dev[pl->chunk] + pl->dst_off + (pc->off - t->offset);
-            ce = CU(cudaMemcpyAsync(dst, s->src + (pc->off - win->start), pc->len,
-                                    cudaMemcpyHostToDevice, stream));
-            if (ce)
-                return cu_fail(err, ce, "cudaMemcpyAsync",
-                               "%s: tensor '%s': copying %zu bytes to device %d", path,
-                               m->file->names + t->name_off, pc->len, p->cs->device);
-        }
-        bytes += ww->bytes;
+    for (size_t i = win->first; i < win->first + win->count; i++) {
+        const piece *pc = &p->pieces[i];
+        const wm__tensor *t = &m->file->tensors[pc->tensor];
+        const wm__place *pl = &m->place[pc->tensor];
+        unsigned char *dst = p->cs->dev[pl->chunk] + pl->dst_off + (pc->off - t->offset);
+        ce = CU(cudaMemcpyAsync(dst, s->src + (pc->off - win->start), pc->len,
+                                cudaMemcpyHostToDevice, stream));
+        if (ce)
+            return cu_fail(err, ce, "cudaMemcpyAsync",
+                           "%s: tensor '%s': copying %zu bytes to device %d", path,
+                           m->file->names + t->name_off, pc->len, p->cs->device);
     }
     ce = CU(cudaEventRecord(s->ev, stream));
     if (ce)
         return cu_fail(err, ce, "cudaEventRecord", "%s: copies to device %d", path, p->cs->device);
     p->busy_q[(p->busy_head + p->n_busy++) % p->n_slots] = k;
-    p->issued += s->win_end - s->win;
-    if (!p->registered && k >= p->n_ring) p->span_windows += s->win_end - s->win;
-    p->done += bytes;
+    p->issued++;
+    p->done += win->bytes;
     return WM_OK;
 }
 
@@ -387,15 +370,11 @@ static wm_status retire_oldest(pipe *p, bool wait, bool *done, wm_error *err) {
     }
     p->busy_head = (p->busy_head + 1) % p->n_slots;
     p->n_busy--;
-    *done = true;
-    if (!p->registered && k >= p->n_ring) { /* a span slot: this thread's own */
-        p->span_free[p->n_span_free++] = k;
-        return WM_OK;
-    }
     wm__os_mutex_lock(&p->mu);
     p->free_q[p->n_free++] = k;
     wm__os_cond_broadcast(&p->to_readers);
     wm__os_mutex_unlock(&p->mu);
+    *done = true;
     return WM_OK;
 }
 
@@ -432,7 +411,6 @@ static void read_loop(void *arg) {
             break;
         }
         p->slots[k].win = i;
-        p->slots[k].win_end = i + 1;
         p->filled_q[(p->filled_head + p->n_filled++) % p->n_slots] = k;
         wm__os_cond_signal(&p->to_loader);
     }
@@ -448,10 +426,10 @@ static void *reader_main(void *arg) {
  * nothing else to do, and fill slots itself when no reader does (one thread, or the registered
  * path); until every window's copies are queued or the pipe fails. */
 static void drive(pipe *p, bool self_fill) {
-    enum { END, WAITED, ISSUE, SPAN, FILL, RETIRE } act;
+    enum { END, WAITED, ISSUE, FILL, RETIRE } act;
     for (;;) {
         unsigned k = 0;
-        size_t i = 0, j = 0;
+        size_t i = 0;
         wm__os_mutex_lock(&p->mu);
         if (p->failed || (!p->n_filled && p->issued == p->n_win)) {
             act = END;
@@ -460,14 +438,6 @@ static void drive(pipe *p, bool self_fill) {
             p->filled_head = (p->filled_head + 1) % p->n_slots;
             p->n_filled--;
             act = ISSUE;
-        } else if (p->n_span_free && p->next < p->n_win) {
-            /* Nothing to queue: register the next windows of the mapping instead of waiting. */
-            k = p->span_free[--p->n_span_free];
-            i = p->next;
-            for (j = i + 1; j < p->n_win && j - i < p->span && p->win[j].shard == p->win[i].shard;)
-                j++;
-            p->next = j;
-            act = SPAN;
         } else if (self_fill && p->n_free && p->next < p->n_win) {
             k = p->free_q[--p->n_free];
             i = p->next++;
@@ -482,20 +452,19 @@ static void drive(pipe *p, bool self_fill) {
         wm_error e;
         wm_status st = WM_OK;
         if (act == END) break;
-        if (act == FILL || act == SPAN) {
+        if (act == FILL) {
             slot *s = &p->slots[k];
             s->win = i;
-            s->win_end = act == SPAN ? j : i + 1;
-            st = p->registered || act == SPAN ? register_window(p, s, &e)
-                                              : read_window(p, s, &p->win[i], &e);
+            st = p->registered ? register_window(p, s, &p->win[i], &e)
+                               : read_window(p, s, &p->win[i], &e);
         }
-        if (!st && (act == ISSUE || act == FILL || act == SPAN)) {
+        if (!st && (act == ISSUE || act == FILL)) {
             st = issue(p, k, &e);
             if (!st && wm__progress(p->m, p->done, p->total))
                 st = wm__err(&e, WM_ECANCELED, 0, "%s: load canceled by the progress callback",
                              p->m->file->path);
         }
-        if (!st && (act == ISSUE || act == SPAN) && !self_fill) st = reap(p, &e);
+        if (!st && act == ISSUE && !self_fill) st = reap(p, &e);
         if (!st && act == RETIRE) {
             bool done;
             st = retire_oldest(p, true, &done, &e);
@@ -530,7 +499,7 @@ static wm_status pipe_open(pipe *p, wm_error *err) {
 /* Staged: registers the whole ring, once. The readers may be writing into it already: pinning
  * keeps the pages they fault in, and no copy is queued from the ring before this returns. */
 static wm_status pin_ring(pipe *p, wm_error *err) {
-    size_t len = (size_t)p->n_ring * p->wsize;
+    size_t len = (size_t)p->n_slots * p->wsize;
     cudaError_t ce = CU(cudaHostRegister(p->ring, len, cudaHostRegisterDefault));
     if (ce)
         return cu_fail(err, ce, "cudaHostRegister", "%s: pinning %zu bytes of staging for device %d",
@@ -557,7 +526,7 @@ static void pipe_close(pipe *p) {
     }
     if (p->ring_registered) {
         cudaHostUnregister(p->ring);
-        wm__ledger_release(WM_LEDGER_PINNED, (size_t)p->n_ring * p->wsize);
+        wm__ledger_release(WM_LEDGER_PINNED, (size_t)p->n_slots * p->wsize);
         p->ring_registered = false;
     }
     for (unsigned t = 0; t < p->n_streams; t++)
@@ -572,22 +541,16 @@ static void pipe_close(pipe *p) {
  * it (registering a ring nobody touched yet means faulting in all of it on one thread first). */
 static wm_status run_pipe(pipe *p, wm_os_thread *th, unsigned n_readers, wm_error *err) {
     wm_error e;
-    for (unsigned k = 0; k < p->n_ring; k++)
-        p->slots[k].host = p->ring + k * p->wsize;
+    if (!p->registered)
+        for (unsigned k = 0; k < p->n_slots; k++)
+            p->slots[k].host = p->ring + k * p->wsize;
     wm_status st = pipe_open(p, &e);
     if (!st && !p->registered && (tuning.serial_ring || !n_readers)) st = pin_ring(p, &e);
     if (st) {
         fail_pipe(p, &e);
     } else {
-        /* Registered: every slot is the loading thread's to fill; staged: the ring's go to the
-         * readers, the span slots stay with the loading thread. */
-        unsigned to_readers = p->registered ? p->n_slots : p->n_ring;
-        for (unsigned k = 0; k < p->n_slots; k++) {
-            if (k < to_readers)
-                p->free_q[p->n_free++] = k;
-            else
-                p->span_free[p->n_span_free++] = k;
-        }
+        for (unsigned k = 0; k < p->n_slots; k++)
+            p->free_q[p->n_free++] = k;
     }
     unsigned started = 0;
     for (unsigned t = 0; t < n_readers && !pipe_failed(p); t++) {
@@ -728,7 +691,6 @@ static wm_status cuda_load(wm_model *m, wm_error *err) {
     size_t n_win = 0;
     bool registered = m->opts.cuda_registered != 0;
 
-    atomic_store(&last_span_windows, 0);
     st = use_device(cs->device, path, &prev, err);
     if (st) goto fail;
     if (registered) {
@@ -785,22 +747,11 @@ static wm_status cuda_load(wm_model *m, wm_error *err) {
      * the loading thread, so it has none. */
     unsigned n_slots = n_workers * tuning.slots;
     unsigned n_readers = registered || n_workers == 1 ? 0 : n_workers;
-    unsigned n_ring = registered ? 0 : n_slots, span = 0;
-    if (n_readers && tuning.span) {
-        /* Span slots: the loading thread registers runs of windows of the file's mapping while
-         * the readers fill the ring, so that the bus also gets bytes no CPU copied. Ring and
-         * spans together stay within the budget. */
-        uint64_t budget = m->opts.pinned_budget ? m->opts.pinned_budget : DEFAULT_BUDGET;
-        uint64_t ring_bytes = (uint64_t)n_ring * wsize;
-        for (span = tuning.span; span; span--)
-            if (ring_bytes + (uint64_t)SPAN_SLOTS * span * wsize <= budget) break;
-        if (span) n_slots += SPAN_SLOTS;
-    }
     m->stats.threads = registered ? 1 : n_workers;
     if (n_win == 0) goto done;
 
     work = wm__calloc(1, n_slots * sizeof(slot) + n_readers * sizeof(wm_os_thread) +
-                             4 * (size_t)n_slots * sizeof(unsigned));
+                             3 * (size_t)n_slots * sizeof(unsigned));
     if (!work) {
         st = wm__err(err, WM_ENOMEM, 0, "%s: out of memory", path);
         goto fail;
@@ -818,7 +769,7 @@ static wm_status cuda_load(wm_model *m, wm_error *err) {
                      wm__errno_text(oe));
         goto fail;
     }
-    if (registered || span) {
+    if (registered) {
         maps = wm__calloc(m->file->n_shards, sizeof *maps);
         map_off = wm__calloc(m->file->n_shards, sizeof *map_off);
         if (!maps || !map_off) {
@@ -827,9 +778,8 @@ static wm_status cuda_load(wm_model *m, wm_error *err) {
         }
         st = map_shards(m, maps, map_off, err);
         if (st) goto fail;
-    }
-    if (!registered) {
-        st = wm__region_pages(m, (size_t)n_ring * wsize, WM_LEDGER_SCRATCH, &ring, err);
+    } else {
+        st = wm__region_pages(m, (size_t)n_slots * wsize, WM_LEDGER_SCRATCH, &ring, err);
         if (st) goto fail;
         /* Registration faults the whole ring in: huge pages make that a few hundred faults. */
         wm__os_advise(ring.base, ring.len, WM_OS_ADV_HUGEPAGE); /* a hint: failure is harmless */
@@ -846,16 +796,12 @@ static wm_status cuda_load(wm_model *m, wm_error *err) {
     p.map_off = map_off;
     p.slots = work;
     p.n_slots = n_slots;
-    p.n_ring = n_ring;
-    p.span = span;
     p.free_q = queues;
     p.filled_q = queues + n_slots;
     p.busy_q = queues + 2 * (size_t)n_slots;
-    p.span_free = queues + 3 * (size_t)n_slots;
     for (size_t k = 0; k < n_win; k++)
         p.total += wins[k].bytes;
     st = run_pipe(&p, readers, n_readers, err);
-    atomic_store(&last_span_windows, p.span_windows);
     if (st) goto fail;
 
 done:
@@ -930,16 +876,11 @@ const wm__backend wm__backend_cuda = {
 void *wm__cuda_test_last_ring(void);
 void *wm__cuda_test_last_ring(void) { return atomic_load(&last_ring); }
 
-/* Windows the last staged load sent through span slots (tests check spans ran; bench/gpu.c
- * reports it). */
-size_t wm__cuda_test_span_windows(void) { return atomic_load(&last_span_windows); }
-
 /* bench/gpu.c's measuring knobs (backend.h). Windows are kept within [MIN_WINDOW, MAX_WINDOW],
  * slots within [1, MAX_SLOTS]. */
-void wm__cuda_tune(size_t wsize, unsigned slots, unsigned span, unsigned flags) {
+void wm__cuda_tune(size_t wsize, unsigned slots, unsigned flags) {
     if (wsize) tuning.window = wsize < MIN_WINDOW ? MIN_WINDOW : wsize > MAX_WINDOW ? MAX_WINDOW : wsize;
     if (slots) tuning.slots = slots > MAX_SLOTS ? MAX_SLOTS : slots;
-    if (span != UINT_MAX) tuning.span = span;
     tuning.serial_ring = (flags & WM__CUDA_SERIAL_RING) != 0;
     tuning.no_reap = (flags & WM__CUDA_NO_REAP) != 0;
 }
