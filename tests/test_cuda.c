@@ -206,16 +206,21 @@ WM_TEST(cli_load) {
     int rc = run_cli(args, out, sizeof out);
 #ifdef WM_HAVE_CUDA
     if (have_gpu()) {
-        /* The library's figures must read 0 after release. The footprint verdict is not checked:
-         * the CUDA runtime keeps host memory for the loading thread, the only one that calls it
-         * (seen on an H200: 120-180 KiB after the first loads, a few KiB more each load; see
-         * bench/RESULTS.md, gpu), which is not the library's to give back. */
+        /* The library's figures must read 0 after release, and for the staged path the whole
+         * verdict must hold: wm_backend_init rehearses a load's CUDA calls, so the runtime has
+         * set up its host state before the CLI's baseline (without the rehearsal it kept 160-200
+         * KiB on an H200). The registered path's verdict is not checked: the driver keeps 60-90
+         * KiB of its own after registering windows of a file mapping (bench/RESULTS.md, gpu). */
         static const char *const modes[] = {"--mode heap", "--mode mmap --registered"};
         for (int k = 0; k < 2; k++) {
-            snprintf(args, sizeof args, "load '%s' %s --backend cuda:0 --cycles 2 --json", path,
+            snprintf(args, sizeof args, "load '%s' %s --backend cuda:0 --cycles 3 --json", path,
                      modes[k]);
             rc = run_cli(args, out, sizeof out);
-            CHECK_MSG(rc == 0 || (rc == 1 && strstr(out, "\"ok\": false")), "exit %d: %s", rc, out);
+            if (k == 0)
+                CHECK_MSG(rc == 0 && strstr(out, "\"ok\": true"), "exit %d: %s", rc, out);
+            else
+                CHECK_MSG(rc == 0 || (rc == 1 && strstr(out, "\"ok\": false")), "exit %d: %s", rc,
+                          out);
             CHECK_MSG(strstr(out, "\"backend\": \"cuda\"") != NULL, "%s", out);
             CHECK_MSG(
                 strstr(out, "\"ledger_bytes\": 0, \"ledger_regions\": 0, \"file_regions\": 0") !=
