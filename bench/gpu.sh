@@ -16,7 +16,8 @@
 # files of libcjson1, libcjson-dev, pkgconf, pkgconf-bin and libpkgconf3, unpacked and used when
 # the machine lacks pkg-config or libcjson; default .debs, git-ignored locally: fill it with
 # `apt-get download libcjson1 libcjson-dev pkgconf pkgconf-bin libpkgconf3`), SKIP_TESTS=1,
-# REPEAT (default 5), TUNE=1 (also run the pipeline's tuning matrix).
+# REPEAT (default 5), TUNE=1 (also run the pipeline's tuning matrix), EXPLORE=1 (with TUNE=1:
+# also `bench/gpu register`, the no-copy design's figures).
 set -u
 SIZE=${1:-8G}
 OUT=${OUT:-/tmp/wm-gpu-out}
@@ -141,18 +142,21 @@ $G load "$GGUF" --registered --budget 1G --repeat 3 | tee -a "$JSONL"
 if [ "${TUNE:-0}" = 1 ]; then
     say "tuning matrix"
     $G pread "$GGUF" --threads 8 --repeat 3 | sed 's/"bench": "pread"/"bench": "pread-8"/' | tee -a "$JSONL"
-    for t in 12 8; do
-        $G load "$GGUF" --threads $t --repeat 5 | tee -a "$JSONL"
-        $G load "$GGUF" --threads $t --repeat 5 --serial-ring | tee -a "$JSONL"
-        $G load "$GGUF" --threads $t --repeat 5 --no-reap | tee -a "$JSONL"
-        $G load "$GGUF" --threads $t --repeat 5 --slots 3 | tee -a "$JSONL"
-        $G load "$GGUF" --threads $t --repeat 5 --window 4M --budget 1G | tee -a "$JSONL"
+    for t in 8 12; do
+        for w in 2M 4M 8M; do
+            $G load "$GGUF" --threads $t --window $w --budget 1G --repeat 5 | tee -a "$JSONL"
+        done
+        $G load "$GGUF" --threads $t --slots 3 --budget 1G --repeat 5 | tee -a "$JSONL"
+        $G load "$GGUF" --threads $t --serial-ring --repeat 5 | tee -a "$JSONL"
+        $G load "$GGUF" --threads $t --no-reap --repeat 5 | tee -a "$JSONL"
     done
     # Could the page cache go to the device with no CPU copy, if several threads registered it?
-    for tw in "1 16M" "4 16M" "8 16M" "16 16M" "8 64M" "16 4M"; do
-        set -- $tw
-        timeout 120 $BUILD/bench/gpu register "$GGUF" --threads $1 --window $2 | tee -a "$JSONL"
-    done
+    if [ "${EXPLORE:-0}" = 1 ]; then
+        for tw in "1 16M" "4 16M" "8 16M" "16 16M" "8 64M" "16 4M"; do
+            set -- $tw
+            timeout 120 $BUILD/bench/gpu register "$GGUF" --threads $1 --window $2 | tee -a "$JSONL"
+        done
+    fi
 fi
 
 # The page cache's ceiling again, after the loads: how much it moves within one run.
@@ -181,7 +185,7 @@ for p in (r for r in rows if r["bench"].startswith("pread")):
 for r in rows:
     if r["bench"] == "load":
         name = f"weightmap {r['path']}, {r['threads']} threads" + (f", budget {r['budget'] // MiB} MiB" if r["budget"] else "") + (f", {r['buffers']} buffers" if r["buffers"] > 1 else "")
-        name += (f", {r['window'] // MiB} MiB x {r['slots']} slots" if r.get("window") else "") + (", ring pinned first" if r.get("serial_ring") else "") + (", no early retire" if r.get("reap") is False else "")
+        name += (f", {r['window'] // MiB} MiB windows" if r.get("window") else "") + (f", {r['slots']} slots a reader" if r.get("slots") else "") + (", ring pinned first" if r.get("serial_ring") else "") + (", no early retire" if r.get("reap") is False else "")
         x = f"{r['best_gbps'] / ceiling:.2f}" if ceiling else ""
         xs = f"{r['best_gbps'] / st['best_gbps']:.1f}" if st and st["best_gbps"] else ""
         fmt = r["file"].rsplit(".", 1)[-1]

@@ -8,13 +8,16 @@
  * behind on every load (measured on an H200: 12-72 KiB per load with 1 thread, 290-390 KiB
  * with 16). The loading thread owns a few streams and one event per slot:
  *   - staged (the default; modes heap and mmap): the slots are a ring of page-allocated memory
- *     of 2 MiB slots, never more than opts.pinned_budget bytes (256 MiB by default; 16 workers
- *     use 64 MiB), registered whole with cudaHostRegister once per load by the loading thread.
+ *     of 4 MiB slots, never more than opts.pinned_budget bytes (256 MiB by default; the default
+ *     8 readers of a 16-CPU host use 64 MiB), registered whole with cudaHostRegister once per
+ *     load by the loading thread while the readers already fill it (their preads fault it in).
  *     Reader threads (none with one thread: then the loading thread reads) take a free slot and
  *     the next file window, pread the window into the slot and hand the slot to the loading
  *     thread through a queue (a mutex and two condition variables). The loading thread queues
  *     one cudaMemcpyAsync per tensor piece in the window, records the slot's event, and gives
- *     the slot back to the readers only once cudaEventSynchronize says its copies are done.
+ *     the slot back to the readers once its copies are done: right after queueing it asks
+ *     (cudaEventQuery) for the oldest slots, and it waits (cudaEventSynchronize) only when it
+ *     has nothing else to do.
  *   - registered (opts.cuda_registered, mode mmap): the source is the file's shared read-only
  *     mapping. The loading thread registers one window of it per slot
  *     (cudaHostRegisterReadOnly), queues the same copies, and unregisters the window once its
@@ -48,18 +51,19 @@
 #define MAX_WORKERS 64u
 #define MAX_SLOTS 8u
 
-/* How the pipeline runs. The defaults are what measured fastest on an H200 (bench/RESULTS.md):
- * staged windows stay small, since with 16 threads a ring of 2 MiB slots (64 MiB) loaded 8 GiB
- * at 42 GB/s and one of 8 MiB slots (256 MiB) at 31 GB/s: faulting in and pinning a bigger ring
- * costs more than bigger copies save. A registered window costs one cudaHostRegister, so there
- * bigger is better (up to MAX_WINDOW). bench/gpu.c changes them through wm__cuda_tune, to
- * measure; nothing else does. */
+/* How the pipeline runs. The defaults are what measured fastest on an H200 host (16 CPUs;
+ * bench/RESULTS.md, gpu): 4 MiB staged windows, two per reader. Bigger rings used to cost more
+ * than bigger copies saved while the loading thread faulted the whole ring in before pinning
+ * it (8 MiB slots: 31 GB/s against 42 for 2 MiB); since the readers fault it in, 4 MiB slots
+ * load 46-47 GB/s against 42-45 for 2 MiB. A registered window costs one cudaHostRegister, so
+ * there bigger is better (up to MAX_WINDOW). bench/gpu.c changes them through wm__cuda_tune,
+ * to measure; nothing else does. */
 static struct {
     size_t window;    /* staged window (slot) size */
     unsigned slots;   /* slots per worker */
     bool serial_ring; /* register the ring before the readers start (they fault it in otherwise) */
     bool no_reap;     /* never retire finished slots early with cudaEventQuery */
-} tuning = {(size_t)2 << 20, 2, false, false};
+} tuning = {(size_t)4 << 20, 2, false, false};
 
 /* ---- CUDA calls and errors ---- */
 
@@ -629,10 +633,10 @@ static wm_status size_pipe(const wm_model *m, unsigned *workers, size_t *wsize, 
         return wm__err(err, WM_EINVAL, 0, "%s: pinned_budget %llu is below %u pages", m->file->path,
                        (unsigned long long)budget, slots);
     unsigned t = wm__load_threads(m);
-    /* By default leave a quarter of the CPUs to the loading thread and the runtime's own
-     * threads: on an H200 host with 16 CPUs, 8 or 12 readers loaded 8 GiB at 41-44 GB/s where
-     * 16 did 36-39 (bench/RESULTS.md). */
-    if (!m->opts.threads && t >= 4) t = t * 3 / 4;
+    /* By default one reader for every two CPUs (a core, where CPUs are hyperthreads), leaving
+     * the rest to the loading thread and the runtime's own threads: on an H200 host with 16
+     * CPUs, 8 readers loaded 8 GiB at 43-47 GB/s, 12 at 42-46 and 16 at 36-40 (bench/RESULTS.md). */
+    if (!m->opts.threads && t >= 4) t = t / 2;
     if (t > MAX_WORKERS) t = MAX_WORKERS;
     if (t == 0) t = 1;
     if (budget / ((uint64_t)slots * t) < MIN_WINDOW) {
