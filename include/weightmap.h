@@ -402,8 +402,10 @@ typedef struct wm_load_options {
 } wm_load_options;
 
 /* Starts a backend's runtime on `device` ahead of a load (CUDA: creates the device's primary
- * context, which stays until the process exits), so that memory figures taken afterwards do
- * not count the runtime's own memory. Optional: a load starts the runtime itself. Leaves the
+ * context, which stays until the process exits, and rehearses each kind of call a load makes,
+ * a few thousand small copies, so that the host memory the runtime keeps is set up now), so
+ * that memory figures taken afterwards do not count the runtime's own memory and load/release
+ * cycles return to them. Optional: a load starts the runtime itself. Leaves the
  * calling thread's current CUDA device as it was. WM_OK for the CPU backend; WM_EUNSUPPORTED
  * when this build lacks the backend; WM_EDEVICE (err names the problem) when there is no such
  * device or no driver. Thread-safe. */
