@@ -150,6 +150,15 @@ static inline uint8_t wm__iq_ksign(unsigned k) {
     return (uint8_t)(k | ((unsigned)__builtin_popcount(k) & 1u) << 7);
 }
 
+/* IQ1_M's block header: the four 16-bit scale words at byte 48 (3-bit scales, two per word for
+ * each 32-element half) and the half d their top nibbles spell, as a float. */
+static inline float wm__iq1m_scales(const uint8_t *x, uint16_t sc[4]) {
+    for (int k = 0; k < 4; k++)
+        sc[k] = wm__rd16(x + 48 + 2 * k);
+    return wm__f16_to_f32((uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) |
+                                     ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000)));
+}
+
 /* ---- test hook ---- */
 
 /* Non-zero: wm_convert uses only the portable kernels (tests compare both paths). Returns the

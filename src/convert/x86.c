@@ -667,11 +667,7 @@ TARGET static void x_iq1_s(const uint8_t *x, float *y, size_t nb) {
 TARGET static void x_iq1_m(const uint8_t *x, float *y, size_t nb) {
     for (size_t i = 0; i < nb; i++, x += 56) {
         uint16_t sc[4];
-        for (int k = 0; k < 4; k++)
-            sc[k] = wm__rd16(x + 48 + 2 * k);
-        const uint16_t dh = (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) |
-                                       ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000));
-        const float d = wm__f16_to_f32(dh);
+        const float d = wm__iq1m_scales(x, sc);
         const uint8_t *qs = x, *qh = x + 32;
         for (int ib = 0; ib < 8; ib++, qs += 4, qh += 2) {
             const __m256 dl1 =
