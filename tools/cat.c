@@ -99,7 +99,7 @@ int cmd_cat(int argc, char **argv) {
         if (!strcmp(argv[i], "--force")) {
             force = true;
         } else if (!strcmp(argv[i], "--as")) {
-            if (++i >= argc) return cli_usage("cat: --as needs a type (f32, f16, bf16, f64)");
+            if (++i >= argc) return cli_usage("cat: --as needs a type (" CLI_TARGETS ")");
             as = argv[i];
         } else if (!strncmp(argv[i], "--as=", 5)) {
             as = argv[i] + 5;
@@ -114,12 +114,12 @@ int cmd_cat(int argc, char **argv) {
         }
     }
     if (!path || !name)
-        return cli_usage("cat: usage: weightmap cat FILE TENSOR [--as f32|f16|bf16] [--force]");
+        return cli_usage("cat: usage: weightmap cat FILE TENSOR [--as f32|f16|bf16|f64] [--force]");
     wm_type to = WM_TYPE_INVALID;
     if (as) {
-        to = wm_type_from_name(as);
-        if (to != WM_TYPE_F32 && to != WM_TYPE_F16 && to != WM_TYPE_BF16 && to != WM_TYPE_F64)
-            return cli_usage("cat: --as %s: the target must be f32, f16, bf16 or f64", as);
+        to = cli_target_type(as);
+        if (to == WM_TYPE_INVALID)
+            return cli_usage("cat: --as %s: not a type tensors convert to (" CLI_TARGETS ")", as);
     }
     if (isatty(STDOUT_FILENO) && !force)
         return cli_usage("cat: standard output is a terminal; redirect it or pass --force");

@@ -21,6 +21,11 @@ int cli_fail(const wm_error *err);
 int cli_usage(const char *fmt, ...);
 /* Parses "123", "0x10", "512M", "1GiB". */
 bool cli_parse_u64(const char *s, uint64_t *out);
+/* The type named `name` if tensors can be converted to it (f32, f16, bf16, f64: the types that
+ * convert to themselves), else WM_TYPE_INVALID. */
+wm_type cli_target_type(const char *name);
+/* For messages: the conversion targets, "f32, f16, bf16, f64". */
+#define CLI_TARGETS "f32, f16, bf16, f64"
 
 int cmd_make_model(int argc, char **argv);
 int cmd_load(int argc, char **argv);

@@ -220,11 +220,12 @@ static int parse_convert(load_args *a, const char *spec) {
             *colon = 0;
             from = wm_type_from_name(tok);
             if (from == WM_TYPE_INVALID) return cli_usage("--convert: unknown type '%s'", tok);
-            to = wm_type_from_name(colon + 1);
+            to = cli_target_type(colon + 1);
         } else {
-            to = wm_type_from_name(tok);
+            to = cli_target_type(tok);
         }
-        if (to == WM_TYPE_INVALID) return cli_usage("--convert: unknown type in '%s'", spec);
+        if (to == WM_TYPE_INVALID)
+            return cli_usage("--convert: '%s': the target must be one of " CLI_TARGETS, spec);
         a->rules[n++] = (wm_convert_rule){NULL, from, to};
     }
     a->opts.convert = a->rules;

@@ -68,6 +68,11 @@ int cli_usage(const char *fmt, ...) {
     return 2;
 }
 
+wm_type cli_target_type(const char *name) {
+    wm_type t = wm_type_from_name(name);
+    return t != WM_TYPE_INVALID && wm_convert_supported(t, t) ? t : WM_TYPE_INVALID;
+}
+
 bool cli_parse_u64(const char *s, uint64_t *out) {
     if (!s || !*s) return false;
     char *end;
@@ -186,11 +191,9 @@ static int cmd_info(int argc, char **argv) {
     if (!path) return cli_usage("info: FILE missing");
     wm_type to = WM_TYPE_INVALID;
     if (as) {
-        /* A type is a conversion target exactly when it converts to itself. */
-        to = wm_type_from_name(as);
-        if (to == WM_TYPE_INVALID || !wm_convert_supported(to, to))
-            return cli_usage("info: --as %s: not a type tensors convert to (f32, f16, bf16, f64)",
-                             as);
+        to = cli_target_type(as);
+        if (to == WM_TYPE_INVALID)
+            return cli_usage("info: --as %s: not a type tensors convert to (" CLI_TARGETS ")", as);
     }
     wm_file *f;
     wm_error err;
