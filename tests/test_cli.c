@@ -205,6 +205,25 @@ WM_TEST(info_as_bad_type_is_usage_error) {
     }
 }
 
+/* cat --as and load --convert take the same targets as info --as: a known type that nothing
+ * converts to is a usage error before the file is touched. */
+WM_TEST(convert_targets_are_checked_everywhere) {
+    char *out, *err, cmd[1024];
+    const char *f = wmt_fixture("gguf/stories260K.gguf");
+    const char *fmt[] = {"%s cat %s tok_embeddings.weight --as q4_0 --force",
+                         "%s load %s --mode heap --convert q4_0", "%s load %s --mode heap --convert f16:q8_0"};
+    const char *want[] = {"cat: --as q4_0:", "--convert: 'q4_0'", "--convert: 'f16:q8_0'"};
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(cmd, sizeof cmd, fmt[i], WM_CLI, f);
+        CHECK_EQ(run(cmd, &out), 2);
+        CHECK_EQ(out[0], 0);
+        err = stderr_text();
+        HAS(err, want[i]);
+        free(err);
+        free(out);
+    }
+}
+
 WM_TEST(info_as_json_fields) {
     char *out, cmd[1024], want[256];
     const char *path = wmt_fixture("gguf/stories260K-q8_0.gguf");
