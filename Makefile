@@ -1,17 +1,19 @@
 # The two commands that matter (see README.md):
 #   make demo   build, make the default model (512 MiB, cached in build/) and check it
-#   make test   the whole test suite: normal build, then again under ASan+UBSan (clang), each
-#               fuzzer for a bounded time, the concurrency tests under TSan (docs/TESTING.md)
+#   make test   the whole test suite: normal build, then again under ASan+UBSan (clang), the CUDA
+#               backend against the mock runtime (ASan+UBSan), each fuzzer for a bounded time,
+#               the concurrency tests under TSan (docs/TESTING.md)
 #
 # Build folders: build/ (release, for use and demo), build-test/ (fault injection on),
 # build-asan/ (fault injection, AddressSanitizer, UndefinedBehaviorSanitizer, LeakSanitizer),
-# build-fuzz/ (libFuzzer harnesses), build-tsan/ (ThreadSanitizer).
+# build-cuda-mock/ (the CUDA backend linked against tests/cuda_mock.c, ASan+UBSan), build-fuzz/
+# (libFuzzer harnesses), build-tsan/ (ThreadSanitizer).
 
 JOBS      ?= $(shell nproc)
 CTEST     := ctest --output-on-failure -j$(JOBS) --timeout 900
 DEMO_MODEL = build/default-model.gguf
 
-.PHONY: all deps peer build test test-normal test-asan demo install clean bench fuzz fuzz-build test-fuzz test-tsan iq-grids
+.PHONY: all deps peer build test test-normal test-asan test-cuda-mock demo install clean bench fuzz fuzz-build test-fuzz test-tsan iq-grids
 
 all: build
 
@@ -26,7 +28,7 @@ demo: build
 	@test -f $(DEMO_MODEL) || build/weightmap make-model $(DEMO_MODEL) --size 512M
 	build/weightmap demo --model $(DEMO_MODEL)
 
-test: test-normal test-asan test-fuzz test-tsan
+test: test-normal test-asan test-cuda-mock test-fuzz test-tsan
 
 # The oracle tests (conversion and type table against llama.cpp's own ggml) need the npm peer;
 # without it (no registry) they report skipped and the committed reference checksums still run.
@@ -43,6 +45,16 @@ test-asan: deps
 	  -DWM_FAULT_INJECTION=ON -DWM_SANITIZE=address,undefined >/dev/null
 	@cmake --build build-asan
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 $(CTEST)
+
+# The CUDA backend's logic without a GPU: the library against tests/cuda_mock.c (a host-memory
+# runtime that defers copies until their event is waited for and refuses calls from any thread
+# but the loading one), under ASan+UBSan. Without the CUDA toolkit's headers the backend is not
+# built and the cases check the "no backend" error instead.
+test-cuda-mock: deps
+	@cmake -S . -B build-cuda-mock -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang \
+	  -DWM_FAULT_INJECTION=ON -DWM_CUDA_MOCK=ON -DWM_SANITIZE=address,undefined >/dev/null
+	@cmake --build build-cuda-mock --target test_cuda weightmap_cli
+	cd build-cuda-mock && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 $(CTEST) -L '^cuda$$'
 
 # Fuzzing (docs/TESTING.md): libFuzzer harnesses tests/fuzz/fuzz_*.c in build-fuzz/ (clang, ASan,
 # UBSan, LSan). test-fuzz runs each from its corpus for FUZZ_CI_SECONDS (CI); fuzz is the long

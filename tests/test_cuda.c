@@ -209,16 +209,19 @@ WM_TEST(cli_load) {
         /* The library's figures must read 0 after release, and for the staged path the whole
          * verdict must hold: wm_backend_init rehearses a load's CUDA calls, so the runtime has
          * set up its host state before the CLI's baseline (without the rehearsal it kept 160-200
-         * KiB on an H200). The registered path's verdict is not checked: the driver keeps 60-90
-         * KiB of its own after registering windows of a file mapping (bench/RESULTS.md, gpu). */
+         * KiB on an H200). The registered path's verdict is not checked: the driver keeps 40-90
+         * KiB of its own after registering windows of a file mapping (bench/RESULTS.md, gpu).
+         * Nor is any verdict with the mock runtime, whose device memory is host memory. */
         static const char *const modes[] = {"--mode heap", "--mode mmap --registered"};
         for (int k = 0; k < 2; k++) {
             snprintf(args, sizeof args, "load '%s' %s --backend cuda:0 --cycles 3 --json", path,
                      modes[k]);
             rc = run_cli(args, out, sizeof out);
+#ifndef WM_CUDA_MOCK /* the mock's "device memory" is host memory, counted in the footprint */
             if (k == 0)
                 CHECK_MSG(rc == 0 && strstr(out, "\"ok\": true"), "exit %d: %s", rc, out);
             else
+#endif
                 CHECK_MSG(rc == 0 || (rc == 1 && strstr(out, "\"ok\": false")), "exit %d: %s", rc,
                           out);
             CHECK_MSG(strstr(out, "\"backend\": \"cuda\"") != NULL, "%s", out);
