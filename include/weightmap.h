@@ -399,6 +399,9 @@ typedef struct wm_load_options {
     size_t n_convert;
     int cuda_registered;       /* CUDA: register the mmap-mode mapping instead of staging */
     uint64_t pinned_budget;    /* CUDA: pinned staging bytes, 0 = 256 MiB */
+    int direct_io;             /* CUDA staged: read with O_DIRECT, past the page cache (for
+                                  models larger than the memory that would cache them), where
+                                  the file system allows it; buffered reads otherwise */
 } wm_load_options;
 
 /* Starts a backend's runtime on `device` ahead of a load (CUDA: creates the device's primary

@@ -64,6 +64,11 @@ static wm_status check_options(const wm_file *f, const wm_load_options *o, wm_er
     if (o->n_convert && o->mode != WM_MODE_HEAP)
         return wm__err(err, WM_EINVAL, 0, "%s: conversion on load needs mode heap (mode %s)",
                        path, wm_mode_name(o->mode));
+    if (o->direct_io && (o->backend != WM_BACKEND_CUDA || o->cuda_registered))
+        return wm__err(err, WM_EINVAL, 0,
+                       "%s: direct_io applies to the CUDA backend's staged path only (it reads "
+                       "into pinned slots; other loads read into their destination or map)",
+                       path);
     if (o->max_buffer_size && o->max_buffer_size < wm__os_page_size())
         return wm__err(err, WM_EINVAL, 0, "%s: max_buffer_size %llu is below the page size", path,
                        (unsigned long long)o->max_buffer_size);

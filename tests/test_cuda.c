@@ -20,11 +20,15 @@
 
 #include "os/fault.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <stdbool.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -265,6 +269,16 @@ WM_TEST(options_refused) {
     o.n_convert = 1;
     CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EINVAL);
     CHECK_MSG_HAS(err, "conversion");
+    o = cuda_opts(WM_MODE_MMAP);
+    o.cuda_registered = 1;
+    o.direct_io = 1;
+    CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EINVAL);
+    CHECK_MSG_HAS(err, "direct_io");
+    o = cuda_opts(WM_MODE_HEAP);
+    o.backend = WM_BACKEND_CPU;
+    o.direct_io = 1;
+    CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EINVAL);
+    CHECK_MSG_HAS(err, "direct_io");
     o = cuda_opts(WM_MODE_HEAP);
     o.pinned_budget = 100;
     if (have_gpu()) {
@@ -382,6 +396,125 @@ WM_TEST(cancel_holds_nothing) {
     }
     wm_file_close(f);
     CHECK_LEDGER_EMPTY();
+}
+
+/* Descriptors of this process that name `path` and were opened with O_DIRECT (fdinfo flags). */
+static int direct_fds_of(const char *path) {
+    char want[PATH_MAX], link[PATH_MAX], name[300];
+    if (!realpath(path, want)) return -1;
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(name, sizeof name, "/proc/self/fd/%s", e->d_name);
+        ssize_t len = readlink(name, link, sizeof link - 1);
+        if (len <= 0) continue;
+        link[len] = 0;
+        if (strcmp(link, want)) continue;
+        snprintf(name, sizeof name, "/proc/self/fdinfo/%s", e->d_name);
+        FILE *f = fopen(name, "r");
+        unsigned flags = 0;
+        char line[128];
+        while (f && fgets(line, sizeof line, f))
+            if (sscanf(line, "flags: %o", &flags) == 1) break;
+        if (f) fclose(f);
+        n += (flags & O_DIRECT) != 0;
+    }
+    closedir(d);
+    return n;
+}
+
+typedef struct direct_seen {
+    const char *path;
+    int most; /* the most O_DIRECT descriptors of the file seen during the load */
+} direct_seen;
+
+static int note_direct(void *user, uint64_t done, uint64_t total) {
+    direct_seen *s = user;
+    (void)done;
+    (void)total;
+    int n = direct_fds_of(s->path);
+    if (n > s->most) s->most = n;
+    return 0;
+}
+
+typedef struct cut {
+    const char *path;
+    bool done;
+} cut;
+
+/* Progress callback: cuts the file 5000 bytes short, once. */
+static int cut_short(void *user, uint64_t done, uint64_t total) {
+    cut *c = user;
+    struct stat st;
+    (void)done;
+    (void)total;
+    if (!c->done && stat(c->path, &st) == 0 && truncate(c->path, st.st_size - 5000) == 0)
+        c->done = true;
+    return 0;
+}
+
+/* direct_io: the readers (and, with one thread, the loading thread) read through an O_DIRECT
+ * descriptor of the file where its file system allows one, deliver the file's bytes (windows
+ * start and end off the 4 KiB grid: safetensors data has alignment 1), and close it with the
+ * load; a failed reopen (injected) falls back to buffered reads; a file cut short after open is
+ * refused with WM_EFORMAT holding nothing. */
+WM_TEST(direct_io) {
+    NEED_GPU();
+    const char *path = make_model("m.safetensors", "12M", "safetensors");
+    int probe = open(path, O_RDONLY | O_DIRECT);
+    bool supported = probe >= 0;
+    if (probe >= 0) close(probe);
+    for (unsigned threads = 1; threads <= 3; threads += 2) {
+        wm_load_options o = cuda_opts(WM_MODE_HEAP);
+        o.direct_io = 1;
+        o.threads = threads;
+        o.pinned_budget = (uint64_t)6 << 20;
+        direct_seen seen = {path, 0};
+        o.progress = note_direct;
+        o.progress_user = &seen;
+        load_compare(path, o);
+        CHECK_MSG(seen.most == (supported ? 1 : 0), "%d O_DIRECT descriptors during the load (%s)",
+                  seen.most, supported ? "supported" : "unsupported here");
+        CHECK_EQ(direct_fds_of(path), 0);
+        /* The reopen failed: buffered reads, same bytes. */
+        wm_file *f;
+        wm_error err;
+        wm_model *m = NULL;
+        CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
+        seen.most = 0;
+        wm__fault_arm(WM_OS_OPEN, 1, EINVAL);
+        wm_status st = wm_model_load(f, &o, &m, &err);
+        unsigned long long hit = wm__fault_injected();
+        wm__fault_reset();
+        CHECK_MSG(st == WM_OK, "load: %s", err.msg);
+        CHECK_MSG(hit == 1, "the load made no reopen to fail");
+        CHECK_EQ(seen.most, 0);
+        check_bytes(m);
+        wm_model_release(m);
+        wm_file_close(f);
+    }
+    /* Cut short during the load (after the first window; the loading thread reads the rest
+     * in order): the direct read of the last window comes back short. Refused, nothing held. */
+    wm_file *f;
+    wm_error err;
+    wm_model *m;
+    CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
+    wm_load_options o = cuda_opts(WM_MODE_HEAP);
+    o.direct_io = 1;
+    o.threads = 1;
+    o.pinned_budget = (uint64_t)2 << 20;
+    cut c = {path, false};
+    o.progress = cut_short;
+    o.progress_user = &c;
+    CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EFORMAT);
+    CHECK(m == NULL);
+    CHECK(c.done);
+    CHECK_MSG_HAS(err, "ends");
+    wm_file_close(f);
+    CHECK_LEDGER_EMPTY();
+    CHECK_EQ(direct_fds_of(path), 0);
 }
 
 /* Fails the k-th call of `kind` for every k of one load: each failure is clean (a status, a

@@ -291,6 +291,8 @@ static int parse_common(load_args *a, int argc, char **argv, bool need_mode, con
             i++;
         } else if (!strcmp(s, "--registered")) {
             a->opts.cuda_registered = 1;
+        } else if (!strcmp(s, "--direct")) {
+            a->opts.direct_io = 1;
         } else if (s[0] == '-') {
             return cli_usage("%s: unknown option %s", cmd, s);
         } else if (!a->path) {

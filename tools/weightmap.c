@@ -181,7 +181,7 @@ static int cmd_info(int argc, char **argv) {
         if (strcmp(argv[i], "--json") == 0) json = true;
         else if (strcmp(argv[i], "--metadata") == 0) full = true;
         else if (strcmp(argv[i], "--as") == 0) {
-            if (++i >= argc) return cli_usage("info: --as needs a type (f32, f16, bf16, f64)");
+            if (++i >= argc) return cli_usage("info: --as needs a type (" CLI_TARGETS ")");
             as = argv[i];
         } else if (strncmp(argv[i], "--as=", 5) == 0) as = argv[i] + 5;
         else if (argv[i][0] == '-') return cli_usage("info: unknown option %s", argv[i]);
@@ -358,7 +358,8 @@ static void help(FILE *out) {
           "  make-model OUT --size BYTES [--seed N] [--format gguf|safetensors] [--shards N]\n"
           "                                       a deterministic llama-shaped model\n"
           "  demo                                 check on the built-in default model\n"
-          "  cat FILE TENSOR [--as f32|f16|bf16]  one tensor's bytes to stdout, converted if asked\n"
+          "  cat FILE TENSOR [--as f32|f16|bf16|f64]\n"
+          "                                       one tensor's bytes to stdout, converted if asked\n"
           "\nexit codes: 0 success, 1 the file or the run failed, 2 usage error\n",
           out);
 }

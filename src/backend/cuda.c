@@ -239,6 +239,8 @@ typedef struct pipe {
     unsigned char *ring;
     const wm__region *maps; /* registered: one shared mapping per shard */
     const uint64_t *map_off;
+    const int *direct_fd;     /* staged with direct_io: an O_DIRECT descriptor per shard, or -1 */
+    atomic_bool direct_off;   /* a direct read was refused: buffered reads from then on */
     slot *slots;
     unsigned n_slots;
     cudaStream_t streams[MAX_STREAMS];
@@ -289,9 +291,45 @@ static void fail_pipe(pipe *p, const wm_error *e) {
     wm__os_mutex_unlock(&p->mu);
 }
 
-/* Staged: preads a window into its slot. No CUDA call: readers run this. */
-static wm_status read_window(const pipe *p, slot *s, const window *win, wm_error *err) {
+/* Staged, direct_io: reads the window's aligned cover with O_DIRECT. Windows are aligned file
+ * ranges of a multiple of WM_OS_DIRECT_ALIGN, so the cover fits the (page-aligned) slot. A
+ * file system that refuses the read (EINVAL: another alignment, or no direct I/O after all)
+ * turns direct reads off for the rest of the load: *done stays false and the caller reads
+ * buffered. */
+static wm_status read_direct(pipe *p, slot *s, const window *win, bool *done, wm_error *err) {
     const wm__shard *sh = &p->m->file->shards[win->shard];
+    uint64_t a = win->start / WM_OS_DIRECT_ALIGN * WM_OS_DIRECT_ALIGN;
+    uint64_t b = wm__align_up(win->end, WM_OS_DIRECT_ALIGN);
+    size_t got;
+    *done = false;
+    int e = wm__os_pread(p->direct_fd[win->shard], s->host, (size_t)(b - a), a, &got);
+    if (e == EINVAL) {
+        atomic_store(&p->direct_off, true);
+        return WM_OK;
+    }
+    if (e)
+        return wm__err(err, wm__status_from_errno(e) == WM_ENOMEM ? WM_ENOMEM : WM_EIO, e,
+                       "%s: reading %llu bytes at offset %llu (direct): %s", sh->path,
+                       (unsigned long long)(b - a), (unsigned long long)a, wm__errno_text(e));
+    if (got < win->end - a) /* past the end of the file a direct read is short: fine */
+        return wm__err(err, WM_EFORMAT, 0,
+                       "%s: tensor data at offset %llu: the file ends %llu bytes early (it is "
+                       "shorter than its header says)",
+                       sh->path, (unsigned long long)win->start,
+                       (unsigned long long)(win->end - a - got));
+    s->src = s->host + (win->start - a);
+    *done = true;
+    return WM_OK;
+}
+
+/* Staged: preads a window into its slot. No CUDA call: readers run this. */
+static wm_status read_window(pipe *p, slot *s, const window *win, wm_error *err) {
+    const wm__shard *sh = &p->m->file->shards[win->shard];
+    if (p->direct_fd && p->direct_fd[win->shard] >= 0 && !atomic_load(&p->direct_off)) {
+        bool done;
+        wm_status st = read_direct(p, s, win, &done, err);
+        if (st || done) return st;
+    }
     size_t len = (size_t)(win->end - win->start), got;
     int e = wm__os_pread(sh->fd, s->host, len, win->start, &got);
     if (e)
@@ -692,6 +730,7 @@ static wm_status cuda_load(wm_model *m, wm_error *err) {
     bool mu_made = false, to_readers_made = false, to_loader_made = false;
     wm__region *maps = NULL;
     uint64_t *map_off = NULL;
+    int *dfds = NULL; /* direct_io: O_DIRECT descriptors, one per shard (-1: buffered) */
     size_t n_win = 0;
     bool registered = m->opts.cuda_registered != 0;
 
@@ -783,6 +822,17 @@ static wm_status cuda_load(wm_model *m, wm_error *err) {
         st = map_shards(m, maps, map_off, err);
         if (st) goto fail;
     } else {
+        if (m->opts.direct_io) {
+            /* Where a shard's file system has no direct I/O (or the reopen fails at all), that
+             * shard is read buffered: the option asks for direct reads where possible. */
+            dfds = wm__calloc(m->file->n_shards, sizeof *dfds);
+            if (!dfds) {
+                st = wm__err(err, WM_ENOMEM, 0, "%s: out of memory", path);
+                goto fail;
+            }
+            for (uint32_t s = 0; s < m->file->n_shards; s++)
+                if (wm__os_reopen_direct(m->file->shards[s].fd, &dfds[s]) != 0) dfds[s] = -1;
+        }
         st = wm__region_pages(m, (size_t)n_slots * wsize, WM_LEDGER_SCRATCH, &ring, err);
         if (st) goto fail;
         /* Registration faults the whole ring in: huge pages make that a few hundred faults. */
@@ -798,6 +848,7 @@ static wm_status cuda_load(wm_model *m, wm_error *err) {
     p.ring = ring.base;
     p.maps = maps;
     p.map_off = map_off;
+    p.direct_fd = dfds;
     p.slots = work;
     p.n_slots = n_slots;
     p.free_q = queues;
@@ -821,6 +872,10 @@ fail:
             wm__region_free(&maps[s]);
     wm__free(maps);
     wm__free(map_off);
+    if (dfds)
+        for (uint32_t s = 0; s < m->file->n_shards; s++)
+            wm__os_close(dfds[s]);
+    wm__free(dfds);
     wm__free(work);
     wm__free(pieces);
     wm__free(wins);

@@ -47,6 +47,12 @@ typedef struct wm_os_stat {
 
 /* Files. */
 int wm__os_open_read(const char *path, int *fd_out);
+/* A second descriptor of the file open as `fd`, read-only with O_DIRECT (through /proc/self/fd,
+ * so it is the same file even if its path was replaced since). EINVAL where the file system
+ * has no direct I/O. Reads through it must be aligned to WM_OS_DIRECT_ALIGN in file offset,
+ * length and memory. */
+int wm__os_reopen_direct(int fd, int *fd_out);
+#define WM_OS_DIRECT_ALIGN 4096u
 void wm__os_close(int fd);
 int wm__os_stat(int fd, wm_os_stat *out);
 int wm__os_stat_path(const char *path, wm_os_stat *out);

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -30,6 +31,20 @@ int wm__os_open_read(const char *path, int *fd_out) {
     } while (fd < 0 && errno == EINTR);
     if (fd < 0) return errno;
     *fd_out = fd;
+    return 0;
+}
+
+int wm__os_reopen_direct(int fd, int *fd_out) {
+    int e = wm__fault_hit(WM_OS_OPEN);
+    if (e) return e;
+    char path[48];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    int d;
+    do {
+        d = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+    } while (d < 0 && errno == EINTR);
+    if (d < 0) return errno;
+    *fd_out = d;
     return 0;
 }
 
