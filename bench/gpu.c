@@ -3,13 +3,14 @@
  * subcommand prints one JSON line:
  *
  *   gpu load FILE [--registered] [--threads N] [--budget BYTES] [--repeat R] [--verify]
- *            [--window BYTES] [--slots N] [--serial-ring] [--no-reap]
+ *            [--window BYTES] [--slots N] [--serial-ring] [--no-reap] [--direct]
  *       weightmap's CUDA load (staged, or registered with --registered): wall time of
  *       wm_model_load, the host footprint (RssAnon + RssShmem + VmSwap) sampled every 2 ms
  *       from a thread during each load (peak above its value right after CUDA initialisation),
  *       the ledger's pinned peak, the footprint left after the first and the last release, and
  *       with --verify every byte copied back and compared with the file. --window, --slots,
- *       --serial-ring and --no-reap change the staged pipeline (wm__cuda_tune), to measure.
+ *       --serial-ring and --no-reap change the staged pipeline (wm__cuda_tune), to measure;
+ *       --direct reads with O_DIRECT (direct_io).
  *   gpu h2d [--bytes BYTES] [--repeat R]
  *       the ceiling of the bus: cudaMemcpyAsync of a registered (cudaHostRegister) buffer to
  *       the device, timed with events, on one stream and on four.
@@ -190,6 +191,8 @@ static int cmd_load(int argc, char **argv) {
             window = v;
         } else if (!strcmp(argv[i], "--slots") && i + 1 < argc && parse_size(argv[++i], &v)) {
             slots = (unsigned)v;
+        } else if (!strcmp(argv[i], "--direct")) {
+            o.direct_io = 1;
         } else if (!strcmp(argv[i], "--serial-ring")) {
             flags |= WM__CUDA_SERIAL_RING;
         } else if (!strcmp(argv[i], "--no-reap")) {
@@ -268,7 +271,7 @@ static int cmd_load(int argc, char **argv) {
     qsort(sorted, repeat, sizeof *sorted, cmp_double);
     double best = sorted[0], median = sorted[repeat / 2];
     printf("{\"bench\": \"load\", \"file\": \"%s\", \"path\": \"%s\", \"threads\": %u, "
-           "\"window\": %" PRIu64 ", \"slots\": %u, \"serial_ring\": %s, \"reap\": %s, "
+           "\"window\": %" PRIu64 ", \"slots\": %u, \"serial_ring\": %s, \"reap\": %s, \"direct\": %s, "
            "\"budget\": %" PRIu64 ", \"tensor_bytes\": %" PRIu64 ", \"buffers\": %u, "
            "\"repeat\": %u, \"best_s\": %.4f, \"median_s\": %.4f, \"best_gbps\": %.2f, "
            "\"median_gbps\": %.2f, \"footprint_base\": %" PRIu64 ", \"footprint_peak_delta\": %" PRIu64
@@ -277,6 +280,7 @@ static int cmd_load(int argc, char **argv) {
            "}\n",
            path, o.cuda_registered ? "registered" : "staged", st.threads, window, slots,
            flags & WM__CUDA_SERIAL_RING ? "true" : "false", flags & WM__CUDA_NO_REAP ? "false" : "true",
+           o.direct_io ? "true" : "false",
            o.pinned_budget,
            st.tensor_bytes, st.buffers, repeat, best, median, (double)st.tensor_bytes / best / 1e9,
            (double)st.tensor_bytes / median / 1e9, base, peak_delta, pinned_peak, scratch_peak,
