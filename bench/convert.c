@@ -2,7 +2,7 @@
  * convert.c: dequantization throughput, weightmap's wm_convert against ggml's own to_float
  * (libggml-base of llama.cpp v0.4.0, loaded with dlopen), both in this process and this run.
  *
- * Sections: inputs (valid random blocks of each type, as tests/test_convert.c builds them);
+ * Sections: inputs (valid random blocks of each type: tests/blocks.h, as the tests build them);
  * the peer's to_float; timing one thread and all threads (rows split into contiguous slices of
  * whole blocks, one slice per thread); the load with and without F16->F32 conversion; main.
  *
@@ -16,6 +16,7 @@
  */
 #include "peer.h"
 
+#include "../tests/blocks.h"
 #include "weightmap.h"
 
 #include <dlfcn.h>
@@ -27,80 +28,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-/* ---- inputs ---- */
-
-static uint64_t rng_next(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-/* A finite half, small enough that products stay finite. */
-static uint16_t finite_half(uint64_t *s) {
-    uint16_t h = (uint16_t)rng_next(s);
-    if ((h & 0x7C00) == 0x7C00) h &= (uint16_t)~0x4000;
-    return h;
-}
-
-/* Offsets of half scale fields per block type (-1 ends). */
-static const int *half_fields(wm_type t) {
-    static const int at0[] = {0, -1}, at02[] = {0, 2, -1}, q2k[] = {80, 82, -1}, q3k[] = {108, -1},
-                     q6k[] = {208, -1}, tq1[] = {52, -1}, tq2[] = {64, -1}, none[] = {-1};
-    switch (t) {
-    case WM_TYPE_Q4_0:
-    case WM_TYPE_Q5_0:
-    case WM_TYPE_Q8_0:
-    case WM_TYPE_IQ4_NL:
-    case WM_TYPE_Q1_0:
-    case WM_TYPE_Q2_0:
-    case WM_TYPE_IQ4_XS:
-    case WM_TYPE_IQ2_XXS:
-    case WM_TYPE_IQ2_XS:
-    case WM_TYPE_IQ2_S:
-    case WM_TYPE_IQ3_XXS:
-    case WM_TYPE_IQ3_S:
-    case WM_TYPE_IQ1_S: return at0;
-    case WM_TYPE_Q4_1:
-    case WM_TYPE_Q5_1:
-    case WM_TYPE_Q4_K:
-    case WM_TYPE_Q5_K: return at02;
-    case WM_TYPE_Q2_K: return q2k;
-    case WM_TYPE_Q3_K: return q3k;
-    case WM_TYPE_Q6_K: return q6k;
-    case WM_TYPE_TQ1_0: return tq1;
-    case WM_TYPE_TQ2_0: return tq2;
-    default: return none;
-    }
-}
-
-static void make_blocks(wm_type t, size_t nb, uint64_t seed, uint8_t *out) {
-    uint64_t s = seed;
-    size_t bb = wm_type_block_bytes(t), n = nb * bb;
-    for (size_t i = 0; i < n; i += 8) {
-        uint64_t v = rng_next(&s);
-        memcpy(out + i, &v, n - i < 8 ? n - i : 8);
-    }
-    for (size_t i = 0; i < nb; i++) {
-        uint8_t *b = out + i * bb;
-        for (const int *f = half_fields(t); *f >= 0; f++) {
-            uint16_t h = finite_half(&s);
-            memcpy(b + *f, &h, 2);
-        }
-        if (t == WM_TYPE_Q8_K) {
-            float d = 0.001f;
-            memcpy(b, &d, 4);
-        } else if (t == WM_TYPE_MXFP4) {
-            b[0] = (uint8_t)(110 + rng_next(&s) % 30);
-        } else if (t == WM_TYPE_F16 && (b[1] & 0x7C) == 0x7C) {
-            b[1] &= 0xBF;
-        } else if (t == WM_TYPE_IQ1_M) { /* the half scale lives in the top nibbles of 4 words */
-            uint16_t h = finite_half(&s);
-            for (int k = 0; k < 4; k++)
-                b[49 + 2 * k] = (uint8_t)((b[49 + 2 * k] & 0x0F) | (((h >> (4 * k)) & 0xF) << 4));
-        }
-    }
-}
+/* ---- inputs: valid random blocks of each type, tests/blocks.h ---- */
 
 /* ---- the peer's to_float ---- */
 
