@@ -234,6 +234,10 @@ WM_TEST(cli_load) {
                     NULL,
                 "%s", out);
         }
+        /* --pinned-budget reaches the library: one below two pages is refused by it. */
+        snprintf(args, sizeof args, "load '%s' --mode heap --backend cuda --pinned-budget 100", path);
+        rc = run_cli(args, out, sizeof out);
+        CHECK_MSG(rc == 1 && strstr(out, "pinned_budget 100"), "exit %d: %s", rc, out);
         return;
     }
     CHECK_MSG(strstr(out, "no usable CUDA device") != NULL, "%s", out);

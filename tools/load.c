@@ -269,6 +269,10 @@ static int parse_common(load_args *a, int argc, char **argv, bool need_mode, con
             if (!cli_parse_u64(v, &n)) return cli_usage("%s: bad --max-buffer '%s'", cmd, v);
             a->opts.max_buffer_size = n;
             i++;
+        } else if (!strcmp(s, "--pinned-budget") && v) {
+            if (!cli_parse_u64(v, &n) || !n) return cli_usage("%s: bad --pinned-budget '%s'", cmd, v);
+            a->opts.pinned_budget = n;
+            i++;
         } else if (!strcmp(s, "--convert") && v) {
             int rc = parse_convert(a, v);
             if (rc) return rc;
