@@ -305,49 +305,73 @@ bool wm__progress(wm_model *m, uint64_t done, uint64_t total) {
     return m->opts.progress && m->opts.progress(m->opts.progress_user, done, total) != 0;
 }
 
-static bool do_job(run_ctx *c, const wm__job *j, unsigned char *scratch) {
+/* Reads [off, off + len) of the job's shard into buf; false (and the failure recorded) on an
+ * error or a file shorter than its header says. */
+static bool read_part(run_ctx *c, const wm__job *j, unsigned char *buf, uint64_t off, size_t len) {
     const wm__shard *sh = &c->m->file->shards[j->shard];
     wm_error e;
-    bool convert = j->from != j->to;
-    unsigned char *dst = convert ? scratch : j->dst;
     size_t got;
-    if (!convert && c->populate &&
-        c->m->chunks[c->m->place[j->tensor].chunk].size < WM_POPULATE_BELOW) {
-        /* Heap pages are fresh: in a chunk too small for huge pages, faulting the job's 4 KiB
-         * pages in with one call before the read costs less than one fault per page inside the
-         * copy (about 1.5x, bench/RESULTS.md "load"); with huge pages it gains nothing and the
-         * zeroed lines leave the cache before the copy. A hint: on failure the copy faults. */
-        uintptr_t page = wm__os_page_size(), lo = (uintptr_t)dst / page * page;
-        uintptr_t hi = ((uintptr_t)dst + j->len + page - 1) / page * page;
-        wm__os_advise((void *)lo, (size_t)(hi - lo), WM_OS_ADV_POPULATE_WRITE);
-    }
-    int errn = wm__os_pread(sh->fd, dst, j->len, j->file_off, &got);
+    int errn = wm__os_pread(sh->fd, buf, len, off, &got);
     if (errn) {
         wm__err(&e, wm__status_from_errno(errn) == WM_ENOMEM ? WM_ENOMEM : WM_EIO, errn,
-                "%s: reading %zu bytes at offset %llu: %s", sh->path, j->len,
-                (unsigned long long)j->file_off, wm__errno_text(errn));
+                "%s: reading %zu bytes at offset %llu: %s", sh->path, len,
+                (unsigned long long)off, wm__errno_text(errn));
         fail_run(c, &e);
         return false;
     }
-    if (got != j->len) {
+    if (got != len) {
         wm__err(&e, WM_EFORMAT, 0,
                 "%s: tensor '%s' at offset %llu: the file ends %zu bytes early (it is shorter than "
                 "its header says)",
                 sh->path, c->m->file->names + c->m->file->tensors[j->tensor].name_off,
-                (unsigned long long)j->file_off, j->len - got);
+                (unsigned long long)off, len - got);
         fail_run(c, &e);
         return false;
     }
-    if (convert) {
-        uint64_t n_el = (uint64_t)j->len / wm_type_block_bytes(j->from) * wm_type_block_elems(j->from);
-        wm_status st = wm_convert(j->from, j->to, scratch, j->dst, n_el);
+    return true;
+}
+
+/* A converting job: WM_CONVERT_STEP source bytes at a time (whole blocks), read into the
+ * scratch and converted into the destination while they are still in the cache. */
+static bool convert_job(run_ctx *c, const wm__job *j, unsigned char *scratch) {
+    size_t bb = wm_type_block_bytes(j->from), step = WM_CONVERT_STEP / bb * bb;
+    uint64_t be = wm_type_block_elems(j->from);
+    size_t out_bb = wm_type_block_bytes(j->to), out_be = wm_type_block_elems(j->to);
+    if (step == 0) step = bb;
+    for (size_t k = 0; k < j->len; k += step) {
+        size_t n = j->len - k < step ? j->len - k : step;
+        if (!read_part(c, j, scratch, j->file_off + k, n)) return false;
+        uint64_t n_el = (uint64_t)(n / bb) * be;
+        unsigned char *dst = j->dst + (size_t)((uint64_t)(k / bb) * be / out_be * out_bb);
+        wm_status st = wm_convert(j->from, j->to, scratch, dst, n_el);
         if (st) {
-            wm__err(&e, st, 0, "%s: converting tensor '%s' from %s to %s failed", sh->path,
+            wm_error e;
+            wm__err(&e, st, 0, "%s: converting tensor '%s' from %s to %s failed",
+                    c->m->file->shards[j->shard].path,
                     c->m->file->names + c->m->file->tensors[j->tensor].name_off,
                     wm_type_name(j->from), wm_type_name(j->to));
             fail_run(c, &e);
             return false;
         }
+    }
+    return true;
+}
+
+static bool do_job(run_ctx *c, const wm__job *j, unsigned char *scratch) {
+    if (j->from != j->to) {
+        if (!convert_job(c, j, scratch)) return false;
+    } else {
+        if (c->populate && c->m->chunks[c->m->place[j->tensor].chunk].size < WM_POPULATE_BELOW) {
+            /* Heap pages are fresh: in a chunk too small for huge pages, faulting the job's 4 KiB
+             * pages in with one call before the read costs less than one fault per page inside
+             * the copy (about 1.5x, bench/RESULTS.md "load"); with huge pages it gains nothing
+             * and the zeroed lines leave the cache before the copy. A hint: on failure the copy
+             * faults. */
+            uintptr_t page = wm__os_page_size(), lo = (uintptr_t)j->dst / page * page;
+            uintptr_t hi = ((uintptr_t)j->dst + j->len + page - 1) / page * page;
+            wm__os_advise((void *)lo, (size_t)(hi - lo), WM_OS_ADV_POPULATE_WRITE);
+        }
+        if (!read_part(c, j, j->dst, j->file_off, j->len)) return false;
     }
     atomic_fetch_add(&c->done, j->len);
     return true;
@@ -406,6 +430,7 @@ wm_status wm__run_jobs(wm_model *m, const wm__job *jobs, size_t n, wm_error *err
     m->stats.threads = threads;
     if (biggest_convert) {
         size_t page = wm__os_page_size();
+        if (biggest_convert > WM_CONVERT_STEP) biggest_convert = WM_CONVERT_STEP;
         c.scratch_each = (biggest_convert + page - 1) / page * page;
     }
     wm_os_thread th[MAX_THREADS];
@@ -438,9 +463,6 @@ wm_status wm__run_jobs(wm_model *m, const wm__job *jobs, size_t n, wm_error *err
 wm_status wm__chunk_jobs(wm_model *m, uint32_t ci, unsigned char *base, wm__job **jobs,
                          size_t *n, size_t *cap, wm_error *err) {
     const wm__chunk *c = &m->chunks[ci];
-    unsigned threads = wm__load_threads(m);
-    size_t convert_piece = WM_SCRATCH_BUDGET / threads;
-    if (convert_piece > WM_JOB_BYTES) convert_piece = WM_JOB_BYTES;
     for (uint32_t k = c->first; k < c->first + c->count; k++) {
         uint32_t i = m->order[k];
         const wm__tensor *t = &m->file->tensors[i];
@@ -449,7 +471,7 @@ wm_status wm__chunk_jobs(wm_model *m, uint32_t ci, unsigned char *base, wm__job 
         size_t out_per_in_num = 1, out_per_in_den = 1;
         if (p->convert) {
             size_t bb = wm_type_block_bytes((wm_type)t->type);
-            piece = convert_piece / bb * bb;
+            piece = WM_JOB_BYTES / bb * bb;
             if (piece == 0) piece = bb;
             out_per_in_num = (size_t)wm_type_block_elems((wm_type)t->type) * wm_type_block_bytes(p->type);
             out_per_in_den = bb * wm_type_block_elems(p->type);

@@ -111,9 +111,10 @@ typedef struct wm__job {
 
 /* Runs jobs on m->opts threads (the calling thread works too and reports progress). The first
  * error wins and stops the rest; a cancel from the progress callback gives WM_ECANCELED. Worker
- * threads exist only during this call. Staging for conversions is page-allocated scratch, at most
- * WM_SCRATCH_BUDGET in all, freed before return. */
-#define WM_SCRATCH_BUDGET ((size_t)64 << 20)
+ * threads exist only during this call. A converting job reads and converts WM_CONVERT_STEP
+ * source bytes at a time through page-allocated scratch of that size per worker (so the bytes
+ * are still in the core's cache when converted), freed before return. */
+#define WM_CONVERT_STEP ((size_t)256 << 10)
 #define WM_JOB_BYTES ((size_t)8 << 20)
 wm_status wm__run_jobs(wm_model *m, const wm__job *jobs, size_t n, wm_error *err);
 /* Builds the jobs that fill chunk `c` of a packed (heap or device-staged) layout into host memory
