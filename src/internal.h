@@ -37,6 +37,8 @@ const char *wm__errno_text(int e);
 
 void wm__ledger_acquire(wm_ledger_category cat, uint64_t bytes);
 void wm__ledger_release(wm_ledger_category cat, uint64_t bytes);
+/* A region that stays gave `bytes` back (a block shrunk in place). */
+void wm__ledger_shrink(wm_ledger_category cat, uint64_t bytes);
 void wm__ledger_note_request(uint64_t bytes); /* heap_largest */
 
 /* ---- the counted allocator (alloc.c): all heap memory of the library goes through it ---- */
@@ -48,6 +50,8 @@ void wm__ledger_note_request(uint64_t bytes); /* heap_largest */
 #define WM_ALLOC_PAGE_THRESHOLD ((size_t)4096)
 void *wm__alloc(size_t size);
 void *wm__calloc(size_t n, size_t size); /* zeroed; NULL on overflow */
+/* Growing moves the block; shrinking keeps it where it is, and a block from pages gives the
+ * whole pages past its new end back to the system (and their bytes back to the ledger). */
 void *wm__realloc(void *ptr, size_t size);
 void wm__free(void *ptr);
 char *wm__strdup(const char *s);

@@ -41,6 +41,10 @@ void wm__ledger_release(wm_ledger_category cat, uint64_t bytes) {
     atomic_fetch_sub(&c->regions, 1);
 }
 
+void wm__ledger_shrink(wm_ledger_category cat, uint64_t bytes) {
+    atomic_fetch_sub(&cats[cat].current, bytes);
+}
+
 void wm__ledger_note_request(uint64_t bytes) { raise_max(&heap_largest, bytes); }
 
 void wm_ledger_get(wm_ledger *out) {
@@ -133,7 +137,19 @@ void *wm__realloc(void *ptr, size_t size) {
     size_t total;
     memcpy(&total, (unsigned char *)ptr - HDR, sizeof total);
     size_t old = total - HDR;
-    if (size <= old) return ptr;
+    if (size <= old) {
+        /* In place. A page block whose new end leaves whole pages free unmaps them, as long as
+         * it stays a page block (wm__free tells the kinds apart by the size alone). */
+        size_t keep = size + HDR, page = wm__os_page_size();
+        size_t old_end = (total + page - 1) / page * page, new_end = (keep + page - 1) / page * page;
+        if (total >= WM_ALLOC_PAGE_THRESHOLD && keep >= WM_ALLOC_PAGE_THRESHOLD && new_end < old_end) {
+            unsigned char *p = (unsigned char *)ptr - HDR;
+            wm__os_pages_free(p + new_end, old_end - new_end);
+            memcpy(p, &keep, sizeof keep);
+            wm__ledger_shrink(WM_LEDGER_HEAP, total - keep);
+        }
+        return ptr;
+    }
     void *q = wm__alloc(size);
     if (!q) return NULL;
     memcpy(q, ptr, old);

@@ -492,7 +492,12 @@ wm_status wm__gguf_parse(wm_file *f, wm_error *err) {
         have = cap;
         s.r.buf = nb;
         s.r.len = have;
-        if (parse_pass(&s)) break;
+        if (parse_pass(&s)) {
+            /* The buffer is made of whole huge pages and may hold megabytes past the header
+             * (tensor data, or nothing): give those pages back, the file keeps its header. */
+            (void)wm__realloc(f->header, f->header_len);
+            break;
+        }
         if (!s.r.need_more) return err->code;
         /* 8x (in whole huge pages from GGUF_HUGE_MIN on); a buffer that would hold a quarter of
          * the file takes all of it: a vocab-only file is all header, and one more pass over a
