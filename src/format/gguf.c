@@ -503,7 +503,10 @@ wm_status wm__gguf_parse(wm_file *f, wm_error *err) {
          * the file takes all of it: a vocab-only file is all header, and one more pass over a
          * partial buffer costs more than it saves. */
         uint64_t want = (uint64_t)cap * 8;
-        if (want >= GGUF_HUGE_MIN) want = (want + GGUF_HUGE_PAGE - 1) / GGUF_HUGE_PAGE * GGUF_HUGE_PAGE;
+        /* Whole huge pages less the allocator's 64 bytes, as header_alloc rounds: rounding to
+         * whole pages here made header_alloc add one more (a 258 KB step read 4 MiB, not 2). */
+        if (want >= GGUF_HUGE_MIN)
+            want = (want + 64 + GGUF_HUGE_PAGE - 1) / GGUF_HUGE_PAGE * GGUF_HUGE_PAGE - 64;
         cap = want >= f->size / 4 ? (size_t)f->size : (size_t)want;
     }
     return build_names(f, f->path, err);
