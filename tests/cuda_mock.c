@@ -22,6 +22,7 @@
  */
 #include <cuda_runtime_api.h>
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -215,16 +216,14 @@ cudaError_t cudaHostRegister(void *p, size_t len, unsigned flags) {
     OWN_THREAD();
     uintptr_t a = (uintptr_t)p;
     if (!p || !len) return ret(cudaErrorInvalidValue);
-    /* Touch every page as the driver would pin it: reads for read-only, writes otherwise. The
-     * write is an atomic "or 0", which changes nothing even while another thread writes the page
-     * (readers may already be filling a ring that is being registered), as pinning does. */
-    unsigned char *c = p;
-    for (size_t k = 0; k < len; k += 4096) {
-        if (flags & cudaHostRegisterReadOnly)
-            (void)__atomic_load_n(&c[k], __ATOMIC_RELAXED);
-        else
-            (void)__atomic_fetch_or(&c[k], 0, __ATOMIC_RELAXED);
-    }
+    /* Fault every page in as the driver does when it pins them (readable for read-only, writable
+     * otherwise), in the kernel, without reading or writing a byte: readers may already be
+     * filling a ring that is being registered, as with the real runtime. Memory that is not
+     * mapped (or not writable for a writable registration) is refused. */
+    uintptr_t page = 4096, lo = a / page * page, hi = (a + len + page - 1) / page * page;
+    int adv = flags & cudaHostRegisterReadOnly ? MADV_POPULATE_READ : MADV_POPULATE_WRITE;
+    if (madvise((void *)lo, hi - lo, adv) != 0 && errno != EINVAL) /* EINVAL: a kernel < 5.14 */
+        return ret(cudaErrorInvalidValue);
     pthread_mutex_lock(&lock);
     cudaError_t e = cudaSuccess;
     for (size_t i = 0; i < n_regs && !e; i++)
