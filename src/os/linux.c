@@ -51,13 +51,7 @@ int wm__os_proc_open(int pid, const char *name, int *fd_out) {
     int n = pid == 0 ? snprintf(path, sizeof path, "/proc/self/%s", name)
                      : snprintf(path, sizeof path, "/proc/%d/%s", pid, name);
     if (n < 0 || (size_t)n >= sizeof path) return ENAMETOOLONG;
-    int fd;
-    do {
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-    } while (fd < 0 && errno == EINTR);
-    if (fd < 0) return errno;
-    *fd_out = fd;
-    return 0;
+    return wm__os_open_raw(path, 0, fd_out);
 }
 
 int wm__os_read(int fd, void *buf, size_t len, size_t *got) {

@@ -47,6 +47,9 @@ typedef struct wm_os_stat {
 
 /* Files. */
 int wm__os_open_read(const char *path, int *fd_out);
+/* open(path, O_RDONLY | O_CLOEXEC | extra), retried on EINTR, with no fault check: the one
+ * open of this layer, under the checked calls (0 or an errno). */
+int wm__os_open_raw(const char *path, int extra, int *fd_out);
 /* A second descriptor of the file open as `fd`, read-only with O_DIRECT (through /proc/self/fd,
  * so it is the same file even if its path was replaced since). EINVAL where the file system
  * has no direct I/O. Reads through it must be aligned to WM_OS_DIRECT_ALIGN in file offset,

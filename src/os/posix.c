@@ -22,16 +22,19 @@
 
 /* ---- files ---- */
 
-int wm__os_open_read(const char *path, int *fd_out) {
-    int e = wm__fault_hit(WM_OS_OPEN);
-    if (e) return e;
+int wm__os_open_raw(const char *path, int extra, int *fd_out) {
     int fd;
     do {
-        fd = open(path, O_RDONLY | O_CLOEXEC);
+        fd = open(path, O_RDONLY | O_CLOEXEC | extra);
     } while (fd < 0 && errno == EINTR);
     if (fd < 0) return errno;
     *fd_out = fd;
     return 0;
+}
+
+int wm__os_open_read(const char *path, int *fd_out) {
+    int e = wm__fault_hit(WM_OS_OPEN);
+    return e ? e : wm__os_open_raw(path, 0, fd_out);
 }
 
 int wm__os_reopen_direct(int fd, int *fd_out) {
@@ -39,13 +42,7 @@ int wm__os_reopen_direct(int fd, int *fd_out) {
     if (e) return e;
     char path[48];
     snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
-    int d;
-    do {
-        d = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
-    } while (d < 0 && errno == EINTR);
-    if (d < 0) return errno;
-    *fd_out = d;
-    return 0;
+    return wm__os_open_raw(path, O_DIRECT, fd_out);
 }
 
 void wm__os_close(int fd) {
