@@ -17,6 +17,7 @@
 #include "peer.h"
 
 #include "../tests/blocks.h"
+#include "../tools/gen/iq_extract.h" /* the peer's type traits and to_float */
 #include "weightmap.h"
 
 #include <dlfcn.h>
@@ -32,30 +33,15 @@
 
 /* ---- the peer's to_float ---- */
 
-typedef void (*to_float_fn)(const void *x, float *y, int64_t k);
+typedef peer_to_float_fn to_float_fn;
 
-typedef struct peer_traits { /* struct ggml_type_traits of ggml 0.23 */
-    const char *type_name;
-    int64_t blck_size;
-    int64_t blck_size_interleave;
-    size_t type_size;
-    bool is_quantized;
-    to_float_fn to_float;
-    void *from_float_ref;
-} peer_traits;
-
+/* ggml's to_float of type t (tools/gen/iq_extract.h knows the traits' layout), or NULL. */
 static to_float_fn peer_to_float(void *base, wm_type t) {
     const peer_traits *(*traits)(int);
     *(void **)&traits = dlsym(base, "ggml_get_type_traits");
     if (!traits) return NULL;
     const peer_traits *tr = traits((int)t);
-    if (!tr || tr->blck_size == 0) return NULL;
-    if (tr->to_float) return tr->to_float;
-    char name[64];
-    snprintf(name, sizeof name, "dequantize_row_%s", tr->type_name);
-    to_float_fn f;
-    *(void **)&f = dlsym(base, name);
-    return f;
+    return tr && tr->blck_size ? peer_type_to_float(base, tr) : NULL;
 }
 
 /* ---- timing ---- */
