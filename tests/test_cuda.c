@@ -306,6 +306,15 @@ WM_TEST(safetensors_bytes_equal) {
     both_paths(make_model("m.safetensors", "12M", "safetensors"));
 }
 
+/* Between loads: no device or pinned bytes in the ledger, no mapping of the file. */
+static void check_nothing_held(const char *path) {
+    wm_ledger l;
+    wm_ledger_get(&l);
+    CHECK_EQ(l.cat[WM_LEDGER_DEVICE].current, 0);
+    CHECK_EQ(l.cat[WM_LEDGER_PINNED].current, 0);
+    CHECK_EQ(wmt_count_file_maps(path), 0);
+}
+
 /* 20 cycles, alternating paths: device free memory back to its baseline, ledger 0, nothing
  * registered, no mapping of the file left. */
 WM_TEST(cycles_return_memory) {
@@ -341,11 +350,7 @@ WM_TEST(cycles_return_memory) {
         uint64_t diff = now_free > base_free ? now_free - base_free : base_free - now_free;
         CHECK_MSG(diff <= (2u << 20), "cycle %d: device free %zu, baseline %zu", c, now_free,
                   base_free);
-        wm_ledger l;
-        wm_ledger_get(&l);
-        CHECK_EQ(l.cat[WM_LEDGER_DEVICE].current, 0);
-        CHECK_EQ(l.cat[WM_LEDGER_PINNED].current, 0);
-        CHECK_EQ(wmt_count_file_maps(path), 0);
+        check_nothing_held(path);
     }
     wm_file_close(f);
     CHECK_LEDGER_EMPTY();
@@ -392,11 +397,7 @@ WM_TEST(cancel_holds_nothing) {
         o.progress = cancel_at_first;
         CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_ECANCELED);
         CHECK(m == NULL);
-        wm_ledger l;
-        wm_ledger_get(&l);
-        CHECK_EQ(l.cat[WM_LEDGER_DEVICE].current, 0);
-        CHECK_EQ(l.cat[WM_LEDGER_PINNED].current, 0);
-        CHECK_EQ(wmt_count_file_maps(path), 0);
+        check_nothing_held(path);
     }
     wm_file_close(f);
     CHECK_LEDGER_EMPTY();
