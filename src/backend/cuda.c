@@ -291,57 +291,35 @@ static void fail_pipe(pipe *p, const wm_error *e) {
     wm__os_mutex_unlock(&p->mu);
 }
 
-/* Staged, direct_io: reads the window's aligned cover with O_DIRECT. Windows are aligned file
- * ranges of a multiple of WM_OS_DIRECT_ALIGN, so the cover fits the (page-aligned) slot. A
- * file system that refuses the read (EINVAL: another alignment, or no direct I/O after all)
- * turns direct reads off for the rest of the load: *done stays false and the caller reads
- * buffered. */
-static wm_status read_direct(pipe *p, slot *s, const window *win, bool *done, wm_error *err) {
+/* Staged: preads a window into its slot. No CUDA call: readers run this. With direct_io the
+ * read goes through the shard's O_DIRECT descriptor and covers the window's aligned range
+ * (windows are aligned file ranges of a multiple of WM_OS_DIRECT_ALIGN, so the cover fits the
+ * page-aligned slot; past the end of the file a direct read is short, which is fine). A file
+ * system that refuses a direct read (EINVAL) turns direct reads off for the rest of the load and
+ * the window is read buffered. */
+static wm_status read_window(pipe *p, slot *s, const window *win, wm_error *err) {
     const wm__shard *sh = &p->m->file->shards[win->shard];
-    uint64_t a = win->start / WM_OS_DIRECT_ALIGN * WM_OS_DIRECT_ALIGN;
-    uint64_t b = wm__align_up(win->end, WM_OS_DIRECT_ALIGN);
-    size_t got;
-    *done = false;
-    int e = wm__os_pread(p->direct_fd[win->shard], s->host, (size_t)(b - a), a, &got);
-    if (e == EINVAL) {
+    bool direct = p->direct_fd && p->direct_fd[win->shard] >= 0 && !atomic_load(&p->direct_off);
+    int fd = direct ? p->direct_fd[win->shard] : sh->fd;
+    uint64_t a = direct ? win->start / WM_OS_DIRECT_ALIGN * WM_OS_DIRECT_ALIGN : win->start;
+    uint64_t b = direct ? wm__align_up(win->end, WM_OS_DIRECT_ALIGN) : win->end;
+    size_t len = (size_t)(b - a), got;
+    int e = wm__os_pread(fd, s->host, len, a, &got);
+    if (e == EINVAL && direct) {
         atomic_store(&p->direct_off, true);
-        return WM_OK;
+        return read_window(p, s, win, err);
     }
     if (e)
         return wm__err(err, wm__status_from_errno(e) == WM_ENOMEM ? WM_ENOMEM : WM_EIO, e,
-                       "%s: reading %llu bytes at offset %llu (direct): %s", sh->path,
-                       (unsigned long long)(b - a), (unsigned long long)a, wm__errno_text(e));
-    if (got < win->end - a) /* past the end of the file a direct read is short: fine */
+                       "%s: reading %zu bytes at offset %llu%s: %s", sh->path, len,
+                       (unsigned long long)a, direct ? " (direct)" : "", wm__errno_text(e));
+    if (got < win->end - a)
         return wm__err(err, WM_EFORMAT, 0,
                        "%s: tensor data at offset %llu: the file ends %llu bytes early (it is "
                        "shorter than its header says)",
                        sh->path, (unsigned long long)win->start,
                        (unsigned long long)(win->end - a - got));
     s->src = s->host + (win->start - a);
-    *done = true;
-    return WM_OK;
-}
-
-/* Staged: preads a window into its slot. No CUDA call: readers run this. */
-static wm_status read_window(pipe *p, slot *s, const window *win, wm_error *err) {
-    const wm__shard *sh = &p->m->file->shards[win->shard];
-    if (p->direct_fd && p->direct_fd[win->shard] >= 0 && !atomic_load(&p->direct_off)) {
-        bool done;
-        wm_status st = read_direct(p, s, win, &done, err);
-        if (st || done) return st;
-    }
-    size_t len = (size_t)(win->end - win->start), got;
-    int e = wm__os_pread(sh->fd, s->host, len, win->start, &got);
-    if (e)
-        return wm__err(err, wm__status_from_errno(e) == WM_ENOMEM ? WM_ENOMEM : WM_EIO, e,
-                       "%s: reading %zu bytes at offset %llu: %s", sh->path, len,
-                       (unsigned long long)win->start, wm__errno_text(e));
-    if (got != len)
-        return wm__err(err, WM_EFORMAT, 0,
-                       "%s: tensor data at offset %llu: the file ends %zu bytes early (it is "
-                       "shorter than its header says)",
-                       sh->path, (unsigned long long)win->start, len - got);
-    s->src = s->host;
     return WM_OK;
 }
 
@@ -424,7 +402,8 @@ static wm_status retire_oldest(pipe *p, bool wait, bool *done, wm_error *err) {
  * readers get their slots back as soon as possible, not only when the loading thread has
  * nothing else to do. */
 static wm_status reap(pipe *p, wm_error *err) {
-    bool done = !tuning.no_reap;
+    if (tuning.no_reap) return WM_OK;
+    bool done = true;
     while (done && p->n_busy) {
         wm_status st = retire_oldest(p, false, &done, err);
         if (st) return st;
