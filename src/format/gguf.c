@@ -453,10 +453,15 @@ static wm_status build_names(wm_file *f, const char *path, wm_error *err) {
  * so a buffer of GGUF_HUGE_MIN or more is rounded up to whole huge pages (the allocator's block
  * header fits in the 64 bytes of slack). *cap then grows to what the buffer holds, up to the
  * file size, so those bytes are read now rather than in a later pass. */
+/* The bytes a buffer of n bytes gets: whole huge pages less the allocator's 64-byte header. */
+static uint64_t huge_size(uint64_t n) {
+    return (n + 64 + GGUF_HUGE_PAGE - 1) / GGUF_HUGE_PAGE * GGUF_HUGE_PAGE - 64;
+}
+
 static unsigned char *header_alloc(size_t *cap, uint64_t file_size) {
     size_t n = *cap;
     bool huge = n >= GGUF_HUGE_MIN && n <= SIZE_MAX - 2 * GGUF_HUGE_PAGE;
-    if (huge) n = (n + 64 + GGUF_HUGE_PAGE - 1) / GGUF_HUGE_PAGE * GGUF_HUGE_PAGE - 64;
+    if (huge) n = (size_t)huge_size(n);
     unsigned char *p = wm__alloc(n ? n : 1);
     if (!p) return NULL;
     if (huge) *cap = n < file_size ? n : (size_t)file_size;
@@ -503,10 +508,9 @@ wm_status wm__gguf_parse(wm_file *f, wm_error *err) {
          * the file takes all of it: a vocab-only file is all header, and one more pass over a
          * partial buffer costs more than it saves. */
         uint64_t want = (uint64_t)cap * 8;
-        /* Whole huge pages less the allocator's 64 bytes, as header_alloc rounds: rounding to
-         * whole pages here made header_alloc add one more (a 258 KB step read 4 MiB, not 2). */
-        if (want >= GGUF_HUGE_MIN)
-            want = (want + 64 + GGUF_HUGE_PAGE - 1) / GGUF_HUGE_PAGE * GGUF_HUGE_PAGE - 64;
+        /* Rounded here as header_alloc will (whole huge pages less the allocator's 64 bytes), so
+         * that the quarter-of-the-file test sees the buffer's real size. */
+        if (want >= GGUF_HUGE_MIN) want = huge_size(want);
         cap = want >= f->size / 4 ? (size_t)f->size : (size_t)want;
     }
     return build_names(f, f->path, err);
