@@ -75,11 +75,14 @@ static double time_once(int who, wm_type t, to_float_fn ggml, const uint8_t *src
     job jobs[64];
     pthread_t tid[64];
     if (threads > 64) threads = 64;
-    size_t per = (nb + threads - 1) / threads;
+    if (threads == 0) threads = 1;
+    size_t per = nb ? (nb + threads - 1) / threads : 1;
     unsigned used = 0;
-    for (size_t b = 0; b < nb; b += per, used++) {
-        jobs[used] = (job){who, t, ggml, src + b * bb, dst + b * be, nb - b < per ? nb - b : per};
-    }
+    size_t b = 0;
+    do { /* at least one job (of 0 blocks when nb is 0): jobs[0] is always set */
+        jobs[used++] = (job){who, t, ggml, src + b * bb, dst + b * be, nb - b < per ? nb - b : per};
+        b += per;
+    } while (b < nb);
     double t0 = bench_now_ms();
     if (used == 1) {
         run_job(&jobs[0]);
