@@ -31,7 +31,7 @@
  * bench` passes over it. Sections: helpers; footprint sampler; load; h2d; pread; cycles; register; main.
  */
 #include "weightmap.h"
-#include "backend/backend.h" /* wm__cuda_tune: the pipeline's measuring knobs */
+#include "backend/cuda_tune.h" /* wm__cuda_tune: the pipeline's measuring knobs */
 
 #include <fcntl.h>
 #include <inttypes.h>

@@ -209,8 +209,11 @@ typedef enum wm_format { WM_FORMAT_GGUF = 1, WM_FORMAT_SAFETENSORS = 2 } wm_form
  * with cJSON, whose allocation hooks are process-global: weightmap sets them for the duration of
  * its own parse only, so a program must not use cJSON on another thread during wm_file_open. */
 WM_API wm_status wm_file_open(const char *path, wm_file **out, wm_error *err);
-/* Closes a file opened by wm_file_open. Accepts NULL. Every model loaded from it must have been
- * released first. */
+/* Closes a file opened by wm_file_open: the caller's hold on it ends. Accepts NULL. A model
+ * loaded from the file holds it too: closing before releasing is safe, the file (its
+ * descriptors, tensor table and metadata, as seen through wm_model_file) stays valid until its
+ * last model is released, and that release frees it. Thread safety: a file may be closed on one
+ * thread while another releases one of its models. */
 WM_API void wm_file_close(wm_file *file_from_wm_file_open);
 
 WM_API wm_format wm_file_format(const wm_file *file);
@@ -414,8 +417,8 @@ typedef struct wm_load_options {
  * device or no driver. Thread-safe. */
 WM_API wm_status wm_backend_init(wm_backend_kind backend, int device, wm_error *err);
 
-/* Loads every tensor of `file` by opts->mode. The model keeps a reference to file, which must
- * stay open until the model is released. Worker threads exist only during this call.
+/* Loads every tensor of `file` by opts->mode. The model holds the file until it is released
+ * (wm_file_close may come first: see there). Worker threads exist only during this call.
  * Returns WM_OK and *out, or WM_EINVAL (bad options, including mode NONE and lock with
  * mmap-private), WM_EPERM (lock required over RLIMIT_MEMLOCK), WM_ENOMEM, WM_EIO, WM_EFORMAT
  * (the file changed or is shorter than its header says), WM_ECANCELED, WM_EUNSUPPORTED, WM_EDEVICE.
@@ -423,10 +426,13 @@ WM_API wm_status wm_backend_init(wm_backend_kind backend, int device, wm_error *
 WM_API wm_status wm_model_load(wm_file *file, const wm_load_options *opts, wm_model **out,
                                wm_error *err);
 /* Releases every mapping, buffer, lock, registration and device allocation of a model, in the
- * order device views, registrations, locks, mappings and pages. Synchronous; may run on any
- * thread. Accepts NULL. */
+ * order device views, registrations, locks, mappings and pages; where its file was closed
+ * already and this was its last model, the file too. Synchronous; may run on any thread.
+ * Accepts NULL. */
 WM_API void wm_model_release(wm_model *model_from_wm_model_load);
 
+/* The file a model was loaded from; borrowed, valid until the model is released (even after
+ * wm_file_close). */
 WM_API const wm_file *wm_model_file(const wm_model *model);
 WM_API wm_mode wm_model_mode(const wm_model *model);
 /* "heap", "mmap", "mmap-private"; NULL for another value. */

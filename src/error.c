@@ -44,18 +44,24 @@ wm_status wm__err(wm_error *err, wm_status code, int os_errno, const char *fmt, 
     return code;
 }
 
-wm_status wm__status_from_errno(int e) {
+wm_status wm__status_io(int e) {
     switch (e) {
     case 0: return WM_OK;
+    case ENOMEM:
+    case EAGAIN: return WM_ENOMEM; /* the kernel is out of a resource: memory, locks, threads */
+    case ECANCELED: return WM_ECANCELED;
+    default: return WM_EIO;
+    }
+}
+
+wm_status wm__status_from_errno(int e) {
+    switch (e) {
     case ENOENT:
     case ENOTDIR: return WM_ENOENT;
     case EACCES:
     case EPERM: return WM_EPERM;
-    case ENOMEM:
-    case EAGAIN: return WM_ENOMEM;
     case EINVAL: return WM_EINVAL;
-    case ECANCELED: return WM_ECANCELED;
-    default: return WM_EIO;
+    default: return wm__status_io(e);
     }
 }
 

@@ -1,181 +1,44 @@
 /*
- * file.c: the wm_file object: open (format detection, parse, index), close, and every getter.
+ * file.c: the wm_file object's public face: open and close, and every getter. The open path runs
+ * one way, downwards: wm_file_open -> format/shards.c (a set of files, or one) ->
+ * format/open.c (one file: open, detect, parse) -> format/gguf.c or safetensors.c ->
+ * format/index.c (the name and key index). Nothing below calls back up into this file.
  *
- * Sections: open and close; the name and key index (hash tables, duplicates refused); tensor
- * getters; metadata getters (scalars converted on read, strings and arrays referenced in the
- * header buffer).
+ * Sections: open, close and references; file and tensor getters; metadata getters (scalars
+ * converted on read, strings and arrays referenced in the header buffer).
  */
 #include "internal.h"
 
 #include <errno.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
-/* ---- open and close ---- */
+/* ---- open, close and references ---- */
 
-const char *wm_format_name(wm_format format) {
-    switch (format) {
-    case WM_FORMAT_GGUF: return "gguf";
-    case WM_FORMAT_SAFETENSORS: return "safetensors";
-    }
-    return "unknown";
-}
-
-static bool ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && strcmp(s + n - m, suffix) == 0;
-}
-
-void wm__file_free(wm_file *f) {
-    if (!f) return;
-    if (f->aux_free) f->aux_free(f->aux);
-    for (uint32_t i = 0; i < f->n_shards; i++) {
-        wm__os_close(f->shards[i].fd);
-        if (f->shards[i].path != f->path) wm__free(f->shards[i].path);
-    }
-    wm__free(f->shards);
-    wm__free(f->tensor_hash);
-    wm__free(f->kv_hash);
-    wm__free(f->names);
-    wm__free(f->kvs);
-    wm__free(f->tensors);
-    wm__free(f->header);
-    wm__free(f->path);
-    wm__free(f);
-}
-
-void wm_file_close(wm_file *file) { wm__file_free(file); }
-
-/* Every path goes to shards.c first: an index or a shard name opens the whole set there; any
- * other file comes back to wm__file_open_one. */
+/* Every path goes to shards.c: an index or a shard name opens the whole set there, any other
+ * file is opened alone (format/open.c). */
 wm_status wm_file_open(const char *path, wm_file **out, wm_error *err) {
     if (out) *out = NULL;
     if (!path || !out) return wm__err(err, WM_EINVAL, 0, "wm_file_open: NULL path or out");
-    return wm__shards_open(path, out, err);
-}
-
-wm_status wm__file_open_one(const char *path, wm_file **out, wm_error *err) {
-    *out = NULL;
-    wm_status st;
-    wm_file *f = wm__calloc(1, sizeof *f);
-    if (!f) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory", path);
-    f->path = wm__strdup(path);
-    f->shards = wm__calloc(1, sizeof *f->shards);
-    if (!f->path || !f->shards) {
-        st = wm__err(err, WM_ENOMEM, 0, "%s: out of memory", path);
-        goto fail;
-    }
-    f->n_shards = 1;
-    wm__shard *sh = &f->shards[0];
-    sh->fd = -1;
-    sh->path = f->path;
-    int e = wm__os_open_read(path, &sh->fd);
-    if (e) {
-        st = wm__err(err, wm__status_from_errno(e), e, "%s: cannot open: %s", path,
-                     wm__errno_text(e));
-        goto fail;
-    }
-    e = wm__os_stat(sh->fd, &sh->st);
-    if (e) {
-        st = wm__err(err, e == ENOMEM ? WM_ENOMEM : WM_EIO, e, "%s: cannot stat: %s", path,
-                     wm__errno_text(e));
-        goto fail;
-    }
-    if (!sh->st.is_regular) {
-        st = wm__err(err, WM_EINVAL, 0, "%s: not a regular file", path);
-        goto fail;
-    }
-    f->size = sh->st.size;
-
-    /* Format by content: "GGUF" magic; else a safetensors header (8-byte length then '{'),
-     * or a name that says safetensors; anything else goes to the GGUF reader, which names the
-     * bad magic. */
-    unsigned char head[9] = {0};
-    size_t got = 0;
-    e = wm__os_pread(sh->fd, head, sizeof head, 0, &got);
-    if (e) {
-        st = wm__err(err, e == ENOMEM ? WM_ENOMEM : WM_EIO, e, "%s: reading at offset 0: %s",
-                     path, wm__errno_text(e));
-        goto fail;
-    }
-    bool is_gguf = got >= 4 && memcmp(head, "GGUF", 4) == 0;
-    bool is_st = !is_gguf && ((got == 9 && head[8] == '{') || ends_with(path, ".safetensors") ||
-                              ends_with(path, ".json"));
-    if (is_st) {
-        f->format = WM_FORMAT_SAFETENSORS;
-        st = wm__safetensors_parse(f, err);
-    } else {
-        f->format = WM_FORMAT_GGUF;
-        st = wm__gguf_parse(f, err);
-    }
-    if (st != WM_OK) goto fail;
-    st = wm__file_index(f, err);
-    if (st != WM_OK) goto fail;
+    wm_file *f;
+    wm_status st = wm__shards_open(path, &f, err);
+    if (st) return st;
+    atomic_init(&f->refs, 1); /* the caller's */
     *out = f;
     return WM_OK;
-fail:
-    wm__file_free(f);
-    return st;
 }
 
-/* ---- the index ---- */
-
-static size_t probe_start(const char *s, size_t n, size_t cap) {
-    return (size_t)wm__hash(s, n) & (cap - 1);
+wm_file *wm__file_ref(wm_file *f) {
+    atomic_fetch_add(&f->refs, 1);
+    return f;
 }
 
-/* File offset of a value that lies in the header buffer (GGUF), for messages; 0 otherwise. */
-static unsigned long long header_offset(const wm_file *f, const unsigned char *p) {
-    uintptr_t a = (uintptr_t)p, h = (uintptr_t)f->header;
-    return f->header && a >= h && a - h <= f->header_len ? (unsigned long long)(a - h) : 0;
+void wm__file_unref(wm_file *f) {
+    if (f && atomic_fetch_sub(&f->refs, 1) == 1) wm__file_free(f);
 }
 
-wm_status wm__file_index(wm_file *f, wm_error *err) {
-    size_t n = f->n_tensors > f->n_kv ? f->n_tensors : f->n_kv;
-    size_t cap = 16;
-    while (cap < 2 * n) cap *= 2;
-    f->hash_cap = cap;
-    f->tensor_hash = wm__calloc(cap, sizeof *f->tensor_hash);
-    f->kv_hash = wm__calloc(cap, sizeof *f->kv_hash);
-    if (!f->tensor_hash || !f->kv_hash)
-        return wm__err(err, WM_ENOMEM, 0, "%s: out of memory for the name index", f->path);
-    for (size_t i = 0; i < f->n_tensors; i++) {
-        const wm__tensor *t = &f->tensors[i];
-        const char *name = f->names + t->name_off;
-        for (size_t h = probe_start(name, t->name_len, cap);; h = (h + 1) & (cap - 1)) {
-            uint32_t slot = f->tensor_hash[h];
-            if (!slot) {
-                f->tensor_hash[h] = (uint32_t)i + 1;
-                break;
-            }
-            const wm__tensor *o = &f->tensors[slot - 1];
-            if (o->name_len == t->name_len && memcmp(f->names + o->name_off, name, t->name_len) == 0)
-                return wm__err(err, WM_EFORMAT, 0,
-                               "%s: duplicate tensor name '%s' (tensors %u and %zu, data at offset "
-                               "%llu and %llu)",
-                               f->path, name, slot - 1, i, (unsigned long long)o->offset,
-                               (unsigned long long)t->offset);
-        }
-    }
-    for (size_t i = 0; i < f->n_kv; i++) {
-        const wm__kv *kv = &f->kvs[i];
-        const char *key = f->names + kv->key_off;
-        for (size_t h = probe_start(key, kv->key_len, cap);; h = (h + 1) & (cap - 1)) {
-            uint32_t slot = f->kv_hash[h];
-            if (!slot) {
-                f->kv_hash[h] = (uint32_t)i + 1;
-                break;
-            }
-            const wm__kv *o = &f->kvs[slot - 1];
-            if (o->key_len == kv->key_len && memcmp(f->names + o->key_off, key, kv->key_len) == 0)
-                return wm__err(err, WM_EFORMAT, 0,
-                               "%s: duplicate metadata key '%s' (entries %u and %zu, value at offset "
-                               "%llu)",
-                               f->path, key, slot - 1, i, header_offset(f, kv->val));
-        }
-    }
-    return WM_OK;
-}
+void wm_file_close(wm_file *file) { wm__file_unref(file); }
 
 /* ---- file and tensor getters ---- */
 
@@ -206,38 +69,20 @@ wm_status wm_file_tensor(const wm_file *f, size_t index, wm_tensor_info *out) {
 
 wm_status wm_file_find_tensor(const wm_file *f, const char *name, size_t *index) {
     if (!f || !name || !index) return WM_EINVAL;
-    size_t n = strlen(name);
-    for (size_t h = probe_start(name, n, f->hash_cap);; h = (h + 1) & (f->hash_cap - 1)) {
-        uint32_t slot = f->tensor_hash[h];
-        if (!slot) return WM_ENOENT;
-        const wm__tensor *t = &f->tensors[slot - 1];
-        if (t->name_len == n && memcmp(f->names + t->name_off, name, n) == 0) {
-            *index = slot - 1;
-            return WM_OK;
-        }
-    }
+    return wm__index_find_tensor(f, name, strlen(name), index);
+}
+
+uint32_t wm_file_shard_count(const wm_file *f) { return f ? f->n_shards : 0; }
+
+const char *wm_file_shard_path(const wm_file *f, uint32_t index) {
+    return f && index < f->n_shards ? f->shards[index].path : NULL;
 }
 
 /* ---- metadata ---- */
 
-const char *wm_value_type_name(wm_value_type type) {
-    static const char *const names[WM_VALUE_TYPE_COUNT] = {
-        "u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "string", "array", "u64", "i64", "f64"};
-    return (unsigned)type < WM_VALUE_TYPE_COUNT ? names[type] : NULL;
-}
-
 wm_status wm_file_find_metadata(const wm_file *f, const char *key, size_t *index) {
     if (!f || !key || !index) return WM_EINVAL;
-    size_t n = strlen(key);
-    for (size_t h = probe_start(key, n, f->hash_cap);; h = (h + 1) & (f->hash_cap - 1)) {
-        uint32_t slot = f->kv_hash[h];
-        if (!slot) return WM_ENOENT;
-        const wm__kv *kv = &f->kvs[slot - 1];
-        if (kv->key_len == n && memcmp(f->names + kv->key_off, key, n) == 0) {
-            *index = slot - 1;
-            return WM_OK;
-        }
-    }
+    return wm__index_find_kv(f, key, strlen(key), index);
 }
 
 wm_status wm_file_metadata(const wm_file *f, size_t index, wm_kv *out) {

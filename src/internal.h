@@ -12,6 +12,7 @@
 #include "os/os.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -28,7 +29,12 @@
 
 /* Fills err (when not NULL) and returns code: `return wm__err(err, WM_EFORMAT, 0, "...")`. */
 wm_status wm__err(wm_error *err, wm_status code, int os_errno, const char *fmt, ...) WM_PRINTF(4, 5);
-/* Maps an errno from os.h to a status (ENOENT -> WM_ENOENT, ENOMEM -> WM_ENOMEM, ...). */
+/* The one errno-to-status mapping. wm__status_io is for a call on something already open (read,
+ * map, lock, advise, thread, stat of a descriptor): ENOMEM and EAGAIN (the kernel is out of memory,
+ * lockable pages or threads) are WM_ENOMEM, ECANCELED WM_ECANCELED, anything else WM_EIO.
+ * wm__status_from_errno adds what naming a path can fail with (ENOENT, ENOTDIR -> WM_ENOENT;
+ * EACCES, EPERM -> WM_EPERM; EINVAL -> WM_EINVAL). */
+wm_status wm__status_io(int e);
 wm_status wm__status_from_errno(int e);
 /* "No such file or directory" for an errno; thread-safe. */
 const char *wm__errno_text(int e);
@@ -119,7 +125,9 @@ struct wm_file {
     uint32_t *kv_hash;
     size_t hash_cap; /* power of two, for both tables */
 
-    unsigned models; /* models loaded and not released (for a debug check at close) */
+    /* Holders: the opener (until wm_file_close) and each loaded model (until its release). The
+     * last to let go frees the file, so closing before releasing is safe. */
+    _Atomic unsigned refs;
 };
 
 /* Parsers (src/format/). Each fills a zeroed wm_file whose shards[0] is open; on failure the
@@ -142,16 +150,23 @@ wm_status wm__safetensors_index_parse(const char *path, const unsigned char *tex
                                       wm__st_index *out, wm_error *err);
 void wm__st_index_free(wm__st_index *ix);
 
-/* Sets of files opened as one (shards.c): wm_file_open hands every path to wm__shards_open,
- * which opens a sharded safetensors checkpoint or a GGUF split set whole, and any other file
- * through wm__file_open_one (file.c: one file, parsed and indexed). */
+/* The open path, downwards (file.c says why): wm_file_open -> wm__shards_open (shards.c: a
+ * sharded safetensors checkpoint or a GGUF split set whole, any other file alone) ->
+ * wm__file_open_one (open.c: one file, parsed and indexed) -> the parsers above ->
+ * wm__file_index (index.c). */
 wm_status wm__shards_open(const char *path, wm_file **out, wm_error *err);
 wm_status wm__file_open_one(const char *path, wm_file **out, wm_error *err);
-
-/* Builds the name and key hash tables, refusing duplicates (file.c). */
+/* Builds the name and key hash tables, refusing duplicates (index.c). */
 wm_status wm__file_index(wm_file *f, wm_error *err);
-/* Frees everything a (possibly half-built) file holds, and the file. */
+/* Index lookups of a name or key of n bytes: WM_OK and *index, or WM_ENOENT (index.c). */
+wm_status wm__index_find_tensor(const wm_file *f, const char *name, size_t n, size_t *index);
+wm_status wm__index_find_kv(const wm_file *f, const char *key, size_t n, size_t *index);
+/* Frees everything a (possibly half-built) file holds, and the file (open.c). */
 void wm__file_free(wm_file *f);
+/* A model's hold on its file (file.c): ref returns f; unref frees the file with its last
+ * holder. Accepts NULL. */
+wm_file *wm__file_ref(wm_file *f);
+void wm__file_unref(wm_file *f);
 
 /* ---- helpers ---- */
 

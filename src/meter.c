@@ -39,8 +39,7 @@ static wm_status proc_err(wm_error *err, int e, int pid, const char *name) {
             err, WM_EPERM, e,
             "%s: %s (reading another process needs ptrace access: same user or CAP_SYS_PTRACE)",
             path, wm__errno_text(e));
-    wm_status st = wm__status_from_errno(e);
-    return wm__err(err, st == WM_ENOMEM ? WM_ENOMEM : WM_EIO, e, "%s: %s", path, wm__errno_text(e));
+    return wm__err(err, wm__status_io(e), e, "%s: %s", path, wm__errno_text(e));
 }
 
 /* ---- a bounded line reader ----

@@ -35,7 +35,7 @@
 #ifdef WM_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
-void *wm__cuda_test_last_ring(void);
+#include "backend/cuda_tune.h" /* wm__cuda_test_last_ring */
 #ifdef WM_CUDA_MOCK
 unsigned long wm__cuda_mock_violations(void);
 #endif

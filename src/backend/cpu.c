@@ -2,16 +2,35 @@
  * cpu.c: the CPU backend. Host memory per chunk: a file mapping (mmap, mmap-private) that the
  * buffer owns and unmaps, or anonymous pages filled by the parallel reader (heap).
  *
- * Sections: mapped modes; heap mode; load, release and pointers.
+ * Sections: options; mapped modes; heap mode; load, release and pointers.
  */
-#include "backend.h"
+#include "host.h"
 
 #include <errno.h>
+
+/* The backend's state: one region per chunk (index = chunk). */
+typedef struct cpu_state {
+    wm__region *regions;
+    uint32_t n_regions; /* regions acquired so far (release frees [0, n_regions)) */
+} cpu_state;
+
+/* ---- options ---- */
+
+static wm_status cpu_check(const wm_file *f, const wm_load_options *o, wm_error *err) {
+    if (o->direct_io)
+        return wm__err(err, WM_EINVAL, 0,
+                       "%s: direct_io applies to the CUDA backend's staged path only (it reads "
+                       "into pinned slots; other loads read into their destination or map)",
+                       f->path);
+    return WM_OK;
+}
+
+/* ---- mapped modes ---- */
 
 /* mmap and mmap-private: one mapping per chunk (one per file without a buffer limit). Prefetch
  * uses MADV_POPULATE_READ, which faults pages in without privatising any; kernels before 5.14
  * lack it (EINVAL) and get MADV_WILLNEED, a hint. */
-static wm_status load_mapped(wm_model *m, wm_error *err) {
+static wm_status load_mapped(wm_model *m, cpu_state *cs, wm_error *err) {
     wm_os_map_kind kind =
         m->opts.mode == WM_MODE_MMAP ? WM_OS_MAP_SHARED_RO : WM_OS_MAP_PRIVATE_RW;
     uint64_t total = 0, done = 0;
@@ -19,20 +38,20 @@ static wm_status load_mapped(wm_model *m, wm_error *err) {
     for (uint32_t c = 0; c < m->n_chunks; c++) {
         const wm__chunk *ch = &m->chunks[c];
         if (ch->size == 0) {
-            m->n_regions++;
+            cs->n_regions++;
             continue;
         }
-        wm__region *r = &m->regions[c];
+        wm__region *r = &cs->regions[c];
         wm_status st = wm__region_map(m, ch->shard, ch->file_start, ch->size, kind, r, err);
         if (st) return st;
-        m->n_regions++;
+        cs->n_regions++;
         m->stats.mapped_bytes += r->len;
         if (kind == WM_OS_MAP_PRIVATE_RW) m->stats.committed += r->len;
         if (m->opts.prefetch) {
             int e = wm__os_advise(r->base, r->len, WM_OS_ADV_POPULATE_READ);
             if (e == EINVAL) e = wm__os_advise(r->base, r->len, WM_OS_ADV_WILLNEED);
             if (e)
-                return wm__err(err, e == ENOMEM ? WM_ENOMEM : WM_EIO, e,
+                return wm__err(err, wm__status_io(e), e,
                                "%s: prefetching %zu bytes at offset %llu: %s",
                                m->file->shards[ch->shard].path, r->len,
                                (unsigned long long)ch->file_start, wm__errno_text(e));
@@ -47,55 +66,66 @@ static wm_status load_mapped(wm_model *m, wm_error *err) {
     return WM_OK;
 }
 
+/* ---- heap mode ---- */
+
 /* heap: page-allocated chunks (MADV_HUGEPAGE first: faults, not copies, bound this mode), then
  * every tensor pread straight into place by the parallel reader. */
-static wm_status load_heap(wm_model *m, wm_error *err) {
+static wm_status load_heap(wm_model *m, cpu_state *cs, wm_error *err) {
     wm__job *jobs = NULL;
     size_t n = 0, cap = 0;
     wm_status st = WM_OK;
     for (uint32_t c = 0; c < m->n_chunks; c++) {
         const wm__chunk *ch = &m->chunks[c];
-        wm__region *r = &m->regions[c];
+        wm__region *r = &cs->regions[c];
         if (ch->size) {
             st = wm__region_pages(m, ch->size, WM_LEDGER_HEAP, r, err);
             if (st) goto done;
             m->stats.heap_bytes += r->len;
             wm__os_advise(r->base, r->len, WM_OS_ADV_HUGEPAGE); /* a hint: failure is harmless */
         }
-        m->n_regions++;
+        cs->n_regions++;
         st = wm__chunk_jobs(m, c, r->base, &jobs, &n, &cap, err);
         if (st) goto done;
     }
-    st = wm__run_jobs(m, jobs, n, err);
+    st = wm__run_jobs(m, jobs, n, WM__JOBS_FRESH_PAGES, err);
     if (st) goto done;
-    for (uint32_t c = 0; c < m->n_chunks && !st; c++) st = wm__region_lock(m, &m->regions[c], err);
+    for (uint32_t c = 0; c < m->n_chunks && !st; c++) st = wm__region_lock(m, &cs->regions[c], err);
 done:
     wm__free(jobs);
     return st;
 }
 
+/* ---- load, release and pointers ---- */
+
 static void cpu_release(wm_model *m) {
-    for (uint32_t c = 0; c < m->n_regions; c++) wm__region_free(&m->regions[c]);
-    m->n_regions = 0;
-    wm__free(m->regions);
-    m->regions = NULL;
+    cpu_state *cs = m->bctx;
+    if (!cs) return;
+    for (uint32_t c = 0; c < cs->n_regions; c++) wm__region_free(&cs->regions[c]);
+    wm__free(cs->regions);
+    wm__free(cs);
+    m->bctx = NULL;
 }
 
 static wm_status cpu_load(wm_model *m, wm_error *err) {
+    cpu_state *cs = wm__calloc(1, sizeof *cs);
+    if (!cs) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory", m->file->path);
+    m->bctx = cs;
+    wm_status st = WM_OK;
     if (m->n_chunks) {
-        m->regions = wm__calloc(m->n_chunks, sizeof *m->regions);
-        if (!m->regions) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory", m->file->path);
+        cs->regions = wm__calloc(m->n_chunks, sizeof *cs->regions);
+        if (!cs->regions) st = wm__err(err, WM_ENOMEM, 0, "%s: out of memory", m->file->path);
     }
     m->stats.threads = 1;
-    wm_status st = m->opts.mode == WM_MODE_HEAP ? load_heap(m, err) : load_mapped(m, err);
+    if (!st) st = m->opts.mode == WM_MODE_HEAP ? load_heap(m, cs, err) : load_mapped(m, cs, err);
     if (st) cpu_release(m);
     return st;
 }
 
 static void *cpu_host_ptr(const wm_model *m, size_t t) {
+    const cpu_state *cs = m->bctx;
     const wm__place *p = &m->place[t];
-    if (!m->regions || p->chunk >= m->n_regions || !m->regions[p->chunk].base) return NULL;
-    return (char *)m->regions[p->chunk].base + p->dst_off;
+    if (!cs || p->chunk >= cs->n_regions || !cs->regions[p->chunk].base) return NULL;
+    return (char *)cs->regions[p->chunk].base + p->dst_off;
 }
 
 static uint64_t cpu_device_ptr(const wm_model *m, size_t t) {
@@ -105,7 +135,10 @@ static uint64_t cpu_device_ptr(const wm_model *m, size_t t) {
 }
 
 const wm__backend wm__backend_cpu = {
+    .kind = WM_BACKEND_CPU,
     .name = "cpu",
+    .maps_file = true,
+    .check = cpu_check,
     .load = cpu_load,
     .release = cpu_release,
     .host_ptr = cpu_host_ptr,

@@ -30,10 +30,12 @@
  * are not counted. After a failure the runtime's last error is cleared (on the loading thread,
  * the only one that saw it), so the caller's next CUDA call does not report ours.
  *
- * Sections: CUDA calls and errors; devices; the window plan; the pipeline; load; release and
- * pointers; wm_backend_init; test hooks. Without WM_HAVE_CUDA only wm_backend_init is here.
+ * Sections: CUDA calls and errors; devices; the window plan; the pipeline; options; load;
+ * release and pointers; test hooks; the init slot. Without WM_HAVE_CUDA the table's row only
+ * says that this build has no CUDA backend.
  */
-#include "backend.h"
+#include "cuda_tune.h"
+#include "host.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -52,12 +54,11 @@
 #define MAX_SLOTS 8u
 
 /* How the pipeline runs. The defaults are what measured fastest on an H200 host (16 CPUs;
- * bench/RESULTS.md, gpu): 4 MiB staged windows, two per reader. Bigger rings used to cost more
- * than bigger copies saved while the loading thread faulted the whole ring in before pinning
- * it (8 MiB slots: 31 GB/s against 42 for 2 MiB); since the readers fault it in, 4 MiB slots
- * load 46-47 GB/s against 42-45 for 2 MiB. A registered window costs one cudaHostRegister, so
- * there bigger is better (up to MAX_WINDOW). bench/gpu.c changes them through wm__cuda_tune,
- * to measure; nothing else does. */
+ * bench/RESULTS.md, gpu): 4 MiB staged windows, two per reader (46-47 GB/s on 8 GiB, against
+ * 42-45 for 2 MiB windows). The readers fault the ring in while the loading thread pins it, so
+ * a bigger window costs no serial faulting; it still means fewer, larger copies to overlap. A
+ * registered window costs one cudaHostRegister, so there bigger is better (up to MAX_WINDOW).
+ * bench/gpu.c changes them through wm__cuda_tune (cuda_tune.h), to measure; nothing else does. */
 static struct {
     size_t window;    /* staged window (slot) size */
     unsigned slots;   /* slots per worker */
@@ -246,6 +247,7 @@ typedef struct pipe {
     cudaStream_t streams[MAX_STREAMS];
     unsigned n_streams; /* streams made so far */
     bool ring_registered;
+    bool sync_made; /* mu, to_readers and to_loader exist (pipe_sync_init) */
 
     /* The hand-over between readers and the loading thread, under mu. */
     wm_os_mutex mu;
@@ -310,7 +312,7 @@ static wm_status read_window(pipe *p, slot *s, const window *win, wm_error *err)
         return read_window(p, s, win, err);
     }
     if (e)
-        return wm__err(err, wm__status_from_errno(e) == WM_ENOMEM ? WM_ENOMEM : WM_EIO, e,
+        return wm__err(err, wm__status_io(e), e,
                        "%s: reading %zu bytes at offset %llu%s: %s", sh->path, len,
                        (unsigned long long)a, direct ? " (direct)" : "", wm__errno_text(e));
     if (got < win->end - a)
@@ -614,9 +616,9 @@ static wm_status run_pipe(pipe *p, wm_os_thread *th, unsigned n_readers, wm_erro
 
 static void cuda_release(wm_model *m);
 
-static wm_status check_cuda_options(const wm_model *m, wm_error *err) {
-    const char *path = m->file->path;
-    const wm_load_options *o = &m->opts;
+/* The options the CUDA backend refuses (its check slot: before anything is acquired). */
+static wm_status cuda_check(const wm_file *f, const wm_load_options *o, wm_error *err) {
+    const char *path = f->path;
     if (o->mode == WM_MODE_MMAP_PRIVATE)
         return wm__err(err, WM_EINVAL, 0,
                        "%s: mode mmap-private makes no sense on the CUDA backend (and a private "
@@ -627,15 +629,19 @@ static wm_status check_cuda_options(const wm_model *m, wm_error *err) {
                        "%s: the registered CUDA path needs mode mmap (it registers the shared "
                        "read-only mapping), not %s",
                        path, wm_mode_name(o->mode));
+    if (o->direct_io && o->cuda_registered)
+        return wm__err(err, WM_EINVAL, 0,
+                       "%s: direct_io applies to the CUDA backend's staged path only (it reads "
+                       "into pinned slots; the registered path maps the file)",
+                       path);
     if (o->lock != WM_LOCK_OFF)
         return wm__err(err, WM_EINVAL, 0,
                        "%s: lock applies to host memory; the CUDA backend keeps none after the "
                        "load (its staging is pinned anyway)",
                        path);
-    for (size_t i = 0; i < m->file->n_tensors; i++)
-        if (m->place[i].convert)
-            return wm__err(err, WM_EINVAL, 0,
-                           "%s: conversion on load is not supported by the CUDA backend", path);
+    if (o->n_convert)
+        return wm__err(err, WM_EINVAL, 0,
+                       "%s: conversion on load is not supported by the CUDA backend", path);
     return WM_OK;
 }
 
@@ -692,172 +698,189 @@ static wm_status map_shards(wm_model *m, wm__region *maps, uint64_t *map_off, wm
     return WM_OK;
 }
 
-static wm_status cuda_load(wm_model *m, wm_error *err) {
-    const char *path = m->file->path;
-    wm_status st = check_cuda_options(m, err);
-    if (st) return st;
-    cuda_state *cs = wm__calloc(1, sizeof *cs);
-    if (!cs) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory", path);
-    cs->device = m->opts.device;
-    m->bctx = cs;
-    int prev = -1;
-    piece *pieces = NULL;
-    window *wins = NULL;
-    void *work = NULL; /* the slots, the pipe's queues and the reader threads */
-    wm__region ring = {0};
-    pipe p = {.m = m, .cs = cs};
-    bool mu_made = false, to_readers_made = false, to_loader_made = false;
-    wm__region *maps = NULL;
-    uint64_t *map_off = NULL;
-    int *dfds = NULL; /* direct_io: O_DIRECT descriptors, one per shard (-1: buffered) */
-    size_t n_win = 0;
-    bool registered = m->opts.cuda_registered != 0;
+/* What the pipeline reads from, held for one load: the registered path's shared mapping of
+ * each shard, or the staged path's ring (and, with direct_io, an O_DIRECT descriptor per shard,
+ * -1 where that shard is read buffered). sources_free is its one release. */
+typedef struct sources {
+    uint32_t n_shards;
+    wm__region ring;
+    wm__region *maps;
+    uint64_t *map_off;
+    int *direct_fd;
+} sources;
 
-    st = use_device(cs->device, path, &prev, err);
-    if (st) goto fail;
+static void sources_free(sources *s) {
+    wm__region_free(&s->ring);
+    for (uint32_t i = 0; s->maps && i < s->n_shards; i++) wm__region_free(&s->maps[i]);
+    for (uint32_t i = 0; s->direct_fd && i < s->n_shards; i++) wm__os_close(s->direct_fd[i]);
+    wm__free(s->maps);
+    wm__free(s->map_off);
+    wm__free(s->direct_fd);
+    *s = (sources){0};
+}
+
+/* On failure the caller runs sources_free on the half-built sources. */
+static wm_status sources_open(wm_model *m, bool registered, size_t ring_len, sources *s,
+                              wm_error *err) {
+    const wm_file *f = m->file;
+    s->n_shards = f->n_shards;
     if (registered) {
-        int ok = 0;
-        cudaError_t ce =
-            CU(cudaDeviceGetAttribute(&ok, cudaDevAttrHostRegisterReadOnlySupported, cs->device));
-        if (ce) {
-            st = cu_fail(err, ce, "cudaDeviceGetAttribute", "%s: device %d", path, cs->device);
-            goto fail;
-        }
-        if (!ok) {
-            st = wm__err(err, WM_EUNSUPPORTED, 0,
-                         "%s: CUDA device %d cannot register read-only memory: use the staged "
-                         "path (no --registered)",
-                         path, cs->device);
-            goto fail;
-        }
+        s->maps = wm__calloc(f->n_shards, sizeof *s->maps);
+        s->map_off = wm__calloc(f->n_shards, sizeof *s->map_off);
+        if (!s->maps || !s->map_off) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory", f->path);
+        return map_shards(m, s->maps, s->map_off, err);
     }
+    if (m->opts.direct_io) {
+        /* Where a shard's file system has no direct I/O (or the reopen fails at all), that
+         * shard is read buffered: the option asks for direct reads where possible. */
+        s->direct_fd = wm__alloc(f->n_shards * sizeof *s->direct_fd);
+        if (!s->direct_fd) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory", f->path);
+        for (uint32_t i = 0; i < f->n_shards; i++)
+            if (wm__os_reopen_direct(f->shards[i].fd, &s->direct_fd[i]) != 0) s->direct_fd[i] = -1;
+    }
+    wm_status st = wm__region_pages(m, ring_len, WM_LEDGER_SCRATCH, &s->ring, err);
+    if (st) return st;
+    /* Registration faults the whole ring in: huge pages make that a few hundred faults. */
+    wm__os_advise(s->ring.base, s->ring.len, WM_OS_ADV_HUGEPAGE); /* a hint: failure is harmless */
+    atomic_store(&last_ring, s->ring.base);
+    return WM_OK;
+}
 
-    /* Device memory: one buffer per chunk. */
-    if (m->n_chunks) {
-        cs->dev = wm__calloc(m->n_chunks, sizeof *cs->dev);
-        if (!cs->dev) {
-            st = wm__err(err, WM_ENOMEM, 0, "%s: out of memory", path);
-            goto fail;
+/* The pipe's lock and condition variables, all or none; pipe_sync_free accepts a pipe without
+ * them. */
+static wm_status pipe_sync_init(pipe *p, wm_error *err) {
+    int e = wm__os_mutex_init(&p->mu);
+    if (!e) {
+        e = wm__os_cond_init(&p->to_readers);
+        if (!e) {
+            e = wm__os_cond_init(&p->to_loader);
+            if (e) wm__os_cond_destroy(&p->to_readers);
         }
+        if (e) wm__os_mutex_destroy(&p->mu);
     }
+    if (e)
+        return wm__err(err, WM_ENOMEM, e, "%s: cannot make a lock for the load: %s",
+                       p->m->file->path, wm__errno_text(e));
+    p->sync_made = true;
+    return WM_OK;
+}
+
+static void pipe_sync_free(pipe *p) {
+    if (!p->sync_made) return;
+    wm__os_cond_destroy(&p->to_loader);
+    wm__os_cond_destroy(&p->to_readers);
+    wm__os_mutex_destroy(&p->mu);
+    p->sync_made = false;
+}
+
+/* The registered path needs a device that registers read-only memory. */
+static wm_status check_registered(const wm_model *m, int device, wm_error *err) {
+    int ok = 0;
+    cudaError_t ce = CU(cudaDeviceGetAttribute(&ok, cudaDevAttrHostRegisterReadOnlySupported, device));
+    if (ce) return cu_fail(err, ce, "cudaDeviceGetAttribute", "%s: device %d", m->file->path, device);
+    if (!ok)
+        return wm__err(err, WM_EUNSUPPORTED, 0,
+                       "%s: CUDA device %d cannot register read-only memory: use the staged "
+                       "path (no --registered)",
+                       m->file->path, device);
+    return WM_OK;
+}
+
+/* Device memory: one buffer per chunk, counted as it is made (cuda_release frees [0, n_dev)). */
+static wm_status alloc_device(wm_model *m, cuda_state *cs, wm_error *err) {
+    if (!m->n_chunks) return WM_OK;
+    cs->dev = wm__calloc(m->n_chunks, sizeof *cs->dev);
+    if (!cs->dev) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory", m->file->path);
     for (uint32_t c = 0; c < m->n_chunks; c++) {
         size_t size = m->chunks[c].size;
         if (size) {
             void *d = NULL;
             cudaError_t ce = CU(cudaMalloc(&d, size));
-            if (ce) {
-                st = cu_fail(err, ce, "cudaMalloc",
-                             "%s: allocating %zu bytes for buffer %u on device %d", path, size, c,
-                             cs->device);
-                goto fail;
-            }
+            if (ce)
+                return cu_fail(err, ce, "cudaMalloc",
+                               "%s: allocating %zu bytes for buffer %u on device %d",
+                               m->file->path, size, c, cs->device);
             cs->dev[c] = d;
             wm__ledger_acquire(WM_LEDGER_DEVICE, size);
             m->stats.device_bytes += size;
         }
         cs->n_dev = c + 1;
     }
+    return WM_OK;
+}
+
+/* Fills the device buffers through the pipeline. Everything it acquires (windows, slots,
+ * sources, the pipe's lock) is given back before it returns, on success as on failure:
+ * registrations first (run_pipe's pipe_close), then host memory. */
+static wm_status fill_device(wm_model *m, cuda_state *cs, wm_error *err) {
+    const char *path = m->file->path;
+    bool registered = m->opts.cuda_registered != 0;
+    piece *pieces = NULL;
+    window *wins = NULL;
+    size_t n_win = 0;
+    void *work = NULL; /* the slots, the pipe's queues and the reader threads */
+    sources src = {0};
+    pipe p = {.m = m, .cs = cs, .registered = registered};
 
     unsigned n_workers = 1;
     size_t wsize = 0;
-    st = size_pipe(m, &n_workers, &wsize, err);
-    if (st) goto fail;
-    st = plan_windows(m, wsize, &pieces, &wins, &n_win, err);
-    if (st) goto fail;
+    wm_status st = size_pipe(m, &n_workers, &wsize, err);
+    if (!st) st = plan_windows(m, wsize, &pieces, &wins, &n_win, err);
+    if (st) goto out;
     if (n_workers > n_win) n_workers = n_win ? (unsigned)n_win : 1;
     /* Readers pread (staged, more than one thread); the registered path registers windows on
      * the loading thread, so it has none. */
     unsigned n_slots = n_workers * tuning.slots;
     unsigned n_readers = registered || n_workers == 1 ? 0 : n_workers;
     m->stats.threads = registered ? 1 : n_workers;
-    if (n_win == 0) goto done;
+    if (n_win == 0) goto out;
 
     work = wm__calloc(1, n_slots * sizeof(slot) + n_readers * sizeof(wm_os_thread) +
                              3 * (size_t)n_slots * sizeof(unsigned));
     if (!work) {
         st = wm__err(err, WM_ENOMEM, 0, "%s: out of memory", path);
-        goto fail;
+        goto out;
     }
     wm_os_thread *readers = (wm_os_thread *)((slot *)work + n_slots);
     unsigned *queues = (unsigned *)(readers + n_readers);
-    int oe = wm__os_mutex_init(&p.mu);
-    mu_made = !oe;
-    if (!oe) oe = wm__os_cond_init(&p.to_readers);
-    to_readers_made = mu_made && !oe;
-    if (!oe) oe = wm__os_cond_init(&p.to_loader);
-    to_loader_made = to_readers_made && !oe;
-    if (oe) {
-        st = wm__err(err, WM_ENOMEM, oe, "%s: cannot make a lock for the load: %s", path,
-                     wm__errno_text(oe));
-        goto fail;
-    }
-    if (registered) {
-        maps = wm__calloc(m->file->n_shards, sizeof *maps);
-        map_off = wm__calloc(m->file->n_shards, sizeof *map_off);
-        if (!maps || !map_off) {
-            st = wm__err(err, WM_ENOMEM, 0, "%s: out of memory", path);
-            goto fail;
-        }
-        st = map_shards(m, maps, map_off, err);
-        if (st) goto fail;
-    } else {
-        if (m->opts.direct_io) {
-            /* Where a shard's file system has no direct I/O (or the reopen fails at all), that
-             * shard is read buffered: the option asks for direct reads where possible. */
-            dfds = wm__calloc(m->file->n_shards, sizeof *dfds);
-            if (!dfds) {
-                st = wm__err(err, WM_ENOMEM, 0, "%s: out of memory", path);
-                goto fail;
-            }
-            for (uint32_t s = 0; s < m->file->n_shards; s++)
-                if (wm__os_reopen_direct(m->file->shards[s].fd, &dfds[s]) != 0) dfds[s] = -1;
-        }
-        st = wm__region_pages(m, (size_t)n_slots * wsize, WM_LEDGER_SCRATCH, &ring, err);
-        if (st) goto fail;
-        /* Registration faults the whole ring in: huge pages make that a few hundred faults. */
-        wm__os_advise(ring.base, ring.len, WM_OS_ADV_HUGEPAGE); /* a hint: failure is harmless */
-        atomic_store(&last_ring, ring.base);
-    }
+    st = pipe_sync_init(&p, err);
+    if (!st) st = sources_open(m, registered, (size_t)n_slots * wsize, &src, err);
+    if (st) goto out;
 
     p.win = wins;
     p.n_win = n_win;
     p.pieces = pieces;
     p.wsize = wsize;
-    p.registered = registered;
-    p.ring = ring.base;
-    p.maps = maps;
-    p.map_off = map_off;
-    p.direct_fd = dfds;
+    p.ring = src.ring.base;
+    p.maps = src.maps;
+    p.map_off = src.map_off;
+    p.direct_fd = src.direct_fd;
     p.slots = work;
     p.n_slots = n_slots;
     p.free_q = queues;
     p.filled_q = queues + n_slots;
     p.busy_q = queues + 2 * (size_t)n_slots;
-    for (size_t k = 0; k < n_win; k++)
-        p.total += wins[k].bytes;
+    for (size_t k = 0; k < n_win; k++) p.total += wins[k].bytes;
     st = run_pipe(&p, readers, n_readers, err);
-    if (st) goto fail;
-
-done:
-fail:
-    /* One cleanup path for success and failure. Registrations are gone (pipe_close dropped
-     * them); now the host memory; on failure also whatever the device holds. */
-    if (to_loader_made) wm__os_cond_destroy(&p.to_loader);
-    if (to_readers_made) wm__os_cond_destroy(&p.to_readers);
-    if (mu_made) wm__os_mutex_destroy(&p.mu);
-    wm__region_free(&ring);
-    if (maps)
-        for (uint32_t s = 0; s < m->file->n_shards; s++)
-            wm__region_free(&maps[s]);
-    wm__free(maps);
-    wm__free(map_off);
-    if (dfds)
-        for (uint32_t s = 0; s < m->file->n_shards; s++)
-            wm__os_close(dfds[s]);
-    wm__free(dfds);
+out:
+    pipe_sync_free(&p);
+    sources_free(&src);
     wm__free(work);
     wm__free(pieces);
     wm__free(wins);
+    return st;
+}
+
+static wm_status cuda_load(wm_model *m, wm_error *err) {
+    cuda_state *cs = wm__calloc(1, sizeof *cs);
+    if (!cs) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory", m->file->path);
+    cs->device = m->opts.device;
+    m->bctx = cs;
+    int prev = -1;
+    wm_status st = use_device(cs->device, m->file->path, &prev, err);
+    if (!st && m->opts.cuda_registered) st = check_registered(m, cs->device, err);
+    if (!st) st = alloc_device(m, cs, err);
+    if (!st) st = fill_device(m, cs, err);
     if (st) cuda_release(m);
     restore_device(prev);
     return st;
@@ -900,8 +923,13 @@ static uint64_t cuda_device_ptr(const wm_model *m, size_t t) {
     return (uint64_t)(uintptr_t)(cs->dev[p->chunk] + p->dst_off);
 }
 
+static wm_status cuda_init(int device, wm_error *err);
+
 const wm__backend wm__backend_cuda = {
+    .kind = WM_BACKEND_CUDA,
     .name = "cuda",
+    .init = cuda_init,
+    .check = cuda_check,
     .load = cuda_load,
     .release = cuda_release,
     .host_ptr = cuda_host_ptr,
@@ -910,11 +938,9 @@ const wm__backend wm__backend_cuda = {
 
 /* ---- test hooks ---- */
 
-/* The base of the last staged ring (tests check it is no longer registered after release). */
-void *wm__cuda_test_last_ring(void);
 void *wm__cuda_test_last_ring(void) { return atomic_load(&last_ring); }
 
-/* bench/gpu.c's measuring knobs (backend.h). Windows are kept within [MIN_WINDOW, MAX_WINDOW],
+/* bench/gpu.c's measuring knobs (cuda_tune.h). Windows are kept within [MIN_WINDOW, MAX_WINDOW],
  * slots within [1, MAX_SLOTS]. */
 void wm__cuda_tune(size_t wsize, unsigned slots, unsigned flags) {
     if (wsize) tuning.window = wsize < MIN_WINDOW ? MIN_WINDOW : wsize > MAX_WINDOW ? MAX_WINDOW : wsize;
@@ -923,11 +949,8 @@ void wm__cuda_tune(size_t wsize, unsigned slots, unsigned flags) {
     tuning.no_reap = (flags & WM__CUDA_NO_REAP) != 0;
 }
 
-#endif /* WM_HAVE_CUDA */
+/* ---- the init slot: starting the runtime ---- */
 
-/* ---- wm_backend_init ---- */
-
-#ifdef WM_HAVE_CUDA
 /* How much wm_backend_init rehearses (wm__cuda_rehearsal changes it, to measure). */
 static struct {
     unsigned rounds, events, copies;
@@ -986,7 +1009,7 @@ static void rehearse(void) {
     wm__scratch_free(host, len);
 }
 
-/* bench/gpu.c's knob for the rehearsal (backend.h): rounds, events, copies, buffer bytes (0:
+/* bench/gpu.c's knob for the rehearsal (cuda_tune.h): rounds, events, copies, buffer bytes (0:
  * keep); takes effect at the next wm_backend_init. */
 void wm__cuda_rehearsal(unsigned rounds, unsigned events, unsigned copies, size_t bytes) {
     rehearsal.rounds = rounds;
@@ -994,13 +1017,10 @@ void wm__cuda_rehearsal(unsigned rounds, unsigned events, unsigned copies, size_
     rehearsal.copies = copies;
     if (bytes) rehearsal.bytes = wm__align_up(bytes, wm__os_page_size());
 }
-#endif
 
-wm_status wm_backend_init(wm_backend_kind backend, int device, wm_error *err) {
-    if (backend == WM_BACKEND_CPU) return WM_OK;
-    if (backend != WM_BACKEND_CUDA)
-        return wm__err(err, WM_EINVAL, 0, "wm_backend_init: unknown backend %d", (int)backend);
-#ifdef WM_HAVE_CUDA
+/* The backend's init slot (wm_backend_init): the device's primary context, then the
+ * rehearsal. */
+static wm_status cuda_init(int device, wm_error *err) {
     int prev = -1;
     const char *who = "wm_backend_init";
     wm_status st = use_device(device, who, &prev, err);
@@ -1017,11 +1037,14 @@ wm_status wm_backend_init(wm_backend_kind backend, int device, wm_error *err) {
     }
     restore_device(prev);
     return st;
-#else
-    (void)device;
-    return wm__err(err, WM_EUNSUPPORTED, 0,
-                   "CUDA device %d: this build has no CUDA backend (the CUDA toolkit was not found "
-                   "at build time)",
-                   device);
-#endif
 }
+
+#else /* no CUDA toolkit at build time: the table's row says so */
+
+const wm__backend wm__backend_cuda = {
+    .kind = WM_BACKEND_CUDA,
+    .name = "cuda",
+    .absent = "this build has no CUDA backend (the CUDA toolkit was not found at build time)",
+};
+
+#endif /* WM_HAVE_CUDA */

@@ -488,7 +488,7 @@ wm_status wm__gguf_parse(wm_file *f, wm_error *err) {
         size_t got;
         int e = wm__os_pread(sh->fd, nb + have, cap - have, have, &got);
         if (e)
-            return wm__err(err, wm__status_from_errno(e) == WM_ENOMEM ? WM_ENOMEM : WM_EIO, e,
+            return wm__err(err, wm__status_io(e), e,
                            "%s: reading the header at offset %zu: %s", f->path, have,
                            wm__errno_text(e));
         if (got != cap - have)

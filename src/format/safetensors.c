@@ -640,7 +640,7 @@ wm_status wm__safetensors_parse(wm_file *f, wm_error *err) {
     size_t got;
     int e = wm__os_pread(sh->fd, lb, 8, 0, &got);
     if (e)
-        return wm__err(err, wm__status_from_errno(e) == WM_ENOMEM ? WM_ENOMEM : WM_EIO, e,
+        return wm__err(err, wm__status_io(e), e,
                        "%s: reading the header length at offset 0: %s", path, wm__errno_text(e));
     if (got != 8) return wm__err(err, WM_EIO, 0, "%s: file shrank while reading its header", path);
     uint64_t hlen = 0;
@@ -659,7 +659,7 @@ wm_status wm__safetensors_parse(wm_file *f, wm_error *err) {
     wm_status st;
     e = wm__os_pread(sh->fd, text, (size_t)hlen, 8, &got);
     if (e) {
-        st = wm__err(err, wm__status_from_errno(e) == WM_ENOMEM ? WM_ENOMEM : WM_EIO, e,
+        st = wm__err(err, wm__status_io(e), e,
                      "%s: reading the header at offset 8: %s", path, wm__errno_text(e));
         goto done;
     }

@@ -83,7 +83,7 @@ static wm_status read_index(const char *path, wm__st_index *ix, wm_error *err) {
     if (e) return wm__err(err, wm__status_from_errno(e), e, "%s: cannot open: %s", path, wm__errno_text(e));
     e = wm__os_stat(fd, &stt);
     if (e) {
-        st = wm__err(err, e == ENOMEM ? WM_ENOMEM : WM_EIO, e, "%s: cannot stat: %s", path,
+        st = wm__err(err, wm__status_io(e), e, "%s: cannot stat: %s", path,
                      wm__errno_text(e));
         goto done;
     }
@@ -105,7 +105,7 @@ static wm_status read_index(const char *path, wm__st_index *ix, wm_error *err) {
     size_t got;
     e = wm__os_pread(fd, text, (size_t)stt.size, 0, &got);
     if (e) {
-        st = wm__err(err, e == ENOMEM ? WM_ENOMEM : WM_EIO, e, "%s: reading at offset 0: %s", path,
+        st = wm__err(err, wm__status_io(e), e, "%s: reading at offset 0: %s", path,
                      wm__errno_text(e));
         goto done;
     }
@@ -359,7 +359,7 @@ static wm_status check_weight_map(set *s, const char *const *shard_names, const 
         for (size_t i = 0; i < n && !st; i++) {
             const char **sh = bsearch(&r[i].shard, shard_names, s->n, sizeof *shard_names, str_cmp);
             size_t idx;
-            if (sh && wm_file_find_tensor(s->sub[sh - shard_names], r[i].tensor, &idx) != WM_OK)
+            if (sh && wm__index_find_tensor(s->sub[sh - shard_names], r[i].tensor, strlen(r[i].tensor), &idx) != WM_OK)
                 st = wm__err(s->err, WM_EFORMAT, 0, "%s: tensor '%s' is listed for shard %s, which "
                                                     "does not hold it", index_path, r[i].tensor,
                              s->sub[sh - shard_names]->path);
@@ -456,7 +456,7 @@ static wm_status open_st_shards(const char *path, const shard_name *sn, wm_file 
         return st;
     }
     if (e != ENOENT) {
-        st = wm__err(err, e == ENOMEM ? WM_ENOMEM : WM_EIO, e, "%s: cannot stat the index %s: %s",
+        st = wm__err(err, wm__status_io(e), e, "%s: cannot stat the index %s: %s",
                      path, ipath, wm__errno_text(e));
         wm__free(ipath);
         return st;
@@ -593,10 +593,4 @@ wm_status wm__shards_open(const char *path, wm_file **out, wm_error *err) {
     }
     *out = f;
     return WM_OK;
-}
-
-uint32_t wm_file_shard_count(const wm_file *f) { return f ? f->n_shards : 0; }
-
-const char *wm_file_shard_path(const wm_file *f, uint32_t index) {
-    return f && index < f->n_shards ? f->shards[index].path : NULL;
 }

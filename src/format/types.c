@@ -89,3 +89,19 @@ wm_type wm_type_from_name(const char *name) {
         if (strcasecmp(st_types[i].name, name) == 0) return (wm_type)(WM_TYPE_BOOL + (int)i);
     return WM_TYPE_INVALID;
 }
+
+/* ---- names of formats and metadata value types ---- */
+
+const char *wm_format_name(wm_format format) {
+    switch (format) {
+    case WM_FORMAT_GGUF: return "gguf";
+    case WM_FORMAT_SAFETENSORS: return "safetensors";
+    }
+    return "unknown";
+}
+
+const char *wm_value_type_name(wm_value_type type) {
+    static const char *const names[WM_VALUE_TYPE_COUNT] = {
+        "u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "string", "array", "u64", "i64", "f64"};
+    return (unsigned)type < WM_VALUE_TYPE_COUNT ? names[type] : NULL;
+}

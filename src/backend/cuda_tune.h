@@ -1,0 +1,22 @@
+/*
+ * cuda_tune.h: the CUDA pipeline's measuring knobs and test hook. Not part of the backend
+ * contract: bench/gpu.c measures with the knobs, tests/test_cuda.c reads the hook; the library
+ * itself never calls them. Defined in cuda.c only where the CUDA backend is built.
+ */
+#ifndef WM_CUDA_TUNE_H
+#define WM_CUDA_TUNE_H
+
+#include <stddef.h>
+
+/* The staged window size (0: keep), slots per worker (0: keep) and these flags. Not
+ * thread-safe: call it between loads. */
+#define WM__CUDA_SERIAL_RING 1u /* register the ring before the readers start */
+#define WM__CUDA_NO_REAP 2u     /* retire slots only when there is nothing else to do */
+void wm__cuda_tune(size_t wsize, unsigned slots, unsigned flags);
+/* How much wm_backend_init rehearses a load's CUDA calls (rounds; events and copies a round;
+ * bytes registered, 0: keep), for the next wm_backend_init. */
+void wm__cuda_rehearsal(unsigned rounds, unsigned events, unsigned copies, size_t bytes);
+/* The base of the last staged ring (tests check it is no longer registered after release). */
+void *wm__cuda_test_last_ring(void);
+
+#endif /* WM_CUDA_TUNE_H */

@@ -1,0 +1,77 @@
+/*
+ * host.h: the host-side tools every backend loads with (host.c): counted regions of host memory
+ * (file mappings and anonymous pages), locking them, and the parallel reader that preads (and
+ * converts) file ranges straight into place, with progress and cancel.
+ *
+ * Rules: each region is counted in the ledger exactly once, from acquisition to wm__region_free;
+ * the reader's worker threads exist only during wm__run_jobs, and every byte of staging it
+ * allocates is freed before it returns.
+ */
+#ifndef WM_HOST_H
+#define WM_HOST_H
+
+#include "backend.h"
+
+/* One acquisition of host memory: a file mapping or anonymous pages. */
+typedef struct wm__region {
+    void *base;
+    size_t len;
+    wm_ledger_category cat; /* HEAP (pages), MAP_SHARED, MAP_PRIVATE, SCRATCH */
+    size_t locked;          /* bytes of [base, base+locked) under mlock */
+} wm__region;
+
+/* ---- regions ---- */
+
+/* Maps [off, off+len) of a shard (off page-aligned) and counts it; r is filled on success. */
+wm_status wm__region_map(wm_model *m, uint32_t shard, uint64_t off, size_t len,
+                         wm_os_map_kind kind, wm__region *r, wm_error *err);
+/* Anonymous pages of len bytes, counted under `cat` (HEAP for tensor memory). */
+wm_status wm__region_pages(wm_model *m, size_t len, wm_ledger_category cat, wm__region *r,
+                           wm_error *err);
+/* Unlocks, unmaps or frees, and uncounts. Accepts an empty region; leaves it empty. */
+void wm__region_free(wm__region *r);
+/* Locks the region per m->opts.lock (required: all or WM_EPERM with an RLIMIT_MEMLOCK hint;
+ * best-effort: as much as the kernel allows, in 16 MiB steps). Counts LOCKED bytes. */
+wm_status wm__region_lock(wm_model *m, wm__region *r, wm_error *err);
+
+/* ---- the parallel reader ---- */
+
+/* A piece of work for the parallel reader: read len bytes of a shard at file_off into dst,
+ * converting from `from` to `to` when they differ (len then covers whole blocks of `from`). */
+typedef struct wm__job {
+    uint32_t shard;
+    uint64_t file_off;
+    size_t len;
+    unsigned char *dst;
+    wm_type from, to;
+    uint32_t tensor;
+} wm__job;
+
+/* Source bytes a converting job reads and converts at a time, through page-allocated scratch of
+ * that size per worker (so the bytes are still in the core's cache when converted). */
+#define WM_CONVERT_STEP ((size_t)256 << 10)
+/* The largest job: a tensor is read in pieces of at most this many bytes. */
+#define WM_JOB_BYTES ((size_t)8 << 20)
+
+/* wm__run_jobs flags. FRESH_PAGES: the destinations are fresh anonymous pages (CPU heap), so a
+ * job in a chunk too small for huge pages prefaults its destination in one call first. */
+#define WM__JOBS_FRESH_PAGES 1u
+
+/* Runs jobs on wm__load_threads(m) threads (the calling thread works too and reports progress).
+ * The first error wins and stops the rest; a cancel from the progress callback gives
+ * WM_ECANCELED. Worker threads exist only during this call; their stacks are counted as
+ * scratch while they live. */
+wm_status wm__run_jobs(wm_model *m, const wm__job *jobs, size_t n, unsigned flags,
+                       wm_error *err);
+/* Builds the jobs that fill chunk `c` of a packed (heap or device-staged) layout into host memory
+ * at base; the jobs are appended to *jobs (a counted allocation of *cap entries, *n used, that
+ * the caller frees). */
+wm_status wm__chunk_jobs(wm_model *m, uint32_t c, unsigned char *base, wm__job **jobs,
+                         size_t *n, size_t *cap, wm_error *err);
+/* Calls the progress callback; true means the caller asked to cancel. */
+bool wm__progress(wm_model *m, uint64_t done, uint64_t total);
+/* Threads a load uses: opts.threads, or one per online CPU, at most WM__MAX_THREADS. */
+#define WM__MAX_THREADS 64u
+unsigned wm__load_threads(const wm_model *m);
+
+#endif /* WM_HOST_H */

@@ -1,0 +1,95 @@
+/*
+ * open.c: one file, opened alone: open and stat it, tell its format by its content, hand it to
+ * its parser (gguf.c, safetensors.c), then index its names (index.c); and wm__file_free, the one
+ * release of a (possibly half-built) wm_file.
+ */
+#include "../internal.h"
+
+#include <string.h>
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+void wm__file_free(wm_file *f) {
+    if (!f) return;
+    if (f->aux_free) f->aux_free(f->aux);
+    for (uint32_t i = 0; i < f->n_shards; i++) {
+        wm__os_close(f->shards[i].fd);
+        if (f->shards[i].path != f->path) wm__free(f->shards[i].path);
+    }
+    wm__free(f->shards);
+    wm__free(f->tensor_hash);
+    wm__free(f->kv_hash);
+    wm__free(f->names);
+    wm__free(f->kvs);
+    wm__free(f->tensors);
+    wm__free(f->header);
+    wm__free(f->path);
+    wm__free(f);
+}
+
+wm_status wm__file_open_one(const char *path, wm_file **out, wm_error *err) {
+    *out = NULL;
+    wm_status st;
+    wm_file *f = wm__calloc(1, sizeof *f);
+    if (!f) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory", path);
+    f->path = wm__strdup(path);
+    f->shards = wm__calloc(1, sizeof *f->shards);
+    if (!f->path || !f->shards) {
+        st = wm__err(err, WM_ENOMEM, 0, "%s: out of memory", path);
+        goto fail;
+    }
+    f->n_shards = 1;
+    wm__shard *sh = &f->shards[0];
+    sh->fd = -1;
+    sh->path = f->path;
+    int e = wm__os_open_read(path, &sh->fd);
+    if (e) {
+        st = wm__err(err, wm__status_from_errno(e), e, "%s: cannot open: %s", path,
+                     wm__errno_text(e));
+        goto fail;
+    }
+    e = wm__os_stat(sh->fd, &sh->st);
+    if (e) {
+        st = wm__err(err, wm__status_io(e), e, "%s: cannot stat: %s", path,
+                     wm__errno_text(e));
+        goto fail;
+    }
+    if (!sh->st.is_regular) {
+        st = wm__err(err, WM_EINVAL, 0, "%s: not a regular file", path);
+        goto fail;
+    }
+    f->size = sh->st.size;
+
+    /* Format by content: "GGUF" magic; else a safetensors header (8-byte length then '{'),
+     * or a name that says safetensors; anything else goes to the GGUF reader, which names the
+     * bad magic. */
+    unsigned char head[9] = {0};
+    size_t got = 0;
+    e = wm__os_pread(sh->fd, head, sizeof head, 0, &got);
+    if (e) {
+        st = wm__err(err, wm__status_io(e), e, "%s: reading at offset 0: %s",
+                     path, wm__errno_text(e));
+        goto fail;
+    }
+    bool is_gguf = got >= 4 && memcmp(head, "GGUF", 4) == 0;
+    bool is_st = !is_gguf && ((got == 9 && head[8] == '{') || ends_with(path, ".safetensors") ||
+                              ends_with(path, ".json"));
+    if (is_st) {
+        f->format = WM_FORMAT_SAFETENSORS;
+        st = wm__safetensors_parse(f, err);
+    } else {
+        f->format = WM_FORMAT_GGUF;
+        st = wm__gguf_parse(f, err);
+    }
+    if (st != WM_OK) goto fail;
+    st = wm__file_index(f, err);
+    if (st != WM_OK) goto fail;
+    *out = f;
+    return WM_OK;
+fail:
+    wm__file_free(f);
+    return st;
+}
