@@ -21,7 +21,7 @@ deps:
 	@tools/deps.sh
 
 build: deps
-	@cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON >/dev/null
 	@cmake --build build
 
 demo: build
@@ -36,12 +36,12 @@ peer:
 	@bench/peer.sh >/dev/null 2>&1 || echo "peer: llama.cpp's loader could not be installed; oracle tests will skip"
 
 test-normal: deps peer
-	@cmake -S . -B build-test -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_FAULT_INJECTION=ON >/dev/null
+	@cmake -S . -B build-test -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON -DWM_FAULT_INJECTION=ON >/dev/null
 	@cmake --build build-test
 	cd build-test && $(CTEST)
 
 test-asan: deps
-	@cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang \
+	@cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DWM_WERROR=ON -DCMAKE_C_COMPILER=clang \
 	  -DWM_FAULT_INJECTION=ON -DWM_SANITIZE=address,undefined >/dev/null
 	@cmake --build build-asan
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 $(CTEST)
@@ -51,7 +51,7 @@ test-asan: deps
 # but the loading one), under ASan+UBSan. Without the CUDA toolkit's headers the backend is not
 # built and the cases check the "no backend" error instead.
 test-cuda-mock: deps
-	@cmake -S . -B build-cuda-mock -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang \
+	@cmake -S . -B build-cuda-mock -G Ninja -DCMAKE_BUILD_TYPE=Debug -DWM_WERROR=ON -DCMAKE_C_COMPILER=clang \
 	  -DWM_FAULT_INJECTION=ON -DWM_CUDA_MOCK=ON -DWM_SANITIZE=address,undefined >/dev/null
 	@cmake --build build-cuda-mock --target test_cuda weightmap_cli
 	cd build-cuda-mock && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 $(CTEST) -L '^cuda$$'
@@ -66,7 +66,7 @@ FUZZ_PARALLEL   ?= 1
 TSAN_STRESS_CYCLES ?= 50
 
 fuzz-build: deps
-	@cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
+	@cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON -DCMAKE_C_COMPILER=clang \
 	  -DWM_FUZZ=ON -DWM_FAULT_INJECTION=ON -DWM_SANITIZE=address,undefined -DWM_BUILD_TESTS=OFF -DWM_BUILD_CLI=OFF >/dev/null
 	@cmake --build build-fuzz --target $(FUZZ_TARGETS)
 
@@ -82,7 +82,7 @@ fuzz: fuzz-build
 # (reader threads and the loading thread) against the mock runtime, label cuda.
 TSAN_EXCLUDE := ^model\.(heap_footprint_is_tensor_bytes_and_returns|lock_.*)$$
 test-tsan: deps
-	@cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
+	@cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON -DCMAKE_C_COMPILER=clang \
 	  -DWM_FAULT_INJECTION=ON -DWM_CUDA_MOCK=ON -DWM_SANITIZE=thread >/dev/null
 	@cmake --build build-tsan --target test_stress test_model test_cuda weightmap_cli
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 WM_STRESS_CYCLES=$(TSAN_STRESS_CYCLES) \
@@ -101,11 +101,14 @@ bench: build
 # own dequantizers; only when asked (THIRD_PARTY.md says where the data comes from).
 iq-grids: deps
 	@bench/peer.sh >/dev/null
-	@cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON >/dev/null
 	@cmake --build build --target iq-grids
 
 install: build
 	cmake --install build
 
+# Every build folder a target here makes (build-py/ and build-trace/ are the Python binding's and
+# the trace tool's).
+BUILD_DIRS := build build-test build-asan build-cuda-mock build-fuzz build-tsan build-py build-trace
 clean:
-	rm -rf build build-test build-asan build-tsan build-fuzz
+	rm -rf $(BUILD_DIRS)
