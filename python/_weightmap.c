@@ -1,0 +1,1052 @@
+/*
+ * _weightmap.c: the CPython extension under the `weightmap` package, written against the public
+ * header include/weightmap.h only, and DLPack's own header (Debian libdlpack-dev) for the
+ * zero-copy hand-over of tensors to PyTorch and NumPy.
+ *
+ * Sections:
+ *   errors    the exception classes and the one function that turns a wm_error into one
+ *   Handle    owns one wm_file and, once loaded, one wm_model; close() and the views
+ *   Export    an object with __dlpack__/__dlpack_device__ for one tensor of a Handle
+ *   views     the DLManagedTensor handed out, its deleter and the capsule's destructor
+ *   module    ledger(), file_regions(), mem_figures(), backend_init(), the module itself
+ *
+ * Ownership, the rule this file exists for: a Handle is released (wm_model_release, then
+ * wm_file_close) exactly once, by handle_release(), when close() has been called and no view is
+ * alive, or when the Handle object itself dies. Every DLPack view holds a strong reference to
+ * its Handle and counts itself in Handle.views; its deleter (called by the consumer when the
+ * tensor dies, on any thread) takes the GIL, uncounts itself, releases the Handle if it was the
+ * last view of a closed Handle, and drops its reference. So a tensor that outlives close()
+ * keeps its bytes valid, and the last one to go gives them back.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <dlpack/dlpack.h>
+#include <weightmap.h>
+
+#include <stdint.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------------------------------------
+ * errors
+ * ------------------------------------------------------------------------------------------- */
+
+static PyObject *Error;               /* weightmap.Error(Exception): every failure of the library */
+static PyObject *FormatError;         /* (Error, ValueError): WM_EFORMAT, a malformed file */
+static PyObject *NotFoundError;       /* (Error, FileNotFoundError): WM_ENOENT on a path */
+static PyObject *TensorNotFoundError; /* (Error, KeyError): no such tensor */
+
+/* Raises the class that fits `status` with `msg`, and sets on the exception `status` (the name,
+ * "WM_EFORMAT"), `code` (the number) and `os_errno`. Returns NULL, for `return raise_status(..)`. */
+static PyObject *raise_status(PyObject *cls, wm_status status, int os_errno, const char *msg)
+{
+    if (cls == NULL) {
+        cls = status == WM_EFORMAT  ? FormatError
+              : status == WM_ENOENT ? NotFoundError
+                                    : Error;
+    }
+    PyObject *exc = PyObject_CallFunction(cls, "s", msg && msg[0] ? msg : wm_strerror(status));
+    if (exc == NULL)
+        return NULL;
+    PyObject *name = PyUnicode_FromString(wm_status_name(status));
+    PyObject *code = PyLong_FromLong((long)status);
+    PyObject *eno = PyLong_FromLong(os_errno);
+    if (name && code && eno && PyObject_SetAttrString(exc, "status", name) == 0 &&
+        PyObject_SetAttrString(exc, "code", code) == 0 &&
+        PyObject_SetAttrString(exc, "os_errno", eno) == 0)
+        PyErr_SetObject(cls, exc);
+    Py_XDECREF(name);
+    Py_XDECREF(code);
+    Py_XDECREF(eno);
+    Py_DECREF(exc);
+    return NULL;
+}
+
+static PyObject *raise_wm(wm_status status, const wm_error *err)
+{
+    return raise_status(NULL, status, err->os_errno, err->msg);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Handle
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct Handle {
+    PyObject_HEAD
+    wm_file *file;     /* NULL once released */
+    wm_model *model;   /* NULL until loaded, and once released */
+    PyObject *path;    /* str */
+    int closed;        /* close() was called: no new use; release when views reaches 0 */
+    int busy;          /* a load runs with the GIL released */
+    Py_ssize_t views;  /* DLPack views handed out and not yet deleted */
+    wm_backend_kind backend;
+    int device;
+} Handle;
+
+static PyTypeObject HandleType;
+
+/* The one release of a Handle's library objects: model first, then the file it reads. */
+static void handle_release(Handle *h)
+{
+    wm_model_release(h->model);
+    h->model = NULL;
+    wm_file_close(h->file);
+    h->file = NULL;
+}
+
+/* NULL with an exception when the handle may not be used (closed, released or loading). */
+static int handle_usable(Handle *h)
+{
+    if (h->closed || h->file == NULL) {
+        PyErr_Format(PyExc_ValueError, "%U: the file is closed", h->path);
+        return 0;
+    }
+    if (h->busy) {
+        PyErr_Format(PyExc_RuntimeError, "%U: a load is running on another thread", h->path);
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *Handle_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"path", NULL};
+    PyObject *path_obj = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&", kwlist, PyUnicode_FSConverter, &path_obj))
+        return NULL;
+    const char *path = PyBytes_AS_STRING(path_obj);
+    wm_file *file = NULL;
+    wm_error err = {0};
+    wm_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = wm_file_open(path, &file, &err);
+    Py_END_ALLOW_THREADS
+    if (st != WM_OK) {
+        Py_DECREF(path_obj);
+        return raise_wm(st, &err);
+    }
+    Handle *h = (Handle *)type->tp_alloc(type, 0);
+    if (h == NULL) {
+        wm_file_close(file);
+        Py_DECREF(path_obj);
+        return NULL;
+    }
+    h->file = file;
+    h->path = PyUnicode_DecodeFSDefault(path);
+    Py_DECREF(path_obj);
+    if (h->path == NULL) {
+        Py_DECREF(h);
+        return NULL;
+    }
+    return (PyObject *)h;
+}
+
+static void Handle_dealloc(Handle *h)
+{
+    /* Every view holds a reference, so none is alive here. */
+    handle_release(h);
+    Py_XDECREF(h->path);
+    Py_TYPE(h)->tp_free((PyObject *)h);
+}
+
+static PyObject *Handle_close(Handle *h, PyObject *unused)
+{
+    (void)unused;
+    if (h->busy) {
+        PyErr_Format(PyExc_RuntimeError, "%U: a load is running on another thread", h->path);
+        return NULL;
+    }
+    h->closed = 1;
+    if (h->views == 0)
+        handle_release(h);
+    return PyBool_FromLong(h->file == NULL);
+}
+
+static PyObject *tensor_tuple(const wm_file *file, size_t index)
+{
+    wm_tensor_info ti;
+    if (wm_file_tensor(file, index, &ti) != WM_OK)
+        return PyErr_Format(PyExc_IndexError, "tensor index %zu out of range", index);
+    PyObject *shape = PyTuple_New(ti.n_dims);
+    if (shape == NULL)
+        return NULL;
+    for (uint32_t d = 0; d < ti.n_dims; d++) /* ggml order (fastest first) to C order */
+        PyTuple_SET_ITEM(shape, d, PyLong_FromUnsignedLongLong(ti.shape[ti.n_dims - 1 - d]));
+    const char *tname = wm_type_name(ti.type);
+    return Py_BuildValue("(nsNKKIK)", (Py_ssize_t)index, tname ? tname : "?", shape,
+                         (unsigned long long)ti.nbytes, (unsigned long long)ti.offset,
+                         (unsigned)ti.shard, (unsigned long long)ti.n_elements);
+}
+
+/* find(name) -> index; TensorNotFoundError naming the file and the tensor. */
+static PyObject *Handle_find(Handle *h, PyObject *arg)
+{
+    if (!handle_usable(h))
+        return NULL;
+    const char *name = PyUnicode_AsUTF8(arg);
+    if (name == NULL)
+        return NULL;
+    size_t index;
+    if (wm_file_find_tensor(h->file, name, &index) != WM_OK) {
+        char msg[WM_ERROR_MSG_SIZE];
+        snprintf(msg, sizeof msg, "%s: no tensor named '%s'", wm_file_path(h->file), name);
+        return raise_status(TensorNotFoundError, WM_ENOENT, 0, msg);
+    }
+    return PyLong_FromSize_t(index);
+}
+
+/* tensors() -> [(index, type, shape in C order, nbytes, offset, shard, n_elements)], header order */
+static PyObject *Handle_tensors(Handle *h, PyObject *unused)
+{
+    (void)unused;
+    if (!handle_usable(h))
+        return NULL;
+    size_t n = wm_file_tensor_count(h->file);
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    if (list == NULL)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        PyObject *t = tensor_tuple(h->file, i);
+        if (t == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, t);
+    }
+    return list;
+}
+
+static PyObject *Handle_names(Handle *h, PyObject *unused)
+{
+    (void)unused;
+    if (!handle_usable(h))
+        return NULL;
+    size_t n = wm_file_tensor_count(h->file);
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    if (list == NULL)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        wm_tensor_info ti;
+        PyObject *s = wm_file_tensor(h->file, i, &ti) == WM_OK ? PyUnicode_FromString(ti.name)
+                                                               : NULL;
+        if (s == NULL) {
+            Py_DECREF(list);
+            return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_IndexError, "tensor %zu", i);
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, s);
+    }
+    return list;
+}
+
+static PyObject *string_obj(wm_string s)
+{
+    /* GGUF strings need not be UTF-8 (byte tokens): surrogateescape keeps every byte. */
+    return PyUnicode_DecodeUTF8(s.ptr, (Py_ssize_t)s.len, "surrogateescape");
+}
+
+static int value_is_signed(wm_value_type t)
+{
+    return t == WM_VALUE_I8 || t == WM_VALUE_I16 || t == WM_VALUE_I32 || t == WM_VALUE_I64;
+}
+
+static PyObject *array_obj(const wm_file *f, size_t index, const wm_kv *kv)
+{
+    if (kv->elem_type == WM_VALUE_ARRAY)
+        Py_RETURN_NONE; /* nested arrays: not represented */
+    if (kv->length > (uint64_t)PY_SSIZE_T_MAX)
+        return PyErr_NoMemory();
+    PyObject *list = PyList_New((Py_ssize_t)kv->length);
+    if (list == NULL)
+        return NULL;
+    wm_array_iter it;
+    if (kv->elem_type == WM_VALUE_STRING && wm_file_array_iter(f, index, &it) != WM_OK)
+        goto type_error;
+    for (uint64_t e = 0; e < kv->length; e++) {
+        PyObject *v = NULL;
+        wm_status st;
+        if (kv->elem_type == WM_VALUE_STRING) {
+            wm_string s;
+            st = wm_array_iter_next(&it, &s);
+            if (st == WM_OK)
+                v = string_obj(s);
+        } else if (kv->elem_type == WM_VALUE_F32 || kv->elem_type == WM_VALUE_F64) {
+            double d;
+            st = wm_file_array_f64(f, index, e, &d);
+            if (st == WM_OK)
+                v = PyFloat_FromDouble(d);
+        } else if (value_is_signed(kv->elem_type)) {
+            int64_t i;
+            st = wm_file_array_i64(f, index, e, &i);
+            if (st == WM_OK)
+                v = PyLong_FromLongLong(i);
+        } else {
+            uint64_t u;
+            st = wm_file_array_u64(f, index, e, &u);
+            if (st == WM_OK)
+                v = kv->elem_type == WM_VALUE_BOOL ? PyBool_FromLong(u != 0)
+                                                   : PyLong_FromUnsignedLongLong(u);
+        }
+        if (st != WM_OK)
+            goto type_error;
+        if (v == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)e, v);
+    }
+    return list;
+type_error:
+    Py_DECREF(list);
+    Py_RETURN_NONE; /* an element type the getters do not read: not represented */
+}
+
+static PyObject *value_obj(const wm_file *f, size_t index, const wm_kv *kv)
+{
+    switch (kv->type) {
+    case WM_VALUE_STRING: {
+        wm_string s;
+        if (wm_file_kv_string(f, index, &s) == WM_OK)
+            return string_obj(s);
+        break;
+    }
+    case WM_VALUE_ARRAY:
+        return array_obj(f, index, kv);
+    case WM_VALUE_BOOL: {
+        int b;
+        if (wm_file_get_bool(f, kv->key, &b) == WM_OK)
+            return PyBool_FromLong(b);
+        break;
+    }
+    case WM_VALUE_F32:
+    case WM_VALUE_F64: {
+        double d;
+        if (wm_file_kv_f64(f, index, &d) == WM_OK)
+            return PyFloat_FromDouble(d);
+        break;
+    }
+    default:
+        if (value_is_signed(kv->type)) {
+            int64_t i;
+            if (wm_file_kv_i64(f, index, &i) == WM_OK)
+                return PyLong_FromLongLong(i);
+        } else {
+            uint64_t u;
+            if (wm_file_kv_u64(f, index, &u) == WM_OK)
+                return PyLong_FromUnsignedLongLong(u);
+        }
+        break;
+    }
+    Py_RETURN_NONE;
+}
+
+/* metadata() -> {key: value}, in file order (GGUF: typed values; safetensors: strings). */
+static PyObject *Handle_metadata(Handle *h, PyObject *unused)
+{
+    (void)unused;
+    if (!handle_usable(h))
+        return NULL;
+    PyObject *dict = PyDict_New();
+    if (dict == NULL)
+        return NULL;
+    size_t n = wm_file_metadata_count(h->file);
+    for (size_t i = 0; i < n; i++) {
+        wm_kv kv;
+        if (wm_file_metadata(h->file, i, &kv) != WM_OK)
+            continue;
+        PyObject *v = value_obj(h->file, i, &kv);
+        if (v == NULL || PyDict_SetItemString(dict, kv.key, v) != 0) {
+            Py_XDECREF(v);
+            Py_DECREF(dict);
+            return NULL;
+        }
+        Py_DECREF(v);
+    }
+    return dict;
+}
+
+/* load(mode, lock=0, backend=0, device=0, to=None, prefetch=False, threads=0): loads the model
+ * (once; a second call is an error). `to` names a conversion target ("f32", "f16", "bf16",
+ * "f64"): every tensor whose type converts to it is delivered converted (heap mode, CPU). */
+static PyObject *Handle_load(Handle *h, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"mode", "lock", "backend", "device", "to", "prefetch", "threads",
+                             NULL};
+    const char *mode_name, *to_name = NULL;
+    int lock = 0, backend = 0, device = 0, prefetch = 0;
+    unsigned threads = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|iiizpI", kwlist, &mode_name, &lock, &backend,
+                                     &device, &to_name, &prefetch, &threads))
+        return NULL;
+    if (!handle_usable(h))
+        return NULL;
+    if (h->model != NULL)
+        return PyErr_Format(PyExc_RuntimeError, "%U: already loaded", h->path);
+    wm_load_options opts = {0};
+    opts.mode = wm_mode_from_name(mode_name);
+    if (opts.mode == WM_MODE_NONE)
+        return PyErr_Format(PyExc_ValueError, "mode must be 'mmap', 'heap' or 'mmap-private', not '%s'",
+                            mode_name);
+    opts.lock = (wm_lock)lock;
+    opts.backend = (wm_backend_kind)backend;
+    opts.device = device;
+    opts.prefetch = prefetch;
+    opts.threads = threads;
+    /* One rule per distinct type that converts to the target (ids are below 128). */
+    wm_convert_rule rules[128];
+    size_t n_rules = 0;
+    if (to_name != NULL) {
+        wm_type to = wm_type_from_name(to_name);
+        if (to == WM_TYPE_INVALID)
+            return PyErr_Format(PyExc_ValueError, "unknown dtype '%s'", to_name);
+        unsigned char seen[128] = {0};
+        size_t n = wm_file_tensor_count(h->file);
+        for (size_t i = 0; i < n; i++) {
+            wm_tensor_info ti;
+            if (wm_file_tensor(h->file, i, &ti) != WM_OK || ti.type < 0 || ti.type >= 128 ||
+                seen[ti.type])
+                continue;
+            seen[ti.type] = 1;
+            if (ti.type != to && wm_convert_supported(ti.type, to))
+                rules[n_rules++] = (wm_convert_rule){NULL, ti.type, to};
+        }
+        opts.convert = n_rules ? rules : NULL;
+        opts.n_convert = n_rules;
+    }
+    wm_model *model = NULL;
+    wm_error err = {0};
+    wm_status st;
+    h->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    st = wm_model_load(h->file, &opts, &model, &err);
+    Py_END_ALLOW_THREADS
+    h->busy = 0;
+    if (st != WM_OK)
+        return raise_wm(st, &err);
+    h->model = model;
+    h->backend = opts.backend;
+    h->device = device;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Handle_stats(Handle *h, PyObject *unused)
+{
+    (void)unused;
+    if (h->model == NULL)
+        Py_RETURN_NONE;
+    wm_model_stats s;
+    wm_model_stats_get(h->model, &s);
+    return Py_BuildValue("{sKsIsKsKsKsKsKsIsd}", "tensor_bytes", (unsigned long long)s.tensor_bytes,
+                         "buffers", s.buffers, "mapped_bytes", (unsigned long long)s.mapped_bytes,
+                         "heap_bytes", (unsigned long long)s.heap_bytes, "committed",
+                         (unsigned long long)s.committed, "locked_bytes",
+                         (unsigned long long)s.locked_bytes, "device_bytes",
+                         (unsigned long long)s.device_bytes, "threads", s.threads, "load_seconds",
+                         s.load_seconds);
+}
+
+static PyObject *Handle_get_format(Handle *h, void *c)
+{
+    (void)c;
+    if (h->file == NULL)
+        Py_RETURN_NONE;
+    return PyUnicode_FromString(wm_format_name(wm_file_format(h->file)));
+}
+
+static PyObject *Handle_get_path(Handle *h, void *c)
+{
+    (void)c;
+    return Py_NewRef(h->path);
+}
+
+static PyObject *Handle_get_closed(Handle *h, void *c)
+{
+    (void)c;
+    return PyBool_FromLong(h->closed);
+}
+
+static PyObject *Handle_get_released(Handle *h, void *c)
+{
+    (void)c;
+    return PyBool_FromLong(h->file == NULL);
+}
+
+static PyObject *Handle_get_loaded(Handle *h, void *c)
+{
+    (void)c;
+    return PyBool_FromLong(h->model != NULL);
+}
+
+static PyObject *Handle_get_views(Handle *h, void *c)
+{
+    (void)c;
+    return PyLong_FromSsize_t(h->views);
+}
+
+static PyObject *Handle_get_mode(Handle *h, void *c)
+{
+    (void)c;
+    if (h->model == NULL)
+        Py_RETURN_NONE;
+    return PyUnicode_FromString(wm_mode_name(wm_model_mode(h->model)));
+}
+
+static PyObject *Handle_shards(Handle *h, PyObject *unused)
+{
+    (void)unused;
+    if (!handle_usable(h))
+        return NULL;
+    uint32_t n = wm_file_shard_count(h->file);
+    PyObject *list = PyList_New(n);
+    for (uint32_t i = 0; list && i < n; i++) {
+        PyObject *s = PyUnicode_DecodeFSDefault(wm_file_shard_path(h->file, i));
+        if (s == NULL) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, i, s);
+    }
+    return list;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Export: one tensor's DLPack producer
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct Export {
+    PyObject_HEAD
+    Handle *handle;
+    size_t index;
+    DLDataType dtype;
+    int ndim;
+    int64_t shape[WM_MAX_DIMS];
+} Export;
+
+static PyTypeObject ExportType;
+
+/* The DLPack type of an element type that has one element per block; 0 when it has none. */
+static int dl_type(wm_type t, DLDataType *out)
+{
+    uint8_t code;
+    switch (t) {
+    case WM_TYPE_F16:
+    case WM_TYPE_F32:
+    case WM_TYPE_F64:
+        code = kDLFloat;
+        break;
+    case WM_TYPE_BF16:
+        code = kDLBfloat;
+        break;
+    case WM_TYPE_I8:
+    case WM_TYPE_I16:
+    case WM_TYPE_I32:
+    case WM_TYPE_I64:
+        code = kDLInt;
+        break;
+    case WM_TYPE_U8:
+    case WM_TYPE_U16:
+    case WM_TYPE_U32:
+    case WM_TYPE_U64:
+    case WM_TYPE_BOOL:    /* DLPack 0.6 has no bool: bytes, viewed as bool by the package */
+    case WM_TYPE_F8_E4M3: /* and the 8-bit floats likewise, where the framework has them */
+    case WM_TYPE_F8_E5M2:
+    case WM_TYPE_F8_E8M0:
+        code = kDLUInt;
+        break;
+    default:
+        return 0;
+    }
+    *out = (DLDataType){code, (uint8_t)(wm_type_block_bytes(t) * 8), 1};
+    return 1;
+}
+
+/* export(index, code=-1, bits=-1) -> Export. The tensor as loaded: a type with a DLPack
+ * equivalent keeps its shape (C order); any other (quantized blocks, sub-byte floats) is bytes,
+ * shape (..., bytes of a row) when a row is whole blocks, else (nbytes,). `code` (a DLDataTypeCode)
+ * reinterprets the elements as another type of the same width (bf16 as uint16 for NumPy). */
+static PyObject *Handle_export(Handle *h, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"index", "code", "bits", NULL};
+    Py_ssize_t index;
+    int code = -1, bits = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "n|ii", kwlist, &index, &code, &bits))
+        return NULL;
+    if (!handle_usable(h))
+        return NULL;
+    if (h->model == NULL)
+        return PyErr_Format(PyExc_RuntimeError, "%U: not loaded", h->path);
+    wm_tensor_info ti;
+    wm_type type;
+    uint64_t nbytes;
+    if (index < 0 || wm_file_tensor(h->file, (size_t)index, &ti) != WM_OK ||
+        wm_model_tensor_info(h->model, (size_t)index, &type, &nbytes) != WM_OK)
+        return PyErr_Format(PyExc_IndexError, "tensor index %zd out of range", index);
+    Export *e = PyObject_New(Export, &ExportType);
+    if (e == NULL)
+        return NULL;
+    e->handle = (Handle *)Py_NewRef(h);
+    e->index = (size_t)index;
+    e->ndim = (int)ti.n_dims;
+    for (uint32_t d = 0; d < ti.n_dims; d++)
+        e->shape[d] = (int64_t)ti.shape[ti.n_dims - 1 - d];
+    if (!dl_type(type, &e->dtype)) {
+        uint32_t be = wm_type_block_elems(type), bb = wm_type_block_bytes(type);
+        e->dtype = (DLDataType){kDLUInt, 8, 1};
+        if (ti.n_dims >= 1 && be && ti.shape[0] % be == 0) {
+            e->shape[ti.n_dims - 1] = (int64_t)(ti.shape[0] / be * bb);
+        } else {
+            e->ndim = 1;
+            e->shape[0] = (int64_t)nbytes;
+        }
+    }
+    if (code >= 0) {
+        if (bits != -1 && bits != e->dtype.bits) {
+            Py_DECREF(e);
+            return PyErr_Format(PyExc_ValueError, "reinterpretation keeps the width (%d bits)",
+                                e->dtype.bits);
+        }
+        e->dtype.code = (uint8_t)code;
+    }
+    return (PyObject *)e;
+}
+
+static void Export_dealloc(Export *e)
+{
+    Py_XDECREF(e->handle);
+    PyObject_Free(e);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * views
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct View {
+    DLManagedTensor managed;
+    int64_t shape[WM_MAX_DIMS];
+    Handle *handle;
+} View;
+
+static const char CAPSULE_NAME[] = "dltensor";
+static const char CAPSULE_USED[] = "used_dltensor";
+
+static int finalizing(void)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return Py_IsFinalizing();
+#else
+    return _Py_IsFinalizing();
+#endif
+}
+
+/* Called by the consumer when its tensor dies, possibly on another thread without the GIL. */
+static void view_deleter(DLManagedTensor *managed)
+{
+    View *v = managed->manager_ctx;
+    if (!Py_IsInitialized() || finalizing())
+        return; /* the process is ending: the OS takes everything back */
+    PyGILState_STATE g = PyGILState_Ensure();
+    Handle *h = v->handle;
+    h->views--;
+    if (h->closed && h->views == 0)
+        handle_release(h);
+    Py_DECREF(h);
+    PyMem_RawFree(v);
+    PyGILState_Release(g);
+}
+
+/* A capsule never consumed still owns its view. */
+static void capsule_destructor(PyObject *cap)
+{
+    if (PyCapsule_IsValid(cap, CAPSULE_USED))
+        return;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    DLManagedTensor *m = PyCapsule_GetPointer(cap, CAPSULE_NAME);
+    if (m != NULL && m->deleter != NULL)
+        m->deleter(m);
+    else
+        PyErr_Clear();
+    PyErr_Restore(type, value, tb);
+}
+
+static DLDevice export_device(const Export *e)
+{
+    if (e->handle->backend == WM_BACKEND_CUDA)
+        return (DLDevice){kDLCUDA, e->handle->device};
+    return (DLDevice){kDLCPU, 0};
+}
+
+/* __dlpack__(stream=None, *, max_version=None, dl_device=None, copy=None): a new capsule
+ * ("dltensor", DLPack 0.6, unversioned as the spec allows a producer that has no 1.x) viewing
+ * the tensor's memory. The data are complete when the load returns, so there is nothing for a
+ * consumer's stream to wait for. */
+static PyObject *Export_dlpack(Export *e, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"stream", "max_version", "dl_device", "copy", NULL};
+    PyObject *stream = Py_None, *max_version = Py_None, *dl_device = Py_None, *copy = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O$OOO", kwlist, &stream, &max_version,
+                                     &dl_device, &copy))
+        return NULL;
+    Handle *h = e->handle;
+    if (h->model == NULL || h->busy)
+        return PyErr_Format(PyExc_BufferError, "%U: the model is released", h->path);
+    if (copy == Py_True)
+        return PyErr_Format(PyExc_BufferError, "weightmap exports views, not copies");
+    DLDevice dev = export_device(e);
+    if (dl_device != Py_None) {
+        int type, id;
+        if (!PyArg_ParseTuple(dl_device, "ii", &type, &id))
+            return NULL;
+        if (type != (int)dev.device_type || id != dev.device_id)
+            return PyErr_Format(PyExc_BufferError, "the tensor lives on device (%d, %d)",
+                                (int)dev.device_type, dev.device_id);
+    }
+    void *data;
+    wm_type type;
+    uint64_t nbytes;
+    wm_model_tensor_info(h->model, e->index, &type, &nbytes);
+    if (dev.device_type == kDLCUDA) {
+        data = (void *)(uintptr_t)wm_model_tensor_device_ptr(h->model, e->index);
+    } else {
+        static _Alignas(64) unsigned char empty[64];
+        data = (void *)wm_model_tensor_data(h->model, e->index);
+        if (data == NULL && nbytes == 0)
+            data = empty; /* consumers want an address even for no bytes */
+    }
+    if (data == NULL && nbytes != 0)
+        return PyErr_Format(PyExc_BufferError, "%U: tensor %zu has no memory on this device",
+                            h->path, e->index);
+    View *v = PyMem_RawCalloc(1, sizeof *v);
+    if (v == NULL)
+        return PyErr_NoMemory();
+    memcpy(v->shape, e->shape, sizeof v->shape);
+    v->handle = (Handle *)Py_NewRef(h);
+    h->views++;
+    v->managed.dl_tensor = (DLTensor){.data = data,
+                                      .device = dev,
+                                      .ndim = e->ndim,
+                                      .dtype = e->dtype,
+                                      .shape = v->shape,
+                                      .strides = NULL,
+                                      .byte_offset = 0};
+    v->managed.manager_ctx = v;
+    v->managed.deleter = view_deleter;
+    PyObject *cap = PyCapsule_New(&v->managed, CAPSULE_NAME, capsule_destructor);
+    if (cap == NULL)
+        view_deleter(&v->managed);
+    return cap;
+}
+
+static PyObject *Export_dlpack_device(Export *e, PyObject *unused)
+{
+    (void)unused;
+    DLDevice dev = export_device(e);
+    return Py_BuildValue("(ii)", (int)dev.device_type, dev.device_id);
+}
+
+static PyObject *Export_get_shape(Export *e, void *c)
+{
+    (void)c;
+    PyObject *t = PyTuple_New(e->ndim);
+    for (int d = 0; t && d < e->ndim; d++)
+        PyTuple_SET_ITEM(t, d, PyLong_FromLongLong(e->shape[d]));
+    return t;
+}
+
+static PyMethodDef Export_methods[] = {
+    {"__dlpack__", (PyCFunction)(void (*)(void))Export_dlpack, METH_VARARGS | METH_KEYWORDS,
+     "__dlpack__(stream=None, *, max_version=None, dl_device=None, copy=None): a DLPack capsule "
+     "viewing the tensor (no copy); the view keeps the model alive."},
+    {"__dlpack_device__", (PyCFunction)Export_dlpack_device, METH_NOARGS,
+     "(device type, device id) as DLPack numbers them."},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef Export_getset[] = {
+    {"shape", (getter)Export_get_shape, NULL, "shape the view will have (C order)", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyTypeObject ExportType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "weightmap._weightmap.Export",
+    .tp_basicsize = sizeof(Export),
+    .tp_dealloc = (destructor)Export_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A DLPack producer for one tensor of a loaded Handle.",
+    .tp_methods = Export_methods,
+    .tp_getset = Export_getset,
+};
+
+static PyMethodDef Handle_methods[] = {
+    {"close", (PyCFunction)Handle_close, METH_NOARGS,
+     "close() -> bool: no further use; the model and file are released now if no view is alive "
+     "(returns True), else when the last view is deleted (False)."},
+    {"find", (PyCFunction)Handle_find, METH_O, "find(name) -> index, or TensorNotFoundError."},
+    {"names", (PyCFunction)Handle_names, METH_NOARGS, "tensor names in header order"},
+    {"tensors", (PyCFunction)Handle_tensors, METH_NOARGS,
+     "[(index, type, shape, nbytes, offset, shard, n_elements)] in header order"},
+    {"metadata", (PyCFunction)Handle_metadata, METH_NOARGS, "{key: value} in file order"},
+    {"load", (PyCFunction)(void (*)(void))Handle_load, METH_VARARGS | METH_KEYWORDS,
+     "load(mode, lock=0, backend=0, device=0, to=None, prefetch=False, threads=0)"},
+    {"stats", (PyCFunction)Handle_stats, METH_NOARGS, "wm_model_stats as a dict, None unloaded"},
+    {"shards", (PyCFunction)Handle_shards, METH_NOARGS, "paths of the shards"},
+    {"export", (PyCFunction)(void (*)(void))Handle_export, METH_VARARGS | METH_KEYWORDS,
+     "export(index, code=-1, bits=-1) -> Export (a DLPack producer)"},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef Handle_getset[] = {
+    {"format", (getter)Handle_get_format, NULL, "'gguf' or 'safetensors'", NULL},
+    {"path", (getter)Handle_get_path, NULL, "the path opened", NULL},
+    {"closed", (getter)Handle_get_closed, NULL, "close() was called", NULL},
+    {"released", (getter)Handle_get_released, NULL, "model and file are released", NULL},
+    {"loaded", (getter)Handle_get_loaded, NULL, "a model is loaded and held", NULL},
+    {"views", (getter)Handle_get_views, NULL, "DLPack views alive", NULL},
+    {"mode", (getter)Handle_get_mode, NULL, "the load mode, None unloaded", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyTypeObject HandleType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "weightmap._weightmap.Handle",
+    .tp_basicsize = sizeof(Handle),
+    .tp_dealloc = (destructor)Handle_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Handle(path): one open weight file (wm_file) and, once loaded, its wm_model.",
+    .tp_methods = Handle_methods,
+    .tp_getset = Handle_getset,
+    .tp_new = Handle_new,
+};
+
+/* ---------------------------------------------------------------------------------------------
+ * module
+ * ------------------------------------------------------------------------------------------- */
+
+static PyObject *mod_ledger(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    wm_ledger l;
+    wm_ledger_get(&l);
+    PyObject *d = PyDict_New();
+    for (int c = 0; d && c < WM_LEDGER_COUNT; c++) {
+        const wm_ledger_stat *s = &l.cat[c];
+        PyObject *v = Py_BuildValue("{sKsKsKsK}", "current", (unsigned long long)s->current, "peak",
+                                    (unsigned long long)s->peak, "total",
+                                    (unsigned long long)s->total, "regions",
+                                    (unsigned long long)s->regions);
+        if (v == NULL || PyDict_SetItemString(d, wm_ledger_category_name(c), v) != 0)
+            Py_CLEAR(d);
+        Py_XDECREF(v);
+    }
+    if (d == NULL)
+        return NULL;
+    PyObject *b = PyLong_FromUnsignedLongLong(wm_ledger_bytes(&l));
+    PyObject *r = PyLong_FromUnsignedLongLong(wm_ledger_regions(&l));
+    PyObject *hl = PyLong_FromUnsignedLongLong(l.heap_largest);
+    if (!b || !r || !hl || PyDict_SetItemString(d, "bytes", b) || PyDict_SetItemString(d, "regions", r) ||
+        PyDict_SetItemString(d, "heap_largest", hl))
+        Py_CLEAR(d);
+    Py_XDECREF(b);
+    Py_XDECREF(r);
+    Py_XDECREF(hl);
+    return d;
+}
+
+static PyObject *mod_ledger_reset_peaks(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    wm_ledger_reset_peaks();
+    Py_RETURN_NONE;
+}
+
+static PyObject *mod_mem_figures(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int pid = 0;
+    if (!PyArg_ParseTuple(args, "|i", &pid))
+        return NULL;
+    wm_mem_figures m;
+    wm_error err = {0};
+    wm_status st = wm_mem_figures_get(pid, &m, &err);
+    if (st != WM_OK)
+        return raise_wm(st, &err);
+    return Py_BuildValue("{sKsKsKsKsK}", "footprint", (unsigned long long)m.footprint, "resident",
+                         (unsigned long long)m.resident, "file_resident",
+                         (unsigned long long)m.file_resident, "locked",
+                         (unsigned long long)m.locked, "committed", (unsigned long long)m.committed);
+}
+
+/* file_regions(path=None, pid=0) -> [dict]: regions of the process mapping the file (every
+ * .gguf/.safetensors file when path is None), from /proc/PID/smaps. */
+static PyObject *mod_file_regions(PyObject *self, PyObject *args, PyObject *kw)
+{
+    (void)self;
+    static char *kwlist[] = {"path", "pid", NULL};
+    PyObject *path_obj = NULL;
+    int pid = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O&i", kwlist, PyUnicode_FSConverter, &path_obj,
+                                     &pid))
+        return NULL;
+    const char *path = path_obj ? PyBytes_AS_STRING(path_obj) : NULL;
+    size_t cap = 64, count = 0;
+    wm_file_region *regs = NULL;
+    wm_error err = {0};
+    wm_status st;
+    for (;;) {
+        PyMem_RawFree(regs);
+        regs = PyMem_RawCalloc(cap, sizeof *regs);
+        if (regs == NULL) {
+            Py_XDECREF(path_obj);
+            return PyErr_NoMemory();
+        }
+        st = wm_mem_file_regions(pid, path, regs, cap, &count, &err);
+        if (st != WM_OK || count <= cap)
+            break;
+        cap = count + 16;
+    }
+    Py_XDECREF(path_obj);
+    if (st != WM_OK) {
+        PyMem_RawFree(regs);
+        return raise_wm(st, &err);
+    }
+    PyObject *list = PyList_New((Py_ssize_t)count);
+    for (size_t i = 0; list && i < count; i++) {
+        const wm_file_region *r = &regs[i];
+        PyObject *d = Py_BuildValue(
+            "{sKsKsKsssKsKsKsKsKsN}", "start", (unsigned long long)r->start, "end",
+            (unsigned long long)r->end, "offset", (unsigned long long)r->offset, "perms",
+            r->perms, "size", (unsigned long long)r->size, "rss", (unsigned long long)r->rss,
+            "privatised", (unsigned long long)r->privatised, "private_dirty",
+            (unsigned long long)r->private_dirty, "locked", (unsigned long long)r->locked,
+            "path", PyUnicode_DecodeFSDefault(r->path));
+        if (d == NULL) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, d);
+    }
+    PyMem_RawFree(regs);
+    return list;
+}
+
+static PyObject *mod_backend_init(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int backend, device = 0;
+    if (!PyArg_ParseTuple(args, "i|i", &backend, &device))
+        return NULL;
+    wm_error err = {0};
+    wm_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = wm_backend_init((wm_backend_kind)backend, device, &err);
+    Py_END_ALLOW_THREADS
+    if (st != WM_OK)
+        return raise_wm(st, &err);
+    Py_RETURN_NONE;
+}
+
+/* type_info(name) -> (block_elems, block_bytes), (0, 0) when unknown. */
+static PyObject *mod_type_info(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    const char *name = PyUnicode_AsUTF8(arg);
+    if (name == NULL)
+        return NULL;
+    wm_type t = wm_type_from_name(name);
+    return Py_BuildValue("(II)", wm_type_block_elems(t), wm_type_block_bytes(t));
+}
+
+/* convert_supported(from, to) -> bool (wm_convert_supported by type names). */
+static PyObject *mod_convert_supported(PyObject *self, PyObject *args)
+{
+    (void)self;
+    const char *from, *to;
+    if (!PyArg_ParseTuple(args, "ss", &from, &to))
+        return NULL;
+    return PyBool_FromLong(wm_convert_supported(wm_type_from_name(from), wm_type_from_name(to)));
+}
+
+static PyObject *mod_version(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    return PyUnicode_FromString(wm_version());
+}
+
+static PyMethodDef module_methods[] = {
+    {"ledger", mod_ledger, METH_NOARGS,
+     "ledger() -> dict: the library's ledger (wm_ledger_get): for each category (heap, scratch, "
+     "map_shared, map_private, locked, pinned, device) {current, peak, total, regions}; and "
+     "'bytes' and 'regions', the sums of current and regions (0 when nothing is held), and "
+     "'heap_largest'."},
+    {"ledger_reset_peaks", mod_ledger_reset_peaks, METH_NOARGS, "wm_ledger_reset_peaks()"},
+    {"mem_figures", mod_mem_figures, METH_VARARGS,
+     "mem_figures(pid=0) -> dict: footprint, resident, file_resident, locked, committed (bytes)"},
+    {"file_regions", (PyCFunction)(void (*)(void))mod_file_regions, METH_VARARGS | METH_KEYWORDS,
+     "file_regions(path=None, pid=0) -> list of dict: the mappings of a weight file"},
+    {"backend_init", mod_backend_init, METH_VARARGS, "backend_init(backend, device=0)"},
+    {"type_info", mod_type_info, METH_O, "type_info(name) -> (block_elems, block_bytes)"},
+    {"convert_supported", mod_convert_supported, METH_VARARGS,
+     "convert_supported(from, to) -> bool, by type names"},
+    {"version", mod_version, METH_NOARGS, "the C library's version"},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "_weightmap",
+    "weightmap's C core: open, load, DLPack views, the ledger. Use the package `weightmap`.", -1,
+    module_methods, NULL, NULL, NULL, NULL};
+
+static int add_type(PyObject *m, const char *name, PyObject *obj)
+{
+    if (obj == NULL)
+        return -1;
+    Py_INCREF(obj);
+    if (PyModule_AddObject(m, name, obj) != 0) {
+        Py_DECREF(obj);
+        return -1;
+    }
+    return 0;
+}
+
+PyMODINIT_FUNC PyInit__weightmap(void)
+{
+    if (PyType_Ready(&HandleType) < 0 || PyType_Ready(&ExportType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module_def);
+    if (m == NULL)
+        return NULL;
+    Error = PyErr_NewExceptionWithDoc(
+        "weightmap.Error",
+        "A failure of the weightmap library. str() is the library's message (file, offset, "
+        "field); .status is the status name ('WM_EFORMAT'), .code its number, .os_errno the "
+        "errno behind it (0 when none).",
+        PyExc_Exception, NULL);
+    PyObject *b1 = Error ? PyTuple_Pack(2, Error, PyExc_ValueError) : NULL;
+    PyObject *b2 = Error ? PyTuple_Pack(2, Error, PyExc_FileNotFoundError) : NULL;
+    PyObject *b3 = Error ? PyTuple_Pack(2, Error, PyExc_KeyError) : NULL;
+    FormatError = b1 ? PyErr_NewExceptionWithDoc("weightmap.FormatError",
+                                                 "A malformed or unsupported file (WM_EFORMAT).",
+                                                 b1, NULL)
+                     : NULL;
+    NotFoundError = b2 ? PyErr_NewExceptionWithDoc("weightmap.NotFoundError",
+                                                   "No such file (WM_ENOENT).", b2, NULL)
+                       : NULL;
+    TensorNotFoundError = b3 ? PyErr_NewExceptionWithDoc("weightmap.TensorNotFoundError",
+                                                         "No tensor of that name.", b3, NULL)
+                             : NULL;
+    Py_XDECREF(b1);
+    Py_XDECREF(b2);
+    Py_XDECREF(b3);
+    if (add_type(m, "Handle", (PyObject *)&HandleType) || add_type(m, "Export", (PyObject *)&ExportType) ||
+        add_type(m, "Error", Error) || add_type(m, "FormatError", FormatError) ||
+        add_type(m, "NotFoundError", NotFoundError) ||
+        add_type(m, "TensorNotFoundError", TensorNotFoundError) ||
+        PyModule_AddIntConstant(m, "BACKEND_CPU", WM_BACKEND_CPU) ||
+        PyModule_AddIntConstant(m, "BACKEND_CUDA", WM_BACKEND_CUDA) ||
+        PyModule_AddIntConstant(m, "LOCK_REQUIRED", WM_LOCK_REQUIRED) ||
+        PyModule_AddIntConstant(m, "LOCK_BEST_EFFORT", WM_LOCK_BEST_EFFORT) ||
+        PyModule_AddIntConstant(m, "DL_INT", kDLInt) || PyModule_AddIntConstant(m, "DL_UINT", kDLUInt) ||
+        PyModule_AddIntConstant(m, "DL_FLOAT", kDLFloat) ||
+        PyModule_AddIntConstant(m, "DL_BFLOAT", kDLBfloat) ||
+        PyModule_AddIntConstant(m, "DLPACK_VERSION", DLPACK_VERSION)) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
