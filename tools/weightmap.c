@@ -174,175 +174,270 @@ static uint64_t size_as(const wm_tensor_info *t, wm_type to, bool *kept) {
     return (t->n_elements + be - 1) / be * wm_type_block_bytes(to);
 }
 
-static int cmd_info(int argc, char **argv) {
-    bool json = false, full = false;
-    const char *path = NULL, *as = NULL;
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0) json = true;
-        else if (strcmp(argv[i], "--metadata") == 0) full = true;
-        else if (strcmp(argv[i], "--as") == 0) {
-            if (++i >= argc) return cli_usage("info: --as needs a type (" CLI_TARGETS ")");
-            as = argv[i];
-        } else if (strncmp(argv[i], "--as=", 5) == 0) as = argv[i] + 5;
-        else if (argv[i][0] == '-') return cli_usage("info: unknown option %s", argv[i]);
-        else if (!path) path = argv[i];
-        else return cli_usage("info: one FILE only");
-    }
-    if (!path) return cli_usage("info: FILE missing");
-    wm_type to = WM_TYPE_INVALID;
-    if (as) {
-        to = cli_target_type(as);
-        if (to == WM_TYPE_INVALID)
-            return cli_usage("info: --as %s: not a type tensors convert to (" CLI_TARGETS ")", as);
-    }
+/* One `info` run: the open file, the options and the figures gathered in one pass over the
+ * tensors before anything is printed (the totals come first in both outputs). */
+typedef struct info_run {
+    FILE *out;
+    const char *path;
     wm_file *f;
-    wm_error err;
-    if (wm_file_open(path, &f, &err) != WM_OK) return cli_fail(&err);
+    bool json, full;
+    bool as;          /* --as given: sizes converted to `to` are printed too */
+    wm_type to;
+    const char *to_name;
+    size_t nt, nk;
+    uint64_t total_as, n_kept;
+    uint64_t by_type_bytes[256], by_type_n[256], by_type_as[256];
+} info_run;
 
-    size_t nt = wm_file_tensor_count(f), nk = wm_file_metadata_count(f);
-    uint64_t by_type_bytes[256] = {0}, by_type_n[256] = {0}, by_type_as[256] = {0};
-    uint64_t total_as = 0, n_kept = 0;
-    for (size_t i = 0; i < nt; i++) {
-        wm_tensor_info t;
-        bool kept = false;
-        wm_file_tensor(f, i, &t);
-        unsigned k = (unsigned)t.type & 255;
-        by_type_bytes[k] += t.nbytes;
-        by_type_n[k]++;
-        if (as) {
-            uint64_t b = size_as(&t, to, &kept);
-            by_type_as[k] += b;
-            total_as += b;
-            n_kept += kept;
-        }
-    }
-    const char *to_name = as ? wm_type_name(to) : "";
-    FILE *out = stdout;
-    if (json) {
+/* The sections of the output, in order: the same walk drives the text and the JSON printer. */
+typedef enum { INFO_HEAD, INFO_SHARDS, INFO_METADATA, INFO_TENSORS, INFO_BY_TYPE, INFO_END } info_section;
+
+/* A printer: `section` opens each section (and INFO_END closes the output); the row functions
+ * print one shard, one metadata entry, one tensor (with its size as `to`, when --as) and one
+ * element type's totals (first: no row before it in that section). */
+typedef struct info_printer {
+    void (*section)(const info_run *r, info_section s);
+    void (*shard)(const info_run *r, uint32_t i);
+    void (*kv)(const info_run *r, size_t i, const wm_kv *kv);
+    void (*tensor)(const info_run *r, size_t i, const wm_tensor_info *t, uint64_t bytes_as,
+                   bool kept);
+    void (*type_row)(const info_run *r, unsigned k, bool first);
+} info_printer;
+
+/* -- JSON -- */
+
+static void json_section(const info_run *r, info_section s) {
+    FILE *out = r->out;
+    wm_file *f = r->f;
+    switch (s) {
+    case INFO_HEAD:
         fputs("{\"file\": ", out);
-        cli_json_cstr(out, path);
+        cli_json_cstr(out, r->path);
         fprintf(out,
                 ", \"format\": \"%s\", \"version\": %u, \"size\": %" PRIu64
                 ", \"alignment\": %u, \"data_offset\": %" PRIu64 ", \"n_tensors\": %zu, "
                 "\"n_metadata\": %zu, \"tensor_bytes\": %" PRIu64,
                 wm_format_name(wm_file_format(f)), wm_file_version(f), wm_file_size(f),
-                wm_file_alignment(f), wm_file_data_offset(f), nt, nk, wm_file_tensor_bytes(f));
-        if (as)
+                wm_file_alignment(f), wm_file_data_offset(f), r->nt, r->nk,
+                wm_file_tensor_bytes(f));
+        if (r->as)
             fprintf(out, ", \"as\": \"%s\", \"tensor_bytes_as\": %" PRIu64 ", \"n_kept\": %" PRIu64,
-                    to_name, total_as, n_kept);
-        fputs(", \"shards\": [", out);
-        for (uint32_t i = 0; i < wm_file_shard_count(f); i++) {
-            fputs(i ? ", " : "", out);
-            cli_json_cstr(out, wm_file_shard_path(f, i));
-        }
-        fputs("], \"metadata\": {", out);
-        for (size_t i = 0; i < nk; i++) {
-            wm_kv kv;
-            wm_file_metadata(f, i, &kv);
-            fputs(i ? ", " : "", out);
-            cli_json_cstr(out, kv.key);
-            fputs(": ", out);
-            print_value(out, f, i, &kv, true, full);
-        }
-        fputs("}, \"tensors\": [", out);
-        for (size_t i = 0; i < nt; i++) {
-            wm_tensor_info t;
-            wm_file_tensor(f, i, &t);
-            fputs(i ? ", {\"name\": " : "{\"name\": ", out);
-            cli_json_cstr(out, t.name);
-            fprintf(out, ", \"type\": \"%s\", \"shape\": [", wm_type_name(t.type));
-            for (uint32_t d = 0; d < t.n_dims; d++)
-                fprintf(out, "%s%" PRIu64, d ? ", " : "", t.shape[d]);
-            fprintf(out, "], \"offset\": %" PRIu64 ", \"nbytes\": %" PRIu64 ", \"shard\": %u",
-                    t.offset, t.nbytes, t.shard);
-            if (as) {
-                bool kept;
-                uint64_t b = size_as(&t, to, &kept);
-                fprintf(out, ", \"nbytes_as\": %" PRIu64 ", \"kept\": %s", b,
-                        kept ? "true" : "false");
-            }
-            fputc('}', out);
-        }
-        fputs("], \"by_type\": {", out);
-        bool first = true;
-        for (unsigned k = 0; k < 256; k++) {
-            if (!by_type_n[k]) continue;
-            fprintf(out, "%s\"%s\": {\"tensors\": %" PRIu64 ", \"bytes\": %" PRIu64,
-                    first ? "" : ", ", wm_type_name((wm_type)k), by_type_n[k], by_type_bytes[k]);
-            if (as) fprintf(out, ", \"bytes_as\": %" PRIu64, by_type_as[k]);
-            fputc('}', out);
-            first = false;
-        }
-        fputs("}}\n", out);
-    } else {
-        char b1[32], b2[32];
-        fprintf(out, "file:        %s\n", path);
+                    r->to_name, r->total_as, r->n_kept);
+        break;
+    case INFO_SHARDS: fputs(", \"shards\": [", out); break;
+    case INFO_METADATA: fputs("], \"metadata\": {", out); break;
+    case INFO_TENSORS: fputs("}, \"tensors\": [", out); break;
+    case INFO_BY_TYPE: fputs("], \"by_type\": {", out); break;
+    case INFO_END: fputs("}}\n", out); break;
+    }
+}
+
+static void json_shard(const info_run *r, uint32_t i) {
+    fputs(i ? ", " : "", r->out);
+    cli_json_cstr(r->out, wm_file_shard_path(r->f, i));
+}
+
+static void json_kv(const info_run *r, size_t i, const wm_kv *kv) {
+    fputs(i ? ", " : "", r->out);
+    cli_json_cstr(r->out, kv->key);
+    fputs(": ", r->out);
+    print_value(r->out, r->f, i, kv, true, r->full);
+}
+
+static void json_tensor(const info_run *r, size_t i, const wm_tensor_info *t, uint64_t bytes_as,
+                        bool kept) {
+    FILE *out = r->out;
+    fputs(i ? ", {\"name\": " : "{\"name\": ", out);
+    cli_json_cstr(out, t->name);
+    fprintf(out, ", \"type\": \"%s\", \"shape\": [", wm_type_name(t->type));
+    for (uint32_t d = 0; d < t->n_dims; d++)
+        fprintf(out, "%s%" PRIu64, d ? ", " : "", t->shape[d]);
+    fprintf(out, "], \"offset\": %" PRIu64 ", \"nbytes\": %" PRIu64 ", \"shard\": %u", t->offset,
+            t->nbytes, t->shard);
+    if (r->as)
+        fprintf(out, ", \"nbytes_as\": %" PRIu64 ", \"kept\": %s", bytes_as,
+                kept ? "true" : "false");
+    fputc('}', out);
+}
+
+static void json_type_row(const info_run *r, unsigned k, bool first) {
+    fprintf(r->out, "%s\"%s\": {\"tensors\": %" PRIu64 ", \"bytes\": %" PRIu64, first ? "" : ", ",
+            wm_type_name((wm_type)k), r->by_type_n[k], r->by_type_bytes[k]);
+    if (r->as) fprintf(r->out, ", \"bytes_as\": %" PRIu64, r->by_type_as[k]);
+    fputc('}', r->out);
+}
+
+static const info_printer json_printer = {json_section, json_shard, json_kv, json_tensor,
+                                          json_type_row};
+
+/* -- text -- */
+
+static void text_section(const info_run *r, info_section s) {
+    FILE *out = r->out;
+    wm_file *f = r->f;
+    char b1[32], b2[32];
+    switch (s) {
+    case INFO_HEAD:
+        fprintf(out, "file:        %s\n", r->path);
         fprintf(out, "format:      %s v%u\n", wm_format_name(wm_file_format(f)), wm_file_version(f));
         fprintf(out, "size:        %" PRIu64 " bytes (%s)\n", wm_file_size(f),
                 cli_bytes(wm_file_size(f), b1));
         fprintf(out, "alignment:   %u\n", wm_file_alignment(f));
         fprintf(out, "data offset: %" PRIu64 "\n", wm_file_data_offset(f));
-        if (wm_file_shard_count(f) > 1)
-            for (uint32_t i = 0; i < wm_file_shard_count(f); i++)
-                fprintf(out, "%s %u/%u %s\n", i ? "            " : "shards:     ", i + 1,
-                        wm_file_shard_count(f), wm_file_shard_path(f, i));
-        fprintf(out, "tensors:     %zu (%s)\n", nt, cli_bytes(wm_file_tensor_bytes(f), b2));
-        if (as) {
+        break;
+    case INFO_SHARDS: break;
+    case INFO_METADATA:
+        /* the counts stand between the shard list and the metadata */
+        fprintf(out, "tensors:     %zu (%s)\n", r->nt, cli_bytes(wm_file_tensor_bytes(f), b2));
+        if (r->as) {
             char label[16];
-            snprintf(label, sizeof label, "as %s:", to_name);
-            fprintf(out, "%-12s %" PRIu64 " bytes (%s) from %" PRIu64 " stored", label, total_as,
-                    cli_bytes(total_as, b1), wm_file_tensor_bytes(f));
-            if (n_kept) fprintf(out, "; %" PRIu64 " tensors kept as stored", n_kept);
+            snprintf(label, sizeof label, "as %s:", r->to_name);
+            fprintf(out, "%-12s %" PRIu64 " bytes (%s) from %" PRIu64 " stored", label,
+                    r->total_as, cli_bytes(r->total_as, b1), wm_file_tensor_bytes(f));
+            if (r->n_kept) fprintf(out, "; %" PRIu64 " tensors kept as stored", r->n_kept);
             fputc('\n', out);
         }
-        fprintf(out, "metadata:    %zu\n\n", nk);
-        for (size_t i = 0; i < nk; i++) {
-            wm_kv kv;
-            wm_file_metadata(f, i, &kv);
-            fprintf(out, "  %-40s %-7s ", kv.key, wm_value_type_name(kv.type));
-            print_value(out, f, i, &kv, false, full);
-            fputc('\n', out);
-        }
-        if (nt) {
-            char as_head[16];
-            snprintf(as_head, sizeof as_head, "as %s", to_name);
-            fprintf(out, "\n  %-40s %-8s %-24s %14s %12s", "tensor", "type", "shape", "offset",
-                    "bytes");
-            if (as) fprintf(out, " %12s", as_head);
-            fputc('\n', out);
-            for (size_t i = 0; i < nt; i++) {
-                wm_tensor_info t;
-                wm_file_tensor(f, i, &t);
-                char shape[64] = "";
-                size_t n = 0;
-                for (uint32_t d = 0; d < t.n_dims && n < sizeof shape; d++)
-                    n += (size_t)snprintf(shape + n, sizeof shape - n, "%s%" PRIu64, d ? " x " : "",
-                                          t.shape[d]);
-                fprintf(out, "  %-40s %-8s %-24s %14" PRIu64 " %12" PRIu64, t.name,
-                        wm_type_name(t.type), shape, t.offset, t.nbytes);
-                if (as) {
-                    bool kept;
-                    uint64_t b = size_as(&t, to, &kept);
-                    fprintf(out, " %12" PRIu64 "%s", b, kept ? " (kept)" : "");
-                }
-                fputc('\n', out);
-            }
-            fputs("\n  by type:\n", out);
-            for (unsigned k = 0; k < 256; k++) {
-                if (!by_type_n[k]) continue;
-                fprintf(out, "  %-8s %5" PRIu64 " tensors %14" PRIu64 " bytes (%s)",
-                        wm_type_name((wm_type)k), by_type_n[k], by_type_bytes[k],
-                        cli_bytes(by_type_bytes[k], b1));
-                if (as) {
-                    bool kept = !wm_convert_supported((wm_type)k, to);
-                    fprintf(out, " -> %14" PRIu64 " bytes as %s (%s)%s", by_type_as[k], to_name,
-                            cli_bytes(by_type_as[k], b2), kept ? " (kept)" : "");
-                }
-                fputc('\n', out);
-            }
+        fprintf(out, "metadata:    %zu\n\n", r->nk);
+        break;
+    case INFO_TENSORS:
+        if (!r->nt) break;
+        char as_head[16];
+        snprintf(as_head, sizeof as_head, "as %s", r->to_name);
+        fprintf(out, "\n  %-40s %-8s %-24s %14s %12s", "tensor", "type", "shape", "offset", "bytes");
+        if (r->as) fprintf(out, " %12s", as_head);
+        fputc('\n', out);
+        break;
+    case INFO_BY_TYPE:
+        if (r->nt) fputs("\n  by type:\n", out);
+        break;
+    case INFO_END: break;
+    }
+}
+
+static void text_shard(const info_run *r, uint32_t i) {
+    uint32_t n = wm_file_shard_count(r->f);
+    if (n > 1)
+        fprintf(r->out, "%s %u/%u %s\n", i ? "            " : "shards:     ", i + 1, n,
+                wm_file_shard_path(r->f, i));
+}
+
+static void text_kv(const info_run *r, size_t i, const wm_kv *kv) {
+    fprintf(r->out, "  %-40s %-7s ", kv->key, wm_value_type_name(kv->type));
+    print_value(r->out, r->f, i, kv, false, r->full);
+    fputc('\n', r->out);
+}
+
+static void text_tensor(const info_run *r, size_t i, const wm_tensor_info *t, uint64_t bytes_as,
+                        bool kept) {
+    (void)i;
+    char shape[64] = "";
+    size_t n = 0;
+    for (uint32_t d = 0; d < t->n_dims && n < sizeof shape; d++)
+        n += (size_t)snprintf(shape + n, sizeof shape - n, "%s%" PRIu64, d ? " x " : "",
+                              t->shape[d]);
+    fprintf(r->out, "  %-40s %-8s %-24s %14" PRIu64 " %12" PRIu64, t->name, wm_type_name(t->type),
+            shape, t->offset, t->nbytes);
+    if (r->as) fprintf(r->out, " %12" PRIu64 "%s", bytes_as, kept ? " (kept)" : "");
+    fputc('\n', r->out);
+}
+
+static void text_type_row(const info_run *r, unsigned k, bool first) {
+    (void)first;
+    char b1[32], b2[32];
+    fprintf(r->out, "  %-8s %5" PRIu64 " tensors %14" PRIu64 " bytes (%s)", wm_type_name((wm_type)k),
+            r->by_type_n[k], r->by_type_bytes[k], cli_bytes(r->by_type_bytes[k], b1));
+    if (r->as) {
+        bool kept = !wm_convert_supported((wm_type)k, r->to);
+        fprintf(r->out, " -> %14" PRIu64 " bytes as %s (%s)%s", r->by_type_as[k], r->to_name,
+                cli_bytes(r->by_type_as[k], b2), kept ? " (kept)" : "");
+    }
+    fputc('\n', r->out);
+}
+
+static const info_printer text_printer = {text_section, text_shard, text_kv, text_tensor,
+                                          text_type_row};
+
+/* -- the walk -- */
+
+/* The totals per element type (and as `to`), which both outputs print before the tensors. */
+static void info_totals(info_run *r) {
+    for (size_t i = 0; i < r->nt; i++) {
+        wm_tensor_info t;
+        bool kept = false;
+        wm_file_tensor(r->f, i, &t);
+        unsigned k = (unsigned)t.type & 255;
+        r->by_type_bytes[k] += t.nbytes;
+        r->by_type_n[k]++;
+        if (r->as) {
+            uint64_t b = size_as(&t, r->to, &kept);
+            r->by_type_as[k] += b;
+            r->total_as += b;
+            r->n_kept += kept;
         }
     }
-    wm_file_close(f);
+}
+
+static void info_walk(const info_run *r, const info_printer *p) {
+    p->section(r, INFO_HEAD);
+    p->section(r, INFO_SHARDS);
+    for (uint32_t i = 0; i < wm_file_shard_count(r->f); i++) p->shard(r, i);
+    p->section(r, INFO_METADATA);
+    for (size_t i = 0; i < r->nk; i++) {
+        wm_kv kv;
+        wm_file_metadata(r->f, i, &kv);
+        p->kv(r, i, &kv);
+    }
+    p->section(r, INFO_TENSORS);
+    for (size_t i = 0; i < r->nt; i++) {
+        wm_tensor_info t;
+        bool kept = false;
+        wm_file_tensor(r->f, i, &t);
+        uint64_t b = r->as ? size_as(&t, r->to, &kept) : 0;
+        p->tensor(r, i, &t, b, kept);
+    }
+    p->section(r, INFO_BY_TYPE);
+    bool first = true;
+    for (unsigned k = 0; k < 256; k++) {
+        if (!r->by_type_n[k]) continue;
+        p->type_row(r, k, first);
+        first = false;
+    }
+    p->section(r, INFO_END);
+}
+
+static int cmd_info(int argc, char **argv) {
+    static info_run r; /* 6 KiB of totals: not on the stack */
+    memset(&r, 0, sizeof r);
+    const char *as = NULL;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0) r.json = true;
+        else if (strcmp(argv[i], "--metadata") == 0) r.full = true;
+        else if (strcmp(argv[i], "--as") == 0) {
+            if (++i >= argc) return cli_usage("info: --as needs a type (" CLI_TARGETS ")");
+            as = argv[i];
+        } else if (strncmp(argv[i], "--as=", 5) == 0) as = argv[i] + 5;
+        else if (argv[i][0] == '-') return cli_usage("info: unknown option %s", argv[i]);
+        else if (!r.path) r.path = argv[i];
+        else return cli_usage("info: one FILE only");
+    }
+    if (!r.path) return cli_usage("info: FILE missing");
+    r.to = WM_TYPE_INVALID;
+    r.to_name = "";
+    if (as) {
+        r.to = cli_target_type(as);
+        if (r.to == WM_TYPE_INVALID)
+            return cli_usage("info: --as %s: not a type tensors convert to (" CLI_TARGETS ")", as);
+        r.as = true;
+        r.to_name = wm_type_name(r.to);
+    }
+    wm_error err;
+    if (wm_file_open(r.path, &r.f, &err) != WM_OK) return cli_fail(&err);
+    r.out = stdout;
+    r.nt = wm_file_tensor_count(r.f);
+    r.nk = wm_file_metadata_count(r.f);
+    info_totals(&r);
+    info_walk(&r, r.json ? &json_printer : &text_printer);
+    wm_file_close(r.f);
     return 0;
 }
 
