@@ -47,7 +47,9 @@ def file_regions(path=None, pid=0):
     """The regions of process `pid` (0: this one) that map the weight file `path` (matched by
     device and inode), or every region of a .gguf/.safetensors file when path is None: a list of
     dicts (start, end, offset, perms, size, rss, privatised, private_dirty, locked, path)."""
-    return _c.file_regions(None if path is None else _os.fspath(path), pid)
+    if path is None:
+        return _c.file_regions(pid=pid)
+    return _c.file_regions(_os.fspath(path), pid)
 
 
 def mem_figures(pid=0):

@@ -1,0 +1,89 @@
+"""Shared fixtures of the Python tests (python/tests/, run by `make test-python`).
+
+Every test ends in check_nothing_held(): after a garbage collection, the C library's ledger reads
+0 bytes and 0 regions in every category, and no region of this process maps a weight file
+(/proc/self/maps read directly, and the library's own wm_mem_file_regions).
+"""
+import gc
+import os
+import subprocess
+
+import pytest
+
+import weightmap
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FIXTURES = os.environ.get("WM_FIXTURES", os.path.join(ROOT, "..", "shared", "fixtures"))
+CLI = os.environ.get("WM_CLI", os.path.join(ROOT, "build-py", "weightmap"))
+WEIGHT_SUFFIXES = (".gguf", ".safetensors")
+
+
+def fixture(rel):
+    path = os.path.join(FIXTURES, rel)
+    if not os.path.exists(path):
+        pytest.skip(f"fixture {rel} not found under {FIXTURES}")
+    return path
+
+
+def weight_maps():
+    """Lines of /proc/self/maps that map a weight file."""
+    with open("/proc/self/maps") as f:
+        return [l for l in f if l.rstrip().endswith(WEIGHT_SUFFIXES)]
+
+
+def maps_of(path):
+    real = os.path.realpath(path)
+    with open("/proc/self/maps") as f:
+        return [l for l in f if l.rstrip().endswith(real)]
+
+
+def held():
+    l = weightmap.ledger()
+    return {k: v["current"] for k, v in l.items() if isinstance(v, dict) and
+            (v["current"] or v["regions"])}
+
+
+def check_nothing_held():
+    gc.collect()
+    l = weightmap.ledger()
+    assert l["bytes"] == 0 and l["regions"] == 0, f"ledger holds {held()}"
+    for name, stat in l.items():
+        if isinstance(stat, dict):
+            assert stat["current"] == 0 and stat["regions"] == 0, (name, stat)
+    assert weight_maps() == [], weight_maps()
+    assert weightmap.file_regions() == []
+
+
+@pytest.fixture(autouse=True)
+def nothing_held_after():
+    check_nothing_held()  # the test starts from nothing too
+    yield
+    check_nothing_held()
+
+
+def cli(*args, **kw):
+    if not os.access(CLI, os.X_OK):
+        pytest.skip(f"the weightmap CLI is not built at {CLI}")
+    return subprocess.run([CLI, *args], check=True, stdout=subprocess.PIPE, **kw).stdout
+
+
+@pytest.fixture(scope="session")
+def made(tmp_path_factory):
+    """A 6 MiB llama-shaped model made by the CLI, as GGUF, safetensors and a 2-shard set."""
+    d = tmp_path_factory.mktemp("models")
+    out = {"gguf": str(d / "m.gguf"), "safetensors": str(d / "m.safetensors"),
+           "shards": str(d / "s.safetensors.index.json")}
+    cli("make-model", out["gguf"], "--size", "6M")
+    cli("make-model", out["safetensors"], "--size", "6M", "--format", "safetensors")
+    cli("make-model", str(d / "s.safetensors"), "--size", "6M", "--format", "safetensors",
+        "--shards", "2")
+    return out
+
+
+def cuda_device():
+    """'cuda:0' when this build has the CUDA backend and a GPU answers, else None."""
+    try:
+        weightmap.backend_init("cuda:0")
+    except weightmap.Error:
+        return None
+    return "cuda:0"
