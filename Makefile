@@ -13,7 +13,7 @@ JOBS      ?= $(shell nproc)
 CTEST     := ctest --output-on-failure -j$(JOBS) --timeout 900
 DEMO_MODEL = build/default-model.gguf
 
-.PHONY: all deps peer build test test-normal test-asan test-cuda-mock demo install clean bench fuzz fuzz-build test-fuzz test-tsan iq-grids
+.PHONY: all deps peer build test test-normal test-asan test-cuda-mock demo install clean bench fuzz fuzz-build test-fuzz test-tsan iq-grids python python-build test-python
 
 all: build
 
@@ -28,7 +28,7 @@ demo: build
 	@test -f $(DEMO_MODEL) || build/weightmap make-model $(DEMO_MODEL) --size 512M
 	build/weightmap demo --model $(DEMO_MODEL)
 
-test: test-normal test-asan test-cuda-mock test-fuzz test-tsan
+test: test-normal test-asan test-cuda-mock test-fuzz test-tsan test-python
 
 # The oracle tests (conversion and type table against llama.cpp's own ggml) need the npm peer;
 # without it (no registry) they report skipped and the committed reference checksums still run.
@@ -106,6 +106,27 @@ iq-grids: deps
 
 install: build
 	cmake --install build
+
+# The Python package (python/; README.md "Python"). `make python` installs it for Debian's
+# /usr/bin/python3 with pip, offline (--no-build-isolation --no-deps: Debian's setuptools, no
+# other registry), into /usr/local (--break-system-packages: PEP 668 refuses any pip install into
+# the system python otherwise; /usr/local is the place Debian leaves to local installs). Its
+# setup.py builds with this CMake in build-py/ (the static library, then python/_weightmap.c).
+# test-python builds build-py/ and runs python/tests with pytest on that build, not an install.
+PYTHON  ?= /usr/bin/python3
+PY_TEST_ENV = PYTHONPATH=$(CURDIR)/build-py/python WM_CLI=$(CURDIR)/build-py/weightmap PYTHONDONTWRITEBYTECODE=1
+python:
+	@tools/deps.sh python
+	$(PYTHON) -m pip install --no-build-isolation --no-deps --break-system-packages ./python
+
+python-build:
+	@tools/deps.sh python
+	@cmake -S . -B build-py -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON -DWM_PYTHON=ON \
+	  -DWM_BUILD_TESTS=OFF -DPython3_EXECUTABLE=$(PYTHON) >/dev/null
+	@cmake --build build-py --target wm_python weightmap_cli
+
+test-python: python-build
+	cd python/tests && $(PY_TEST_ENV) $(PYTHON) -m pytest -q -p no:cacheprovider
 
 # Every build folder a target here makes (build-py/ and build-trace/ are the Python binding's and
 # the trace tool's).

@@ -3,6 +3,13 @@
 # Called by every Makefile target, so a fresh Debian 12 machine needs nothing installed by hand.
 set -euo pipefail
 need=(cmake ninja-build gcc clang libclang-rt-14-dev llvm pkg-config libcjson-dev)
+# `deps.sh python`: also what the Python package needs (python/; make python, make test-python):
+# Python's headers, setuptools and pip to build and install it, NumPy, PyTorch (CPU) and pytest
+# for its tests, and DLPack's header.
+if [ "${1:-}" = python ]; then
+  need+=(python3-dev python3-setuptools python3-pip python3-numpy python3-torch python3-pytest
+         libdlpack-dev)
+fi
 missing=()
 for p in "${need[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
