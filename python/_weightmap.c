@@ -37,17 +37,14 @@ static PyObject *NotFoundError;       /* (Error, FileNotFoundError): WM_ENOENT o
 static PyObject *TensorNotFoundError; /* (Error, KeyError): no such tensor */
 
 /* Raises the class that fits `status` with `msg`, and sets on the exception `status` (the name,
- * "WM_EFORMAT"), `code` (the number) and `os_errno`. Returns NULL, for `return raise_status(..)`. */
-static PyObject *raise_status(PyObject *cls, wm_status status, int os_errno, const char *msg)
-{
+ * "WM_EFORMAT"), `code` (the number) and `os_errno`. Returns NULL, for `return raise_status(..)`.
+ */
+static PyObject *raise_status(PyObject *cls, wm_status status, int os_errno, const char *msg) {
     if (cls == NULL) {
-        cls = status == WM_EFORMAT  ? FormatError
-              : status == WM_ENOENT ? NotFoundError
-                                    : Error;
+        cls = status == WM_EFORMAT ? FormatError : status == WM_ENOENT ? NotFoundError : Error;
     }
     PyObject *exc = PyObject_CallFunction(cls, "s", msg && msg[0] ? msg : wm_strerror(status));
-    if (exc == NULL)
-        return NULL;
+    if (exc == NULL) return NULL;
     PyObject *name = PyUnicode_FromString(wm_status_name(status));
     PyObject *code = PyLong_FromLong((long)status);
     PyObject *eno = PyLong_FromLong(os_errno);
@@ -62,8 +59,7 @@ static PyObject *raise_status(PyObject *cls, wm_status status, int os_errno, con
     return NULL;
 }
 
-static PyObject *raise_wm(wm_status status, const wm_error *err)
-{
+static PyObject *raise_wm(wm_status status, const wm_error *err) {
     return raise_status(NULL, status, err->os_errno, err->msg);
 }
 
@@ -72,13 +68,12 @@ static PyObject *raise_wm(wm_status status, const wm_error *err)
  * ------------------------------------------------------------------------------------------- */
 
 typedef struct Handle {
-    PyObject_HEAD
-    wm_file *file;     /* NULL once released */
-    wm_model *model;   /* NULL until loaded, and once released */
-    PyObject *path;    /* str */
-    int closed;        /* close() was called: no new use; release when views reaches 0 */
-    int busy;          /* a load runs with the GIL released */
-    Py_ssize_t views;  /* DLPack views handed out and not yet deleted */
+    PyObject_HEAD wm_file *file; /* NULL once released */
+    wm_model *model;             /* NULL until loaded, and once released */
+    PyObject *path;              /* str */
+    int closed;                  /* close() was called: no new use; release when views reaches 0 */
+    int busy;                    /* a load runs with the GIL released */
+    Py_ssize_t views;            /* DLPack views handed out and not yet deleted */
     wm_backend_kind backend;
     int device;
 } Handle;
@@ -86,8 +81,7 @@ typedef struct Handle {
 static PyTypeObject HandleType;
 
 /* The one release of a Handle's library objects: model first, then the file it reads. */
-static void handle_release(Handle *h)
-{
+static void handle_release(Handle *h) {
     wm_model_release(h->model);
     h->model = NULL;
     wm_file_close(h->file);
@@ -95,8 +89,7 @@ static void handle_release(Handle *h)
 }
 
 /* NULL with an exception when the handle may not be used (closed, released or loading). */
-static int handle_usable(Handle *h)
-{
+static int handle_usable(Handle *h) {
     if (h->closed || h->file == NULL) {
         PyErr_Format(PyExc_ValueError, "%U: the file is closed", h->path);
         return 0;
@@ -108,8 +101,7 @@ static int handle_usable(Handle *h)
     return 1;
 }
 
-static PyObject *Handle_new(PyTypeObject *type, PyObject *args, PyObject *kw)
-{
+static PyObject *Handle_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"path", NULL};
     PyObject *path_obj = NULL;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O&", kwlist, PyUnicode_FSConverter, &path_obj))
@@ -118,10 +110,8 @@ static PyObject *Handle_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     wm_file *file = NULL;
     wm_error err = {0};
     wm_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = wm_file_open(path, &file, &err);
-    Py_END_ALLOW_THREADS
-    if (st != WM_OK) {
+    Py_BEGIN_ALLOW_THREADS st = wm_file_open(path, &file, &err);
+    Py_END_ALLOW_THREADS if (st != WM_OK) {
         Py_DECREF(path_obj);
         return raise_wm(st, &err);
     }
@@ -141,35 +131,30 @@ static PyObject *Handle_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     return (PyObject *)h;
 }
 
-static void Handle_dealloc(Handle *h)
-{
+static void Handle_dealloc(Handle *h) {
     /* Every view holds a reference, so none is alive here. */
     handle_release(h);
     Py_XDECREF(h->path);
     Py_TYPE(h)->tp_free((PyObject *)h);
 }
 
-static PyObject *Handle_close(Handle *h, PyObject *unused)
-{
+static PyObject *Handle_close(Handle *h, PyObject *unused) {
     (void)unused;
     if (h->busy) {
         PyErr_Format(PyExc_RuntimeError, "%U: a load is running on another thread", h->path);
         return NULL;
     }
     h->closed = 1;
-    if (h->views == 0)
-        handle_release(h);
+    if (h->views == 0) handle_release(h);
     return PyBool_FromLong(h->file == NULL);
 }
 
-static PyObject *tensor_tuple(const wm_file *file, size_t index)
-{
+static PyObject *tensor_tuple(const wm_file *file, size_t index) {
     wm_tensor_info ti;
     if (wm_file_tensor(file, index, &ti) != WM_OK)
         return PyErr_Format(PyExc_IndexError, "tensor index %zu out of range", index);
     PyObject *shape = PyTuple_New(ti.n_dims);
-    if (shape == NULL)
-        return NULL;
+    if (shape == NULL) return NULL;
     for (uint32_t d = 0; d < ti.n_dims; d++) /* ggml order (fastest first) to C order */
         PyTuple_SET_ITEM(shape, d, PyLong_FromUnsignedLongLong(ti.shape[ti.n_dims - 1 - d]));
     const char *tname = wm_type_name(ti.type);
@@ -179,13 +164,10 @@ static PyObject *tensor_tuple(const wm_file *file, size_t index)
 }
 
 /* find(name) -> index; TensorNotFoundError naming the file and the tensor. */
-static PyObject *Handle_find(Handle *h, PyObject *arg)
-{
-    if (!handle_usable(h))
-        return NULL;
+static PyObject *Handle_find(Handle *h, PyObject *arg) {
+    if (!handle_usable(h)) return NULL;
     const char *name = PyUnicode_AsUTF8(arg);
-    if (name == NULL)
-        return NULL;
+    if (name == NULL) return NULL;
     size_t index;
     if (wm_file_find_tensor(h->file, name, &index) != WM_OK) {
         char msg[WM_ERROR_MSG_SIZE];
@@ -195,16 +177,14 @@ static PyObject *Handle_find(Handle *h, PyObject *arg)
     return PyLong_FromSize_t(index);
 }
 
-/* tensors() -> [(index, type, shape in C order, nbytes, offset, shard, n_elements)], header order */
-static PyObject *Handle_tensors(Handle *h, PyObject *unused)
-{
+/* tensors() -> [(index, type, shape in C order, nbytes, offset, shard, n_elements)], header order
+ */
+static PyObject *Handle_tensors(Handle *h, PyObject *unused) {
     (void)unused;
-    if (!handle_usable(h))
-        return NULL;
+    if (!handle_usable(h)) return NULL;
     size_t n = wm_file_tensor_count(h->file);
     PyObject *list = PyList_New((Py_ssize_t)n);
-    if (list == NULL)
-        return NULL;
+    if (list == NULL) return NULL;
     for (size_t i = 0; i < n; i++) {
         PyObject *t = tensor_tuple(h->file, i);
         if (t == NULL) {
@@ -216,19 +196,16 @@ static PyObject *Handle_tensors(Handle *h, PyObject *unused)
     return list;
 }
 
-static PyObject *Handle_names(Handle *h, PyObject *unused)
-{
+static PyObject *Handle_names(Handle *h, PyObject *unused) {
     (void)unused;
-    if (!handle_usable(h))
-        return NULL;
+    if (!handle_usable(h)) return NULL;
     size_t n = wm_file_tensor_count(h->file);
     PyObject *list = PyList_New((Py_ssize_t)n);
-    if (list == NULL)
-        return NULL;
+    if (list == NULL) return NULL;
     for (size_t i = 0; i < n; i++) {
         wm_tensor_info ti;
-        PyObject *s = wm_file_tensor(h->file, i, &ti) == WM_OK ? PyUnicode_FromString(ti.name)
-                                                               : NULL;
+        PyObject *s =
+            wm_file_tensor(h->file, i, &ti) == WM_OK ? PyUnicode_FromString(ti.name) : NULL;
         if (s == NULL) {
             Py_DECREF(list);
             return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_IndexError, "tensor %zu", i);
@@ -238,26 +215,20 @@ static PyObject *Handle_names(Handle *h, PyObject *unused)
     return list;
 }
 
-static PyObject *string_obj(wm_string s)
-{
+static PyObject *string_obj(wm_string s) {
     /* GGUF strings need not be UTF-8 (byte tokens): surrogateescape keeps every byte. */
     return PyUnicode_DecodeUTF8(s.ptr, (Py_ssize_t)s.len, "surrogateescape");
 }
 
-static int value_is_signed(wm_value_type t)
-{
+static int value_is_signed(wm_value_type t) {
     return t == WM_VALUE_I8 || t == WM_VALUE_I16 || t == WM_VALUE_I32 || t == WM_VALUE_I64;
 }
 
-static PyObject *array_obj(const wm_file *f, size_t index, const wm_kv *kv)
-{
-    if (kv->elem_type == WM_VALUE_ARRAY)
-        Py_RETURN_NONE; /* nested arrays: not represented */
-    if (kv->length > (uint64_t)PY_SSIZE_T_MAX)
-        return PyErr_NoMemory();
+static PyObject *array_obj(const wm_file *f, size_t index, const wm_kv *kv) {
+    if (kv->elem_type == WM_VALUE_ARRAY) Py_RETURN_NONE; /* nested arrays: not represented */
+    if (kv->length > (uint64_t)PY_SSIZE_T_MAX) return PyErr_NoMemory();
     PyObject *list = PyList_New((Py_ssize_t)kv->length);
-    if (list == NULL)
-        return NULL;
+    if (list == NULL) return NULL;
     wm_array_iter it;
     if (kv->elem_type == WM_VALUE_STRING && wm_file_array_iter(f, index, &it) != WM_OK)
         goto type_error;
@@ -267,18 +238,15 @@ static PyObject *array_obj(const wm_file *f, size_t index, const wm_kv *kv)
         if (kv->elem_type == WM_VALUE_STRING) {
             wm_string s;
             st = wm_array_iter_next(&it, &s);
-            if (st == WM_OK)
-                v = string_obj(s);
+            if (st == WM_OK) v = string_obj(s);
         } else if (kv->elem_type == WM_VALUE_F32 || kv->elem_type == WM_VALUE_F64) {
             double d;
             st = wm_file_array_f64(f, index, e, &d);
-            if (st == WM_OK)
-                v = PyFloat_FromDouble(d);
+            if (st == WM_OK) v = PyFloat_FromDouble(d);
         } else if (value_is_signed(kv->elem_type)) {
             int64_t i;
             st = wm_file_array_i64(f, index, e, &i);
-            if (st == WM_OK)
-                v = PyLong_FromLongLong(i);
+            if (st == WM_OK) v = PyLong_FromLongLong(i);
         } else {
             uint64_t u;
             st = wm_file_array_u64(f, index, e, &u);
@@ -286,8 +254,7 @@ static PyObject *array_obj(const wm_file *f, size_t index, const wm_kv *kv)
                 v = kv->elem_type == WM_VALUE_BOOL ? PyBool_FromLong(u != 0)
                                                    : PyLong_FromUnsignedLongLong(u);
         }
-        if (st != WM_OK)
-            goto type_error;
+        if (st != WM_OK) goto type_error;
         if (v == NULL) {
             Py_DECREF(list);
             return NULL;
@@ -300,39 +267,32 @@ type_error:
     Py_RETURN_NONE; /* an element type the getters do not read: not represented */
 }
 
-static PyObject *value_obj(const wm_file *f, size_t index, const wm_kv *kv)
-{
+static PyObject *value_obj(const wm_file *f, size_t index, const wm_kv *kv) {
     switch (kv->type) {
     case WM_VALUE_STRING: {
         wm_string s;
-        if (wm_file_kv_string(f, index, &s) == WM_OK)
-            return string_obj(s);
+        if (wm_file_kv_string(f, index, &s) == WM_OK) return string_obj(s);
         break;
     }
-    case WM_VALUE_ARRAY:
-        return array_obj(f, index, kv);
+    case WM_VALUE_ARRAY: return array_obj(f, index, kv);
     case WM_VALUE_BOOL: {
         int b;
-        if (wm_file_get_bool(f, kv->key, &b) == WM_OK)
-            return PyBool_FromLong(b);
+        if (wm_file_get_bool(f, kv->key, &b) == WM_OK) return PyBool_FromLong(b);
         break;
     }
     case WM_VALUE_F32:
     case WM_VALUE_F64: {
         double d;
-        if (wm_file_kv_f64(f, index, &d) == WM_OK)
-            return PyFloat_FromDouble(d);
+        if (wm_file_kv_f64(f, index, &d) == WM_OK) return PyFloat_FromDouble(d);
         break;
     }
     default:
         if (value_is_signed(kv->type)) {
             int64_t i;
-            if (wm_file_kv_i64(f, index, &i) == WM_OK)
-                return PyLong_FromLongLong(i);
+            if (wm_file_kv_i64(f, index, &i) == WM_OK) return PyLong_FromLongLong(i);
         } else {
             uint64_t u;
-            if (wm_file_kv_u64(f, index, &u) == WM_OK)
-                return PyLong_FromUnsignedLongLong(u);
+            if (wm_file_kv_u64(f, index, &u) == WM_OK) return PyLong_FromUnsignedLongLong(u);
         }
         break;
     }
@@ -340,19 +300,15 @@ static PyObject *value_obj(const wm_file *f, size_t index, const wm_kv *kv)
 }
 
 /* metadata() -> {key: value}, in file order (GGUF: typed values; safetensors: strings). */
-static PyObject *Handle_metadata(Handle *h, PyObject *unused)
-{
+static PyObject *Handle_metadata(Handle *h, PyObject *unused) {
     (void)unused;
-    if (!handle_usable(h))
-        return NULL;
+    if (!handle_usable(h)) return NULL;
     PyObject *dict = PyDict_New();
-    if (dict == NULL)
-        return NULL;
+    if (dict == NULL) return NULL;
     size_t n = wm_file_metadata_count(h->file);
     for (size_t i = 0; i < n; i++) {
         wm_kv kv;
-        if (wm_file_metadata(h->file, i, &kv) != WM_OK)
-            continue;
+        if (wm_file_metadata(h->file, i, &kv) != WM_OK) continue;
         PyObject *v = value_obj(h->file, i, &kv);
         if (v == NULL || PyDict_SetItemString(dict, kv.key, v) != 0) {
             Py_XDECREF(v);
@@ -367,25 +323,22 @@ static PyObject *Handle_metadata(Handle *h, PyObject *unused)
 /* load(mode, lock=0, backend=0, device=0, to=None, prefetch=False, threads=0): loads the model
  * (once; a second call is an error). `to` names a conversion target ("f32", "f16", "bf16",
  * "f64"): every tensor whose type converts to it is delivered converted (heap mode, CPU). */
-static PyObject *Handle_load(Handle *h, PyObject *args, PyObject *kw)
-{
-    static char *kwlist[] = {"mode", "lock", "backend", "device", "to", "prefetch", "threads",
-                             NULL};
+static PyObject *Handle_load(Handle *h, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"mode", "lock",     "backend", "device",
+                             "to",   "prefetch", "threads", NULL};
     const char *mode_name, *to_name = NULL;
     int lock = 0, backend = 0, device = 0, prefetch = 0;
     unsigned threads = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "s|iiizpI", kwlist, &mode_name, &lock, &backend,
                                      &device, &to_name, &prefetch, &threads))
         return NULL;
-    if (!handle_usable(h))
-        return NULL;
-    if (h->model != NULL)
-        return PyErr_Format(PyExc_RuntimeError, "%U: already loaded", h->path);
+    if (!handle_usable(h)) return NULL;
+    if (h->model != NULL) return PyErr_Format(PyExc_RuntimeError, "%U: already loaded", h->path);
     wm_load_options opts = {0};
     opts.mode = wm_mode_from_name(mode_name);
     if (opts.mode == WM_MODE_NONE)
-        return PyErr_Format(PyExc_ValueError, "mode must be 'mmap', 'heap' or 'mmap-private', not '%s'",
-                            mode_name);
+        return PyErr_Format(PyExc_ValueError,
+                            "mode must be 'mmap', 'heap' or 'mmap-private', not '%s'", mode_name);
     opts.lock = (wm_lock)lock;
     opts.backend = (wm_backend_kind)backend;
     opts.device = device;
@@ -416,85 +369,68 @@ static PyObject *Handle_load(Handle *h, PyObject *args, PyObject *kw)
     wm_error err = {0};
     wm_status st;
     h->busy = 1;
-    Py_BEGIN_ALLOW_THREADS
-    st = wm_model_load(h->file, &opts, &model, &err);
-    Py_END_ALLOW_THREADS
-    h->busy = 0;
-    if (st != WM_OK)
-        return raise_wm(st, &err);
+    Py_BEGIN_ALLOW_THREADS st = wm_model_load(h->file, &opts, &model, &err);
+    Py_END_ALLOW_THREADS h->busy = 0;
+    if (st != WM_OK) return raise_wm(st, &err);
     h->model = model;
     h->backend = opts.backend;
     h->device = device;
     Py_RETURN_NONE;
 }
 
-static PyObject *Handle_stats(Handle *h, PyObject *unused)
-{
+static PyObject *Handle_stats(Handle *h, PyObject *unused) {
     (void)unused;
-    if (h->model == NULL)
-        Py_RETURN_NONE;
+    if (h->model == NULL) Py_RETURN_NONE;
     wm_model_stats s;
     wm_model_stats_get(h->model, &s);
-    return Py_BuildValue("{sKsIsKsKsKsKsKsIsd}", "tensor_bytes", (unsigned long long)s.tensor_bytes,
-                         "buffers", s.buffers, "mapped_bytes", (unsigned long long)s.mapped_bytes,
-                         "heap_bytes", (unsigned long long)s.heap_bytes, "committed",
-                         (unsigned long long)s.committed, "locked_bytes",
-                         (unsigned long long)s.locked_bytes, "device_bytes",
-                         (unsigned long long)s.device_bytes, "threads", s.threads, "load_seconds",
-                         s.load_seconds);
+    return Py_BuildValue(
+        "{sKsIsKsKsKsKsKsIsd}", "tensor_bytes", (unsigned long long)s.tensor_bytes, "buffers",
+        s.buffers, "mapped_bytes", (unsigned long long)s.mapped_bytes, "heap_bytes",
+        (unsigned long long)s.heap_bytes, "committed", (unsigned long long)s.committed,
+        "locked_bytes", (unsigned long long)s.locked_bytes, "device_bytes",
+        (unsigned long long)s.device_bytes, "threads", s.threads, "load_seconds", s.load_seconds);
 }
 
-static PyObject *Handle_get_format(Handle *h, void *c)
-{
+static PyObject *Handle_get_format(Handle *h, void *c) {
     (void)c;
-    if (h->file == NULL)
-        Py_RETURN_NONE;
+    if (h->file == NULL) Py_RETURN_NONE;
     return PyUnicode_FromString(wm_format_name(wm_file_format(h->file)));
 }
 
-static PyObject *Handle_get_path(Handle *h, void *c)
-{
+static PyObject *Handle_get_path(Handle *h, void *c) {
     (void)c;
     return Py_NewRef(h->path);
 }
 
-static PyObject *Handle_get_closed(Handle *h, void *c)
-{
+static PyObject *Handle_get_closed(Handle *h, void *c) {
     (void)c;
     return PyBool_FromLong(h->closed);
 }
 
-static PyObject *Handle_get_released(Handle *h, void *c)
-{
+static PyObject *Handle_get_released(Handle *h, void *c) {
     (void)c;
     return PyBool_FromLong(h->file == NULL);
 }
 
-static PyObject *Handle_get_loaded(Handle *h, void *c)
-{
+static PyObject *Handle_get_loaded(Handle *h, void *c) {
     (void)c;
     return PyBool_FromLong(h->model != NULL);
 }
 
-static PyObject *Handle_get_views(Handle *h, void *c)
-{
+static PyObject *Handle_get_views(Handle *h, void *c) {
     (void)c;
     return PyLong_FromSsize_t(h->views);
 }
 
-static PyObject *Handle_get_mode(Handle *h, void *c)
-{
+static PyObject *Handle_get_mode(Handle *h, void *c) {
     (void)c;
-    if (h->model == NULL)
-        Py_RETURN_NONE;
+    if (h->model == NULL) Py_RETURN_NONE;
     return PyUnicode_FromString(wm_mode_name(wm_model_mode(h->model)));
 }
 
-static PyObject *Handle_shards(Handle *h, PyObject *unused)
-{
+static PyObject *Handle_shards(Handle *h, PyObject *unused) {
     (void)unused;
-    if (!handle_usable(h))
-        return NULL;
+    if (!handle_usable(h)) return NULL;
     uint32_t n = wm_file_shard_count(h->file);
     PyObject *list = PyList_New(n);
     for (uint32_t i = 0; list && i < n; i++) {
@@ -513,8 +449,7 @@ static PyObject *Handle_shards(Handle *h, PyObject *unused)
  * ------------------------------------------------------------------------------------------- */
 
 typedef struct Export {
-    PyObject_HEAD
-    Handle *handle;
+    PyObject_HEAD Handle *handle;
     size_t index;
     DLDataType dtype;
     int ndim;
@@ -524,24 +459,17 @@ typedef struct Export {
 static PyTypeObject ExportType;
 
 /* The DLPack type of an element type that has one element per block; 0 when it has none. */
-static int dl_type(wm_type t, DLDataType *out)
-{
+static int dl_type(wm_type t, DLDataType *out) {
     uint8_t code;
     switch (t) {
     case WM_TYPE_F16:
     case WM_TYPE_F32:
-    case WM_TYPE_F64:
-        code = kDLFloat;
-        break;
-    case WM_TYPE_BF16:
-        code = kDLBfloat;
-        break;
+    case WM_TYPE_F64: code = kDLFloat; break;
+    case WM_TYPE_BF16: code = kDLBfloat; break;
     case WM_TYPE_I8:
     case WM_TYPE_I16:
     case WM_TYPE_I32:
-    case WM_TYPE_I64:
-        code = kDLInt;
-        break;
+    case WM_TYPE_I64: code = kDLInt; break;
     case WM_TYPE_U8:
     case WM_TYPE_U16:
     case WM_TYPE_U32:
@@ -549,11 +477,8 @@ static int dl_type(wm_type t, DLDataType *out)
     case WM_TYPE_BOOL:    /* DLPack 0.6 has no bool: bytes, viewed as bool by the package */
     case WM_TYPE_F8_E4M3: /* and the 8-bit floats likewise, where the framework has them */
     case WM_TYPE_F8_E5M2:
-    case WM_TYPE_F8_E8M0:
-        code = kDLUInt;
-        break;
-    default:
-        return 0;
+    case WM_TYPE_F8_E8M0: code = kDLUInt; break;
+    default: return 0;
     }
     *out = (DLDataType){code, (uint8_t)(wm_type_block_bytes(t) * 8), 1};
     return 1;
@@ -563,17 +488,13 @@ static int dl_type(wm_type t, DLDataType *out)
  * equivalent keeps its shape (C order); any other (quantized blocks, sub-byte floats) is bytes,
  * shape (..., bytes of a row) when a row is whole blocks, else (nbytes,). `code` (a DLDataTypeCode)
  * reinterprets the elements as another type of the same width (bf16 as uint16 for NumPy). */
-static PyObject *Handle_export(Handle *h, PyObject *args, PyObject *kw)
-{
+static PyObject *Handle_export(Handle *h, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"index", "code", "bits", NULL};
     Py_ssize_t index;
     int code = -1, bits = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "n|ii", kwlist, &index, &code, &bits))
-        return NULL;
-    if (!handle_usable(h))
-        return NULL;
-    if (h->model == NULL)
-        return PyErr_Format(PyExc_RuntimeError, "%U: not loaded", h->path);
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "n|ii", kwlist, &index, &code, &bits)) return NULL;
+    if (!handle_usable(h)) return NULL;
+    if (h->model == NULL) return PyErr_Format(PyExc_RuntimeError, "%U: not loaded", h->path);
     wm_tensor_info ti;
     wm_type type;
     uint64_t nbytes;
@@ -581,8 +502,7 @@ static PyObject *Handle_export(Handle *h, PyObject *args, PyObject *kw)
         wm_model_tensor_info(h->model, (size_t)index, &type, &nbytes) != WM_OK)
         return PyErr_Format(PyExc_IndexError, "tensor index %zd out of range", index);
     Export *e = PyObject_New(Export, &ExportType);
-    if (e == NULL)
-        return NULL;
+    if (e == NULL) return NULL;
     e->handle = (Handle *)Py_NewRef(h);
     e->index = (size_t)index;
     e->ndim = (int)ti.n_dims;
@@ -609,8 +529,7 @@ static PyObject *Handle_export(Handle *h, PyObject *args, PyObject *kw)
     return (PyObject *)e;
 }
 
-static void Export_dealloc(Export *e)
-{
+static void Export_dealloc(Export *e) {
     Py_XDECREF(e->handle);
     PyObject_Free(e);
 }
@@ -628,8 +547,7 @@ typedef struct View {
 static const char CAPSULE_NAME[] = "dltensor";
 static const char CAPSULE_USED[] = "used_dltensor";
 
-static int finalizing(void)
-{
+static int finalizing(void) {
 #if PY_VERSION_HEX >= 0x030D0000
     return Py_IsFinalizing();
 #else
@@ -638,26 +556,22 @@ static int finalizing(void)
 }
 
 /* Called by the consumer when its tensor dies, possibly on another thread without the GIL. */
-static void view_deleter(DLManagedTensor *managed)
-{
+static void view_deleter(DLManagedTensor *managed) {
     View *v = managed->manager_ctx;
     if (!Py_IsInitialized() || finalizing())
         return; /* the process is ending: the OS takes everything back */
     PyGILState_STATE g = PyGILState_Ensure();
     Handle *h = v->handle;
     h->views--;
-    if (h->closed && h->views == 0)
-        handle_release(h);
+    if (h->closed && h->views == 0) handle_release(h);
     Py_DECREF(h);
     PyMem_RawFree(v);
     PyGILState_Release(g);
 }
 
 /* A capsule never consumed still owns its view. */
-static void capsule_destructor(PyObject *cap)
-{
-    if (PyCapsule_IsValid(cap, CAPSULE_USED))
-        return;
+static void capsule_destructor(PyObject *cap) {
+    if (PyCapsule_IsValid(cap, CAPSULE_USED)) return;
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     DLManagedTensor *m = PyCapsule_GetPointer(cap, CAPSULE_NAME);
@@ -668,10 +582,8 @@ static void capsule_destructor(PyObject *cap)
     PyErr_Restore(type, value, tb);
 }
 
-static DLDevice export_device(const Export *e)
-{
-    if (e->handle->backend == WM_BACKEND_CUDA)
-        return (DLDevice){kDLCUDA, e->handle->device};
+static DLDevice export_device(const Export *e) {
+    if (e->handle->backend == WM_BACKEND_CUDA) return (DLDevice){kDLCUDA, e->handle->device};
     return (DLDevice){kDLCPU, 0};
 }
 
@@ -679,12 +591,11 @@ static DLDevice export_device(const Export *e)
  * ("dltensor", DLPack 0.6, unversioned as the spec allows a producer that has no 1.x) viewing
  * the tensor's memory. The data are complete when the load returns, so there is nothing for a
  * consumer's stream to wait for. */
-static PyObject *Export_dlpack(Export *e, PyObject *args, PyObject *kw)
-{
+static PyObject *Export_dlpack(Export *e, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"stream", "max_version", "dl_device", "copy", NULL};
     PyObject *stream = Py_None, *max_version = Py_None, *dl_device = Py_None, *copy = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O$OOO", kwlist, &stream, &max_version,
-                                     &dl_device, &copy))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O$OOO", kwlist, &stream, &max_version, &dl_device,
+                                     &copy))
         return NULL;
     Handle *h = e->handle;
     if (h->model == NULL || h->busy)
@@ -694,8 +605,7 @@ static PyObject *Export_dlpack(Export *e, PyObject *args, PyObject *kw)
     DLDevice dev = export_device(e);
     if (dl_device != Py_None) {
         int type, id;
-        if (!PyArg_ParseTuple(dl_device, "ii", &type, &id))
-            return NULL;
+        if (!PyArg_ParseTuple(dl_device, "ii", &type, &id)) return NULL;
         if (type != (int)dev.device_type || id != dev.device_id)
             return PyErr_Format(PyExc_BufferError, "the tensor lives on device (%d, %d)",
                                 (int)dev.device_type, dev.device_id);
@@ -716,8 +626,7 @@ static PyObject *Export_dlpack(Export *e, PyObject *args, PyObject *kw)
         return PyErr_Format(PyExc_BufferError, "%U: tensor %zu has no memory on this device",
                             h->path, e->index);
     View *v = PyMem_RawCalloc(1, sizeof *v);
-    if (v == NULL)
-        return PyErr_NoMemory();
+    if (v == NULL) return PyErr_NoMemory();
     memcpy(v->shape, e->shape, sizeof v->shape);
     v->handle = (Handle *)Py_NewRef(h);
     h->views++;
@@ -731,20 +640,17 @@ static PyObject *Export_dlpack(Export *e, PyObject *args, PyObject *kw)
     v->managed.manager_ctx = v;
     v->managed.deleter = view_deleter;
     PyObject *cap = PyCapsule_New(&v->managed, CAPSULE_NAME, capsule_destructor);
-    if (cap == NULL)
-        view_deleter(&v->managed);
+    if (cap == NULL) view_deleter(&v->managed);
     return cap;
 }
 
-static PyObject *Export_dlpack_device(Export *e, PyObject *unused)
-{
+static PyObject *Export_dlpack_device(Export *e, PyObject *unused) {
     (void)unused;
     DLDevice dev = export_device(e);
     return Py_BuildValue("(ii)", (int)dev.device_type, dev.device_id);
 }
 
-static PyObject *Export_get_shape(Export *e, void *c)
-{
+static PyObject *Export_get_shape(Export *e, void *c) {
     (void)c;
     PyObject *t = PyTuple_New(e->ndim);
     for (int d = 0; t && d < e->ndim; d++)
@@ -816,8 +722,7 @@ static PyTypeObject HandleType = {
  * module
  * ------------------------------------------------------------------------------------------- */
 
-static PyObject *mod_ledger(PyObject *self, PyObject *unused)
-{
+static PyObject *mod_ledger(PyObject *self, PyObject *unused) {
     (void)self;
     (void)unused;
     wm_ledger l;
@@ -825,21 +730,19 @@ static PyObject *mod_ledger(PyObject *self, PyObject *unused)
     PyObject *d = PyDict_New();
     for (int c = 0; d && c < WM_LEDGER_COUNT; c++) {
         const wm_ledger_stat *s = &l.cat[c];
-        PyObject *v = Py_BuildValue("{sKsKsKsK}", "current", (unsigned long long)s->current, "peak",
-                                    (unsigned long long)s->peak, "total",
-                                    (unsigned long long)s->total, "regions",
-                                    (unsigned long long)s->regions);
-        if (v == NULL || PyDict_SetItemString(d, wm_ledger_category_name(c), v) != 0)
-            Py_CLEAR(d);
+        PyObject *v =
+            Py_BuildValue("{sKsKsKsK}", "current", (unsigned long long)s->current, "peak",
+                          (unsigned long long)s->peak, "total", (unsigned long long)s->total,
+                          "regions", (unsigned long long)s->regions);
+        if (v == NULL || PyDict_SetItemString(d, wm_ledger_category_name(c), v) != 0) Py_CLEAR(d);
         Py_XDECREF(v);
     }
-    if (d == NULL)
-        return NULL;
+    if (d == NULL) return NULL;
     PyObject *b = PyLong_FromUnsignedLongLong(wm_ledger_bytes(&l));
     PyObject *r = PyLong_FromUnsignedLongLong(wm_ledger_regions(&l));
     PyObject *hl = PyLong_FromUnsignedLongLong(l.heap_largest);
-    if (!b || !r || !hl || PyDict_SetItemString(d, "bytes", b) || PyDict_SetItemString(d, "regions", r) ||
-        PyDict_SetItemString(d, "heap_largest", hl))
+    if (!b || !r || !hl || PyDict_SetItemString(d, "bytes", b) ||
+        PyDict_SetItemString(d, "regions", r) || PyDict_SetItemString(d, "heap_largest", hl))
         Py_CLEAR(d);
     Py_XDECREF(b);
     Py_XDECREF(r);
@@ -847,35 +750,30 @@ static PyObject *mod_ledger(PyObject *self, PyObject *unused)
     return d;
 }
 
-static PyObject *mod_ledger_reset_peaks(PyObject *self, PyObject *unused)
-{
+static PyObject *mod_ledger_reset_peaks(PyObject *self, PyObject *unused) {
     (void)self;
     (void)unused;
     wm_ledger_reset_peaks();
     Py_RETURN_NONE;
 }
 
-static PyObject *mod_mem_figures(PyObject *self, PyObject *args)
-{
+static PyObject *mod_mem_figures(PyObject *self, PyObject *args) {
     (void)self;
     int pid = 0;
-    if (!PyArg_ParseTuple(args, "|i", &pid))
-        return NULL;
+    if (!PyArg_ParseTuple(args, "|i", &pid)) return NULL;
     wm_mem_figures m;
     wm_error err = {0};
     wm_status st = wm_mem_figures_get(pid, &m, &err);
-    if (st != WM_OK)
-        return raise_wm(st, &err);
-    return Py_BuildValue("{sKsKsKsKsK}", "footprint", (unsigned long long)m.footprint, "resident",
-                         (unsigned long long)m.resident, "file_resident",
-                         (unsigned long long)m.file_resident, "locked",
-                         (unsigned long long)m.locked, "committed", (unsigned long long)m.committed);
+    if (st != WM_OK) return raise_wm(st, &err);
+    return Py_BuildValue(
+        "{sKsKsKsKsK}", "footprint", (unsigned long long)m.footprint, "resident",
+        (unsigned long long)m.resident, "file_resident", (unsigned long long)m.file_resident,
+        "locked", (unsigned long long)m.locked, "committed", (unsigned long long)m.committed);
 }
 
 /* file_regions(path=None, pid=0) -> [dict]: regions of the process mapping the file (every
  * .gguf/.safetensors file when path is None), from /proc/PID/smaps. */
-static PyObject *mod_file_regions(PyObject *self, PyObject *args, PyObject *kw)
-{
+static PyObject *mod_file_regions(PyObject *self, PyObject *args, PyObject *kw) {
     (void)self;
     static char *kwlist[] = {"path", "pid", NULL};
     PyObject *path_obj = NULL;
@@ -896,8 +794,7 @@ static PyObject *mod_file_regions(PyObject *self, PyObject *args, PyObject *kw)
             return PyErr_NoMemory();
         }
         st = wm_mem_file_regions(pid, path, regs, cap, &count, &err);
-        if (st != WM_OK || count <= cap)
-            break;
+        if (st != WM_OK || count <= cap) break;
         cap = count + 16;
     }
     Py_XDECREF(path_obj);
@@ -910,11 +807,11 @@ static PyObject *mod_file_regions(PyObject *self, PyObject *args, PyObject *kw)
         const wm_file_region *r = &regs[i];
         PyObject *d = Py_BuildValue(
             "{sKsKsKsssKsKsKsKsKsN}", "start", (unsigned long long)r->start, "end",
-            (unsigned long long)r->end, "offset", (unsigned long long)r->offset, "perms",
-            r->perms, "size", (unsigned long long)r->size, "rss", (unsigned long long)r->rss,
-            "privatised", (unsigned long long)r->privatised, "private_dirty",
-            (unsigned long long)r->private_dirty, "locked", (unsigned long long)r->locked,
-            "path", PyUnicode_DecodeFSDefault(r->path));
+            (unsigned long long)r->end, "offset", (unsigned long long)r->offset, "perms", r->perms,
+            "size", (unsigned long long)r->size, "rss", (unsigned long long)r->rss, "privatised",
+            (unsigned long long)r->privatised, "private_dirty",
+            (unsigned long long)r->private_dirty, "locked", (unsigned long long)r->locked, "path",
+            PyUnicode_DecodeFSDefault(r->path));
         if (d == NULL) {
             Py_CLEAR(list);
             break;
@@ -925,45 +822,35 @@ static PyObject *mod_file_regions(PyObject *self, PyObject *args, PyObject *kw)
     return list;
 }
 
-static PyObject *mod_backend_init(PyObject *self, PyObject *args)
-{
+static PyObject *mod_backend_init(PyObject *self, PyObject *args) {
     (void)self;
     int backend, device = 0;
-    if (!PyArg_ParseTuple(args, "i|i", &backend, &device))
-        return NULL;
+    if (!PyArg_ParseTuple(args, "i|i", &backend, &device)) return NULL;
     wm_error err = {0};
     wm_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = wm_backend_init((wm_backend_kind)backend, device, &err);
-    Py_END_ALLOW_THREADS
-    if (st != WM_OK)
-        return raise_wm(st, &err);
+    Py_BEGIN_ALLOW_THREADS st = wm_backend_init((wm_backend_kind)backend, device, &err);
+    Py_END_ALLOW_THREADS if (st != WM_OK) return raise_wm(st, &err);
     Py_RETURN_NONE;
 }
 
 /* type_info(name) -> (block_elems, block_bytes), (0, 0) when unknown. */
-static PyObject *mod_type_info(PyObject *self, PyObject *arg)
-{
+static PyObject *mod_type_info(PyObject *self, PyObject *arg) {
     (void)self;
     const char *name = PyUnicode_AsUTF8(arg);
-    if (name == NULL)
-        return NULL;
+    if (name == NULL) return NULL;
     wm_type t = wm_type_from_name(name);
     return Py_BuildValue("(II)", wm_type_block_elems(t), wm_type_block_bytes(t));
 }
 
 /* convert_supported(from, to) -> bool (wm_convert_supported by type names). */
-static PyObject *mod_convert_supported(PyObject *self, PyObject *args)
-{
+static PyObject *mod_convert_supported(PyObject *self, PyObject *args) {
     (void)self;
     const char *from, *to;
-    if (!PyArg_ParseTuple(args, "ss", &from, &to))
-        return NULL;
+    if (!PyArg_ParseTuple(args, "ss", &from, &to)) return NULL;
     return PyBool_FromLong(wm_convert_supported(wm_type_from_name(from), wm_type_from_name(to)));
 }
 
-static PyObject *mod_version(PyObject *self, PyObject *unused)
-{
+static PyObject *mod_version(PyObject *self, PyObject *unused) {
     (void)self;
     (void)unused;
     return PyUnicode_FromString(wm_version());
@@ -988,14 +875,18 @@ static PyMethodDef module_methods[] = {
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT, "_weightmap",
-    "weightmap's C core: open, load, DLPack views, the ledger. Use the package `weightmap`.", -1,
-    module_methods, NULL, NULL, NULL, NULL};
+    PyModuleDef_HEAD_INIT,
+    "_weightmap",
+    "weightmap's C core: open, load, DLPack views, the ledger. Use the package `weightmap`.",
+    -1,
+    module_methods,
+    NULL,
+    NULL,
+    NULL,
+    NULL};
 
-static int add_type(PyObject *m, const char *name, PyObject *obj)
-{
-    if (obj == NULL)
-        return -1;
+static int add_type(PyObject *m, const char *name, PyObject *obj) {
+    if (obj == NULL) return -1;
     Py_INCREF(obj);
     if (PyModule_AddObject(m, name, obj) != 0) {
         Py_DECREF(obj);
@@ -1004,13 +895,10 @@ static int add_type(PyObject *m, const char *name, PyObject *obj)
     return 0;
 }
 
-PyMODINIT_FUNC PyInit__weightmap(void)
-{
-    if (PyType_Ready(&HandleType) < 0 || PyType_Ready(&ExportType) < 0)
-        return NULL;
+PyMODINIT_FUNC PyInit__weightmap(void) {
+    if (PyType_Ready(&HandleType) < 0 || PyType_Ready(&ExportType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module_def);
-    if (m == NULL)
-        return NULL;
+    if (m == NULL) return NULL;
     Error = PyErr_NewExceptionWithDoc(
         "weightmap.Error",
         "A failure of the weightmap library. str() is the library's message (file, offset, "
@@ -1020,10 +908,10 @@ PyMODINIT_FUNC PyInit__weightmap(void)
     PyObject *b1 = Error ? PyTuple_Pack(2, Error, PyExc_ValueError) : NULL;
     PyObject *b2 = Error ? PyTuple_Pack(2, Error, PyExc_FileNotFoundError) : NULL;
     PyObject *b3 = Error ? PyTuple_Pack(2, Error, PyExc_KeyError) : NULL;
-    FormatError = b1 ? PyErr_NewExceptionWithDoc("weightmap.FormatError",
-                                                 "A malformed or unsupported file (WM_EFORMAT).",
-                                                 b1, NULL)
-                     : NULL;
+    FormatError =
+        b1 ? PyErr_NewExceptionWithDoc("weightmap.FormatError",
+                                       "A malformed or unsupported file (WM_EFORMAT).", b1, NULL)
+           : NULL;
     NotFoundError = b2 ? PyErr_NewExceptionWithDoc("weightmap.NotFoundError",
                                                    "No such file (WM_ENOENT).", b2, NULL)
                        : NULL;
@@ -1033,15 +921,16 @@ PyMODINIT_FUNC PyInit__weightmap(void)
     Py_XDECREF(b1);
     Py_XDECREF(b2);
     Py_XDECREF(b3);
-    if (add_type(m, "Handle", (PyObject *)&HandleType) || add_type(m, "Export", (PyObject *)&ExportType) ||
-        add_type(m, "Error", Error) || add_type(m, "FormatError", FormatError) ||
-        add_type(m, "NotFoundError", NotFoundError) ||
+    if (add_type(m, "Handle", (PyObject *)&HandleType) ||
+        add_type(m, "Export", (PyObject *)&ExportType) || add_type(m, "Error", Error) ||
+        add_type(m, "FormatError", FormatError) || add_type(m, "NotFoundError", NotFoundError) ||
         add_type(m, "TensorNotFoundError", TensorNotFoundError) ||
         PyModule_AddIntConstant(m, "BACKEND_CPU", WM_BACKEND_CPU) ||
         PyModule_AddIntConstant(m, "BACKEND_CUDA", WM_BACKEND_CUDA) ||
         PyModule_AddIntConstant(m, "LOCK_REQUIRED", WM_LOCK_REQUIRED) ||
         PyModule_AddIntConstant(m, "LOCK_BEST_EFFORT", WM_LOCK_BEST_EFFORT) ||
-        PyModule_AddIntConstant(m, "DL_INT", kDLInt) || PyModule_AddIntConstant(m, "DL_UINT", kDLUInt) ||
+        PyModule_AddIntConstant(m, "DL_INT", kDLInt) ||
+        PyModule_AddIntConstant(m, "DL_UINT", kDLUInt) ||
         PyModule_AddIntConstant(m, "DL_FLOAT", kDLFloat) ||
         PyModule_AddIntConstant(m, "DL_BFLOAT", kDLBfloat) ||
         PyModule_AddIntConstant(m, "DLPACK_VERSION", DLPACK_VERSION)) {
