@@ -9,5 +9,6 @@ const cli_command cli_commands[] = {
     {"demo", cmd_demo},
     {"probe", cmd_probe},
     {"cat", cmd_cat},
+    {"trace", cmd_trace},
     {NULL, NULL},
 };

@@ -1,0 +1,154 @@
+/*
+ * leaky.c: a small weight loader that leaks in the ways `weightmap trace` must see, one per mode
+ * (tests/test_trace.c runs each under the tracer and asserts its verdict):
+ *
+ *     leaky MODE FILE CYCLES [call|signal|none]
+ *
+ *   clean    a loader thread reads the file through a 32 KiB malloc scratch into page-allocated
+ *            memory; the file is also mapped shared read-only and unmapped; all returned
+ *   scratch  the same, but the loader thread's scratch is 1 MiB of malloc
+ *   map      the file is mapped each cycle and never unmapped
+ *   private  the file is mapped MAP_PRIVATE with PROT_WRITE (and unmapped)
+ *   split    the file is mapped in two chunks; only the first is unmapped
+ *   fork     a forked child maps the file and exits without unmapping (the tracer skips it)
+ *   threads  four threads allocate and free big and small blocks, some freed by another thread
+ *   exit     no loading; exits with status CYCLES (the tracer must pass it on)
+ *
+ * After each cycle the program says "released": it calls wmt_rt_release() in libwmtleakrt.so
+ * (call, the default), raises SIGUSR1 (signal: only under the tracer, which handles it), or
+ * says nothing (none).
+ */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+int wmt_rt_release(int cycle);
+
+static const char *mode;
+static int fd;
+static size_t size;
+static volatile unsigned sink;
+
+static void die(const char *what) {
+    perror(what);
+    exit(3);
+}
+
+/* The loader thread: pread through a malloc'd scratch buffer into page-allocated memory. */
+static void *load_thread(void *arg) {
+    (void)arg;
+    size_t scratch_len = strcmp(mode, "scratch") == 0 ? (1u << 20) : (32u << 10);
+    unsigned char *dst = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    unsigned char *scratch = malloc(scratch_len);
+    if (dst == MAP_FAILED || !scratch) die("alloc");
+    for (size_t off = 0; off < size;) {
+        ssize_t r = pread(fd, scratch, scratch_len, (off_t)off);
+        if (r <= 0) die("pread");
+        memcpy(dst + off, scratch, (size_t)r);
+        off += (size_t)r;
+    }
+    free(scratch);
+    sink += dst[size / 2];
+    munmap(dst, size);
+    return NULL;
+}
+
+static void touch(const unsigned char *p, size_t n) {
+    for (size_t i = 0; i < n; i += 4096) sink += p[i];
+}
+
+static void *churn(void *arg) {
+    void **shared = arg;
+    for (int i = 0; i < 3000; i++) {
+        void *big = malloc((100u << 10) + (size_t)i);
+        void *small = malloc(48);
+        if (!big || !small) die("malloc");
+        free(big);
+        free(small);
+    }
+    for (int i = 0; i < 16; i++) free(shared[i]); /* blocks another thread allocated */
+    return NULL;
+}
+
+static int threads(void) {
+    static void *blocks[4][16];
+    pthread_t th[4];
+    for (int k = 0; k < 4; k++)
+        for (int i = 0; i < 16; i++) blocks[k][i] = malloc((200u << 10) + (size_t)i);
+    for (int k = 0; k < 4; k++) pthread_create(&th[k], NULL, churn, blocks[k]);
+    for (int k = 0; k < 4; k++) pthread_join(th[k], NULL);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 4) {
+        fprintf(stderr, "usage: leaky MODE FILE CYCLES [call|signal|none]\n");
+        return 2;
+    }
+    mode = argv[1];
+    int cycles = atoi(argv[3]);
+    const char *marker = argc > 4 ? argv[4] : "call";
+    if (!strcmp(mode, "exit")) return cycles;
+    if (!strcmp(mode, "threads")) return threads();
+    long pg = sysconf(_SC_PAGESIZE);
+    for (int c = 0; c < cycles; c++) {
+        fd = open(argv[2], O_RDONLY | O_CLOEXEC);
+        struct stat st;
+        if (fd < 0 || fstat(fd, &st) != 0) die(argv[2]);
+        size = (size_t)st.st_size;
+        if (!strcmp(mode, "clean") || !strcmp(mode, "scratch")) {
+            pthread_t th;
+            pthread_create(&th, NULL, load_thread, NULL);
+            pthread_join(th, NULL);
+            unsigned char *p = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+            if (p == MAP_FAILED) die("mmap");
+            touch(p, size);
+            munmap(p, size);
+        } else if (!strcmp(mode, "map")) {
+            unsigned char *p = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+            if (p == MAP_FAILED) die("mmap");
+            touch(p, size); /* and never unmapped */
+        } else if (!strcmp(mode, "private")) {
+            unsigned char *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+            if (p == MAP_FAILED) die("mmap");
+            touch(p, size);
+            munmap(p, size);
+        } else if (!strcmp(mode, "split")) {
+            size_t half = (size / 2) & ~(size_t)(pg - 1);
+            unsigned char *a = mmap(NULL, half, PROT_READ, MAP_SHARED, fd, 0);
+            unsigned char *b = mmap(NULL, size - half, PROT_READ, MAP_SHARED, fd, (off_t)half);
+            if (a == MAP_FAILED || b == MAP_FAILED) die("mmap");
+            touch(a, half);
+            touch(b, size - half);
+            munmap(a, half); /* the second chunk is forgotten */
+        } else if (!strcmp(mode, "fork")) {
+            pid_t pid = fork();
+            if (pid == 0) {
+                unsigned char *p = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+                if (p == MAP_FAILED) _exit(3);
+                touch(p, size);
+                _exit(0);
+            }
+            int status;
+            if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status))
+                die("child");
+        } else {
+            fprintf(stderr, "leaky: unknown mode %s\n", mode);
+            return 2;
+        }
+        close(fd);
+        if (!strcmp(marker, "call"))
+            wmt_rt_release(c);
+        else if (!strcmp(marker, "signal"))
+            raise(SIGUSR1);
+    }
+    return 0;
+}

@@ -1,0 +1,113 @@
+/*
+ * llama_driver.c: llama.cpp's own loader (the npm peer's prebuilt libllama, through dlopen) in
+ * load/free cycles, for `weightmap trace` (tests/test_trace.c, bench/trace.c, docs/TRACE.md):
+ *
+ *     llama_driver LIBDIR LOAD_MODE CYCLES MODEL
+ *
+ * LOAD_MODE is llama.cpp's own: 0 reads into buffers, 1 maps the file. llama_model_free is
+ * called through the pointer dlsym gives, so `--cycles-marker llama_model_free` sees each free.
+ * Prints one line on stderr: the cycles and the seconds spent inside llama_model_load_from_file.
+ * No llama.cpp header is used: the few prototypes are declared here from its public API
+ * (llama.cpp v0.4.0, the layout checked against llama_model_default_params in
+ * ../shared/peers/llama-harness.c).
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct llama_model;
+
+/* struct llama_model_params of llama.cpp v0.4.0: 80 bytes; load_mode replaces use_mmap. */
+struct llama_model_params {
+    void *devices;
+    const void *tensor_buft_overrides;
+    int32_t n_gpu_layers;
+    int32_t split_mode;
+    int32_t load_mode; /* -1 auto, 0 read into buffers, 1 mmap, 2 mlock, 3 mmap+mlock, 4 direct */
+    int32_t lazy_mode;
+    int32_t main_gpu;
+    const float *tensor_split;
+    void *progress_callback;
+    void *progress_callback_user_data;
+    const void *kv_overrides;
+    bool vocab_only, check_tensors, use_extra_bufts, no_host, no_alloc, load_mtp;
+};
+
+static void *lib(const char *dir, const char *name) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    void *h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+    if (!h) {
+        fprintf(stderr, "llama_driver: %s\n", dlerror());
+        exit(3);
+    }
+    return h;
+}
+
+static void *sym(void *h, const char *name) {
+    void *p = dlsym(h, name);
+    if (!p) {
+        fprintf(stderr, "llama_driver: %s: %s\n", name, dlerror());
+        exit(3);
+    }
+    return p;
+}
+
+static void quiet_log(int level, const char *text, void *user) {
+    (void)level;
+    (void)text;
+    (void)user;
+}
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 5) {
+        fprintf(stderr, "usage: llama_driver LIBDIR LOAD_MODE CYCLES MODEL\n");
+        return 2;
+    }
+    const char *dir = argv[1], *model = argv[4];
+    int load_mode = atoi(argv[2]), cycles = atoi(argv[3]);
+    lib(dir, "libggml-base.so");
+    void *g = lib(dir, "libggml.v0.4.0.so");
+    void (*load_all)(const char *) = (void (*)(const char *))sym(g, "ggml_backend_load_all_from_path");
+    load_all(dir);
+    void *l = lib(dir, "libllama.v0.4.0.so");
+    void (*log_set)(void (*)(int, const char *, void *), void *) =
+        (void (*)(void (*)(int, const char *, void *), void *))sym(l, "llama_log_set");
+    void (*backend_init)(void) = (void (*)(void))sym(l, "llama_backend_init");
+    void (*backend_free)(void) = (void (*)(void))sym(l, "llama_backend_free");
+    struct llama_model_params (*defaults)(void) = (struct llama_model_params(*)(void))sym(l, "llama_model_default_params");
+    struct llama_model *(*load)(const char *, struct llama_model_params) =
+        (struct llama_model * (*)(const char *, struct llama_model_params)) sym(l, "llama_model_load_from_file");
+    void (*model_free)(struct llama_model *) = (void (*)(struct llama_model *))sym(l, "llama_model_free");
+    log_set(quiet_log, NULL);
+    backend_init();
+    struct llama_model_params p = defaults();
+    p.n_gpu_layers = 0;
+    p.load_mode = load_mode;
+    double in_load = 0;
+    for (int c = 0; c < cycles; c++) {
+        double t0 = now();
+        struct llama_model *m = load(model, p);
+        in_load += now() - t0;
+        if (!m) {
+            fprintf(stderr, "llama_driver: %s: llama.cpp could not load it (load_mode %d)\n", model, load_mode);
+            return 1;
+        }
+        model_free(m);
+    }
+    backend_free();
+    fprintf(stderr, "llama_driver: %d cycles, load_mode %d, %.6f s in llama_model_load_from_file\n", cycles,
+            load_mode, in_load);
+    return 0;
+}
