@@ -7,17 +7,29 @@
  * Sections: options; one timed open of each side; the per-file loop; main.
  *
  * Usage: parse [-n N] [--peer DIR] [FILE...]
- *   -n N        iterations per side and file (default 50)
- *   --peer DIR  llama.cpp's library folder (default: what bench/peer.sh installs)
- *   FILE...     GGUF files (default: the vocab fixtures and stories260K.gguf)
+ *        parse --make-vocab OUT [N_TOKENS]
+ *        parse --process CLI [-n N] [--peer DIR] FILE
+ *        parse --peer-once DIR FILE
+ *   -n N          iterations per side and file (default 50)
+ *   --peer DIR    llama.cpp's library folder (default: what bench/peer.sh installs)
+ *   FILE...       GGUF files (default: the vocab fixtures and stories260K.gguf)
+ *   --make-vocab  writes a vocabulary-only GGUF of N_TOKENS tokens (default 262144, as Gemma 3's:
+ *                 tokens, scores, token types and a merge per token, about 16 MB of header),
+ *                 deterministic
+ *   --process     whole processes instead: `CLI info FILE` against a process that dlopens
+ *                 llama.cpp, parses FILE once and exits (`parse --peer-once`), alternating, each
+ *                 timed from spawn to exit
  */
 #include "peer.h"
 
 #include <weightmap.h>
 
+#include <fcntl.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 /* llama-bpe first: it carries the 10x target. */
 static const char *const default_files[] = {
@@ -28,6 +40,7 @@ static const char *const default_files[] = {
 };
 #define N_DEFAULT (sizeof default_files / sizeof default_files[0])
 #define TARGET_RATIO 10.0
+#define PROCESS_TARGET 12.0
 
 /* ---- one timed open of each side ---- */
 
@@ -129,15 +142,175 @@ static int bench_file(const bench_peer *p, const char *path, int n, row *out) {
     return rc;
 }
 
+/* ---- a big vocabulary ---- */
+
+static void put(FILE *o, const void *p, size_t n) { fwrite(p, 1, n, o); }
+static void put_u32(FILE *o, uint32_t v) { put(o, &v, 4); }
+static void put_u64(FILE *o, uint64_t v) { put(o, &v, 8); }
+static void put_str(FILE *o, const char *s) {
+    put_u64(o, strlen(s));
+    put(o, s, strlen(s));
+}
+static void put_key(FILE *o, const char *key, uint32_t type) {
+    put_str(o, key);
+    put_u32(o, type);
+}
+
+/* Token k: a word-like string of 3 to 14 bytes from a fixed xorshift sequence. */
+static const char *token_text(uint32_t k, char buf[32]) {
+    static const char alpha[] = "etaoinshrdlucmfwypvbgkqjxz_ETAOINSHRDLU0123456789";
+    uint32_t x = k * 2654435761u + 12345u;
+    int len = 3 + (int)(x % 12);
+    int n = snprintf(buf, 32, "%u", k);
+    for (int i = n; i < len + n && i < 30; i++) {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        buf[i] = alpha[x % (sizeof alpha - 1)];
+    }
+    buf[len + n < 30 ? len + n : 30] = 0;
+    return buf;
+}
+
+static int make_vocab(const char *out, uint32_t n) {
+    FILE *o = fopen(out, "wb");
+    if (!o) {
+        perror(out);
+        return 1;
+    }
+    enum { U32 = 4, I32 = 5, F32 = 6, STRING = 8, ARRAY = 9 };
+    put(o, "GGUF", 4);
+    put_u32(o, 3);
+    put_u64(o, 0); /* tensors */
+    put_u64(o, 6); /* KV */
+    put_key(o, "general.architecture", STRING);
+    put_str(o, "gemma3");
+    put_key(o, "tokenizer.ggml.model", STRING);
+    put_str(o, "llama");
+    put_key(o, "tokenizer.ggml.tokens", ARRAY);
+    put_u32(o, STRING);
+    put_u64(o, n);
+    char buf[32], buf2[32], line[80];
+    for (uint32_t k = 0; k < n; k++) put_str(o, token_text(k, buf));
+    put_key(o, "tokenizer.ggml.scores", ARRAY);
+    put_u32(o, F32);
+    put_u64(o, n);
+    for (uint32_t k = 0; k < n; k++) {
+        float v = -(float)k;
+        put(o, &v, 4);
+    }
+    put_key(o, "tokenizer.ggml.token_type", ARRAY);
+    put_u32(o, I32);
+    put_u64(o, n);
+    for (uint32_t k = 0; k < n; k++) put_u32(o, k < 8 ? 3 : 1);
+    put_key(o, "tokenizer.ggml.merges", ARRAY);
+    put_u32(o, STRING);
+    put_u64(o, n);
+    for (uint64_t k = 0; k < n; k++) {
+        snprintf(line, sizeof line, "%s %s", token_text((uint32_t)(k % n), buf),
+                 token_text((uint32_t)((k * 7 + 1) % n), buf2));
+        put_str(o, line);
+    }
+    if (fclose(o) != 0) {
+        perror(out);
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- whole processes ---- */
+
+extern char **environ;
+
+/* Milliseconds from spawning argv to its exit (status 0 required), or a negative value. */
+static double time_process(char *const argv[]) {
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    double t0 = bench_now_ms();
+    pid_t pid;
+    int e = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (e) return -1;
+    int status;
+    if (waitpid(pid, &status, 0) != pid) return -1;
+    double t1 = bench_now_ms();
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? t1 - t0 : -1;
+}
+
+static int peer_once(const char *dir, const char *path) {
+    bench_peer peer = {0};
+    if (bench_peer_open_gguf(&peer, dir)) return 1;
+    struct bench_gguf_init_params ip = {.no_alloc = true, .ctx = NULL};
+    struct gguf_context *g = peer.gguf_init_from_file(path, ip);
+    if (!g) return 1;
+    peer.gguf_free(g);
+    bench_peer_close(&peer);
+    return 0;
+}
+
+static int process_bench(const char *self, const char *cli, const char *peer_dir, const char *path,
+                         int n) {
+    char dir[4096];
+    if (!peer_dir) {
+        bench_peer probe = {0};
+        if (bench_peer_open_gguf(&probe, NULL)) return 1;
+        snprintf(dir, sizeof dir, "%s", probe.dir);
+        bench_peer_close(&probe);
+        peer_dir = dir;
+    }
+    char *wm_argv[] = {(char *)cli, "info", (char *)path, NULL};
+    char *peer_argv[] = {(char *)self, "--peer-once", (char *)peer_dir, (char *)path, NULL};
+    if (time_process(wm_argv) < 0 || time_process(peer_argv) < 0) {
+        fprintf(stderr, "parse: %s or the peer failed on %s\n", cli, path);
+        return 1;
+    }
+    double *tw = calloc((size_t)n, sizeof *tw), *tp = calloc((size_t)n, sizeof *tp);
+    if (!tw || !tp) return 1;
+    for (int i = 0; i < n; i++) {
+        if (i % 2 == 0) {
+            tw[i] = time_process(wm_argv);
+            tp[i] = time_process(peer_argv);
+        } else {
+            tp[i] = time_process(peer_argv);
+            tw[i] = time_process(wm_argv);
+        }
+        if (tw[i] < 0 || tp[i] < 0) return 1;
+    }
+    bench_stats w = bench_stats_of(tw, (size_t)n), p = bench_stats_of(tp, (size_t)n);
+    char machine[512];
+    bench_machine_line(machine, sizeof machine);
+    const char *slash = strrchr(path, '/');
+    printf("## parse, whole processes\n\n");
+    printf("`weightmap info FILE` against a process that dlopens llama.cpp's libggml-base, runs "
+           "gguf_init_from_file(no_alloc) + gguf_free once and exits; %d alternating runs each, "
+           "spawn to exit, warm page cache. Machine: %s.\n\n", n, machine);
+    printf("| file | weightmap ms: median (p10-p90) | llama.cpp ms: median (p10-p90) | llama.cpp / "
+           "weightmap |\n|---|---:|---:|---:|\n");
+    double ratio = w.median > 0 ? p.median / w.median : 0;
+    printf("| %s | %.2f (%.2f-%.2f) | %.2f (%.2f-%.2f) | %.1fx |\n", slash ? slash + 1 : path,
+           w.median, w.p10, w.p90, p.median, p.p10, p.p90, ratio);
+    printf("\nTarget (whole process at least %.0fx faster): %s (%.1fx).\n", PROCESS_TARGET,
+           ratio >= PROCESS_TARGET ? "met" : "NOT met", ratio);
+    free(tw);
+    free(tp);
+    return 0;
+}
+
 /* ---- main ---- */
 
 static void usage(void) {
-    fprintf(stderr, "usage: parse [-n N] [--peer DIR] [FILE...]\n");
+    fprintf(stderr, "usage: parse [-n N] [--peer DIR] [FILE...]\n"
+                    "       parse --make-vocab OUT [N_TOKENS]\n"
+                    "       parse --process CLI [-n N] [--peer DIR] FILE\n");
 }
 
 int main(int argc, char **argv) {
+    if (argc >= 3 && strcmp(argv[1], "--make-vocab") == 0)
+        return make_vocab(argv[2], argc >= 4 ? (uint32_t)strtoul(argv[3], NULL, 10) : 262144u);
+    if (argc == 4 && strcmp(argv[1], "--peer-once") == 0) return peer_once(argv[2], argv[3]);
     int n = 50;
-    const char *peer_dir = NULL;
+    const char *peer_dir = NULL, *cli = NULL;
     const char **files = calloc((size_t)argc + N_DEFAULT, sizeof *files);
     char (*fixture)[4096] = calloc(N_DEFAULT, sizeof *fixture);
     size_t n_files = 0;
@@ -151,12 +324,21 @@ int main(int argc, char **argv) {
             }
         } else if (strcmp(argv[i], "--peer") == 0 && i + 1 < argc) {
             peer_dir = argv[++i];
+        } else if (strcmp(argv[i], "--process") == 0 && i + 1 < argc) {
+            cli = argv[++i];
         } else if (argv[i][0] == '-') {
             usage();
             return 2;
         } else {
             files[n_files++] = argv[i];
         }
+    }
+    if (cli) {
+        if (n_files != 1) {
+            usage();
+            return 2;
+        }
+        return process_bench(argv[0], cli, peer_dir, files[0], n);
     }
     if (n_files == 0)
         for (size_t i = 0; i < N_DEFAULT; i++)

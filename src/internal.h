@@ -47,13 +47,15 @@ void wm__ledger_release(wm_ledger_category cat, uint64_t bytes);
 void wm__ledger_shrink(wm_ledger_category cat, uint64_t bytes);
 void wm__ledger_note_request(uint64_t bytes); /* heap_largest */
 
-/* ---- the counted allocator (alloc.c): all heap memory of the library goes through it ---- */
+/* ---- the counted allocator (ledger.c): all heap memory of the library goes through it ---- */
 
 /* Blocks of WM_ALLOC_PAGE_THRESHOLD bytes or more come from wm__os_pages_alloc, never malloc,
  * so that no allocator cache can keep them after release: only blocks smaller than a page ever
  * sit in malloc's heap, and the bytes it may keep after a model is gone stay below its trim
  * threshold. NULL on exhaustion or injected fault. */
 #define WM_ALLOC_PAGE_THRESHOLD ((size_t)4096)
+/* Bytes in front of every block: its size (so wm__free needs none), rounded for alignment. */
+#define WM_ALLOC_HEADER ((size_t)16)
 void *wm__alloc(size_t size);
 void *wm__calloc(size_t n, size_t size); /* zeroed; NULL on overflow */
 /* Growing moves the block; shrinking keeps it where it is, and a block from pages gives the
@@ -109,8 +111,12 @@ struct wm_file {
     wm__shard *shards; /* shards[0] is the file itself */
     uint32_t n_shards;
 
-    unsigned char *header; /* header bytes (counted allocation); metadata points into it */
+    unsigned char *header; /* header bytes; metadata points into it */
     size_t header_len;     /* bytes valid in header */
+    /* 0: header is a counted allocation. Else header is a read-only shared mapping of the first
+     * header_map bytes of shards[0] (GGUF headers of megabytes: gguf.c says why), counted as
+     * map_shared. */
+    size_t header_map;
     void *aux;             /* format-private state (safetensors: the parsed JSON) */
     void (*aux_free)(void *aux);
 

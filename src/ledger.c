@@ -86,7 +86,7 @@ uint64_t wm_ledger_regions(const wm_ledger *l) {
  * Each block carries a 16-byte header holding its size, so wm__free needs no size and the
  * ledger gets back exactly what it was charged. */
 
-#define HDR 16
+#define HDR WM_ALLOC_HEADER
 #define WM_ALLOC_HUGE_MIN ((size_t)1024 * 1024)
 
 void *wm__alloc(size_t size) {

@@ -16,7 +16,7 @@ void wm__cuda_tune(size_t wsize, unsigned slots, unsigned flags);
 /* How much wm_backend_init rehearses a load's CUDA calls (rounds; events and copies a round;
  * bytes registered, 0: keep), for the next wm_backend_init. */
 void wm__cuda_rehearsal(unsigned rounds, unsigned events, unsigned copies, size_t bytes);
-/* The base of the last staged ring (tests check it is no longer registered after release). */
+/* The base of the last staged ring (tests check that it is not registered after release). */
 void *wm__cuda_test_last_ring(void);
 
 #endif /* WM_CUDA_TUNE_H */

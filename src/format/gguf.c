@@ -26,6 +26,9 @@
 #define GGUF_FIRST_READ (WM_ALLOC_PAGE_THRESHOLD - 64)
 #define GGUF_HUGE_MIN ((size_t)128 * 1024)
 #define GGUF_HUGE_PAGE ((size_t)2 * 1024 * 1024)
+/* Where the next buffer would be larger than this, the header is parsed from a mapping instead
+ * (see parse_mapped). */
+#define GGUF_MAP_ABOVE GGUF_HUGE_PAGE
 
 static const uint8_t value_size[WM_VALUE_TYPE_COUNT] = {
     [WM_VALUE_U8] = 1,  [WM_VALUE_I8] = 1,  [WM_VALUE_U16] = 2, [WM_VALUE_I16] = 2,
@@ -238,11 +241,9 @@ static bool parse_tensor(parse_state *s, uint64_t i) {
         return fail(s, tat, "tensor '%.*s': byte size overflows", nl, name);
     t->nbytes = bytes;
 
-    size_t oat = s->r.pos;
     uint64_t off;
     if (!wm__rd_u64(&s->r, &off, "tensor offset")) return false;
     t->offset = off; /* relative until the data offset is known */
-    (void)oat;
     return true;
 }
 
@@ -450,12 +451,13 @@ static wm_status build_names(wm_file *f, const char *path, wm_error *err) {
  * VM a fault costs ~15 us: reading a 7.8 MB vocab header into 4 KiB pages took 28 ms, into
  * 2 MiB pages 1.4 ms. The counted allocator advises MADV_HUGEPAGE on blocks of 1 MiB or more;
  * the kernel aligns an anonymous mapping to 2 MiB only when its length is a multiple of 2 MiB,
- * so a buffer of GGUF_HUGE_MIN or more is rounded up to whole huge pages (the allocator's block
- * header fits in the 64 bytes of slack). *cap then grows to what the buffer holds, up to the
+ * so a buffer of GGUF_HUGE_MIN or more is rounded up to whole huge pages (less the allocator's
+ * block header, WM_ALLOC_HEADER, so that header and buffer together fill whole huge pages). *cap then grows to what the buffer holds, up to the
  * file size, so those bytes are read now rather than in a later pass. */
-/* The bytes a buffer of n bytes gets: whole huge pages less the allocator's 64-byte header. */
+/* The bytes a buffer of n bytes gets: whole huge pages less the allocator's block header. */
 static uint64_t huge_size(uint64_t n) {
-    return (n + 64 + GGUF_HUGE_PAGE - 1) / GGUF_HUGE_PAGE * GGUF_HUGE_PAGE - 64;
+    return (n + WM_ALLOC_HEADER + GGUF_HUGE_PAGE - 1) / GGUF_HUGE_PAGE * GGUF_HUGE_PAGE -
+           WM_ALLOC_HEADER;
 }
 
 static unsigned char *header_alloc(size_t *cap, uint64_t file_size) {
@@ -466,6 +468,41 @@ static unsigned char *header_alloc(size_t *cap, uint64_t file_size) {
     if (!p) return NULL;
     if (huge) *cap = n < file_size ? n : (size_t)file_size;
     return p;
+}
+
+/* Why a mapping for headers of megabytes (a 262k-token vocabulary is 16 MB): read into memory,
+ * every byte is copied by the kernel out of the page cache into fresh pages, and that copy was
+ * most of the time a whole `weightmap info` took on such a file. Mapped, the parser reads the
+ * page-cache pages in place. The file then keeps a read-only shared mapping of its header,
+ * rounded to pages (page cache: evictable, never private), counted as map_shared; the rest of
+ * the file is unmapped as soon as the header is parsed. The buffers of the passes before are
+ * freed first, so the ledger holds the mapping alone. */
+static wm_status parse_mapped(wm_file *f, parse_state *s, wm_error *err) {
+    wm__free(f->header);
+    f->header = NULL;
+    if (f->size > SIZE_MAX)
+        return wm__err(err, WM_ENOMEM, 0, "%s: a %llu-byte file cannot be mapped here", f->path,
+                       (unsigned long long)f->size);
+    size_t len = (size_t)f->size;
+    void *p;
+    int e = wm__os_map(f->shards[0].fd, 0, len, WM_OS_MAP_SHARED_RO, &p);
+    if (e)
+        return wm__err(err, wm__status_io(e), e, "%s: mapping the header (%zu bytes at offset 0): %s",
+                       f->path, len, wm__errno_text(e));
+    f->header = p;
+    f->header_map = len;
+    wm__ledger_acquire(WM_LEDGER_MAP_SHARED, len);
+    s->r.buf = p;
+    s->r.len = len;
+    if (!parse_pass(s)) return err->code; /* the whole file is mapped: never need_more */
+    size_t page = wm__os_page_size();
+    size_t keep = f->header_len > len - page ? len : (f->header_len + page - 1) / page * page;
+    if (keep < len) {
+        wm__os_unmap((unsigned char *)p + keep, len - keep);
+        wm__ledger_shrink(WM_LEDGER_MAP_SHARED, len - keep);
+        f->header_map = keep;
+    }
+    return WM_OK;
 }
 
 wm_status wm__gguf_parse(wm_file *f, wm_error *err) {
@@ -504,14 +541,19 @@ wm_status wm__gguf_parse(wm_file *f, wm_error *err) {
             break;
         }
         if (!s.r.need_more) return err->code;
-        /* 8x (in whole huge pages from GGUF_HUGE_MIN on); a buffer that would hold a quarter of
-         * the file takes all of it: a vocab-only file is all header, and one more pass over a
-         * partial buffer costs more than it saves. */
+        /* 8x (in whole huge pages from GGUF_HUGE_MIN on), then a mapping; a buffer that would
+         * hold a quarter of a small file takes all of it: a vocab-only file is all header, and
+         * one more pass over a partial buffer costs more than it saves. */
         uint64_t want = (uint64_t)cap * 8;
-        /* Rounded here as header_alloc will (whole huge pages less the allocator's 64 bytes), so
-         * that the quarter-of-the-file test sees the buffer's real size. */
+        /* Rounded here as header_alloc will (whole huge pages less the allocator's block
+         * header), so that the quarter-of-the-file test sees the buffer's real size. */
         if (want >= GGUF_HUGE_MIN) want = huge_size(want);
-        cap = want >= f->size / 4 ? (size_t)f->size : (size_t)want;
+        if (want > GGUF_MAP_ABOVE) {
+            wm_status st = parse_mapped(f, &s, err);
+            if (st) return st;
+            break;
+        }
+        cap = want >= f->size / 4 && f->size <= GGUF_MAP_ABOVE ? (size_t)f->size : (size_t)want;
     }
     return build_names(f, f->path, err);
 }

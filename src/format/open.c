@@ -25,7 +25,12 @@ void wm__file_free(wm_file *f) {
     wm__free(f->names);
     wm__free(f->kvs);
     wm__free(f->tensors);
-    wm__free(f->header);
+    if (f->header_map) {
+        wm__os_unmap(f->header, f->header_map);
+        wm__ledger_release(WM_LEDGER_MAP_SHARED, f->header_map);
+    } else {
+        wm__free(f->header);
+    }
     wm__free(f->path);
     wm__free(f);
 }

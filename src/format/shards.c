@@ -265,7 +265,9 @@ static wm_status merge(set *s, wm_file **out) {
     } else {
         m->header = s0->header;
         m->header_len = s0->header_len;
+        m->header_map = s0->header_map;
         s0->header = NULL;
+        s0->header_map = 0;
     }
     m->aux = s0->aux;
     m->aux_free = s0->aux_free;

@@ -4,8 +4,9 @@
  * Rules that hold for every function here:
  *   - A function that can fail returns 0 or a positive errno value; it never sets errno for the
  *     caller to read and never prints.
- *   - Nothing here counts bytes: the ledger is kept one level up (src/region.c, src/alloc.c), so
- *     each acquisition is counted exactly once.
+ *   - Nothing here counts bytes: the ledger is kept one level up (src/ledger.c for the counted
+ *     allocator and scratch, src/backend/host.c for regions), so each acquisition is counted
+ *     exactly once.
  *   - Release functions (wm__os_close, wm__os_unmap, wm__os_pages_free, wm__os_unlock) cannot
  *     fail from the caller's point of view and accept a NULL/empty argument.
  *   - With WM_FAULT_INJECTION defined, every fallible call first asks src/os/fault.c whether it

@@ -1,0 +1,164 @@
+/*
+ * test_gguf_mapped.c: GGUF headers of megabytes are parsed from a read-only shared mapping of
+ * the file (src/format/gguf.c, parse_mapped), and the open file keeps a mapping of its header
+ * pages alone. These cases check that mechanism, not a time: the ledger's map_shared figure
+ * while open (exactly the header's pages, one region) and after close (0), the process's
+ * regions of the file (one while open, none after), that a small header is still read into
+ * memory (no mapping), that the values read through the mapping are the file's, and that every
+ * failure on the mapped path (a truncated big header, a failed mmap) leaves nothing behind.
+ */
+#include "gguf_builder.h"
+
+#include "os/fault.h"
+
+#include <errno.h>
+#include <unistd.h>
+
+#define BIG_VOCAB "gguf/ggml-vocab-llama-bpe.gguf" /* 7.8 MB, all header: 128256 tokens */
+#define SMALL "gguf/stories260K.gguf"
+
+static wm_ledger_stat shared_now(void) {
+    wm_ledger l;
+    wm_ledger_get(&l);
+    return l.cat[WM_LEDGER_MAP_SHARED];
+}
+
+/* A vocab-only file of n tokens (every token "tok<k>"), n large enough for a mapped header. */
+static const char *big_vocab(const char *name, uint64_t n, size_t cut) {
+    ggb g;
+    ggb_begin(&g, 3, 0, 2);
+    ggb_kv_str(&g, "general.architecture", "llama");
+    ggb_kv_arr(&g, "tokenizer.ggml.tokens", WM_VALUE_STRING, n);
+    char tok[32];
+    for (uint64_t k = 0; k < n; k++) {
+        snprintf(tok, sizeof tok, "tok%llu", (unsigned long long)k);
+        ggb_str(&g, tok);
+    }
+    if (cut) g.b.len -= cut;
+    const char *path = ggb_write(&g, name);
+    ggb_free(&g);
+    return path;
+}
+
+WM_TEST(big_header_is_mapped_pages_only_and_returned_at_close) {
+    const char *path = wmt_fixture(BIG_VOCAB);
+    wm_file *f = OPEN_OK(path);
+    wm_ledger_stat c = shared_now();
+    long page = sysconf(_SC_PAGESIZE);
+    uint64_t header = wm_file_size(f); /* a vocab-only file is all header */
+    CHECK_EQ(c.regions, 1);
+    /* The file's length, not rounded up: a mapping of the whole file ends where the file does. */
+    CHECK_EQ(c.current, header);
+    CHECK(header % (uint64_t)page != 0);
+    CHECK_EQ(wmt_count_file_maps(path), 1);
+    wm_file_close(f);
+    CHECK_EQ(shared_now().current, 0);
+    CHECK_EQ(wmt_count_file_maps(path), 0);
+    CHECK_LEDGER_EMPTY();
+}
+
+/* A header of a few MB inside a bigger file: the tail past the header is unmapped at once. */
+WM_TEST(big_header_with_data_keeps_only_the_header_pages) {
+    ggb g;
+    ggb_begin(&g, 3, 1, 2);
+    ggb_kv_str(&g, "general.architecture", "llama");
+    uint64_t n = 400000;
+    ggb_kv_arr(&g, "tokenizer.ggml.tokens", WM_VALUE_STRING, n);
+    char tok[32];
+    for (uint64_t k = 0; k < n; k++) {
+        snprintf(tok, sizeof tok, "t%llu", (unsigned long long)k);
+        ggb_str(&g, tok);
+    }
+    uint64_t ne = (uint64_t)4 << 20; /* 16 MiB of f32 data */
+    ggb_tensor1(&g, "w", ne, 0, 0);
+    size_t header_end = g.b.len;
+    ggb_pad(&g, 32);
+    ggb_data(&g, (size_t)ne * 4);
+    const char *path = ggb_write(&g, "data.gguf");
+    ggb_free(&g);
+    wm_file *f = OPEN_OK(path);
+    long page = sysconf(_SC_PAGESIZE);
+    wm_ledger_stat c = shared_now();
+    CHECK_EQ(c.regions, 1);
+    CHECK_EQ(c.current, (header_end + (size_t)page - 1) / (size_t)page * (size_t)page);
+    CHECK_MSG(c.current < wm_file_size(f) / 2, "the mapping kept %llu of %llu bytes",
+              (unsigned long long)c.current, (unsigned long long)wm_file_size(f));
+    /* Values read through the mapping are the file's. */
+    size_t i;
+    CHECK_STATUS(wm_file_find_metadata(f, "tokenizer.ggml.tokens", &i), WM_OK);
+    wm_string s;
+    CHECK_STATUS(wm_file_array_string(f, i, n - 1, &s), WM_OK);
+    CHECK_MSG(s.len == 7 && memcmp(s.ptr, "t399999", 7) == 0, "last token '%.*s'", (int)s.len,
+              s.ptr);
+    /* A model loads and releases beside the header mapping. */
+    wm_load_options o = {.mode = WM_MODE_MMAP};
+    wm_model *m = NULL;
+    wm_error err;
+    CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_OK);
+    CHECK_EQ(wmt_count_file_maps(path), 2);
+    wm_model_release(m);
+    CHECK_EQ(wmt_count_file_maps(path), 1);
+    wm_file_close(f);
+    CHECK_EQ(wmt_count_file_maps(path), 0);
+}
+
+WM_TEST(small_header_is_read_not_mapped) {
+    const char *path = wmt_fixture(SMALL);
+    wm_file *f = OPEN_OK(path);
+    CHECK_EQ(shared_now().regions, 0);
+    CHECK_EQ(wmt_count_file_maps(path), 0);
+    wm_file_close(f);
+}
+
+/* A big header cut short: refused with the field and offset, nothing mapped or counted after. */
+WM_TEST(truncated_big_header_refused_cleanly) {
+    const char *path = big_vocab("cut.gguf", 300000, 3);
+    CHECK_REFUSED(path, WM_EFORMAT, "token");
+}
+
+/* Every fallible call of a mapped open fails in turn (the mmap among them): each failure is
+ * reported, or was a hint whose failure changes nothing (the open then succeeds), and either
+ * way no mapping, descriptor or ledger byte is left after close. The mmap itself must fail the
+ * open. */
+WM_TEST(fault_sweep_mapped_open) {
+#ifndef WM_FAULT_INJECTION
+    WM_SKIP("needs -DWM_FAULT_INJECTION=ON");
+#else
+    const char *path = wmt_fixture(BIG_VOCAB);
+    wm__fault_reset();
+    wm_file *f = OPEN_OK(path);
+    wm_file_close(f);
+    uint64_t n = wm__fault_count(WM_OS_ANY);
+    CHECK(wm__fault_count(WM_OS_MAP) == 1);
+    int fds = ggb_count_fds();
+    wm_error err;
+    wm__fault_reset();
+    wm__fault_arm(WM_OS_MAP, 1, ENOMEM);
+    f = NULL;
+    CHECK_STATUS(wm_file_open(path, &f, &err), WM_ENOMEM);
+    CHECK_MSG_HAS(err, "mapping the header");
+    CHECK_EQ(wmt_count_file_maps(path), 0);
+    CHECK_LEDGER_EMPTY();
+    unsigned failed = 0;
+    for (uint64_t k = 1; k <= n; k++) {
+        wm__fault_reset();
+        wm__fault_arm(WM_OS_ANY, k, ENOMEM);
+        f = NULL;
+        wm_status st = wm_file_open(path, &f, &err);
+        CHECK_MSG(st == WM_ENOMEM || st == WM_OK, "call %llu of %llu: %s", (unsigned long long)k,
+                  (unsigned long long)n, wm_status_name(st));
+        if (st == WM_OK) {
+            wm_file_close(f);
+        } else {
+            failed++;
+            CHECK(f == NULL);
+            CHECK_MSG(strstr(err.msg, path) != NULL, "message \"%s\" lacks the path", err.msg);
+        }
+        CHECK_EQ(ggb_count_fds(), fds);
+        CHECK_EQ(wmt_count_file_maps(path), 0);
+        CHECK_LEDGER_EMPTY();
+    }
+    CHECK_MSG(failed > 0, "no injected fault failed the open");
+    wm__fault_reset();
+#endif
+}
