@@ -1,10 +1,10 @@
 /*
  * trace.c: `weightmap trace [--file F]... [--cycles-marker SYMBOL] [--json] [--svg OUT]
- * [--interval MS] -- CMD ARGS...`: runs CMD under libwmtrace.so (tools/trace/, LD_PRELOAD) and
- * reports its weight-memory lifecycle: per thread the malloc family (largest block, bytes held at
- * exit by size class), every mapping of a weight file with its flags and times, mlock, the
- * release markers and the footprint over time; then the verdicts (docs/TRACE.md). Exit status:
- * 1 when a rule is broken, else CMD's own (128+N when a signal N ended it), 2 usage.
+ * [--out REPORT] [--interval MS] -- CMD ARGS...`: runs CMD under libwmtrace.so (tools/trace/,
+ * LD_PRELOAD) and reports its weight-memory lifecycle: per thread the malloc family (largest block,
+ * bytes held at exit by size class), every mapping of a weight file with its flags and times,
+ * mlock, the release markers and the footprint over time; then the verdicts (docs/TRACE.md). Exit
+ * status: 1 when a rule is broken, else CMD's own (128+N when a signal N ended it), 2 usage.
  *
  * Sections: arguments and finding the library; running CMD (footprint sampled from outside);
  * reading the trace file; the verdicts; the text and JSON reports; the SVG picture.
@@ -37,6 +37,7 @@ typedef struct trace_args {
     const char *marker;
     bool json;
     const char *svg;
+    const char *out; /* the report to this file, not stdout */
     unsigned interval_ms;
     char **cmd;
 } trace_args;
@@ -115,7 +116,7 @@ typedef struct trace {
 
 static int usage_help(void) {
     printf("usage: weightmap trace [--file F]... [--cycles-marker SYMBOL] [--json] [--svg OUT]\n"
-           "                       [--interval MS] -- CMD ARGS...\n"
+           "                       [--out REPORT] [--interval MS] -- CMD ARGS...\n"
            "  Runs CMD with libwmtrace.so preloaded and reports its weight-memory lifecycle:\n"
            "  malloc per thread, every mapping of a weight file (F, or any GGUF/safetensors file\n"
            "  over 1 MiB), mlock, the footprint over time; then the verdicts. --cycles-marker:\n"
@@ -140,11 +141,12 @@ static int parse_args(int argc, char **argv, trace_args *a) {
         if (!strcmp(s, "--json")) {
             a->json = true;
         } else if (!strcmp(s, "--file") || !strcmp(s, "--cycles-marker") || !strcmp(s, "--svg") ||
-                   !strcmp(s, "--interval")) {
+                   !strcmp(s, "--interval") || !strcmp(s, "--out")) {
             if (!v || !*v) return cli_usage("trace: %s needs a value", s);
             i++;
             if (s[2] == 'f') {
-                if (a->n_files == MAX_NAMED) return cli_usage("trace: at most %d --file", MAX_NAMED);
+                if (a->n_files == MAX_NAMED)
+                    return cli_usage("trace: at most %d --file", MAX_NAMED);
                 struct stat st;
                 if (stat(v, &st) != 0) {
                     fprintf(stderr, "weightmap: %s: %s\n", v, strerror(errno));
@@ -152,10 +154,13 @@ static int parse_args(int argc, char **argv, trace_args *a) {
                 }
                 a->files[a->n_files++] = v;
             } else if (s[2] == 'c') {
-                if (strlen(v) >= 64) return cli_usage("trace: --cycles-marker: a symbol name under 64 bytes");
+                if (strlen(v) >= 64)
+                    return cli_usage("trace: --cycles-marker: a symbol name under 64 bytes");
                 a->marker = v;
             } else if (s[2] == 's') {
                 a->svg = v;
+            } else if (s[2] == 'o') {
+                a->out = v;
             } else {
                 uint64_t ms;
                 if (!cli_parse_u64(v, &ms) || ms == 0 || ms > 10000)
@@ -168,7 +173,8 @@ static int parse_args(int argc, char **argv, trace_args *a) {
             break; /* the command starts here ("--" is optional when CMD does not start with -) */
         }
     }
-    if (i >= argc) return cli_usage("trace: no command to run (weightmap trace [options] -- CMD ARGS...)");
+    if (i >= argc)
+        return cli_usage("trace: no command to run (weightmap trace [options] -- CMD ARGS...)");
     a->cmd = argv + i;
     return -1;
 }
@@ -212,7 +218,8 @@ static bool read_small(const char *path, char *buf, size_t cap) {
     if (fd < 0) return false;
     size_t n = 0;
     ssize_t r;
-    while (n + 1 < cap && (r = read(fd, buf + n, cap - 1 - n)) > 0) n += (size_t)r;
+    while (n + 1 < cap && (r = read(fd, buf + n, cap - 1 - n)) > 0)
+        n += (size_t)r;
     close(fd);
     buf[n] = 0;
     return n > 0;
@@ -223,7 +230,8 @@ static void sample_child(trace *t) {
     char path[64], buf[4096];
     snprintf(path, sizeof path, "/proc/%d/smaps_rollup", (int)t->pid);
     if (!read_small(path, buf, sizeof buf)) return;
-    uint64_t fp = kb_field(buf, "\nAnonymous:") + kb_field(buf, "\nSwap:"), rss = kb_field(buf, "\nRss:");
+    uint64_t fp = kb_field(buf, "\nAnonymous:") + kb_field(buf, "\nSwap:"),
+             rss = kb_field(buf, "\nRss:");
     snprintf(path, sizeof path, "/proc/%d/status", (int)t->pid);
     if (read_small(path, buf, sizeof buf)) fp += kb_field(buf, "\nRssShmem:");
     double when = (double)(mono_ns() - t->t0_ns) / 1e9;
@@ -290,8 +298,8 @@ static tmap *find_map(trace *t, int id) {
     return NULL;
 }
 
-static void add_event(trace *t, double when, char type, uint64_t a, uint64_t b, int64_t rc, uint64_t c,
-                      const char *text) {
+static void add_event(trace *t, double when, char type, uint64_t a, uint64_t b, int64_t rc,
+                      uint64_t c, const char *text) {
     GROW(t->ev, t->n_ev, t->cap_ev);
     tevent *e = &t->ev[t->n_ev++];
     memset(e, 0, sizeof *e);
@@ -308,9 +316,11 @@ static void parse_line(trace *t, char *ln) {
     char *rest;
     uint64_t ns = strtoull(ln, &rest, 10);
     int64_t tid = strtoll(rest, &rest, 10);
-    while (*rest == ' ') rest++;
+    while (*rest == ' ')
+        rest++;
     char type = *rest ? *rest++ : 0;
-    while (*rest == ' ') rest++;
+    while (*rest == ' ')
+        rest++;
     double when = ns >= t->t0_ns ? (double)(ns - t->t0_ns) / 1e9 : 0;
     char *p = rest;
     switch (type) {
@@ -326,7 +336,8 @@ static void parse_line(trace *t, char *ln) {
         if (idx < 0 || idx >= 64) return;
         tfile *f = &t->files[idx];
         f->size = strtoull(p, &p, 10);
-        while (*p == ' ') p++;
+        while (*p == ' ')
+            p++;
         size_t k = strcspn(p, " ");
         snprintf(f->kind, sizeof f->kind, "%.*s", (int)k, p);
         p += k;
@@ -416,7 +427,8 @@ static int read_trace(trace *t, int fd) {
     t->st = m;
     struct stat sb;
     if (fstat(fd, &sb) != 0) return 1;
-    size_t n = (size_t)sb.st_size > sizeof(wmtrace_stats) ? (size_t)sb.st_size - sizeof(wmtrace_stats) : 0;
+    size_t n =
+        (size_t)sb.st_size > sizeof(wmtrace_stats) ? (size_t)sb.st_size - sizeof(wmtrace_stats) : 0;
     char *buf = malloc(n + 1);
     if (!buf) return 1;
     size_t got = 0;
@@ -445,7 +457,8 @@ static int read_trace(trace *t, int fd) {
 
 /* ---- verdicts ---- */
 
-static void add_verdict(trace *t, const char *rule, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void add_verdict(trace *t, const char *rule, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static void add_verdict(trace *t, const char *rule, const char *fmt, ...) {
     GROW(t->v, t->n_v, t->cap_v);
     verdict *v = &t->v[t->n_v++];
@@ -473,7 +486,8 @@ static void judge(trace *t) {
         const wmtrace_thread *th = &t->st->threads[i];
         if (th->loader && th->largest_loading > WMTRACE_BIG)
             add_verdict(t, "scratch",
-                        "thread %" PRId64 " (%.16s) loads a weight file and took %s from malloc while "
+                        "thread %" PRId64
+                        " (%.16s) loads a weight file and took %s from malloc while "
                         "loading (over 64 KiB; large memory should be page-allocated and returned)",
                         th->tid, th->name, cli_bytes(th->largest_loading, b1));
     }
@@ -483,15 +497,18 @@ static void judge(trace *t) {
         double until = m->t_unmap < 0 ? 1e300 : m->t_unmap;
         const tevent *rel = NULL;
         for (int k = 0; k < t->n_ev && !rel; k++)
-            if (t->ev[k].type == 'R' && t->ev[k].t >= m->t_map && t->ev[k].t < until) rel = &t->ev[k];
+            if (t->ev[k].type == 'R' && t->ev[k].t >= m->t_map && t->ev[k].t < until)
+                rel = &t->ev[k];
         if (rel)
             add_verdict(t, "released",
-                        "mapping #%d of %s (%s at offset %" PRIu64 ") still mapped after the release "
+                        "mapping #%d of %s (%s at offset %" PRIu64
+                        ") still mapped after the release "
                         "at %.6f s (%s)",
                         m->id, fname(t, m->fidx), cli_bytes(m->len, b1), m->off, rel->t, rel->text);
         else if (m->t_unmap < 0)
             add_verdict(t, "released",
-                        "mapping #%d of %s (%s at offset %" PRIu64 ") still mapped at the end of the process",
+                        "mapping #%d of %s (%s at offset %" PRIu64
+                        ") still mapped at the end of the process",
                         m->id, fname(t, m->fidx), cli_bytes(m->len, b1), m->off);
         m->after_release = rel || m->t_unmap < 0;
     }
@@ -504,17 +521,20 @@ static void judge(trace *t) {
         for (int k = 0; k < i; k++)
             if (t->ev[k].type == 'R') last_rel = t->ev[k].t;
         for (int k = 0; k < i; k++)
-            if (t->ev[k].type == 'O' && (int)t->ev[k].a == m->fidx && t->ev[k].t > last_rel) opens++;
+            if (t->ev[k].type == 'O' && (int)t->ev[k].a == m->fidx && t->ev[k].t > last_rel)
+                opens++;
         for (int k = 0; k < t->n_maps; k++) {
             const tmap *o = &t->maps[k];
-            if (o->fidx != m->fidx || o->t_map > now || (o->t_unmap >= 0 && o->t_unmap <= now)) continue;
+            if (o->fidx != m->fidx || o->t_map > now || (o->t_unmap >= 0 && o->t_unmap <= now))
+                continue;
             if (o->off < m->off + m->len && m->off < o->off + o->len) depth++;
         }
         if (depth > (opens ? opens : 1)) {
-            add_verdict(t, "loads",
-                        "%d live mappings of the same bytes of %s at %.6f s after %d load%s since the "
-                        "last release",
-                        depth, fname(t, m->fidx), now, opens, opens == 1 ? "" : "s");
+            add_verdict(
+                t, "loads",
+                "%d live mappings of the same bytes of %s at %.6f s after %d load%s since the "
+                "last release",
+                depth, fname(t, m->fidx), now, opens, opens == 1 ? "" : "s");
             break;
         }
     }
@@ -545,8 +565,9 @@ static void fp_figures(const trace *t, uint64_t *start, uint64_t *peak, uint64_t
 }
 
 static void flags_text(const tmap *m, char *out, size_t cap) {
-    snprintf(out, cap, "%s%s%s|%s%s", m->prot & PROT_READ ? "R" : "", m->prot & PROT_WRITE ? "W" : "",
-             m->prot & PROT_EXEC ? "X" : "", m->flags & MAP_PRIVATE ? "MAP_PRIVATE" : "MAP_SHARED",
+    snprintf(out, cap, "%s%s%s|%s%s", m->prot & PROT_READ ? "R" : "",
+             m->prot & PROT_WRITE ? "W" : "", m->prot & PROT_EXEC ? "X" : "",
+             m->flags & MAP_PRIVATE ? "MAP_PRIVATE" : "MAP_SHARED",
              private_writable(m) ? " (privatises on read)" : "");
 }
 
@@ -556,38 +577,39 @@ static void report_text(const trace *t) {
     printf("weightmap trace: %s (pid %d): exit %d, %.3f s, %s\n", t->args.cmd[0], (int)t->pid,
            exit_of(t->status), t->t_end, t->exited_normally ? "normal exit" : "no normal exit");
     printf("\nthreads (malloc family; held at exit by size class):\n");
-    printf("  %-8s %-16s %-6s %9s %10s %10s %10s %10s %10s %10s %10s\n", "tid", "name", "loader", "allocs",
-           "largest", "while-load", "<64K", "64K-1M", "1M-16M", ">=16M", "anon-held");
+    printf("  %-8s %-16s %-6s %9s %10s %10s %10s %10s %10s %10s %10s\n", "tid", "name", "loader",
+           "allocs", "largest", "while-load", "<64K", "64K-1M", "1M-16M", ">=16M", "anon-held");
     for (uint64_t i = 0; i < st->n_threads && i < WMTRACE_MAX_THREADS; i++) {
         const wmtrace_thread *th = &st->threads[i];
         char h[4][32];
         for (int c = 0; c < 4; c++)
             snprintf(h[c], 32, "%s%s", th->held[c] < 0 ? "-" : "",
                      cli_bytes((uint64_t)(th->held[c] < 0 ? -th->held[c] : th->held[c]), b[c]));
-        printf("  %-8" PRId64 " %-16.16s %-6s %9" PRIu64 " %10s %10s %10s %10s %10s %10s %10s\n", th->tid, th->name,
-               th->loader ? "yes" : "no", th->n_alloc, cli_bytes(th->largest, b[4]),
-               cli_bytes(th->largest_loading, b[5]), h[0], h[1], h[2], h[3],
-               cli_bytes((uint64_t)(th->anon_held > 0 ? th->anon_held : 0), b[0]));
+        printf("  %-8" PRId64 " %-16.16s %-6s %9" PRIu64 " %10s %10s %10s %10s %10s %10s %10s\n",
+               th->tid, th->name, th->loader ? "yes" : "no", th->n_alloc,
+               cli_bytes(th->largest, b[4]), cli_bytes(th->largest_loading, b[5]), h[0], h[1], h[2],
+               h[3], cli_bytes((uint64_t)(th->anon_held > 0 ? th->anon_held : 0), b[0]));
     }
     if (st->dropped_threads || st->dropped_blocks)
-        printf("  (not counted: %" PRIu64 " threads, %" PRIu64 " big blocks: tables full)\n", st->dropped_threads,
-               st->dropped_blocks);
+        printf("  (not counted: %" PRIu64 " threads, %" PRIu64 " big blocks: tables full)\n",
+               st->dropped_threads, st->dropped_blocks);
     printf("\nweight files:\n");
     if (!t->n_files) printf("  none seen\n");
     for (int i = 0; i < t->n_files; i++) {
         int live = 0;
         for (int k = 0; k < t->n_maps; k++)
             if (t->maps[k].fidx == i && t->maps[k].t_unmap < 0) live++;
-        printf("  [%d] %s (%s, %s): opened %d times, %d mappings, %d live at the end\n", i, t->files[i].path,
-               t->files[i].kind, cli_bytes(t->files[i].size, b[0]), t->files[i].opens, t->files[i].maps, live);
+        printf("  [%d] %s (%s, %s): opened %d times, %d mappings, %d live at the end\n", i,
+               t->files[i].path, t->files[i].kind, cli_bytes(t->files[i].size, b[0]),
+               t->files[i].opens, t->files[i].maps, live);
     }
     if (t->n_maps) printf("\nmappings:\n");
     for (int i = 0; i < t->n_maps; i++) {
         const tmap *m = &t->maps[i];
         char fl[64];
         flags_text(m, fl, sizeof fl);
-        printf("  #%-3d [%d] off %" PRIu64 " len %s %s thread %" PRId64 ": mapped %.6f s, ", m->id, m->fidx, m->off,
-               cli_bytes(m->len, b[0]), fl, m->tid, m->t_map);
+        printf("  #%-3d [%d] off %" PRIu64 " len %s %s thread %" PRId64 ": mapped %.6f s, ", m->id,
+               m->fidx, m->off, cli_bytes(m->len, b[0]), fl, m->tid, m->t_map);
         if (m->t_unmap >= 0)
             printf("unmapped %.6f s\n", m->t_unmap);
         else
@@ -599,54 +621,63 @@ static void report_text(const trace *t) {
         if (e->type != 'L' && e->type != 'K' && e->type != 'A' && e->type != 'Z') continue;
         if (!nlock++) printf("\nlocks:\n");
         if (e->type == 'A' || e->type == 'Z')
-            printf("  %.6f s %s rc %" PRId64 "\n", e->t, e->type == 'A' ? "mlockall" : "munlockall", e->rc);
+            printf("  %.6f s %s rc %" PRId64 "\n", e->t, e->type == 'A' ? "mlockall" : "munlockall",
+                   e->rc);
         else
-            printf("  %.6f s %s 0x%" PRIx64 " %s rc %" PRId64 "%s\n", e->t, e->type == 'L' ? "mlock" : "munlock", e->a,
-                   cli_bytes(e->b, b[0]), e->rc, e->c ? " (weight mapping)" : "");
+            printf("  %.6f s %s 0x%" PRIx64 " %s rc %" PRId64 "%s\n", e->t,
+                   e->type == 'L' ? "mlock" : "munlock", e->a, cli_bytes(e->b, b[0]), e->rc,
+                   e->c ? " (weight mapping)" : "");
     }
     printf("\nreleases: %d", t->releases);
     for (int i = 0, n = 0; i < t->n_ev; i++)
-        if (t->ev[i].type == 'R' && n++ < 8) printf("%s%.6f s (%s)", n == 1 ? ": " : ", ", t->ev[i].t, t->ev[i].text);
-    if (t->args.marker) printf("; marker %s redirected at %" PRIu64 " call sites", t->args.marker, st->marker_patched);
+        if (t->ev[i].type == 'R' && n++ < 8)
+            printf("%s%.6f s (%s)", n == 1 ? ": " : ", ", t->ev[i].t, t->ev[i].text);
+    if (t->args.marker)
+        printf("; marker %s redirected at %" PRIu64 " call sites", t->args.marker,
+               st->marker_patched);
     printf("\n");
     for (int i = 0; i < t->n_ev; i++)
         if (t->ev[i].type == 'W') printf("warning: %s\n", t->ev[i].text);
     uint64_t s0, pk, e0;
     fp_figures(t, &s0, &pk, &e0);
-    printf("footprint: first %s, peak %s, last %s (%d samples; the tracer's tables are %s of it at most)\n",
+    printf("footprint: first %s, peak %s, last %s (%d samples; the tracer's tables are %s of it at "
+           "most)\n",
            cli_bytes(s0, b[0]), cli_bytes(pk, b[1]), cli_bytes(e0, b[2]), t->n_samples,
            cli_bytes(st->tracer_bytes, b[3]));
     if (!t->n_v)
         printf("\nverdict: clean (no rule broken)\n");
     else
         printf("\nverdict: %d rule%s broken\n", t->n_v, t->n_v == 1 ? "" : "s");
-    for (int i = 0; i < t->n_v; i++) printf("  %s: %s\n", t->v[i].rule, t->v[i].msg);
+    for (int i = 0; i < t->n_v; i++)
+        printf("  %s: %s\n", t->v[i].rule, t->v[i].msg);
 }
 
 static void report_json(const trace *t) {
     const wmtrace_stats *st = t->st;
     printf("{\"command\":");
     cli_json_cstr(stdout, t->args.cmd[0]);
-    printf(",\"pid\":%d,\"exit_status\":%d,\"normal_exit\":%s,\"seconds\":%.6f,\"ok\":%s", (int)t->pid,
-           exit_of(t->status), t->exited_normally ? "true" : "false", t->t_end, t->n_v ? "false" : "true");
+    printf(",\"pid\":%d,\"exit_status\":%d,\"normal_exit\":%s,\"seconds\":%.6f,\"ok\":%s",
+           (int)t->pid, exit_of(t->status), t->exited_normally ? "true" : "false", t->t_end,
+           t->n_v ? "false" : "true");
     printf(",\"marker\":");
     if (t->args.marker)
         cli_json_cstr(stdout, t->args.marker);
     else
         printf("null");
-    printf(",\"marker_call_sites\":%" PRIu64 ",\"tracer_bytes\":%" PRIu64 ",\"threads\":[", st->marker_patched,
-           st->tracer_bytes);
+    printf(",\"marker_call_sites\":%" PRIu64 ",\"tracer_bytes\":%" PRIu64 ",\"threads\":[",
+           st->marker_patched, st->tracer_bytes);
     for (uint64_t i = 0; i < st->n_threads && i < WMTRACE_MAX_THREADS; i++) {
         const wmtrace_thread *th = &st->threads[i];
         printf("%s{\"tid\":%" PRId64 ",\"name\":", i ? "," : "", th->tid);
         cli_json_string(stdout, th->name, strnlen(th->name, sizeof th->name));
-        printf(",\"loader\":%s,\"allocs\":%" PRIu64 ",\"alloc_bytes\":%" PRIu64 ",\"largest\":%" PRIu64
-               ",\"largest_loading\":%" PRIu64 ",\"held\":[%" PRId64 ",%" PRId64 ",%" PRId64 ",%" PRId64
-               "],\"anon_maps\":%" PRIu64 ",\"anon_largest\":%" PRIu64 ",\"anon_held\":%" PRId64
-               ",\"weight_read\":%" PRIu64 "}",
-               th->loader ? "true" : "false", th->n_alloc, th->bytes_alloc, th->largest, th->largest_loading,
-               th->held[0], th->held[1], th->held[2], th->held[3], th->anon_maps, th->anon_largest, th->anon_held,
-               th->weight_read);
+        printf(",\"loader\":%s,\"allocs\":%" PRIu64 ",\"alloc_bytes\":%" PRIu64
+               ",\"largest\":%" PRIu64 ",\"largest_loading\":%" PRIu64 ",\"held\":[%" PRId64
+               ",%" PRId64 ",%" PRId64 ",%" PRId64 "],\"anon_maps\":%" PRIu64
+               ",\"anon_largest\":%" PRIu64 ",\"anon_held\":%" PRId64 ",\"weight_read\":%" PRIu64
+               "}",
+               th->loader ? "true" : "false", th->n_alloc, th->bytes_alloc, th->largest,
+               th->largest_loading, th->held[0], th->held[1], th->held[2], th->held[3],
+               th->anon_maps, th->anon_largest, th->anon_held, th->weight_read);
     }
     printf("],\"files\":[");
     for (int i = 0; i < t->n_files; i++) {
@@ -655,17 +686,19 @@ static void report_json(const trace *t) {
             if (t->maps[k].fidx == i && t->maps[k].t_unmap < 0) live++;
         printf("%s{\"path\":", i ? "," : "");
         cli_json_cstr(stdout, t->files[i].path);
-        printf(",\"kind\":\"%s\",\"size\":%" PRIu64 ",\"opens\":%d,\"mappings\":%d,\"live\":%d}", t->files[i].kind,
-               t->files[i].size, t->files[i].opens, t->files[i].maps, live);
+        printf(",\"kind\":\"%s\",\"size\":%" PRIu64 ",\"opens\":%d,\"mappings\":%d,\"live\":%d}",
+               t->files[i].kind, t->files[i].size, t->files[i].opens, t->files[i].maps, live);
     }
     printf("],\"mappings\":[");
     for (int i = 0; i < t->n_maps; i++) {
         const tmap *m = &t->maps[i];
-        printf("%s{\"id\":%d,\"file\":%d,\"offset\":%" PRIu64 ",\"length\":%" PRIu64
-               ",\"prot\":%d,\"private\":%s,\"writable\":%s,\"privatises_on_read\":%s,\"tid\":%" PRId64
-               ",\"mapped\":%.6f,\"unmapped\":",
-               i ? "," : "", m->id, m->fidx, m->off, m->len, m->prot, m->flags & MAP_PRIVATE ? "true" : "false",
-               m->prot & PROT_WRITE ? "true" : "false", private_writable(m) ? "true" : "false", m->tid, m->t_map);
+        printf(
+            "%s{\"id\":%d,\"file\":%d,\"offset\":%" PRIu64 ",\"length\":%" PRIu64
+            ",\"prot\":%d,\"private\":%s,\"writable\":%s,\"privatises_on_read\":%s,\"tid\":%" PRId64
+            ",\"mapped\":%.6f,\"unmapped\":",
+            i ? "," : "", m->id, m->fidx, m->off, m->len, m->prot,
+            m->flags & MAP_PRIVATE ? "true" : "false", m->prot & PROT_WRITE ? "true" : "false",
+            private_writable(m) ? "true" : "false", m->tid, m->t_map);
         if (m->t_unmap >= 0)
             printf("%.6f", m->t_unmap);
         else
@@ -676,10 +709,13 @@ static void report_json(const trace *t) {
     for (int i = 0, n = 0; i < t->n_ev; i++) {
         const tevent *e = &t->ev[i];
         if (e->type != 'L' && e->type != 'K' && e->type != 'A' && e->type != 'Z') continue;
-        printf("%s{\"call\":\"%s\",\"time\":%.6f,\"addr\":%" PRIu64 ",\"length\":%" PRIu64 ",\"rc\":%" PRId64
-               ",\"weight\":%s}",
+        printf("%s{\"call\":\"%s\",\"time\":%.6f,\"addr\":%" PRIu64 ",\"length\":%" PRIu64
+               ",\"rc\":%" PRId64 ",\"weight\":%s}",
                n++ ? "," : "",
-               e->type == 'L' ? "mlock" : e->type == 'K' ? "munlock" : e->type == 'A' ? "mlockall" : "munlockall",
+               e->type == 'L'   ? "mlock"
+               : e->type == 'K' ? "munlock"
+               : e->type == 'A' ? "mlockall"
+                                : "munlockall",
                e->t, e->a, e->b, e->rc, e->c ? "true" : "false");
     }
     printf("],\"releases\":[");
@@ -691,7 +727,8 @@ static void report_json(const trace *t) {
         }
     uint64_t s0, pk, e0;
     fp_figures(t, &s0, &pk, &e0);
-    printf("],\"footprint\":{\"samples\":%d,\"first\":%" PRIu64 ",\"peak\":%" PRIu64 ",\"last\":%" PRIu64 "}",
+    printf("],\"footprint\":{\"samples\":%d,\"first\":%" PRIu64 ",\"peak\":%" PRIu64
+           ",\"last\":%" PRIu64 "}",
            t->n_samples, s0, pk, e0);
     printf(",\"verdicts\":[");
     for (int i = 0; i < t->n_v; i++) {
@@ -715,11 +752,16 @@ static void report_json(const trace *t) {
 
 static void svg_text(FILE *f, const char *s) {
     for (; *s; s++) {
-        if (*s == '<') fputs("&lt;", f);
-        else if (*s == '>') fputs("&gt;", f);
-        else if (*s == '&') fputs("&amp;", f);
-        else if (*s == '"') fputs("&quot;", f);
-        else fputc(*s, f);
+        if (*s == '<')
+            fputs("&lt;", f);
+        else if (*s == '>')
+            fputs("&gt;", f);
+        else if (*s == '&')
+            fputs("&amp;", f);
+        else if (*s == '"')
+            fputs("&quot;", f);
+        else
+            fputc(*s, f);
     }
 }
 
@@ -739,7 +781,8 @@ static int write_svg(const trace *t, const char *path) {
 #define Y(v) (240.0 - 200.0 * (double)(v) / top)
     fprintf(f,
             "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d "
+            "%d\" "
             "font-family=\"sans-serif\" font-size=\"11\">\n"
             "<rect x=\"0\" y=\"0\" width=\"%d\" height=\"%d\" fill=\"#ffffff\"/>\n",
             SVG_W, h, SVG_W, h, SVG_W, h);
@@ -747,14 +790,18 @@ static int write_svg(const trace *t, const char *path) {
     svg_text(f, t->args.cmd[0]);
     fprintf(f, " (exit %d, %.3f s, %s)</text>\n", exit_of(t->status), t->t_end,
             t->n_v ? "rules broken" : "clean");
-    fprintf(f, "<line x1=\"%.1f\" y1=\"240\" x2=\"%.1f\" y2=\"240\" stroke=\"#000000\"/>\n", SVG_X0, SVG_X1);
-    fprintf(f, "<line x1=\"%.1f\" y1=\"40\" x2=\"%.1f\" y2=\"240\" stroke=\"#000000\"/>\n", SVG_X0, SVG_X0);
+    fprintf(f, "<line x1=\"%.1f\" y1=\"240\" x2=\"%.1f\" y2=\"240\" stroke=\"#000000\"/>\n", SVG_X0,
+            SVG_X1);
+    fprintf(f, "<line x1=\"%.1f\" y1=\"40\" x2=\"%.1f\" y2=\"240\" stroke=\"#000000\"/>\n", SVG_X0,
+            SVG_X0);
     fprintf(f, "<text x=\"4\" y=\"%.1f\">%s</text>\n", Y(pk) + 4, cli_bytes(pk, b));
     fprintf(f, "<text x=\"4\" y=\"244\">0</text>\n");
     fprintf(f, "<text x=\"%.1f\" y=\"256\" text-anchor=\"end\">%.3f s</text>\n", SVG_X1, span);
-    fprintf(f, "<text x=\"%.1f\" y=\"36\">footprint (anonymous + swap + shmem)</text>\n", SVG_X0 + 4);
+    fprintf(f, "<text x=\"%.1f\" y=\"36\">footprint (anonymous + swap + shmem)</text>\n",
+            SVG_X0 + 4);
     if (t->n_samples) {
-        fprintf(f, "<polyline class=\"footprint\" fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"2\" points=\"");
+        fprintf(f, "<polyline class=\"footprint\" fill=\"none\" stroke=\"#1f77b4\" "
+                   "stroke-width=\"2\" points=\"");
         for (int i = 0; i < t->n_samples; i++)
             fprintf(f, "%s%.1f,%.1f", i ? " " : "", X(t->samples[i].t), Y(t->samples[i].footprint));
         fprintf(f, "\"/>\n");
@@ -763,10 +810,14 @@ static int write_svg(const trace *t, const char *path) {
         const tmap *m = &t->maps[i];
         double x0 = X(m->t_map), x1 = X(m->t_unmap < 0 ? span : m->t_unmap);
         if (x1 - x0 < 2) x1 = x0 + 2;
-        const char *col = private_writable(m) ? "#ff7f0e" : m->after_release ? "#d62728" : "#2ca02c";
+        const char *col = private_writable(m) ? "#ff7f0e"
+                          : m->after_release  ? "#d62728"
+                                              : "#2ca02c";
         int y = SVG_BARS_Y + 16 * i;
-        fprintf(f, "<rect class=\"map\" x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"12\" fill=\"%s\"/>\n", x0, y,
-                x1 - x0, col);
+        fprintf(
+            f,
+            "<rect class=\"map\" x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"12\" fill=\"%s\"/>\n",
+            x0, y, x1 - x0, col);
         fprintf(f, "<text x=\"4\" y=\"%d\">#%d ", y + 10, m->id);
         svg_text(f, fname(t, m->fidx));
         fprintf(f, "</text>\n");
@@ -774,11 +825,14 @@ static int write_svg(const trace *t, const char *path) {
     for (int i = 0; i < t->n_ev; i++)
         if (t->ev[i].type == 'R')
             fprintf(f,
-                    "<line class=\"release\" x1=\"%.1f\" y1=\"40\" x2=\"%.1f\" y2=\"%d\" stroke=\"#9467bd\" "
+                    "<line class=\"release\" x1=\"%.1f\" y1=\"40\" x2=\"%.1f\" y2=\"%d\" "
+                    "stroke=\"#9467bd\" "
                     "stroke-width=\"1\" stroke-dasharray=\"4 3\"/>\n",
                     X(t->ev[i].t), X(t->ev[i].t), h - 20);
-    fprintf(f, "<text x=\"%.1f\" y=\"%d\">bars: weight-file mappings, map to unmap (green returned, red alive "
-               "after a release, orange private writable); dashed: releases</text>\n</svg>\n",
+    fprintf(f,
+            "<text x=\"%.1f\" y=\"%d\">bars: weight-file mappings, map to unmap (green returned, "
+            "red alive "
+            "after a release, orange private writable); dashed: releases</text>\n</svg>\n",
             SVG_X0, h - 6);
 #undef X
 #undef Y
@@ -798,8 +852,9 @@ int cmd_trace(int argc, char **argv) {
     if (rc >= 0) return rc;
     char lib[PATH_MAX];
     if (!find_lib(lib, sizeof lib)) {
-        fprintf(stderr, "weightmap: trace: libwmtrace.so not found (next to the weightmap binary, in its "
-                        "../" WM_TRACE_LIBDIR ", or $WEIGHTMAP_TRACE_LIB)\n");
+        fprintf(stderr,
+                "weightmap: trace: libwmtrace.so not found (next to the weightmap binary, in its "
+                "../" WM_TRACE_LIBDIR ", or $WEIGHTMAP_TRACE_LIB)\n");
         return 1;
     }
     const char *tmp = getenv("TMPDIR");
@@ -823,18 +878,25 @@ int cmd_trace(int argc, char **argv) {
     unlink(out);
     if (rc != 0) return rc;
     if (t.st->magic != WMTRACE_MAGIC) {
-        fprintf(stderr, "weightmap: trace: %s did not load libwmtrace.so (a static binary, or setuid?); "
-                        "nothing was traced\n", t.args.cmd[0]);
+        fprintf(stderr,
+                "weightmap: trace: %s did not load libwmtrace.so (a static binary, or setuid?); "
+                "nothing was traced\n",
+                t.args.cmd[0]);
         munmap(t.st, sizeof(wmtrace_stats));
         return exit_of(t.status) ? exit_of(t.status) : 1;
     }
     judge(&t);
+    if (t.args.out && !freopen(t.args.out, "w", stdout)) {
+        fprintf(stderr, "weightmap: %s: %s\n", t.args.out, strerror(errno));
+        return 1;
+    }
     if (t.args.json)
         report_json(&t);
     else
         report_text(&t);
     fflush(stdout);
-    for (int i = 0; i < t.n_v; i++) fprintf(stderr, "weightmap: trace: rule %s: %s\n", t.v[i].rule, t.v[i].msg);
+    for (int i = 0; i < t.n_v; i++)
+        fprintf(stderr, "weightmap: trace: rule %s: %s\n", t.v[i].rule, t.v[i].msg);
     int svg_rc = t.args.svg ? write_svg(&t, t.args.svg) : 0;
     int status = t.n_v ? 1 : svg_rc ? 1 : exit_of(t.status);
     munmap(t.st, sizeof(wmtrace_stats));

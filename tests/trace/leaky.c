@@ -46,7 +46,8 @@ static void die(const char *what) {
 static void *load_thread(void *arg) {
     (void)arg;
     size_t scratch_len = strcmp(mode, "scratch") == 0 ? (1u << 20) : (32u << 10);
-    unsigned char *dst = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    unsigned char *dst =
+        mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     unsigned char *scratch = malloc(scratch_len);
     if (dst == MAP_FAILED || !scratch) die("alloc");
     for (size_t off = 0; off < size;) {
@@ -62,7 +63,8 @@ static void *load_thread(void *arg) {
 }
 
 static void touch(const unsigned char *p, size_t n) {
-    for (size_t i = 0; i < n; i += 4096) sink += p[i];
+    for (size_t i = 0; i < n; i += 4096)
+        sink += p[i];
 }
 
 static void *churn(void *arg) {
@@ -74,7 +76,8 @@ static void *churn(void *arg) {
         free(big);
         free(small);
     }
-    for (int i = 0; i < 16; i++) free(shared[i]); /* blocks another thread allocated */
+    for (int i = 0; i < 16; i++)
+        free(shared[i]); /* blocks another thread allocated */
     return NULL;
 }
 
@@ -82,9 +85,12 @@ static int threads(void) {
     static void *blocks[4][16];
     pthread_t th[4];
     for (int k = 0; k < 4; k++)
-        for (int i = 0; i < 16; i++) blocks[k][i] = malloc((200u << 10) + (size_t)i);
-    for (int k = 0; k < 4; k++) pthread_create(&th[k], NULL, churn, blocks[k]);
-    for (int k = 0; k < 4; k++) pthread_join(th[k], NULL);
+        for (int i = 0; i < 16; i++)
+            blocks[k][i] = malloc((200u << 10) + (size_t)i);
+    for (int k = 0; k < 4; k++)
+        pthread_create(&th[k], NULL, churn, blocks[k]);
+    for (int k = 0; k < 4; k++)
+        pthread_join(th[k], NULL);
     return 0;
 }
 
@@ -138,7 +144,8 @@ int main(int argc, char **argv) {
                 _exit(0);
             }
             int status;
-            if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status))
+            if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
+                WEXITSTATUS(status))
                 die("child");
         } else {
             fprintf(stderr, "leaky: unknown mode %s\n", mode);

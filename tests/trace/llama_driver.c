@@ -79,17 +79,21 @@ int main(int argc, char **argv) {
     int load_mode = atoi(argv[2]), cycles = atoi(argv[3]);
     lib(dir, "libggml-base.so");
     void *g = lib(dir, "libggml.v0.4.0.so");
-    void (*load_all)(const char *) = (void (*)(const char *))sym(g, "ggml_backend_load_all_from_path");
+    void (*load_all)(const char *) =
+        (void (*)(const char *))sym(g, "ggml_backend_load_all_from_path");
     load_all(dir);
     void *l = lib(dir, "libllama.v0.4.0.so");
     void (*log_set)(void (*)(int, const char *, void *), void *) =
         (void (*)(void (*)(int, const char *, void *), void *))sym(l, "llama_log_set");
     void (*backend_init)(void) = (void (*)(void))sym(l, "llama_backend_init");
     void (*backend_free)(void) = (void (*)(void))sym(l, "llama_backend_free");
-    struct llama_model_params (*defaults)(void) = (struct llama_model_params(*)(void))sym(l, "llama_model_default_params");
+    struct llama_model_params (*defaults)(void) =
+        (struct llama_model_params(*)(void))sym(l, "llama_model_default_params");
     struct llama_model *(*load)(const char *, struct llama_model_params) =
-        (struct llama_model * (*)(const char *, struct llama_model_params)) sym(l, "llama_model_load_from_file");
-    void (*model_free)(struct llama_model *) = (void (*)(struct llama_model *))sym(l, "llama_model_free");
+        (struct llama_model * (*)(const char *, struct llama_model_params))
+            sym(l, "llama_model_load_from_file");
+    void (*model_free)(struct llama_model *) =
+        (void (*)(struct llama_model *))sym(l, "llama_model_free");
     log_set(quiet_log, NULL);
     backend_init();
     struct llama_model_params p = defaults();
@@ -101,13 +105,14 @@ int main(int argc, char **argv) {
         struct llama_model *m = load(model, p);
         in_load += now() - t0;
         if (!m) {
-            fprintf(stderr, "llama_driver: %s: llama.cpp could not load it (load_mode %d)\n", model, load_mode);
+            fprintf(stderr, "llama_driver: %s: llama.cpp could not load it (load_mode %d)\n", model,
+                    load_mode);
             return 1;
         }
         model_free(m);
     }
     backend_free();
-    fprintf(stderr, "llama_driver: %d cycles, load_mode %d, %.6f s in llama_model_load_from_file\n", cycles,
-            load_mode, in_load);
+    fprintf(stderr, "llama_driver: %d cycles, load_mode %d, %.6f s in llama_model_load_from_file\n",
+            cycles, load_mode, in_load);
     return 0;
 }

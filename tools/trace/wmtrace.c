@@ -42,21 +42,21 @@
 
 /* ---- state ---- */
 
-static int active;            /* this process traces */
-static int initialising;      /* resolving the real functions (dlsym may allocate) */
+static int active;       /* this process traces */
+static int initialising; /* resolving the real functions (dlsym may allocate) */
 static int resolved;
 static int out_fd = -1;
-static wmtrace_stats *stats;  /* the shared block; NULL until set up */
-static uint64_t marker_gen;   /* release markers so far: loading flags are per marker period */
+static wmtrace_stats *stats; /* the shared block; NULL until set up */
+static uint64_t marker_gen;  /* release markers so far: loading flags are per marker period */
 
 typedef struct thread_local_state {
     wmtrace_thread *slot;
-    int idx;                  /* slot index + 1; 0: none yet, -1: table full */
+    int idx; /* slot index + 1; 0: none yet, -1: table full */
     int in_hook;
-    uint64_t loading_gen;     /* marker_gen + 1 while this thread loads in that period */
-    uint64_t period_gen;      /* marker_gen + 1 of the period period_largest is for */
-    uint64_t period_largest;  /* largest allocation of this thread in that period */
-    void *ret_stack[256];     /* the marker trampoline's return addresses */
+    uint64_t loading_gen;    /* marker_gen + 1 while this thread loads in that period */
+    uint64_t period_gen;     /* marker_gen + 1 of the period period_largest is for */
+    uint64_t period_largest; /* largest allocation of this thread in that period */
+    void *ret_stack[256];    /* the marker trampoline's return addresses */
     int ret_depth;
 } thread_local_state;
 TLS thread_local_state tl;
@@ -96,7 +96,8 @@ static void *(*r_dlsym)(void *, const char *);
 static unsigned char boot_buf[64 << 10] __attribute__((aligned(64)));
 static size_t boot_used;
 static bool in_boot(const void *p) {
-    return (const unsigned char *)p >= boot_buf && (const unsigned char *)p < boot_buf + sizeof boot_buf;
+    return (const unsigned char *)p >= boot_buf &&
+           (const unsigned char *)p < boot_buf + sizeof boot_buf;
 }
 
 /* Big blocks (>= WMTRACE_BIG), one by one: open addressing, key = address, value = size << 12 |
@@ -123,9 +124,7 @@ static volatile int map_lock;
 
 /* Weight files, by device and inode. */
 #define FILES 64
-static struct wfile {
-    uint64_t dev, ino;
-} files[FILES];
+static struct wfile { uint64_t dev, ino; } files[FILES];
 static int n_files;
 static struct wfile named[FILES]; /* from WMTRACE_FILES */
 static int n_named;
@@ -153,14 +152,17 @@ typedef struct line {
     size_t n;
 } line;
 static void put_s(line *l, const char *s) {
-    while (*s && l->n < sizeof l->b - 2) l->b[l->n++] = *s++;
+    while (*s && l->n < sizeof l->b - 2)
+        l->b[l->n++] = *s++;
 }
 static void put_u(line *l, uint64_t v) {
     char t[24];
     int i = 0;
-    do t[i++] = (char)('0' + v % 10);
+    do
+        t[i++] = (char)('0' + v % 10);
     while ((v /= 10));
-    while (i && l->n < sizeof l->b - 2) l->b[l->n++] = t[--i];
+    while (i && l->n < sizeof l->b - 2)
+        l->b[l->n++] = t[--i];
 }
 static void put_i(line *l, int64_t v) {
     if (v < 0) {
@@ -172,10 +174,12 @@ static void put_i(line *l, int64_t v) {
 static void put_x(line *l, uint64_t v) {
     char t[20];
     int i = 0;
-    do t[i++] = "0123456789abcdef"[v & 15];
+    do
+        t[i++] = "0123456789abcdef"[v & 15];
     while ((v >>= 4));
     put_s(l, "0x");
-    while (i && l->n < sizeof l->b - 2) l->b[l->n++] = t[--i];
+    while (i && l->n < sizeof l->b - 2)
+        l->b[l->n++] = t[--i];
 }
 static pid_t gettid_raw(void) { return (pid_t)syscall(SYS_gettid); }
 static uint64_t now_ns(void) {
@@ -219,9 +223,11 @@ static uint64_t field_kb(const char *buf, const char *key) {
     const char *p = strstr(buf, key);
     if (!p) return 0;
     p += strlen(key);
-    while (*p == ' ' || *p == '\t') p++;
+    while (*p == ' ' || *p == '\t')
+        p++;
     uint64_t v = 0;
-    while (*p >= '0' && *p <= '9') v = v * 10 + (uint64_t)(*p++ - '0');
+    while (*p >= '0' && *p <= '9')
+        v = v * 10 + (uint64_t)(*p++ - '0');
     return v * 1024;
 }
 /* An S line: footprint (Anonymous + Swap + RssShmem) and resident bytes, now. */
@@ -282,7 +288,8 @@ static bool is_weight_header(int fd, uint64_t size) {
     if (syscall(SYS_pread64, fd, h, sizeof h, (off_t)0) != (ssize_t)sizeof h) return false;
     if (!memcmp(h, "GGUF", 4)) return true;
     uint64_t n = 0;
-    for (int i = 7; i >= 0; i--) n = n << 8 | h[i];
+    for (int i = 7; i >= 0; i--)
+        n = n << 8 | h[i];
     return n >= 2 && n <= size - 8 && h[8] == '{';
 }
 
@@ -293,14 +300,17 @@ static int classify(int fd) {
     struct stat st;
     if (fd < 0 || syscall(SYS_fstat, fd, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
     for (int i = 0; i < __atomic_load_n(&n_files, __ATOMIC_ACQUIRE); i++)
-        if (files[i].dev == (uint64_t)st.st_dev && files[i].ino == (uint64_t)st.st_ino) return i + 1;
+        if (files[i].dev == (uint64_t)st.st_dev && files[i].ino == (uint64_t)st.st_ino)
+            return i + 1;
     const char *kind = NULL;
     for (int i = 0; i < n_named; i++)
-        if (named[i].dev == (uint64_t)st.st_dev && named[i].ino == (uint64_t)st.st_ino) kind = "named";
+        if (named[i].dev == (uint64_t)st.st_dev && named[i].ino == (uint64_t)st.st_ino)
+            kind = "named";
     if (!kind && st.st_size > (1 << 20) && is_weight_header(fd, (uint64_t)st.st_size)) {
         unsigned char m[4];
-        kind = syscall(SYS_pread64, fd, m, 4, (off_t)0) == 4 && !memcmp(m, "GGUF", 4) ? "gguf"
-                                                                                      : "safetensors";
+        kind = syscall(SYS_pread64, fd, m, 4, (off_t)0) == 4 && !memcmp(m, "GGUF", 4)
+                   ? "gguf"
+                   : "safetensors";
     }
     if (!kind) return 0;
     spin_lock(&file_lock);
@@ -369,7 +379,8 @@ static void note_alloc(void *p, size_t asked) {
     for (int probe = 0; probe < 64; probe++, h = (h + 1) & (BLOCKS - 1)) {
         uintptr_t k = __atomic_load_n(&blocks[h].key, __ATOMIC_ACQUIRE);
         if (k != 0 && k != TOMB) continue;
-        __atomic_store_n(&blocks[h].val, (uint64_t)us << 12 | (uint64_t)(tl.idx - 1), __ATOMIC_RELAXED);
+        __atomic_store_n(&blocks[h].val, (uint64_t)us << 12 | (uint64_t)(tl.idx - 1),
+                         __ATOMIC_RELAXED);
         if (__atomic_compare_exchange_n(&blocks[h].key, &k, (uintptr_t)p, false, __ATOMIC_RELEASE,
                                         __ATOMIC_RELAXED)) {
             __atomic_fetch_add(&t->held[size_class(us)], (int64_t)us, __ATOMIC_RELAXED);
@@ -393,10 +404,12 @@ static void note_free(void *p) {
         if (k == 0) return;
         if (k != (uintptr_t)p) continue;
         uint64_t v = __atomic_load_n(&blocks[h].val, __ATOMIC_RELAXED);
-        if (!__atomic_compare_exchange_n(&blocks[h].key, &k, TOMB, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+        if (!__atomic_compare_exchange_n(&blocks[h].key, &k, TOMB, false, __ATOMIC_ACQ_REL,
+                                         __ATOMIC_RELAXED))
             return;
         uint64_t sz = v >> 12;
-        __atomic_fetch_sub(&stats->threads[v & 0xfff].held[size_class(sz)], (int64_t)sz, __ATOMIC_RELAXED);
+        __atomic_fetch_sub(&stats->threads[v & 0xfff].held[size_class(sz)], (int64_t)sz,
+                           __ATOMIC_RELAXED);
         return;
     }
 }
@@ -488,7 +501,8 @@ static bool overlaps_weight(uintptr_t a, size_t n) {
     bool hit = false;
     spin_lock(&map_lock);
     for (int i = 0; i < MAPS; i++)
-        if (maps[i].used && maps[i].fidx >= 0 && maps[i].addr < a + n && a < maps[i].addr + maps[i].len)
+        if (maps[i].used && maps[i].fidx >= 0 && maps[i].addr < a + n &&
+            a < maps[i].addr + maps[i].len)
             hit = true;
     spin_unlock(&map_lock);
     return hit;
@@ -505,7 +519,8 @@ static void add_map(uintptr_t a, size_t len, int fidx, int id) {
     spin_unlock(&map_lock);
     if (fidx < 0 && t) {
         __atomic_store_n(&t->anon_maps, t->anon_maps + 1, __ATOMIC_RELAXED);
-        if (len > t->anon_largest) __atomic_store_n(&t->anon_largest, (uint64_t)len, __ATOMIC_RELAXED);
+        if (len > t->anon_largest)
+            __atomic_store_n(&t->anon_largest, (uint64_t)len, __ATOMIC_RELAXED);
         __atomic_fetch_add(&t->anon_held, (int64_t)len, __ATOMIC_RELAXED);
     }
 }
@@ -539,11 +554,13 @@ static void remove_range(uintptr_t a, size_t len) {
         }
         if (m->fidx < 0) {
             if (m->tidx >= 0 && stats)
-                __atomic_fetch_sub(&stats->threads[m->tidx].anon_held, (int64_t)cut, __ATOMIC_RELAXED);
+                __atomic_fetch_sub(&stats->threads[m->tidx].anon_held, (int64_t)cut,
+                                   __ATOMIC_RELAXED);
         } else {
             map_left[m->id] -= cut;
             int k = 0;
-            while (k < nid && ids[k] != m->id) k++;
+            while (k < nid && ids[k] != m->id)
+                k++;
             if (k == nid && nid < 16) {
                 ids[nid] = m->id;
                 gone[nid++] = 0;
@@ -552,7 +569,8 @@ static void remove_range(uintptr_t a, size_t len) {
         }
     }
     uint64_t left[16];
-    for (int k = 0; k < nid; k++) left[k] = map_left[ids[k]];
+    for (int k = 0; k < nid; k++)
+        left[k] = map_left[ids[k]];
     spin_unlock(&map_lock);
     for (int k = 0; k < nid; k++) {
         line l;
@@ -735,7 +753,9 @@ static void note_open(int fd) {
     tl.in_hook = 0;
 }
 
-static int open_mode_needed(int flags) { return (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE; }
+static int open_mode_needed(int flags) {
+    return (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE;
+}
 
 EXPORT int open(const char *path, int flags, ...) {
     if (!resolved) resolve();
@@ -905,7 +925,8 @@ __asm__(".text\n"
         ".size wmtrace_tramp, .-wmtrace_tramp\n");
 
 void *wmtrace_enter(void *ret) {
-    if (tl.ret_depth < (int)(sizeof tl.ret_stack / sizeof tl.ret_stack[0])) tl.ret_stack[tl.ret_depth] = ret;
+    if (tl.ret_depth < (int)(sizeof tl.ret_stack / sizeof tl.ret_stack[0]))
+        tl.ret_stack[tl.ret_depth] = ret;
     tl.ret_depth++;
     return marker_target;
 }
@@ -931,7 +952,8 @@ static int patch_object(struct dl_phdr_info *info, size_t size, void *data) {
     (void)size;
     (void)data;
 #if HAVE_TRAMP
-    if (!info->dlpi_name || strstr(info->dlpi_name, "libwmtrace") || strstr(info->dlpi_name, "linux-vdso"))
+    if (!info->dlpi_name || strstr(info->dlpi_name, "libwmtrace") ||
+        strstr(info->dlpi_name, "linux-vdso"))
         return 0;
     const ElfW(Dyn) *dyn = NULL;
     uintptr_t relro = 0, relro_len = 0;
@@ -946,7 +968,7 @@ static int patch_object(struct dl_phdr_info *info, size_t size, void *data) {
     if (!dyn) return 0;
     const ElfW(Sym) *symtab = NULL;
     const char *strtab = NULL;
-    const ElfW(Rela) *rel[2] = {NULL, NULL};
+    const ElfW(Rela) * rel[2] = {NULL, NULL};
     size_t rel_sz[2] = {0, 0};
     for (const ElfW(Dyn) *d = dyn; d->d_tag != DT_NULL; d++) {
         uintptr_t v = d->d_un.d_ptr;
@@ -1029,7 +1051,8 @@ static void resolve(void) {
     if (resolved || initialising) return;
     initialising = 1;
     r_dlsym = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
-    if (!r_dlsym) r_dlsym = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+    if (!r_dlsym)
+        r_dlsym = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
     REAL(r_malloc, "malloc");
     REAL(r_free, "free");
     REAL(r_calloc, "calloc");
@@ -1077,7 +1100,8 @@ __attribute__((constructor(101))) static void wmtrace_start(void) {
     const char *out = env(WMTRACE_ENV_OUT), *pid = env(WMTRACE_ENV_PID);
     if (!out || !pid) return;
     int64_t want = 0;
-    for (const char *p = pid; *p >= '0' && *p <= '9'; p++) want = want * 10 + (*p - '0');
+    for (const char *p = pid; *p >= '0' && *p <= '9'; p++)
+        want = want * 10 + (*p - '0');
     if (want != (int64_t)getpid()) return; /* not the traced process: dormant */
     int fd = (int)syscall(SYS_openat, AT_FDCWD, out, O_RDWR | O_APPEND | O_CLOEXEC);
     if (fd < 0) return;
@@ -1102,7 +1126,8 @@ __attribute__((constructor(101))) static void wmtrace_start(void) {
     stats->size = sizeof(wmtrace_stats);
     stats->pid = getpid();
     stats->generation = gen;
-    stats->tracer_bytes = sizeof blocks + sizeof maps + sizeof map_left + sizeof fd_weight + sizeof boot_buf;
+    stats->tracer_bytes =
+        sizeof blocks + sizeof maps + sizeof map_left + sizeof fd_weight + sizeof boot_buf;
     const char *mk = env(WMTRACE_ENV_MARKER);
     if (mk && *mk) {
         size_t n = strlen(mk);

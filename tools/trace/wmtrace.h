@@ -46,18 +46,18 @@
 typedef struct wmtrace_thread {
     int64_t tid;
     char name[16];
-    uint64_t n_alloc;        /* malloc-family calls that returned memory */
-    uint64_t bytes_alloc;    /* bytes asked for by them */
-    uint64_t largest;        /* largest single allocation (bytes asked for) */
-    uint64_t largest_loading; /* largest made while this thread was loading (see loader) */
+    uint64_t n_alloc;              /* malloc-family calls that returned memory */
+    uint64_t bytes_alloc;          /* bytes asked for by them */
+    uint64_t largest;              /* largest single allocation (bytes asked for) */
+    uint64_t largest_loading;      /* largest made while this thread was loading (see loader) */
     int64_t held[WMTRACE_CLASSES]; /* bytes still held, by size class (class 0: net of the
                                        frees this thread made, small blocks are not tracked
                                        one by one) */
-    uint64_t anon_maps;      /* anonymous mmaps made by this thread */
+    uint64_t anon_maps;            /* anonymous mmaps made by this thread */
     uint64_t anon_largest;
-    int64_t anon_held;       /* anonymous mapped bytes this thread made still mapped */
-    uint64_t loader;         /* read from or mapped a weight file at least once */
-    uint64_t weight_read;    /* bytes read from weight files */
+    int64_t anon_held;    /* anonymous mapped bytes this thread made still mapped */
+    uint64_t loader;      /* read from or mapped a weight file at least once */
+    uint64_t weight_read; /* bytes read from weight files */
 } wmtrace_thread;
 
 typedef struct wmtrace_stats {
