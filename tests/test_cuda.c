@@ -525,52 +525,51 @@ WM_TEST(direct_io) {
 /* Fails the k-th call of `kind` for every k of one load: each failure is clean (a status, a
  * message, nothing held, no mapping, no CUDA error left for the caller), and a load past the
  * last call succeeds. */
-static void sweep(const char *path, wm_load_options o, wm_os_call kind) {
+typedef struct cuda_run {
     wm_file *f;
-    wm_error err;
-    wm_model *m;
-    CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
-    wm__fault_reset();
-    CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_OK);
-    uint64_t n = wm__fault_count(kind);
-    wm_model_release(m);
-    CHECK(n > 0);
-    for (uint64_t k = 1; k <= n + 1; k++) {
-        wm__fault_arm(kind, k, k % 3 == 0 ? ENOMEM : EIO);
-        memset(&err, 0, sizeof err);
-        wm_status st = wm_model_load(f, &o, &m, &err);
-        bool hit = wm__fault_injected() > 0;
-        wm__fault_reset();
-        if (st == WM_OK) {
-            /* Advice is a hint (MADV_HUGEPAGE on the ring): its failure is harmless. */
-            CHECK_MSG(!hit || kind == WM_OS_ADVISE,
-                      "%s call %llu of %llu failed but the load succeeded",
-                      wm__fault_call_name(kind), (unsigned long long)k, (unsigned long long)n);
-            check_bytes(m);
-            wm_model_release(m);
-        } else {
-            CHECK_MSG(hit, "load failed with no fault injected: %s", err.msg);
-            CHECK(m == NULL);
-            CHECK_MSG(err.code == st && err.msg[0], "status %s without a message",
-                      wm_status_name(st));
-            CHECK_MSG(st == WM_EDEVICE || st == WM_ENOMEM || st == WM_EIO,
-                      "call %llu: status %s: %s", (unsigned long long)k, wm_status_name(st),
-                      err.msg);
-        }
-        CHECK_EQ(cudaGetLastError(), cudaSuccess);
-        wm_ledger l;
-        wm_ledger_get(&l);
-        CHECK_MSG(l.cat[WM_LEDGER_DEVICE].current == 0 && l.cat[WM_LEDGER_PINNED].current == 0 &&
-                      l.cat[WM_LEDGER_SCRATCH].current == 0 &&
-                      l.cat[WM_LEDGER_MAP_SHARED].current == 0,
-                  "call %llu: device %llu, pinned %llu, scratch %llu, mapped %llu held",
-                  (unsigned long long)k, (unsigned long long)l.cat[WM_LEDGER_DEVICE].current,
-                  (unsigned long long)l.cat[WM_LEDGER_PINNED].current,
-                  (unsigned long long)l.cat[WM_LEDGER_SCRATCH].current,
-                  (unsigned long long)l.cat[WM_LEDGER_MAP_SHARED].current);
-        CHECK_EQ(wmt_count_file_maps(path), 0);
+    wm_load_options o;
+} cuda_run;
+
+static wm_status cuda_load_check_release(void *user, wm_error *err) {
+    cuda_run *c = user;
+    wm_model *m = (wm_model *)(uintptr_t)1;
+    wm_status st = wm_model_load(c->f, &c->o, &m, err);
+    if (st != WM_OK) {
+        CHECK(m == NULL);
+        return st;
     }
-    wm_file_close(f);
+    check_bytes(m);
+    wm_model_release(m);
+    return st;
+}
+
+static void cuda_fault_check(void *user, const wmt_fault_run *r) {
+    (void)user;
+    if (r->st == WM_OK)
+        /* Advice is a hint (MADV_HUGEPAGE on the ring): its failure is harmless. */
+        CHECK_MSG(!r->injected || r->kind == WM_OS_ADVISE,
+                  "%s call %llu of %llu failed but the load succeeded",
+                  wm__fault_call_name(r->kind), (unsigned long long)r->k, (unsigned long long)r->n);
+    else
+        CHECK_MSG(r->st == WM_EDEVICE || r->st == WM_ENOMEM || r->st == WM_EIO,
+                  "call %llu: status %s: %s", (unsigned long long)r->k, wm_status_name(r->st),
+                  r->err->msg);
+    CHECK_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+static void sweep(const char *path, wm_load_options o, wm_os_call kind) {
+    cuda_run c = {NULL, o};
+    CHECK_STATUS(wm_file_open(path, &c.f, NULL), WM_OK);
+    /* the ledger before the sweep (the open file's) is what each run must leave */
+    wmt_sweep s = {.what = wm__fault_call_name(kind), .run = cuda_load_check_release,
+                   .check = cuda_fault_check, .user = &c, .path = path, .past_end = 1,
+                   .cycle = 1};
+    wmt_sweep_result res = {0};
+    wmt_sweep_count(&s, &res);
+    CHECK(res.counts[kind] > 0);
+    static const int eio_eio_enomem[] = {EIO, EIO, ENOMEM}; /* call k: ENOMEM when k % 3 == 0 */
+    wmt_sweep_kind(&s, kind, res.counts[kind], eio_eio_enomem, 3, &res);
+    wm_file_close(c.f);
     CHECK_LEDGER_EMPTY();
 }
 

@@ -32,15 +32,6 @@
 
 /* ---- checks ---- */
 
-static int count_fds(void) {
-    DIR *d = opendir("/proc/self/fd");
-    CHECK(d != NULL);
-    int n = 0;
-    while (readdir(d)) n++;
-    closedir(d);
-    return n;
-}
-
 typedef struct errset {
     wm_os_call kind;
     int errs[6];
@@ -73,6 +64,7 @@ typedef struct scenario {
     const char *shown; /* a name the messages must contain */
     wm_load_options o;
     uint64_t sum;      /* checksum of every loaded byte (clean run) */
+    uint64_t got;      /* the same, of the last successful run */
 } scenario;
 
 /* A checksum of every loaded tensor byte, in order. */
@@ -91,82 +83,61 @@ static uint64_t touch(const wm_model *m) {
 }
 
 /* Runs open -> load -> touch -> release -> close once. Returns the status of the first failure
- * (WM_OK when all went through); *sum gets the checksum of a successful load. Checks what must hold
- * whatever the outcome. */
-static wm_status run(const scenario *s, uint64_t *sum, const char *what) {
-    int fds = count_fds();
+ * (WM_OK when all went through); s->got gets the checksum of a successful load. The sweep
+ * (wmtest.h) checks what must hold whatever the outcome: the ledger empty, no mapping of the
+ * file, no descriptor left, err.code the status and the message naming the file. */
+static wm_status run(void *user, wm_error *err) {
+    scenario *s = user;
     wm_file *f = (wm_file *)1;
-    wm_error err;
-    memset(&err, 0, sizeof err);
-    wm_status st = wm_file_open(s->path, &f, &err);
-    if (st == WM_OK) {
-        wm_model *m = (wm_model *)1;
-        st = wm_model_load(f, &s->o, &m, &err);
-        if (st == WM_OK) {
-            *sum = touch(m);
-            wm_model_release(m);
-        } else {
-            CHECK_MSG(m == NULL, "%s: failed load left a model", what);
-        }
-        wm_file_close(f);
-    } else {
-        CHECK_MSG(f == NULL, "%s: failed open left a file", what);
-    }
+    wm_status st = wm_file_open(s->path, &f, err);
     if (st != WM_OK) {
-        CHECK_MSG(err.code == st, "%s: err.code %s for status %s", what, wm_status_name(err.code),
-                  wm_status_name(st));
-        CHECK_MSG(strstr(err.msg, s->shown) != NULL, "%s: message lacks '%s': %s", what, s->shown,
-                  err.msg);
+        CHECK_MSG(f == NULL, "failed open left a file");
+        return st;
     }
-    wm_ledger l;
-    wm_ledger_get(&l);
-    CHECK_MSG(wm_ledger_bytes(&l) == 0 && wm_ledger_regions(&l) == 0,
-              "%s (%s): the ledger holds %llu bytes in %llu regions", what, wm_status_name(st),
-              (unsigned long long)wm_ledger_bytes(&l), (unsigned long long)wm_ledger_regions(&l));
-    CHECK_MSG(wmt_count_file_maps(s->path) == 0, "%s: a mapping of the file is left", what);
-    CHECK_MSG(count_fds() == fds, "%s: %d descriptors open, %d before", what, count_fds(), fds);
+    wm_model *m = (wm_model *)1;
+    st = wm_model_load(f, &s->o, &m, err);
+    if (st == WM_OK) {
+        s->got = touch(m);
+        wm_model_release(m);
+    } else {
+        CHECK_MSG(m == NULL, "failed load left a model");
+    }
+    wm_file_close(f);
     return st;
 }
 
 /* ---- the sweep ---- */
 
-static void campaign(scenario *s) {
-    wm__fault_reset();
-    CHECK_STATUS(run(s, &s->sum, "clean run"), WM_OK);
-    uint64_t counts[WM_OS_CALL_COUNT];
-    for (int k = 0; k < WM_OS_CALL_COUNT; k++) counts[k] = wm__fault_count((wm_os_call)k);
-    uint64_t runs = 0, failed = 0;
-    for (size_t e = 0; e < sizeof errnos / sizeof errnos[0]; e++) {
-        wm_os_call kind = errnos[e].kind;
-        for (uint64_t k = 1; k <= counts[kind]; k++) {
-            for (int i = 0; i < 6 && errnos[e].errs[i]; i++) {
-                int errn = errnos[e].errs[i];
-                char what[128];
-                snprintf(what, sizeof what, "%s call %llu of %llu failed with %s",
-                         wm__fault_call_name(kind), (unsigned long long)k,
-                         (unsigned long long)counts[kind], strerrorname_np(errn));
-                wm__fault_arm(kind, k, errn);
-                uint64_t sum = 0;
-                wm_status st = run(s, &sum, what);
-                uint64_t injected = wm__fault_injected();
-                wm__fault_reset();
-                runs++;
-                CHECK_MSG(injected == 1, "%s: %llu faults injected (the scenario is not repeatable)",
-                          what, (unsigned long long)injected);
-                if (st == WM_OK) {
-                    CHECK_MSG(sum == s->sum, "%s: the load succeeded with other bytes", what);
-                    continue;
-                }
-                failed++;
-                CHECK_MSG(errn != EINTR || kind != WM_OS_PREAD, "%s: a retried EINTR failed with %s",
-                          what, wm_status_name(st));
-                CHECK_MSG(status_allowed(st, kind, errn), "%s: status %s", what, wm_status_name(st));
-            }
-        }
+static void campaign_check(void *user, const wmt_fault_run *r) {
+    const scenario *s = user;
+    char what[128];
+    snprintf(what, sizeof what, "%s call %llu of %llu failed with %s", wm__fault_call_name(r->kind),
+             (unsigned long long)r->k, (unsigned long long)r->n, strerrorname_np(r->errn));
+    if (r->st == WM_OK) {
+        CHECK_MSG(s->got == s->sum, "%s: the load succeeded with other bytes", what);
+        return;
     }
-    CHECK(runs > 0 && failed > 0);
+    CHECK_MSG(r->errn != EINTR || r->kind != WM_OS_PREAD, "%s: a retried EINTR failed with %s",
+              what, wm_status_name(r->st));
+    CHECK_MSG(status_allowed(r->st, r->kind, r->errn), "%s: status %s", what,
+              wm_status_name(r->st));
+}
+
+static void campaign(scenario *s) {
+    wmt_sweep sw = {.what = s->shown, .run = run, .check = campaign_check, .user = s,
+                    .path = s->path, .shown = s->shown, .must_hit = 1};
+    wmt_sweep_result res = {0};
+    wmt_sweep_count(&sw, &res);
+    s->sum = s->got;
+    for (size_t e = 0; e < sizeof errnos / sizeof errnos[0]; e++) {
+        int n_errs = 0;
+        while (n_errs < 6 && errnos[e].errs[n_errs]) n_errs++;
+        wmt_sweep_kind(&sw, errnos[e].kind, res.counts[errnos[e].kind], errnos[e].errs, n_errs,
+                       &res);
+    }
+    CHECK(res.runs > 0 && res.failed > 0);
     fprintf(stderr, "%s (%s): %llu faulted runs, %llu failed cleanly\n", s->shown,
-            wm_mode_name(s->o.mode), (unsigned long long)runs, (unsigned long long)failed);
+            wm_mode_name(s->o.mode), (unsigned long long)res.runs, (unsigned long long)res.failed);
 }
 
 /* ---- short reads: the file shrinks ---- */
@@ -197,7 +168,7 @@ static void short_reads(wm_mode mode, unsigned threads) {
     /* Cut points: inside the header, at the data, inside and at the end of tensors. */
     off_t cuts[] = {0, 100, (off_t)data - 1, (off_t)data, (off_t)data + 4097, (off_t)(len / 2),
                     (off_t)len - 1};
-    int fds = count_fds();
+    int fds = wmt_count_fds();
     uint64_t progress_calls = 0, mid_load_failures = 0;
     /* Mid-load cuts only for heap: a mapping made before the cut is valid until touched. */
     for (int pass = 0; pass < (mode == WM_MODE_HEAP ? 2 : 1); pass++) {
@@ -237,7 +208,7 @@ static void short_reads(wm_mode mode, unsigned threads) {
                     mid_load_failures += pass;
                 }
                 CHECK_EQ(wmt_count_file_maps(path), 0);
-                CHECK_EQ(count_fds(), fds);
+                CHECK_EQ(wmt_count_fds(), fds);
                 wmt_write_file(path, bytes, len); /* same inode: open, truncate, write */
                 if (!pass && c == 0 && mode == WM_MODE_HEAP) {
                     /* count the progress calls of a whole load, for pass 1 */
@@ -262,7 +233,7 @@ static void short_reads(wm_mode mode, unsigned threads) {
 /* ---- the cases ---- */
 
 static void gguf_campaign(const char *fixture, wm_load_options o) {
-    scenario s = {wmt_fixture(fixture), strrchr(fixture, '/') + 1, o, 0};
+    scenario s = {wmt_fixture(fixture), strrchr(fixture, '/') + 1, o, 0, 0};
     campaign(&s);
 }
 
@@ -336,7 +307,7 @@ WM_TEST(sharded_safetensors_every_mode) {
     wm_load_options opts[] = {HEAP_OPTS, MMAP_OPTS, PRIV_OPTS};
     for (int i = 0; i < 3; i++) {
         opts[i].max_buffer_size = 0; /* its tensors are larger than the other cases' chunks */
-        scenario s = {index, ".safetensors", opts[i], 0};
+        scenario s = {index, ".safetensors", opts[i], 0, 0};
         campaign(&s);
     }
 }

@@ -63,7 +63,7 @@ static void open_prefix(const char *path, uint64_t len, const full_info *fi, int
     /* A leaked descriptor stays counted, so checking every 64th length (and the last, 0) misses
      * none; it only names the length less precisely. */
     if (len % 64 == 0)
-        CHECK_MSG(ggb_count_fds() == fds,
+        CHECK_MSG(wmt_count_fds() == fds,
                   "prefix %llu or up to 63 longer: a descriptor was left open",
                   (unsigned long long)len);
 }
@@ -80,7 +80,7 @@ static void truncation_sweep(const char *fixture, unsigned samples) {
     const char *path = wmt_tmp("prefix.gguf");
     wmt_write_file(path, bytes, len);
     free(bytes);
-    int fds = ggb_count_fds();
+    int fds = wmt_count_fds();
     uint64_t every = fi.size < 64 * 1024 ? fi.size : fi.data_offset + 64;
     if (every > fi.size) every = fi.size;
     if (fi.size > every) {
@@ -112,7 +112,7 @@ WM_TEST(truncate_vocab_llama_spm) {
     const char *path = wmt_tmp("prefix.gguf");
     wmt_write_file(path, bytes, len);
     free(bytes);
-    int fds = ggb_count_fds();
+    int fds = wmt_count_fds();
     open_prefix(path, fi.size, &fi, fds);
     for (uint64_t l = fi.size - 1; l > 16384; l -= 1 + l % 16381)
         open_prefix(path, l, &fi, fds);
@@ -134,7 +134,7 @@ static void corrupt_sweep(const char *fixture, size_t from, size_t upto, const u
     wmt_write_file(path, bytes, len);
     int fd = open(path, O_WRONLY);
     CHECK(fd >= 0);
-    int fds = ggb_count_fds();
+    int fds = wmt_count_fds();
     if (upto > len) upto = len;
     unsigned ok = 0, refused = 0;
     for (size_t pos = from; pos < upto; pos++) {
@@ -159,7 +159,7 @@ static void corrupt_sweep(const char *fixture, size_t from, size_t upto, const u
         CHECK(pwrite(fd, &bytes[pos], 1, (off_t)pos) == 1);
     }
     close(fd);
-    CHECK_EQ(ggb_count_fds(), fds - 1);
+    CHECK_EQ(wmt_count_fds(), fds - 1);
     fprintf(stderr, "%s: %u corrupted files opened, %u refused\n", fixture, ok, refused);
     CHECK(refused > 0);
     free(bytes);
@@ -182,54 +182,11 @@ WM_TEST(corrupt_stories260K_tensor_infos) {
 /* ---- faults ---- */
 
 static void fault_sweep(const char *fixture) {
-    const char *path = wmt_fixture(fixture);
-    int fds = ggb_count_fds();
-    wm_file *f = NULL;
-    wm__fault_reset();
-    CHECK_STATUS(wm_file_open(path, &f, NULL), WM_OK);
-    uint64_t n = wm__fault_count(WM_OS_ANY);
-    uint64_t n_mem = wm__fault_count(WM_OS_ALLOC) + wm__fault_count(WM_OS_PAGES);
-    uint64_t n_harmless = wm__fault_count(WM_OS_ADVISE);
-    wm_file_close(f);
-    fprintf(stderr, "%s: %llu fallible calls (%llu allocations)\n", fixture, (unsigned long long)n,
-            (unsigned long long)n_mem);
+    char path[1024];
+    snprintf(path, sizeof path, "%s", wmt_fixture(fixture));
+    /* A failed madvise is harmless: that open succeeds. */
+    uint64_t n = wmt_open_fault_sweep(path, path, 1);
     CHECK(n >= 4); /* open, stat, reads, allocations */
-    static const int errs[] = {EIO, ENOMEM};
-    for (int e = 0; e < 2; e++) {
-        uint64_t got_mem = 0, got_ok = 0;
-        for (uint64_t k = 1; k <= n; k++) {
-            wm_error err = {0};
-            f = (wm_file *)(uintptr_t)1;
-            wm__fault_arm(WM_OS_ANY, k, errs[e]);
-            wm_status st = wm_file_open(path, &f, &err);
-            CHECK_MSG(wm__fault_injected() == 1, "%s: call %llu of %llu was not failed", fixture,
-                      (unsigned long long)k, (unsigned long long)n);
-            if (st == WM_OK) {
-                /* Only advice may fail without failing the open. */
-                got_ok++;
-                wm_file_close(f);
-            } else {
-                CHECK(f == NULL);
-                CHECK_EQ(err.code, st);
-                if (errs[e] == ENOMEM)
-                    CHECK_MSG(st == WM_ENOMEM, "%s: ENOMEM at call %llu gave %s: %s", fixture,
-                              (unsigned long long)k, wm_status_name(st), err.msg);
-                else
-                    CHECK_MSG(st == WM_EIO || st == WM_ENOMEM, "%s: EIO at call %llu gave %s: %s",
-                              fixture, (unsigned long long)k, wm_status_name(st), err.msg);
-                if (st == WM_ENOMEM) got_mem++;
-                CHECK_MSG(strstr(err.msg, path) != NULL, "\"%s\" lacks the path", err.msg);
-            }
-            CHECK_LEDGER_EMPTY();
-            CHECK_MSG(ggb_count_fds() == fds, "%s: fault at call %llu left a descriptor", fixture,
-                      (unsigned long long)k);
-            CHECK_EQ(wmt_count_file_maps(path), 0);
-        }
-        CHECK_EQ(got_ok, n_harmless);
-        /* With EIO, exactly the failed allocations report WM_ENOMEM. */
-        if (errs[e] == EIO) CHECK_EQ(got_mem, n_mem);
-    }
-    wm__fault_reset();
 }
 
 WM_TEST(faults_stories260K) { fault_sweep("gguf/stories260K.gguf"); }
@@ -238,57 +195,56 @@ WM_TEST(faults_ratchet_dummy) { fault_sweep("gguf/ratchet-dummy.gguf"); }
 WM_TEST(faults_stories260K_v1) { fault_sweep("gguf/stories260K-v1.gguf"); }
 
 /* Per kind: the k-th call of each kind fails, and the status is exactly the one for that kind. */
+static void by_kind_check(void *user, const wmt_fault_run *r) {
+    (void)user;
+    wm_status want = r->kind == WM_OS_ALLOC || r->kind == WM_OS_PAGES ? WM_ENOMEM
+                     : r->kind == WM_OS_ADVISE                        ? WM_OK
+                                                                      : WM_EIO;
+    CHECK_MSG(r->st == want, "%s call %llu: %s, want %s (%s)", wm__fault_call_name(r->kind),
+              (unsigned long long)r->k, wm_status_name(r->st), wm_status_name(want), r->err->msg);
+    if (r->st != WM_OK && r->kind != WM_OS_ALLOC && r->kind != WM_OS_PAGES)
+        CHECK_EQ(r->err->os_errno, EIO);
+}
+
 WM_TEST(faults_by_kind) {
-    const char *path = wmt_fixture("gguf/ggml-vocab-llama-spm.gguf");
-    wm_file *f = NULL;
-    wm__fault_reset();
-    CHECK_STATUS(wm_file_open(path, &f, NULL), WM_OK);
-    wm_file_close(f);
-    uint64_t counts[WM_OS_CALL_COUNT];
+    char path[1024];
+    snprintf(path, sizeof path, "%s", wmt_fixture("gguf/ggml-vocab-llama-spm.gguf"));
+    wmt_sweep s = {.what = path, .run = wmt_open_close, .check = by_kind_check, .user = path,
+                   .path = path};
+    wmt_sweep_result res = {0};
+    wmt_sweep_count(&s, &res);
+    CHECK(res.counts[WM_OS_OPEN] == 1 && res.counts[WM_OS_STAT] >= 1 &&
+          res.counts[WM_OS_PREAD] >= 2);
+    static const int eio[] = {EIO};
     for (int c = 0; c < WM_OS_CALL_COUNT; c++)
-        counts[c] = wm__fault_count((wm_os_call)c);
-    CHECK(counts[WM_OS_OPEN] == 1 && counts[WM_OS_STAT] >= 1 && counts[WM_OS_PREAD] >= 2);
-    for (int c = 0; c < WM_OS_CALL_COUNT; c++) {
-        for (uint64_t k = 1; k <= counts[c]; k++) {
-            wm_error err = {0};
-            wm__fault_arm((wm_os_call)c, k, EIO);
-            wm_status st = wm_file_open(path, &f, &err);
-            wm_status want = c == WM_OS_ALLOC || c == WM_OS_PAGES ? WM_ENOMEM
-                             : c == WM_OS_ADVISE                  ? WM_OK
-                                                                  : WM_EIO;
-            CHECK_MSG(st == want, "%s call %llu: %s, want %s (%s)",
-                      wm__fault_call_name((wm_os_call)c), (unsigned long long)k, wm_status_name(st),
-                      wm_status_name(want), err.msg);
-            if (st == WM_OK)
-                wm_file_close(f);
-            else if (c != WM_OS_ALLOC && c != WM_OS_PAGES)
-                CHECK_EQ(err.os_errno, EIO);
-            CHECK_LEDGER_EMPTY();
-        }
-    }
-    wm__fault_reset();
+        wmt_sweep_kind(&s, (wm_os_call)c, res.counts[c], eio, 1, &res);
 }
 
 /* An interrupted read is retried: whichever read of an open is interrupted, the open succeeds. */
-WM_TEST(eintr_retried) {
-    const char *path = wmt_fixture("gguf/stories260K.gguf");
+static wm_status open_count_close(void *path, wm_error *err) {
     wm_file *f = NULL;
-    wm__fault_reset();
-    CHECK_STATUS(wm_file_open(path, &f, NULL), WM_OK);
+    wm_status st = wm_file_open(path, &f, err);
+    if (st != WM_OK) return st;
+    CHECK_EQ(wm_file_tensor_count(f), 48);
     wm_file_close(f);
-    uint64_t n = wm__fault_count(WM_OS_PREAD);
-    CHECK(n >= 2);
-    for (uint64_t k = 1; k <= n; k++) {
-        wm_error err = {0};
-        wm__fault_arm(WM_OS_PREAD, k, EINTR);
-        CHECK_MSG(wm_file_open(path, &f, &err) == WM_OK, "EINTR at read %llu: %s",
-                  (unsigned long long)k, err.msg);
-        CHECK_EQ(wm__fault_injected(), 1);
-        CHECK_EQ(wm_file_tensor_count(f), 48);
-        wm_file_close(f);
-        CHECK_LEDGER_EMPTY();
-    }
-    wm__fault_reset();
+    return st;
+}
+
+static void eintr_check(void *user, const wmt_fault_run *r) {
+    (void)user;
+    CHECK_MSG(r->st == WM_OK, "EINTR at read %llu: %s", (unsigned long long)r->k, r->err->msg);
+}
+
+WM_TEST(eintr_retried) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s", wmt_fixture("gguf/stories260K.gguf"));
+    wmt_sweep s = {.what = path, .run = open_count_close, .check = eintr_check, .user = path,
+                   .path = path, .must_hit = 1};
+    wmt_sweep_result res = {0};
+    wmt_sweep_count(&s, &res);
+    CHECK(res.counts[WM_OS_PREAD] >= 2);
+    static const int eintr[] = {EINTR};
+    wmt_sweep_kind(&s, WM_OS_PREAD, res.counts[WM_OS_PREAD], eintr, 1, &res);
 }
 
 /* ---- the cost of an open ---- */

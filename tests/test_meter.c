@@ -12,7 +12,6 @@
 
 #include "os/fault.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -102,16 +101,6 @@ static wm_mem_figures figures(int pid) {
     wm_status st = wm_mem_figures_get(pid, &f, &err);
     CHECK_MSG(st == WM_OK, "wm_mem_figures_get: %s", err.msg);
     return f;
-}
-
-static int open_fds(void) {
-    DIR *d = opendir("/proc/self/fd");
-    CHECK(d != NULL);
-    int n = 0;
-    while (readdir(d))
-        n++;
-    closedir(d);
-    return n;
 }
 
 /* A shared read-only mapping: resident exactly the pages touched, nothing privatised; an
@@ -495,6 +484,27 @@ WM_TEST(overlong_line) {
 
 /* Every failing OS call fails the call with its status and leaves no descriptor open; an
  * interrupted read is retried. */
+typedef struct meter_call {
+    int which; /* 0 wm_mem_figures_get, 1 wm_mem_file_regions */
+    const char *path;
+} meter_call;
+
+static wm_status meter_run(void *user, wm_error *err) {
+    const meter_call *c = user;
+    wm_mem_figures f;
+    wm_file_region r[MAX_REGIONS];
+    size_t n;
+    return c->which == 0 ? wm_mem_figures_get(0, &f, err)
+                         : wm_mem_file_regions(0, c->path, r, MAX_REGIONS, &n, err);
+}
+
+static void meter_fault_check(void *user, const wmt_fault_run *r) {
+    const meter_call *c = user;
+    CHECK_MSG(r->st == WM_EIO, "call %" PRIu64 " of %" PRIu64 ": %s", r->k, r->n,
+              wm_status_name(r->st));
+    CHECK(strstr(r->err->msg, "/proc/self/") || strstr(r->err->msg, c->path));
+}
+
 WM_TEST(fault_sweep) {
 #ifndef WM_FAULT_INJECTION
     WM_SKIP("built without fault injection");
@@ -502,37 +512,22 @@ WM_TEST(fault_sweep) {
     char path[512];
     make_file("w.gguf", 2, path);
     unsigned char *p = map_file(path, 0, 2, PROT_READ, MAP_SHARED);
-    int fds = open_fds();
+    int fds = wmt_count_fds();
     for (int which = 0; which < 2; which++) {
-        wm_mem_figures f;
-        wm_file_region r[MAX_REGIONS];
-        size_t n;
-        wm__fault_reset();
-        if (which == 0)
-            CHECK_STATUS(wm_mem_figures_get(0, &f, NULL), WM_OK);
-        else
-            CHECK_STATUS(wm_mem_file_regions(0, path, r, MAX_REGIONS, &n, NULL), WM_OK);
-        uint64_t calls = wm__fault_count(WM_OS_ANY);
-        CHECK(calls >= (which == 0 ? 4u : 3u)); /* opens, reads to end of file, a stat */
-        for (uint64_t k = 1; k <= calls; k++) {
-            wm_error err = {0};
-            wm__fault_arm(WM_OS_ANY, k, EIO);
-            wm_status st = which == 0 ? wm_mem_figures_get(0, &f, &err)
-                                      : wm_mem_file_regions(0, path, r, MAX_REGIONS, &n, &err);
-            wm__fault_reset();
-            CHECK_MSG(st == WM_EIO, "call %" PRIu64 " of %" PRIu64 ": %s", k, calls,
-                      wm_status_name(st));
-            CHECK(strstr(err.msg, "/proc/self/") || strstr(err.msg, path));
-            CHECK_EQ(open_fds(), fds);
-        }
+        meter_call c = {which, path};
+        wmt_sweep s = {.what = which == 0 ? "wm_mem_figures_get" : "wm_mem_file_regions",
+                       .run = meter_run, .check = meter_fault_check, .user = &c};
+        wmt_sweep_result res = {0};
+        static const int eio[] = {EIO};
+        wmt_sweep_any(&s, eio, 1, &res);
+        /* opens, reads to end of file, a stat */
+        CHECK(res.counts[WM_OS_ANY] >= (which == 0 ? 4u : 3u));
         wm__fault_arm(WM_OS_PREAD, 1, EINTR);
-        CHECK_STATUS(which == 0 ? wm_mem_figures_get(0, &f, NULL)
-                                : wm_mem_file_regions(0, path, r, MAX_REGIONS, &n, NULL),
-                     WM_OK);
+        CHECK_STATUS(meter_run(&c, NULL), WM_OK);
         CHECK_EQ(wm__fault_injected(), 1);
         wm__fault_reset();
     }
-    CHECK_EQ(open_fds(), fds);
+    CHECK_EQ(wmt_count_fds(), fds);
     munmap(p, 2 * page());
 #endif
 }

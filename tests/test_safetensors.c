@@ -9,26 +9,15 @@
  * The malformed files are in test_safetensors_malformed.c.
  */
 #include "wmtest.h"
-#include "os/fault.h"
 
 #include <cjson/cJSON.h>
 
-#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
 #include <unistd.h>
 
 /* ---- helpers ---- */
-
-static int count_fds(void) {
-    DIR *d = opendir("/proc/self/fd");
-    int n = 0;
-    if (!d) return -1;
-    while (readdir(d)) n++;
-    closedir(d);
-    return n;
-}
 
 /* Writes 8-byte length + header + data_len bytes of data (byte value i & 255). */
 static const char *st_write(const char *name, const char *header, size_t data_len) {
@@ -138,9 +127,9 @@ static void check_fixture(const fixture *x) {
 }
 
 WM_TEST(fixtures_all) {
-    int fds = count_fds();
+    int fds = wmt_count_fds();
     for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++) check_fixture(&fixtures[i]);
-    CHECK_EQ(count_fds(), fds);
+    CHECK_EQ(wmt_count_fds(), fds);
 }
 
 /* The overall sample holds one tensor of each of nine dtypes; runai-test ten, with BF16 and
@@ -408,7 +397,7 @@ static void open_cut(const char *path, uint64_t l, uint64_t full, int fds) {
         CHECK_MSG(strstr(err.msg, "offset") && strstr(err.msg, path), "%s", err.msg);
     }
     CHECK_LEDGER_EMPTY();
-    CHECK_EQ(count_fds(), fds);
+    CHECK_EQ(wmt_count_fds(), fds);
 }
 
 /* Every length through the header and 16 bytes beyond, and `samples` lengths over the data. */
@@ -418,7 +407,7 @@ static void truncation_sweep(const char *src, unsigned samples) {
     const char *path = wmt_tmp("cut.safetensors");
     wmt_write_file(path, bytes, len);
     free(bytes);
-    int fds = count_fds();
+    int fds = wmt_count_fds();
     wm_file *f = open_ok(path);
     uint64_t every = wm_file_data_offset(f) + 16;
     wm_file_close(f);
@@ -436,7 +425,7 @@ WM_TEST(truncate_runai_test) {
     size_t len;
     void *bytes = wmt_read_file(wmt_fixture("safetensors/runai-test.safetensors"), &len);
     const char *path = wmt_tmp("cut.safetensors");
-    int fds = count_fds();
+    int fds = wmt_count_fds();
     for (size_t l = len + 1; l-- > 0;) {
         wmt_write_file(path, bytes, l);
         wm_error err = {0};
@@ -450,7 +439,7 @@ WM_TEST(truncate_runai_test) {
             CHECK(f == NULL && strstr(err.msg, "offset"));
         }
         CHECK_LEDGER_EMPTY();
-        CHECK_EQ(count_fds(), fds);
+        CHECK_EQ(wmt_count_fds(), fds);
     }
     free(bytes);
 }
@@ -463,44 +452,8 @@ WM_TEST(truncate_overall_and_mel) {
 /* ---- faults ---- */
 
 static void fault_sweep(const char *path) {
-    int fds = count_fds();
-    wm_file *f = NULL;
-    wm__fault_reset();
-    CHECK_STATUS(wm_file_open(path, &f, NULL), WM_OK);
-    uint64_t n = wm__fault_count(WM_OS_ANY);
-    uint64_t n_mem = wm__fault_count(WM_OS_ALLOC) + wm__fault_count(WM_OS_PAGES);
-    wm_file_close(f);
-    CHECK(n >= 6); /* open, stat, two reads, allocations (cJSON's among them) */
-    static const int errs[] = {EIO, ENOMEM};
-    for (int e = 0; e < 2; e++) {
-        uint64_t got_mem = 0;
-        for (uint64_t k = 1; k <= n; k++) {
-            wm_error err = {0};
-            f = (wm_file *)(uintptr_t)1;
-            wm__fault_arm(WM_OS_ANY, k, errs[e]);
-            wm_status st = wm_file_open(path, &f, &err);
-            CHECK_MSG(wm__fault_injected() == 1, "call %llu of %llu was not failed",
-                      (unsigned long long)k, (unsigned long long)n);
-            CHECK_MSG(st != WM_OK, "a fault at call %llu of %llu went unnoticed",
-                      (unsigned long long)k, (unsigned long long)n);
-            CHECK(f == NULL);
-            CHECK_EQ(err.code, st);
-            if (errs[e] == ENOMEM)
-                CHECK_MSG(st == WM_ENOMEM, "ENOMEM at call %llu gave %s: %s", (unsigned long long)k,
-                          wm_status_name(st), err.msg);
-            else
-                CHECK_MSG(st == WM_EIO || st == WM_ENOMEM, "EIO at call %llu gave %s: %s",
-                          (unsigned long long)k, wm_status_name(st), err.msg);
-            if (st == WM_ENOMEM) got_mem++;
-            CHECK_MSG(strstr(err.msg, path) != NULL, "\"%s\" lacks the path", err.msg);
-            CHECK_LEDGER_EMPTY();
-            CHECK_MSG(count_fds() == fds, "a fault at call %llu left a descriptor",
-                      (unsigned long long)k);
-        }
-        /* With EIO, exactly the failed allocations report WM_ENOMEM (cJSON's included). */
-        if (errs[e] == EIO) CHECK_EQ(got_mem, n_mem);
-    }
-    wm__fault_reset();
+    /* Every fault fails the open. At least: open, stat, two reads, allocations (cJSON's). */
+    CHECK(wmt_open_fault_sweep(path, path, 0) >= 6);
 }
 
 WM_TEST(faults_runai_test) { fault_sweep(wmt_fixture("safetensors/runai-test.safetensors")); }

@@ -14,19 +14,9 @@
  */
 #include "wmtest.h"
 
-#include <dirent.h>
 #include <string.h>
 
 /* ---- helpers ---- */
-
-static int count_fds(void) {
-    DIR *d = opendir("/proc/self/fd");
-    int n = 0;
-    if (!d) return -1;
-    while (readdir(d)) n++;
-    closedir(d);
-    return n;
-}
 
 /* Writes a file: the 8-byte length `hlen_field`, hlen bytes of header, data_len bytes of data. */
 static const char *raw_file(uint64_t hlen_field, const void *hdr, size_t hlen, size_t data_len) {
@@ -43,7 +33,7 @@ static const char *raw_file(uint64_t hlen_field, const void *hdr, size_t hlen, s
 /* Opening `path` fails with `want`; the message names the file, an offset and `needle`. */
 static void refused_at(const char *file, int line, const char *path, wm_status want,
                        const char *needle) {
-    int fds = count_fds();
+    int fds = wmt_count_fds();
     wm_file *f = (wm_file *)(uintptr_t)1;
     wm_error err = {0};
     wm_status st = wm_file_open(path, &f, &err);
@@ -55,7 +45,7 @@ static void refused_at(const char *file, int line, const char *path, wm_status w
     if (want == WM_EFORMAT && !strstr(err.msg, "offset"))
         wmt_fail(file, line, "\"%s\" lacks the offset", err.msg);
     if (!strstr(err.msg, needle)) wmt_fail(file, line, "\"%s\" lacks \"%s\"", err.msg, needle);
-    if (count_fds() != fds) wmt_fail(file, line, "a descriptor was left open");
+    if (wmt_count_fds() != fds) wmt_fail(file, line, "a descriptor was left open");
     wmt_check_ledger_empty(file, line);
 }
 

@@ -1,11 +1,15 @@
 /*
  * wmtest.c: the runner behind wmtest.h. `test_x CASE` runs one case; `test_x --list` lists them.
  * After the case returns, the ledger must be empty.
+ * Also the helpers every test file shares: the ledger, descriptor and mapping checks, files, the
+ * fault sweeps (wmt_sweep_*) and byte buffers.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include "wmtest.h"
+
+#include "os/fault.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -136,6 +140,178 @@ int wmt_count_file_maps(const char *path) {
             n++;
     }
     fclose(f);
+    return n;
+}
+
+int wmt_count_fds(void) {
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) wmt_fail(__FILE__, __LINE__, "opendir /proc/self/fd: %s", strerror(errno));
+    int n = 0;
+    while (readdir(d)) n++;
+    closedir(d);
+    return n;
+}
+
+/* ---- fault sweeps ---- */
+
+/* What a sweep compares against after every run: the ledger and the descriptors before it. */
+typedef struct sweep_base {
+    wm_ledger ledger;
+    int fds;
+} sweep_base;
+
+static void sweep_after(const wmt_sweep *s, const sweep_base *b, const char *run) {
+    wm_ledger l;
+    wm_ledger_get(&l);
+    for (int c = 0; c < WM_LEDGER_COUNT; c++)
+        if (l.cat[c].current != b->ledger.cat[c].current ||
+            l.cat[c].regions != b->ledger.cat[c].regions)
+            wmt_fail(__FILE__, __LINE__,
+                     "%s: %s: ledger %s holds %" PRIu64 " bytes in %" PRIu64 " regions, %" PRIu64
+                     " in %" PRIu64 " before",
+                     s->what, run, wm_ledger_category_name((wm_ledger_category)c), l.cat[c].current,
+                     l.cat[c].regions, b->ledger.cat[c].current, b->ledger.cat[c].regions);
+    int fds = wmt_count_fds();
+    if (fds != b->fds)
+        wmt_fail(__FILE__, __LINE__, "%s: %s: %d descriptors open, %d before", s->what, run, fds,
+                 b->fds);
+    if (s->path && wmt_count_file_maps(s->path) != 0)
+        wmt_fail(__FILE__, __LINE__, "%s: %s: a mapping of %s is left", s->what, run, s->path);
+}
+
+static void sweep_base_take(sweep_base *b) {
+    wm_ledger_get(&b->ledger);
+    b->fds = wmt_count_fds();
+}
+
+void wmt_sweep_count(const wmt_sweep *s, wmt_sweep_result *res) {
+    sweep_base b;
+    sweep_base_take(&b);
+    wm_error err = {0};
+    wm__fault_reset();
+    wm_status st = s->run(s->user, &err);
+    if (st != WM_OK)
+        wmt_fail(__FILE__, __LINE__, "%s: the clean run failed: %s: %s", s->what,
+                 wm_status_name(st), err.msg);
+    for (int c = 0; c <= WM_OS_CALL_COUNT; c++) res->counts[c] = wm__fault_count((wm_os_call)c);
+    wm__fault_reset();
+    sweep_after(s, &b, "the clean run");
+}
+
+/* One faulted run: the k-th call of `kind` fails with errn. */
+static void sweep_one(const wmt_sweep *s, const sweep_base *b, wm_os_call kind, uint64_t k,
+                      uint64_t n, int errn, wmt_sweep_result *res) {
+    char run[160];
+    snprintf(run, sizeof run, "%s call %" PRIu64 " of %" PRIu64 " failed with %s",
+             kind == WM_OS_ANY ? "any" : wm__fault_call_name(kind), k, n, strerrorname_np(errn));
+    wm_error err;
+    memset(&err, 0, sizeof err);
+    wm__fault_arm(kind, k, errn);
+    wm_status st = s->run(s->user, &err);
+    uint64_t injected = wm__fault_injected();
+    wm__fault_reset();
+    res->runs++;
+    if (s->must_hit && injected != 1)
+        wmt_fail(__FILE__, __LINE__, "%s: %s: %" PRIu64 " faults injected (not repeatable?)",
+                 s->what, run, injected);
+    if (st != WM_OK) {
+        res->failed++;
+        res->enomem += st == WM_ENOMEM;
+        if (!injected)
+            wmt_fail(__FILE__, __LINE__, "%s: %s: failed with no fault injected: %s: %s", s->what,
+                     run, wm_status_name(st), err.msg);
+        if (err.code != st)
+            wmt_fail(__FILE__, __LINE__, "%s: %s: err.code %s for status %s", s->what, run,
+                     wm_status_name(err.code), wm_status_name(st));
+        if (!err.msg[0] || (s->shown && !strstr(err.msg, s->shown)))
+            wmt_fail(__FILE__, __LINE__, "%s: %s: message \"%s\" lacks \"%s\"", s->what, run,
+                     err.msg, s->shown ? s->shown : "anything");
+    }
+    sweep_after(s, b, run);
+    if (s->check) {
+        wmt_fault_run r = {kind, k, n, errn, st, &err, injected};
+        s->check(s->user, &r);
+    }
+}
+
+void wmt_sweep_kind(const wmt_sweep *s, wm_os_call kind, uint64_t n, const int *errs, int n_errs,
+                    wmt_sweep_result *res) {
+    sweep_base b;
+    sweep_base_take(&b);
+    uint64_t last = s->past_end ? n + 1 : n;
+    if (s->cycle) {
+        for (uint64_t k = 1; k <= last; k++)
+            sweep_one(s, &b, kind, k, n, errs[(k - 1) % (uint64_t)n_errs], res);
+        return;
+    }
+    for (int e = 0; e < n_errs; e++)
+        for (uint64_t k = 1; k <= last; k++) sweep_one(s, &b, kind, k, n, errs[e], res);
+}
+
+void wmt_sweep_any(const wmt_sweep *s, const int *errs, int n_errs, wmt_sweep_result *res) {
+    wmt_sweep_count(s, res);
+    wmt_sweep_kind(s, WM_OS_ANY, res->counts[WM_OS_ANY], errs, n_errs, res);
+}
+
+wm_status wmt_open_close(void *path, wm_error *err) {
+    wm_file *f = (wm_file *)(uintptr_t)1; /* must be overwritten */
+    wm_status st = wm_file_open(path, &f, err);
+    if (st == WM_OK)
+        wm_file_close(f);
+    else if (f != NULL)
+        wmt_fail(__FILE__, __LINE__, "%s: *out is not NULL after a failed open", (char *)path);
+    return st;
+}
+
+/* The status rules of an open's fault, and whether it may succeed (advice that failed). */
+typedef struct open_sweep {
+    char path[1024], shown[1024]; /* copies: the caller's may be wmt_fixture's static buffer */
+    int advice_harmless;
+} open_sweep;
+
+static wm_status open_sweep_run(void *user, wm_error *err) {
+    return wmt_open_close(((open_sweep *)user)->path, err);
+}
+
+static void open_fault_check(void *user, const wmt_fault_run *r) {
+    const open_sweep *o = user;
+    if (r->st == WM_OK) {
+        if (!o->advice_harmless)
+            wmt_fail(__FILE__, __LINE__, "%s: a fault at call %" PRIu64 " of %" PRIu64
+                     " went unnoticed", o->path, r->k, r->n);
+        return; /* counted against the advice calls by the caller */
+    }
+    if (r->errn == ENOMEM && r->st != WM_ENOMEM)
+        wmt_fail(__FILE__, __LINE__, "%s: ENOMEM at call %" PRIu64 " gave %s: %s", o->path, r->k,
+                 wm_status_name(r->st), r->err->msg);
+    if (r->errn == EIO && r->st != WM_EIO && r->st != WM_ENOMEM)
+        wmt_fail(__FILE__, __LINE__, "%s: EIO at call %" PRIu64 " gave %s: %s", o->path, r->k,
+                 wm_status_name(r->st), r->err->msg);
+}
+
+uint64_t wmt_open_fault_sweep(const char *path, const char *shown, int advice_harmless) {
+    open_sweep o = {.advice_harmless = advice_harmless};
+    snprintf(o.path, sizeof o.path, "%s", path);
+    snprintf(o.shown, sizeof o.shown, "%s", shown ? shown : "");
+    wmt_sweep s = {.what = o.path, .run = open_sweep_run, .check = open_fault_check, .user = &o,
+                   .path = o.path, .shown = shown ? o.shown : NULL, .must_hit = 1};
+    wmt_sweep_result res = {0};
+    wmt_sweep_count(&s, &res);
+    uint64_t n = res.counts[WM_OS_ANY], n_mem = res.counts[WM_OS_ALLOC] + res.counts[WM_OS_PAGES];
+    fprintf(stderr, "%s: %" PRIu64 " fallible calls (%" PRIu64 " allocations)\n", path, n, n_mem);
+    static const int errs[] = {EIO, ENOMEM};
+    for (int e = 0; e < 2; e++) {
+        wmt_sweep_result r = {0};
+        wmt_sweep_kind(&s, WM_OS_ANY, n, &errs[e], 1, &r);
+        /* Only advice may fail without failing the open. */
+        if (r.runs - r.failed != (advice_harmless ? res.counts[WM_OS_ADVISE] : 0))
+            wmt_fail(__FILE__, __LINE__, "%s: %" PRIu64 " opens succeeded with a fault, %" PRIu64
+                     " advice calls", path, r.runs - r.failed, res.counts[WM_OS_ADVISE]);
+        /* With EIO, exactly the failed allocations report WM_ENOMEM. */
+        if (errs[e] == EIO && r.enomem != n_mem)
+            wmt_fail(__FILE__, __LINE__, "%s: %" PRIu64 " opens failed with WM_ENOMEM under EIO, %"
+                     PRIu64 " allocations", path, r.enomem, n_mem);
+    }
     return n;
 }
 

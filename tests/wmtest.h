@@ -12,6 +12,7 @@
 #define WM_TEST_H
 
 #include "weightmap.h"
+#include "os/os.h" /* wm_os_call, for the fault sweeps */
 
 #include <inttypes.h>
 #include <stdint.h>
@@ -90,6 +91,71 @@ void *wmt_read_file(const char *path, size_t *len);
 /* Number of regions of this process that map `path` (matched by device and inode, from
  * /proc/self/maps). */
 int wmt_count_file_maps(const char *path);
+
+/* Open descriptors of this process (entries of /proc/self/fd): compare two counts to see whether
+ * a call left one open. */
+int wmt_count_fds(void);
+
+/* ---- fault sweeps (STYLE.md): count the calls of a scenario, then fail each in turn ----
+ *
+ * A scenario is one run of what is under test (an open, a load, ...): `run` does it, checks its
+ * own out-pointers and, on success, uses and releases what it made; it returns the status and
+ * fills *err on failure. The sweep runs it once clean (it must succeed) to count its OS calls and
+ * allocations, then again with the k-th call of one kind failed, for each k. After every run,
+ * clean or faulted, it requires:
+ *   - the ledger as it was before the sweep (every category's bytes and regions: empty unless the
+ *     caller holds something across the sweep, such as the open file of a load sweep),
+ *   - as many descriptors open as before, and no mapping of `path` (when set);
+ * and after a faulted run that failed: a fault was injected, err.code is the status, and the
+ * message contains `shown` (when set). With `must_hit`, every faulted run must meet its fault
+ * (the scenario is repeatable). `check`, when set, then adds the scenario's own rules on the
+ * outcome (which statuses are allowed, ...). */
+typedef struct wmt_fault_run {
+    wm_os_call kind; /* the kind failed (WM_OS_ANY: the k-th call of any kind) */
+    uint64_t k, n;   /* the k-th call failed, of the n the clean run made */
+    int errn;        /* with this errno */
+    wm_status st;    /* what the scenario returned */
+    const wm_error *err;
+    uint64_t injected; /* faults the run met */
+} wmt_fault_run;
+
+typedef struct wmt_sweep {
+    const char *what;                             /* names the scenario in failure messages */
+    wm_status (*run)(void *user, wm_error *err); /* one run of the scenario */
+    void (*check)(void *user, const wmt_fault_run *r); /* NULL: only the common checks */
+    void *user;
+    const char *path;  /* NULL, or a file no region may map after a run */
+    const char *shown; /* NULL, or what every failure's message names */
+    int must_hit;      /* every faulted run meets its fault */
+    int past_end;      /* also fail call n+1 (none: the scenario must then succeed) */
+    int cycle;         /* errs[(k-1) % n_errs] for call k, instead of every errno for every k */
+} wmt_sweep;
+
+/* What a sweep saw: the clean run's calls of each kind (WM_OS_ANY: all), the faulted runs, those
+ * that failed, and those that failed with WM_ENOMEM. */
+typedef struct wmt_sweep_result {
+    uint64_t counts[WM_OS_CALL_COUNT + 1];
+    uint64_t runs, failed, enomem;
+} wmt_sweep_result;
+
+/* Runs the scenario clean, checks it, and fills res->counts (the runs so far are kept). */
+void wmt_sweep_count(const wmt_sweep *s, wmt_sweep_result *res);
+/* Fails the k-th call of `kind` for k in 1..n (n+1 with past_end), each time with every errno of
+ * errs[0..n_errs) (with `cycle`, call k with errs[(k-1) % n_errs]), runs the scenario and checks
+ * it; adds to res's runs, failed and enomem. The fault table is reset afterwards. */
+void wmt_sweep_kind(const wmt_sweep *s, wm_os_call kind, uint64_t n, const int *errs, int n_errs,
+                    wmt_sweep_result *res);
+/* Both: counts, then fails every call of any kind (WM_OS_ANY) with each errno of errs. */
+void wmt_sweep_any(const wmt_sweep *s, const int *errs, int n_errs, wmt_sweep_result *res);
+/* The usual scenario: wm_file_open(user, a path), then close; a failure leaves *out NULL. */
+wm_status wmt_open_close(void *path, wm_error *err);
+
+/* The fault sweep of an open (wm_file_open, then close): every call of any kind failed in turn,
+ * first with EIO, then with ENOMEM. Beyond the common checks (wmt_sweep, with `shown`, NULL for
+ * none, and no mapping of `path` left): a failure is WM_ENOMEM for ENOMEM, WM_EIO or WM_ENOMEM
+ * for EIO, and under EIO exactly the failed allocations give WM_ENOMEM; the open succeeds only
+ * when the failed call was advice and `advice_harmless` is set. Returns the clean open's calls. */
+uint64_t wmt_open_fault_sweep(const char *path, const char *shown, int advice_harmless);
 
 /* A growable byte buffer for hand-built files. */
 typedef struct wmt_buf {
