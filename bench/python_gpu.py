@@ -12,8 +12,10 @@ one torch tensor per tensor, torch.cuda.synchronize()); its wm_model_load alone 
 The CLI reports wm_model_load's time of each cycle (after wm_backend_init). During each load of
 the package and of safetensors a thread samples the host footprint (RssAnon + RssShmem + VmSwap,
 as bench/gpu.c and bench/gpu_safetensors.py do) every 2 ms; the peak is reported above the
-footprint right after CUDA initialisation (torch and weightmap.backend_init). After each package
-round the tensors are deleted and the ledger must read 0 (else the run fails).
+footprint just before that load (the rounds alternate, so memory that one loader's allocator
+keeps after its load is not charged to the next), the largest over the rounds; for the package
+also what each load left once its tensors were deleted ("footprint_left", bytes, each round).
+After each package round the ledger must read 0 (else the run fails).
 
 Usage: python_gpu.py FILE [--repeat N] [--device cuda:0] [--cli build-gpu/weightmap]
 Prints one JSON line per measurement and a Markdown table.
@@ -41,10 +43,11 @@ def footprint():
 
 
 class Sampler:
-    """The peak footprint while a block runs, sampled every 2 ms from a thread."""
+    """The footprint before a block and its peak while the block runs, sampled every 2 ms from a
+    thread."""
 
     def __enter__(self):
-        self.peak = footprint()
+        self.before = self.peak = footprint()
         self.stop = threading.Event()
         self.th = threading.Thread(target=self._run)
         self.th.start()
@@ -76,7 +79,7 @@ def run_weightmap(path, device):
     led = weightmap.ledger()
     if led["bytes"] or led["regions"]:
         sys.exit(f"python_gpu: the ledger holds {led} after the tensors were deleted")
-    return t1 - t0, load_s, nbytes, s.peak
+    return t1 - t0, load_s, nbytes, s.peak - s.before, footprint() - s.before
 
 
 def run_safetensors(path, device):
@@ -89,7 +92,7 @@ def run_safetensors(path, device):
     nbytes = sum(t.numel() * t.element_size() for t in sd.values())
     del sd
     torch.cuda.empty_cache()
-    return t1 - t0, nbytes, s.peak
+    return t1 - t0, nbytes, s.peak - s.before
 
 
 def run_cli(cli, path, device):
@@ -129,9 +132,10 @@ def main():
 
     wm_s, wm_load_s, st_s, cli_s = [], [], [], []
     wm_peak = st_peak = 0
+    wm_left = []
     nbytes = 0
     for rnd in range(a.repeat + 1):            # round 0 warms everything and is not counted
-        t, load_s, nbytes, peak = run_weightmap(a.file, a.device)
+        t, load_s, nbytes, peak, left = run_weightmap(a.file, a.device)
         ts, nb_st, peak_st = run_safetensors(a.file, a.device)
         tc, nb_cli = run_cli(a.cli, a.file, a.device)
         assert nb_st == nbytes == nb_cli, (nb_st, nbytes, nb_cli)
@@ -141,17 +145,19 @@ def main():
         wm_load_s.append(load_s)
         st_s.append(ts)
         cli_s.append(tc)
-        wm_peak = max(wm_peak, peak - base)
-        st_peak = max(st_peak, peak_st - base)
+        wm_peak = max(wm_peak, peak)
+        st_peak = max(st_peak, peak_st)
+        wm_left.append(left)
 
-    wm = summary("weightmap.load_file", wm_s, nbytes, {"footprint_peak_delta": wm_peak})
+    wm = summary("weightmap.load_file", wm_s, nbytes, {"footprint_peak_delta": wm_peak,
+                                                        "footprint_left": wm_left})
     wml = summary("weightmap.load_file: its wm_model_load", wm_load_s, nbytes)
     st = summary("safetensors.torch.load_file", st_s, nbytes, {"footprint_peak_delta": st_peak})
     c = summary("weightmap load (C CLI, staged)", cli_s, nbytes)
     MiB = 1 << 20
     print()
     print(f"| what ({nbytes / 2**30:.2f} GiB safetensors, warm cache, {a.device}) | GB/s median | "
-          f"GB/s best | x safetensors | x C path | host footprint peak above CUDA init |")
+          f"GB/s best | x safetensors | x C path | host footprint peak during the load |")
     print("|---|---:|---:|---:|---:|---:|")
     for r, fp in ((wm, wm_peak), (wml, None), (st, st_peak), (c, None)):
         print(f"| {r['bench']} | {r['median_gbps']} | {r['best_gbps']} | "
