@@ -40,32 +40,6 @@ static const char *prog(const char *name) {
     return buf[k];
 }
 
-/* Runs a shell command line; returns its exit code, its stdout in *out (malloc'd). */
-static int run(const char *cmdline, char **out) {
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, "%s 2>%s", cmdline, wmt_tmp("stderr.txt"));
-    FILE *p = popen(cmd, "r");
-    CHECK(p != NULL);
-    size_t cap = 1 << 16, n = 0, k;
-    char *buf = malloc(cap);
-    while ((k = fread(buf + n, 1, cap - n - 1, p)) > 0) {
-        n += k;
-        if (n + 1 == cap) buf = realloc(buf, cap *= 2);
-    }
-    buf[n] = 0;
-    int st = pclose(p);
-    *out = buf;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static char *stderr_text(void) {
-    size_t n;
-    char *s = wmt_read_file(wmt_tmp("stderr.txt"), &n);
-    s = realloc(s, n + 1);
-    s[n] = 0;
-    return s;
-}
-
 /* `weightmap trace --json --out FILE OPTS -- CMD`: the parsed report (exit code in *rc). */
 static cJSON *trace_json(const char *opts, const char *cmd, int *rc) {
     char line[8192], *out;
@@ -73,7 +47,7 @@ static cJSON *trace_json(const char *opts, const char *cmd, int *rc) {
     unlink(report);
     snprintf(line, sizeof line, "%s trace --json --out %s %s -- %s >/dev/null", WM_CLI, report,
              opts, cmd);
-    *rc = run(line, &out);
+    *rc = wmt_run(line, &out);
     free(out);
     size_t n;
     char *text = wmt_read_file(report, &n);
@@ -156,7 +130,7 @@ WM_TEST(scratch_in_malloc) {
     }
     CHECK_EQ(seen, 3);
     cJSON_Delete(j);
-    char *err = stderr_text();
+    char *err = wmt_stderr_text();
     CHECK(strstr(err, "weightmap: trace: rule scratch: thread ") != NULL);
     CHECK(strstr(err, "1.0 MiB from malloc while loading") != NULL);
     free(err);
@@ -258,7 +232,7 @@ WM_TEST(named_file) {
 WM_TEST(exit_status_and_output_passed_on) {
     char cmd[4200], *out;
     snprintf(cmd, sizeof cmd, "%s", leaky("exit", "-", 7, "none"));
-    CHECK_EQ(run(cmd, &out), 7); /* untraced */
+    CHECK_EQ(wmt_run(cmd, &out), 7); /* untraced */
     free(out);
     int rc;
     cJSON *j = trace_json("", cmd, &rc);
@@ -267,32 +241,32 @@ WM_TEST(exit_status_and_output_passed_on) {
     cJSON_Delete(j);
     /* A signal: 128 + its number, as a shell reports it. */
     snprintf(cmd, sizeof cmd, "%s trace -- sh -c 'kill -TERM $$' >/dev/null", WM_CLI);
-    CHECK_EQ(run(cmd, &out), 128 + 15);
+    CHECK_EQ(wmt_run(cmd, &out), 128 + 15);
     free(out);
     /* The program's own output comes first and unchanged. */
     snprintf(cmd, sizeof cmd, "%s trace --json -- echo hello", WM_CLI);
-    CHECK_EQ(run(cmd, &out), 0);
+    CHECK_EQ(wmt_run(cmd, &out), 0);
     CHECK(strncmp(out, "hello\n{", 7) == 0);
     free(out);
     /* A command that does not exist: 127, as a shell says. */
     snprintf(cmd, sizeof cmd, "%s trace -- /nonexistent/program", WM_CLI);
-    CHECK_EQ(run(cmd, &out), 127);
+    CHECK_EQ(wmt_run(cmd, &out), 127);
     free(out);
 }
 
 WM_TEST(usage_and_missing_library) {
     char cmd[4200], *out;
     snprintf(cmd, sizeof cmd, "%s trace --json", WM_CLI);
-    CHECK_EQ(run(cmd, &out), 2);
+    CHECK_EQ(wmt_run(cmd, &out), 2);
     free(out);
     snprintf(cmd, sizeof cmd, "%s trace --bogus -- true", WM_CLI);
-    CHECK_EQ(run(cmd, &out), 2);
+    CHECK_EQ(wmt_run(cmd, &out), 2);
     free(out);
     snprintf(cmd, sizeof cmd, "WEIGHTMAP_TRACE_LIB=/nonexistent/libwmtrace.so %s trace -- true",
              WM_CLI);
-    CHECK_EQ(run(cmd, &out), 1);
+    CHECK_EQ(wmt_run(cmd, &out), 1);
     free(out);
-    char *err = stderr_text();
+    char *err = wmt_stderr_text();
     CHECK(strstr(err, "libwmtrace.so not found") != NULL);
     free(err);
 }
@@ -335,7 +309,7 @@ static unsigned char *render(const char *svg, int *w, int *h) {
     char cmd[8192], *out;
     const char *ppm = wmt_tmp("picture.ppm");
     snprintf(cmd, sizeof cmd, "rsvg-convert -f png %s | pngtopnm > %s && echo ok", svg, ppm);
-    int rc = run(cmd, &out);
+    int rc = wmt_run(cmd, &out);
     bool ok = rc == 0 && strstr(out, "ok");
     free(out);
     if (!ok) return NULL;
@@ -456,7 +430,7 @@ WM_TEST(weightmap_cli_is_clean) {
     const char *model = wmt_tmp("model.gguf");
     char cmd[8192], *out;
     snprintf(cmd, sizeof cmd, "%s make-model %s --size 8M", WM_CLI, model);
-    CHECK_EQ(run(cmd, &out), 0);
+    CHECK_EQ(wmt_run(cmd, &out), 0);
     free(out);
     const char *modes[] = {"heap", "mmap"};
     for (int i = 0; i < 2; i++) {

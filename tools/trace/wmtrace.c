@@ -38,6 +38,50 @@
 #include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
+
+/* WMTRACE_SELFTEST (the TSan lane, tests/trace/tsan_hooks.c) compiles the hooks under other names
+ * into a test program, which calls them from several threads: ThreadSanitizer cannot sit under an
+ * LD_PRELOAD interposer, but it can check the interposer's own tables this way. */
+#ifdef WMTRACE_SELFTEST
+#define malloc wmtrace_st_malloc
+#define free wmtrace_st_free
+#define calloc wmtrace_st_calloc
+#define realloc wmtrace_st_realloc
+#define posix_memalign wmtrace_st_posix_memalign
+#define aligned_alloc wmtrace_st_aligned_alloc
+#define memalign wmtrace_st_memalign
+#define valloc wmtrace_st_valloc
+#define mmap wmtrace_st_mmap
+#define mmap64 wmtrace_st_mmap64
+#define munmap wmtrace_st_munmap
+#define mremap wmtrace_st_mremap
+#define mlock wmtrace_st_mlock
+#define munlock wmtrace_st_munlock
+#define mlockall wmtrace_st_mlockall
+#define munlockall wmtrace_st_munlockall
+#define open wmtrace_st_open
+#define open64 wmtrace_st_open64
+#define openat wmtrace_st_openat
+#define openat64 wmtrace_st_openat64
+#define fopen wmtrace_st_fopen
+#define fopen64 wmtrace_st_fopen64
+#define close wmtrace_st_close
+#define fclose wmtrace_st_fclose
+#define read wmtrace_st_read
+#define pread wmtrace_st_pread
+#define pread64 wmtrace_st_pread64
+#define fread wmtrace_st_fread
+#define dlsym wmtrace_st_dlsym
+#define WMTRACE_CTOR
+#define WMTRACE_DTOR
+#define wmtrace_start wmtrace_selftest_start
+#define wmtrace_stop wmtrace_selftest_stop
+#define STATIC_ENTRY EXPORT
+#else
+#define WMTRACE_CTOR __attribute__((constructor(101)))
+#define WMTRACE_DTOR __attribute__((destructor))
+#define STATIC_ENTRY static
+#endif
 #define TLS static __thread __attribute__((tls_model("initial-exec")))
 
 /* ---- state ---- */
@@ -130,7 +174,8 @@ static struct wfile named[FILES]; /* from WMTRACE_FILES */
 static int n_named;
 static volatile int file_lock;
 #define FDS 65536
-static signed char fd_weight[FDS]; /* fd -> weight file index + 1 */
+static signed char fd_weight[FDS]; /* fd -> weight file index + 1 (atomic: the
+                                      kernel's fd reuse is a synchronisation TSan cannot see) */
 
 static char marker_name[64];
 static void *marker_target;
@@ -740,7 +785,7 @@ static void note_open(int fd) {
     if (fd < 0 || !active || tl.in_hook || !stats) return;
     tl.in_hook = 1;
     int w = classify(fd);
-    if (fd < FDS) fd_weight[fd] = (signed char)w;
+    if (fd < FDS) __atomic_store_n(&fd_weight[fd], (signed char)w, __ATOMIC_RELAXED);
     if (w) {
         loading();
         line l;
@@ -824,18 +869,20 @@ EXPORT FILE *fopen64(const char *path, const char *mode) {
 EXPORT int close(int fd) {
     if (!resolved) resolve();
     if (fd == out_fd && out_fd >= 0) return 0; /* the trace file stays open for the tracer */
-    if (fd >= 0 && fd < FDS) fd_weight[fd] = 0;
+    if (fd >= 0 && fd < FDS) __atomic_store_n(&fd_weight[fd], 0, __ATOMIC_RELAXED);
     return r_close(fd);
 }
 EXPORT int fclose(FILE *f) {
     if (!resolved) resolve();
     int fd = f ? fileno(f) : -1;
-    if (fd >= 0 && fd < FDS) fd_weight[fd] = 0;
+    if (fd >= 0 && fd < FDS) __atomic_store_n(&fd_weight[fd], 0, __ATOMIC_RELAXED);
     return r_fclose(f);
 }
 
 static void note_read(int fd, ssize_t n) {
-    if (n <= 0 || fd < 0 || fd >= FDS || !fd_weight[fd] || !active || tl.in_hook) return;
+    if (n <= 0 || fd < 0 || fd >= FDS || !__atomic_load_n(&fd_weight[fd], __ATOMIC_RELAXED) ||
+        !active || tl.in_hook)
+        return;
     loading();
     wmtrace_thread *t = me();
     if (t) __atomic_store_n(&t->weight_read, t->weight_read + (uint64_t)n, __ATOMIC_RELAXED);
@@ -1095,7 +1142,7 @@ static const char *env(const char *name) {
 
 static void on_fork_child(void) { active = 0; }
 
-__attribute__((constructor(101))) static void wmtrace_start(void) {
+WMTRACE_CTOR STATIC_ENTRY void wmtrace_start(void) {
     resolve();
     const char *out = env(WMTRACE_ENV_OUT), *pid = env(WMTRACE_ENV_PID);
     if (!out || !pid) return;
@@ -1178,7 +1225,7 @@ __attribute__((constructor(101))) static void wmtrace_start(void) {
     sample();
 }
 
-__attribute__((destructor)) static void wmtrace_stop(void) {
+WMTRACE_DTOR STATIC_ENTRY void wmtrace_stop(void) {
     if (!active || !stats) return;
     sample();
     line l;
