@@ -183,15 +183,4 @@ static inline void ggb_check_refused(const char *file, int line, const char *pat
     wmt_check_ledger_empty(file, line);
 }
 
-/* Opens `path` expecting success; returns the file (the caller closes it). */
-#define OPEN_OK(path) ggb_open_ok(__FILE__, __LINE__, path)
-static inline wm_file *ggb_open_ok(const char *file, int line, const char *path) {
-    wm_file *f = NULL;
-    wm_error err = {0};
-    wm_status st = wm_file_open(path, &f, &err);
-    if (st != WM_OK || !f)
-        wmt_fail(file, line, "open returned %s: %s", wm_status_name(st), err.msg);
-    return f;
-}
-
 #endif /* WM_GGUF_BUILDER_H */

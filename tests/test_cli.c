@@ -5,34 +5,6 @@
 #include "wmtest.h"
 
 #include <string.h>
-#include <sys/wait.h>
-
-/* Runs a shell command line; returns its exit code and its stdout (malloc'd) in *out. */
-static int run(const char *cmdline, char **out) {
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s 2>%s", cmdline, wmt_tmp("stderr.txt"));
-    FILE *p = popen(cmd, "r");
-    CHECK(p != NULL);
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    size_t k;
-    while ((k = fread(buf + n, 1, cap - n - 1, p)) > 0) {
-        n += k;
-        if (n + 1 == cap) buf = realloc(buf, cap *= 2);
-    }
-    buf[n] = 0;
-    int st = pclose(p);
-    *out = buf;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static char *stderr_text(void) {
-    size_t n;
-    char *s = wmt_read_file(wmt_tmp("stderr.txt"), &n);
-    s = realloc(s, n + 1);
-    s[n] = 0;
-    return s;
-}
 
 /* Under AddressSanitizer its allocator's quarantine and shadow memory keep hundreds of KiB of
  * footprint after a release, so the tool's footprint verdict fails there: sanitizer builds check
@@ -52,21 +24,21 @@ WM_TEST(exit_codes_and_error_line) {
     char *out, *err;
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "%s load %s", WM_CLI, wmt_fixture("gguf/stories260K.gguf"));
-    CHECK_EQ(run(cmd, &out), 2); /* no --mode: usage error, no default */
-    err = stderr_text();
+    CHECK_EQ(wmt_run(cmd, &out), 2); /* no --mode: usage error, no default */
+    err = wmt_stderr_text();
     HAS(err, "--mode is required");
     free(out);
     free(err);
     snprintf(cmd, sizeof cmd, "%s info %s", WM_CLI, wmt_fixture("malformed/q8_0-row-172.gguf"));
-    CHECK_EQ(run(cmd, &out), 1);
-    err = stderr_text();
+    CHECK_EQ(wmt_run(cmd, &out), 1);
+    err = wmt_stderr_text();
     CHECK(strncmp(err, "weightmap: ", 11) == 0);
     HAS(err, "q8_0-row-172.gguf: at offset");
     CHECK(strchr(err, '\n') == err + strlen(err) - 1); /* one line */
     free(out);
     free(err);
     snprintf(cmd, sizeof cmd, "%s frobnicate", WM_CLI);
-    CHECK_EQ(run(cmd, &out), 2);
+    CHECK_EQ(wmt_run(cmd, &out), 2);
     free(out);
 }
 
@@ -74,7 +46,7 @@ WM_TEST(info_json_fields) {
     char *out;
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "%s info --json %s", WM_CLI, wmt_fixture("gguf/stories260K.gguf"));
-    CHECK_EQ(run(cmd, &out), 0);
+    CHECK_EQ(wmt_run(cmd, &out), 0);
     HAS(out, "\"format\": \"gguf\"");
     HAS(out, "\"version\": 3");
     HAS(out, "\"n_tensors\": 48");
@@ -88,7 +60,7 @@ WM_TEST(check_json_every_mode_returns_everything) {
     char *out;
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "%s check --json --cycles 2 %s", WM_CLI, wmt_fixture("gguf/stories260K.gguf"));
-    VERDICT_EXIT(run(cmd, &out));
+    VERDICT_EXIT(wmt_run(cmd, &out));
     HAS_VERDICT(out, "\"ok\": true, \"modes\": [");
     HAS(out, "{\"mode\": \"heap\", \"cycles\": 2, \"load_seconds\": ");
     HAS(out, "{\"mode\": \"mmap\", \"cycles\": 2");
@@ -103,10 +75,10 @@ WM_TEST(check_sharded_set_counts_every_shard) {
     char cmd[1024];
     const char *base = wmt_tmp("set.safetensors");
     snprintf(cmd, sizeof cmd, "%s make-model %s --size 4M --shards 3 >/dev/null", WM_CLI, base);
-    CHECK_EQ(run(cmd, &out), 0);
+    CHECK_EQ(wmt_run(cmd, &out), 0);
     free(out);
     snprintf(cmd, sizeof cmd, "%s check --json --cycles 1 %s.index.json", WM_CLI, base);
-    VERDICT_EXIT(run(cmd, &out));
+    VERDICT_EXIT(wmt_run(cmd, &out));
     /* mapped modes map each of the three shards */
     HAS(out, "\"file_regions\": 3}");
     HAS(out, "\"ledger_bytes\": 0, \"ledger_regions\": 0, \"file_regions\": 0}");
@@ -118,7 +90,7 @@ WM_TEST(load_json_and_lock_refusal) {
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "%s load --json --mode heap --cycles 3 --threads 2 %s", WM_CLI,
              wmt_fixture("gguf/stories260K.gguf"));
-    VERDICT_EXIT(run(cmd, &out));
+    VERDICT_EXIT(wmt_run(cmd, &out));
     HAS(out, "\"mode\": \"heap\"");
     HAS_VERDICT(out, "\"ok\": true");
     HAS(out, "\"ledger_bytes\": 0, \"ledger_regions\": 0, \"file_regions\": 0}");
@@ -126,8 +98,8 @@ WM_TEST(load_json_and_lock_refusal) {
     free(out);
     snprintf(cmd, sizeof cmd, "%s load --mode mmap-private --lock %s", WM_CLI,
              wmt_fixture("gguf/stories260K.gguf"));
-    CHECK_EQ(run(cmd, &out), 1);
-    char *err = stderr_text();
+    CHECK_EQ(wmt_run(cmd, &out), 1);
+    char *err = wmt_stderr_text();
     HAS(err, "privatise");
     free(err);
     free(out);
@@ -138,11 +110,11 @@ WM_TEST(make_model_is_deterministic) {
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "%s make-model %s --size 3M --seed 7 && %s make-model %s --size 3M --seed 7 && cmp %s %s",
              WM_CLI, wmt_tmp("a.gguf"), WM_CLI, wmt_tmp("b.gguf"), wmt_tmp("a.gguf"), wmt_tmp("b.gguf"));
-    CHECK_EQ(run(cmd, &out), 0);
+    CHECK_EQ(wmt_run(cmd, &out), 0);
     free(out);
     snprintf(cmd, sizeof cmd, "%s make-model %s --size 3M --seed 8 && cmp -s %s %s", WM_CLI,
              wmt_tmp("c.gguf"), wmt_tmp("a.gguf"), wmt_tmp("c.gguf"));
-    CHECK_EQ(run(cmd, &out), 1); /* another seed, other bytes */
+    CHECK_EQ(wmt_run(cmd, &out), 1); /* another seed, other bytes */
     free(out);
 }
 
@@ -177,7 +149,7 @@ WM_TEST(info_as_f32_converted_total) {
     CHECK(n_quant >= 32); /* Q4_0 x31, Q8_0 x1 */
     CHECK(total > stored);
     snprintf(cmd, sizeof cmd, "%s info %s --as f32", WM_CLI, path);
-    CHECK_EQ(run(cmd, &out), 0);
+    CHECK_EQ(wmt_run(cmd, &out), 0);
     snprintf(want, sizeof want, "as f32:      %llu bytes (", (unsigned long long)total);
     HAS(out, want);
     snprintf(want, sizeof want, ") from %llu stored\n", (unsigned long long)stored);
@@ -194,9 +166,9 @@ WM_TEST(info_as_bad_type_is_usage_error) {
     for (size_t i = 0; i < 2; i++) {
         snprintf(cmd, sizeof cmd, "%s info %s --as %s", WM_CLI,
                  wmt_fixture("gguf/stories260K.gguf"), bad[i]);
-        CHECK_EQ(run(cmd, &out), 2);
+        CHECK_EQ(wmt_run(cmd, &out), 2);
         CHECK_EQ(out[0], 0);
-        err = stderr_text();
+        err = wmt_stderr_text();
         char want[64];
         snprintf(want, sizeof want, "info: --as %s:", bad[i]);
         HAS(err, want);
@@ -215,9 +187,9 @@ WM_TEST(convert_targets_are_checked_everywhere) {
     const char *want[] = {"cat: --as q4_0:", "--convert: 'q4_0'", "--convert: 'f16:q8_0'"};
     for (size_t i = 0; i < 3; i++) {
         snprintf(cmd, sizeof cmd, fmt[i], WM_CLI, f);
-        CHECK_EQ(run(cmd, &out), 2);
+        CHECK_EQ(wmt_run(cmd, &out), 2);
         CHECK_EQ(out[0], 0);
-        err = stderr_text();
+        err = wmt_stderr_text();
         HAS(err, want[i]);
         free(err);
         free(out);
@@ -232,7 +204,7 @@ WM_TEST(info_as_json_fields) {
     uint64_t total = bytes_as_via_api(path, WM_TYPE_F16, &stored, &n_quant);
     CHECK(n_quant > 0);
     snprintf(cmd, sizeof cmd, "%s info --json --as F16 %s", WM_CLI, path);
-    CHECK_EQ(run(cmd, &out), 0);
+    CHECK_EQ(wmt_run(cmd, &out), 0);
     snprintf(want, sizeof want,
              "\"tensor_bytes\": %llu, \"as\": \"f16\", \"tensor_bytes_as\": %llu, \"n_kept\": 0,",
              (unsigned long long)stored, (unsigned long long)total);
@@ -261,13 +233,13 @@ WM_TEST(info_as_keeps_what_cannot_convert) {
     wmt_write_file(path, b.p, b.len);
     free(b.p);
     snprintf(cmd, sizeof cmd, "%s info --as f32 %s", WM_CLI, path);
-    CHECK_EQ(run(cmd, &out), 0);
+    CHECK_EQ(wmt_run(cmd, &out), 0);
     HAS(out, "as f32:      10 bytes (10 B) from 10 stored; 1 tensors kept as stored\n");
     HAS(out, "            2            2 (kept)\n");
     HAS(out, "            8            8\n");
     free(out);
     snprintf(cmd, sizeof cmd, "%s info --json --as f32 %s", WM_CLI, path);
-    CHECK_EQ(run(cmd, &out), 0);
+    CHECK_EQ(wmt_run(cmd, &out), 0);
     HAS(out, "\"nbytes\": 2, \"shard\": 0, \"nbytes_as\": 2, \"kept\": true}");
     HAS(out, "\"n_kept\": 1,");
     free(out);

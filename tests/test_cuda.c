@@ -60,17 +60,6 @@ static wm_load_options cuda_opts(wm_mode mode) {
     return o;
 }
 
-static int run_cli(const char *args, char *out, size_t cap) {
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", WM_CLI, args);
-    FILE *p = popen(cmd, "r");
-    CHECK(p != NULL);
-    size_t n = fread(out, 1, cap - 1, p);
-    out[n] = 0;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 #ifdef WM_HAVE_CUDA
 
 static bool have_gpu(void) {
@@ -207,7 +196,7 @@ WM_TEST(cli_load) {
     const char *path = make_model("m.gguf", "4M", "gguf");
     char args[600], out[8192];
     snprintf(args, sizeof args, "load '%s' --mode heap --backend cuda", path);
-    int rc = run_cli(args, out, sizeof out);
+    int rc = wmt_cli(args, out, sizeof out);
 #ifdef WM_HAVE_CUDA
     if (have_gpu()) {
         /* The library's figures must read 0 after release, and for the staged path the whole
@@ -220,7 +209,7 @@ WM_TEST(cli_load) {
         for (int k = 0; k < 2; k++) {
             snprintf(args, sizeof args, "load '%s' %s --backend cuda:0 --cycles 3 --json", path,
                      modes[k]);
-            rc = run_cli(args, out, sizeof out);
+            rc = wmt_cli(args, out, sizeof out);
 #ifndef WM_CUDA_MOCK /* the mock's "device memory" is host memory, counted in the footprint */
             if (k == 0)
                 CHECK_MSG(rc == 0 && strstr(out, "\"ok\": true"), "exit %d: %s", rc, out);
@@ -236,7 +225,7 @@ WM_TEST(cli_load) {
         }
         /* --pinned-budget reaches the library: one below two pages is refused by it. */
         snprintf(args, sizeof args, "load '%s' --mode heap --backend cuda --pinned-budget 100", path);
-        rc = run_cli(args, out, sizeof out);
+        rc = wmt_cli(args, out, sizeof out);
         CHECK_MSG(rc == 1 && strstr(out, "pinned_budget 100"), "exit %d: %s", rc, out);
         return;
     }

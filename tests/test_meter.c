@@ -557,19 +557,6 @@ WM_TEST(no_allocation) {
 
 /* ---- weightmap probe ---- */
 
-/* Runs the CLI with `args`, capturing stdout and stderr; returns the exit status. */
-static int run_cli(const char *args, char *out, size_t cap) {
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", WM_CLI, args);
-    FILE *p = popen(cmd, "r");
-    CHECK(p != NULL);
-    size_t n = fread(out, 1, cap - 1, p);
-    out[n] = '\0';
-    int status = pclose(p);
-    CHECK(WIFEXITED(status));
-    return WEXITSTATUS(status);
-}
-
 static void check_has(const char *out, const char *needle) {
     CHECK_MSG(strstr(out, needle) != NULL, "output lacks %s:\n%s", needle, out);
 }
@@ -585,7 +572,7 @@ WM_TEST(cli_probe) {
     static char out[65536];
     char args[700], want[700];
     snprintf(args, sizeof args, "probe --pid %d --json", (int)pid);
-    CHECK_EQ(run_cli(args, out, sizeof out), 0);
+    CHECK_EQ(wmt_cli(args, out, sizeof out), 0);
     const char *s = out;
     while (*s == ' ' || *s == '\n')
         s++;
@@ -614,7 +601,7 @@ WM_TEST(cli_probe) {
 
     /* --file: the file's regions only; the human table names the file. */
     snprintf(args, sizeof args, "probe --pid %d --file '%s'", (int)pid, path);
-    CHECK_EQ(run_cli(args, out, sizeof out), 0);
+    CHECK_EQ(wmt_cli(args, out, sizeof out), 0);
     check_has(out, path);
     check_has(out, "footprint");
     check_has(out, "r--s");
@@ -622,14 +609,14 @@ WM_TEST(cli_probe) {
     reap(pid, ready[0], hold[1]);
 
     /* This process itself, and failures. */
-    CHECK_EQ(run_cli("probe --json", out, sizeof out), 0);
+    CHECK_EQ(wmt_cli("probe --json", out, sizeof out), 0);
     check_has(out, "\"file_regions\": [");
-    CHECK_EQ(run_cli("probe --pid 2147483647", out, sizeof out), 1);
+    CHECK_EQ(wmt_cli("probe --pid 2147483647", out, sizeof out), 1);
     check_has(out, "weightmap: /proc/2147483647/status: ");
     snprintf(args, sizeof args, "probe --file '%s'", wmt_tmp("absent.gguf"));
-    CHECK_EQ(run_cli(args, out, sizeof out), 1);
+    CHECK_EQ(wmt_cli(args, out, sizeof out), 1);
     check_has(out, "absent.gguf: ");
-    CHECK_EQ(run_cli("probe --pid nope", out, sizeof out), 2);
-    CHECK_EQ(run_cli("probe --bogus", out, sizeof out), 2);
-    CHECK_EQ(run_cli("probe extra", out, sizeof out), 2);
+    CHECK_EQ(wmt_cli("probe --pid nope", out, sizeof out), 2);
+    CHECK_EQ(wmt_cli("probe --bogus", out, sizeof out), 2);
+    CHECK_EQ(wmt_cli("probe extra", out, sizeof out), 2);
 }

@@ -31,14 +31,6 @@ static const char *st_write(const char *name, const char *header, size_t data_le
     return path;
 }
 
-static wm_file *open_ok(const char *path) {
-    wm_file *f = NULL;
-    wm_error err = {0};
-    wm_status st = wm_file_open(path, &f, &err);
-    CHECK_MSG(st == WM_OK, "%s: %s %s", path, wm_status_name(st), err.msg);
-    return f;
-}
-
 static void check_string(wm_file *f, const char *key, const char *want) {
     wm_string s;
     CHECK_STATUS(wm_file_get_string(f, key, &s), WM_OK);
@@ -84,7 +76,7 @@ static const fixture fixtures[] = {
 static void check_fixture(const fixture *x) {
     char rel[128];
     snprintf(rel, sizeof rel, "safetensors/%s", x->file);
-    wm_file *f = open_ok(wmt_fixture(rel));
+    wm_file *f = OPEN_OK(wmt_fixture(rel));
     CHECK_EQ(wm_file_format(f), WM_FORMAT_SAFETENSORS);
     CHECK_EQ(wm_file_version(f), 1);
     CHECK_EQ(wm_file_alignment(f), 1);
@@ -141,7 +133,7 @@ WM_TEST(fixtures_dtypes) {
     } overall[] = {{"B", WM_TYPE_U8},  {"H", WM_TYPE_U16}, {"I", WM_TYPE_U32},
                    {"b", WM_TYPE_I8},  {"d", WM_TYPE_F64}, {"e", WM_TYPE_F16},
                    {"f", WM_TYPE_F32}, {"h", WM_TYPE_I16}, {"i", WM_TYPE_I32}};
-    wm_file *f = open_ok(wmt_fixture("safetensors/hf-sample-overall.safetensors"));
+    wm_file *f = OPEN_OK(wmt_fixture("safetensors/hf-sample-overall.safetensors"));
     uint64_t off = 534;
     for (size_t i = 0; i < 9; i++) {
         wm_tensor_info t;
@@ -162,7 +154,7 @@ WM_TEST(fixtures_dtypes) {
                  {"tensor1.int32", WM_TYPE_I32, 120},    {"tensor1.float16", WM_TYPE_F16, 156},
                  {"tensor1.int16", WM_TYPE_I16, 168},    {"tensor1.int8", WM_TYPE_I8, 180},
                  {"tensor1.uint8", WM_TYPE_U8, 186},     {"tensor1.bool", WM_TYPE_BOOL, 192}};
-    f = open_ok(wmt_fixture("safetensors/runai-test.safetensors"));
+    f = OPEN_OK(wmt_fixture("safetensors/runai-test.safetensors"));
     for (size_t i = 0; i < 10; i++) {
         wm_tensor_info t;
         CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
@@ -180,7 +172,7 @@ WM_TEST(fixtures_dtypes) {
  * B (u8) is [253, 254, 255, 0, 1, 2] and f (f32) is [-3, -2, -1, 0, 1, 2]. */
 WM_TEST(fixture_data_at_offset) {
     const char *path = wmt_fixture("safetensors/hf-sample-overall.safetensors");
-    wm_file *f = open_ok(path);
+    wm_file *f = OPEN_OK(path);
     size_t len;
     unsigned char *bytes = wmt_read_file(path, &len);
     size_t i;
@@ -232,7 +224,7 @@ WM_TEST(every_dtype) {
         off += d[i].bytes;
     }
     snprintf(hdr + p, sizeof hdr - p, "}");
-    wm_file *f = open_ok(st_write("all.safetensors", hdr, off));
+    wm_file *f = OPEN_OK(st_write("all.safetensors", hdr, off));
     CHECK_EQ(wm_file_tensor_count(f), n);
     for (size_t i = 0; i < n; i++) {
         wm_tensor_info t;
@@ -252,7 +244,7 @@ WM_TEST(scalar_zero_size_padding) {
                     "\"z\":{\"dtype\":\"F32\",\"shape\":[0,5],\"data_offsets\":[0,0]},"
                     "\"s\":{\"dtype\":\"F64\",\"shape\":[],\"data_offsets\":[0,8]},"
                     "\"z2\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[8,8]}}  \t\r\n      ";
-    wm_file *f = open_ok(st_write("scalar.safetensors", h, 8));
+    wm_file *f = OPEN_OK(st_write("scalar.safetensors", h, 8));
     CHECK_EQ(wm_file_tensor_count(f), 3);
     wm_tensor_info t;
     size_t i;
@@ -275,7 +267,7 @@ WM_TEST(scalar_zero_size_padding) {
     CHECK_EQ(wm_file_metadata_count(f), 2);
     wm_file_close(f);
 
-    f = open_ok(st_write("nullmeta.safetensors",
+    f = OPEN_OK(st_write("nullmeta.safetensors",
                          "{\"__metadata__\":null,\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]}}",
                          2));
     CHECK_EQ(wm_file_metadata_count(f), 0);
@@ -288,7 +280,7 @@ WM_TEST(scalar_zero_size_padding) {
 WM_TEST(shape_order_and_unknown_fields) {
     const char *h = "{\"x\":{\"extra\":[1.5,-2,{\"n\":7}],\"dtype\":\"U8\",\"shape\":[2,3,4,5],"
                     "\"more\":3,\"data_offsets\":[0,120]}}";
-    wm_file *f = open_ok(st_write("order.safetensors", h, 120));
+    wm_file *f = OPEN_OK(st_write("order.safetensors", h, 120));
     wm_tensor_info t;
     CHECK_STATUS(wm_file_tensor(f, 0, &t), WM_OK);
     CHECK_EQ(t.n_dims, 4);
@@ -305,7 +297,7 @@ WM_TEST(shape_order_and_unknown_fields) {
 WM_TEST(exact_64bit_numbers) {
     const char *h = "{\"x\":{\"dtype\":\"U8\",\"shape\":[0,18446744073709551615,9007199254740993],"
                     "\"data_offsets\":[0,0]}}";
-    wm_file *f = open_ok(st_write("exact.safetensors", h, 0));
+    wm_file *f = OPEN_OK(st_write("exact.safetensors", h, 0));
     wm_tensor_info t;
     CHECK_STATUS(wm_file_tensor(f, 0, &t), WM_OK);
     CHECK_EQ(t.shape[0], 9007199254740993ull);
@@ -320,7 +312,7 @@ WM_TEST(out_of_order_offsets) {
     const char *h = "{\"late\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]},"
                     "\"early\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}";
     const char *path = st_write("order2.safetensors", h, 12);
-    wm_file *f = open_ok(path);
+    wm_file *f = OPEN_OK(path);
     wm_tensor_info t;
     CHECK_STATUS(wm_file_tensor(f, 0, &t), WM_OK);
     CHECK(strcmp(t.name, "late") == 0);
@@ -334,7 +326,7 @@ WM_TEST(out_of_order_offsets) {
 /* Names are any UTF-8; a file need not end in .safetensors to be recognised by content. */
 WM_TEST(utf8_names_and_detection) {
     const char *h = "{\"caf\xc3\xa9.\xf0\x9f\x98\x80\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}";
-    wm_file *f = open_ok(st_write("model.bin", h, 1));
+    wm_file *f = OPEN_OK(st_write("model.bin", h, 1));
     CHECK_EQ(wm_file_format(f), WM_FORMAT_SAFETENSORS);
     size_t i;
     CHECK_STATUS(wm_file_find_tensor(f, "caf\xc3\xa9.\xf0\x9f\x98\x80", &i), WM_OK);
@@ -357,7 +349,7 @@ WM_TEST(make_model_safetensors) {
     CHECK(la > 2u << 20);
     free(pa);
     free(pb);
-    wm_file *f = open_ok(a);
+    wm_file *f = OPEN_OK(a);
     CHECK_EQ(wm_file_format(f), WM_FORMAT_SAFETENSORS);
     CHECK_EQ((wm_file_data_offset(f) - 8) % 8, 0); /* header padded to 8 as the reference does */
     check_string(f, "general.architecture", "llama");
@@ -408,7 +400,7 @@ static void truncation_sweep(const char *src, unsigned samples) {
     wmt_write_file(path, bytes, len);
     free(bytes);
     int fds = wmt_count_fds();
-    wm_file *f = open_ok(path);
+    wm_file *f = OPEN_OK(path);
     uint64_t every = wm_file_data_offset(f) + 16;
     wm_file_close(f);
     if (every > len) every = len;
@@ -474,7 +466,7 @@ WM_TEST(faults_many_tensors) {
     wmt_put(&h, "}", 2); /* with the NUL, for st_write */
     const char *path = st_write("many.safetensors", (const char *)h.p, 3000);
     wmt_buf_free(&h);
-    wm_file *f = open_ok(path);
+    wm_file *f = OPEN_OK(path);
     CHECK_EQ(wm_file_tensor_count(f), 3000);
     wm_file_close(f);
     fault_sweep(path);
@@ -512,7 +504,7 @@ WM_TEST(concurrent_opens) {
 WM_TEST(program_cjson_untouched) {
     cJSON *before = cJSON_Parse("{\"a\":[1,2,3]}");
     CHECK(before != NULL);
-    wm_file *f = open_ok(wmt_fixture("safetensors/runai-test.safetensors"));
+    wm_file *f = OPEN_OK(wmt_fixture("safetensors/runai-test.safetensors"));
     wm_file_close(f);
     cJSON *after = cJSON_Parse("{\"b\":\"x\"}");
     CHECK(after != NULL);

@@ -25,14 +25,6 @@ static void make_model(const char *out, const char *args) {
     CHECK_MSG(system(cmd) == 0, "%s", cmd);
 }
 
-static wm_file *open_ok(const char *path) {
-    wm_file *f = NULL;
-    wm_error err = {0};
-    wm_status st = wm_file_open(path, &f, &err);
-    CHECK_MSG(st == WM_OK, "%s: %s %s", path, wm_status_name(st), err.msg);
-    return f;
-}
-
 /* Opening fails with `want`, the message holds each of the needles (NULL-terminated list). */
 static void refused(const char *path, wm_status want, const char *n1, const char *n2) {
     int fds = wmt_count_fds();
@@ -129,7 +121,7 @@ static void st_part(const char *path, const char *tensor) {
 /* The set has the tensors of the one-file model, in the same order, with the same bytes: each
  * tensor's bytes are read from its shard's file at its offset. */
 static void same_as_single(wm_file *set, const char *single) {
-    wm_file *one = open_ok(single);
+    wm_file *one = OPEN_OK(single);
     CHECK_EQ(wm_file_tensor_count(set), wm_file_tensor_count(one));
     CHECK_EQ(wm_file_tensor_bytes(set), wm_file_tensor_bytes(one));
     uint32_t ns = wm_file_shard_count(set);
@@ -183,7 +175,7 @@ WM_TEST(safetensors_index_and_any_shard) {
     for (int i = 0; i < 4; i++) {
         char p[512];
         snprintf(p, sizeof p, "%s", paths[i]);
-        wm_file *f = open_ok(p);
+        wm_file *f = OPEN_OK(p);
         CHECK(strcmp(wm_file_path(f), p) == 0);
         CHECK_EQ(wm_file_format(f), WM_FORMAT_SAFETENSORS);
         CHECK_EQ(wm_file_shard_count(f), 3);
@@ -206,7 +198,7 @@ WM_TEST(safetensors_index_and_any_shard) {
     }
     CHECK_EQ(wmt_count_fds(), fds);
     /* A single file has one shard, itself. */
-    wm_file *f = open_ok(one);
+    wm_file *f = OPEN_OK(one);
     CHECK_EQ(wm_file_shard_count(f), 1);
     CHECK(strcmp(wm_file_shard_path(f, 0), one) == 0);
     wm_file_close(f);
@@ -219,11 +211,11 @@ WM_TEST(safetensors_shards_without_index) {
     make_model(one, "--size 1M --seed 6");
     make_model(wmt_tmp("s.safetensors"), "--size 1M --seed 6 --shards 2");
     CHECK(unlink(wmt_tmp("s.safetensors.index.json")) == 0);
-    wm_file *f = open_ok(wmt_tmp("s-00002-of-00002.safetensors"));
+    wm_file *f = OPEN_OK(wmt_tmp("s-00002-of-00002.safetensors"));
     CHECK_EQ(wm_file_shard_count(f), 2);
     uint64_t total;
     CHECK_STATUS(wm_file_get_u64(f, "total_size", &total), WM_ENOENT);
-    wm_file *o = open_ok(one);
+    wm_file *o = OPEN_OK(one);
     CHECK_EQ(wm_file_metadata_count(f), wm_file_metadata_count(o));
     wm_file_close(o);
     same_as_single(f, one);
@@ -235,13 +227,13 @@ WM_TEST(gguf_split_any_part) {
     make_model(one, "--size 1M --seed 9");
     make_model(wmt_tmp("g.gguf"), "--size 1M --seed 9 --shards 3");
     int fds = wmt_count_fds();
-    wm_file *o = open_ok(one);
+    wm_file *o = OPEN_OK(one);
     size_t n_kv = wm_file_metadata_count(o);
     wm_file_close(o);
     for (unsigned k = 1; k <= 3; k++) {
         char name[64];
         snprintf(name, sizeof name, "g-%05u-of-00003.gguf", k);
-        wm_file *f = open_ok(wmt_tmp(name));
+        wm_file *f = OPEN_OK(wmt_tmp(name));
         CHECK_EQ(wm_file_format(f), WM_FORMAT_GGUF);
         CHECK_EQ(wm_file_shard_count(f), 3);
         CHECK_EQ(wm_file_metadata_count(f), n_kv + 3); /* shard 0's keys: the model's and split.* */
@@ -258,11 +250,11 @@ WM_TEST(gguf_split_any_part) {
 /* A GGUF file with split.count 1 (or none) is a single file, whatever its name. */
 WM_TEST(gguf_split_of_one) {
     gguf_part(wmt_tmp("p-00001-of-00001.gguf"), 0, 1, 1, "a");
-    wm_file *f = open_ok(wmt_tmp("p-00001-of-00001.gguf"));
+    wm_file *f = OPEN_OK(wmt_tmp("p-00001-of-00001.gguf"));
     CHECK_EQ(wm_file_shard_count(f), 1);
     wm_file_close(f);
     gguf_part(wmt_tmp("q-00002-of-00003.gguf"), 0, 0, 0, "a");
-    f = open_ok(wmt_tmp("q-00002-of-00003.gguf"));
+    f = OPEN_OK(wmt_tmp("q-00002-of-00003.gguf"));
     CHECK_EQ(wm_file_shard_count(f), 1);
     wm_file_close(f);
 }
@@ -270,7 +262,7 @@ WM_TEST(gguf_split_of_one) {
 WM_TEST(gguf_split_hand_built) {
     gguf_part(wmt_tmp("h-00001-of-00002.gguf"), 0, 2, 2, "a");
     gguf_part(wmt_tmp("h-00002-of-00002.gguf"), 1, 2, 2, "b");
-    wm_file *f = open_ok(wmt_tmp("h-00002-of-00002.gguf"));
+    wm_file *f = OPEN_OK(wmt_tmp("h-00002-of-00002.gguf"));
     CHECK_EQ(wm_file_tensor_count(f), 2);
     wm_tensor_info t;
     CHECK_STATUS(wm_file_tensor(f, 1, &t), WM_OK);
@@ -375,7 +367,7 @@ WM_TEST(st_index_metadata_kinds) {
                       " \"b\": true, \"o\": {\"x\": [1, 2]}, \"s\": \"str\"},"
                       " \"weight_map\": {\"a\": \"k-00001-of-00001.safetensors\"}}";
     wmt_write_file(ip, txt, strlen(txt));
-    wm_file *f = open_ok(ip);
+    wm_file *f = OPEN_OK(ip);
     uint64_t u;
     int64_t i;
     double d;
@@ -520,7 +512,7 @@ static void truncate_shard(const char *open_path, const char *shard) {
     size_t len;
     void *bytes = wmt_read_file(shard, &len);
     int fds = wmt_count_fds();
-    wm_file *f = open_ok(open_path);
+    wm_file *f = OPEN_OK(open_path);
     wm_file_close(f);
     uint64_t lens[600];
     size_t n = 0;
@@ -541,7 +533,7 @@ static void truncate_shard(const char *open_path, const char *shard) {
         CHECK_EQ(wmt_count_fds(), fds);
     }
     wmt_write_file(shard, bytes, len);
-    f = open_ok(open_path);
+    f = OPEN_OK(open_path);
     wm_file_close(f);
     free(bytes);
 }

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define MAX_CASES 512
@@ -141,6 +142,53 @@ int wmt_count_file_maps(const char *path) {
     }
     fclose(f);
     return n;
+}
+
+wm_file *wmt_open_ok(const char *file, int line, const char *path) {
+    wm_file *f = NULL;
+    wm_error err = {0};
+    wm_status st = wm_file_open(path, &f, &err);
+    if (st != WM_OK || !f)
+        wmt_fail(file, line, "open %s returned %s: %s", path, wm_status_name(st), err.msg);
+    return f;
+}
+
+int wmt_run(const char *cmdline, char **out) {
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "%s 2>%s", cmdline, wmt_tmp("stderr.txt"));
+    FILE *p = popen(cmd, "r");
+    if (!p) wmt_fail(__FILE__, __LINE__, "popen %s: %s", cmd, strerror(errno));
+    size_t cap = 1 << 16, n = 0, k;
+    char *buf = malloc(cap);
+    if (!buf) wmt_fail(__FILE__, __LINE__, "out of memory");
+    while ((k = fread(buf + n, 1, cap - n - 1, p)) > 0) {
+        n += k;
+        if (n + 1 == cap && !(buf = realloc(buf, cap *= 2)))
+            wmt_fail(__FILE__, __LINE__, "out of memory");
+    }
+    buf[n] = 0;
+    int st = pclose(p);
+    *out = buf;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+char *wmt_stderr_text(void) {
+    size_t n;
+    char *s = wmt_read_file(wmt_tmp("stderr.txt"), &n);
+    if (!(s = realloc(s, n + 1))) wmt_fail(__FILE__, __LINE__, "out of memory");
+    s[n] = 0;
+    return s;
+}
+
+int wmt_cli(const char *args, char *out, size_t cap) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", WM_CLI, args);
+    FILE *p = popen(cmd, "r");
+    if (!p) wmt_fail(__FILE__, __LINE__, "popen %s: %s", cmd, strerror(errno));
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 int wmt_count_fds(void) {

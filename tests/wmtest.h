@@ -92,6 +92,20 @@ void *wmt_read_file(const char *path, size_t *len);
  * /proc/self/maps). */
 int wmt_count_file_maps(const char *path);
 
+/* Opens `path`, which must succeed (else the case fails, naming the file and the status); the
+ * caller closes the file. */
+#define OPEN_OK(path) wmt_open_ok(__FILE__, __LINE__, (path))
+wm_file *wmt_open_ok(const char *file, int line, const char *path);
+
+/* Runs a shell command line: returns its exit code (-1 when it did not exit), its stdout in *out
+ * (malloc'd, NUL-terminated: the caller frees it); its stderr goes to wmt_tmp("stderr.txt"), which
+ * wmt_stderr_text() reads back (malloc'd, NUL-terminated). */
+int wmt_run(const char *cmdline, char **out);
+char *wmt_stderr_text(void);
+/* Runs the CLI (WM_CLI) with `args`, its stdout and stderr together in out (at most cap - 1
+ * bytes, NUL-terminated); returns its exit code, -1 when it did not exit. */
+int wmt_cli(const char *args, char *out, size_t cap);
+
 /* Open descriptors of this process (entries of /proc/self/fd): compare two counts to see whether
  * a call left one open. */
 int wmt_count_fds(void);
