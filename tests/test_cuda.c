@@ -514,24 +514,6 @@ WM_TEST(direct_io) {
 /* Fails the k-th call of `kind` for every k of one load: each failure is clean (a status, a
  * message, nothing held, no mapping, no CUDA error left for the caller), and a load past the
  * last call succeeds. */
-typedef struct cuda_run {
-    wm_file *f;
-    wm_load_options o;
-} cuda_run;
-
-static wm_status cuda_load_check_release(void *user, wm_error *err) {
-    cuda_run *c = user;
-    wm_model *m = (wm_model *)(uintptr_t)1;
-    wm_status st = wm_model_load(c->f, &c->o, &m, err);
-    if (st != WM_OK) {
-        CHECK(m == NULL);
-        return st;
-    }
-    check_bytes(m);
-    wm_model_release(m);
-    return st;
-}
-
 static void cuda_fault_check(void *user, const wmt_fault_run *r) {
     (void)user;
     if (r->st == WM_OK)
@@ -547,10 +529,9 @@ static void cuda_fault_check(void *user, const wmt_fault_run *r) {
 }
 
 static void sweep(const char *path, wm_load_options o, wm_os_call kind) {
-    cuda_run c = {NULL, o};
-    CHECK_STATUS(wm_file_open(path, &c.f, NULL), WM_OK);
+    wmt_load_run c = {OPEN_OK(path), o, check_bytes};
     /* the ledger before the sweep (the open file's) is what each run must leave */
-    wmt_sweep s = {.what = wm__fault_call_name(kind), .run = cuda_load_check_release,
+    wmt_sweep s = {.what = wm__fault_call_name(kind), .run = wmt_load_release,
                    .check = cuda_fault_check, .user = &c, .path = path, .past_end = 1,
                    .cycle = 1};
     wmt_sweep_result res = {0};

@@ -74,12 +74,8 @@ static void open_prefix(const char *path, uint64_t len, const full_info *fi, int
 static void truncation_sweep(const char *fixture, unsigned samples) {
     const char *src = wmt_fixture(fixture);
     full_info fi = fixture_info(src);
-    size_t len;
-    void *bytes = wmt_read_file(src, &len);
-    CHECK_EQ(len, fi.size);
     const char *path = wmt_tmp("prefix.gguf");
-    wmt_write_file(path, bytes, len);
-    free(bytes);
+    CHECK_EQ(wmt_copy_file(src, path), fi.size);
     int fds = wmt_count_fds();
     uint64_t every = fi.size < 64 * 1024 ? fi.size : fi.data_offset + 64;
     if (every > fi.size) every = fi.size;
@@ -107,11 +103,8 @@ WM_TEST(truncate_superpoint) { truncation_sweep("gguf/superpoint.gguf", 100); }
 WM_TEST(truncate_vocab_llama_spm) {
     const char *src = wmt_fixture("gguf/ggml-vocab-llama-spm.gguf");
     full_info fi = fixture_info(src);
-    size_t len;
-    void *bytes = wmt_read_file(src, &len);
     const char *path = wmt_tmp("prefix.gguf");
-    wmt_write_file(path, bytes, len);
-    free(bytes);
+    wmt_copy_file(src, path);
     int fds = wmt_count_fds();
     open_prefix(path, fi.size, &fi, fds);
     for (uint64_t l = fi.size - 1; l > 16384; l -= 1 + l % 16381)

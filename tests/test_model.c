@@ -512,24 +512,7 @@ WM_TEST(file_truncated_after_open) {
 
 /* ---- fault sweeps ---- */
 
-/* One load of the sweep: on success every tensor is read, then the model released. */
-typedef struct load_run {
-    wm_file *f;
-    wm_load_options o;
-} load_run;
-
-static wm_status load_touch_release(void *user, wm_error *err) {
-    load_run *l = user;
-    wm_model *m = (wm_model *)(uintptr_t)1;
-    wm_status st = wm_model_load(l->f, &l->o, &m, err);
-    if (st != WM_OK) {
-        CHECK(m == NULL);
-        return st;
-    }
-    touch(m);
-    wm_model_release(m);
-    return st;
-}
+static void touch_all(wm_model *m) { touch(m); }
 
 static void load_fault_check(void *user, const wmt_fault_run *r) {
     (void)user;
@@ -540,10 +523,11 @@ static void load_fault_check(void *user, const wmt_fault_run *r) {
 
 static void sweep(wm_mode mode, int errn) {
     const char *path = wmt_fixture(STORIES);
-    load_run l = {open_ok(path), {.mode = mode, .threads = 2, .max_buffer_size = 256 << 10,
-                                  .prefetch = 1}};
+    wmt_load_run l = {open_ok(path),
+                      {.mode = mode, .threads = 2, .max_buffer_size = 256 << 10, .prefetch = 1},
+                      touch_all};
     /* the ledger before the sweep (the open file's) is what each run must leave */
-    wmt_sweep s = {.what = wm_mode_name(mode), .run = load_touch_release,
+    wmt_sweep s = {.what = wm_mode_name(mode), .run = wmt_load_release,
                    .check = load_fault_check, .user = &l, .path = path,
                    .shown = "stories260K.gguf"};
     wmt_sweep_result res = {0};

@@ -394,11 +394,8 @@ static void open_cut(const char *path, uint64_t l, uint64_t full, int fds) {
 
 /* Every length through the header and 16 bytes beyond, and `samples` lengths over the data. */
 static void truncation_sweep(const char *src, unsigned samples) {
-    size_t len;
-    void *bytes = wmt_read_file(src, &len);
     const char *path = wmt_tmp("cut.safetensors");
-    wmt_write_file(path, bytes, len);
-    free(bytes);
+    size_t len = wmt_copy_file(src, path);
     int fds = wmt_count_fds();
     wm_file *f = OPEN_OK(path);
     uint64_t every = wm_file_data_offset(f) + 16;

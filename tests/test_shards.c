@@ -68,13 +68,6 @@ static void patch_after(const char *path, const char *key, size_t skip, const vo
     free(s);
 }
 
-static void copy_file(const char *from, const char *to) {
-    size_t len;
-    void *s = wmt_read_file(from, &len);
-    wmt_write_file(to, s, len);
-    free(s);
-}
-
 /* A small GGUF v3 part: split.no/count/tensors.count (u16, u16, i32, as llama.cpp writes them)
  * unless count is 0, and one F32 tensor of 4 elements. */
 static void gguf_part(const char *path, uint16_t no, uint16_t count, int32_t total, const char *tensor) {
@@ -327,15 +320,15 @@ WM_TEST(st_tensor_listed_twice) {
 
 WM_TEST(st_unsafe_shard_names) {
     make_st_set();
-    copy_file(wmt_tmp("s.safetensors.index.json"), wmt_tmp("u.safetensors.index.json"));
+    wmt_copy_file(wmt_tmp("s.safetensors.index.json"), wmt_tmp("u.safetensors.index.json"));
     edit_file(wmt_tmp("u.safetensors.index.json"), "\"weight_map\": {",
               "\"weight_map\": {\"x\": \"../s-00001-of-00003.safetensors\",");
     refused(wmt_tmp("u.safetensors.index.json"), WM_EFORMAT, "'../s-00001-of-00003.safetensors'",
             "not a file name below");
-    copy_file(wmt_tmp("s.safetensors.index.json"), wmt_tmp("v.safetensors.index.json"));
+    wmt_copy_file(wmt_tmp("s.safetensors.index.json"), wmt_tmp("v.safetensors.index.json"));
     edit_file(wmt_tmp("v.safetensors.index.json"), "\"weight_map\": {", "\"weight_map\": {\"x\": \"/etc/passwd\",");
     refused(wmt_tmp("v.safetensors.index.json"), WM_EFORMAT, "not a file name below", NULL);
-    copy_file(wmt_tmp("s.safetensors.index.json"), wmt_tmp("w.safetensors.index.json"));
+    wmt_copy_file(wmt_tmp("s.safetensors.index.json"), wmt_tmp("w.safetensors.index.json"));
     edit_file(wmt_tmp("w.safetensors.index.json"), "\"weight_map\": {", "\"weight_map\": {\"x\": \"\",");
     refused(wmt_tmp("w.safetensors.index.json"), WM_EFORMAT, "empty string, not a file name", NULL);
 }
@@ -453,9 +446,9 @@ WM_TEST(gguf_split_tensor_count_mismatch) {
 
 WM_TEST(gguf_split_bad_names) {
     make_gguf_set();
-    copy_file(wmt_tmp("g-00001-of-00003.gguf"), wmt_tmp("plain.gguf"));
+    wmt_copy_file(wmt_tmp("g-00001-of-00003.gguf"), wmt_tmp("plain.gguf"));
     refused(wmt_tmp("plain.gguf"), WM_EFORMAT, "does not end in -0000K-of-0000N.gguf", NULL);
-    copy_file(wmt_tmp("g-00001-of-00003.gguf"), wmt_tmp("g-00001-of-00004.gguf"));
+    wmt_copy_file(wmt_tmp("g-00001-of-00003.gguf"), wmt_tmp("g-00001-of-00004.gguf"));
     refused(wmt_tmp("g-00001-of-00004.gguf"), WM_EFORMAT, "the name says 4 parts", NULL);
     /* split.count negative (an i16 of -1) */
     gguf_part(wmt_tmp("t-00001-of-00002.gguf"), 0, 2, 2, "a");

@@ -125,6 +125,14 @@ void *wmt_read_file(const char *path, size_t *len) {
     return p;
 }
 
+size_t wmt_copy_file(const char *from, const char *to) {
+    size_t len;
+    void *bytes = wmt_read_file(from, &len);
+    wmt_write_file(to, bytes, len);
+    free(bytes);
+    return len;
+}
+
 int wmt_count_file_maps(const char *path) {
     struct stat st;
     if (stat(path, &st) != 0) wmt_fail(__FILE__, __LINE__, "stat %s: %s", path, strerror(errno));
@@ -308,6 +316,19 @@ wm_status wmt_open_close(void *path, wm_error *err) {
         wm_file_close(f);
     else if (f != NULL)
         wmt_fail(__FILE__, __LINE__, "%s: *out is not NULL after a failed open", (char *)path);
+    return st;
+}
+
+wm_status wmt_load_release(void *load_run, wm_error *err) {
+    wmt_load_run *l = load_run;
+    wm_model *m = (wm_model *)(uintptr_t)1; /* must be overwritten */
+    wm_status st = wm_model_load(l->f, &l->o, &m, err);
+    if (st != WM_OK) {
+        if (m != NULL) wmt_fail(__FILE__, __LINE__, "*out is not NULL after a failed load");
+        return st;
+    }
+    if (l->use) l->use(m);
+    wm_model_release(m);
     return st;
 }
 

@@ -88,6 +88,8 @@ const char *wmt_tmp(const char *name);
 void wmt_write_file(const char *path, const void *data, size_t len);
 /* Reads a whole file into malloc'd memory; *len gets its size. */
 void *wmt_read_file(const char *path, size_t *len);
+/* Copies the file `from` to `to` (created or replaced); returns its size. */
+size_t wmt_copy_file(const char *from, const char *to);
 /* Number of regions of this process that map `path` (matched by device and inode, from
  * /proc/self/maps). */
 int wmt_count_file_maps(const char *path);
@@ -163,6 +165,16 @@ void wmt_sweep_kind(const wmt_sweep *s, wm_os_call kind, uint64_t n, const int *
 void wmt_sweep_any(const wmt_sweep *s, const int *errs, int n_errs, wmt_sweep_result *res);
 /* The usual scenario: wm_file_open(user, a path), then close; a failure leaves *out NULL. */
 wm_status wmt_open_close(void *path, wm_error *err);
+
+/* The load scenario: loads `f` with `o`; on success `use` (when set) reads the model, which is
+ * then released; a failed load must leave the out-pointer NULL. `user` of wmt_sweep is the
+ * wmt_load_run. */
+typedef struct wmt_load_run {
+    wm_file *f;
+    wm_load_options o;
+    void (*use)(wm_model *m);
+} wmt_load_run;
+wm_status wmt_load_release(void *load_run, wm_error *err);
 
 /* The fault sweep of an open (wm_file_open, then close): every call of any kind failed in turn,
  * first with EIO, then with ENOMEM. Beyond the common checks (wmt_sweep, with `shown`, NULL for
