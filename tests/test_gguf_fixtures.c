@@ -61,8 +61,7 @@ WM_TEST(stories260K) {
     CHECK_STATUS(wm_file_array_u64(f, idx, 0, NULL), WM_ETYPE);
     wm_tensor_info t;
     CHECK_STATUS(wm_file_tensor(f, 48, &t), WM_ERANGE);
-    CHECK_STATUS(wm_file_find_tensor(f, "token_embd.weight", &idx), WM_OK);
-    CHECK_STATUS(wm_file_tensor(f, idx, &t), WM_OK);
+    t = wmt_tensor_named(f, "token_embd.weight");
     CHECK_EQ(t.type, WM_TYPE_F32);
     CHECK_EQ(t.n_dims, 2);
     CHECK_EQ(t.shape[0], 64);

@@ -686,8 +686,7 @@ static void hand_model(uint32_t version) {
     CHECK_EQ(wm_file_data_offset(f), data_off);
     wm_tensor_info t;
     size_t idx;
-    CHECK_STATUS(wm_file_find_tensor(f, "token_embd.weight", &idx), WM_OK);
-    CHECK_STATUS(wm_file_tensor(f, idx, &t), WM_OK);
+    t = wmt_tensor_named(f, "token_embd.weight");
     CHECK_EQ(t.type, WM_TYPE_Q8_0);
     CHECK_EQ(t.n_dims, 2);
     CHECK_EQ(t.shape[0], 32);

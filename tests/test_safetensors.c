@@ -102,10 +102,8 @@ static void check_fixture(const fixture *x) {
     CHECK_EQ(sum, x->size - x->data_offset);
     CHECK_EQ(wm_file_tensor_bytes(f), sum);
     if (x->tensor) {
-        size_t i;
         wm_tensor_info t;
-        CHECK_STATUS(wm_file_find_tensor(f, x->tensor, &i), WM_OK);
-        CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
+        t = wmt_tensor_named(f, x->tensor);
         CHECK_EQ(t.type, x->type);
         CHECK_EQ(t.n_dims, x->n_dims);
         CHECK_EQ(t.shape[0], x->ne0);
@@ -175,14 +173,11 @@ WM_TEST(fixture_data_at_offset) {
     wm_file *f = OPEN_OK(path);
     size_t len;
     unsigned char *bytes = wmt_read_file(path, &len);
-    size_t i;
     wm_tensor_info t;
-    CHECK_STATUS(wm_file_find_tensor(f, "B", &i), WM_OK);
-    CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
+    t = wmt_tensor_named(f, "B");
     static const unsigned char b[6] = {253, 254, 255, 0, 1, 2};
     CHECK(memcmp(bytes + t.offset, b, 6) == 0);
-    CHECK_STATUS(wm_file_find_tensor(f, "f", &i), WM_OK);
-    CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
+    t = wmt_tensor_named(f, "f");
     for (int k = 0; k < 6; k++) {
         float v;
         memcpy(&v, bytes + t.offset + 4 * k, 4);
@@ -247,16 +242,13 @@ WM_TEST(scalar_zero_size_padding) {
     wm_file *f = OPEN_OK(st_write("scalar.safetensors", h, 8));
     CHECK_EQ(wm_file_tensor_count(f), 3);
     wm_tensor_info t;
-    size_t i;
-    CHECK_STATUS(wm_file_find_tensor(f, "s", &i), WM_OK);
-    CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
+    t = wmt_tensor_named(f, "s");
     CHECK_EQ(t.n_dims, 0);
     CHECK_EQ(t.n_elements, 1);
     CHECK_EQ(t.nbytes, 8);
     CHECK_EQ(t.shape[0], 1);
     CHECK_EQ(t.offset, 8 + strlen(h));
-    CHECK_STATUS(wm_file_find_tensor(f, "z", &i), WM_OK);
-    CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
+    t = wmt_tensor_named(f, "z");
     CHECK_EQ(t.n_dims, 2);
     CHECK_EQ(t.shape[0], 5);
     CHECK_EQ(t.shape[1], 0);
@@ -353,18 +345,14 @@ WM_TEST(make_model_safetensors) {
     CHECK_EQ(wm_file_format(f), WM_FORMAT_SAFETENSORS);
     CHECK_EQ((wm_file_data_offset(f) - 8) % 8, 0); /* header padded to 8 as the reference does */
     check_string(f, "general.architecture", "llama");
-    size_t i;
     wm_tensor_info t;
-    CHECK_STATUS(wm_file_find_tensor(f, "blk.0.attn_q.weight", &i), WM_OK);
-    CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
+    t = wmt_tensor_named(f, "blk.0.attn_q.weight");
     CHECK_EQ(t.type, WM_TYPE_F16);
     CHECK_EQ(t.n_dims, 2);
-    CHECK_STATUS(wm_file_find_tensor(f, "blk.0.ffn_down.weight", &i), WM_OK);
-    CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
+    t = wmt_tensor_named(f, "blk.0.ffn_down.weight");
     CHECK_EQ(t.type, WM_TYPE_F16);
     CHECK(t.shape[0] > t.shape[1]); /* ffn_down: n_ff along the row, as in GGUF */
-    CHECK_STATUS(wm_file_find_tensor(f, "blk.0.attn_norm.weight", &i), WM_OK);
-    CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
+    t = wmt_tensor_named(f, "blk.0.attn_norm.weight");
     CHECK_EQ(t.type, WM_TYPE_F32);
     CHECK_EQ(t.n_dims, 1);
     wm_file_close(f);

@@ -161,6 +161,15 @@ wm_file *wmt_open_ok(const char *file, int line, const char *path) {
     return f;
 }
 
+wm_tensor_info wmt_tensor_named(const wm_file *f, const char *name) {
+    size_t i;
+    wm_tensor_info t;
+    wm_status st = wm_file_find_tensor(f, name, &i);
+    if (st == WM_OK) st = wm_file_tensor(f, i, &t);
+    if (st != WM_OK) wmt_fail(__FILE__, __LINE__, "tensor '%s': %s", name, wm_status_name(st));
+    return t;
+}
+
 int wmt_run(const char *cmdline, char **out) {
     char cmd[8192];
     snprintf(cmd, sizeof cmd, "%s 2>%s", cmdline, wmt_tmp("stderr.txt"));

@@ -99,6 +99,9 @@ int wmt_count_file_maps(const char *path);
 #define OPEN_OK(path) wmt_open_ok(__FILE__, __LINE__, (path))
 wm_file *wmt_open_ok(const char *file, int line, const char *path);
 
+/* The tensor named `name` of f (found by wm_file_find_tensor); the case fails when there is none. */
+wm_tensor_info wmt_tensor_named(const wm_file *f, const char *name);
+
 /* Runs a shell command line: returns its exit code (-1 when it did not exit), its stdout in *out
  * (malloc'd, NUL-terminated: the caller frees it); its stderr goes to wmt_tmp("stderr.txt"), which
  * wmt_stderr_text() reads back (malloc'd, NUL-terminated). */
