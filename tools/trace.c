@@ -70,6 +70,7 @@ typedef struct tevent {
 typedef struct tsample {
     double t;
     uint64_t footprint, rss;
+    bool inside; /* taken by the process itself at an event (an S line) */
 } tsample;
 
 typedef struct verdict {
@@ -225,18 +226,20 @@ static bool read_small(const char *path, char *buf, size_t cap) {
     return n > 0;
 }
 
-/* One footprint sample of the child from outside (Anonymous + Swap + RssShmem, Rss). */
+/* One footprint sample of the child from outside: RssAnon + VmSwap + RssShmem, and VmRSS, from
+ * /proc/PID/status (the kernel's counters; smaps_rollup would walk the child's page tables under
+ * its mmap lock every few milliseconds). */
 static void sample_child(trace *t) {
     char path[64], buf[4096];
-    snprintf(path, sizeof path, "/proc/%d/smaps_rollup", (int)t->pid);
-    if (!read_small(path, buf, sizeof buf)) return;
-    uint64_t fp = kb_field(buf, "\nAnonymous:") + kb_field(buf, "\nSwap:"),
-             rss = kb_field(buf, "\nRss:");
     snprintf(path, sizeof path, "/proc/%d/status", (int)t->pid);
-    if (read_small(path, buf, sizeof buf)) fp += kb_field(buf, "\nRssShmem:");
+    /* A process that has exited (a zombie until waited for) has no memory lines: no sample. */
+    if (!read_small(path, buf, sizeof buf) || !strstr(buf, "\nRssAnon:")) return;
+    uint64_t fp = kb_field(buf, "\nRssAnon:") + kb_field(buf, "\nVmSwap:") +
+                  kb_field(buf, "\nRssShmem:"),
+             rss = kb_field(buf, "\nVmRSS:");
     double when = (double)(mono_ns() - t->t0_ns) / 1e9;
     GROW(t->samples, t->n_samples, t->cap_samples);
-    t->samples[t->n_samples++] = (tsample){when, fp, rss};
+    t->samples[t->n_samples++] = (tsample){when, fp, rss, false};
 }
 
 static int run_child(trace *t, const char *lib, const char *out) {
@@ -404,7 +407,7 @@ static void parse_line(trace *t, char *ln) {
     case 'S': {
         uint64_t fp = strtoull(p, &p, 10), rss = strtoull(p, &p, 10);
         GROW(t->samples, t->n_samples, t->cap_samples);
-        t->samples[t->n_samples++] = (tsample){when, fp, rss};
+        t->samples[t->n_samples++] = (tsample){when, fp, rss, true};
         break;
     }
     case 'Q': t->exited_normally = true; break;
@@ -555,6 +558,13 @@ static int exit_of(int status) {
     return 1;
 }
 
+/* The footprint the process measured itself right after a release at `when` (its S line). */
+static uint64_t release_footprint(const trace *t, double when) {
+    for (int i = 0; i < t->n_samples; i++)
+        if (t->samples[i].inside && t->samples[i].t >= when) return t->samples[i].footprint;
+    return 0;
+}
+
 static void fp_figures(const trace *t, uint64_t *start, uint64_t *peak, uint64_t *end) {
     *start = *peak = *end = 0;
     for (int i = 0; i < t->n_samples; i++) {
@@ -631,7 +641,8 @@ static void report_text(const trace *t) {
     printf("\nreleases: %d", t->releases);
     for (int i = 0, n = 0; i < t->n_ev; i++)
         if (t->ev[i].type == 'R' && n++ < 8)
-            printf("%s%.6f s (%s)", n == 1 ? ": " : ", ", t->ev[i].t, t->ev[i].text);
+            printf("%s%.6f s (%s, footprint %s)", n == 1 ? ":\n  " : ",\n  ", t->ev[i].t,
+                   t->ev[i].text, cli_bytes(release_footprint(t, t->ev[i].t), b[0]));
     if (t->args.marker)
         printf("; marker %s redirected at %" PRIu64 " call sites", t->args.marker,
                st->marker_patched);
@@ -723,7 +734,7 @@ static void report_json(const trace *t) {
         if (t->ev[i].type == 'R') {
             printf("%s{\"time\":%.6f,\"source\":", n++ ? "," : "", t->ev[i].t);
             cli_json_cstr(stdout, t->ev[i].text);
-            printf("}");
+            printf(",\"footprint\":%" PRIu64 "}", release_footprint(t, t->ev[i].t));
         }
     uint64_t s0, pk, e0;
     fp_figures(t, &s0, &pk, &e0);

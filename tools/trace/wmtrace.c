@@ -275,15 +275,16 @@ static uint64_t field_kb(const char *buf, const char *key) {
         v = v * 10 + (uint64_t)(*p++ - '0');
     return v * 1024;
 }
-/* An S line: footprint (Anonymous + Swap + RssShmem) and resident bytes, now. */
+/* An S line: footprint (RssAnon + VmSwap + RssShmem) and resident bytes (VmRSS), now. From
+ * /proc/self/status, whose figures are the kernel's counters: smaps_rollup would be exact to the
+ * page but walks every page table under the mmap lock, which cost a traced llama.cpp mmap load
+ * several per cent. */
 static void sample(void) {
     char buf[4096];
     line l;
-    read_proc("/proc/self/smaps_rollup", buf, sizeof buf);
-    uint64_t anon = field_kb(buf, "\nAnonymous:"), swap = field_kb(buf, "\nSwap:");
-    uint64_t rss = field_kb(buf, "\nRss:");
     read_proc("/proc/self/status", buf, sizeof buf);
-    uint64_t shmem = field_kb(buf, "\nRssShmem:");
+    uint64_t anon = field_kb(buf, "\nRssAnon:"), swap = field_kb(buf, "\nVmSwap:");
+    uint64_t rss = field_kb(buf, "\nVmRSS:"), shmem = field_kb(buf, "\nRssShmem:");
     begin(&l, 'S');
     put_s(&l, " ");
     put_u(&l, anon + swap + shmem);
@@ -628,7 +629,6 @@ static void remove_range(uintptr_t a, size_t len) {
         put_u(&l, left[k]);
         end(&l);
     }
-    if (nid) sample();
 }
 
 static void note_map(void *p, size_t len, int prot, int flags, int fd, off_t off) {
