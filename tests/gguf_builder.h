@@ -58,50 +58,25 @@ static inline void ggb_key(ggb *g, const char *key, wm_value_type type) {
     wmt_put_u32(&g->b, (uint32_t)type);
 }
 
-static inline void ggb_kv_u8(ggb *g, const char *k, uint8_t v) {
-    ggb_key(g, k, WM_VALUE_U8);
-    wmt_put_u8(&g->b, v);
-}
-static inline void ggb_kv_i8(ggb *g, const char *k, int8_t v) {
-    ggb_key(g, k, WM_VALUE_I8);
-    wmt_put_u8(&g->b, (uint8_t)v);
-}
-static inline void ggb_kv_u16(ggb *g, const char *k, uint16_t v) {
-    ggb_key(g, k, WM_VALUE_U16);
-    wmt_put(&g->b, &v, 2);
-}
-static inline void ggb_kv_i16(ggb *g, const char *k, int16_t v) {
-    ggb_key(g, k, WM_VALUE_I16);
-    wmt_put(&g->b, &v, 2);
-}
-static inline void ggb_kv_u32(ggb *g, const char *k, uint32_t v) {
-    ggb_key(g, k, WM_VALUE_U32);
-    wmt_put_u32(&g->b, v);
-}
-static inline void ggb_kv_i32(ggb *g, const char *k, int32_t v) {
-    ggb_key(g, k, WM_VALUE_I32);
-    wmt_put(&g->b, &v, 4);
-}
-static inline void ggb_kv_f32(ggb *g, const char *k, float v) {
-    ggb_key(g, k, WM_VALUE_F32);
-    wmt_put(&g->b, &v, 4);
-}
-static inline void ggb_kv_bool(ggb *g, const char *k, uint8_t v) {
-    ggb_key(g, k, WM_VALUE_BOOL);
-    wmt_put_u8(&g->b, v);
-}
-static inline void ggb_kv_u64(ggb *g, const char *k, uint64_t v) {
-    ggb_key(g, k, WM_VALUE_U64);
-    wmt_put_u64(&g->b, v);
-}
-static inline void ggb_kv_i64(ggb *g, const char *k, int64_t v) {
-    ggb_key(g, k, WM_VALUE_I64);
-    wmt_put(&g->b, &v, 8);
-}
-static inline void ggb_kv_f64(ggb *g, const char *k, double v) {
-    ggb_key(g, k, WM_VALUE_F64);
-    wmt_put(&g->b, &v, 8);
-}
+/* A key with a scalar value, one writer per value type (ggb_kv_u8 ... ggb_kv_f64): the value's
+ * bytes as the host (little-endian) holds them. */
+#define GGB_KV_SCALAR(name, ctype, vtype)                                                          \
+    static inline void ggb_kv_##name(ggb *g, const char *k, ctype v) {                             \
+        ggb_key(g, k, vtype);                                                                      \
+        wmt_put(&g->b, &v, sizeof v);                                                              \
+    }
+GGB_KV_SCALAR(u8, uint8_t, WM_VALUE_U8)
+GGB_KV_SCALAR(i8, int8_t, WM_VALUE_I8)
+GGB_KV_SCALAR(u16, uint16_t, WM_VALUE_U16)
+GGB_KV_SCALAR(i16, int16_t, WM_VALUE_I16)
+GGB_KV_SCALAR(u32, uint32_t, WM_VALUE_U32)
+GGB_KV_SCALAR(i32, int32_t, WM_VALUE_I32)
+GGB_KV_SCALAR(f32, float, WM_VALUE_F32)
+GGB_KV_SCALAR(bool, uint8_t, WM_VALUE_BOOL)
+GGB_KV_SCALAR(u64, uint64_t, WM_VALUE_U64)
+GGB_KV_SCALAR(i64, int64_t, WM_VALUE_I64)
+GGB_KV_SCALAR(f64, double, WM_VALUE_F64)
+
 static inline void ggb_kv_str(ggb *g, const char *k, const char *v) {
     ggb_key(g, k, WM_VALUE_STRING);
     ggb_str(g, v);
