@@ -69,14 +69,17 @@ def cli(*args, **kw):
 
 @pytest.fixture(scope="session")
 def made(tmp_path_factory):
-    """A 6 MiB llama-shaped model made by the CLI, as GGUF, safetensors and a 2-shard set."""
+    """A 6 MiB llama-shaped model made by the CLI, as GGUF, safetensors, a 2-shard safetensors
+    set (opened by its index) and a 2-part GGUF split set (opened by its second part)."""
     d = tmp_path_factory.mktemp("models")
     out = {"gguf": str(d / "m.gguf"), "safetensors": str(d / "m.safetensors"),
-           "shards": str(d / "s.safetensors.index.json")}
+           "shards": str(d / "s.safetensors.index.json"),
+           "gguf_split": str(d / "g-00002-of-00002.gguf")}
     cli("make-model", out["gguf"], "--size", "6M")
     cli("make-model", out["safetensors"], "--size", "6M", "--format", "safetensors")
     cli("make-model", str(d / "s.safetensors"), "--size", "6M", "--format", "safetensors",
         "--shards", "2")
+    cli("make-model", str(d / "g.gguf"), "--size", "6M", "--shards", "2")
     return out
 
 

@@ -84,15 +84,13 @@ def test_safetensors_values_and_metadata():
 
 def test_every_tensor_matches_the_cli_bytes(made):
     """Each tensor's bytes are those `weightmap cat` prints, for every format and a shard set."""
-    for kind in ("gguf", "safetensors", "shards"):
+    for kind in ("gguf", "safetensors", "shards", "gguf_split"):
         with weightmap.safe_open(made[kind], framework="pt") as f:
             names = f.keys()
             assert len(names) > 10
             for name in names[:: max(1, len(names) // 8)]:
                 assert raw_bytes(f.get_tensor(name)) == cli("cat", made[kind], name), (kind, name)
-        if kind == "shards":
-            with weightmap.safe_open(made[kind]) as f:
-                assert len(f.shards()) == 2
+            assert len(f.shards()) == (2 if kind in ("shards", "gguf_split") else 1)
 
 
 def test_bf16_and_bool():
@@ -139,7 +137,7 @@ def test_gguf_metadata_and_quantized_blocks():
 
 
 def test_tensors_in_file_order(made):
-    for kind in ("gguf", "safetensors", "shards"):
+    for kind in ("gguf", "safetensors", "shards", "gguf_split"):
         with weightmap.safe_open(made[kind], framework="np") as f:
             table = {t[0]: t for t in f._table()}
             order = [f._h.find(n) for n, _ in f.tensors()]
@@ -257,6 +255,18 @@ def test_writes_to_mmap_private_privatise_pages_not_the_file(made):
         assert raw_bytes(t) != before
         del t
     assert cli("cat", path, name) == before          # the file is unchanged
+
+
+def test_torch_write_to_an_mmap_tensor_faults(made):
+    """PyTorch has no read-only tensors: a mode-mmap tensor views a PROT_READ mapping, and a
+    write faults the process (docs/PYTHON.md says so; this checks it stays true, in a child)."""
+    import signal
+    import subprocess
+    import sys
+    code = ("import weightmap; f = weightmap.safe_open(%r); t = f.get_tensor(f.keys()[0]); "
+            "t.view(-1)[0] = 1" % made["gguf"])
+    r = subprocess.run([sys.executable, "-c", code], stderr=subprocess.DEVNULL)
+    assert r.returncode == -signal.SIGSEGV
 
 
 def test_heap_tensors_are_writable(made):
