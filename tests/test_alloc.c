@@ -70,10 +70,7 @@ WM_TEST(realloc_shrinks_in_place) {
  * read in 2 MiB, 1.6 MiB of it tensor data, which the open gives back. The fixtures have headers
  * under the first 32 KiB read, or are all header (vocabularies): they cost about their size. */
 WM_TEST(open_file_keeps_only_its_header) {
-    char cmd[1024];
-    const char *made = wmt_tmp("m.gguf");
-    snprintf(cmd, sizeof cmd, "'%s' make-model '%s' --size 16M >/dev/null", WM_CLI, made);
-    CHECK_MSG(system(cmd) == 0, "make-model failed: %s", cmd);
+    const char *made = wmt_make_model("m.gguf", "--size 16M");
     const char *files[] = {made, wmt_fixture("gguf/stories260K.gguf"),
                            wmt_fixture("gguf/superpoint.gguf"),
                            wmt_fixture("gguf/ggml-vocab-llama-spm.gguf")};

@@ -43,14 +43,11 @@ unsigned long wm__cuda_mock_violations(void);
 
 /* ---- helpers ---- */
 
-/* Writes a model with the CLI's make-model into the case's temporary folder. */
+/* A model of about `size` bytes in `format`, made by the CLI in the case's temporary folder. */
 static const char *make_model(const char *name, const char *size, const char *format) {
-    const char *path = wmt_tmp(name);
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "'%s' make-model '%s' --size %s --format %s >/dev/null", WM_CLI, path,
-             size, format);
-    CHECK_MSG(system(cmd) == 0, "make-model failed: %s", cmd);
-    return path;
+    char args[128];
+    snprintf(args, sizeof args, "--size %s --format %s", size, format);
+    return wmt_make_model(name, args);
 }
 
 static wm_load_options cuda_opts(wm_mode mode) {

@@ -290,11 +290,7 @@ WM_TEST(safetensors_every_mode) {
 }
 
 WM_TEST(sharded_safetensors_every_mode) {
-    char cmd[1024];
-    const char *path = wmt_tmp("m.safetensors");
-    snprintf(cmd, sizeof cmd, "%s make-model %s --size 1M --format safetensors --shards 3 >/dev/null",
-             WM_CLI, path);
-    CHECK_MSG(system(cmd) == 0, "%s failed", cmd);
+    wmt_make_model("m.safetensors", "--size 1M --format safetensors --shards 3");
     /* the set is opened through its index */
     DIR *d = opendir(wmt_tmpdir());
     CHECK(d != NULL);

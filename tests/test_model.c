@@ -75,10 +75,9 @@ static void check_bytes(wm_model *m, const unsigned char *file_bytes) {
 
 /* A model file of about `size` bytes made by the CLI (deterministic). */
 static const char *made_model(const char *name, const char *size) {
-    const char *path = wmt_tmp(name);
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s make-model %s --size %s", WM_CLI, path, size);
-    CHECK_MSG(system(cmd) == 0, "%s failed", cmd);
+    char args[64];
+    snprintf(args, sizeof args, "--size %s", size);
+    const char *path = wmt_make_model(name, args);
     /* Write the pages back: a freshly written file's page-cache pages are dirty, and smaps counts
      * dirty shared pages mapped by one process as Private_Dirty. */
     int fd = open(path, O_RDONLY);

@@ -19,12 +19,6 @@
 
 /* ---- helpers ---- */
 
-static void make_model(const char *out, const char *args) {
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s make-model %s %s", WM_CLI, out, args);
-    CHECK_MSG(system(cmd) == 0, "%s", cmd);
-}
-
 /* Opening fails with `want`, the message holds each of the needles (NULL-terminated list). */
 static void refused(const char *path, wm_status want, const char *n1, const char *n2) {
     int fds = wmt_count_fds();
@@ -159,9 +153,8 @@ static void same_as_single(wm_file *set, const char *single) {
 /* ---- good sets ---- */
 
 WM_TEST(safetensors_index_and_any_shard) {
-    const char *one = wmt_tmp("one.safetensors");
-    make_model(one, "--size 1M --seed 5");
-    make_model(wmt_tmp("s.safetensors"), "--size 1M --seed 5 --shards 3");
+    const char *one = wmt_make_model("one.safetensors", "--size 1M --seed 5");
+    wmt_make_model("s.safetensors", "--size 1M --seed 5 --shards 3");
     int fds = wmt_count_fds();
     const char *paths[4] = {wmt_tmp("s.safetensors.index.json"), wmt_tmp("s-00001-of-00003.safetensors"),
                             wmt_tmp("s-00002-of-00003.safetensors"), wmt_tmp("s-00003-of-00003.safetensors")};
@@ -200,9 +193,8 @@ WM_TEST(safetensors_index_and_any_shard) {
 
 /* Without the index, the name says how many shards there are. */
 WM_TEST(safetensors_shards_without_index) {
-    const char *one = wmt_tmp("one.safetensors");
-    make_model(one, "--size 1M --seed 6");
-    make_model(wmt_tmp("s.safetensors"), "--size 1M --seed 6 --shards 2");
+    const char *one = wmt_make_model("one.safetensors", "--size 1M --seed 6");
+    wmt_make_model("s.safetensors", "--size 1M --seed 6 --shards 2");
     CHECK(unlink(wmt_tmp("s.safetensors.index.json")) == 0);
     wm_file *f = OPEN_OK(wmt_tmp("s-00002-of-00002.safetensors"));
     CHECK_EQ(wm_file_shard_count(f), 2);
@@ -216,9 +208,8 @@ WM_TEST(safetensors_shards_without_index) {
 }
 
 WM_TEST(gguf_split_any_part) {
-    const char *one = wmt_tmp("one.gguf");
-    make_model(one, "--size 1M --seed 9");
-    make_model(wmt_tmp("g.gguf"), "--size 1M --seed 9 --shards 3");
+    const char *one = wmt_make_model("one.gguf", "--size 1M --seed 9");
+    wmt_make_model("g.gguf", "--size 1M --seed 9 --shards 3");
     int fds = wmt_count_fds();
     wm_file *o = OPEN_OK(one);
     size_t n_kv = wm_file_metadata_count(o);
@@ -267,7 +258,7 @@ WM_TEST(gguf_split_hand_built) {
 
 /* ---- broken safetensors sets ---- */
 
-static void make_st_set(void) { make_model(wmt_tmp("s.safetensors"), "--size 1M --seed 5 --shards 3"); }
+static void make_st_set(void) { wmt_make_model("s.safetensors", "--size 1M --seed 5 --shards 3"); }
 
 WM_TEST(st_missing_shard) {
     make_st_set();
@@ -404,7 +395,7 @@ WM_TEST(st_corrupt_shard) {
 
 /* ---- broken GGUF split sets ---- */
 
-static void make_gguf_set(void) { make_model(wmt_tmp("g.gguf"), "--size 1M --seed 9 --shards 3"); }
+static void make_gguf_set(void) { wmt_make_model("g.gguf", "--size 1M --seed 9 --shards 3"); }
 
 WM_TEST(gguf_missing_part) {
     make_gguf_set();
@@ -476,7 +467,7 @@ WM_TEST(gguf_part_of_wrong_format) {
 /* Prefixes of the index: every length through 256 bytes, then every third (the full file and
  * the one without its final newline open). */
 WM_TEST(truncate_index) {
-    make_model(wmt_tmp("s.safetensors"), "--size 1M --seed 5 --shards 2");
+    wmt_make_model("s.safetensors", "--size 1M --seed 5 --shards 2");
     const char *ip = wmt_tmp("s.safetensors.index.json");
     size_t len;
     char *txt = wmt_read_file(ip, &len);
@@ -532,14 +523,14 @@ static void truncate_shard(const char *open_path, const char *shard) {
 }
 
 WM_TEST(truncate_st_shard) {
-    make_model(wmt_tmp("s.safetensors"), "--size 1M --seed 5 --shards 3");
+    wmt_make_model("s.safetensors", "--size 1M --seed 5 --shards 3");
     truncate_shard(wmt_tmp("s-00001-of-00003.safetensors"), wmt_tmp("s-00002-of-00003.safetensors"));
     CHECK(unlink(wmt_tmp("s.safetensors.index.json")) == 0);
     truncate_shard(wmt_tmp("s-00001-of-00003.safetensors"), wmt_tmp("s-00003-of-00003.safetensors"));
 }
 
 WM_TEST(truncate_gguf_part) {
-    make_model(wmt_tmp("g.gguf"), "--size 1M --seed 9 --shards 3");
+    wmt_make_model("g.gguf", "--size 1M --seed 9 --shards 3");
     truncate_shard(wmt_tmp("g-00001-of-00003.gguf"), wmt_tmp("g-00003-of-00003.gguf"));
 }
 
@@ -549,12 +540,12 @@ WM_TEST(truncate_gguf_part) {
 static void fault_sweep(const char *path) { CHECK(wmt_open_fault_sweep(path, NULL, 0) >= 12); }
 
 WM_TEST(faults_st_index) {
-    make_model(wmt_tmp("s.safetensors"), "--size 1M --seed 5 --shards 2");
+    wmt_make_model("s.safetensors", "--size 1M --seed 5 --shards 2");
     fault_sweep(wmt_tmp("s-00002-of-00002.safetensors")); /* stat of the index, index, shards */
 }
 
 WM_TEST(faults_st_no_index) {
-    make_model(wmt_tmp("s.safetensors"), "--size 1M --seed 5 --shards 2");
+    wmt_make_model("s.safetensors", "--size 1M --seed 5 --shards 2");
     CHECK(unlink(wmt_tmp("s.safetensors.index.json")) == 0);
     fault_sweep(wmt_tmp("s-00001-of-00002.safetensors"));
 }
@@ -569,7 +560,7 @@ WM_TEST(faults_gguf_split) {
 /* ---- the CLI ---- */
 
 WM_TEST(cli_info_on_sets) {
-    make_model(wmt_tmp("s.safetensors"), "--size 1M --seed 5 --shards 3");
+    wmt_make_model("s.safetensors", "--size 1M --seed 5 --shards 3");
     char cmd[1024], out[65536];
     snprintf(cmd, sizeof cmd, "%s info --json %s", WM_CLI, wmt_tmp("s-00002-of-00003.safetensors"));
     FILE *p = popen(cmd, "r");
@@ -681,9 +672,8 @@ WM_TEST(gguf_split_loads_in_llama_cpp) {
     snprintf(lib, sizeof lib, "%s/libllama.v0.4.0.so", peer_dir());
     if (access(lib, R_OK) != 0)
         WM_SKIP("llama.cpp peer not installed (bench/peers, or set WM_PEER_LIB to its bins folder)");
-    const char *one = wmt_tmp("one.gguf");
-    make_model(one, "--size 1M --seed 9");
-    make_model(wmt_tmp("g.gguf"), "--size 1M --seed 9 --shards 3");
+    const char *one = wmt_make_model("one.gguf", "--size 1M --seed 9");
+    wmt_make_model("g.gguf", "--size 1M --seed 9 --shards 3");
     int rc = peer_load_pair(peer_dir(), one, wmt_tmp("g-00001-of-00003.gguf"));
     CHECK_MSG(rc == 0, "llama.cpp: %d (2: the one-file model failed, 3: the set was refused, 4: "
                        "they differ)", rc);

@@ -161,6 +161,14 @@ wm_file *wmt_open_ok(const char *file, int line, const char *path) {
     return f;
 }
 
+const char *wmt_make_model(const char *name, const char *args) {
+    const char *path = wmt_tmp(name);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "'%s' make-model '%s' %s >/dev/null", WM_CLI, path, args);
+    if (system(cmd) != 0) wmt_fail(__FILE__, __LINE__, "make-model failed: %s", cmd);
+    return path;
+}
+
 wm_tensor_info wmt_tensor_named(const wm_file *f, const char *name) {
     size_t i;
     wm_tensor_info t;

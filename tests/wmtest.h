@@ -99,6 +99,10 @@ int wmt_count_file_maps(const char *path);
 #define OPEN_OK(path) wmt_open_ok(__FILE__, __LINE__, (path))
 wm_file *wmt_open_ok(const char *file, int line, const char *path);
 
+/* Writes a model with the CLI's make-model (`args`: its options) into the case's temporary
+ * folder as `name`; returns its path (wmt_tmp's buffer). */
+const char *wmt_make_model(const char *name, const char *args);
+
 /* The tensor named `name` of f (found by wm_file_find_tensor); the case fails when there is none. */
 wm_tensor_info wmt_tensor_named(const wm_file *f, const char *name);
 
