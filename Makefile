@@ -13,7 +13,7 @@ JOBS      ?= $(shell nproc)
 CTEST     := ctest --output-on-failure -j$(JOBS) --timeout 900
 DEMO_MODEL = build/default-model.gguf
 
-.PHONY: all deps peer build test test-normal test-asan test-cuda-mock demo install clean bench fuzz fuzz-build test-fuzz test-tsan iq-grids python python-build test-python
+.PHONY: all deps peer build test test-normal test-asan test-cuda-mock demo install clean bench fuzz fuzz-build test-fuzz test-tsan iq-grids test-builds format format-check python python-build test-python test-python-asan
 
 all: build
 
@@ -28,7 +28,7 @@ demo: build
 	@test -f $(DEMO_MODEL) || build/weightmap make-model $(DEMO_MODEL) --size 512M
 	build/weightmap demo --model $(DEMO_MODEL)
 
-test: test-normal test-asan test-cuda-mock test-fuzz test-tsan test-python
+test: test-normal test-asan test-cuda-mock test-fuzz test-tsan test-builds test-python test-python-asan
 
 # The oracle tests (conversion and type table against llama.cpp's own ggml) need the npm peer;
 # without it (no registry) they report skipped and the committed reference checksums still run.
@@ -53,8 +53,8 @@ test-asan: deps
 test-cuda-mock: deps
 	@cmake -S . -B build-cuda-mock -G Ninja -DCMAKE_BUILD_TYPE=Debug -DWM_WERROR=ON -DCMAKE_C_COMPILER=clang \
 	  -DWM_FAULT_INJECTION=ON -DWM_CUDA_MOCK=ON -DWM_SANITIZE=address,undefined >/dev/null
-	@cmake --build build-cuda-mock --target test_cuda weightmap_cli
-	cd build-cuda-mock && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 $(CTEST) -L '^cuda$$'
+	@cmake --build build-cuda-mock --target test_cuda test_multi weightmap_cli
+	cd build-cuda-mock && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 $(CTEST) -L '^(cuda|multi)$$'
 
 # Fuzzing (docs/TESTING.md): libFuzzer harnesses tests/fuzz/fuzz_*.c in build-fuzz/ (clang, ASan,
 # UBSan, LSan). test-fuzz runs each from its corpus for FUZZ_CI_SECONDS (CI); fuzz is the long
@@ -79,15 +79,16 @@ fuzz: fuzz-build
 # ThreadSanitizer (build-tsan/): the concurrency tests, i.e. the labels stress and model, less the
 # cases that measure the kernel's page counts or mlock, which TSan's shadow memory and its
 # interceptors (mlock is a no-op under TSan) make meaningless; and the CUDA backend's pipeline
-# (reader threads and the loading thread) against the mock runtime, label cuda; and the trace
+# (reader threads and the loading thread) against the mock runtime, labels cuda and multi (two
+# mock devices, tensor-parallel slices); and the trace
 # tool's interposer hooks called from several threads (label trace_tsan, tests/trace/tsan_hooks.c).
 TSAN_EXCLUDE := ^model\.(heap_footprint_is_tensor_bytes_and_returns|lock_.*)$$
 test-tsan: deps
 	@cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON -DCMAKE_C_COMPILER=clang \
 	  -DWM_FAULT_INJECTION=ON -DWM_CUDA_MOCK=ON -DWM_SANITIZE=thread >/dev/null
-	@cmake --build build-tsan --target test_stress test_model test_cuda weightmap_cli wmt_trace_tsan
+	@cmake --build build-tsan --target test_stress test_model test_cuda test_multi weightmap_cli wmt_trace_tsan
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 WM_STRESS_CYCLES=$(TSAN_STRESS_CYCLES) \
-	  $(CTEST) -L '^(stress|model|cuda|trace_tsan)$$' -E '$(TSAN_EXCLUDE)'
+	  $(CTEST) -L '^(stress|model|cuda|multi|trace_tsan)$$' -E '$(TSAN_EXCLUDE)'
 
 # Benchmarks against llama.cpp (bench/README.md): installs the peer into bench/peers/ if needed,
 # then runs every bench executable with its defaults; a benchmark exits 77 to say "skipped".
@@ -129,8 +130,37 @@ python-build:
 test-python: python-build
 	cd python/tests && $(PY_TEST_ENV) $(PYTHON) -m pytest -q -p no:cacheprovider
 
+# The same tests on the extension and the library built with clang under ASan+UBSan
+# (build-py/asan/), the sanitizer's runtime preloaded into Debian's python3 (leak detection off:
+# the interpreter keeps memory of its own to the end); the CLI the tests call is build-py's.
+test-python-asan: python-build
+	@cmake -S . -B build-py/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DWM_WERROR=ON -DCMAKE_C_COMPILER=clang \
+	  -DWM_SANITIZE=address,undefined -DWM_PYTHON=ON -DWM_BUILD_TESTS=OFF -DWM_BUILD_CLI=OFF \
+	  -DPython3_EXECUTABLE=$(PYTHON) >/dev/null
+	@cmake --build build-py/asan --target wm_python
+	cd python/tests && $(PY_TEST_ENV) PYTHONPATH=$(CURDIR)/build-py/asan/python \
+	  LD_PRELOAD=$$(clang -print-file-name=libclang_rt.asan-x86_64.so) ASAN_OPTIONS=detect_leaks=0 \
+	  UBSAN_OPTIONS=print_stacktrace=1 $(PYTHON) -m pytest -q -p no:cacheprovider
+
+# The build users make (no options but the build type): Release, Debug, RelWithDebInfo and
+# MinSizeRel with gcc and with clang, each with -DWM_WERROR=ON so that a warning in any fails;
+# -DWM_FUZZ=ON with the tests on builds with clang and is refused at configure time with gcc.
+# One folder per build under build-types/.
+test-builds: deps
+	JOBS=$(JOBS) tests/build_types.sh build-types
+
+# Formatting to .clang-format: `make format` rewrites every C file of the project in place;
+# `make format-check` changes nothing and fails when a file differs, naming each line. The files:
+# those git tracks or would track (not the ignored bench/peers/ or build folders), less the fuzz
+# corpus (tests/corpus/: data, not code).
+FORMAT_FILES = $(shell git ls-files -co --exclude-standard -- include src tools tests bench python | grep -E '\.[ch]$$' | grep -v '^tests/corpus/')
+format: deps
+	clang-format -i $(FORMAT_FILES)
+format-check: deps
+	clang-format --dry-run -Werror $(FORMAT_FILES)
+
 # Every build folder a target here makes (build-py/ and build-trace/ are the Python binding's and
 # the trace tool's).
-BUILD_DIRS := build build-test build-asan build-cuda-mock build-fuzz build-tsan build-py build-trace
+BUILD_DIRS := build build-test build-asan build-cuda-mock build-fuzz build-tsan build-types build-py build-trace
 clean:
 	rm -rf $(BUILD_DIRS)

@@ -122,6 +122,12 @@ WM_API const char *wm_ledger_category_name(wm_ledger_category category);
 /* Sum of `current` over every category, and of `regions`. Zero when the library holds nothing. */
 WM_API uint64_t wm_ledger_bytes(const wm_ledger *ledger);
 WM_API uint64_t wm_ledger_regions(const wm_ledger *ledger);
+/* Device memory of one device: the part of the ledger's `device` category held on device
+ * number `device` (0 .. WM_LEDGER_DEVICES-1); the per-device figures add up to the category
+ * (a load on one device numbered past them counts in the category only).
+ * WM_EINVAL for NULL out, WM_ERANGE for a device number out of range. */
+#define WM_LEDGER_DEVICES 16
+WM_API wm_status wm_ledger_device(int device, wm_ledger_stat *out);
 
 /* ---------------------------------------------------------------------------------------------
  * Tensor element types (ids are ggml's, so GGUF files use them directly)
@@ -388,6 +394,32 @@ typedef enum wm_backend_kind { WM_BACKEND_CPU = 0, WM_BACKEND_CUDA = 1 } wm_back
  * non-zero to cancel: the load then fails with WM_ECANCELED and holds nothing. */
 typedef int (*wm_progress_fn)(void *user, uint64_t bytes_done, uint64_t bytes_total);
 
+/* Several devices (CUDA): how tensors are placed on opts.devices. Each tensor goes whole to one
+ * device; a device's tensors lie in buffers of its own. */
+typedef enum wm_placement {
+    WM_PLACE_BALANCE = 0, /* the file's tensors, in file order, cut into n_devices runs of about
+                             equal bytes */
+    WM_PLACE_LAYERS = 1,  /* by the layer number in the name ("blk.N.", "layers.N.", "h.N."):
+                             layers in n_devices contiguous groups of about equal count; tensors
+                             before the first layer in the file go to the first device, the
+                             rest to the last */
+    WM_PLACE_CALLBACK = 2 /* opts.place_tensor chooses */
+} wm_placement;
+
+/* Tensor parallelism: how one tensor is cut over tp_world ranks. Dimensions as PyTorch numbers
+ * them (dim 0 is the outermost, slowest-varying; in ggml order that is shape[n_dims - 1]). */
+typedef enum wm_split {
+    WM_SPLIT_NONE = 0, /* every rank loads the whole tensor (replicated) */
+    WM_SPLIT_DIM0 = 1, /* rank r loads rows [r*R/W, (r+1)*R/W) of dim 0: one contiguous range */
+    WM_SPLIT_LAST = 2  /* rank r loads its 1/W of the last (innermost) dimension of every row:
+                          the slice of each row is read as such, not the whole row */
+} wm_split;
+
+/* Chooses a device for tensor `index`: an index into opts.devices (0 .. n_devices-1). */
+typedef unsigned (*wm_place_fn)(void *user, size_t index, const wm_tensor_info *tensor);
+/* Chooses how tensor `index` is split over the ranks. */
+typedef wm_split (*wm_split_fn)(void *user, size_t index, const wm_tensor_info *tensor);
+
 typedef struct wm_load_options {
     wm_mode mode;              /* required */
     wm_lock lock;
@@ -405,6 +437,24 @@ typedef struct wm_load_options {
     int direct_io;             /* CUDA staged: read with O_DIRECT, past the page cache (for
                                   models larger than the memory that would cache them), where
                                   the file system allows it; buffered reads otherwise */
+    /* Several devices (CUDA, staged path): devices[0 .. n_devices) replace `device`, placed by
+     * `placement` (place_tensor and place_user for WM_PLACE_CALLBACK). All are filled at once
+     * through one pinned staging ring (registered portable, so every device copies from it)
+     * within pinned_budget. n_devices 0 or 1 with devices NULL: `device` alone. */
+    const int *devices;
+    unsigned n_devices;
+    wm_placement placement;
+    wm_place_fn place_tensor;
+    void *place_user;
+    /* Tensor parallelism (heap mode, and the CUDA staged path): this process is rank tp_rank of
+     * tp_world and loads only its slice of each tensor tp_split says is split, and the whole of
+     * the others. tp_world 0 or 1: off. A split needs the split dimension to divide by
+     * tp_world, and for WM_SPLIT_LAST a slice of whole blocks of a quantized type; otherwise
+     * WM_EINVAL names the tensor. The model's tensors are then the slices
+     * (wm_model_tensor_shape). */
+    unsigned tp_rank, tp_world;
+    wm_split_fn tp_split;
+    void *tp_user;
 } wm_load_options;
 
 /* Starts a backend's runtime on `device` ahead of a load (CUDA: creates the device's primary
@@ -440,9 +490,19 @@ WM_API const char *wm_mode_name(wm_mode mode);
 /* Parses a mode name; WM_MODE_NONE when unknown. */
 WM_API wm_mode wm_mode_from_name(const char *name);
 
-/* The tensor's type and byte size as loaded (after any conversion). */
+/* The tensor's type and byte size as loaded (after any conversion, of its slice under tensor
+ * parallelism). */
 WM_API wm_status wm_model_tensor_info(const wm_model *model, size_t index, wm_type *type,
                                       uint64_t *nbytes);
+/* The tensor's shape as loaded, in ggml order like wm_tensor_info.shape (a slice's under tensor
+ * parallelism), and how it was split. WM_EINVAL for NULL model or shape, WM_ERANGE for an index
+ * out of range. */
+WM_API wm_status wm_model_tensor_shape(const wm_model *model, size_t index,
+                                       uint64_t shape[WM_MAX_DIMS], uint32_t *n_dims,
+                                       wm_split *split);
+/* The device a tensor was placed on (CUDA: a device number, as in opts.devices); -1 for a host
+ * backend or an index out of range. */
+WM_API int wm_model_tensor_device(const wm_model *model, size_t index);
 /* Host pointer of tensor `index` (CPU backend). Const for mmap mode; wm_model_tensor_data_mut
  * returns NULL for mmap mode. Both NULL when out of range or on a device backend. Borrowed. */
 WM_API const void *wm_model_tensor_data(const wm_model *model, size_t index);
@@ -460,6 +520,7 @@ typedef struct wm_model_stats {
     uint64_t device_bytes;   /* bytes of device memory */
     unsigned threads;        /* worker threads the load used */
     double load_seconds;     /* wall time of wm_model_load */
+    uint64_t bytes_read;     /* bytes the load read from the file with pread (0 for mappings) */
 } wm_model_stats;
 
 WM_API void wm_model_stats_get(const wm_model *model, wm_model_stats *out);

@@ -46,6 +46,10 @@ void wm__ledger_release(wm_ledger_category cat, uint64_t bytes);
 /* A region that stays gave `bytes` back (a block shrunk in place). */
 void wm__ledger_shrink(wm_ledger_category cat, uint64_t bytes);
 void wm__ledger_note_request(uint64_t bytes); /* heap_largest */
+/* Device memory on one device (0 .. WM_LEDGER_DEVICES-1): counted in the device category and in
+ * that device's own figure, in one call. */
+void wm__ledger_device_acquire(int device, uint64_t bytes);
+void wm__ledger_device_release(int device, uint64_t bytes);
 
 /* ---- the counted allocator (ledger.c): all heap memory of the library goes through it ---- */
 

@@ -27,25 +27,54 @@ static void raise_max(_Atomic uint64_t *m, uint64_t v) {
     }
 }
 
-void wm__ledger_acquire(wm_ledger_category cat, uint64_t bytes) {
-    counter *c = &cats[cat];
-    uint64_t now = atomic_fetch_add(&c->current, bytes) + bytes;
-    atomic_fetch_add(&c->total, bytes);
-    atomic_fetch_add(&c->regions, 1);
-    raise_max(&c->peak, now);
-}
+static void count_in(counter *c, uint64_t bytes);
+static void count_out(counter *c, uint64_t bytes);
 
-void wm__ledger_release(wm_ledger_category cat, uint64_t bytes) {
-    counter *c = &cats[cat];
-    atomic_fetch_sub(&c->current, bytes);
-    atomic_fetch_sub(&c->regions, 1);
-}
+void wm__ledger_acquire(wm_ledger_category cat, uint64_t bytes) { count_in(&cats[cat], bytes); }
+void wm__ledger_release(wm_ledger_category cat, uint64_t bytes) { count_out(&cats[cat], bytes); }
 
 void wm__ledger_shrink(wm_ledger_category cat, uint64_t bytes) {
     atomic_fetch_sub(&cats[cat].current, bytes);
 }
 
 void wm__ledger_note_request(uint64_t bytes) { raise_max(&heap_largest, bytes); }
+
+static counter devices[WM_LEDGER_DEVICES];
+
+static void count_in(counter *c, uint64_t bytes) {
+    uint64_t now = atomic_fetch_add(&c->current, bytes) + bytes;
+    atomic_fetch_add(&c->total, bytes);
+    atomic_fetch_add(&c->regions, 1);
+    raise_max(&c->peak, now);
+}
+
+static void count_out(counter *c, uint64_t bytes) {
+    atomic_fetch_sub(&c->current, bytes);
+    atomic_fetch_sub(&c->regions, 1);
+}
+
+/* A device numbered past the per-device figures (one process alone on device 16 or more) is
+ * counted in the category only. */
+void wm__ledger_device_acquire(int device, uint64_t bytes) {
+    wm__ledger_acquire(WM_LEDGER_DEVICE, bytes);
+    if (device >= 0 && device < WM_LEDGER_DEVICES) count_in(&devices[device], bytes);
+}
+
+void wm__ledger_device_release(int device, uint64_t bytes) {
+    wm__ledger_release(WM_LEDGER_DEVICE, bytes);
+    if (device >= 0 && device < WM_LEDGER_DEVICES) count_out(&devices[device], bytes);
+}
+
+wm_status wm_ledger_device(int device, wm_ledger_stat *out) {
+    if (!out) return WM_EINVAL;
+    if (device < 0 || device >= WM_LEDGER_DEVICES) return WM_ERANGE;
+    const counter *c = &devices[device];
+    out->current = atomic_load(&c->current);
+    out->peak = atomic_load(&c->peak);
+    out->total = atomic_load(&c->total);
+    out->regions = atomic_load(&c->regions);
+    return WM_OK;
+}
 
 void wm_ledger_get(wm_ledger *out) {
     if (!out) return;
@@ -61,6 +90,8 @@ void wm_ledger_get(wm_ledger *out) {
 void wm_ledger_reset_peaks(void) {
     for (int i = 0; i < WM_LEDGER_COUNT; i++)
         atomic_store(&cats[i].peak, atomic_load(&cats[i].current));
+    for (int i = 0; i < WM_LEDGER_DEVICES; i++)
+        atomic_store(&devices[i].peak, atomic_load(&devices[i].current));
     atomic_store(&heap_largest, 0);
 }
 

@@ -1,13 +1,10 @@
 /*
- * model.c: the lifecycle of a loaded model: the options every backend shares, the load plan,
- * load and release through the backend table (backends.c), and the getters. The host-side
- * tools backends load with (regions, locking, the parallel reader) are in backend/host.c.
+ * model.c: the lifecycle of a loaded model: the options every backend shares, load and release
+ * through the backend table (backends.c), and the getters. The load plan is built in plan.c;
+ * the host-side tools backends load with (regions, locking, the parallel reader) are in
+ * backend/host.c.
  *
- * Sections: names; options and the plan; load and release; getters.
- *
- * Why the plan packs heap tensors instead of mirroring the file: conversions change sizes, and a
- * packed layout lets the reader pread each tensor straight into its final place, so heap mode
- * never holds a second copy (peak = tensor bytes + the conversion staging, bounded).
+ * Sections: names; options; load and release; getters.
  */
 #include "backend/backend.h"
 
@@ -16,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TENSOR_ALIGN 64 /* bytes: each tensor in a packed buffer starts on a cache line */
 
 /* ---- names ---- */
 
@@ -36,7 +32,50 @@ wm_mode wm_mode_from_name(const char *name) {
     return WM_MODE_NONE;
 }
 
-/* ---- options and the plan ---- */
+/* ---- options ---- */
+
+/* Several devices: each a number the ledger can count (0 .. WM_LEDGER_DEVICES-1), none twice. */
+static wm_status check_devices(const char *path, const wm_load_options *o, wm_error *err) {
+    if (o->n_devices > 1 && !o->devices)
+        return wm__err(err, WM_EINVAL, 0, "%s: n_devices %u without devices", path, o->n_devices);
+    if (o->n_devices > WM_LEDGER_DEVICES)
+        return wm__err(err, WM_EINVAL, 0, "%s: %u devices, at most %d", path, o->n_devices,
+                       WM_LEDGER_DEVICES);
+    for (unsigned k = 0; o->devices && k < o->n_devices; k++) {
+        if (o->devices[k] < 0 || o->devices[k] >= WM_LEDGER_DEVICES)
+            return wm__err(err, WM_EINVAL, 0, "%s: device %d is out of range (0..%d)", path,
+                           o->devices[k], WM_LEDGER_DEVICES - 1);
+        for (unsigned j = 0; j < k; j++)
+            if (o->devices[j] == o->devices[k])
+                return wm__err(err, WM_EINVAL, 0, "%s: device %d is listed twice", path,
+                               o->devices[k]);
+    }
+    if ((unsigned)o->placement > WM_PLACE_CALLBACK)
+        return wm__err(err, WM_EINVAL, 0, "%s: unknown placement %d", path, (int)o->placement);
+    if (o->placement == WM_PLACE_CALLBACK && !o->place_tensor)
+        return wm__err(err, WM_EINVAL, 0, "%s: placement callback without place_tensor", path);
+    return WM_OK;
+}
+
+/* Tensor parallelism reads slices into a packed layout, never converting. */
+static wm_status check_tp(const char *path, const wm__backend *be, const wm_load_options *o,
+                          wm_error *err) {
+    if (o->tp_world <= 1) return WM_OK;
+    if (o->tp_rank >= o->tp_world)
+        return wm__err(err, WM_EINVAL, 0, "%s: tp_rank %u of tp_world %u", path, o->tp_rank,
+                       o->tp_world);
+    if (!o->tp_split)
+        return wm__err(err, WM_EINVAL, 0, "%s: tp_world %u without tp_split", path, o->tp_world);
+    if (o->n_convert)
+        return wm__err(err, WM_EINVAL, 0,
+                       "%s: conversion on load and tensor parallelism do not combine", path);
+    if (be->maps_file && o->mode != WM_MODE_HEAP)
+        return wm__err(err, WM_EINVAL, 0,
+                       "%s: tensor parallelism on the %s backend needs mode heap (a mapping "
+                       "holds whole tensors), not %s",
+                       path, be->name, wm_mode_name(o->mode));
+    return WM_OK;
+}
 
 /* The checks every backend shares; then the backend's own (its check slot). All of them run
  * before anything is acquired. */
@@ -62,123 +101,10 @@ static wm_status check_options(const wm_file *f, const wm__backend *be, const wm
     if (o->max_buffer_size && o->max_buffer_size < wm__os_page_size())
         return wm__err(err, WM_EINVAL, 0, "%s: max_buffer_size %llu is below the page size", path,
                        (unsigned long long)o->max_buffer_size);
+    wm_status st = check_devices(path, o, err);
+    if (!st) st = check_tp(path, be, o, err);
+    if (st) return st;
     return be->check ? be->check(f, o, err) : WM_OK;
-}
-
-typedef struct sort_key {
-    uint32_t shard;
-    uint64_t offset;
-    uint32_t index;
-} sort_key;
-
-static int by_position(const void *a, const void *b) {
-    const sort_key *x = a, *y = b;
-    if (x->shard != y->shard) return x->shard < y->shard ? -1 : 1;
-    if (x->offset != y->offset) return x->offset < y->offset ? -1 : 1;
-    return x->index < y->index ? -1 : x->index > y->index;
-}
-
-/* The delivered type of tensor t under the conversion rules. */
-static wm_status target_type(const wm_file *f, const wm__tensor *t, const wm_load_options *o,
-                             wm__place *p, wm_error *err) {
-    const char *name = f->names + t->name_off;
-    p->type = (wm_type)t->type;
-    p->nbytes = t->nbytes;
-    p->convert = false;
-    for (size_t r = 0; r < o->n_convert; r++) {
-        const wm_convert_rule *rule = &o->convert[r];
-        if (rule->tensor && strcmp(rule->tensor, name) != 0) continue;
-        if (rule->from != WM_TYPE_INVALID && rule->from != (wm_type)t->type) continue;
-        if (rule->to == (wm_type)t->type) return WM_OK;
-        if (!wm_convert_supported((wm_type)t->type, rule->to))
-            return wm__err(err, WM_EINVAL, 0, "%s: tensor '%s': no conversion from %s to %s",
-                           f->path, name, wm_type_name((wm_type)t->type),
-                           wm_type_name(rule->to) ? wm_type_name(rule->to) : "?");
-        uint64_t bytes;
-        if (wm__mul_overflow_u64(t->n_elements / wm_type_block_elems(rule->to),
-                                 wm_type_block_bytes(rule->to), &bytes))
-            return wm__err(err, WM_EINVAL, 0, "%s: tensor '%s': converted size overflows",
-                           f->path, name);
-        p->type = rule->to;
-        p->nbytes = bytes;
-        p->convert = true;
-        return WM_OK;
-    }
-    return WM_OK;
-}
-
-/* Mapped layouts mirror the file (chunks are page-aligned file ranges); packed layouts place
- * tensors one after another (heap and device memory). */
-static bool mapped_layout(const wm_model *m) {
-    return m->backend->maps_file && m->opts.mode != WM_MODE_HEAP;
-}
-
-static wm_status build_plan(wm_model *m, const wm_load_options *o, wm_error *err) {
-    wm_file *f = m->file;
-    size_t n = f->n_tensors;
-    if (n == 0) return WM_OK;
-    sort_key *keys = wm__alloc(n * sizeof *keys);
-    m->order = wm__alloc(n * sizeof *m->order);
-    m->place = wm__calloc(n, sizeof *m->place);
-    m->chunks = wm__calloc(n, sizeof *m->chunks); /* at most one chunk per tensor */
-    if (!keys || !m->order || !m->place || !m->chunks) {
-        wm__free(keys);
-        return wm__err(err, WM_ENOMEM, 0, "%s: out of memory for the load plan", f->path);
-    }
-    for (size_t i = 0; i < n; i++)
-        keys[i] = (sort_key){f->tensors[i].shard, f->tensors[i].offset, (uint32_t)i};
-    qsort(keys, n, sizeof *keys, by_position);
-    for (size_t i = 0; i < n; i++) m->order[i] = keys[i].index;
-    wm__free(keys);
-
-    bool mapped = mapped_layout(m);
-    uint64_t max = o->max_buffer_size ? o->max_buffer_size : UINT64_MAX;
-    uint64_t page = wm__os_page_size();
-    wm__chunk *c = NULL;
-    for (size_t k = 0; k < n; k++) {
-        uint32_t i = m->order[k];
-        const wm__tensor *t = &f->tensors[i];
-        wm__place *p = &m->place[i];
-        wm_status st = target_type(f, t, o, p, err);
-        if (st) return st;
-        uint64_t end = t->offset + t->nbytes;
-        /* Would t fit in the open chunk? */
-        bool fits = false;
-        if (c && c->shard == t->shard) {
-            uint64_t size = mapped ? end - c->file_start
-                                   : wm__align_up(c->size, TENSOR_ALIGN) + p->nbytes;
-            fits = size <= max;
-        }
-        if (!fits) {
-            uint64_t own = mapped ? end - t->offset / page * page : p->nbytes;
-            if (own > max)
-                return wm__err(err, WM_EINVAL, 0,
-                               "%s: tensor '%s' needs %llu bytes, more than max_buffer_size %llu",
-                               f->path, f->names + t->name_off, (unsigned long long)own,
-                               (unsigned long long)max);
-            c = &m->chunks[m->n_chunks++];
-            c->shard = t->shard;
-            c->file_start = mapped ? t->offset / page * page : t->offset;
-            c->file_end = t->offset;
-            c->size = 0;
-            c->first = (uint32_t)k;
-            c->count = 0;
-        }
-        p->chunk = (uint32_t)(c - m->chunks);
-        if (mapped) {
-            p->dst_off = (size_t)(t->offset - c->file_start);
-            if (end > c->file_end) c->file_end = end;
-            c->size = (size_t)(c->file_end - c->file_start);
-        } else {
-            p->dst_off = c->count ? (size_t)wm__align_up(c->size, TENSOR_ALIGN) : 0;
-            c->size = p->dst_off + (size_t)p->nbytes;
-            if (end > c->file_end) c->file_end = end;
-        }
-        c->count++;
-        m->stats.tensor_bytes += p->nbytes;
-    }
-    m->stats.buffers = m->n_chunks;
-    return WM_OK;
 }
 
 /* ---- load and release ---- */
@@ -232,14 +158,21 @@ wm_status wm_model_load(wm_file *file, const wm_load_options *opts, wm_model **o
     m->opts = *opts;
     m->opts.convert = NULL;
     m->opts.n_convert = 0;
+    m->n_devs = opts->n_devices > 1 ? opts->n_devices : 1;
+    for (unsigned k = 0; k < m->n_devs; k++)
+        m->devs[k] = opts->n_devices > 1 ? opts->devices[k] : opts->device;
+    m->opts.devices = NULL;
+    m->opts.place_tensor = NULL;
+    m->opts.tp_split = NULL;
 
     st = check_unchanged(file, err);
     if (st) goto fail;
-    st = build_plan(m, opts, err);
+    st = wm__plan_build(m, opts, err);
     if (st) goto fail;
     st = be->load(m, err);
     if (st) goto fail;
     m->stats.load_seconds = wm__os_now() - t0;
+    m->stats.bytes_read = atomic_load(&m->bytes_read);
     *out = m;
     return WM_OK;
 fail:
@@ -268,6 +201,22 @@ const void *wm_model_tensor_data(const wm_model *m, size_t index) {
 void *wm_model_tensor_data_mut(wm_model *m, size_t index) {
     if (!m || m->opts.mode == WM_MODE_MMAP || index >= m->file->n_tensors) return NULL;
     return m->backend->host_ptr(m, index);
+}
+
+wm_status wm_model_tensor_shape(const wm_model *m, size_t index, uint64_t shape[WM_MAX_DIMS],
+                                uint32_t *n_dims, wm_split *split) {
+    if (!m || !shape) return WM_EINVAL;
+    if (index >= m->file->n_tensors) return WM_ERANGE;
+    const wm__place *p = &m->place[index];
+    for (int d = 0; d < WM_MAX_DIMS; d++) shape[d] = p->ne[d];
+    if (n_dims) *n_dims = p->n_dims;
+    if (split) *split = p->split;
+    return WM_OK;
+}
+
+int wm_model_tensor_device(const wm_model *m, size_t index) {
+    if (!m || index >= m->file->n_tensors || !m->backend->device_ptr(m, index)) return -1;
+    return m->devs[m->place[index].device];
 }
 
 uint64_t wm_model_tensor_device_ptr(const wm_model *m, size_t index) {

@@ -15,7 +15,12 @@
  *     called it, so a load must make no CUDA call on its worker threads. A call from another
  *     thread prints a line, fails with cudaErrorNotPermitted and is counted
  *     (wm__cuda_mock_violations, which the tests read).
- * Set WM_CUDA_MOCK_DEVICES=0 in the environment to see "no device".
+ *   - several devices (WM_CUDA_MOCK_DEVICES=N, default 1; 0 to see "no device"): memory,
+ *     streams and events belong to the device current when they were made; a copy must go to
+ *     memory of its stream's device with that device current, an event must be recorded on a
+ *     stream of its own device, and a copy to another device than the one that registered its
+ *     source needs a portable registration (cudaHostRegisterPortable). Each is counted as a
+ *     violation (wm__cuda_mock_violations) and fails as the runtime would.
  *
  * Sections: state; the calling thread; errors and devices; memory; registration; streams, events
  * and copies; what bench/gpu.c also calls.
@@ -39,7 +44,18 @@
 typedef struct reg {
     uintptr_t base;
     size_t len;
+    int device;   /* current when it was registered */
+    int portable; /* cudaHostRegisterPortable: every device may copy from it */
 } reg;
+
+#define MAX_BLOCKS 65536
+typedef struct dev_block {
+    uintptr_t base;
+    size_t len;
+    int device;
+} dev_block;
+static dev_block blocks[MAX_BLOCKS];
+static size_t n_blocks;
 
 typedef struct op {
     int is_event;
@@ -52,11 +68,13 @@ typedef struct op {
 struct mock_stream {
     op *ops;
     size_t n, head;
+    int device;
 };
 
 typedef struct mock_event {
     struct mock_stream *stream; /* where it was last recorded, or NULL */
     size_t pos;                 /* ops before it in that stream */
+    int device;
 } mock_event;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -87,6 +105,9 @@ unsigned long wm__cuda_mock_violations(void) {
 }
 
 /* True when the caller is the thread that first called the mock; otherwise counts and says so. */
+/* A rule of several devices broken: counted with the thread violations, and said. */
+static cudaError_t device_violation(const char *what, cudaError_t e);
+
 static int own_thread(const char *fn) {
     pthread_mutex_lock(&lock);
     if (!owner_set) {
@@ -99,6 +120,14 @@ static int own_thread(const char *fn) {
     if (!ok)
         fprintf(stderr, "cuda_mock: %s called from a thread other than the loading thread\n", fn);
     return ok;
+}
+
+static cudaError_t device_violation(const char *what, cudaError_t e) {
+    pthread_mutex_lock(&lock);
+    violations++;
+    pthread_mutex_unlock(&lock);
+    fprintf(stderr, "cuda_mock: %s\n", what);
+    return e;
 }
 
 #define OWN_THREAD()                                                                               \
@@ -174,8 +203,22 @@ cudaError_t cudaMalloc(void **p, size_t len) {
     if (!b) return ret(cudaErrorMemoryAllocation);
     b->len = len;
     memset(b + 1, 0xA5, len); /* device memory is not zeroed */
+    pthread_mutex_lock(&lock);
+    if (n_blocks < MAX_BLOCKS) blocks[n_blocks++] = (dev_block){(uintptr_t)(b + 1), len, current_device};
+    pthread_mutex_unlock(&lock);
     *p = b + 1;
     return cudaSuccess;
+}
+
+/* The device whose memory holds [p, p + len), or -1. */
+static int device_of(const void *p, size_t len) {
+    uintptr_t a = (uintptr_t)p;
+    int d = -1;
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < n_blocks && d < 0; i++)
+        if (a >= blocks[i].base && a + len <= blocks[i].base + blocks[i].len) d = blocks[i].device;
+    pthread_mutex_unlock(&lock);
+    return d;
 }
 
 cudaError_t cudaFree(void *p) {
@@ -184,6 +227,11 @@ cudaError_t cudaFree(void *p) {
     block *b = (block *)p - 1;
     pthread_mutex_lock(&lock);
     device_held -= b->len;
+    for (size_t i = 0; i < n_blocks; i++)
+        if (blocks[i].base == (uintptr_t)p) {
+            blocks[i] = blocks[--n_blocks];
+            break;
+        }
     pthread_mutex_unlock(&lock);
     free(b);
     return cudaSuccess;
@@ -230,7 +278,8 @@ cudaError_t cudaHostRegister(void *p, size_t len, unsigned flags) {
         if (a < regs[i].base + regs[i].len && regs[i].base < a + len)
             e = cudaErrorHostMemoryAlreadyRegistered;
     if (!e && n_regs == MAX_REG) e = cudaErrorMemoryAllocation;
-    if (!e) regs[n_regs++] = (reg){a, len};
+    if (!e)
+        regs[n_regs++] = (reg){a, len, current_device, (flags & cudaHostRegisterPortable) != 0};
     pthread_mutex_unlock(&lock);
     return ret(e);
 }
@@ -250,15 +299,20 @@ cudaError_t cudaHostUnregister(void *p) {
     return ret(e);
 }
 
-static int registered(const void *p, size_t len) {
+/* 1 when [p, p + len) lies in one registration that device `device` may copy from (-1: any);
+ * 2 when it lies in one that only another device may. */
+static int registered_for(const void *p, size_t len, int device) {
     uintptr_t a = (uintptr_t)p;
     int ok = 0;
     pthread_mutex_lock(&lock);
     for (size_t i = 0; i < n_regs && !ok; i++)
-        ok = a >= regs[i].base && a + len <= regs[i].base + regs[i].len;
+        if (a >= regs[i].base && a + len <= regs[i].base + regs[i].len)
+            ok = device < 0 || regs[i].portable || regs[i].device == device ? 1 : 2;
     pthread_mutex_unlock(&lock);
     return ok;
 }
+
+static int registered(const void *p, size_t len) { return registered_for(p, len, -1) != 0; }
 
 /* ---- streams, events and copies ---- */
 
@@ -271,6 +325,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
                                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (ms == MAP_FAILED) return ret(cudaErrorMemoryAllocation);
     ms->ops = (op *)(ms + 1);
+    ms->device = current_device;
     *s = (cudaStream_t)(void *)ms;
     return cudaSuccess;
 }
@@ -308,7 +363,20 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t len, enum cudaMem
                             cudaStream_t s) {
     OWN_THREAD();
     struct mock_stream *ms = (struct mock_stream *)(void *)s;
-    if (kind != cudaMemcpyHostToDevice || !registered(src, len)) return ret(cudaErrorInvalidValue);
+    if (kind != cudaMemcpyHostToDevice) return ret(cudaErrorInvalidValue);
+    if (ms->device != current_device)
+        return ret(device_violation("a copy queued on a stream of another device than the current",
+                                    cudaErrorInvalidResourceHandle));
+    int dd = device_of(dst, len);
+    if (dd != ms->device)
+        return ret(device_violation("a copy to memory of another device than its stream's",
+                                    cudaErrorInvalidValue));
+    int r = registered_for(src, len, ms->device);
+    if (r == 2)
+        return ret(device_violation("a copy from a registration of another device that is not "
+                                    "portable",
+                                    cudaErrorInvalidValue));
+    if (!r) return ret(cudaErrorInvalidValue);
     if (ms->n == MAX_OPS) drain(ms, ms->n);
     if (ms->n == MAX_OPS) return ret(cudaErrorMemoryAllocation);
     ms->ops[ms->n++] = (op){.dst = dst, .src = src, .len = len};
@@ -320,6 +388,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
     (void)flags;
     mock_event *me = calloc(1, sizeof *me);
     if (!me) return ret(cudaErrorMemoryAllocation);
+    me->device = current_device;
     *e = (cudaEvent_t)(void *)me;
     return cudaSuccess;
 }
@@ -334,6 +403,9 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     OWN_THREAD();
     mock_event *me = (mock_event *)(void *)e;
     struct mock_stream *ms = (struct mock_stream *)(void *)s;
+    if (me->device != ms->device)
+        return ret(device_violation("an event recorded on a stream of another device",
+                                    cudaErrorInvalidResourceHandle));
     if (ms->n == MAX_OPS) drain(ms, ms->n);
     ms->ops[ms->n++] = (op){.is_event = 1, .ev = me};
     me->stream = ms;

@@ -21,9 +21,10 @@
 
 #include <stdatomic.h>
 
-/* A buffer's worth of tensors. */
+/* A buffer's worth of tensors: one shard's, for one device. */
 typedef struct wm__chunk {
     uint32_t shard;
+    uint32_t device;     /* index into the load's devices (opts.devices; 0 with one device) */
     uint64_t file_start; /* first byte of the file range (page-aligned for mapped layouts) */
     uint64_t file_end;   /* one past the last tensor byte */
     size_t size;         /* bytes of the buffer: the file range (mapped) or the packed layout */
@@ -31,20 +32,32 @@ typedef struct wm__chunk {
     uint32_t count;
 } wm__chunk;
 
-/* Where one tensor lives once loaded. */
+/* Where one tensor lives once loaded, and which of its bytes are read. Its source is `rows`
+ * segments of seg_bytes each: segment j starts at file offset
+ * tensor.offset + src_off + j * src_stride and lands at dst_off + j * seg_bytes of its chunk's
+ * buffer. A whole tensor is one segment of all its bytes; a slice under tensor parallelism is
+ * one contiguous segment (WM_SPLIT_DIM0) or one per row (WM_SPLIT_LAST). A converted tensor is
+ * one segment of source bytes whose delivered size is nbytes. */
 typedef struct wm__place {
     uint32_t chunk;
+    uint32_t device;  /* index into the load's devices */
     size_t dst_off;   /* offset inside the chunk's buffer */
     wm_type type;     /* delivered type (after conversion) */
     uint64_t nbytes;  /* delivered bytes */
     bool convert;     /* delivered type differs from the file's */
+    wm_split split;
+    uint32_t n_dims;
+    uint64_t ne[WM_MAX_DIMS]; /* delivered shape, ggml order */
+    uint64_t src_off, rows, src_stride, seg_bytes;
 } wm__place;
 
 typedef struct wm__backend wm__backend;
 
 struct wm_model {
     wm_file *file;
-    wm_load_options opts; /* copy; convert rules are not kept */
+    wm_load_options opts; /* copy; convert rules, devices and callbacks are not kept */
+    int devs[WM_LEDGER_DEVICES]; /* the devices (opts.devices, or opts.device alone) */
+    unsigned n_devs;
     const wm__backend *backend;
     void *bctx; /* the backend's state */
 
@@ -54,7 +67,12 @@ struct wm_model {
     uint32_t n_chunks;
 
     wm_model_stats stats;
+    _Atomic uint64_t bytes_read; /* by every reader of the load (stats.bytes_read at its end) */
 };
+
+/* Builds the plan (plan.c): order, place and chunks. On failure the caller frees what it holds
+ * (model_free). */
+wm_status wm__plan_build(wm_model *m, const wm_load_options *o, wm_error *err);
 
 struct wm__backend {
     wm_backend_kind kind;

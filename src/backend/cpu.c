@@ -17,6 +17,10 @@ typedef struct cpu_state {
 /* ---- options ---- */
 
 static wm_status cpu_check(const wm_file *f, const wm_load_options *o, wm_error *err) {
+    if (o->n_devices > 1)
+        return wm__err(err, WM_EINVAL, 0,
+                       "%s: several devices (n_devices %u) are for a device backend, not the CPU",
+                       f->path, o->n_devices);
     if (o->direct_io)
         return wm__err(err, WM_EINVAL, 0,
                        "%s: direct_io applies to the CUDA backend's staged path only (it reads "

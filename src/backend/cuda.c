@@ -130,13 +130,15 @@ static void restore_device(int prev) {
 
 /* ---- the window plan ---- */
 
-/* Bytes [off, off + len) of one tensor, inside one window. */
+/* File bytes [off, off + len) of one tensor segment (backend.h, wm__place), inside one window,
+ * and where they land: dst bytes into the buffer of the tensor's chunk. */
 typedef struct piece {
     uint64_t off;
     size_t len;
     uint32_t tensor;
     uint32_t shard;
     uint64_t window; /* off / window size */
+    size_t dst;
 } piece;
 
 /* A file range of one shard and the pieces that lie in it. */
@@ -145,6 +147,9 @@ typedef struct window {
     uint64_t start, end; /* from the first piece's start to the last piece's end */
     size_t first, count; /* pieces[first .. first + count) */
     uint64_t bytes;      /* tensor bytes (what progress counts) */
+    bool gaps;           /* the pieces leave holes (slices): read piece by piece */
+    uint32_t device;     /* the device of its first piece (the order interleaves devices) */
+    uint64_t seq;        /* its rank among that device's windows */
 } window;
 
 static int by_window(const void *a, const void *b) {
@@ -155,7 +160,29 @@ static int by_window(const void *a, const void *b) {
     return x->tensor < y->tensor ? -1 : x->tensor > y->tensor;
 }
 
-/* Cuts every tensor at multiples of `wsize` (file offsets) and groups the pieces by window. */
+static int by_turn(const void *a, const void *b) {
+    const window *x = a, *y = b;
+    if (x->seq != y->seq) return x->seq < y->seq ? -1 : 1;
+    if (x->device != y->device) return x->device < y->device ? -1 : 1;
+    return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/* With several devices, windows take turns by device (the first window of each device, then
+ * the second of each, ...), so that every device's link is busy from the start: in file order,
+ * a placement by layers or bytes would fill one device after the other. */
+static void interleave(const wm_model *m, const piece *ps, window *ws, size_t nw) {
+    if (m->n_devs <= 1) return;
+    uint64_t seq[WM_LEDGER_DEVICES] = {0};
+    for (size_t k = 0; k < nw; k++) {
+        const wm__place *p = &m->place[ps[ws[k].first].tensor];
+        ws[k].device = m->chunks[p->chunk].device;
+        ws[k].seq = seq[ws[k].device]++;
+    }
+    qsort(ws, nw, sizeof *ws, by_turn);
+}
+
+/* Cuts every tensor segment at multiples of `wsize` (file offsets) and groups the pieces by
+ * window. */
 static wm_status plan_windows(const wm_model *m, size_t wsize, piece **pieces_out,
                               window **windows_out, size_t *n_windows, wm_error *err) {
     const wm_file *f = m->file;
@@ -166,21 +193,28 @@ static wm_status plan_windows(const wm_model *m, size_t wsize, piece **pieces_ou
     for (size_t k = 0; k < f->n_tensors; k++) {
         uint32_t i = m->order[k];
         const wm__tensor *t = &f->tensors[i];
-        for (uint64_t off = t->offset; off < t->offset + t->nbytes;) {
-            uint64_t w = off / wsize, wend = (w + 1) * wsize, end = t->offset + t->nbytes;
-            if (end > wend) end = wend;
-            if (n == cap) {
-                piece *np = wm__realloc(ps, cap * 2 * sizeof *np);
-                if (!np) goto nomem;
-                ps = np;
-                cap *= 2;
+        const wm__place *p = &m->place[i];
+        for (uint64_t row = 0; row < p->rows && p->seg_bytes; row++) {
+            uint64_t seg = t->offset + p->src_off + row * p->src_stride;
+            uint64_t seg_end = seg + p->seg_bytes;
+            size_t dst = p->dst_off + (size_t)(row * p->seg_bytes);
+            for (uint64_t off = seg; off < seg_end;) {
+                uint64_t w = off / wsize, wend = (w + 1) * wsize, end = seg_end;
+                if (end > wend) end = wend;
+                if (n == cap) {
+                    piece *np = wm__realloc(ps, cap * 2 * sizeof *np);
+                    if (!np) goto nomem;
+                    ps = np;
+                    cap *= 2;
+                }
+                ps[n++] = (piece){.off = off,
+                                  .len = (size_t)(end - off),
+                                  .tensor = i,
+                                  .shard = t->shard,
+                                  .window = w,
+                                  .dst = dst + (size_t)(off - seg)};
+                off = end;
             }
-            ps[n++] = (piece){.off = off,
-                              .len = (size_t)(end - off),
-                              .tensor = i,
-                              .shard = t->shard,
-                              .window = w};
-            off = end;
         }
     }
     qsort(ps, n, sizeof *ps, by_window);
@@ -195,10 +229,12 @@ static wm_status plan_windows(const wm_model *m, size_t wsize, piece **pieces_ou
             ws[nw++] =
                 (window){.shard = ps[k].shard, .start = ps[k].off, .end = ps[k].off, .first = k};
         window *w = &ws[nw - 1];
+        if (w->count && ps[k].off != w->end) w->gaps = true;
         if (ps[k].off + ps[k].len > w->end) w->end = ps[k].off + ps[k].len;
         w->count++;
         w->bytes += ps[k].len;
     }
+    interleave(m, ps, ws, nw);
     *pieces_out = ps;
     *windows_out = ws;
     *n_windows = nw;
@@ -211,20 +247,26 @@ nomem:
 
 /* ---- the pipeline ---- */
 
+/* The backend's state. Devices are m->devs[0 .. m->n_devs); a chunk's buffer is on
+ * m->devs[chunk.device]. */
 typedef struct cuda_state {
-    int device;
     unsigned char **dev; /* one buffer per chunk (NULL for an empty chunk) */
     uint32_t n_dev;      /* entries of dev filled so far (release frees [0, n_dev)) */
 } cuda_state;
 
+#define MAX_DEVS WM_LEDGER_DEVICES
+
+/* A slot's copies may go to several devices: an event on each device it queued copies to
+ * (`pending`, a bit per device index), all of which must pass before the slot is free. */
 typedef struct slot {
     unsigned char *host; /* staged: the slot's part of the ring */
     unsigned char *reg;  /* registered: the window of the mapping registered now, or NULL */
     size_t reg_len;
     const unsigned char *src; /* where the window's bytes are, once filled */
     size_t win;               /* the window it holds */
-    cudaEvent_t ev;
-    bool ev_made;
+    cudaEvent_t ev[MAX_DEVS];
+    uint32_t ev_made; /* bit d: ev[d] exists */
+    uint32_t pending; /* bit d: ev[d] was recorded after this slot's copies to device d */
 } slot;
 
 #define MAX_STREAMS 4u
@@ -244,8 +286,10 @@ typedef struct pipe {
     atomic_bool direct_off;   /* a direct read was refused: buffered reads from then on */
     slot *slots;
     unsigned n_slots;
-    cudaStream_t streams[MAX_STREAMS];
-    unsigned n_streams; /* streams made so far */
+    cudaStream_t streams[MAX_DEVS][MAX_STREAMS];
+    unsigned n_streams[MAX_DEVS]; /* streams made so far, per device */
+    unsigned streams_each;        /* streams a device gets */
+    int cur;                      /* the device index current on the loading thread, or -1 */
     bool ring_registered;
     bool sync_made; /* mu, to_readers and to_loader exist (pipe_sync_init) */
 
@@ -299,7 +343,32 @@ static void fail_pipe(pipe *p, const wm_error *e) {
  * page-aligned slot; past the end of the file a direct read is short, which is fine). A file
  * system that refuses a direct read (EINVAL) turns direct reads off for the rest of the load and
  * the window is read buffered. */
+/* A window with holes (tensor-parallel slices): each run of file-contiguous pieces is read on
+ * its own, to its place in the slot (the slot mirrors the window's file range), so that only
+ * the slices' bytes are read. */
+static wm_status read_runs(pipe *p, slot *s, const window *win, wm_error *err) {
+    const wm__shard *sh = &p->m->file->shards[win->shard];
+    for (size_t i = win->first; i < win->first + win->count;) {
+        uint64_t a = p->pieces[i].off, b = a + p->pieces[i].len;
+        for (i++; i < win->first + win->count && p->pieces[i].off == b; i++) b += p->pieces[i].len;
+        size_t len = (size_t)(b - a), got;
+        int e = wm__os_pread(sh->fd, s->host + (a - win->start), len, a, &got);
+        if (e)
+            return wm__err(err, wm__status_io(e), e, "%s: reading %zu bytes at offset %llu: %s",
+                           sh->path, len, (unsigned long long)a, wm__errno_text(e));
+        atomic_fetch_add(&p->m->bytes_read, got);
+        if (got < len)
+            return wm__err(err, WM_EFORMAT, 0,
+                           "%s: tensor data at offset %llu: the file ends %llu bytes early (it is "
+                           "shorter than its header says)",
+                           sh->path, (unsigned long long)a, (unsigned long long)(len - got));
+    }
+    s->src = s->host;
+    return WM_OK;
+}
+
 static wm_status read_window(pipe *p, slot *s, const window *win, wm_error *err) {
+    if (win->gaps) return read_runs(p, s, win, err);
     const wm__shard *sh = &p->m->file->shards[win->shard];
     bool direct = p->direct_fd && p->direct_fd[win->shard] >= 0 && !atomic_load(&p->direct_off);
     int fd = direct ? p->direct_fd[win->shard] : sh->fd;
@@ -315,6 +384,7 @@ static wm_status read_window(pipe *p, slot *s, const window *win, wm_error *err)
         return wm__err(err, wm__status_io(e), e,
                        "%s: reading %zu bytes at offset %llu%s: %s", sh->path, len,
                        (unsigned long long)a, direct ? " (direct)" : "", wm__errno_text(e));
+    atomic_fetch_add(&p->m->bytes_read, got);
     if (got < win->end - a)
         return wm__err(err, WM_EFORMAT, 0,
                        "%s: tensor data at offset %llu: the file ends %llu bytes early (it is "
@@ -342,32 +412,72 @@ static wm_status register_window(pipe *p, slot *s, const window *win, wm_error *
     return WM_OK;
 }
 
-/* Queues a filled slot's copies and records its event (loading thread). */
+/* Makes device index d current on the loading thread, if it is not already. */
+static wm_status switch_device(pipe *p, unsigned d, wm_error *err) {
+    if (p->cur == (int)d) return WM_OK;
+    int dev = p->m->devs[d];
+    cudaError_t ce = CU(cudaSetDevice(dev));
+    if (ce) return cu_fail(err, ce, "cudaSetDevice", "%s: device %d", p->m->file->path, dev);
+    p->cur = (int)d;
+    return WM_OK;
+}
+
+/* Queues a filled slot's copies, each to its tensor's device, and records the slot's event on
+ * every device it copied to (loading thread). */
 static wm_status issue(pipe *p, unsigned k, wm_error *err) {
     const wm_model *m = p->m;
     slot *s = &p->slots[k];
     const window *win = &p->win[s->win];
     const char *path = m->file->shards[win->shard].path;
-    cudaStream_t stream = p->streams[k % p->n_streams];
     cudaError_t ce;
     for (size_t i = win->first; i < win->first + win->count; i++) {
         const piece *pc = &p->pieces[i];
-        const wm__tensor *t = &m->file->tensors[pc->tensor];
         const wm__place *pl = &m->place[pc->tensor];
-        unsigned char *dst = p->cs->dev[pl->chunk] + pl->dst_off + (pc->off - t->offset);
-        ce = CU(cudaMemcpyAsync(dst, s->src + (pc->off - win->start), pc->len,
-                                cudaMemcpyHostToDevice, stream));
+        unsigned d = m->chunks[pl->chunk].device;
+        wm_status st = switch_device(p, d, err);
+        if (st) return st;
+        ce = CU(cudaMemcpyAsync(p->cs->dev[pl->chunk] + pc->dst, s->src + (pc->off - win->start),
+                                pc->len, cudaMemcpyHostToDevice,
+                                p->streams[d][k % p->streams_each]));
         if (ce)
             return cu_fail(err, ce, "cudaMemcpyAsync",
                            "%s: tensor '%s': copying %zu bytes to device %d", path,
-                           m->file->names + t->name_off, pc->len, p->cs->device);
+                           m->file->names + m->file->tensors[pc->tensor].name_off, pc->len,
+                           m->devs[d]);
+        s->pending |= 1u << d;
     }
-    ce = CU(cudaEventRecord(s->ev, stream));
-    if (ce)
-        return cu_fail(err, ce, "cudaEventRecord", "%s: copies to device %d", path, p->cs->device);
+    for (unsigned d = 0; d < m->n_devs; d++) {
+        if (!(s->pending & (1u << d))) continue;
+        wm_status st = switch_device(p, d, err);
+        if (st) return st;
+        ce = CU(cudaEventRecord(s->ev[d], p->streams[d][k % p->streams_each]));
+        if (ce)
+            return cu_fail(err, ce, "cudaEventRecord", "%s: copies to device %d", path,
+                           m->devs[d]);
+    }
     p->busy_q[(p->busy_head + p->n_busy++) % p->n_slots] = k;
     p->issued++;
     p->done += win->bytes;
+    return WM_OK;
+}
+
+/* Whether the slot's copies to every device have passed: waits for them (`wait`), or only asks
+ * and sets *done. A device whose copies passed leaves `pending`. */
+static wm_status slot_passed(pipe *p, slot *s, bool wait, bool *done, wm_error *err) {
+    for (unsigned d = 0; d < p->m->n_devs; d++) {
+        if (!(s->pending & (1u << d))) continue;
+        cudaError_t ce = wait ? CU(cudaEventSynchronize(s->ev[d])) : CU(cudaEventQuery(s->ev[d]));
+        if (ce == cudaErrorNotReady && !wait) {
+            *done = false;
+            return WM_OK;
+        }
+        if (ce)
+            return cu_fail(err, ce, wait ? "cudaEventSynchronize" : "cudaEventQuery",
+                           "%s: waiting for copies to device %d", p->m->file->path,
+                           p->m->devs[d]);
+        s->pending &= ~(1u << d);
+    }
+    *done = true;
     return WM_OK;
 }
 
@@ -378,12 +488,8 @@ static wm_status issue(pipe *p, unsigned k, wm_error *err) {
 static wm_status retire_oldest(pipe *p, bool wait, bool *done, wm_error *err) {
     unsigned k = p->busy_q[p->busy_head];
     slot *s = &p->slots[k];
-    *done = false;
-    cudaError_t ce = wait ? CU(cudaEventSynchronize(s->ev)) : CU(cudaEventQuery(s->ev));
-    if (ce == cudaErrorNotReady && !wait) return WM_OK;
-    if (ce)
-        return cu_fail(err, ce, wait ? "cudaEventSynchronize" : "cudaEventQuery",
-                       "%s: waiting for copies to device %d", p->m->file->path, p->cs->device);
+    wm_status st = slot_passed(p, s, wait, done, err);
+    if (st || !*done) return st;
     if (s->reg) {
         cudaHostUnregister(s->reg);
         wm__ledger_release(WM_LEDGER_PINNED, s->reg_len);
@@ -396,7 +502,6 @@ static wm_status retire_oldest(pipe *p, bool wait, bool *done, wm_error *err) {
     p->free_q[p->n_free++] = k;
     wm__os_cond_broadcast(&p->to_readers);
     wm__os_mutex_unlock(&p->mu);
-    *done = true;
     return WM_OK;
 }
 
@@ -499,34 +604,45 @@ static void drive(pipe *p, bool self_fill) {
     }
 }
 
-/* The loading thread's streams and one event per slot. */
+/* The loading thread's streams and one event per slot, on every device. */
 static wm_status pipe_open(pipe *p, wm_error *err) {
-    const char *path = p->m->file->path;
-    int dev = p->cs->device;
-    unsigned want = p->n_slots < MAX_STREAMS ? p->n_slots : MAX_STREAMS;
+    const wm_model *m = p->m;
+    p->streams_each = p->n_slots < MAX_STREAMS ? p->n_slots : MAX_STREAMS;
     cudaError_t ce;
-    while (p->n_streams < want) {
-        ce = CU(cudaStreamCreateWithFlags(&p->streams[p->n_streams], cudaStreamNonBlocking));
-        if (ce) return cu_fail(err, ce, "cudaStreamCreateWithFlags", "%s: device %d", path, dev);
-        p->n_streams++;
-    }
-    for (unsigned k = 0; k < p->n_slots; k++) {
-        slot *s = &p->slots[k];
-        ce = CU(cudaEventCreateWithFlags(&s->ev, cudaEventDisableTiming | cudaEventBlockingSync));
-        if (ce) return cu_fail(err, ce, "cudaEventCreateWithFlags", "%s: device %d", path, dev);
-        s->ev_made = true;
+    for (unsigned d = 0; d < m->n_devs; d++) {
+        wm_status st = switch_device(p, d, err);
+        if (st) return st;
+        while (p->n_streams[d] < p->streams_each) {
+            ce = CU(cudaStreamCreateWithFlags(&p->streams[d][p->n_streams[d]],
+                                              cudaStreamNonBlocking));
+            if (ce)
+                return cu_fail(err, ce, "cudaStreamCreateWithFlags", "%s: device %d",
+                               m->file->path, m->devs[d]);
+            p->n_streams[d]++;
+        }
+        for (unsigned k = 0; k < p->n_slots; k++) {
+            slot *s = &p->slots[k];
+            ce = CU(cudaEventCreateWithFlags(&s->ev[d],
+                                             cudaEventDisableTiming | cudaEventBlockingSync));
+            if (ce)
+                return cu_fail(err, ce, "cudaEventCreateWithFlags", "%s: device %d",
+                               m->file->path, m->devs[d]);
+            s->ev_made |= 1u << d;
+        }
     }
     return WM_OK;
 }
 
-/* Staged: registers the whole ring, once. The readers may be writing into it already: pinning
- * keeps the pages they fault in, and no copy is queued from the ring before this returns. */
+/* Staged: registers the whole ring, once (portable where several devices copy from it). The
+ * readers may be writing into it already: pinning keeps the pages they fault in, and no copy is
+ * queued from the ring before this returns. */
 static wm_status pin_ring(pipe *p, wm_error *err) {
     size_t len = (size_t)p->n_slots * p->wsize;
-    cudaError_t ce = CU(cudaHostRegister(p->ring, len, cudaHostRegisterDefault));
+    unsigned flags = p->m->n_devs > 1 ? cudaHostRegisterPortable : cudaHostRegisterDefault;
+    cudaError_t ce = CU(cudaHostRegister(p->ring, len, flags));
     if (ce)
         return cu_fail(err, ce, "cudaHostRegister", "%s: pinning %zu bytes of staging for device %d",
-                       p->m->file->path, len, p->cs->device);
+                       p->m->file->path, len, p->m->devs[0]);
     wm__ledger_acquire(WM_LEDGER_PINNED, len);
     p->ring_registered = true;
     return WM_OK;
@@ -535,8 +651,12 @@ static wm_status pin_ring(pipe *p, wm_error *err) {
 /* Waits for every queued copy, then gives back registrations, events and streams. Cannot
  * fail: after a device error the copies are dead and nothing waits on them. */
 static void pipe_close(pipe *p) {
-    for (unsigned t = 0; t < p->n_streams; t++)
-        cudaStreamSynchronize(p->streams[t]);
+    const wm_model *m = p->m;
+    for (unsigned d = 0; d < m->n_devs; d++) {
+        if (!p->n_streams[d]) continue;
+        cudaSetDevice(m->devs[d]);
+        for (unsigned t = 0; t < p->n_streams[d]; t++) cudaStreamSynchronize(p->streams[d][t]);
+    }
     for (unsigned k = 0; k < p->n_slots; k++) {
         slot *s = &p->slots[k];
         if (s->reg) {
@@ -544,17 +664,23 @@ static void pipe_close(pipe *p) {
             wm__ledger_release(WM_LEDGER_PINNED, s->reg_len);
             s->reg = NULL;
         }
-        if (s->ev_made) cudaEventDestroy(s->ev);
-        s->ev_made = false;
+        for (unsigned d = 0; d < m->n_devs; d++)
+            if (s->ev_made & (1u << d)) cudaEventDestroy(s->ev[d]);
+        s->ev_made = 0;
+        s->pending = 0;
     }
     if (p->ring_registered) {
         cudaHostUnregister(p->ring);
         wm__ledger_release(WM_LEDGER_PINNED, (size_t)p->n_slots * p->wsize);
         p->ring_registered = false;
     }
-    for (unsigned t = 0; t < p->n_streams; t++)
-        cudaStreamDestroy(p->streams[t]);
-    p->n_streams = 0;
+    for (unsigned d = 0; d < m->n_devs; d++) {
+        if (!p->n_streams[d]) continue;
+        cudaSetDevice(m->devs[d]);
+        for (unsigned t = 0; t < p->n_streams[d]; t++) cudaStreamDestroy(p->streams[d][t]);
+        p->n_streams[d] = 0;
+    }
+    p->cur = -1;
     (void)cudaGetLastError();
 }
 
@@ -642,6 +768,16 @@ static wm_status cuda_check(const wm_file *f, const wm_load_options *o, wm_error
     if (o->n_convert)
         return wm__err(err, WM_EINVAL, 0,
                        "%s: conversion on load is not supported by the CUDA backend", path);
+    if (o->cuda_registered && (o->n_devices > 1 || o->tp_world > 1))
+        return wm__err(err, WM_EINVAL, 0,
+                       "%s: several devices and tensor parallelism use the staged path, not the "
+                       "registered one",
+                       path);
+    if (o->direct_io && o->tp_world > 1)
+        return wm__err(err, WM_EINVAL, 0,
+                       "%s: direct_io reads whole aligned windows; a tensor-parallel slice is "
+                       "read piece by piece, buffered",
+                       path);
     return WM_OK;
 }
 
@@ -793,15 +929,17 @@ static wm_status alloc_device(wm_model *m, cuda_state *cs, wm_error *err) {
     if (!cs->dev) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory", m->file->path);
     for (uint32_t c = 0; c < m->n_chunks; c++) {
         size_t size = m->chunks[c].size;
+        int dev = m->devs[m->chunks[c].device];
         if (size) {
             void *d = NULL;
-            cudaError_t ce = CU(cudaMalloc(&d, size));
+            cudaError_t ce = CU(cudaSetDevice(dev));
+            if (!ce) ce = CU(cudaMalloc(&d, size));
             if (ce)
                 return cu_fail(err, ce, "cudaMalloc",
                                "%s: allocating %zu bytes for buffer %u on device %d",
-                               m->file->path, size, c, cs->device);
+                               m->file->path, size, c, dev);
             cs->dev[c] = d;
-            wm__ledger_acquire(WM_LEDGER_DEVICE, size);
+            wm__ledger_device_acquire(dev, size);
             m->stats.device_bytes += size;
         }
         cs->n_dev = c + 1;
@@ -820,7 +958,7 @@ static wm_status fill_device(wm_model *m, cuda_state *cs, wm_error *err) {
     size_t n_win = 0;
     void *work = NULL; /* the slots, the pipe's queues and the reader threads */
     sources src = {0};
-    pipe p = {.m = m, .cs = cs, .registered = registered};
+    pipe p = {.m = m, .cs = cs, .registered = registered, .cur = -1};
 
     unsigned n_workers = 1;
     size_t wsize = 0;
@@ -874,11 +1012,14 @@ out:
 static wm_status cuda_load(wm_model *m, wm_error *err) {
     cuda_state *cs = wm__calloc(1, sizeof *cs);
     if (!cs) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory", m->file->path);
-    cs->device = m->opts.device;
     m->bctx = cs;
     int prev = -1;
-    wm_status st = use_device(cs->device, m->file->path, &prev, err);
-    if (!st && m->opts.cuda_registered) st = check_registered(m, cs->device, err);
+    wm_status st = use_device(m->devs[0], m->file->path, &prev, err);
+    for (unsigned d = 1; d < m->n_devs && !st; d++) {
+        int ignored;
+        st = use_device(m->devs[d], m->file->path, &ignored, err);
+    }
+    if (!st && m->opts.cuda_registered) st = check_registered(m, m->devs[0], err);
     if (!st) st = alloc_device(m, cs, err);
     if (!st) st = fill_device(m, cs, err);
     if (st) cuda_release(m);
@@ -894,11 +1035,12 @@ static void cuda_release(wm_model *m) {
     if (cs->n_dev) {
         int prev = -1;
         if (cudaGetDevice(&prev) != cudaSuccess) prev = -1;
-        cudaSetDevice(cs->device);
         for (uint32_t c = 0; c < cs->n_dev; c++) {
             if (!cs->dev[c]) continue;
+            int dev = m->devs[m->chunks[c].device];
+            cudaSetDevice(dev);
             cudaFree(cs->dev[c]);
-            wm__ledger_release(WM_LEDGER_DEVICE, m->chunks[c].size);
+            wm__ledger_device_release(dev, m->chunks[c].size);
             m->stats.device_bytes -= m->chunks[c].size;
         }
         restore_device(prev);

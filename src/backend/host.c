@@ -148,6 +148,7 @@ static bool read_part(run_ctx *c, const wm__job *j, unsigned char *buf, uint64_t
         fail_run(c, &e);
         return false;
     }
+    atomic_fetch_add(&c->m->bytes_read, got);
     if (got != len) {
         wm__err(&e, WM_EFORMAT, 0,
                 "%s: tensor '%s' at offset %llu: the file ends %zu bytes early (it is shorter than "
@@ -197,12 +198,14 @@ static bool do_job(run_ctx *c, const wm__job *j, unsigned char *scratch) {
              * and the zeroed lines leave the cache before the copy. A hint: on failure the copy
              * faults. */
             uintptr_t page = wm__os_page_size(), lo = (uintptr_t)j->dst / page * page;
-            uintptr_t hi = ((uintptr_t)j->dst + j->len + page - 1) / page * page;
+            uintptr_t hi = ((uintptr_t)j->dst + j->len * j->rows + page - 1) / page * page;
             wm__os_advise((void *)lo, (size_t)(hi - lo), WM_OS_ADV_POPULATE_WRITE);
         }
-        if (!read_part(c, j, j->dst, j->file_off, j->len)) return false;
+        for (uint64_t r = 0; r < j->rows; r++)
+            if (!read_part(c, j, j->dst + r * j->len, j->file_off + r * j->src_stride, j->len))
+                return false;
     }
-    atomic_fetch_add(&c->done, j->len);
+    atomic_fetch_add(&c->done, j->len * j->rows);
     return true;
 }
 
@@ -250,7 +253,7 @@ wm_status wm__run_jobs(wm_model *m, const wm__job *jobs, size_t n, unsigned flag
     atomic_init(&c.failed, 0);
     size_t biggest_convert = 0;
     for (size_t i = 0; i < n; i++) {
-        c.total += jobs[i].len;
+        c.total += jobs[i].len * jobs[i].rows;
         if (jobs[i].from != jobs[i].to && jobs[i].len > biggest_convert)
             biggest_convert = jobs[i].len;
     }
@@ -289,41 +292,67 @@ wm_status wm__run_jobs(wm_model *m, const wm__job *jobs, size_t n, unsigned flag
     return WM_OK;
 }
 
+/* Appends a job, growing the array (a counted allocation). */
+static wm_status push_job(wm_model *m, const wm__job *job, wm__job **jobs, size_t *n, size_t *cap,
+                          wm_error *err) {
+    if (*n == *cap) {
+        size_t nc = *cap ? *cap * 2 : 64;
+        wm__job *nj = wm__realloc(*jobs, nc * sizeof *nj);
+        if (!nj) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory for read jobs", m->file->path);
+        *jobs = nj;
+        *cap = nc;
+    }
+    (*jobs)[(*n)++] = *job;
+    return WM_OK;
+}
+
+/* A tensor's segments (backend.h, wm__place) as jobs of at most WM_JOB_BYTES: pieces of one
+ * segment, or (one segment per row) runs of whole rows. A converting job covers whole blocks of
+ * the source type and lands at the converted offset. */
+static wm_status tensor_jobs(wm_model *m, uint32_t i, unsigned char *base, wm__job **jobs,
+                             size_t *n, size_t *cap, wm_error *err) {
+    const wm__tensor *t = &m->file->tensors[i];
+    const wm__place *p = &m->place[i];
+    wm__job job = {.shard = t->shard, .from = (wm_type)t->type, .to = p->type, .tensor = i,
+                   .rows = 1};
+    if (p->rows > 1) {
+        uint64_t per = WM_JOB_BYTES / p->seg_bytes ? WM_JOB_BYTES / p->seg_bytes : 1;
+        for (uint64_t r = 0; r < p->rows; r += per) {
+            job.rows = p->rows - r < per ? p->rows - r : per;
+            job.file_off = t->offset + p->src_off + r * p->src_stride;
+            job.src_stride = p->src_stride;
+            job.len = (size_t)p->seg_bytes;
+            job.dst = base + p->dst_off + (size_t)(r * p->seg_bytes);
+            wm_status st = push_job(m, &job, jobs, n, cap, err);
+            if (st) return st;
+        }
+        return WM_OK;
+    }
+    size_t piece = WM_JOB_BYTES;
+    size_t out_num = 1, out_den = 1; /* delivered bytes per source byte */
+    if (p->convert) {
+        size_t bb = wm_type_block_bytes((wm_type)t->type);
+        piece = WM_JOB_BYTES / bb * bb;
+        if (piece == 0) piece = bb;
+        out_num = (size_t)wm_type_block_elems((wm_type)t->type) * wm_type_block_bytes(p->type);
+        out_den = bb * wm_type_block_elems(p->type);
+    }
+    for (uint64_t off = 0; off < p->seg_bytes; off += piece) {
+        job.file_off = t->offset + p->src_off + off;
+        job.len = p->seg_bytes - off < piece ? (size_t)(p->seg_bytes - off) : piece;
+        job.dst = base + p->dst_off + (size_t)(off / out_den * out_num);
+        wm_status st = push_job(m, &job, jobs, n, cap, err);
+        if (st) return st;
+    }
+    return WM_OK;
+}
+
 wm_status wm__chunk_jobs(wm_model *m, uint32_t ci, unsigned char *base, wm__job **jobs,
                          size_t *n, size_t *cap, wm_error *err) {
     const wm__chunk *c = &m->chunks[ci];
     for (uint32_t k = c->first; k < c->first + c->count; k++) {
-        uint32_t i = m->order[k];
-        const wm__tensor *t = &m->file->tensors[i];
-        const wm__place *p = &m->place[i];
-        size_t piece = WM_JOB_BYTES;
-        size_t out_per_in_num = 1, out_per_in_den = 1;
-        if (p->convert) {
-            size_t bb = wm_type_block_bytes((wm_type)t->type);
-            piece = WM_JOB_BYTES / bb * bb;
-            if (piece == 0) piece = bb;
-            out_per_in_num = (size_t)wm_type_block_elems((wm_type)t->type) * wm_type_block_bytes(p->type);
-            out_per_in_den = bb * wm_type_block_elems(p->type);
-        }
-        for (uint64_t off = 0; off < t->nbytes; off += piece) {
-            if (*n == *cap) {
-                size_t nc = *cap ? *cap * 2 : 64;
-                wm__job *nj = wm__realloc(*jobs, nc * sizeof *nj);
-                if (!nj) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory for read jobs", m->file->path);
-                *jobs = nj;
-                *cap = nc;
-            }
-            size_t len = t->nbytes - off < piece ? (size_t)(t->nbytes - off) : piece;
-            (*jobs)[(*n)++] = (wm__job){
-                .shard = t->shard,
-                .file_off = t->offset + off,
-                .len = len,
-                .dst = base + p->dst_off + (size_t)(off / out_per_in_den * out_per_in_num),
-                .from = (wm_type)t->type,
-                .to = p->type,
-                .tensor = i,
-            };
-        }
+        wm_status st = tensor_jobs(m, m->order[k], base, jobs, n, cap, err);
+        if (st) return st;
     }
     return WM_OK;
 }

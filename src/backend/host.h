@@ -37,7 +37,9 @@ wm_status wm__region_lock(wm_model *m, wm__region *r, wm_error *err);
 /* ---- the parallel reader ---- */
 
 /* A piece of work for the parallel reader: read len bytes of a shard at file_off into dst,
- * converting from `from` to `to` when they differ (len then covers whole blocks of `from`). */
+ * converting from `from` to `to` when they differ (len then covers whole blocks of `from`);
+ * `rows` times (a slice's rows), the r-th from file_off + r * src_stride to dst + r * len (rows
+ * of a slice are never converted). */
 typedef struct wm__job {
     uint32_t shard;
     uint64_t file_off;
@@ -45,6 +47,8 @@ typedef struct wm__job {
     unsigned char *dst;
     wm_type from, to;
     uint32_t tensor;
+    uint64_t rows;
+    uint64_t src_stride;
 } wm__job;
 
 /* Source bytes a converting job reads and converts at a time, through page-allocated scratch of

@@ -1,0 +1,288 @@
+/*
+ * plan.c: the load plan (backend.h): which bytes of the file go where. Tensors are ordered by
+ * (shard, offset); each gets its delivered type (conversion rules), its device (placement over
+ * several devices), its slice (tensor parallelism), and a place in a chunk: a buffer of at most
+ * max_buffer_size bytes that holds tensors of one shard and one device.
+ *
+ * Sections: order; delivered type; slices; placement; chunks.
+ *
+ * Why the plan packs heap and device tensors instead of mirroring the file: conversions and
+ * slices change sizes, and a packed layout lets the reader pread each tensor (or slice) straight
+ * into its final place, so heap mode never holds a second copy (peak = tensor bytes + the
+ * conversion staging, bounded). Mapped layouts (the CPU backend's mmap modes) mirror the file:
+ * a chunk is a page-aligned file range.
+ */
+#include "backend/backend.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define TENSOR_ALIGN 64 /* bytes: each tensor in a packed buffer starts on a cache line */
+
+/* ---- order ---- */
+
+typedef struct sort_key {
+    uint32_t shard;
+    uint64_t offset;
+    uint32_t index;
+} sort_key;
+
+static int by_position(const void *a, const void *b) {
+    const sort_key *x = a, *y = b;
+    if (x->shard != y->shard) return x->shard < y->shard ? -1 : 1;
+    if (x->offset != y->offset) return x->offset < y->offset ? -1 : 1;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+static wm_status order_tensors(wm_model *m, wm_error *err) {
+    const wm_file *f = m->file;
+    size_t n = f->n_tensors;
+    sort_key *keys = wm__alloc(n * sizeof *keys);
+    if (!keys) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory for the load plan", f->path);
+    for (size_t i = 0; i < n; i++)
+        keys[i] = (sort_key){f->tensors[i].shard, f->tensors[i].offset, (uint32_t)i};
+    qsort(keys, n, sizeof *keys, by_position);
+    for (size_t i = 0; i < n; i++) m->order[i] = keys[i].index;
+    wm__free(keys);
+    return WM_OK;
+}
+
+/* ---- delivered type ---- */
+
+/* The delivered type of tensor t under the conversion rules. */
+static wm_status target_type(const wm_file *f, const wm__tensor *t, const wm_load_options *o,
+                             wm__place *p, wm_error *err) {
+    const char *name = f->names + t->name_off;
+    p->type = (wm_type)t->type;
+    p->nbytes = t->nbytes;
+    p->convert = false;
+    for (size_t r = 0; r < o->n_convert; r++) {
+        const wm_convert_rule *rule = &o->convert[r];
+        if (rule->tensor && strcmp(rule->tensor, name) != 0) continue;
+        if (rule->from != WM_TYPE_INVALID && rule->from != (wm_type)t->type) continue;
+        if (rule->to == (wm_type)t->type) return WM_OK;
+        if (!wm_convert_supported((wm_type)t->type, rule->to))
+            return wm__err(err, WM_EINVAL, 0, "%s: tensor '%s': no conversion from %s to %s",
+                           f->path, name, wm_type_name((wm_type)t->type),
+                           wm_type_name(rule->to) ? wm_type_name(rule->to) : "?");
+        uint64_t bytes;
+        if (wm__mul_overflow_u64(t->n_elements / wm_type_block_elems(rule->to),
+                                 wm_type_block_bytes(rule->to), &bytes))
+            return wm__err(err, WM_EINVAL, 0, "%s: tensor '%s': converted size overflows",
+                           f->path, name);
+        p->type = rule->to;
+        p->nbytes = bytes;
+        p->convert = true;
+        return WM_OK;
+    }
+    return WM_OK;
+}
+
+/* ---- slices ---- */
+
+static void tensor_info(const wm_file *f, size_t i, wm_tensor_info *out) {
+    const wm__tensor *t = &f->tensors[i];
+    *out = (wm_tensor_info){.name = f->names + t->name_off,
+                            .type = (wm_type)t->type,
+                            .n_dims = t->n_dims,
+                            .n_elements = t->n_elements,
+                            .offset = t->offset,
+                            .nbytes = t->nbytes,
+                            .shard = t->shard};
+    for (int d = 0; d < WM_MAX_DIMS; d++) out->shape[d] = t->ne[d];
+}
+
+/* The whole tensor as one segment; then, under tensor parallelism, this rank's slice. */
+static wm_status slice(const wm_file *f, size_t i, const wm_load_options *o, wm__place *p,
+                       wm_error *err) {
+    const wm__tensor *t = &f->tensors[i];
+    const char *name = f->names + t->name_off;
+    p->n_dims = t->n_dims;
+    for (int d = 0; d < WM_MAX_DIMS; d++) p->ne[d] = t->ne[d];
+    p->split = WM_SPLIT_NONE;
+    p->src_off = 0;
+    p->rows = 1;
+    p->src_stride = 0;
+    p->seg_bytes = t->nbytes;
+    if (o->tp_world <= 1 || t->nbytes == 0) return WM_OK;
+    wm_tensor_info info;
+    tensor_info(f, i, &info);
+    wm_split sp = o->tp_split(o->tp_user, i, &info);
+    if (sp == WM_SPLIT_NONE) return WM_OK;
+    if (sp != WM_SPLIT_DIM0 && sp != WM_SPLIT_LAST)
+        return wm__err(err, WM_EINVAL, 0, "%s: tensor '%s': unknown split %d", f->path, name,
+                       (int)sp);
+    uint64_t w = o->tp_world, blk = wm_type_block_elems((wm_type)t->type);
+    unsigned d = sp == WM_SPLIT_LAST || t->n_dims <= 1 ? 0 : t->n_dims - 1;
+    uint64_t n = t->ne[d];
+    /* The innermost dimension is cut in whole blocks of a quantized type. */
+    if (n % w != 0 || (d == 0 && (n / w) % blk != 0))
+        return wm__err(err, WM_EINVAL, 0,
+                       "%s: tensor '%s': dimension %s (%llu) does not split into %llu equal "
+                       "parts%s",
+                       f->path, name, sp == WM_SPLIT_DIM0 ? "0" : "-1", (unsigned long long)n,
+                       (unsigned long long)w,
+                       blk > 1 ? " of whole blocks" : "");
+    p->split = sp;
+    p->ne[d] = n / w;
+    if (d == t->n_dims - 1 || t->n_dims <= 1) {
+        /* The outermost dimension: one contiguous range. */
+        p->seg_bytes = t->nbytes / w;
+        p->src_off = o->tp_rank * p->seg_bytes;
+    } else {
+        /* The innermost: the rank's part of every row. */
+        uint64_t row = t->ne[0] / blk * wm_type_block_bytes((wm_type)t->type);
+        p->rows = t->nbytes / row;
+        p->src_stride = row;
+        p->seg_bytes = row / w;
+        p->src_off = o->tp_rank * p->seg_bytes;
+    }
+    p->nbytes = p->rows * p->seg_bytes;
+    return WM_OK;
+}
+
+/* ---- placement ---- */
+
+/* The layer number in a tensor name ("blk.N.", "layers.N.", "h.N." at the start or after a
+ * '.'), or -1. */
+static long layer_of(const char *name) {
+    static const char *const marks[] = {"blk.", "layers.", "h."};
+    for (size_t k = 0; k < sizeof marks / sizeof marks[0]; k++) {
+        size_t ml = strlen(marks[k]);
+        for (const char *s = strstr(name, marks[k]); s; s = strstr(s + 1, marks[k])) {
+            if (s != name && s[-1] != '.') continue;
+            const char *q = s + ml;
+            if (*q < '0' || *q > '9') continue;
+            char *end;
+            long v = strtol(q, &end, 10);
+            if (*end == '.' || *end == 0) return v;
+        }
+    }
+    return -1;
+}
+
+/* Sets place[i].device for every tensor (an index into opts.devices). */
+static wm_status place_devices(wm_model *m, const wm_load_options *o, wm_error *err) {
+    const wm_file *f = m->file;
+    size_t n = f->n_tensors;
+    unsigned nd = o->n_devices > 1 ? o->n_devices : 1;
+    if (nd == 1) return WM_OK; /* calloc'd: device 0 */
+    if (o->placement == WM_PLACE_CALLBACK) {
+        for (size_t i = 0; i < n; i++) {
+            wm_tensor_info info;
+            tensor_info(f, i, &info);
+            unsigned d = o->place_tensor(o->place_user, i, &info);
+            if (d >= nd)
+                return wm__err(err, WM_EINVAL, 0,
+                               "%s: tensor '%s': place_tensor chose device index %u of %u",
+                               f->path, info.name, d, nd);
+            m->place[i].device = d;
+        }
+        return WM_OK;
+    }
+    if (o->placement == WM_PLACE_LAYERS) {
+        long layers = 0;
+        for (size_t i = 0; i < n; i++) {
+            long l = layer_of(f->names + f->tensors[i].name_off);
+            if (l + 1 > layers) layers = l + 1;
+        }
+        bool seen_layer = false;
+        for (size_t k = 0; k < n; k++) {
+            uint32_t i = m->order[k];
+            long l = layer_of(f->names + f->tensors[i].name_off);
+            seen_layer |= l >= 0;
+            m->place[i].device = l >= 0 ? (unsigned)((uint64_t)l * nd / (uint64_t)layers)
+                                 : seen_layer ? nd - 1 : 0;
+        }
+        return WM_OK;
+    }
+    /* Balance: each tensor goes to the device whose share of the bytes its middle falls in. */
+    uint64_t total = 0, before = 0;
+    for (size_t i = 0; i < n; i++) total += m->place[i].nbytes;
+    for (size_t k = 0; k < n && total; k++) {
+        wm__place *p = &m->place[m->order[k]];
+        uint64_t mid = before + p->nbytes / 2;
+        unsigned d = (unsigned)((double)mid / (double)total * nd);
+        p->device = d < nd ? d : nd - 1;
+        before += p->nbytes;
+    }
+    return WM_OK;
+}
+
+/* ---- chunks ---- */
+
+/* Mapped layouts mirror the file (chunks are page-aligned file ranges); packed layouts place
+ * tensors one after another (heap and device memory). */
+static bool mapped_layout(const wm_model *m) {
+    return m->backend->maps_file && m->opts.mode != WM_MODE_HEAP;
+}
+
+static wm_status build_chunks(wm_model *m, const wm_load_options *o, wm_error *err) {
+    const wm_file *f = m->file;
+    bool mapped = mapped_layout(m);
+    uint64_t max = o->max_buffer_size ? o->max_buffer_size : UINT64_MAX;
+    uint64_t page = wm__os_page_size();
+    wm__chunk *c = NULL;
+    for (size_t k = 0; k < f->n_tensors; k++) {
+        uint32_t i = m->order[k];
+        const wm__tensor *t = &f->tensors[i];
+        wm__place *p = &m->place[i];
+        uint64_t end = t->offset + t->nbytes;
+        /* Would t fit in the open chunk? */
+        bool fits = false;
+        if (c && c->shard == t->shard && c->device == p->device) {
+            uint64_t size = mapped ? end - c->file_start
+                                   : wm__align_up(c->size, TENSOR_ALIGN) + p->nbytes;
+            fits = size <= max;
+        }
+        if (!fits) {
+            uint64_t own = mapped ? end - t->offset / page * page : p->nbytes;
+            if (own > max)
+                return wm__err(err, WM_EINVAL, 0,
+                               "%s: tensor '%s' needs %llu bytes, more than max_buffer_size %llu",
+                               f->path, f->names + t->name_off, (unsigned long long)own,
+                               (unsigned long long)max);
+            c = &m->chunks[m->n_chunks++];
+            c->shard = t->shard;
+            c->device = p->device;
+            c->file_start = mapped ? t->offset / page * page : t->offset;
+            c->file_end = t->offset;
+            c->size = 0;
+            c->first = (uint32_t)k;
+            c->count = 0;
+        }
+        p->chunk = (uint32_t)(c - m->chunks);
+        if (mapped) {
+            p->dst_off = (size_t)(t->offset - c->file_start);
+            if (end > c->file_end) c->file_end = end;
+            c->size = (size_t)(c->file_end - c->file_start);
+        } else {
+            p->dst_off = c->count ? (size_t)wm__align_up(c->size, TENSOR_ALIGN) : 0;
+            c->size = p->dst_off + (size_t)p->nbytes;
+            if (end > c->file_end) c->file_end = end;
+        }
+        c->count++;
+        m->stats.tensor_bytes += p->nbytes;
+    }
+    m->stats.buffers = m->n_chunks;
+    return WM_OK;
+}
+
+wm_status wm__plan_build(wm_model *m, const wm_load_options *o, wm_error *err) {
+    wm_file *f = m->file;
+    size_t n = f->n_tensors;
+    if (n == 0) return WM_OK;
+    m->order = wm__alloc(n * sizeof *m->order);
+    m->place = wm__calloc(n, sizeof *m->place);
+    m->chunks = wm__calloc(n, sizeof *m->chunks); /* at most one chunk per tensor */
+    if (!m->order || !m->place || !m->chunks)
+        return wm__err(err, WM_ENOMEM, 0, "%s: out of memory for the load plan", f->path);
+    wm_status st = order_tensors(m, err);
+    for (size_t i = 0; i < n && !st; i++) {
+        st = target_type(f, &f->tensors[i], o, &m->place[i], err);
+        if (!st) st = slice(f, i, o, &m->place[i], err); /* tensor parallelism never converts */
+    }
+    if (!st) st = place_devices(m, o, err);
+    if (!st) st = build_chunks(m, o, err);
+    return st;
+}

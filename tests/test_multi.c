@@ -1,0 +1,488 @@
+/*
+ * test_multi.c: one model over several devices, and tensor-parallel slices.
+ *
+ * Placement (CUDA, several devices): every tensor lands on the device its rule gives, whole and
+ * byte-exact; each device's ledger figure is exactly the buffers placed on it and they add up to
+ * the device category; release gives every device's memory back; a fault at each CUDA or OS
+ * call leaves nothing on any device. Without a GPU these run against tests/cuda_mock.c with two
+ * devices (WM_CUDA_MOCK_DEVICES=2), which refuses a copy to another device than its stream's,
+ * an event recorded across devices and a copy from a non-portable registration of another
+ * device; the cases require its violation count to stay 0.
+ *
+ * Tensor parallelism (CPU heap, and the CUDA staged path): rank r of W holds exactly its slice
+ * of each split tensor (compared with the file's bytes, slice by slice), and the load reads
+ * exactly the slices plus the replicated tensors: the library's own count (stats.bytes_read)
+ * and the kernel's (rchar in /proc/self/io) both equal that figure, so split tensors cost 1/W of
+ * their bytes per rank.
+ */
+#include "wmtest.h"
+
+#include "os/fault.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifdef WM_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#ifdef WM_CUDA_MOCK
+unsigned long wm__cuda_mock_violations(void);
+#endif
+#endif
+
+/* ---- helpers ---- */
+
+static const char *make_model(const char *name, const char *size, const char *format) {
+    const char *path = wmt_tmp(name);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' make-model '%s' --size %s --format %s >/dev/null", WM_CLI, path,
+             size, format);
+    CHECK_MSG(system(cmd) == 0, "make-model failed: %s", cmd);
+    return path;
+}
+
+static unsigned char *file_bytes(const char *path) {
+    size_t len;
+    return wmt_read_file(path, &len);
+}
+
+/* The rule the cases split by: the column-parallel weights of a llama block along dim 0, the
+ * row-parallel ones along the last dimension, everything else whole. */
+static wm_split llama_split(void *user, size_t index, const wm_tensor_info *t) {
+    (void)user;
+    (void)index;
+    if (t->n_dims != 2) return WM_SPLIT_NONE;
+    if (strstr(t->name, "attn_q.") || strstr(t->name, "attn_k.") || strstr(t->name, "attn_v.") ||
+        strstr(t->name, "ffn_up.") || strstr(t->name, "ffn_gate."))
+        return WM_SPLIT_DIM0;
+    if (strstr(t->name, "attn_output.") || strstr(t->name, "ffn_down.")) return WM_SPLIT_LAST;
+    return WM_SPLIT_NONE;
+}
+
+/* The bytes of rank r's slice of tensor t, from the file's bytes, into out (t's slice size). */
+static uint64_t expected_slice(const unsigned char *file, const wm_tensor_info *t, wm_split sp,
+                               unsigned r, unsigned w, unsigned char *out) {
+    const unsigned char *src = file + t->offset;
+    if (sp == WM_SPLIT_NONE) {
+        memcpy(out, src, t->nbytes);
+        return t->nbytes;
+    }
+    if (sp == WM_SPLIT_DIM0) {
+        uint64_t part = t->nbytes / w;
+        memcpy(out, src + r * part, part);
+        return part;
+    }
+    uint64_t row = t->nbytes / t->shape[1], part = row / w;
+    for (uint64_t j = 0; j < t->shape[1]; j++) memcpy(out + j * part, src + j * row + r * part, part);
+    return t->shape[1] * part;
+}
+
+/* Bytes this process has read with read/pread (the kernel's rchar). The figure a read of
+ * /proc/self/io shows does not count that read; `and_this_read` adds it, so that
+ * rchar(false) - rchar(true) is exactly what was read between the two calls. */
+static uint64_t rchar(bool and_this_read) {
+    int fd = open("/proc/self/io", O_RDONLY);
+    CHECK(fd >= 0);
+    char buf[512];
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    CHECK(n > 0);
+    buf[n] = 0;
+    const char *p = strstr(buf, "rchar:");
+    CHECK(p != NULL);
+    return strtoull(p + 6, NULL, 10) + (and_this_read ? (uint64_t)n : 0);
+}
+
+/* Where a tensor's loaded bytes are read back from: host memory, or (CUDA) the device. */
+static void read_back(wm_model *m, size_t i, unsigned char *out, uint64_t n) {
+    const void *h = wm_model_tensor_data(m, i);
+    if (h) {
+        memcpy(out, h, n);
+        return;
+    }
+#ifdef WM_HAVE_CUDA
+    uint64_t d = wm_model_tensor_device_ptr(m, i);
+    CHECK(d != 0);
+    CHECK_EQ(cudaSetDevice(wm_model_tensor_device(m, i)), cudaSuccess);
+    CHECK_EQ(cudaMemcpy(out, (void *)(uintptr_t)d, n, cudaMemcpyDeviceToHost), cudaSuccess);
+#else
+    CHECK_MSG(0, "tensor %zu has no host data", i);
+#endif
+}
+
+/* Loads rank r of w with llama_split and checks every tensor's slice, its shape and the bytes
+ * the load read (the library's count and the kernel's). */
+static void tp_rank(const char *path, wm_load_options o, unsigned r, unsigned w) {
+    unsigned char *file = file_bytes(path);
+    wm_file *f;
+    wm_error err;
+    CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
+    o.tp_rank = r;
+    o.tp_world = w;
+    o.tp_split = llama_split;
+    uint64_t want_read = 0, split_whole = 0, split_read = 0;
+    for (size_t i = 0; i < wm_file_tensor_count(f); i++) {
+        wm_tensor_info t;
+        CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
+        wm_split sp = llama_split(NULL, i, &t);
+        uint64_t part = sp == WM_SPLIT_NONE ? t.nbytes : t.nbytes / w;
+        want_read += part;
+        if (sp != WM_SPLIT_NONE) {
+            split_whole += t.nbytes;
+            split_read += part;
+        }
+    }
+    CHECK(split_whole > 0);
+    uint64_t before = rchar(true);
+    wm_model *m = NULL;
+    wm_status st = wm_model_load(f, &o, &m, &err);
+    uint64_t read_by_kernel = rchar(false) - before;
+    CHECK_MSG(st == WM_OK, "load rank %u/%u: %s", r, w, err.msg);
+    wm_model_stats s;
+    wm_model_stats_get(m, &s);
+    CHECK_EQ(s.bytes_read, want_read);
+    CHECK_EQ(read_by_kernel, want_read);
+    CHECK_EQ(split_read * w, split_whole); /* split tensors: 1/W of their bytes read */
+    for (size_t i = 0; i < wm_file_tensor_count(f); i++) {
+        wm_tensor_info t;
+        CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
+        wm_split sp = llama_split(NULL, i, &t), got_sp;
+        unsigned char *want = malloc(t.nbytes + 1), *got = malloc(t.nbytes + 1);
+        CHECK(want && got);
+        uint64_t n = expected_slice(file, &t, sp, r, w, want), nbytes;
+        wm_type type;
+        CHECK_STATUS(wm_model_tensor_info(m, i, &type, &nbytes), WM_OK);
+        CHECK_EQ(nbytes, n);
+        uint64_t shape[WM_MAX_DIMS];
+        uint32_t nd;
+        CHECK_STATUS(wm_model_tensor_shape(m, i, shape, &nd, &got_sp), WM_OK);
+        CHECK_EQ(got_sp, sp);
+        CHECK_EQ(nd, t.n_dims);
+        if (sp == WM_SPLIT_DIM0) CHECK_EQ(shape[1] * w, t.shape[1]);
+        if (sp == WM_SPLIT_LAST) CHECK_EQ(shape[0] * w, t.shape[0]);
+        if (n) read_back(m, i, got, n);
+        CHECK_MSG(memcmp(got, want, n) == 0, "rank %u: tensor '%s' (split %d) differs", r, t.name,
+                  (int)sp);
+        free(want);
+        free(got);
+    }
+    wm_model_release(m);
+    wm_file_close(f);
+    free(file);
+    CHECK_LEDGER_EMPTY();
+    CHECK_EQ(wmt_count_file_maps(path), 0);
+}
+
+/* ---- tensor parallelism on the CPU ---- */
+
+WM_TEST(tp_heap_slices_and_reads) {
+    const char *path = make_model("m.gguf", "8M", "gguf");
+    wm_load_options o = {.mode = WM_MODE_HEAP, .threads = 3};
+    for (unsigned r = 0; r < 2; r++) tp_rank(path, o, r, 2);
+    for (unsigned r = 0; r < 4; r++) tp_rank(path, o, r, 4);
+}
+
+WM_TEST(tp_heap_safetensors) {
+    const char *path = make_model("m.safetensors", "8M", "safetensors");
+    /* threads set: the default asks glibc for the CPU count, which reads /sys (rchar). */
+    wm_load_options o = {.mode = WM_MODE_HEAP, .threads = 2};
+    for (unsigned r = 0; r < 2; r++) tp_rank(path, o, r, 2);
+}
+
+static wm_split split_everything_last(void *user, size_t index, const wm_tensor_info *t) {
+    (void)user;
+    (void)index;
+    (void)t;
+    return WM_SPLIT_LAST;
+}
+
+WM_TEST(tp_refusals_name_the_tensor_and_hold_nothing) {
+    const char *path = make_model("m.gguf", "8M", "gguf");
+    wm_file *f;
+    wm_error err;
+    CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
+    wm_model *m = (wm_model *)(uintptr_t)1;
+    /* 256 columns of q8_0 (32 a block) do not split into 16 parts of whole blocks. */
+    wm_load_options o = {.mode = WM_MODE_HEAP, .tp_world = 16, .tp_split = split_everything_last};
+    CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EINVAL);
+    CHECK(m == NULL);
+    CHECK_MSG_HAS(err, "does not split into 16 equal parts");
+    CHECK_MSG_HAS(err, "tensor '");
+    o = (wm_load_options){.mode = WM_MODE_MMAP, .tp_world = 2, .tp_split = llama_split};
+    CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EINVAL);
+    CHECK_MSG_HAS(err, "needs mode heap");
+    o = (wm_load_options){.mode = WM_MODE_HEAP, .tp_world = 2, .tp_rank = 2, .tp_split = llama_split};
+    CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EINVAL);
+    CHECK_MSG_HAS(err, "tp_rank 2 of tp_world 2");
+    o = (wm_load_options){.mode = WM_MODE_HEAP, .tp_world = 2};
+    CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EINVAL);
+    int devs[2] = {0, 1};
+    o = (wm_load_options){.mode = WM_MODE_HEAP, .devices = devs, .n_devices = 2};
+    CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EINVAL);
+    CHECK_MSG_HAS(err, "not the CPU");
+    wm_file_close(f);
+    CHECK_LEDGER_EMPTY();
+}
+
+/* Every fallible call of a sliced heap load fails in turn: the documented status, and nothing
+ * held. */
+WM_TEST(tp_heap_fault_sweep) {
+#ifndef WM_FAULT_INJECTION
+    WM_SKIP("needs -DWM_FAULT_INJECTION=ON");
+#else
+    const char *path = make_model("m.gguf", "8M", "gguf");
+    wm_file *f;
+    wm_error err;
+    CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
+    wm_load_options o = {.mode = WM_MODE_HEAP, .threads = 2, .tp_world = 2, .tp_rank = 1,
+                         .tp_split = llama_split};
+    wm__fault_reset();
+    wm_model *m;
+    CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_OK);
+    wm_model_release(m);
+    uint64_t n = wm__fault_count(WM_OS_ANY);
+    CHECK(n > 0);
+    for (uint64_t k = 1; k <= n; k++) {
+        wm__fault_reset();
+        wm__fault_arm(WM_OS_ANY, k, EIO);
+        m = NULL;
+        wm_status st = wm_model_load(f, &o, &m, &err);
+        if (st == WM_OK) {
+            wm_model_release(m); /* a hint failed (advice): harmless */
+        } else {
+            CHECK(m == NULL);
+            CHECK_MSG(st == WM_EIO || st == WM_ENOMEM, "call %llu: %s", (unsigned long long)k,
+                      wm_status_name(st));
+        }
+        wm__fault_reset();
+        wm_ledger l;
+        wm_ledger_get(&l);
+        for (int c = 0; c < WM_LEDGER_COUNT; c++)
+            if (c != WM_LEDGER_HEAP) CHECK_EQ(l.cat[c].current, 0);
+        CHECK_EQ(wmt_count_file_maps(path), 0);
+    }
+    wm_file_close(f);
+#endif
+}
+
+/* ---- several devices (CUDA) ---- */
+
+#ifdef WM_HAVE_CUDA
+
+static int n_gpus(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
+    (void)cudaGetLastError();
+    return n;
+}
+
+#define NEED_GPUS(n)                                                                               \
+    do {                                                                                           \
+        if (n_gpus() < (n)) WM_SKIP("fewer than " #n " CUDA devices");                             \
+    } while (0)
+
+static void no_violations(void) {
+#ifdef WM_CUDA_MOCK
+    CHECK_EQ(wm__cuda_mock_violations(), 0);
+#endif
+}
+
+static unsigned by_parity(void *user, size_t index, const wm_tensor_info *t) {
+    (void)user;
+    (void)t;
+    return (unsigned)(index % 2);
+}
+
+/* Loads over devices 0 and 1 with `placement`; every tensor whole on its device, the per-device
+ * ledger exactly its buffers, everything back after release. Returns tensors on device 1. */
+static size_t load_two(const char *path, wm_placement placement, wm_mode mode) {
+    unsigned char *file = file_bytes(path);
+    wm_file *f;
+    wm_error err;
+    CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
+    int devs[2] = {0, 1};
+    wm_load_options o = {.mode = mode, .backend = WM_BACKEND_CUDA, .devices = devs,
+                         .n_devices = 2, .placement = placement, .place_tensor = by_parity,
+                         .pinned_budget = (uint64_t)8 << 20};
+    wm_model *m;
+    wm_status st = wm_model_load(f, &o, &m, &err);
+    CHECK_MSG(st == WM_OK, "load: %s", err.msg);
+    no_violations();
+    uint64_t on[2] = {0, 0};
+    size_t count[2] = {0, 0};
+    for (size_t i = 0; i < wm_file_tensor_count(f); i++) {
+        wm_tensor_info t;
+        CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
+        int d = wm_model_tensor_device(m, i);
+        if (!t.nbytes) continue;
+        CHECK_MSG(d == 0 || d == 1, "tensor '%s' on device %d", t.name, d);
+        if (placement == WM_PLACE_CALLBACK) CHECK_EQ(d, (int)(i % 2));
+        count[d]++;
+        on[d] += t.nbytes;
+        unsigned char *got = malloc(t.nbytes);
+        CHECK(got);
+        read_back(m, i, got, t.nbytes);
+        CHECK_MSG(memcmp(got, file + t.offset, t.nbytes) == 0, "tensor '%s' differs on device %d",
+                  t.name, d);
+        free(got);
+    }
+    CHECK(count[0] > 0 && count[1] > 0);
+    wm_ledger l;
+    wm_ledger_get(&l);
+    wm_ledger_stat d0, d1;
+    CHECK_STATUS(wm_ledger_device(0, &d0), WM_OK);
+    CHECK_STATUS(wm_ledger_device(1, &d1), WM_OK);
+    CHECK_EQ(d0.current + d1.current, l.cat[WM_LEDGER_DEVICE].current);
+    CHECK(d0.current >= on[0] && d1.current >= on[1]);
+    CHECK(d0.current < on[0] + 64 * (count[0] + 1) && d1.current < on[1] + 64 * (count[1] + 1));
+    CHECK_EQ(l.cat[WM_LEDGER_PINNED].current, 0);
+    wm_model_release(m);
+    wm_file_close(f);
+    free(file);
+    CHECK_STATUS(wm_ledger_device(0, &d0), WM_OK);
+    CHECK_STATUS(wm_ledger_device(1, &d1), WM_OK);
+    CHECK_EQ(d0.current, 0);
+    CHECK_EQ(d1.current, 0);
+    CHECK_LEDGER_EMPTY();
+    CHECK_EQ(wmt_count_file_maps(path), 0);
+    no_violations();
+    return count[1];
+}
+
+WM_TEST(two_devices_balance) {
+    NEED_GPUS(2);
+    load_two(make_model("m.gguf", "16M", "gguf"), WM_PLACE_BALANCE, WM_MODE_HEAP);
+    load_two(make_model("m.safetensors", "16M", "safetensors"), WM_PLACE_BALANCE, WM_MODE_MMAP);
+}
+
+WM_TEST(two_devices_layers) {
+    NEED_GPUS(2);
+    const char *path = make_model("m.gguf", "16M", "gguf");
+    load_two(path, WM_PLACE_LAYERS, WM_MODE_HEAP);
+    /* blk.0 on device 0, blk.1 on device 1 (two layers), token_embd first, output last. */
+    wm_file *f;
+    wm_error err;
+    CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
+    int devs[2] = {0, 1};
+    wm_load_options o = {.mode = WM_MODE_HEAP, .backend = WM_BACKEND_CUDA, .devices = devs,
+                         .n_devices = 2, .placement = WM_PLACE_LAYERS};
+    wm_model *m;
+    CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_OK);
+    uint32_t layers = 0;
+    CHECK_STATUS(wm_file_get_u32(f, "llama.block_count", &layers), WM_OK);
+    CHECK(layers >= 2);
+    for (size_t i = 0; i < wm_file_tensor_count(f); i++) {
+        wm_tensor_info t;
+        CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
+        int d = wm_model_tensor_device(m, i);
+        unsigned l;
+        if (sscanf(t.name, "blk.%u.", &l) == 1)
+            CHECK_MSG(d == (int)(l * 2 / layers), "'%s' on device %d", t.name, d);
+        if (!strcmp(t.name, "token_embd.weight")) CHECK_EQ(d, 0);
+        if (!strncmp(t.name, "output", 6)) CHECK_EQ(d, 1);
+    }
+    wm_model_release(m);
+    wm_file_close(f);
+    no_violations();
+}
+
+WM_TEST(two_devices_callback) {
+    NEED_GPUS(2);
+    load_two(make_model("m.gguf", "8M", "gguf"), WM_PLACE_CALLBACK, WM_MODE_HEAP);
+}
+
+WM_TEST(device_refusals) {
+    NEED_GPUS(2);
+    const char *path = make_model("m.gguf", "8M", "gguf");
+    wm_file *f;
+    wm_error err;
+    CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
+    int twice[2] = {1, 1}, far[2] = {0, 40}, missing[2] = {0, 15};
+    wm_load_options o = {.mode = WM_MODE_HEAP, .backend = WM_BACKEND_CUDA, .devices = twice,
+                         .n_devices = 2};
+    wm_model *m;
+    CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EINVAL);
+    CHECK_MSG_HAS(err, "listed twice");
+    o.devices = far;
+    CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EINVAL);
+    CHECK_MSG_HAS(err, "out of range");
+    o.devices = missing;
+    CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EDEVICE);
+    CHECK_MSG_HAS(err, "does not exist");
+    o.devices = twice;
+    o.n_devices = 2;
+    o.devices = (int[2]){0, 1};
+    o.mode = WM_MODE_MMAP;
+    o.cuda_registered = 1;
+    CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EINVAL);
+    CHECK_MSG_HAS(err, "staged path");
+    wm_file_close(f);
+    CHECK_LEDGER_EMPTY();
+    no_violations();
+}
+
+/* Every fallible CUDA and OS call of a two-device load fails in turn: the load fails (or a hint
+ * did), and no device, pinned, scratch or mapped byte is left. */
+WM_TEST(two_devices_fault_sweep) {
+#ifndef WM_FAULT_INJECTION
+    WM_SKIP("needs -DWM_FAULT_INJECTION=ON");
+#else
+    NEED_GPUS(2);
+    const char *path = make_model("m.gguf", "8M", "gguf");
+    wm_file *f;
+    wm_error err;
+    CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
+    int devs[2] = {0, 1};
+    wm_load_options o = {.mode = WM_MODE_HEAP, .backend = WM_BACKEND_CUDA, .devices = devs,
+                         .n_devices = 2, .threads = 4, .pinned_budget = (uint64_t)8 << 20};
+    wm__fault_reset();
+    wm_model *m;
+    CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_OK);
+    wm_model_release(m);
+    uint64_t n = wm__fault_count(WM_OS_ANY);
+    CHECK(wm__fault_count(WM_OS_DEVICE) > 0);
+    unsigned failed = 0;
+    for (uint64_t k = 1; k <= n; k++) {
+        wm__fault_reset();
+        wm__fault_arm(WM_OS_ANY, k, ENOMEM);
+        m = NULL;
+        wm_status st = wm_model_load(f, &o, &m, &err);
+        wm__fault_reset();
+        if (st == WM_OK) {
+            wm_model_release(m);
+        } else {
+            failed++;
+            CHECK(m == NULL);
+        }
+        wm_ledger l;
+        wm_ledger_get(&l);
+        for (int c = 0; c < WM_LEDGER_COUNT; c++)
+            if (c != WM_LEDGER_HEAP) CHECK_EQ(l.cat[c].current, 0);
+        for (int d = 0; d < 2; d++) {
+            wm_ledger_stat s;
+            CHECK_STATUS(wm_ledger_device(d, &s), WM_OK);
+            CHECK_EQ(s.current, 0);
+        }
+        CHECK_EQ(wmt_count_file_maps(path), 0);
+    }
+    CHECK(failed > 0);
+    wm_file_close(f);
+    no_violations();
+#endif
+}
+
+/* Tensor parallelism on the CUDA staged path: both ranks' slices on the device, and the reads. */
+WM_TEST(tp_cuda_slices_and_reads) {
+    NEED_GPUS(1);
+    const char *path = make_model("m.gguf", "16M", "gguf");
+    wm_load_options o = {.mode = WM_MODE_HEAP, .backend = WM_BACKEND_CUDA, .threads = 4,
+                         .pinned_budget = (uint64_t)8 << 20};
+    for (unsigned r = 0; r < 2; r++) tp_rank(path, o, r, 2);
+    o.mode = WM_MODE_MMAP; /* staged from the page cache as well */
+    tp_rank(path, o, 1, 2);
+    no_violations();
+}
+
+#endif /* WM_HAVE_CUDA */
