@@ -12,6 +12,8 @@ test -f "$tmp/prefix/include/weightmap.h"
 test -x "$tmp/prefix/bin/weightmap"
 ls "$libdir" | grep -q '^libweightmap\.a$'
 ls "$libdir" | grep -q '^libweightmap\.so'
+# the installed CLI finds its trace interposer (LIBDIR/weightmap/libwmtrace.so) and traces
+"$tmp/prefix/bin/weightmap" trace --out /dev/null -- true
 # pkg-config, shared
 cc -o "$tmp/pc" "$src/tests/install/consumer.c" $(pkg-config --cflags --libs weightmap) -Wl,-rpath,"$libdir"
 "$tmp/pc" "$fixture"
