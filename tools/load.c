@@ -43,6 +43,7 @@ typedef struct load_args {
     bool touch, json;
     unsigned cycles;
     wm_convert_rule rules[8];
+    int devices[WM_LEDGER_DEVICES]; /* --backend cuda:0,1 (opts.devices points here) */
 } load_args;
 
 static double now_s(void) {
@@ -233,6 +234,51 @@ static int parse_convert(load_args *a, const char *spec) {
     return 0;
 }
 
+/* "cpu", "cuda", "cuda:N" or "cuda:N,M,...": several devices fill opts.devices. */
+static int parse_backend(load_args *a, const char *v, const char *cmd) {
+    if (!strcmp(v, "cpu")) {
+        a->opts.backend = WM_BACKEND_CPU;
+        return 0;
+    }
+    if (strncmp(v, "cuda", 4) != 0)
+        return cli_usage("%s: unknown backend '%s' (cpu, cuda[:N[,M...]])", cmd, v);
+    a->opts.backend = WM_BACKEND_CUDA;
+    if (!v[4]) return 0;
+    if (v[4] != ':') return cli_usage("%s: bad --backend '%s'", cmd, v);
+    unsigned n = 0;
+    for (const char *p = v + 5;;) {
+        char num[16];
+        size_t len = strcspn(p, ",");
+        uint64_t d;
+        if (len == 0 || len >= sizeof num || n == WM_LEDGER_DEVICES)
+            return cli_usage("%s: bad --backend '%s'", cmd, v);
+        memcpy(num, p, len);
+        num[len] = 0;
+        if (!cli_parse_u64(num, &d) || d >= WM_LEDGER_DEVICES)
+            return cli_usage("%s: bad --backend '%s' (devices 0..%d)", cmd, v,
+                             WM_LEDGER_DEVICES - 1);
+        a->devices[n++] = (int)d;
+        if (!p[len]) break;
+        p += len + 1;
+    }
+    a->opts.device = a->devices[0];
+    if (n > 1) {
+        a->opts.devices = a->devices;
+        a->opts.n_devices = n;
+    }
+    return 0;
+}
+
+/* Starts the backend's runtime on every device of the load (wm_backend_init). */
+static wm_status init_backend(const load_args *a, wm_error *err) {
+    unsigned n = a->opts.n_devices > 1 ? a->opts.n_devices : 1;
+    for (unsigned k = 0; k < n; k++) {
+        wm_status st = wm_backend_init(a->opts.backend, n > 1 ? a->devices[k] : a->opts.device, err);
+        if (st) return st;
+    }
+    return WM_OK;
+}
+
 static int parse_common(load_args *a, int argc, char **argv, bool need_mode, const char *cmd) {
     a->cycles = 1;
     for (int i = 0; i < argc; i++) {
@@ -278,20 +324,16 @@ static int parse_common(load_args *a, int argc, char **argv, bool need_mode, con
             if (rc) return rc;
             i++;
         } else if (!strcmp(s, "--backend") && v) {
-            if (!strcmp(v, "cpu")) {
-                a->opts.backend = WM_BACKEND_CPU;
-            } else if (!strncmp(v, "cuda", 4)) {
-                a->opts.backend = WM_BACKEND_CUDA;
-                if (v[4] == ':') {
-                    if (!cli_parse_u64(v + 5, &n) || n > 64)
-                        return cli_usage("%s: bad --backend '%s'", cmd, v);
-                    a->opts.device = (int)n;
-                } else if (v[4]) {
-                    return cli_usage("%s: bad --backend '%s'", cmd, v);
-                }
-            } else {
-                return cli_usage("%s: unknown backend '%s' (cpu, cuda[:N])", cmd, v);
-            }
+            int rc = parse_backend(a, v, cmd);
+            if (rc) return rc;
+            i++;
+        } else if (!strcmp(s, "--placement") && v) {
+            if (!strcmp(v, "balance"))
+                a->opts.placement = WM_PLACE_BALANCE;
+            else if (!strcmp(v, "layers"))
+                a->opts.placement = WM_PLACE_LAYERS;
+            else
+                return cli_usage("%s: unknown placement '%s' (balance, layers)", cmd, v);
             i++;
         } else if (!strcmp(s, "--registered")) {
             a->opts.cuda_registered = 1;
@@ -349,7 +391,7 @@ int cmd_load(int argc, char **argv) {
     wm_error err;
     figures before_open;
     /* A device runtime's own memory stays until exit: start it before the first figures. */
-    if (wm_backend_init(a.opts.backend, a.opts.device, &err) != WM_OK) return cli_fail(&err);
+    if (init_backend(&a, &err) != WM_OK) return cli_fail(&err);
     shard_paths sp = {0};
     if (paths_collect(a.path, &sp, &err)) return cli_fail(&err);
     a.shards = &sp;
