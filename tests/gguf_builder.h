@@ -129,8 +129,6 @@ static inline const char *ggb_write(const ggb *g, const char *name) {
 
 /* ---- checks ---- */
 
-/* The former name of wmt_count_fds (wmtest.h), still used by test_gguf_mapped.c. */
-#define ggb_count_fds wmt_count_fds
 
 /* Opens `path` expecting `want` (not WM_OK): *out is NULL afterwards, err names the file, says
  * "offset" and contains `needle`; no descriptor, mapping or ledger byte is left. */
