@@ -129,7 +129,6 @@ static inline const char *ggb_write(const ggb *g, const char *name) {
 
 /* ---- checks ---- */
 
-
 /* Opens `path` expecting `want` (not WM_OK): *out is NULL afterwards, err names the file, says
  * "offset" and contains `needle`; no descriptor, mapping or ledger byte is left. */
 #define CHECK_REFUSED(path, want, needle) ggb_check_refused(__FILE__, __LINE__, path, want, needle)
