@@ -370,6 +370,18 @@ def test_bad_arguments(made):
             f.get_tensor(f.keys()[0])
 
 
+def test_device_names():
+    cuda = weightmap._c.BACKEND_CUDA
+    assert weightmap._parse_device("cpu") == (weightmap._c.BACKEND_CPU, 0)
+    assert weightmap._parse_device("cuda") == (cuda, 0)
+    assert weightmap._parse_device("cuda:3") == (cuda, 3)
+    assert weightmap._parse_device(2) == (cuda, 2)
+    assert weightmap._parse_device(torch.device("cuda", 1)) == (cuda, 1)
+    for bad in ("cuda:x", "gpu", -1, True, "cuda:"):
+        with pytest.raises(ValueError, match="device must be"):
+            weightmap._parse_device(bad)
+
+
 def test_unknown_tensor(made):
     with weightmap.safe_open(made["safetensors"]) as f:
         with pytest.raises(weightmap.TensorNotFoundError, match="m.safetensors: no tensor named 'nope'") as e:

@@ -66,7 +66,9 @@ def backend_init(device="cuda:0"):
 
 
 def _parse_device(device):
-    d = str(device)
+    if isinstance(device, int) and not isinstance(device, bool) and device >= 0:
+        return _c.BACKEND_CUDA, device     # safetensors' device=0 means cuda:0
+    d = str(device)                        # "cpu", "cuda:1", torch.device("cuda", 1)
     if d == "cpu":
         return _c.BACKEND_CPU, 0
     if d == "cuda":
@@ -166,7 +168,8 @@ class safe_open:
     loaded by `mode` at the first tensor asked for. A context manager: leaving it calls close().
 
     framework  "pt" (PyTorch tensors) or "np" (NumPy arrays)
-    device     "cpu" or "cuda:N" (CUDA: every tensor is copied once to device memory at load)
+    device     "cpu", "cuda", "cuda:N", N or a torch.device (CUDA: every tensor is copied once
+               to device memory at load)
     mode       "mmap" (default; read-only shared mapping), "heap" or "mmap-private"
     lock       None, "required" (mlock every byte or fail) or "best-effort"
     dtype      None, or "f32"/"f16"/"bf16"/"f64" (or torch/numpy dtypes): convert every tensor
