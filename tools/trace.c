@@ -753,11 +753,11 @@ static void report_json(const trace *t) {
 /* ---- the picture ---- */
 
 /* Layout (docs/TRACE.md): 960 wide; the footprint chart in y 40..240, then one 12-px bar per
- * mapping every 16 px from y 270; the time axis spans x 70..930. Colours: footprint #1f77b4,
- * a mapping returned in time #2ca02c, one alive after a release #d62728, private writable
- * #ff7f0e, release markers #9467bd. */
+ * mapping every 16 px from y 270; the time axis spans x 170..930 (labels left of it). Colours:
+ * footprint #1f77b4, a mapping returned in time #2ca02c, one alive after a release #d62728, private
+ * writable #ff7f0e, release markers #9467bd. */
 #define SVG_W 960
-#define SVG_X0 70.0
+#define SVG_X0 170.0
 #define SVG_X1 930.0
 #define SVG_BARS_Y 270
 
@@ -782,13 +782,15 @@ static int write_svg(const trace *t, const char *path) {
         fprintf(stderr, "weightmap: %s: %s\n", path, strerror(errno));
         return 1;
     }
-    double span = t->t_end > 0 ? t->t_end : 1;
+    /* The time axis: from the traced process's start (its first X line) to its end. */
+    double from = t->t_start, span = t->t_end - from > 0 ? t->t_end - from : 1;
     uint64_t s0, pk, e0;
     fp_figures(t, &s0, &pk, &e0);
     double top = pk ? (double)pk * 1.1 : 1;
     int h = SVG_BARS_Y + 16 * t->n_maps + 30;
     char b[32];
-#define X(tt) (SVG_X0 + (SVG_X1 - SVG_X0) * ((tt) < 0 ? 0 : (tt) > span ? 1 : (tt) / span))
+#define X(tt)                                                                                      \
+    (SVG_X0 + (SVG_X1 - SVG_X0) * ((tt)-from < 0 ? 0 : (tt)-from > span ? 1 : ((tt)-from) / span))
 #define Y(v) (240.0 - 200.0 * (double)(v) / top)
     fprintf(f,
             "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
@@ -817,9 +819,17 @@ static int write_svg(const trace *t, const char *path) {
             fprintf(f, "%s%.1f,%.1f", i ? " " : "", X(t->samples[i].t), Y(t->samples[i].footprint));
         fprintf(f, "\"/>\n");
     }
+    /* Release lines first: the bars and their labels are drawn over them. */
+    for (int i = 0; i < t->n_ev; i++)
+        if (t->ev[i].type == 'R')
+            fprintf(f,
+                    "<line class=\"release\" x1=\"%.1f\" y1=\"40\" x2=\"%.1f\" y2=\"%d\" "
+                    "stroke=\"#9467bd\" "
+                    "stroke-width=\"1\" stroke-dasharray=\"4 3\"/>\n",
+                    X(t->ev[i].t), X(t->ev[i].t), h - 20);
     for (int i = 0; i < t->n_maps; i++) {
         const tmap *m = &t->maps[i];
-        double x0 = X(m->t_map), x1 = X(m->t_unmap < 0 ? span : m->t_unmap);
+        double x0 = X(m->t_map), x1 = X(m->t_unmap < 0 ? t->t_end : m->t_unmap);
         if (x1 - x0 < 2) x1 = x0 + 2;
         const char *col = private_writable(m) ? "#ff7f0e"
                           : m->after_release  ? "#d62728"
@@ -829,17 +839,13 @@ static int write_svg(const trace *t, const char *path) {
             f,
             "<rect class=\"map\" x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"12\" fill=\"%s\"/>\n",
             x0, y, x1 - x0, col);
+        /* The label stays in the left margin (x < SVG_X0): at most 20 characters of the name. */
+        char label[24];
+        snprintf(label, sizeof label, "%.20s", fname(t, m->fidx));
         fprintf(f, "<text x=\"4\" y=\"%d\">#%d ", y + 10, m->id);
-        svg_text(f, fname(t, m->fidx));
+        svg_text(f, label);
         fprintf(f, "</text>\n");
     }
-    for (int i = 0; i < t->n_ev; i++)
-        if (t->ev[i].type == 'R')
-            fprintf(f,
-                    "<line class=\"release\" x1=\"%.1f\" y1=\"40\" x2=\"%.1f\" y2=\"%d\" "
-                    "stroke=\"#9467bd\" "
-                    "stroke-width=\"1\" stroke-dasharray=\"4 3\"/>\n",
-                    X(t->ev[i].t), X(t->ev[i].t), h - 20);
     fprintf(f,
             "<text x=\"%.1f\" y=\"%d\">bars: weight-file mappings, map to unmap (green returned, "
             "red alive "
@@ -855,6 +861,18 @@ static int write_svg(const trace *t, const char *path) {
 }
 
 /* ---- the command ---- */
+
+/* The one release of a trace: what reading and judging it acquired (safe on a partial one). */
+static void trace_free(trace *t) {
+    if (t->st) munmap(t->st, sizeof(wmtrace_stats));
+    free(t->maps);
+    free(t->ev);
+    free(t->samples);
+    free(t->v);
+    memset(t, 0, sizeof *t);
+}
+
+static int traced_run(trace *t, const char *lib, const char *out, int fd);
 
 int cmd_trace(int argc, char **argv) {
     trace t;
@@ -883,37 +901,39 @@ int cmd_trace(int argc, char **argv) {
         return 1;
     }
     fflush(NULL);
-    rc = run_child(&t, lib, out);
-    if (rc == 0) rc = read_trace(&t, fd);
+    rc = traced_run(&t, lib, out, fd);
     close(fd);
     unlink(out);
+    trace_free(&t);
+    return rc;
+}
+
+/* Runs CMD, reads its trace, judges and reports; returns the exit status of `trace`. */
+static int traced_run(trace *t, const char *lib, const char *out, int fd) {
+    int rc = run_child(t, lib, out);
+    if (rc == 0) rc = read_trace(t, fd);
     if (rc != 0) return rc;
-    if (t.st->magic != WMTRACE_MAGIC) {
-        fprintf(stderr,
-                "weightmap: trace: %s did not load libwmtrace.so (a static binary, or setuid?); "
-                "nothing was traced\n",
-                t.args.cmd[0]);
-        munmap(t.st, sizeof(wmtrace_stats));
-        return exit_of(t.status) ? exit_of(t.status) : 1;
+    if (t->st->magic != WMTRACE_MAGIC) {
+        /* 127: CMD could not be run, and the child said why. */
+        if (exit_of(t->status) != 127)
+            fprintf(stderr,
+                    "weightmap: trace: %s did not load libwmtrace.so (a static binary, or "
+                    "setuid?); nothing was traced\n",
+                    t->args.cmd[0]);
+        return exit_of(t->status) ? exit_of(t->status) : 1;
     }
-    judge(&t);
-    if (t.args.out && !freopen(t.args.out, "w", stdout)) {
-        fprintf(stderr, "weightmap: %s: %s\n", t.args.out, strerror(errno));
+    judge(t);
+    if (t->args.out && !freopen(t->args.out, "w", stdout)) {
+        fprintf(stderr, "weightmap: %s: %s\n", t->args.out, strerror(errno));
         return 1;
     }
-    if (t.args.json)
-        report_json(&t);
+    if (t->args.json)
+        report_json(t);
     else
-        report_text(&t);
+        report_text(t);
     fflush(stdout);
-    for (int i = 0; i < t.n_v; i++)
-        fprintf(stderr, "weightmap: trace: rule %s: %s\n", t.v[i].rule, t.v[i].msg);
-    int svg_rc = t.args.svg ? write_svg(&t, t.args.svg) : 0;
-    int status = t.n_v ? 1 : svg_rc ? 1 : exit_of(t.status);
-    munmap(t.st, sizeof(wmtrace_stats));
-    free(t.maps);
-    free(t.ev);
-    free(t.samples);
-    free(t.v);
-    return status;
+    for (int i = 0; i < t->n_v; i++)
+        fprintf(stderr, "weightmap: trace: rule %s: %s\n", t->v[i].rule, t->v[i].msg);
+    int svg_rc = t->args.svg ? write_svg(t, t->args.svg) : 0;
+    return t->n_v ? 1 : svg_rc ? 1 : exit_of(t->status);
 }
