@@ -528,7 +528,7 @@ static void cuda_fault_check(void *user, const wmt_fault_run *r) {
 static void sweep(const char *path, wm_load_options o, wm_os_call kind) {
     wmt_load_run c = {OPEN_OK(path), o, check_bytes};
     /* the ledger before the sweep (the open file's) is what each run must leave */
-    wmt_sweep s = {.what = wm__fault_call_name(kind), .run = wmt_load_release,
+    wmt_sweep s = {.what = path, .run = wmt_load_release,
                    .check = cuda_fault_check, .user = &c, .path = path, .past_end = 1,
                    .cycle = 1};
     wmt_sweep_result res = {0};
