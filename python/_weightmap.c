@@ -519,10 +519,11 @@ static PyObject *Handle_export(Handle *h, PyObject *args, PyObject *kw) {
         }
     }
     if (code >= 0) {
-        if (bits != -1 && bits != e->dtype.bits) {
+        int width = e->dtype.bits;
+        if (bits != -1 && bits != width) {
             Py_DECREF(e);
             return PyErr_Format(PyExc_ValueError, "reinterpretation keeps the width (%d bits)",
-                                e->dtype.bits);
+                                width);
         }
         e->dtype.code = (uint8_t)code;
     }
@@ -572,14 +573,23 @@ static void view_deleter(DLManagedTensor *managed) {
 /* A capsule never consumed still owns its view. */
 static void capsule_destructor(PyObject *cap) {
     if (PyCapsule_IsValid(cap, CAPSULE_USED)) return;
+        /* A destructor may run while an exception is set: keep it. */
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *saved = PyErr_GetRaisedException();
+#else
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
+#endif
     DLManagedTensor *m = PyCapsule_GetPointer(cap, CAPSULE_NAME);
     if (m != NULL && m->deleter != NULL)
         m->deleter(m);
     else
         PyErr_Clear();
+#if PY_VERSION_HEX >= 0x030C0000
+    PyErr_SetRaisedException(saved);
+#else
     PyErr_Restore(type, value, tb);
+#endif
 }
 
 static DLDevice export_device(const Export *e) {
