@@ -73,6 +73,9 @@ static void *churn(void *arg) {
         void *big = malloc((100u << 10) + (size_t)i);
         void *small = malloc(48);
         if (!big || !small) die("malloc");
+        /* Used, so that no compiler drops the pair (clang removes an unused malloc/free). */
+        ((volatile char *)big)[0] = 1;
+        ((volatile char *)small)[0] = 1;
         free(big);
         free(small);
     }
