@@ -112,6 +112,10 @@ WM_TEST(clean_program_has_no_verdict) {
         if (!cJSON_IsTrue(cJSON_GetObjectItem(t, "loader"))) continue;
         loaders++;
         CHECK(num(t, "largest_loading") <= 64 << 10);
+        if (num(t, "anon_maps") == 0) continue; /* the main thread maps the file, no memory */
+        CHECK_EQ(num(t, "anon_largest"), num(f, "size")); /* its destination, page-allocated */
+        CHECK_EQ(num(t, "anon_held"), 0);                 /* and unmapped */
+        CHECK(num(t, "weight_read") >= num(f, "size"));
     }
     CHECK(loaders >= 3);
     cJSON_Delete(j);
@@ -188,6 +192,19 @@ WM_TEST(split_chunks_leaked) {
         }
     }
     CHECK_EQ(live, 3);
+    cJSON_Delete(j);
+}
+
+WM_TEST(mlock_is_reported) {
+    int rc;
+    cJSON *j = trace_json(MARKER, leaky("lock", FIXTURE, 2, "call"), &rc);
+    CHECK_EQ(rc, 0);
+    CHECK(n_items(j, "locks") >= 2);
+    const cJSON *l = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "locks"), 0);
+    CHECK(!strcmp(cJSON_GetObjectItem(l, "call")->valuestring, "mlock"));
+    CHECK(cJSON_IsTrue(cJSON_GetObjectItem(l, "weight"))); /* it locks a weight mapping */
+    const cJSON *f = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "files"), 0);
+    CHECK_EQ(num(l, "length"), num(f, "size"));
     cJSON_Delete(j);
 }
 

@@ -9,6 +9,7 @@
  *   scratch  the same, but the loader thread's scratch is 1 MiB of malloc
  *   map      the file is mapped each cycle and never unmapped
  *   private  the file is mapped MAP_PRIVATE with PROT_WRITE (and unmapped)
+ *   lock     the file is mapped shared, mlocked, munlocked and unmapped (clean)
  *   split    the file is mapped in two chunks; only the first is unmapped
  *   fork     a forked child maps the file and exits without unmapping (the tracer skips it)
  *   threads  four threads allocate and free big and small blocks, some freed by another thread
@@ -125,6 +126,13 @@ int main(int argc, char **argv) {
             unsigned char *p = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
             if (p == MAP_FAILED) die("mmap");
             touch(p, size); /* and never unmapped */
+        } else if (!strcmp(mode, "lock")) {
+            unsigned char *p = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+            if (p == MAP_FAILED) die("mmap");
+            int locked = mlock(p, size) == 0; /* may be refused (RLIMIT_MEMLOCK): still traced */
+            touch(p, size);
+            if (locked) munlock(p, size);
+            munmap(p, size);
         } else if (!strcmp(mode, "private")) {
             unsigned char *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
             if (p == MAP_FAILED) die("mmap");
