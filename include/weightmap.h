@@ -455,6 +455,15 @@ typedef struct wm_load_options {
     unsigned tp_rank, tp_world;
     wm_split_fn tp_split;
     void *tp_user;
+    /* Read once (CUDA staged path, one device per process; builds with NCCL): an ncclComm_t
+     * whose ranks all load this file with the same options but their own tp_rank (its rank in
+     * the communicator, of tp_world = its size). Each rank reads only its 1/tp_world byte range
+     * of every tensor that is not split (tp_split NULL: all of them), and the ranks complete
+     * those tensors on every device with ncclBroadcast, so that storage is read once in all,
+     * not tp_world times. NCCL is loaded at run time (libnccl.so.2); where it is absent, or in
+     * a build without NCCL, the load fails with WM_EUNSUPPORTED. The communicator stays the
+     * caller's; the load makes collective calls on it, so every rank must call wm_model_load. */
+    void *nccl_comm;
 } wm_load_options;
 
 /* Starts a backend's runtime on `device` ahead of a load (CUDA: creates the device's primary

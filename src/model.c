@@ -64,7 +64,7 @@ static wm_status check_tp(const char *path, const wm__backend *be, const wm_load
     if (o->tp_rank >= o->tp_world)
         return wm__err(err, WM_EINVAL, 0, "%s: tp_rank %u of tp_world %u", path, o->tp_rank,
                        o->tp_world);
-    if (!o->tp_split)
+    if (!o->tp_split && !o->nccl_comm)
         return wm__err(err, WM_EINVAL, 0, "%s: tp_world %u without tp_split", path, o->tp_world);
     if (o->n_convert)
         return wm__err(err, WM_EINVAL, 0,
@@ -163,7 +163,7 @@ wm_status wm_model_load(wm_file *file, const wm_load_options *opts, wm_model **o
         m->devs[k] = opts->n_devices > 1 ? opts->devices[k] : opts->device;
     m->opts.devices = NULL;
     m->opts.place_tensor = NULL;
-    m->opts.tp_split = NULL;
+    m->opts.tp_split = NULL; /* nccl_comm stays: the backend completes the load with it */
 
     st = check_unchanged(file, err);
     if (st) goto fail;

@@ -104,10 +104,24 @@ static wm_status slice(const wm_file *f, size_t i, const wm_load_options *o, wm_
     p->rows = 1;
     p->src_stride = 0;
     p->seg_bytes = t->nbytes;
+    p->dst_lo = 0;
+    p->read_once = false;
     if (o->tp_world <= 1 || t->nbytes == 0) return WM_OK;
     wm_tensor_info info;
     tensor_info(f, i, &info);
-    wm_split sp = o->tp_split(o->tp_user, i, &info);
+    wm_split sp = o->tp_split ? o->tp_split(o->tp_user, i, &info) : WM_SPLIT_NONE;
+    if (sp == WM_SPLIT_NONE && o->nccl_comm) {
+        /* Read once: this rank reads its byte range of the whole tensor; the ranks' ranges
+         * cover it and the backend completes it with broadcasts (read_once_range). */
+        uint64_t lo, hi;
+        wm__read_once_range(t->nbytes, o->tp_rank, o->tp_world, &lo, &hi);
+        p->read_once = true;
+        p->src_off = lo;
+        p->dst_lo = lo;
+        p->seg_bytes = hi - lo;
+        p->rows = hi > lo;
+        return WM_OK;
+    }
     if (sp == WM_SPLIT_NONE) return WM_OK;
     if (sp != WM_SPLIT_DIM0 && sp != WM_SPLIT_LAST)
         return wm__err(err, WM_EINVAL, 0, "%s: tensor '%s': unknown split %d", f->path, name,
@@ -139,6 +153,13 @@ static wm_status slice(const wm_file *f, size_t i, const wm_load_options *o, wm_
     }
     p->nbytes = p->rows * p->seg_bytes;
     return WM_OK;
+}
+
+void wm__read_once_range(uint64_t nbytes, unsigned rank, unsigned ranks, uint64_t *lo,
+                         uint64_t *hi) {
+    uint64_t part = nbytes / ranks;
+    *lo = rank * part;
+    *hi = rank + 1 == ranks ? nbytes : *lo + part;
 }
 
 /* ---- placement ---- */

@@ -515,3 +515,153 @@ WM_TEST(cli_two_devices_cycles_return_memory) {
     CHECK_EQ(wmt_cli(args, out, sizeof out), 2);
 }
 #endif
+
+/* ---- read once across ranks (NCCL; against tests/nccl_mock.c) ---- */
+
+#if defined(WM_CUDA_MOCK) && defined(WM_HAVE_NCCL)
+#include <nccl.h>
+#include <sys/wait.h>
+
+unsigned long wm__nccl_mock_violations(ncclComm_t comm);
+
+/* One rank, in a child process: loads with the communicator, checks every tensor on its device
+ * (whole where replicated, its slice where split), releases, and writes the bytes it read to
+ * `out`. Exit 0 when all holds. */
+static int read_once_rank(const char *path, ncclUniqueId id, unsigned r, unsigned w, bool split,
+                          int out) {
+    CHECK_EQ(cudaSetDevice((int)(r % 2)), cudaSuccess);
+    ncclComm_t comm;
+    CHECK_EQ(ncclCommInitRank(&comm, (int)w, id, (int)r), ncclSuccess);
+    unsigned char *file = file_bytes(path);
+    wm_file *f;
+    wm_error err;
+    CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
+    wm_load_options o = {.mode = WM_MODE_HEAP, .backend = WM_BACKEND_CUDA, .device = (int)(r % 2),
+                         .threads = 3, .pinned_budget = (uint64_t)4 << 20, .tp_rank = r,
+                         .tp_world = w, .tp_split = split ? llama_split : NULL,
+                         .nccl_comm = comm};
+    wm_model *m;
+    wm_status st = wm_model_load(f, &o, &m, &err);
+    CHECK_MSG(st == WM_OK, "rank %u: %s", r, err.msg);
+    for (size_t i = 0; i < wm_file_tensor_count(f); i++) {
+        wm_tensor_info t;
+        CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
+        wm_split sp = split ? llama_split(NULL, i, &t) : WM_SPLIT_NONE;
+        unsigned char *want = malloc(t.nbytes + 1), *got = malloc(t.nbytes + 1);
+        CHECK(want && got);
+        uint64_t n = expected_slice(file, &t, sp, r, w, want);
+        if (n) read_back(m, i, got, n);
+        CHECK_MSG(memcmp(got, want, n) == 0, "rank %u: tensor '%s' differs", r, t.name);
+        free(want);
+        free(got);
+    }
+    wm_model_stats s;
+    wm_model_stats_get(m, &s);
+    CHECK_EQ(write(out, &s.bytes_read, sizeof s.bytes_read), sizeof s.bytes_read);
+    wm_model_release(m);
+    wm_file_close(f);
+    free(file);
+    CHECK_LEDGER_EMPTY();
+    CHECK_EQ(wm__nccl_mock_violations(comm), 0);
+    no_violations();
+    ncclCommDestroy(comm);
+    return 0;
+}
+
+/* W ranks in W processes: together they read every replicated byte once (1.0x), and each rank
+ * its 1/W of the split tensors. */
+static void read_once(const char *path, unsigned w, bool split) {
+    wm_file *f;
+    wm_error err;
+    CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
+    uint64_t want_total = 0;
+    for (size_t i = 0; i < wm_file_tensor_count(f); i++) {
+        wm_tensor_info t;
+        CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
+        want_total += t.nbytes; /* replicated: once in all; split: 1/W per rank, W ranks */
+    }
+    wm_file_close(f);
+    ncclUniqueId id;
+    CHECK_EQ(ncclGetUniqueId(&id), ncclSuccess);
+    int fds[2];
+    CHECK(pipe(fds) == 0);
+    pid_t pids[8];
+    for (unsigned r = 0; r < w; r++) {
+        pids[r] = fork();
+        CHECK(pids[r] >= 0);
+        if (pids[r] == 0) {
+            close(fds[0]);
+            _exit(read_once_rank(path, id, r, w, split, fds[1]));
+        }
+    }
+    close(fds[1]);
+    uint64_t total = 0, one;
+    unsigned got = 0;
+    while (read(fds[0], &one, sizeof one) == sizeof one) {
+        total += one;
+        got++;
+    }
+    close(fds[0]);
+    for (unsigned r = 0; r < w; r++) {
+        int status;
+        CHECK(waitpid(pids[r], &status, 0) == pids[r]);
+        CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "rank %u failed", r);
+    }
+    CHECK_EQ(got, w);
+    CHECK_MSG(total == want_total, "the ranks read %llu bytes in all, the model has %llu",
+              (unsigned long long)total, (unsigned long long)want_total);
+}
+
+static void read_once_cases(void) {
+    const char *path = make_model("m.gguf", "16M", "gguf");
+    read_once(path, 2, false);
+    read_once(path, 3, false);
+    read_once(path, 2, true);
+}
+
+static void read_once_refusal_cases(void) {
+    const char *path = make_model("m.gguf", "8M", "gguf");
+    ncclUniqueId id;
+    CHECK_EQ(ncclGetUniqueId(&id), ncclSuccess);
+    ncclComm_t comm;
+    CHECK_EQ(ncclCommInitRank(&comm, 1, id, 0), ncclSuccess);
+    wm_file *f;
+    wm_error err;
+    CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
+    wm_model *m;
+    /* The communicator is rank 0 of 1; the load says rank 1 of 2. */
+    wm_load_options o = {.mode = WM_MODE_HEAP, .backend = WM_BACKEND_CUDA, .tp_rank = 1,
+                         .tp_world = 2, .nccl_comm = comm};
+    CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EINVAL);
+    CHECK_MSG_HAS(err, "rank 0 of 1");
+    o = (wm_load_options){.mode = WM_MODE_HEAP, .nccl_comm = comm};
+    CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EINVAL);
+    CHECK_MSG_HAS(err, "CUDA backend");
+    /* One rank: the load checks the communicator and reads everything itself. */
+    o = (wm_load_options){.mode = WM_MODE_HEAP, .backend = WM_BACKEND_CUDA, .threads = 2,
+                          .nccl_comm = comm};
+    CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_OK);
+    wm_model_release(m);
+    wm_file_close(f);
+    ncclCommDestroy(comm);
+    CHECK_LEDGER_EMPTY();
+}
+#endif
+
+/* Read-once runs its ranks against the mock runtime and the mock NCCL (CI); on GPU hosts the
+ * bench (bench/multigpu) runs it with real NCCL. */
+WM_TEST(read_once_across_ranks) {
+#if defined(WM_CUDA_MOCK) && defined(WM_HAVE_NCCL)
+    read_once_cases();
+#else
+    WM_SKIP("read-once ranks run against the mock runtime and NCCL (build-cuda-mock)");
+#endif
+}
+
+WM_TEST(read_once_refusals) {
+#if defined(WM_CUDA_MOCK) && defined(WM_HAVE_NCCL)
+    read_once_refusal_cases();
+#else
+    WM_SKIP("read-once ranks run against the mock runtime and NCCL (build-cuda-mock)");
+#endif
+}

@@ -49,6 +49,10 @@ typedef struct wm__place {
     uint32_t n_dims;
     uint64_t ne[WM_MAX_DIMS]; /* delivered shape, ggml order */
     uint64_t src_off, rows, src_stride, seg_bytes;
+    /* Read once across ranks (opts.nccl_comm): the segment is this rank's byte range of the
+     * whole tensor, landing dst_lo bytes into it; the rest comes from the other ranks. */
+    bool read_once;
+    uint64_t dst_lo;
 } wm__place;
 
 typedef struct wm__backend wm__backend;
@@ -73,6 +77,10 @@ struct wm_model {
 /* Builds the plan (plan.c): order, place and chunks. On failure the caller frees what it holds
  * (model_free). */
 wm_status wm__plan_build(wm_model *m, const wm_load_options *o, wm_error *err);
+/* Read once: the bytes [lo, hi) of an nbytes tensor that rank `rank` of `ranks` reads (equal
+ * parts, the last rank also the remainder). */
+void wm__read_once_range(uint64_t nbytes, unsigned rank, unsigned ranks, uint64_t *lo,
+                         uint64_t *hi);
 
 struct wm__backend {
     wm_backend_kind kind;

@@ -17,6 +17,11 @@ typedef struct cpu_state {
 /* ---- options ---- */
 
 static wm_status cpu_check(const wm_file *f, const wm_load_options *o, wm_error *err) {
+    if (o->nccl_comm)
+        return wm__err(err, WM_EINVAL, 0,
+                       "%s: read-once (nccl_comm) completes tensors on devices: it needs the CUDA "
+                       "backend",
+                       f->path);
     if (o->n_devices > 1)
         return wm__err(err, WM_EINVAL, 0,
                        "%s: several devices (n_devices %u) are for a device backend, not the CPU",

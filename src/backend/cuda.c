@@ -36,6 +36,9 @@
  */
 #include "cuda_tune.h"
 #include "host.h"
+#ifdef WM_HAVE_NCCL
+#include "read_once.h"
+#endif
 
 #include <errno.h>
 #include <stdarg.h>
@@ -197,7 +200,7 @@ static wm_status plan_windows(const wm_model *m, size_t wsize, piece **pieces_ou
         for (uint64_t row = 0; row < p->rows && p->seg_bytes; row++) {
             uint64_t seg = t->offset + p->src_off + row * p->src_stride;
             uint64_t seg_end = seg + p->seg_bytes;
-            size_t dst = p->dst_off + (size_t)(row * p->seg_bytes);
+            size_t dst = p->dst_off + (size_t)(p->dst_lo + row * p->seg_bytes);
             for (uint64_t off = seg; off < seg_end;) {
                 uint64_t w = off / wsize, wend = (w + 1) * wsize, end = seg_end;
                 if (end > wend) end = wend;
@@ -773,6 +776,17 @@ static wm_status cuda_check(const wm_file *f, const wm_load_options *o, wm_error
                        "%s: several devices and tensor parallelism use the staged path, not the "
                        "registered one",
                        path);
+    if (o->nccl_comm) {
+#ifndef WM_HAVE_NCCL
+        return wm__err(err, WM_EUNSUPPORTED, 0,
+                       "%s: read-once (nccl_comm) needs a build with NCCL (nccl.h was not found "
+                       "at build time)",
+                       path);
+#endif
+        if (o->n_devices > 1 || o->cuda_registered)
+            return wm__err(err, WM_EINVAL, 0,
+                           "%s: read-once runs one device per process on the staged path", path);
+    }
     if (o->direct_io && o->tp_world > 1)
         return wm__err(err, WM_EINVAL, 0,
                        "%s: direct_io reads whole aligned windows; a tensor-parallel slice is "
@@ -1020,8 +1034,18 @@ static wm_status cuda_load(wm_model *m, wm_error *err) {
         st = use_device(m->devs[d], m->file->path, &ignored, err);
     }
     if (!st && m->opts.cuda_registered) st = check_registered(m, m->devs[0], err);
+#ifdef WM_HAVE_NCCL
+    if (!st && m->opts.nccl_comm) st = wm__read_once_check(m, err);
+#endif
     if (!st) st = alloc_device(m, cs, err);
     if (!st) st = fill_device(m, cs, err);
+#ifdef WM_HAVE_NCCL
+    if (!st && m->opts.nccl_comm) {
+        cudaError_t ce = CU(cudaSetDevice(m->devs[0]));
+        st = ce ? cu_fail(err, ce, "cudaSetDevice", "%s: device %d", m->file->path, m->devs[0])
+                : wm__read_once_complete(m, cs->dev, err);
+    }
+#endif
     if (st) cuda_release(m);
     restore_device(prev);
     return st;

@@ -322,7 +322,7 @@ static wm_status tensor_jobs(wm_model *m, uint32_t i, unsigned char *base, wm__j
             job.file_off = t->offset + p->src_off + r * p->src_stride;
             job.src_stride = p->src_stride;
             job.len = (size_t)p->seg_bytes;
-            job.dst = base + p->dst_off + (size_t)(r * p->seg_bytes);
+            job.dst = base + p->dst_off + (size_t)(p->dst_lo + r * p->seg_bytes);
             wm_status st = push_job(m, &job, jobs, n, cap, err);
             if (st) return st;
         }
@@ -340,7 +340,7 @@ static wm_status tensor_jobs(wm_model *m, uint32_t i, unsigned char *base, wm__j
     for (uint64_t off = 0; off < p->seg_bytes; off += piece) {
         job.file_off = t->offset + p->src_off + off;
         job.len = p->seg_bytes - off < piece ? (size_t)(p->seg_bytes - off) : piece;
-        job.dst = base + p->dst_off + (size_t)(off / out_den * out_num);
+        job.dst = base + p->dst_off + (size_t)(p->dst_lo + off / out_den * out_num);
         wm_status st = push_job(m, &job, jobs, n, cap, err);
         if (st) return st;
     }

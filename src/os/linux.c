@@ -1,6 +1,6 @@
 /*
- * linux.c: the Linux-only half of os.h: madvise advice that POSIX lacks, /proc files, and
- * trimming glibc's heap.
+ * linux.c: the Linux-only half of os.h: madvise advice that POSIX lacks, /proc files,
+ * trimming glibc's heap, and shared libraries loaded at run time.
  * MADV_POPULATE_READ (Linux 5.14) prefaults a range without privatising a page of a private
  * mapping, unlike MAP_POPULATE or mlock, so it is the prefetch tool of every mapped mode.
  */
@@ -9,6 +9,7 @@
 #endif
 #include "os.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -79,3 +80,16 @@ void wm__os_heap_trim(void) { malloc_trim(0); }
 #else
 void wm__os_heap_trim(void) {}
 #endif
+
+/* ---- shared libraries ---- */
+
+void wm__os_library(const char *const *names, size_t n, void **out, const char **why) {
+    *out = NULL;
+    *why = "no library name";
+    for (size_t i = 0; i < n && !*out; i++) {
+        *out = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if (!*out) *why = dlerror();
+    }
+}
+
+void *wm__os_symbol(void *library, const char *name) { return dlsym(library, name); }

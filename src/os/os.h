@@ -138,6 +138,13 @@ uint64_t wm__os_dev_id(unsigned major, unsigned minor);
  * per-thread state in them, and what it frees would otherwise stay in their arenas. */
 void wm__os_heap_trim(void);
 
+/* A shared library loaded once and kept until exit (dlopen with RTLD_NOW | RTLD_LOCAL; never
+ * closed: libraries such as NCCL keep threads). Each name of names[0 .. n) is tried in turn;
+ * *out is the handle, or NULL with *why set to the loader's last message (static storage).
+ * wm__os_symbol: the address of `name` in it, or NULL. */
+void wm__os_library(const char *const *names, size_t n, void **out, const char **why);
+void *wm__os_symbol(void *library, const char *name);
+
 size_t wm__os_page_size(void);
 unsigned wm__os_cpu_count(void);
 double wm__os_now(void); /* monotonic seconds */
