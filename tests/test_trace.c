@@ -299,6 +299,23 @@ WM_TEST(fork_child_is_skipped) {
     cJSON_Delete(j);
 }
 
+WM_TEST(exec_in_place_traced_children_skipped) {
+    char cmd[8192];
+    int rc;
+    /* The traced process execs the leaking program: the new image is traced (same pid). */
+    snprintf(cmd, sizeof cmd, "sh -c 'exec %s'", leaky("map", FIXTURE, 1, "none"));
+    cJSON *j = trace_json("", cmd, &rc);
+    CHECK_EQ(rc, 1);
+    CHECK_EQ(count_rule(j, "released"), 1);
+    cJSON_Delete(j);
+    /* The traced shell starts it as a child: skipped (LD_PRELOAD reaches it, dormant). */
+    snprintf(cmd, sizeof cmd, "sh -c '%s; true'", leaky("map", FIXTURE, 1, "none"));
+    j = trace_json("", cmd, &rc);
+    CHECK_EQ(rc, 0);
+    CHECK_EQ(n_items(j, "mappings"), 0);
+    cJSON_Delete(j);
+}
+
 WM_TEST(threads_free_each_others_blocks) {
     int rc;
     cJSON *j = trace_json("", leaky("threads", "-", 0, "none"), &rc);
