@@ -17,6 +17,7 @@
  * Sections: helpers; always (no GPU needed); with a GPU.
  */
 #include "wmtest.h"
+#include "cuda_mock.h" /* wm__cuda_mock_violations, in -DWM_CUDA_MOCK=ON builds */
 
 #include "os/fault.h"
 
@@ -36,19 +37,9 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/cuda_tune.h" /* wm__cuda_test_last_ring */
-#ifdef WM_CUDA_MOCK
-unsigned long wm__cuda_mock_violations(void);
-#endif
 #endif
 
 /* ---- helpers ---- */
-
-/* A model of about `size` bytes in `format`, made by the CLI in the case's temporary folder. */
-static const char *make_model(const char *name, const char *size, const char *format) {
-    char args[128];
-    snprintf(args, sizeof args, "--size %s --format %s", size, format);
-    return wmt_make_model(name, args);
-}
 
 static wm_load_options cuda_opts(wm_mode mode) {
     wm_load_options o = {0};
@@ -163,7 +154,7 @@ static void both_paths(const char *path) {
 /* With no GPU (or no such device), a clear WM_EDEVICE and nothing held; without the backend,
  * WM_EUNSUPPORTED. */
 WM_TEST(no_device_error) {
-    const char *path = make_model("m.gguf", "2M", "gguf");
+    const char *path = wmt_make_model("m.gguf", "--size 2M --format gguf");
     wm_file *f;
     wm_error err;
     CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
@@ -190,7 +181,7 @@ WM_TEST(no_device_error) {
 
 /* The CLI: exit 1 and a message naming the problem without a device; a clean load with one. */
 WM_TEST(cli_load) {
-    const char *path = make_model("m.gguf", "4M", "gguf");
+    const char *path = wmt_make_model("m.gguf", "--size 4M --format gguf");
     char args[600], out[8192];
     snprintf(args, sizeof args, "load '%s' --mode heap --backend cuda", path);
     int rc = wmt_cli(args, out, sizeof out);
@@ -237,7 +228,7 @@ WM_TEST(cli_load) {
 
 /* Options that make no sense on a device are refused before any device is touched. */
 WM_TEST(options_refused) {
-    const char *path = make_model("m.gguf", "2M", "gguf");
+    const char *path = wmt_make_model("m.gguf", "--size 2M --format gguf");
     wm_file *f;
     wm_error err;
     wm_model *m;
@@ -283,13 +274,13 @@ WM_TEST(options_refused) {
 
 WM_TEST(gguf_bytes_equal) {
     NEED_GPU();
-    both_paths(make_model("m.gguf", "12M", "gguf"));
+    both_paths(wmt_make_model("m.gguf", "--size 12M --format gguf"));
 }
 
 /* safetensors data has alignment 1: windows and registrations start inside pages. */
 WM_TEST(safetensors_bytes_equal) {
     NEED_GPU();
-    both_paths(make_model("m.safetensors", "12M", "safetensors"));
+    both_paths(wmt_make_model("m.safetensors", "--size 12M --format safetensors"));
 }
 
 /* Between loads: no device or pinned bytes in the ledger, no mapping of the file. */
@@ -306,7 +297,7 @@ static void check_nothing_held(const char *path) {
 WM_TEST(cycles_return_memory) {
     NEED_GPU();
     gpu_lock(LOCK_EX);
-    const char *path = make_model("m.gguf", "24M", "gguf");
+    const char *path = wmt_make_model("m.gguf", "--size 24M --format gguf");
     wm_file *f;
     wm_error err;
     CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
@@ -345,7 +336,7 @@ WM_TEST(cycles_return_memory) {
 /* After release the ring is no longer registered (and the caller's last error is clean). */
 WM_TEST(ring_unregistered_after_release) {
     NEED_GPU();
-    const char *path = make_model("m.gguf", "4M", "gguf");
+    const char *path = wmt_make_model("m.gguf", "--size 4M --format gguf");
     wm_file *f;
     wm_error err;
     wm_model *m;
@@ -371,7 +362,7 @@ static int cancel_at_first(void *user, uint64_t done, uint64_t total) {
 
 WM_TEST(cancel_holds_nothing) {
     NEED_GPU();
-    const char *path = make_model("m.gguf", "8M", "gguf");
+    const char *path = wmt_make_model("m.gguf", "--size 8M --format gguf");
     wm_file *f;
     wm_error err;
     wm_model *m;
@@ -453,7 +444,7 @@ static int cut_short(void *user, uint64_t done, uint64_t total) {
  * refused with WM_EFORMAT holding nothing. */
 WM_TEST(direct_io) {
     NEED_GPU();
-    const char *path = make_model("m.safetensors", "12M", "safetensors");
+    const char *path = wmt_make_model("m.safetensors", "--size 12M --format safetensors");
     int probe = open(path, O_RDONLY | O_DIRECT);
     bool supported = probe >= 0;
     if (probe >= 0) close(probe);
@@ -551,12 +542,12 @@ static wm_load_options sweep_opts(int registered) {
 
 WM_TEST(fault_sweep_device_staged) {
     NEED_GPU();
-    sweep(make_model("m.gguf", "6M", "gguf"), sweep_opts(0), WM_OS_DEVICE);
+    sweep(wmt_make_model("m.gguf", "--size 6M --format gguf"), sweep_opts(0), WM_OS_DEVICE);
 }
 
 WM_TEST(fault_sweep_device_registered) {
     NEED_GPU();
-    sweep(make_model("m.safetensors", "6M", "safetensors"), sweep_opts(1), WM_OS_DEVICE);
+    sweep(wmt_make_model("m.safetensors", "--size 6M --format safetensors"), sweep_opts(1), WM_OS_DEVICE);
 }
 
 /* Every other kind of OS call a load makes (reads, mappings, pages, threads, allocations). */
@@ -578,7 +569,7 @@ static void sweep_os(const char *path, wm_load_options o) {
 
 WM_TEST(fault_sweep_os_staged) {
     NEED_GPU();
-    sweep_os(make_model("m.gguf", "4M", "gguf"), sweep_opts(0));
+    sweep_os(wmt_make_model("m.gguf", "--size 4M --format gguf"), sweep_opts(0));
 }
 
 /* Staged loads with 4 threads (and registered ones) make every CUDA call on the loading
@@ -588,7 +579,7 @@ WM_TEST(cuda_calls_only_on_loading_thread) {
     WM_SKIP("the calling thread is checked by the mock runtime (-DWM_CUDA_MOCK=ON)");
 #else
     NEED_GPU(); /* the mock's first caller, and so its owner, is this (the main) thread */
-    const char *path = make_model("m.gguf", "12M", "gguf");
+    const char *path = wmt_make_model("m.gguf", "--size 12M --format gguf");
     for (int reg = 0; reg < 2; reg++) {
         for (int chunked = 0; chunked < 2; chunked++) {
             wm_file *f;
@@ -618,7 +609,7 @@ WM_TEST(cuda_calls_only_on_loading_thread) {
 
 WM_TEST(fault_sweep_os_registered) {
     NEED_GPU();
-    sweep_os(make_model("m.gguf", "4M", "gguf"), sweep_opts(1));
+    sweep_os(wmt_make_model("m.gguf", "--size 4M --format gguf"), sweep_opts(1));
 }
 
 #endif /* WM_HAVE_CUDA */

@@ -16,6 +16,7 @@
  * their bytes per rank.
  */
 #include "wmtest.h"
+#include "cuda_mock.h" /* wm__cuda_mock_violations, in -DWM_CUDA_MOCK=ON builds */
 
 #include "os/fault.h"
 
@@ -27,21 +28,9 @@
 
 #ifdef WM_HAVE_CUDA
 #include <cuda_runtime_api.h>
-#ifdef WM_CUDA_MOCK
-unsigned long wm__cuda_mock_violations(void);
-#endif
 #endif
 
 /* ---- helpers ---- */
-
-static const char *make_model(const char *name, const char *size, const char *format) {
-    const char *path = wmt_tmp(name);
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "'%s' make-model '%s' --size %s --format %s >/dev/null", WM_CLI, path,
-             size, format);
-    CHECK_MSG(system(cmd) == 0, "make-model failed: %s", cmd);
-    return path;
-}
 
 static unsigned char *file_bytes(const char *path) {
     size_t len;
@@ -178,14 +167,14 @@ static void tp_rank(const char *path, wm_load_options o, unsigned r, unsigned w)
 /* ---- tensor parallelism on the CPU ---- */
 
 WM_TEST(tp_heap_slices_and_reads) {
-    const char *path = make_model("m.gguf", "8M", "gguf");
+    const char *path = wmt_make_model("m.gguf", "--size 8M --format gguf");
     wm_load_options o = {.mode = WM_MODE_HEAP, .threads = 3};
     for (unsigned r = 0; r < 2; r++) tp_rank(path, o, r, 2);
     for (unsigned r = 0; r < 4; r++) tp_rank(path, o, r, 4);
 }
 
 WM_TEST(tp_heap_safetensors) {
-    const char *path = make_model("m.safetensors", "8M", "safetensors");
+    const char *path = wmt_make_model("m.safetensors", "--size 8M --format safetensors");
     /* threads set: the default asks glibc for the CPU count, which reads /sys (rchar). */
     wm_load_options o = {.mode = WM_MODE_HEAP, .threads = 2};
     for (unsigned r = 0; r < 2; r++) tp_rank(path, o, r, 2);
@@ -199,7 +188,7 @@ static wm_split split_everything_last(void *user, size_t index, const wm_tensor_
 }
 
 WM_TEST(tp_refusals_name_the_tensor_and_hold_nothing) {
-    const char *path = make_model("m.gguf", "8M", "gguf");
+    const char *path = wmt_make_model("m.gguf", "--size 8M --format gguf");
     wm_file *f;
     wm_error err;
     CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
@@ -232,7 +221,7 @@ WM_TEST(tp_heap_fault_sweep) {
 #ifndef WM_FAULT_INJECTION
     WM_SKIP("needs -DWM_FAULT_INJECTION=ON");
 #else
-    const char *path = make_model("m.gguf", "8M", "gguf");
+    const char *path = wmt_make_model("m.gguf", "--size 8M --format gguf");
     wm_file *f;
     wm_error err;
     CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
@@ -353,13 +342,13 @@ static size_t load_two(const char *path, wm_placement placement, wm_mode mode) {
 
 WM_TEST(two_devices_balance) {
     NEED_GPUS(2);
-    load_two(make_model("m.gguf", "16M", "gguf"), WM_PLACE_BALANCE, WM_MODE_HEAP);
-    load_two(make_model("m.safetensors", "16M", "safetensors"), WM_PLACE_BALANCE, WM_MODE_MMAP);
+    load_two(wmt_make_model("m.gguf", "--size 16M --format gguf"), WM_PLACE_BALANCE, WM_MODE_HEAP);
+    load_two(wmt_make_model("m.safetensors", "--size 16M --format safetensors"), WM_PLACE_BALANCE, WM_MODE_MMAP);
 }
 
 WM_TEST(two_devices_layers) {
     NEED_GPUS(2);
-    const char *path = make_model("m.gguf", "16M", "gguf");
+    const char *path = wmt_make_model("m.gguf", "--size 16M --format gguf");
     load_two(path, WM_PLACE_LAYERS, WM_MODE_HEAP);
     /* blk.0 on device 0, blk.1 on device 1 (two layers), token_embd first, output last. */
     wm_file *f;
@@ -390,12 +379,12 @@ WM_TEST(two_devices_layers) {
 
 WM_TEST(two_devices_callback) {
     NEED_GPUS(2);
-    load_two(make_model("m.gguf", "8M", "gguf"), WM_PLACE_CALLBACK, WM_MODE_HEAP);
+    load_two(wmt_make_model("m.gguf", "--size 8M --format gguf"), WM_PLACE_CALLBACK, WM_MODE_HEAP);
 }
 
 WM_TEST(device_refusals) {
     NEED_GPUS(2);
-    const char *path = make_model("m.gguf", "8M", "gguf");
+    const char *path = wmt_make_model("m.gguf", "--size 8M --format gguf");
     wm_file *f;
     wm_error err;
     CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
@@ -430,7 +419,7 @@ WM_TEST(two_devices_fault_sweep) {
     WM_SKIP("needs -DWM_FAULT_INJECTION=ON");
 #else
     NEED_GPUS(2);
-    const char *path = make_model("m.gguf", "8M", "gguf");
+    const char *path = wmt_make_model("m.gguf", "--size 8M --format gguf");
     wm_file *f;
     wm_error err;
     CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
@@ -476,7 +465,7 @@ WM_TEST(two_devices_fault_sweep) {
 /* Tensor parallelism on the CUDA staged path: both ranks' slices on the device, and the reads. */
 WM_TEST(tp_cuda_slices_and_reads) {
     NEED_GPUS(1);
-    const char *path = make_model("m.gguf", "16M", "gguf");
+    const char *path = wmt_make_model("m.gguf", "--size 16M --format gguf");
     wm_load_options o = {.mode = WM_MODE_HEAP, .backend = WM_BACKEND_CUDA, .threads = 4,
                          .pinned_budget = (uint64_t)8 << 20};
     for (unsigned r = 0; r < 2; r++) tp_rank(path, o, r, 2);
@@ -493,7 +482,7 @@ WM_TEST(tp_cuda_slices_and_reads) {
  * quarantine keeps freed memory). */
 WM_TEST(cli_two_devices_cycles_return_memory) {
     NEED_GPUS(2);
-    const char *path = make_model("m.gguf", "16M", "gguf");
+    const char *path = wmt_make_model("m.gguf", "--size 16M --format gguf");
     char args[1024], out[1 << 16];
     for (int layers = 0; layers < 2; layers++) {
         snprintf(args, sizeof args, "load '%s' --mode heap --backend cuda:0,1 --placement %s "
@@ -613,14 +602,14 @@ static void read_once(const char *path, unsigned w, bool split) {
 }
 
 static void read_once_cases(void) {
-    const char *path = make_model("m.gguf", "16M", "gguf");
+    const char *path = wmt_make_model("m.gguf", "--size 16M --format gguf");
     read_once(path, 2, false);
     read_once(path, 3, false);
     read_once(path, 2, true);
 }
 
 static void read_once_refusal_cases(void) {
-    const char *path = make_model("m.gguf", "8M", "gguf");
+    const char *path = wmt_make_model("m.gguf", "--size 8M --format gguf");
     ncclUniqueId id;
     CHECK_EQ(ncclGetUniqueId(&id), ncclSuccess);
     ncclComm_t comm;

@@ -1,0 +1,11 @@
+/*
+ * cuda_mock.h: what the tests read from the mock CUDA runtime, tests/cuda_mock.c (linked into the
+ * library instead of the runtime with -DWM_CUDA_MOCK=ON). Call it only in such builds.
+ */
+#ifndef WM_CUDA_MOCK_H
+#define WM_CUDA_MOCK_H
+
+/* CUDA calls from threads other than the first caller so far (each one refused by the mock). */
+unsigned long wm__cuda_mock_violations(void);
+
+#endif /* WM_CUDA_MOCK_H */
