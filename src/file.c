@@ -85,10 +85,19 @@ wm_status wm_file_find_metadata(const wm_file *f, const char *key, size_t *index
     return wm__index_find_kv(f, key, strlen(key), index);
 }
 
-wm_status wm_file_metadata(const wm_file *f, size_t index, wm_kv *out) {
-    if (!f || !out) return WM_EINVAL;
+/* Metadata entry `index`: WM_EINVAL without a file, WM_ERANGE past the last entry. */
+static wm_status entry(const wm_file *f, size_t index, const wm__kv **kv) {
+    if (!f) return WM_EINVAL;
     if (index >= f->n_kv) return WM_ERANGE;
-    const wm__kv *kv = &f->kvs[index];
+    *kv = &f->kvs[index];
+    return WM_OK;
+}
+
+wm_status wm_file_metadata(const wm_file *f, size_t index, wm_kv *out) {
+    const wm__kv *kv;
+    if (!out) return WM_EINVAL;
+    wm_status st = entry(f, index, &kv);
+    if (st) return st;
     out->key = f->names + kv->key_off;
     out->type = (wm_value_type)kv->type;
     out->elem_type = (wm_value_type)kv->elem_type;
@@ -96,15 +105,24 @@ wm_status wm_file_metadata(const wm_file *f, size_t index, wm_kv *out) {
     return WM_OK;
 }
 
-/* A number decoded from `type` at p; kind 0 unsigned, 1 signed, 2 float. */
+/* A number read from the file, or why there is none (st). The numeric getters are each one
+ * reader (scalar, keyed, element) producing a num and one conversion (to_u64, to_i64, to_f64)
+ * delivering it as the caller's type; a reader's failure passes through the conversion. */
 typedef struct num {
-    int kind;
+    wm_status st;
+    int kind; /* 0 unsigned, 1 signed, 2 float */
     uint64_t u;
     int64_t i;
     double d;
 } num;
 
-static bool decode(wm_value_type type, const unsigned char *p, num *n) {
+static num num_u(uint64_t u) { return (num){WM_OK, 0, u, 0, 0}; }
+static num num_i(int64_t i) { return (num){WM_OK, 1, 0, i, 0}; }
+static num num_d(double d) { return (num){WM_OK, 2, 0, 0, d}; }
+static num num_fail(wm_status st) { return (num){.st = st}; }
+
+/* The number of `type` at p; WM_ETYPE for a type that is not a number. */
+static num decode(wm_value_type type, const unsigned char *p) {
     union {
         uint8_t u8;
         int8_t i8;
@@ -118,73 +136,78 @@ static bool decode(wm_value_type type, const unsigned char *p, num *n) {
         double f64;
     } v;
     switch (type) {
-    case WM_VALUE_U8: case WM_VALUE_BOOL: memcpy(&v.u8, p, 1); *n = (num){0, v.u8, 0, 0}; return true;
-    case WM_VALUE_U16: memcpy(&v.u16, p, 2); *n = (num){0, v.u16, 0, 0}; return true;
-    case WM_VALUE_U32: memcpy(&v.u32, p, 4); *n = (num){0, v.u32, 0, 0}; return true;
-    case WM_VALUE_U64: memcpy(&v.u64, p, 8); *n = (num){0, v.u64, 0, 0}; return true;
-    case WM_VALUE_I8: memcpy(&v.i8, p, 1); *n = (num){1, 0, v.i8, 0}; return true;
-    case WM_VALUE_I16: memcpy(&v.i16, p, 2); *n = (num){1, 0, v.i16, 0}; return true;
-    case WM_VALUE_I32: memcpy(&v.i32, p, 4); *n = (num){1, 0, v.i32, 0}; return true;
-    case WM_VALUE_I64: memcpy(&v.i64, p, 8); *n = (num){1, 0, v.i64, 0}; return true;
-    case WM_VALUE_F32: memcpy(&v.f32, p, 4); *n = (num){2, 0, 0, v.f32}; return true;
-    case WM_VALUE_F64: memcpy(&v.f64, p, 8); *n = (num){2, 0, 0, v.f64}; return true;
-    default: return false;
+    case WM_VALUE_U8:
+    case WM_VALUE_BOOL: memcpy(&v.u8, p, 1); return num_u(v.u8);
+    case WM_VALUE_U16: memcpy(&v.u16, p, 2); return num_u(v.u16);
+    case WM_VALUE_U32: memcpy(&v.u32, p, 4); return num_u(v.u32);
+    case WM_VALUE_U64: memcpy(&v.u64, p, 8); return num_u(v.u64);
+    case WM_VALUE_I8: memcpy(&v.i8, p, 1); return num_i(v.i8);
+    case WM_VALUE_I16: memcpy(&v.i16, p, 2); return num_i(v.i16);
+    case WM_VALUE_I32: memcpy(&v.i32, p, 4); return num_i(v.i32);
+    case WM_VALUE_I64: memcpy(&v.i64, p, 8); return num_i(v.i64);
+    case WM_VALUE_F32: memcpy(&v.f32, p, 4); return num_d(v.f32);
+    case WM_VALUE_F64: memcpy(&v.f64, p, 8); return num_d(v.f64);
+    default: return num_fail(WM_ETYPE);
     }
 }
 
-static wm_status to_u64(const num *n, uint64_t *out) {
-    if (n->kind == 2) return WM_ETYPE;
-    if (n->kind == 1 && n->i < 0) return WM_ERANGE;
+static wm_status to_u64(num n, uint64_t *out) {
+    if (n.st) return n.st;
+    if (n.kind == 2) return WM_ETYPE;
+    if (n.kind == 1 && n.i < 0) return WM_ERANGE;
     if (!out) return WM_EINVAL;
-    *out = n->kind == 0 ? n->u : (uint64_t)n->i;
+    *out = n.kind == 0 ? n.u : (uint64_t)n.i;
     return WM_OK;
 }
 
-static wm_status to_i64(const num *n, int64_t *out) {
-    if (n->kind == 2) return WM_ETYPE;
-    if (n->kind == 0 && n->u > (uint64_t)INT64_MAX) return WM_ERANGE;
+static wm_status to_i64(num n, int64_t *out) {
+    if (n.st) return n.st;
+    if (n.kind == 2) return WM_ETYPE;
+    if (n.kind == 0 && n.u > (uint64_t)INT64_MAX) return WM_ERANGE;
     if (!out) return WM_EINVAL;
-    *out = n->kind == 1 ? n->i : (int64_t)n->u;
+    *out = n.kind == 1 ? n.i : (int64_t)n.u;
     return WM_OK;
 }
 
-static wm_status to_f64(const num *n, double *out) {
-    if (n->kind != 2) return WM_ETYPE;
+static wm_status to_f64(num n, double *out) {
+    if (n.st) return n.st;
+    if (n.kind != 2) return WM_ETYPE;
     if (!out) return WM_EINVAL;
-    *out = n->d;
+    *out = n.d;
     return WM_OK;
 }
 
-static wm_status scalar(const wm_file *f, size_t index, num *n) {
-    if (!f) return WM_EINVAL;
-    if (index >= f->n_kv) return WM_ERANGE;
-    const wm__kv *kv = &f->kvs[index];
-    if (kv->type == WM_VALUE_BOOL) return WM_ETYPE;
-    return decode((wm_value_type)kv->type, kv->val, n) ? WM_OK : WM_ETYPE;
+/* Metadata entry `index` as a number (a bool is not one). */
+static num scalar(const wm_file *f, size_t index) {
+    const wm__kv *kv;
+    wm_status st = entry(f, index, &kv);
+    if (st) return num_fail(st);
+    if (kv->type == WM_VALUE_BOOL) return num_fail(WM_ETYPE);
+    return decode((wm_value_type)kv->type, kv->val);
+}
+
+/* The metadata entry named `key` as a number. */
+static num keyed(const wm_file *f, const char *key) {
+    size_t i;
+    wm_status st = wm_file_find_metadata(f, key, &i);
+    return st ? num_fail(st) : scalar(f, i);
 }
 
 wm_status wm_file_kv_u64(const wm_file *f, size_t index, uint64_t *out) {
-    num n;
-    wm_status st = scalar(f, index, &n);
-    return st ? st : to_u64(&n, out);
+    return to_u64(scalar(f, index), out);
 }
-
 wm_status wm_file_kv_i64(const wm_file *f, size_t index, int64_t *out) {
-    num n;
-    wm_status st = scalar(f, index, &n);
-    return st ? st : to_i64(&n, out);
+    return to_i64(scalar(f, index), out);
 }
-
 wm_status wm_file_kv_f64(const wm_file *f, size_t index, double *out) {
-    num n;
-    wm_status st = scalar(f, index, &n);
-    return st ? st : to_f64(&n, out);
+    return to_f64(scalar(f, index), out);
 }
 
 wm_status wm_file_kv_string(const wm_file *f, size_t index, wm_string *out) {
-    if (!f || !out) return WM_EINVAL;
-    if (index >= f->n_kv) return WM_ERANGE;
-    const wm__kv *kv = &f->kvs[index];
+    const wm__kv *kv;
+    if (!out) return WM_EINVAL;
+    wm_status st = entry(f, index, &kv);
+    if (st) return st;
     if (kv->type != WM_VALUE_STRING) return WM_ETYPE;
     out->ptr = (const char *)kv->val;
     out->len = (size_t)kv->length;
@@ -192,15 +215,13 @@ wm_status wm_file_kv_string(const wm_file *f, size_t index, wm_string *out) {
 }
 
 wm_status wm_file_get_u64(const wm_file *f, const char *key, uint64_t *out) {
-    size_t i;
-    wm_status st = wm_file_find_metadata(f, key, &i);
-    return st ? st : wm_file_kv_u64(f, i, out);
+    return to_u64(keyed(f, key), out);
 }
-
 wm_status wm_file_get_i64(const wm_file *f, const char *key, int64_t *out) {
-    size_t i;
-    wm_status st = wm_file_find_metadata(f, key, &i);
-    return st ? st : wm_file_kv_i64(f, i, out);
+    return to_i64(keyed(f, key), out);
+}
+wm_status wm_file_get_f64(const wm_file *f, const char *key, double *out) {
+    return to_f64(keyed(f, key), out);
 }
 
 wm_status wm_file_get_u32(const wm_file *f, const char *key, uint32_t *out) {
@@ -211,12 +232,6 @@ wm_status wm_file_get_u32(const wm_file *f, const char *key, uint32_t *out) {
     if (!out) return WM_EINVAL;
     *out = (uint32_t)v;
     return WM_OK;
-}
-
-wm_status wm_file_get_f64(const wm_file *f, const char *key, double *out) {
-    size_t i;
-    wm_status st = wm_file_find_metadata(f, key, &i);
-    return st ? st : wm_file_kv_f64(f, i, out);
 }
 
 wm_status wm_file_get_bool(const wm_file *f, const char *key, int *out) {
@@ -239,47 +254,40 @@ wm_status wm_file_get_string(const wm_file *f, const char *key, wm_string *out) 
 /* ---- arrays ---- */
 
 static wm_status array_kv(const wm_file *f, size_t index, uint64_t elem, const wm__kv **out) {
-    if (!f) return WM_EINVAL;
-    if (index >= f->n_kv) return WM_ERANGE;
-    const wm__kv *kv = &f->kvs[index];
+    const wm__kv *kv;
+    wm_status st = entry(f, index, &kv);
+    if (st) return st;
     if (kv->type != WM_VALUE_ARRAY) return WM_ETYPE;
     if (elem >= kv->length) return WM_ERANGE;
     *out = kv;
     return WM_OK;
 }
 
-static wm_status array_num(const wm_file *f, size_t index, uint64_t elem, num *n) {
+/* Element `elem` of array entry `index` as a number. */
+static num element(const wm_file *f, size_t index, uint64_t elem) {
     const wm__kv *kv;
     wm_status st = array_kv(f, index, elem, &kv);
-    if (st) return st;
+    if (st) return num_fail(st);
     static const uint8_t size[WM_VALUE_TYPE_COUNT] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
-    if (kv->elem_type >= WM_VALUE_TYPE_COUNT || !size[kv->elem_type]) return WM_ETYPE;
-    return decode((wm_value_type)kv->elem_type, kv->val + elem * size[kv->elem_type], n) ? WM_OK
-                                                                                          : WM_ETYPE;
+    if (kv->elem_type >= WM_VALUE_TYPE_COUNT || !size[kv->elem_type]) return num_fail(WM_ETYPE);
+    return decode((wm_value_type)kv->elem_type, kv->val + elem * size[kv->elem_type]);
 }
 
 wm_status wm_file_array_u64(const wm_file *f, size_t index, uint64_t elem, uint64_t *out) {
-    num n;
-    wm_status st = array_num(f, index, elem, &n);
-    return st ? st : to_u64(&n, out);
+    return to_u64(element(f, index, elem), out);
 }
-
 wm_status wm_file_array_i64(const wm_file *f, size_t index, uint64_t elem, int64_t *out) {
-    num n;
-    wm_status st = array_num(f, index, elem, &n);
-    return st ? st : to_i64(&n, out);
+    return to_i64(element(f, index, elem), out);
 }
-
 wm_status wm_file_array_f64(const wm_file *f, size_t index, uint64_t elem, double *out) {
-    num n;
-    wm_status st = array_num(f, index, elem, &n);
-    return st ? st : to_f64(&n, out);
+    return to_f64(element(f, index, elem), out);
 }
 
 wm_status wm_file_array_iter(const wm_file *f, size_t index, wm_array_iter *it) {
-    if (!f || !it) return WM_EINVAL;
-    if (index >= f->n_kv) return WM_ERANGE;
-    const wm__kv *kv = &f->kvs[index];
+    const wm__kv *kv;
+    if (!it) return WM_EINVAL;
+    wm_status st = entry(f, index, &kv);
+    if (st) return st;
     if (kv->type != WM_VALUE_ARRAY || kv->elem_type != WM_VALUE_STRING) return WM_ETYPE;
     it->pos_ = kv->val;
     it->left_ = kv->length;

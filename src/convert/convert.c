@@ -83,29 +83,22 @@ static bool is_wide_int(wm_type t) {
 /* Element i of an F64 or wide integer array as a double (64-bit integers round once, to
  * nearest; 32-bit ones are exact). */
 static double load_double(wm_type t, const uint8_t *p, size_t i) {
-    if (t == WM_TYPE_I32) {
-        int32_t v;
-        memcpy(&v, p + 4 * i, 4);
-        return v;
+    union {
+        int32_t i32;
+        uint32_t u32;
+        int64_t i64;
+        uint64_t u64;
+        double f64;
+    } v;
+    size_t w = t == WM_TYPE_I32 || t == WM_TYPE_U32 ? 4 : 8;
+    memcpy(&v, p + w * i, w);
+    switch (t) {
+    case WM_TYPE_I32: return v.i32;
+    case WM_TYPE_U32: return v.u32;
+    case WM_TYPE_F64: return v.f64;
+    case WM_TYPE_I64: return (double)v.i64;
+    default: return (double)v.u64;
     }
-    if (t == WM_TYPE_U32) {
-        uint32_t v;
-        memcpy(&v, p + 4 * i, 4);
-        return v;
-    }
-    if (t == WM_TYPE_F64) {
-        double v;
-        memcpy(&v, p + 8 * i, 8);
-        return v;
-    }
-    if (t == WM_TYPE_I64) {
-        int64_t v;
-        memcpy(&v, p + 8 * i, 8);
-        return (double)v;
-    }
-    uint64_t v;
-    memcpy(&v, p + 8 * i, 8);
-    return (double)v;
 }
 
 /* Double to float rounding to odd: an inexact result gets its last bit set. A later rounding to

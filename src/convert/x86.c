@@ -78,6 +78,13 @@ TARGET static inline void st16_i8(float *y, __m128i v, __m256 d) {
     _mm256_storeu_ps(y, _mm256_mul_ps(i8x8_ps(v), d));
     _mm256_storeu_ps(y + 8, _mm256_mul_ps(i8x8_ps(_mm_srli_si128(v, 8)), d));
 }
+/* Stores the 32 nibbles of 16 bytes q (each byte's low nibble in the first 16, its high nibble
+ * in the next 16) mapped through the codebook kv (16 signed bytes), times d. */
+TARGET static inline void st32_codebook(float *y, __m128i q, __m128i kv, __m256 d) {
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    st16_i8(y, _mm_shuffle_epi8(kv, _mm_and_si128(q, m4)), d);
+    st16_i8(y + 16, _mm_shuffle_epi8(kv, _mm_and_si128(_mm_srli_epi16(q, 4), m4)), d);
+}
 /* Stores 16 unsigned bytes as dl*q - ml. */
 TARGET static inline void st16_u8_dm(float *y, __m128i v, __m256 dl, __m256 ml) {
     _mm256_storeu_ps(y, _mm256_sub_ps(_mm256_mul_ps(dl, u8x8_ps(v)), ml));
@@ -268,16 +275,12 @@ TARGET static void x_q2_0(const uint8_t *x, float *y, size_t nb) {
     }
 }
 
-/* 16 codebook nibbles of an MXFP4/IQ4 block mapped through `kv` (16 signed bytes). */
+/* MXFP4, IQ4_NL and IQ4_XS: blocks of codebook nibbles (st32_codebook). */
 TARGET static void x_mxfp4(const uint8_t *x, float *y, size_t nb) {
-    const __m128i kv = _mm_loadu_si128((const __m128i *)wm__kvalues_mxfp4),
-                  m4 = _mm_set1_epi8(0x0F);
-    for (size_t i = 0; i < nb; i++, x += 17, y += 32) {
-        const __m256 d = _mm256_set1_ps(wm__e8m0_half(x[0]));
-        __m128i q = _mm_loadu_si128((const __m128i *)(x + 1));
-        st16_i8(y, _mm_shuffle_epi8(kv, _mm_and_si128(q, m4)), d);
-        st16_i8(y + 16, _mm_shuffle_epi8(kv, _mm_and_si128(_mm_srli_epi16(q, 4), m4)), d);
-    }
+    const __m128i kv = _mm_loadu_si128((const __m128i *)wm__kvalues_mxfp4);
+    for (size_t i = 0; i < nb; i++, x += 17, y += 32)
+        st32_codebook(y, _mm_loadu_si128((const __m128i *)(x + 1)), kv,
+                      _mm256_set1_ps(wm__e8m0_half(x[0])));
 }
 
 TARGET static void x_nvfp4(const uint8_t *x, float *y, size_t nb) {
@@ -296,29 +299,21 @@ TARGET static void x_nvfp4(const uint8_t *x, float *y, size_t nb) {
 }
 
 TARGET static void x_iq4_nl(const uint8_t *x, float *y, size_t nb) {
-    const __m128i kv = _mm_loadu_si128((const __m128i *)wm__kvalues_iq4nl),
-                  m4 = _mm_set1_epi8(0x0F);
-    for (size_t i = 0; i < nb; i++, x += 18, y += 32) {
-        const __m256 d = _mm256_set1_ps(half_at(x));
-        __m128i q = _mm_loadu_si128((const __m128i *)(x + 2));
-        st16_i8(y, _mm_shuffle_epi8(kv, _mm_and_si128(q, m4)), d);
-        st16_i8(y + 16, _mm_shuffle_epi8(kv, _mm_and_si128(_mm_srli_epi16(q, 4), m4)), d);
-    }
+    const __m128i kv = _mm_loadu_si128((const __m128i *)wm__kvalues_iq4nl);
+    for (size_t i = 0; i < nb; i++, x += 18, y += 32)
+        st32_codebook(y, _mm_loadu_si128((const __m128i *)(x + 2)), kv, _mm256_set1_ps(half_at(x)));
 }
 
 TARGET static void x_iq4_xs(const uint8_t *x, float *y, size_t nb) {
-    const __m128i kv = _mm_loadu_si128((const __m128i *)wm__kvalues_iq4nl),
-                  m4 = _mm_set1_epi8(0x0F);
+    const __m128i kv = _mm_loadu_si128((const __m128i *)wm__kvalues_iq4nl);
     for (size_t i = 0; i < nb; i++, x += 136) {
         const float d = half_at(x);
         const uint16_t sh = wm__rd16(x + 2);
         const uint8_t *sl = x + 4, *qs = x + 8;
         for (int ib = 0; ib < 8; ib++, y += 32, qs += 16) {
             int ls = ((sl[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((sh >> (2 * ib)) & 3) << 4);
-            const __m256 dl = _mm256_set1_ps(d * (float)(ls - 32));
-            __m128i q = _mm_loadu_si128((const __m128i *)qs);
-            st16_i8(y, _mm_shuffle_epi8(kv, _mm_and_si128(q, m4)), dl);
-            st16_i8(y + 16, _mm_shuffle_epi8(kv, _mm_and_si128(_mm_srli_epi16(q, 4), m4)), dl);
+            st32_codebook(y, _mm_loadu_si128((const __m128i *)qs), kv,
+                          _mm256_set1_ps(d * (float)(ls - 32)));
         }
     }
 }

@@ -129,25 +129,39 @@ static bool skip_value(parse_state *s, uint32_t type, unsigned depth, const char
     }
 }
 
+/* Reads the length-prefixed name of metadata entry i (a key) or of tensor i: not empty, within
+ * its limit (a key inside the file, a tensor name below GGUF_MAX_NAME), no NUL byte. *off is its
+ * header offset (a blob offset after build_names), *len its length. */
+static bool read_name(parse_state *s, bool tensor, uint64_t i, uint32_t *off, uint32_t *len) {
+    size_t at = s->r.pos;
+    unsigned long long li = i;
+    uint64_t n;
+    if (!wm__rd_len(&s->r, s->lenw, &n, tensor ? "tensor name length" : "key length")) return false;
+    if (n == 0)
+        return tensor ? fail(s, at, "tensor %llu has an empty name", li)
+                      : fail(s, at, "metadata key %llu is empty", li);
+    if (tensor && n >= GGUF_MAX_NAME)
+        return fail(s, at, "tensor %llu: name length %llu is not below the limit of %d bytes", li,
+                    (unsigned long long)n, GGUF_MAX_NAME);
+    if (!tensor && (n > UINT32_MAX || n > wm__rd_file_left(&s->r)))
+        return fail(s, at, "metadata key %llu: length %llu runs past the end of the file", li,
+                    (unsigned long long)n);
+    if (!wm__rd_have(&s->r, n, tensor ? "tensor name" : "key")) return false;
+    if (memchr(s->r.buf + s->r.pos, 0, (size_t)n))
+        return tensor ? fail(s, at, "tensor %llu: name contains a NUL byte", li)
+                      : fail(s, at, "metadata key %llu contains a NUL byte", li);
+    *off = (uint32_t)s->r.pos;
+    *len = (uint32_t)n;
+    s->r.pos += (size_t)n;
+    return true;
+}
+
 static bool parse_kv(parse_state *s, uint64_t i) {
     wm__kv *kv = &s->f->kvs[i];
-    size_t at = s->r.pos;
-    uint64_t klen;
-    if (!wm__rd_len(&s->r, s->lenw, &klen, "key length")) return false;
-    if (klen == 0) return fail(s, at, "metadata key %llu is empty", (unsigned long long)i);
-    if (klen > UINT32_MAX || klen > wm__rd_file_left(&s->r))
-        return fail(s, at, "metadata key %llu: length %llu runs past the end of the file",
-                    (unsigned long long)i, (unsigned long long)klen);
-    if (!wm__rd_have(&s->r, klen, "key")) return false;
-    kv->key_off = (uint32_t)s->r.pos; /* header offset for now; blob offset after build_names */
-    kv->key_len = (uint32_t)klen;
-    for (uint64_t j = 0; j < klen; j++)
-        if (s->r.buf[s->r.pos + j] == 0)
-            return fail(s, at, "metadata key %llu contains a NUL byte", (unsigned long long)i);
-    s->r.pos += (size_t)klen;
+    if (!read_name(s, false, i, &kv->key_off, &kv->key_len)) return false;
 
     char field[96];
-    snprintf(field, sizeof field, "value of '%.*s'", (int)(klen < 60 ? klen : 60),
+    snprintf(field, sizeof field, "value of '%.*s'", (int)(kv->key_len < 60 ? kv->key_len : 60),
              (const char *)s->r.buf + kv->key_off);
     size_t tat = s->r.pos;
     uint32_t type;
@@ -181,21 +195,9 @@ static bool parse_kv(parse_state *s, uint64_t i) {
 
 static bool parse_tensor(parse_state *s, uint64_t i) {
     wm__tensor *t = &s->f->tensors[i];
-    size_t at = s->r.pos;
-    uint64_t nlen;
-    if (!wm__rd_len(&s->r, s->lenw, &nlen, "tensor name length")) return false;
-    if (nlen == 0) return fail(s, at, "tensor %llu has an empty name", (unsigned long long)i);
-    if (nlen >= GGUF_MAX_NAME)
-        return fail(s, at, "tensor %llu: name length %llu is not below the limit of %d bytes",
-                    (unsigned long long)i, (unsigned long long)nlen, GGUF_MAX_NAME);
-    if (!wm__rd_have(&s->r, nlen, "tensor name")) return false;
-    const char *name = (const char *)s->r.buf + s->r.pos;
-    if (memchr(name, 0, (size_t)nlen))
-        return fail(s, at, "tensor %llu: name contains a NUL byte", (unsigned long long)i);
-    t->name_off = (uint32_t)s->r.pos;
-    t->name_len = (uint32_t)nlen;
-    s->r.pos += (size_t)nlen;
-    int nl = (int)nlen;
+    if (!read_name(s, true, i, &t->name_off, &t->name_len)) return false;
+    const char *name = (const char *)s->r.buf + t->name_off;
+    int nl = (int)t->name_len;
 
     size_t dat = s->r.pos;
     uint32_t n_dims;
@@ -420,6 +422,15 @@ static bool parse_pass(parse_state *s) {
     return check_data(s, r->pos);
 }
 
+/* Appends the name of `len` bytes at header offset *off to the blob at *p, NUL-terminated, and
+ * makes *off its blob offset. */
+static void put_name(wm_file *f, size_t *p, uint32_t *off, uint32_t len) {
+    memcpy(f->names + *p, f->header + *off, len);
+    *off = (uint32_t)*p;
+    *p += len;
+    f->names[(*p)++] = 0;
+}
+
 /* Copies keys and tensor names into one NUL-terminated blob and rebases their offsets. */
 static wm_status build_names(wm_file *f, const char *path, wm_error *err) {
     size_t total = 1;
@@ -429,20 +440,10 @@ static wm_status build_names(wm_file *f, const char *path, wm_error *err) {
     if (!f->names) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory for names", path);
     size_t p = 0;
     f->names[p++] = 0;
-    for (size_t i = 0; i < f->n_kv; i++) {
-        wm__kv *kv = &f->kvs[i];
-        memcpy(f->names + p, f->header + kv->key_off, kv->key_len);
-        kv->key_off = (uint32_t)p;
-        p += kv->key_len;
-        f->names[p++] = 0;
-    }
-    for (size_t i = 0; i < f->n_tensors; i++) {
-        wm__tensor *t = &f->tensors[i];
-        memcpy(f->names + p, f->header + t->name_off, t->name_len);
-        t->name_off = (uint32_t)p;
-        p += t->name_len;
-        f->names[p++] = 0;
-    }
+    for (size_t i = 0; i < f->n_kv; i++)
+        put_name(f, &p, &f->kvs[i].key_off, f->kvs[i].key_len);
+    for (size_t i = 0; i < f->n_tensors; i++)
+        put_name(f, &p, &f->tensors[i].name_off, f->tensors[i].name_len);
     f->names_len = p;
     return WM_OK;
 }

@@ -301,6 +301,24 @@ static wm_status open_shard(set *s, uint32_t i, const char *spath, wm_format wan
     return WM_OK;
 }
 
+/* Opens shard k (1-based) of the set whose names follow `sn` into s->sub[k - 1]. */
+static wm_status open_sibling(set *s, const shard_name *sn, unsigned k, wm_format want,
+                              const char *by) {
+    char *spath = sibling_path(s->path, sn, k);
+    if (!spath) return wm__err(s->err, WM_ENOMEM, 0, "%s: out of memory", s->path);
+    wm_status st = open_shard(s, k - 1, spath, want, by);
+    wm__free(spath);
+    return st;
+}
+
+/* The one end of every set's open: on success the shards are merged into *out; either way the
+ * set is freed (the merged file has taken what it keeps). */
+static wm_status set_finish(set *s, wm_status st, wm_file **out) {
+    if (!st) st = merge(s, out);
+    set_free(s);
+    return st;
+}
+
 /* ---- safetensors sets ---- */
 
 typedef struct mref {
@@ -429,13 +447,10 @@ static wm_status open_st_index(const char *user_path, const char *index_path, wm
         if (st) goto done;
     }
     st = check_weight_map(&s, names, index_path);
-    if (st) goto done;
-    st = merge(&s, out);
 done:
     wm__free(spath);
     wm__free(names);
-    set_free(&s);
-    return st;
+    return set_finish(&s, st, out);
 }
 
 /* Shards named NAME-0000K-of-0000N.safetensors: through NAME.safetensors.index.json when it
@@ -465,26 +480,13 @@ static wm_status open_st_shards(const char *path, const shard_name *sn, wm_file 
     }
     wm__free(ipath);
     set s = {.path = path, .err = err};
-    char *spath = NULL;
-    if (!(s.sub = wm__calloc(sn->n, sizeof *s.sub))) {
-        st = wm__err(err, WM_ENOMEM, 0, "%s: out of memory", path);
-        goto done;
-    }
-    for (unsigned k = 1; k <= sn->n; k++) {
-        wm__free(spath);
-        if (!(spath = sibling_path(path, sn, k))) {
-            st = wm__err(err, WM_ENOMEM, 0, "%s: out of memory", path);
-            goto done;
-        }
+    s.sub = wm__calloc(sn->n, sizeof *s.sub);
+    st = s.sub ? WM_OK : wm__err(err, WM_ENOMEM, 0, "%s: out of memory", path);
+    for (unsigned k = 1; k <= sn->n && !st; k++) {
         s.n = k;
-        st = open_shard(&s, k - 1, spath, WM_FORMAT_SAFETENSORS, "the name says there are that many");
-        if (st) goto done;
+        st = open_sibling(&s, sn, k, WM_FORMAT_SAFETENSORS, "the name says there are that many");
     }
-    st = merge(&s, out);
-done:
-    wm__free(spath);
-    set_free(&s);
-    return st;
+    return set_finish(&s, st, out);
 }
 
 /* ---- GGUF split sets ---- */
@@ -502,7 +504,6 @@ static wm_status split_key(const wm_file *f, const char *key, uint64_t *v, bool 
 static wm_status open_gguf_split(const char *path, wm_file *first, uint64_t count, wm_file **out,
                                  wm_error *err) {
     set s = {.path = path, .err = err};
-    char *spath = NULL;
     wm_status st;
     shard_name sn;
     uint64_t no;
@@ -531,12 +532,7 @@ static wm_status open_gguf_split(const char *path, wm_file *first, uint64_t coun
     first = NULL;
     for (unsigned k = 1; k <= sn.n; k++) {
         if (!s.sub[k - 1]) {
-            wm__free(spath);
-            if (!(spath = sibling_path(path, &sn, k))) {
-                st = wm__err(err, WM_ENOMEM, 0, "%s: out of memory", path);
-                goto done;
-            }
-            st = open_shard(&s, k - 1, spath, WM_FORMAT_GGUF, "split.count says there are that many");
+            st = open_sibling(&s, &sn, k, WM_FORMAT_GGUF, "split.count says there are that many");
             if (st) goto done;
         }
         const wm_file *f = s.sub[k - 1];
@@ -563,14 +559,10 @@ static wm_status open_gguf_split(const char *path, wm_file *first, uint64_t coun
         st = wm__err(err, WM_EFORMAT, 0, "%s: split.tensors.count is %s%llu, but the %u parts hold "
                                          "%llu tensors", s.sub[0]->path, present ? "" : "missing, not ",
                      (unsigned long long)want, s.n, (unsigned long long)have);
-        goto done;
     }
-    st = merge(&s, out);
 done:
     wm__file_free(first);
-    wm__free(spath);
-    set_free(&s);
-    return st;
+    return set_finish(&s, st, out);
 }
 
 /* ---- entry point and getters ---- */

@@ -49,30 +49,21 @@ void wm__os_close(int fd) {
     if (fd >= 0) close(fd); /* EINTR on close: the descriptor is gone on Linux; do not retry */
 }
 
-static void fill_stat(const struct stat *st, wm_os_stat *out) {
-    out->size = (uint64_t)st->st_size;
-    out->dev = (uint64_t)st->st_dev;
-    out->ino = (uint64_t)st->st_ino;
-    out->is_regular = S_ISREG(st->st_mode);
-}
-
-int wm__os_stat(int fd, wm_os_stat *out) {
+/* fstat(fd), or stat(path) where path is not NULL. */
+static int stat_of(int fd, const char *path, wm_os_stat *out) {
     int e = wm__fault_hit(WM_OS_STAT);
     if (e) return e;
     struct stat st;
-    if (fstat(fd, &st) != 0) return errno;
-    fill_stat(&st, out);
+    if ((path ? stat(path, &st) : fstat(fd, &st)) != 0) return errno;
+    out->size = (uint64_t)st.st_size;
+    out->dev = (uint64_t)st.st_dev;
+    out->ino = (uint64_t)st.st_ino;
+    out->is_regular = S_ISREG(st.st_mode);
     return 0;
 }
 
-int wm__os_stat_path(const char *path, wm_os_stat *out) {
-    int e = wm__fault_hit(WM_OS_STAT);
-    if (e) return e;
-    struct stat st;
-    if (stat(path, &st) != 0) return errno;
-    fill_stat(&st, out);
-    return 0;
-}
+int wm__os_stat(int fd, wm_os_stat *out) { return stat_of(fd, NULL, out); }
+int wm__os_stat_path(const char *path, wm_os_stat *out) { return stat_of(-1, path, out); }
 
 int wm__os_pread(int fd, void *buf, size_t len, uint64_t off, size_t *got) {
     size_t done = 0;
@@ -187,36 +178,25 @@ _Static_assert(sizeof(pthread_cond_t) <= sizeof(((wm_os_cond *)0)->opaque) &&
                    _Alignof(pthread_cond_t) <= 16,
                "pthread_cond_t does not fit wm_os_cond");
 
+static pthread_mutex_t *pmutex(wm_os_mutex *m) { return (pthread_mutex_t *)(void *)m->opaque; }
+static pthread_cond_t *pcond(wm_os_cond *c) { return (pthread_cond_t *)(void *)c->opaque; }
+
 int wm__os_mutex_init(wm_os_mutex *m) {
     int e = wm__fault_hit(WM_OS_THREAD);
-    if (e) return e;
-    return pthread_mutex_init((pthread_mutex_t *)(void *)m->opaque, NULL);
+    return e ? e : pthread_mutex_init(pmutex(m), NULL);
 }
-
-void wm__os_mutex_destroy(wm_os_mutex *m) {
-    pthread_mutex_destroy((pthread_mutex_t *)(void *)m->opaque);
-}
-void wm__os_mutex_lock(wm_os_mutex *m) { pthread_mutex_lock((pthread_mutex_t *)(void *)m->opaque); }
-void wm__os_mutex_unlock(wm_os_mutex *m) {
-    pthread_mutex_unlock((pthread_mutex_t *)(void *)m->opaque);
-}
+void wm__os_mutex_destroy(wm_os_mutex *m) { pthread_mutex_destroy(pmutex(m)); }
+void wm__os_mutex_lock(wm_os_mutex *m) { pthread_mutex_lock(pmutex(m)); }
+void wm__os_mutex_unlock(wm_os_mutex *m) { pthread_mutex_unlock(pmutex(m)); }
 
 int wm__os_cond_init(wm_os_cond *c) {
     int e = wm__fault_hit(WM_OS_THREAD);
-    if (e) return e;
-    return pthread_cond_init((pthread_cond_t *)(void *)c->opaque, NULL);
+    return e ? e : pthread_cond_init(pcond(c), NULL);
 }
-
-void wm__os_cond_destroy(wm_os_cond *c) {
-    pthread_cond_destroy((pthread_cond_t *)(void *)c->opaque);
-}
-void wm__os_cond_wait(wm_os_cond *c, wm_os_mutex *m) {
-    pthread_cond_wait((pthread_cond_t *)(void *)c->opaque, (pthread_mutex_t *)(void *)m->opaque);
-}
-void wm__os_cond_signal(wm_os_cond *c) { pthread_cond_signal((pthread_cond_t *)(void *)c->opaque); }
-void wm__os_cond_broadcast(wm_os_cond *c) {
-    pthread_cond_broadcast((pthread_cond_t *)(void *)c->opaque);
-}
+void wm__os_cond_destroy(wm_os_cond *c) { pthread_cond_destroy(pcond(c)); }
+void wm__os_cond_wait(wm_os_cond *c, wm_os_mutex *m) { pthread_cond_wait(pcond(c), pmutex(m)); }
+void wm__os_cond_signal(wm_os_cond *c) { pthread_cond_signal(pcond(c)); }
+void wm__os_cond_broadcast(wm_os_cond *c) { pthread_cond_broadcast(pcond(c)); }
 
 /* ---- misc ---- */
 
