@@ -11,9 +11,19 @@
  *       with --verify every byte copied back and compared with the file. --window, --slots,
  *       --serial-ring and --no-reap change the staged pipeline (wm__cuda_tune), to measure;
  *       --direct reads with O_DIRECT (direct_io).
- *   gpu h2d [--bytes BYTES] [--repeat R]
+ *   gpu load ... [--devices LIST] [--placement balance|layers] [--tp R/W]
+ *       the same over several devices (LIST: "0,1"), or rank R of W of a tensor-parallel load
+ *       (the llama rule: attention q/k/v and ffn up/gate split along dim 0, attention output
+ *       and ffn down along the last dimension, the rest whole); bytes_read says what was read.
+ *   gpu h2d [--bytes BYTES] [--repeat R] [--devices LIST]
  *       the ceiling of the bus: cudaMemcpyAsync of a registered (cudaHostRegister) buffer to
- *       the device, timed with events, on one stream and on four.
+ *       the device, timed with events, on one stream and on four; with --devices, each device
+ *       alone and then all at once (each from its own registered buffer), timed on the host.
+ *   gpu ranks FILE --ranks W [--tp] [--nccl] [--repeat R] [--threads N]
+ *       W processes at once, rank r on device r (r mod the device count without --nccl), each
+ *       loading the model: whole (neither flag), its tensor-parallel slice (--tp), or reading
+ *       once with NCCL (--nccl: replicated tensors read 1/W by each rank and broadcast); the
+ *       slowest rank's time, every rank's bytes read, and their sum against the file.
  *   gpu cycles FILE [--registered] [--threads N] [--cycles N] [--rehearse ROUNDS,EVENTS,COPIES[,MIB]]
  *              [--malloc-info FILE]
  *       where host memory goes over load+release cycles: the footprint left after each
@@ -28,7 +38,8 @@
  *       per-thread buffers and into one buffer the size of the file (both pre-faulted).
  *
  * Without a CUDA build, or with no arguments, it says so and exits 77 (skipped), so `make
- * bench` passes over it. Sections: helpers; footprint sampler; load; h2d; pread; cycles; register; main.
+ * bench` passes over it. Sections: helpers; footprint sampler; load; h2d; pread; cycles;
+ * register; ranks; main.
  */
 #include "weightmap.h"
 #include "backend/cuda_tune.h" /* wm__cuda_tune: the pipeline's measuring knobs */
@@ -37,6 +48,7 @@
 #include <inttypes.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -95,6 +107,44 @@ static void *pages(size_t len) {
     madvise(p, len, MADV_HUGEPAGE);
     memset(p, 1, len);
     return p;
+}
+
+/* "0,1,2" into devs (at most 16); the count, or 0 when malformed. */
+static unsigned parse_devices(const char *s, int *devs) {
+    unsigned n = 0;
+    for (const char *p = s; *p && n < 16;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v > 15) return 0;
+        devs[n++] = (int)v;
+        if (*end && *end != ',') return 0;
+        p = *end == ',' ? end + 1 : end;
+    }
+    return n;
+}
+
+/* The tensor-parallel rule the bench splits by (the Megatron layout of a llama block). */
+static wm_split llama_split(void *user, size_t index, const wm_tensor_info *t) {
+    (void)user;
+    (void)index;
+    if (t->n_dims != 2) return WM_SPLIT_NONE;
+    if (strstr(t->name, "attn_q.") || strstr(t->name, "attn_k.") || strstr(t->name, "attn_v.") ||
+        strstr(t->name, "ffn_up.") || strstr(t->name, "ffn_gate."))
+        return WM_SPLIT_DIM0;
+    if (strstr(t->name, "attn_output.") || strstr(t->name, "ffn_down.")) return WM_SPLIT_LAST;
+    return WM_SPLIT_NONE;
+}
+
+/* wm_backend_init on every device of a load. */
+static bool init_devices(const wm_load_options *o) {
+    wm_error err;
+    unsigned n = o->n_devices > 1 ? o->n_devices : 1;
+    for (unsigned k = 0; k < n; k++)
+        if (wm_backend_init(WM_BACKEND_CUDA, n > 1 ? o->devices[k] : o->device, &err) != WM_OK) {
+            fprintf(stderr, "gpu: %s\n", err.msg);
+            return false;
+        }
+    return true;
 }
 
 /* ---- footprint sampler ---- */
@@ -185,9 +235,23 @@ static int cmd_load(int argc, char **argv) {
     unsigned repeat = 3, slots = 0, flags = 0;
     uint64_t window = 0;
     bool check = false;
+    int devs[16];
     for (int i = 0; i < argc; i++) {
         uint64_t v;
-        if (!strcmp(argv[i], "--window") && i + 1 < argc && parse_size(argv[++i], &v)) {
+        unsigned r, w;
+        if (!strcmp(argv[i], "--devices") && i + 1 < argc) {
+            o.n_devices = parse_devices(argv[++i], devs);
+            if (o.n_devices == 0) return 2;
+            o.devices = devs;
+            o.device = devs[0];
+        } else if (!strcmp(argv[i], "--placement") && i + 1 < argc) {
+            o.placement = !strcmp(argv[++i], "layers") ? WM_PLACE_LAYERS : WM_PLACE_BALANCE;
+        } else if (!strcmp(argv[i], "--tp") && i + 1 < argc &&
+                   sscanf(argv[++i], "%u/%u", &r, &w) == 2 && r < w) {
+            o.tp_rank = r;
+            o.tp_world = w;
+            o.tp_split = llama_split;
+        } else if (!strcmp(argv[i], "--window") && i + 1 < argc && parse_size(argv[++i], &v)) {
             window = v;
         } else if (!strcmp(argv[i], "--slots") && i + 1 < argc && parse_size(argv[++i], &v)) {
             slots = (unsigned)v;
@@ -220,10 +284,8 @@ static int cmd_load(int argc, char **argv) {
     if (!path) return 2;
     wm__cuda_tune((size_t)window, slots, flags);
     wm_error err;
-    if (wm_backend_init(WM_BACKEND_CUDA, 0, &err) != WM_OK) {
-        fprintf(stderr, "gpu: %s\n", err.msg);
-        return 77;
-    }
+    if (!init_devices(&o)) return 77;
+    if (o.tp_world > 1) check = false; /* verify compares whole tensors */
     uint64_t base = footprint(); /* right after CUDA initialisation */
     wm_file *f;
     if (wm_file_open(path, &f, &err) != WM_OK) {
@@ -277,7 +339,8 @@ static int cmd_load(int argc, char **argv) {
            "\"median_gbps\": %.2f, \"footprint_base\": %" PRIu64 ", \"footprint_peak_delta\": %" PRIu64
            ", \"pinned_peak\": %" PRIu64 ", \"scratch_peak\": %" PRIu64 ", \"verified\": %s, "
            "\"released\": %s, \"footprint_left_first\": %" PRId64 ", \"footprint_left_last\": %" PRId64
-           "}\n",
+           ", \"devices\": %u, \"placement\": \"%s\", \"tp_rank\": %u, \"tp_world\": %u, "
+           "\"bytes_read\": %" PRIu64 "}\n",
            path, o.cuda_registered ? "registered" : "staged", st.threads, window, slots,
            flags & WM__CUDA_SERIAL_RING ? "true" : "false", flags & WM__CUDA_NO_REAP ? "false" : "true",
            o.direct_io ? "true" : "false",
@@ -285,17 +348,61 @@ static int cmd_load(int argc, char **argv) {
            st.tensor_bytes, st.buffers, repeat, best, median, (double)st.tensor_bytes / best / 1e9,
            (double)st.tensor_bytes / median / 1e9, base, peak_delta, pinned_peak, scratch_peak,
            check ? (verified ? "true" : "false") : "null", released ? "true" : "false", left_first,
-           left_last);
+           left_last, o.n_devices > 1 ? o.n_devices : 1,
+           o.placement == WM_PLACE_LAYERS ? "layers" : "balance", o.tp_rank,
+           o.tp_world > 1 ? o.tp_world : 1, st.bytes_read);
     return (check && !verified) || !released ? 1 : 0;
 }
 
 /* ---- h2d ---- */
 
+/* Every device of devs at once: each copies `bytes` from its own registered buffer on four
+ * streams; the best aggregate GB/s over `repeat` rounds, timed on the host around all. */
+static double h2d_together(const int *devs, unsigned n, uint64_t bytes, unsigned repeat) {
+    enum { NS = 4 };
+    unsigned char *h[16];
+    void *d[16];
+    cudaStream_t s[16][NS];
+    for (unsigned k = 0; k < n; k++) {
+        CUDA_OK(cudaSetDevice(devs[k]));
+        h[k] = pages(bytes);
+        CUDA_OK(cudaHostRegister(h[k], bytes, cudaHostRegisterDefault));
+        CUDA_OK(cudaMalloc(&d[k], bytes));
+        for (int j = 0; j < NS; j++) CUDA_OK(cudaStreamCreateWithFlags(&s[k][j], cudaStreamNonBlocking));
+    }
+    double best = 0;
+    for (unsigned r = 0; r < repeat; r++) {
+        double t0 = now_s();
+        for (unsigned k = 0; k < n; k++) {
+            CUDA_OK(cudaSetDevice(devs[k]));
+            for (int j = 0; j < NS; j++)
+                CUDA_OK(cudaMemcpyAsync((char *)d[k] + bytes / NS * j, h[k] + bytes / NS * j,
+                                        bytes / NS, cudaMemcpyHostToDevice, s[k][j]));
+        }
+        for (unsigned k = 0; k < n; k++)
+            for (int j = 0; j < NS; j++) CUDA_OK(cudaStreamSynchronize(s[k][j]));
+        double g = (double)bytes * n / (now_s() - t0) / 1e9;
+        if (g > best) best = g;
+    }
+    for (unsigned k = 0; k < n; k++) {
+        CUDA_OK(cudaSetDevice(devs[k]));
+        for (int j = 0; j < NS; j++) CUDA_OK(cudaStreamDestroy(s[k][j]));
+        CUDA_OK(cudaHostUnregister(h[k]));
+        CUDA_OK(cudaFree(d[k]));
+        munmap(h[k], bytes);
+    }
+    return best;
+}
+
 static int cmd_h2d(int argc, char **argv) {
     uint64_t bytes = (uint64_t)1 << 30, v;
-    unsigned repeat = 8;
+    unsigned repeat = 8, n_devs = 0;
+    int devs[16];
     for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--bytes") && i + 1 < argc && parse_size(argv[++i], &v)) {
+        if (!strcmp(argv[i], "--devices") && i + 1 < argc) {
+            n_devs = parse_devices(argv[++i], devs);
+            if (!n_devs) return 2;
+        } else if (!strcmp(argv[i], "--bytes") && i + 1 < argc && parse_size(argv[++i], &v)) {
             bytes = v;
         } else if (!strcmp(argv[i], "--repeat") && i + 1 < argc && parse_size(argv[++i], &v) && v) {
             repeat = (unsigned)v;
@@ -346,6 +453,15 @@ static int cmd_h2d(int argc, char **argv) {
     CUDA_OK(cudaHostUnregister(h));
     CUDA_OK(cudaFree(d));
     munmap(h, bytes);
+    /* Each listed device alone, then all of them at once. */
+    for (unsigned k = 0; k < n_devs; k++)
+        printf("{\"bench\": \"h2d-device\", \"device\": %d, \"bytes\": %" PRIu64
+               ", \"best_gbps\": %.2f}\n",
+               devs[k], bytes, h2d_together(&devs[k], 1, bytes, repeat));
+    if (n_devs > 1)
+        printf("{\"bench\": \"h2d-together\", \"devices\": %u, \"bytes\": %" PRIu64
+               ", \"best_gbps\": %.2f}\n",
+               n_devs, bytes, h2d_together(devs, n_devs, bytes, repeat));
     return 0;
 }
 
@@ -717,6 +833,180 @@ static int cmd_register(int argc, char **argv) {
 
 /* ---- main ---- */
 
+/* ---- ranks ---- */
+
+#ifdef WM_HAVE_NCCL
+#include <dirent.h>
+#include <dlfcn.h>
+#include <nccl.h>
+#include <sys/wait.h>
+
+#define MAX_RANKS 8
+#define MAX_ROUNDS 16
+
+/* What the ranks share (a shared anonymous mapping made before they fork). */
+typedef struct ranks_shared {
+    _Atomic unsigned arrived, generation;
+    double t0[MAX_ROUNDS][MAX_RANKS], t1[MAX_ROUNDS][MAX_RANKS];
+    uint64_t bytes_read[MAX_RANKS], tensor_bytes[MAX_RANKS];
+    int failed;
+    ncclUniqueId id; /* rank 0 makes it (NCCL and CUDA start in the ranks, never before fork) */
+} ranks_shared;
+
+static void ranks_barrier(ranks_shared *s, unsigned n) {
+    unsigned gen = atomic_load(&s->generation);
+    if (atomic_fetch_add(&s->arrived, 1) + 1 == n) {
+        atomic_store(&s->arrived, 0);
+        atomic_fetch_add(&s->generation, 1);
+    } else {
+        while (atomic_load(&s->generation) == gen) sched_yield();
+    }
+}
+
+typedef ncclResult_t (*get_id_fn)(ncclUniqueId *);
+typedef ncclResult_t (*init_rank_fn)(ncclComm_t *, int, ncclUniqueId, int);
+
+static void *nccl_lib(void) {
+    void *h = dlopen("libnccl.so.2", RTLD_NOW);
+#ifdef WM_NCCL_DIR
+    if (!h) h = dlopen(WM_NCCL_DIR "/libnccl.so.2", RTLD_NOW);
+#endif
+    return h;
+}
+
+/* One rank: loads `rounds` times with the others, between barriers. */
+static int rank_main(ranks_shared *sh, const char *path, unsigned r, unsigned w, int dev, bool tp,
+                     bool nccl, unsigned rounds, unsigned threads) {
+    wm_error err;
+    if (wm_backend_init(WM_BACKEND_CUDA, dev, &err) != WM_OK) {
+        fprintf(stderr, "gpu ranks: %s\n", err.msg);
+        return 1;
+    }
+    ncclComm_t comm = NULL;
+    void *lib = nccl ? nccl_lib() : NULL;
+    if (nccl) {
+        get_id_fn get = lib ? (get_id_fn)(uintptr_t)dlsym(lib, "ncclGetUniqueId") : NULL;
+        init_rank_fn init = lib ? (init_rank_fn)(uintptr_t)dlsym(lib, "ncclCommInitRank") : NULL;
+        if (r == 0 && (!get || get(&sh->id) != ncclSuccess)) sh->failed = 1;
+        ranks_barrier(sh, w);
+        CUDA_OK(cudaSetDevice(dev));
+        if (sh->failed || !init || init(&comm, (int)w, sh->id, (int)r) != ncclSuccess) {
+            fprintf(stderr, "gpu ranks: ncclCommInitRank failed\n");
+            return 1;
+        }
+    }
+    wm_file *f;
+    if (wm_file_open(path, &f, &err) != WM_OK) {
+        fprintf(stderr, "gpu ranks: %s\n", err.msg);
+        return 1;
+    }
+    wm_load_options o = {.mode = WM_MODE_HEAP, .backend = WM_BACKEND_CUDA, .device = dev,
+                         .threads = threads, .tp_rank = r, .tp_world = tp || nccl ? w : 0,
+                         .tp_split = tp ? llama_split : NULL, .nccl_comm = comm};
+    for (unsigned k = 0; k < rounds; k++) {
+        ranks_barrier(sh, w);
+        wm_model *m;
+        sh->t0[k][r] = now_s();
+        wm_status st = wm_model_load(f, &o, &m, &err);
+        sh->t1[k][r] = now_s();
+        if (st) {
+            fprintf(stderr, "gpu ranks: rank %u: %s\n", r, err.msg);
+            sh->failed = 1;
+            return 1;
+        }
+        wm_model_stats s;
+        wm_model_stats_get(m, &s);
+        sh->bytes_read[r] = s.bytes_read;
+        sh->tensor_bytes[r] = s.tensor_bytes;
+        wm_model_release(m);
+        ranks_barrier(sh, w);
+    }
+    wm_file_close(f);
+    return 0;
+}
+
+static int cmd_ranks(int argc, char **argv) {
+    const char *path = NULL;
+    unsigned w = 2, rounds = 5, threads = 0;
+    bool tp = false, nccl = false;
+    for (int i = 0; i < argc; i++) {
+        uint64_t v;
+        if (!strcmp(argv[i], "--ranks") && i + 1 < argc && parse_size(argv[++i], &v) && v &&
+            v <= MAX_RANKS)
+            w = (unsigned)v;
+        else if (!strcmp(argv[i], "--repeat") && i + 1 < argc && parse_size(argv[++i], &v) && v &&
+                 v <= MAX_ROUNDS)
+            rounds = (unsigned)v;
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc && parse_size(argv[++i], &v))
+            threads = (unsigned)v;
+        else if (!strcmp(argv[i], "--tp"))
+            tp = true;
+        else if (!strcmp(argv[i], "--nccl"))
+            nccl = true;
+        else if (!path && argv[i][0] != '-')
+            path = argv[i];
+        else
+            return 2;
+    }
+    /* The devices, counted without starting CUDA here: a process must not fork after it. */
+    int n_dev = 0;
+    DIR *gpus = opendir("/proc/driver/nvidia/gpus");
+    for (struct dirent *e; gpus && (e = readdir(gpus));) n_dev += e->d_name[0] != '.';
+    if (gpus) closedir(gpus);
+    if (!path || n_dev == 0) return 77;
+    if (nccl && (unsigned)n_dev < w) {
+        fprintf(stderr, "gpu ranks: --nccl needs a device per rank (%d devices)\n", n_dev);
+        return 77;
+    }
+    ranks_shared *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (sh == MAP_FAILED) return 1;
+    memset(sh, 0, sizeof *sh);
+    pid_t pid[MAX_RANKS];
+    for (unsigned r = 0; r < w; r++) {
+        pid[r] = fork();
+        if (pid[r] == 0)
+            _exit(rank_main(sh, path, r, w, (int)(r % (unsigned)n_dev), tp, nccl, rounds, threads));
+    }
+    int bad = 0;
+    for (unsigned r = 0; r < w; r++) {
+        int status;
+        waitpid(pid[r], &status, 0);
+        bad |= !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+    }
+    if (bad || sh->failed) return 1;
+    double t[MAX_ROUNDS];
+    for (unsigned k = 0; k < rounds; k++) {
+        double lo = sh->t0[k][0], hi = sh->t1[k][0];
+        for (unsigned r = 1; r < w; r++) {
+            if (sh->t0[k][r] < lo) lo = sh->t0[k][r];
+            if (sh->t1[k][r] > hi) hi = sh->t1[k][r];
+        }
+        t[k] = hi - lo;
+    }
+    qsort(t, rounds, sizeof *t, cmp_double);
+    uint64_t read = 0, delivered = 0, file_bytes = 0;
+    for (unsigned r = 0; r < w; r++) {
+        read += sh->bytes_read[r];
+        delivered += sh->tensor_bytes[r];
+    }
+    wm_file *f;
+    wm_error err;
+    if (wm_file_open(path, &f, &err) != WM_OK) return 1;
+    file_bytes = wm_file_tensor_bytes(f);
+    wm_file_close(f);
+    double med = t[rounds / 2];
+    printf("{\"bench\": \"ranks\", \"file\": \"%s\", \"ranks\": %u, \"devices\": %d, "
+           "\"mode\": \"%s%s\", \"repeat\": %u, \"best_s\": %.4f, \"median_s\": %.4f, "
+           "\"delivered_bytes\": %" PRIu64 ", \"delivered_gbps_median\": %.2f, \"bytes_read\": %" PRIu64
+           ", \"read_x_file\": %.3f}\n",
+           path, w, n_dev < (int)w ? n_dev : (int)w, tp ? "tp" : nccl ? "" : "whole",
+           nccl ? (tp ? "+nccl" : "nccl") : "", rounds, t[0], med, delivered,
+           (double)delivered / med / 1e9, read, (double)read / (double)file_bytes);
+    munmap(sh, sizeof *sh);
+    return 0;
+}
+#endif
+
 int main(int argc, char **argv) {
 #ifdef WM_HAVE_CUDA
     if (argc >= 2 && !strcmp(argv[1], "load")) return cmd_load(argc - 2, argv + 2);
@@ -724,6 +1014,9 @@ int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "pread")) return cmd_pread(argc - 2, argv + 2);
     if (argc >= 2 && !strcmp(argv[1], "cycles")) return cmd_cycles(argc - 2, argv + 2);
     if (argc >= 2 && !strcmp(argv[1], "register")) return cmd_register(argc - 2, argv + 2);
+#ifdef WM_HAVE_NCCL
+    if (argc >= 2 && !strcmp(argv[1], "ranks")) return cmd_ranks(argc - 2, argv + 2);
+#endif
     fprintf(stderr, "bench/gpu: run bench/gpu.sh on a machine with a GPU (usage: gpu load FILE "
                     "[--registered] ... | gpu h2d | gpu pread FILE); skipped\n");
 #else

@@ -50,20 +50,9 @@ cat "$OUT/machine.txt" | tee -a "$LOG"
 
 # ---- build ----
 say "build ($BUILD)"
-cm=()
-if ! pkg-config --exists libcjson 2>/dev/null; then
-    d=/tmp/wm-deps
-    mkdir -p $d
-    for f in "$DEPS"/*.deb; do dpkg -x "$f" $d; done
-    pc=$d/usr/lib/x86_64-linux-gnu/pkgconfig/libcjson.pc
-    sed -i "s|^libdir=.*|libdir=$d/usr/lib/x86_64-linux-gnu|; s|^includedir=.*|includedir=$d/usr/include|" $pc
-    export PKG_CONFIG_PATH=$d/usr/lib/x86_64-linux-gnu/pkgconfig
-    export LD_LIBRARY_PATH=$d/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    if command -v pkg-config >/dev/null; then :; else cm+=(-DPKG_CONFIG_EXECUTABLE=$d/usr/bin/pkgconf); fi
-    echo "using libcjson from $DEPS ($d)" | tee -a "$LOG"
-fi
-gen=()
-command -v ninja >/dev/null && gen=(-G Ninja)
+. bench/gpu_env.sh
+wm_gpu_env "$DEPS" >"$OUT/env.txt"
+tee -a "$LOG" <"$OUT/env.txt"
 if ! { cmake -S . -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_FAULT_INJECTION=ON \
         "${cm[@]}" && cmake --build "$BUILD" -j"$NPROC" --target weightmap_cli bench_gpu test_cuda; } >"$OUT/build.txt" 2>&1; then
     tail -40 "$OUT/build.txt" | tee -a "$LOG"

@@ -29,19 +29,9 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 "$PY" -c 'import sys, torch, numpy, safetensors; print(sys.version.split()[0], "torch", torch.__version__, "numpy", numpy.__version__, "safetensors", safetensors.__version__)'
 
 say "build ($BUILD)"
-d=/tmp/wm-deps
-mkdir -p $d
-for f in "$DEPS"/*.deb; do dpkg -x "$f" $d; done
-cm=(-DWM_DLPACK_DIR=$d/usr/include)
-if ! pkg-config --exists libcjson 2>/dev/null; then
-    pc=$d/usr/lib/x86_64-linux-gnu/pkgconfig/libcjson.pc
-    sed -i "s|^libdir=.*|libdir=$d/usr/lib/x86_64-linux-gnu|; s|^includedir=.*|includedir=$d/usr/include|" $pc
-    export PKG_CONFIG_PATH=$d/usr/lib/x86_64-linux-gnu/pkgconfig
-    export LD_LIBRARY_PATH=$d/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    command -v pkg-config >/dev/null || cm+=(-DPKG_CONFIG_EXECUTABLE=$d/usr/bin/pkgconf)
-fi
-gen=()
-command -v ninja >/dev/null && gen=(-G Ninja)
+. bench/gpu_env.sh
+wm_gpu_env "$DEPS"
+cm+=(-DWM_DLPACK_DIR=/tmp/wm-deps/usr/include)
 if ! { cmake -S . -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_PYTHON=ON \
         -DWM_BUILD_TESTS=OFF -DPython3_EXECUTABLE="$PY" "${cm[@]}" &&
        cmake --build "$BUILD" -j"$(nproc)" --target wm_python weightmap_cli; } >"$OUT/build.txt" 2>&1; then
