@@ -513,13 +513,6 @@ WM_TEST(file_truncated_after_open) {
 
 static void touch_all(wm_model *m) { touch(m); }
 
-static void load_fault_check(void *user, const wmt_fault_run *r) {
-    (void)user;
-    if (r->st != WM_OK)
-        CHECK_MSG(r->st == WM_EIO || r->st == WM_ENOMEM, "k=%llu: %s: %s", (unsigned long long)r->k,
-                  wm_status_name(r->st), r->err->msg);
-}
-
 static void sweep(wm_mode mode, int errn) {
     const char *path = wmt_fixture(STORIES);
     wmt_load_run l = {open_ok(path),
@@ -527,7 +520,7 @@ static void sweep(wm_mode mode, int errn) {
                       touch_all};
     /* the ledger before the sweep (the open file's) is what each run must leave */
     wmt_sweep s = {.what = wm_mode_name(mode), .run = wmt_load_release,
-                   .check = load_fault_check, .user = &l, .path = path,
+                   .check = wmt_check_io_status, .user = &l, .path = path,
                    .shown = "stories260K.gguf"};
     wmt_sweep_result res = {0};
     wmt_sweep_any(&s, &errn, 1, &res);

@@ -222,37 +222,18 @@ WM_TEST(tp_heap_fault_sweep) {
     WM_SKIP("needs -DWM_FAULT_INJECTION=ON");
 #else
     const char *path = wmt_make_model("m.gguf", "--size 8M --format gguf");
-    wm_file *f;
-    wm_error err;
-    CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
-    wm_load_options o = {.mode = WM_MODE_HEAP, .threads = 2, .tp_world = 2, .tp_rank = 1,
-                         .tp_split = llama_split};
-    wm__fault_reset();
-    wm_model *m;
-    CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_OK);
-    wm_model_release(m);
-    uint64_t n = wm__fault_count(WM_OS_ANY);
-    CHECK(n > 0);
-    for (uint64_t k = 1; k <= n; k++) {
-        wm__fault_reset();
-        wm__fault_arm(WM_OS_ANY, k, EIO);
-        m = NULL;
-        wm_status st = wm_model_load(f, &o, &m, &err);
-        if (st == WM_OK) {
-            wm_model_release(m); /* a hint failed (advice): harmless */
-        } else {
-            CHECK(m == NULL);
-            CHECK_MSG(st == WM_EIO || st == WM_ENOMEM, "call %llu: %s", (unsigned long long)k,
-                      wm_status_name(st));
-        }
-        wm__fault_reset();
-        wm_ledger l;
-        wm_ledger_get(&l);
-        for (int c = 0; c < WM_LEDGER_COUNT; c++)
-            if (c != WM_LEDGER_HEAP) CHECK_EQ(l.cat[c].current, 0);
-        CHECK_EQ(wmt_count_file_maps(path), 0);
-    }
-    wm_file_close(f);
+    wmt_load_run l = {OPEN_OK(path),
+                      {.mode = WM_MODE_HEAP, .threads = 2, .tp_world = 2, .tp_rank = 1,
+                       .tp_split = llama_split},
+                      NULL};
+    /* a load that succeeds had a hint (advice) failed: harmless */
+    wmt_sweep s = {.what = path, .run = wmt_load_release, .check = wmt_check_io_status,
+                   .user = &l, .path = path};
+    wmt_sweep_result res = {0};
+    static const int eio[] = {EIO};
+    wmt_sweep_any(&s, eio, 1, &res);
+    CHECK(res.counts[WM_OS_ANY] > 0);
+    wm_file_close(l.f);
 #endif
 }
 
@@ -412,6 +393,17 @@ WM_TEST(device_refusals) {
     no_violations();
 }
 
+/* After each run of the sweep below: neither device holds a byte. */
+static void devices_empty(void *user, const wmt_fault_run *r) {
+    (void)user;
+    (void)r;
+    for (int d = 0; d < 2; d++) {
+        wm_ledger_stat st;
+        CHECK_STATUS(wm_ledger_device(d, &st), WM_OK);
+        CHECK_EQ(st.current, 0);
+    }
+}
+
 /* Every fallible CUDA and OS call of a two-device load fails in turn: the load fails (or a hint
  * did), and no device, pinned, scratch or mapped byte is left. */
 WM_TEST(two_devices_fault_sweep) {
@@ -420,44 +412,19 @@ WM_TEST(two_devices_fault_sweep) {
 #else
     NEED_GPUS(2);
     const char *path = wmt_make_model("m.gguf", "--size 8M --format gguf");
-    wm_file *f;
-    wm_error err;
-    CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
     int devs[2] = {0, 1};
-    wm_load_options o = {.mode = WM_MODE_HEAP, .backend = WM_BACKEND_CUDA, .devices = devs,
-                         .n_devices = 2, .threads = 4, .pinned_budget = (uint64_t)8 << 20};
-    wm__fault_reset();
-    wm_model *m;
-    CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_OK);
-    wm_model_release(m);
-    uint64_t n = wm__fault_count(WM_OS_ANY);
-    CHECK(wm__fault_count(WM_OS_DEVICE) > 0);
-    unsigned failed = 0;
-    for (uint64_t k = 1; k <= n; k++) {
-        wm__fault_reset();
-        wm__fault_arm(WM_OS_ANY, k, ENOMEM);
-        m = NULL;
-        wm_status st = wm_model_load(f, &o, &m, &err);
-        wm__fault_reset();
-        if (st == WM_OK) {
-            wm_model_release(m);
-        } else {
-            failed++;
-            CHECK(m == NULL);
-        }
-        wm_ledger l;
-        wm_ledger_get(&l);
-        for (int c = 0; c < WM_LEDGER_COUNT; c++)
-            if (c != WM_LEDGER_HEAP) CHECK_EQ(l.cat[c].current, 0);
-        for (int d = 0; d < 2; d++) {
-            wm_ledger_stat s;
-            CHECK_STATUS(wm_ledger_device(d, &s), WM_OK);
-            CHECK_EQ(s.current, 0);
-        }
-        CHECK_EQ(wmt_count_file_maps(path), 0);
-    }
-    CHECK(failed > 0);
-    wm_file_close(f);
+    wmt_load_run l = {OPEN_OK(path),
+                      {.mode = WM_MODE_HEAP, .backend = WM_BACKEND_CUDA, .devices = devs,
+                       .n_devices = 2, .threads = 4, .pinned_budget = (uint64_t)8 << 20},
+                      NULL};
+    wmt_sweep s = {.what = path, .run = wmt_load_release, .check = devices_empty, .user = &l,
+                   .path = path};
+    wmt_sweep_result res = {0};
+    static const int enomem[] = {ENOMEM};
+    wmt_sweep_any(&s, enomem, 1, &res);
+    CHECK(res.counts[WM_OS_DEVICE] > 0);
+    CHECK(res.failed > 0);
+    wm_file_close(l.f);
     no_violations();
 #endif
 }

@@ -349,6 +349,13 @@ wm_status wmt_load_release(void *load_run, wm_error *err) {
     return st;
 }
 
+void wmt_check_io_status(void *user, const wmt_fault_run *r) {
+    (void)user;
+    if (r->st != WM_OK && r->st != WM_EIO && r->st != WM_ENOMEM)
+        wmt_fail(__FILE__, __LINE__, "call %" PRIu64 " of %" PRIu64 " failed with %s: %s",
+                 r->k, r->n, wm_status_name(r->st), r->err->msg);
+}
+
 /* The status rules of an open's fault, and whether it may succeed (advice that failed). */
 typedef struct open_sweep {
     char path[1024], shown[1024]; /* copies: the caller's may be wmt_fixture's static buffer */

@@ -183,6 +183,10 @@ typedef struct wmt_load_run {
 } wmt_load_run;
 wm_status wmt_load_release(void *load_run, wm_error *err);
 
+/* A `check` for wmt_sweep: a run that failed returned WM_EIO or WM_ENOMEM (what an OS failure
+ * of an open or a load may give). */
+void wmt_check_io_status(void *user, const wmt_fault_run *r);
+
 /* The fault sweep of an open (wm_file_open, then close): every call of any kind failed in turn,
  * first with EIO, then with ENOMEM. Beyond the common checks (wmt_sweep, with `shown`, NULL for
  * none, and no mapping of `path` left): a failure is WM_ENOMEM for ENOMEM, WM_EIO or WM_ENOMEM
