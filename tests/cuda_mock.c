@@ -61,7 +61,9 @@ typedef struct op {
     int is_event;
     void *dst;
     const void *src;
-    size_t len;
+    size_t len;    /* bytes of a row */
+    size_t rows;   /* 1 for a plain copy */
+    size_t spitch, dpitch;
     struct mock_event *ev;
 } op;
 
@@ -335,11 +337,12 @@ static void drain(struct mock_stream *ms, size_t upto) {
     for (; ms->head < upto && ms->head < ms->n; ms->head++) {
         op *o = &ms->ops[ms->head];
         if (o->is_event) continue;
-        if (!registered(o->src, o->len)) {
+        if (!registered(o->src, (o->rows - 1) * o->spitch + o->len)) {
             fprintf(stderr, "cuda_mock: a queued copy's source was unregistered before it ran\n");
             abort();
         }
-        memcpy(o->dst, o->src, o->len);
+        for (size_t r = 0; r < o->rows; r++)
+            memcpy((char *)o->dst + r * o->dpitch, (const char *)o->src + r * o->spitch, o->len);
     }
     if (ms->head == ms->n) ms->head = ms->n = 0;
 }
@@ -359,19 +362,22 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
     return cudaSuccess;
 }
 
-cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t len, enum cudaMemcpyKind kind,
-                            cudaStream_t s) {
-    OWN_THREAD();
+/* A host-to-device copy of `rows` rows of len bytes (spitch apart in the source, dpitch in the
+ * destination), checked as the runtime would and queued on its stream. */
+static cudaError_t queue_copy(void *dst, const void *src, size_t len, size_t rows, size_t spitch,
+                              size_t dpitch, enum cudaMemcpyKind kind, cudaStream_t s) {
     struct mock_stream *ms = (struct mock_stream *)(void *)s;
-    if (kind != cudaMemcpyHostToDevice) return ret(cudaErrorInvalidValue);
+    size_t src_span = (rows - 1) * spitch + len, dst_span = (rows - 1) * dpitch + len;
+    if (kind != cudaMemcpyHostToDevice || !rows || len > spitch || len > dpitch)
+        return ret(cudaErrorInvalidValue);
     if (ms->device != current_device)
         return ret(device_violation("a copy queued on a stream of another device than the current",
                                     cudaErrorInvalidResourceHandle));
-    int dd = device_of(dst, len);
+    int dd = device_of(dst, dst_span);
     if (dd != ms->device)
         return ret(device_violation("a copy to memory of another device than its stream's",
                                     cudaErrorInvalidValue));
-    int r = registered_for(src, len, ms->device);
+    int r = registered_for(src, src_span, ms->device);
     if (r == 2)
         return ret(device_violation("a copy from a registration of another device that is not "
                                     "portable",
@@ -379,8 +385,22 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t len, enum cudaMem
     if (!r) return ret(cudaErrorInvalidValue);
     if (ms->n == MAX_OPS) drain(ms, ms->n);
     if (ms->n == MAX_OPS) return ret(cudaErrorMemoryAllocation);
-    ms->ops[ms->n++] = (op){.dst = dst, .src = src, .len = len};
+    ms->ops[ms->n++] = (op){.dst = dst, .src = src, .len = len, .rows = rows, .spitch = spitch,
+                            .dpitch = dpitch};
     return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t len, enum cudaMemcpyKind kind,
+                            cudaStream_t s) {
+    OWN_THREAD();
+    return queue_copy(dst, src, len, 1, len, len, kind, s);
+}
+
+cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
+                              size_t width, size_t height, enum cudaMemcpyKind kind,
+                              cudaStream_t s) {
+    OWN_THREAD();
+    return queue_copy(dst, src, width, height, spitch, dpitch, kind, s);
 }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {

@@ -517,6 +517,10 @@ static void cuda_fault_check(void *user, const wmt_fault_run *r) {
 }
 
 static void sweep(const char *path, wm_load_options o, wm_os_call kind) {
+    /* The runtime opens its device files once and keeps them: started first, so the sweep's
+     * descriptor count sees only what a load holds. */
+    wm_error init_err;
+    CHECK_STATUS(wm_backend_init(WM_BACKEND_CUDA, o.device, &init_err), WM_OK);
     wmt_load_run c = {OPEN_OK(path), o, check_bytes};
     /* the ledger before the sweep (the open file's) is what each run must leave */
     wmt_sweep s = {.what = path, .run = wmt_load_release,

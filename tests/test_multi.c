@@ -132,7 +132,16 @@ static void tp_rank(const char *path, wm_load_options o, unsigned r, unsigned w)
     wm_model_stats s;
     wm_model_stats_get(m, &s);
     CHECK_EQ(s.bytes_read, want_read);
-    CHECK_EQ(read_by_kernel, want_read);
+#if defined(WM_HAVE_CUDA) && !defined(WM_CUDA_MOCK)
+    /* The real CUDA runtime reads a few /proc and /sys files of its own during a load (a few
+     * hundred bytes seen on an H200): the kernel's count is the weights plus those. */
+    if (o.backend == WM_BACKEND_CUDA)
+        CHECK_MSG(read_by_kernel >= want_read && read_by_kernel - want_read < (64u << 10),
+                  "the kernel counted %llu bytes read, the weights are %llu",
+                  (unsigned long long)read_by_kernel, (unsigned long long)want_read);
+    else
+#endif
+        CHECK_EQ(read_by_kernel, want_read);
     CHECK_EQ(split_read * w, split_whole); /* split tensors: 1/W of their bytes read */
     for (size_t i = 0; i < wm_file_tensor_count(f); i++) {
         wm_tensor_info t;

@@ -425,29 +425,52 @@ static wm_status switch_device(pipe *p, unsigned d, wm_error *err) {
     return WM_OK;
 }
 
-/* Queues a filled slot's copies, each to its tensor's device, and records the slot's event on
- * every device it copied to (loading thread). */
+/* How many pieces from pieces[i] on are whole rows of one slice at its stride (the rows of a
+ * WM_SPLIT_LAST slice in one window): one 2D copy moves them all. 1 for any other piece. */
+static size_t strided_rows(const pipe *p, size_t i, size_t end) {
+    const piece *pc = &p->pieces[i];
+    const wm__place *pl = &p->m->place[pc->tensor];
+    if (pl->rows <= 1 || pc->len != pl->seg_bytes) return 1;
+    size_t n = 1;
+    while (i + n < end) {
+        const piece *q = &p->pieces[i + n];
+        if (q->tensor != pc->tensor || q->len != pc->len ||
+            q->off != pc->off + n * pl->src_stride || q->dst != pc->dst + n * pc->len)
+            break;
+        n++;
+    }
+    return n;
+}
+
+/* Queues a filled slot's copies, each to its tensor's device (the rows of a strided slice in
+ * one 2D copy), and records the slot's event on every device it copied to (loading thread). */
 static wm_status issue(pipe *p, unsigned k, wm_error *err) {
     const wm_model *m = p->m;
     slot *s = &p->slots[k];
     const window *win = &p->win[s->win];
     const char *path = m->file->shards[win->shard].path;
     cudaError_t ce;
-    for (size_t i = win->first; i < win->first + win->count; i++) {
+    size_t end = win->first + win->count;
+    for (size_t i = win->first; i < end;) {
         const piece *pc = &p->pieces[i];
         const wm__place *pl = &m->place[pc->tensor];
         unsigned d = m->chunks[pl->chunk].device;
         wm_status st = switch_device(p, d, err);
         if (st) return st;
-        ce = CU(cudaMemcpyAsync(p->cs->dev[pl->chunk] + pc->dst, s->src + (pc->off - win->start),
-                                pc->len, cudaMemcpyHostToDevice,
-                                p->streams[d][k % p->streams_each]));
+        size_t rows = strided_rows(p, i, end);
+        unsigned char *dst = p->cs->dev[pl->chunk] + pc->dst;
+        const unsigned char *src = s->src + (pc->off - win->start);
+        cudaStream_t stream = p->streams[d][k % p->streams_each];
+        ce = rows == 1 ? CU(cudaMemcpyAsync(dst, src, pc->len, cudaMemcpyHostToDevice, stream))
+                       : CU(cudaMemcpy2DAsync(dst, pc->len, src, (size_t)pl->src_stride, pc->len,
+                                              rows, cudaMemcpyHostToDevice, stream));
         if (ce)
-            return cu_fail(err, ce, "cudaMemcpyAsync",
+            return cu_fail(err, ce, rows == 1 ? "cudaMemcpyAsync" : "cudaMemcpy2DAsync",
                            "%s: tensor '%s': copying %zu bytes to device %d", path,
-                           m->file->names + m->file->tensors[pc->tensor].name_off, pc->len,
-                           m->devs[d]);
+                           m->file->names + m->file->tensors[pc->tensor].name_off,
+                           pc->len * rows, m->devs[d]);
         s->pending |= 1u << d;
+        i += rows;
     }
     for (unsigned d = 0; d < m->n_devs; d++) {
         if (!(s->pending & (1u << d))) continue;
