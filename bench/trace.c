@@ -2,9 +2,10 @@
  * trace.c: what `weightmap trace` costs the program it traces. llama.cpp's own loader (the npm
  * peer, through tests/trace/llama_driver) loads and frees a model CYCLES times, untraced and under
  * `weightmap trace --cycles-marker llama_model_free`, alternating, ROUNDS times each, in one run;
- * the ratio of the medians is the overhead. Two figures per contender: the seconds the driver
- * spends inside llama_model_load_from_file (its own clock, printed on stderr) and the wall time of
- * the whole process (fork to exit, the tracer's report included).
+ * the ratio of the medians is the overhead. The figure: one llama_model_load_from_file, timed by
+ * the driver's own clock (LLAMA_DRIVER_CYCLES), median (p10-p90) over all ROUNDS x CYCLES loads
+ * of each side; also the ratios of the per-run medians of the time inside the loads and of the
+ * whole process's wall time (fork to exit, the tracer's report included).
  *
  *     bench/trace [-r ROUNDS] [-c CYCLES] [MODEL...]
  *
@@ -28,8 +29,9 @@
 static char build_dir[PATH_MAX - 64];
 
 /* Runs argv with stdout to /dev/null and stderr to a pipe; returns the wall seconds, the driver's
- * "S s in llama_model_load_from_file" in *load_s, -1 on failure. */
-static double run(char **argv, double *load_s) {
+ * "S s in llama_model_load_from_file" in *load_s, and appends its per-cycle load seconds to
+ * cyc[*n_cyc...] (cap entries at most); -1 on failure. */
+static double run(char **argv, double *load_s, double *cyc, int *n_cyc, int cap) {
     int fds[2];
     if (pipe(fds) != 0) return -1;
     double t0 = bench_now_ms();
@@ -64,6 +66,11 @@ static double run(char **argv, double *load_s) {
     while (sec > at && sec[-1] != ' ')
         sec--;
     *load_s = strtod(sec, NULL);
+    for (const char *c = strstr(buf, "llama_driver: cycle "); c;
+         c = strstr(c + 1, "llama_driver: cycle ")) {
+        const char *v = strchr(c + 20, ' ');
+        if (v && *n_cyc < cap) cyc[(*n_cyc)++] = strtod(v + 1, NULL);
+    }
     return wall;
 }
 
@@ -132,9 +139,10 @@ int main(int argc, char **argv) {
     bench_machine_line(line, sizeof line);
     printf("# bench/trace: %d rounds, alternating, %d load/free cycles per run; %s\n", rounds,
            cycles, line);
-    printf("| model | llama.cpp mode | in load, untraced s | traced s | ratio | process wall, "
-           "untraced s | traced "
-           "s | ratio |\n|---|---|---:|---:|---:|---:|---:|---:|\n");
+    printf("| model | llama.cpp mode | one load, untraced ms: median (p10-p90) | traced ms | ratio "
+           "| in load per run, ratio | process wall per run, ratio |\n"
+           "|---|---|---:|---:|---:|---:|---:|\n");
+    setenv("LLAMA_DRIVER_CYCLES", "1", 1);
     for (int m = 0; m < n_models; m++)
         for (int mode = 0; mode < 2; mode++) {
             char mode_s[4], cyc_s[16];
@@ -155,17 +163,22 @@ int main(int argc, char **argv) {
                               models[m],
                               NULL};
             double lp[100], lt[100], wp[100], wt[100];
+            static double cp[100 * 64], ct[100 * 64];
+            int ncp = 0, nct = 0, cap = (int)(sizeof cp / sizeof cp[0]);
             for (int r = 0; r < rounds; r++) {
-                wp[r] = run(plain, &lp[r]);
-                wt[r] = run(traced, &lt[r]);
+                wp[r] = run(plain, &lp[r], cp, &ncp, cap);
+                wt[r] = run(traced, &lt[r], ct, &nct, cap);
                 if (wp[r] < 0 || wt[r] < 0) return 1;
             }
+            if (!ncp || !nct) return 1;
+            bench_stats sp = bench_stats_of(cp, (size_t)ncp), st = bench_stats_of(ct, (size_t)nct);
             double a = median(lp, rounds), b = median(lt, rounds), c = median(wp, rounds),
                    d = median(wt, rounds);
             const char *name = strrchr(models[m], '/');
-            printf("| %s | %s | %.4f | %.4f | %.3f | %.4f | %.4f | %.3f |\n",
-                   name ? name + 1 : models[m], mode ? "mmap (1)" : "read (0)", a, b, b / a, c, d,
-                   d / c);
+            printf("| %s | %s | %.2f (%.2f-%.2f) | %.2f (%.2f-%.2f) | %.3f | %.3f | %.3f |\n",
+                   name ? name + 1 : models[m], mode ? "mmap (1)" : "read (0)", sp.median * 1e3,
+                   sp.p10 * 1e3, sp.p90 * 1e3, st.median * 1e3, st.p10 * 1e3, st.p90 * 1e3,
+                   st.median / sp.median, b / a, d / c);
             fflush(stdout);
         }
     return 0;

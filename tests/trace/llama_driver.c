@@ -6,7 +6,8 @@
  *
  * LOAD_MODE is llama.cpp's own: 0 reads into buffers, 1 maps the file. llama_model_free is
  * called through the pointer dlsym gives, so `--cycles-marker llama_model_free` sees each free.
- * Prints one line on stderr: the cycles and the seconds spent inside llama_model_load_from_file.
+ * Prints one line on stderr: the cycles and the seconds spent inside llama_model_load_from_file
+ * (with LLAMA_DRIVER_CYCLES set in the environment, also one line per cycle before it).
  * No llama.cpp header is used: the few prototypes are declared here from its public API
  * (llama.cpp v0.4.0, the layout checked against llama_model_default_params in
  * ../shared/peers/llama-harness.c).
@@ -103,7 +104,10 @@ int main(int argc, char **argv) {
     for (int c = 0; c < cycles; c++) {
         double t0 = now();
         struct llama_model *m = load(model, p);
-        in_load += now() - t0;
+        double dt = now() - t0;
+        in_load += dt;
+        if (getenv("LLAMA_DRIVER_CYCLES"))
+            fprintf(stderr, "llama_driver: cycle %d %.6f s\n", c + 1, dt);
         if (!m) {
             fprintf(stderr, "llama_driver: %s: llama.cpp could not load it (load_mode %d)\n", model,
                     load_mode);

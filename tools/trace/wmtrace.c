@@ -418,7 +418,9 @@ static void note_alloc(void *p, size_t asked) {
         __atomic_store_n(&t->largest_loading, asked, __ATOMIC_RELAXED);
     size_t us = r_usable(p);
     if (us < WMTRACE_BIG) {
-        __atomic_fetch_add(&t->held[0], (int64_t)us, __ATOMIC_RELAXED);
+        /* held[0] has one writer, its own thread (a small block freed elsewhere counts there):
+         * a plain store, no locked add, on the path every small malloc takes. */
+        __atomic_store_n(&t->held[0], t->held[0] + (int64_t)us, __ATOMIC_RELAXED);
         return;
     }
     uint32_t h = block_hash((uintptr_t)p);
@@ -441,7 +443,7 @@ static void note_free(void *p) {
     size_t us = r_usable(p);
     if (us < WMTRACE_BIG) {
         wmtrace_thread *t = me();
-        if (t) __atomic_fetch_sub(&t->held[0], (int64_t)us, __ATOMIC_RELAXED);
+        if (t) __atomic_store_n(&t->held[0], t->held[0] - (int64_t)us, __ATOMIC_RELAXED);
         return;
     }
     uint32_t h = block_hash((uintptr_t)p);
@@ -661,7 +663,6 @@ static void note_map(void *p, size_t len, int prot, int flags, int fd, off_t off
         put_s(&l, " ");
         put_u(&l, (uint64_t)flags);
         end(&l);
-        sample();
     } else if (flags & MAP_ANONYMOUS) {
         add_map((uintptr_t)p, len, -1, 0);
     }
