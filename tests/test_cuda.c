@@ -57,20 +57,11 @@ static bool have_gpu(void) {
     return e == cudaSuccess && n > 0;
 }
 
-/* Test processes that ctest runs at once share the GPU: a case that measures the device's free
- * memory holds this lock exclusively, every other GPU case holds it shared (until it exits). */
-static int gpu_lock_fd = -1;
-static void gpu_lock(int how) {
-    if (gpu_lock_fd < 0)
-        gpu_lock_fd = open("/tmp/weightmap-test-cuda.lock", O_RDWR | O_CREAT, 0666);
-    CHECK(gpu_lock_fd >= 0);
-    CHECK(flock(gpu_lock_fd, how) == 0);
-}
 
 #define NEED_GPU()                                                                                 \
     do {                                                                                           \
         if (!have_gpu()) WM_SKIP("no CUDA device");                                                \
-        gpu_lock(LOCK_SH);                                                                         \
+        wmt_gpu_lock(false);                                                                         \
     } while (0)
 
 /* Copies every tensor back from the device and compares it with the file's bytes. */
@@ -296,7 +287,7 @@ static void check_nothing_held(const char *path) {
  * registered, no mapping of the file left. */
 WM_TEST(cycles_return_memory) {
     NEED_GPU();
-    gpu_lock(LOCK_EX);
+    wmt_gpu_lock(true);
     const char *path = wmt_make_model("m.gguf", "--size 24M --format gguf");
     wm_file *f;
     wm_error err;

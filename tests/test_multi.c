@@ -260,6 +260,7 @@ static int n_gpus(void) {
 #define NEED_GPUS(n)                                                                               \
     do {                                                                                           \
         if (n_gpus() < (n)) WM_SKIP("fewer than " #n " CUDA devices");                             \
+        wmt_gpu_lock(false);                                                                       \
     } while (0)
 
 static void no_violations(void) {

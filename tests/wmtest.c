@@ -13,8 +13,10 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
@@ -454,4 +456,11 @@ int main(int argc, char **argv) {
     }
     fprintf(stderr, "no case %s\n", argv[1]);
     return 2;
+}
+
+void wmt_gpu_lock(bool exclusive) {
+    static int fd = -1;
+    if (fd < 0) fd = open("/tmp/weightmap-test-cuda.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0 || flock(fd, exclusive ? LOCK_EX : LOCK_SH) != 0)
+        wmt_fail(__FILE__, __LINE__, "cannot lock /tmp/weightmap-test-cuda.lock");
 }

@@ -15,6 +15,7 @@
 #include "os/os.h" /* wm_os_call, for the fault sweeps */
 
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,6 +115,11 @@ char *wmt_stderr_text(void);
 /* Runs the CLI (WM_CLI) with `args`, its stdout and stderr together in out (at most cap - 1
  * bytes, NUL-terminated); returns its exit code, -1 when it did not exit. */
 int wmt_cli(const char *args, char *out, size_t cap);
+
+/* Test processes that ctest runs at once share the GPU: a case that measures the device's free
+ * memory holds this lock (a file lock on /tmp/weightmap-test-cuda.lock) exclusively, every
+ * other GPU case holds it shared, until it exits. */
+void wmt_gpu_lock(bool exclusive);
 
 /* Open descriptors of this process (entries of /proc/self/fd): compare two counts to see whether
  * a call left one open. */
