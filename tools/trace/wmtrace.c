@@ -976,7 +976,7 @@ void *wmtrace_enter(void *ret) {
     if (tl.ret_depth < (int)(sizeof tl.ret_stack / sizeof tl.ret_stack[0]))
         tl.ret_stack[tl.ret_depth] = ret;
     tl.ret_depth++;
-    return marker_target;
+    return __atomic_load_n(&marker_target, __ATOMIC_ACQUIRE);
 }
 void *wmtrace_exit(void) {
     int e = errno;
@@ -1063,15 +1063,26 @@ static int count_adds(struct dl_phdr_info *info, size_t size, void *data) {
 }
 
 /* Re-patches when objects were loaded since the last scan (dlopen is not hooked: see TRACE.md). */
+static void set_target(void *p) {
+    void *none = NULL;
+    __atomic_compare_exchange_n(&marker_target, &none, p, false, __ATOMIC_RELEASE,
+                                __ATOMIC_RELAXED);
+}
+
+/* One thread at a time; a thread that finds another scanning leaves it to that one. */
 static void rescan_marker(void) {
     static unsigned long long seen;
-    if (!marker_name[0] || !HAVE_TRAMP) return;
+    static volatile int busy;
+    if (!marker_name[0] || !HAVE_TRAMP || __atomic_exchange_n(&busy, 1, __ATOMIC_ACQUIRE)) return;
     unsigned long long adds = 0;
     dl_iterate_phdr(count_adds, &adds);
-    if (adds == seen && marker_target) return;
-    seen = adds;
-    if (!marker_target) marker_target = r_dlsym(RTLD_DEFAULT, marker_name);
-    if (marker_target) dl_iterate_phdr(patch_object, NULL);
+    if (adds != seen || !__atomic_load_n(&marker_target, __ATOMIC_ACQUIRE)) {
+        seen = adds;
+        if (!__atomic_load_n(&marker_target, __ATOMIC_ACQUIRE))
+            set_target(r_dlsym(RTLD_DEFAULT, marker_name));
+        if (__atomic_load_n(&marker_target, __ATOMIC_ACQUIRE)) dl_iterate_phdr(patch_object, NULL);
+    }
+    __atomic_store_n(&busy, 0, __ATOMIC_RELEASE);
 }
 
 /* dlsym hands out the trampoline for the marker symbol. Other names resolve as before, except
@@ -1081,12 +1092,12 @@ EXPORT void *dlsym(void *handle, const char *name) {
     void *p = r_dlsym(handle, name);
 #if HAVE_TRAMP
     if (p && active && marker_name[0] && !strcmp(name, marker_name)) {
-        if (!marker_target) marker_target = p;
+        set_target(p);
         int saved = tl.in_hook;
         tl.in_hook = 1;
         rescan_marker();
         tl.in_hook = saved;
-        if (p == marker_target) return (void *)wmtrace_tramp;
+        if (p == __atomic_load_n(&marker_target, __ATOMIC_ACQUIRE)) return (void *)wmtrace_tramp;
     }
 #endif
     return p;
