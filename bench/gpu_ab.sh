@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# bench/gpu_ab.sh: one GPU, two trees, one run: the staged load of a base tree against this
+# working tree on the same model, alternating, plus this tree's CUDA and multi tests, ceilings
+# and tensor-parallel ranks (bench/RESULTS.md, multigpu).
+#
+# Usage (on this machine, then in one device call):
+#   mkdir .ab-base && git archive BASE CMakeLists.txt cmake include src tools bench THIRD_PARTY.md \
+#       | tar -x -C .ab-base
+#   bash bench/gpu_ab.sh .ab-base [SIZE]          (device call: carry .ab-base and .debs-py)
+set -u
+BASE=${1:?base tree}
+SIZE=${2:-16G}
+. bench/gpu_env.sh
+wm_gpu_env .debs-py >/dev/null
+build() { # SRC DIR TARGETS... (the base without its tests: only its bench is used)
+    local src=$1 dir=$2
+    shift 2
+    cmake -S "$src" -B "$dir" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${cm[@]}" \
+        $([ "$src" = . ] && echo -DWM_FAULT_INJECTION=ON || echo -DWM_BUILD_TESTS=OFF) \
+        >"$dir.txt" 2>&1 && cmake --build "$dir" -j"$(nproc)" --target "$@" >>"$dir.txt" 2>&1 ||
+        { tail -20 "$dir.txt"; exit 1; }
+}
+build "$BASE" /tmp/ab-old bench_gpu
+build . build-multigpu bench_gpu weightmap_cli test_cuda test_multi
+(cd build-multigpu && timeout 200 ctest -L '^(cuda|multi)$' -j4 --timeout 150 --output-on-failure 2>&1 |
+    grep -E "tests passed|Failed|FAIL" | head -20)
+mkdir -p /tmp/wm-gpu-models
+M=/tmp/wm-gpu-models/ab-$SIZE.gguf
+[ -f "$M" ] || build-multigpu/weightmap make-model "$M" --size "$SIZE" >/dev/null
+cat "$M" >/dev/null
+cat "$M" >/dev/null
+for r in 1 2 3; do
+    timeout 120 /tmp/ab-old/bench/gpu load "$M" --repeat 5 | sed 's/^/old /'
+    timeout 120 build-multigpu/bench/gpu load "$M" --repeat 5 | sed 's/^/new /'
+done | grep -o '^[a-z]* {"bench": "load".*"median_gbps": [0-9.]*' | sed 's/"file.*"best_s"/best_s/'
+timeout 120 build-multigpu/bench/gpu h2d --bytes 1G --repeat 5
+timeout 120 build-multigpu/bench/gpu pread "$M" --threads "$(nproc)" --repeat 3
+timeout 200 build-multigpu/bench/gpu ranks "$M" --ranks 2 --tp --repeat 5
+timeout 200 build-multigpu/bench/gpu ranks "$M" --ranks 2 --repeat 5
+timeout 100 build-multigpu/weightmap load "$M" --mode heap --backend cuda --cycles 3 | tail -2
