@@ -1,8 +1,10 @@
 # The two commands that matter (see README.md):
 #   make demo   build, make the default model (512 MiB, cached in build/) and check it
-#   make test   the whole test suite: normal build, then again under ASan+UBSan (clang), the CUDA
-#               backend against the mock runtime (ASan+UBSan), each fuzzer for a bounded time,
-#               the concurrency tests under TSan (docs/TESTING.md)
+#   make test   the whole test suite: the C files formatted as .clang-format says (format-check),
+#               normal build, then again under ASan+UBSan (clang), the CUDA backend against the
+#               mock runtime (ASan+UBSan), each fuzzer for a bounded time, the concurrency tests
+#               under TSan, every build type with gcc and clang, the Python package
+#               (docs/TESTING.md)
 #
 # Build folders: build/ (release, for use and demo), build-test/ (fault injection on),
 # build-asan/ (fault injection, AddressSanitizer, UndefinedBehaviorSanitizer, LeakSanitizer),
@@ -28,7 +30,7 @@ demo: build
 	@test -f $(DEMO_MODEL) || build/weightmap make-model $(DEMO_MODEL) --size 512M
 	build/weightmap demo --model $(DEMO_MODEL)
 
-test: test-normal test-asan test-cuda-mock test-fuzz test-tsan test-builds test-python test-python-asan
+test: format-check test-normal test-asan test-cuda-mock test-fuzz test-tsan test-builds test-python test-python-asan
 
 # The oracle tests (conversion and type table against llama.cpp's own ggml) need the npm peer;
 # without it (no registry) they report skipped and the committed reference checksums still run.

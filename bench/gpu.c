@@ -24,7 +24,8 @@
  *       loading the model: whole (neither flag), its tensor-parallel slice (--tp), or reading
  *       once with NCCL (--nccl: replicated tensors read 1/W by each rank and broadcast); the
  *       slowest rank's time, every rank's bytes read, and their sum against the file.
- *   gpu cycles FILE [--registered] [--threads N] [--cycles N] [--rehearse ROUNDS,EVENTS,COPIES[,MIB]]
+ *   gpu cycles FILE [--registered] [--threads N] [--cycles N] [--rehearse
+ * ROUNDS,EVENTS,COPIES[,MIB]]
  *              [--malloc-info FILE]
  *       where host memory goes over load+release cycles: the footprint left after each
  *       release (above its value right after CUDA initialisation), malloc's figures, and the
@@ -41,8 +42,8 @@
  * bench` passes over it. Sections: helpers; footprint sampler; load; h2d; pread; cycles;
  * register; ranks; main.
  */
-#include "weightmap.h"
 #include "backend/cuda_tune.h" /* wm__cuda_tune: the pipeline's measuring knobs */
+#include "weightmap.h"
 
 #include <fcntl.h>
 #include <inttypes.h>
@@ -218,7 +219,8 @@ static bool verify(wm_model *m) {
             size_t n = ti.nbytes - off < cap ? (size_t)(ti.nbytes - off) : cap;
             ok = cudaMemcpy(a, d + off, n, cudaMemcpyDeviceToHost) == cudaSuccess &&
                  pread(fd, b, n, (off_t)(ti.offset + off)) == (ssize_t)n && memcmp(a, b, n) == 0;
-            if (!ok) fprintf(stderr, "gpu: tensor %s differs near byte %" PRIu64 "\n", ti.name, off);
+            if (!ok)
+                fprintf(stderr, "gpu: tensor %s differs near byte %" PRIu64 "\n", ti.name, off);
         }
         if (fd >= 0) close(fd);
     }
@@ -286,7 +288,7 @@ static int cmd_load(int argc, char **argv) {
     wm_error err;
     if (!init_devices(&o)) return 77;
     if (o.tp_world > 1) check = false; /* verify compares whole tensors */
-    uint64_t base = footprint(); /* right after CUDA initialisation */
+    uint64_t base = footprint();       /* right after CUDA initialisation */
     wm_file *f;
     if (wm_file_open(path, &f, &err) != WM_OK) {
         fprintf(stderr, "gpu: %s\n", err.msg);
@@ -315,7 +317,8 @@ static int cmd_load(int argc, char **argv) {
         wm_ledger l;
         wm_ledger_get(&l);
         if (l.cat[WM_LEDGER_PINNED].peak > pinned_peak) pinned_peak = l.cat[WM_LEDGER_PINNED].peak;
-        if (l.cat[WM_LEDGER_SCRATCH].peak > scratch_peak) scratch_peak = l.cat[WM_LEDGER_SCRATCH].peak;
+        if (l.cat[WM_LEDGER_SCRATCH].peak > scratch_peak)
+            scratch_peak = l.cat[WM_LEDGER_SCRATCH].peak;
         if (s.peak > base && s.peak - base > peak_delta) peak_delta = s.peak - base;
         wm_model_stats_get(m, &st);
         if (check && r == 0) verified = verify(m);
@@ -332,25 +335,26 @@ static int cmd_load(int argc, char **argv) {
     memcpy(sorted, t, repeat * sizeof *t);
     qsort(sorted, repeat, sizeof *sorted, cmp_double);
     double best = sorted[0], median = sorted[repeat / 2];
-    printf("{\"bench\": \"load\", \"file\": \"%s\", \"path\": \"%s\", \"threads\": %u, "
-           "\"window\": %" PRIu64 ", \"slots\": %u, \"serial_ring\": %s, \"reap\": %s, \"direct\": %s, "
-           "\"budget\": %" PRIu64 ", \"tensor_bytes\": %" PRIu64 ", \"buffers\": %u, "
-           "\"repeat\": %u, \"best_s\": %.4f, \"median_s\": %.4f, \"best_gbps\": %.2f, "
-           "\"median_gbps\": %.2f, \"footprint_base\": %" PRIu64 ", \"footprint_peak_delta\": %" PRIu64
-           ", \"pinned_peak\": %" PRIu64 ", \"scratch_peak\": %" PRIu64 ", \"verified\": %s, "
-           "\"released\": %s, \"footprint_left_first\": %" PRId64 ", \"footprint_left_last\": %" PRId64
-           ", \"devices\": %u, \"placement\": \"%s\", \"tp_rank\": %u, \"tp_world\": %u, "
-           "\"bytes_read\": %" PRIu64 "}\n",
-           path, o.cuda_registered ? "registered" : "staged", st.threads, window, slots,
-           flags & WM__CUDA_SERIAL_RING ? "true" : "false", flags & WM__CUDA_NO_REAP ? "false" : "true",
-           o.direct_io ? "true" : "false",
-           o.pinned_budget,
-           st.tensor_bytes, st.buffers, repeat, best, median, (double)st.tensor_bytes / best / 1e9,
-           (double)st.tensor_bytes / median / 1e9, base, peak_delta, pinned_peak, scratch_peak,
-           check ? (verified ? "true" : "false") : "null", released ? "true" : "false", left_first,
-           left_last, o.n_devices > 1 ? o.n_devices : 1,
-           o.placement == WM_PLACE_LAYERS ? "layers" : "balance", o.tp_rank,
-           o.tp_world > 1 ? o.tp_world : 1, st.bytes_read);
+    printf(
+        "{\"bench\": \"load\", \"file\": \"%s\", \"path\": \"%s\", \"threads\": %u, "
+        "\"window\": %" PRIu64
+        ", \"slots\": %u, \"serial_ring\": %s, \"reap\": %s, \"direct\": %s, "
+        "\"budget\": %" PRIu64 ", \"tensor_bytes\": %" PRIu64 ", \"buffers\": %u, "
+        "\"repeat\": %u, \"best_s\": %.4f, \"median_s\": %.4f, \"best_gbps\": %.2f, "
+        "\"median_gbps\": %.2f, \"footprint_base\": %" PRIu64 ", \"footprint_peak_delta\": %" PRIu64
+        ", \"pinned_peak\": %" PRIu64 ", \"scratch_peak\": %" PRIu64 ", \"verified\": %s, "
+        "\"released\": %s, \"footprint_left_first\": %" PRId64 ", \"footprint_left_last\": %" PRId64
+        ", \"devices\": %u, \"placement\": \"%s\", \"tp_rank\": %u, \"tp_world\": %u, "
+        "\"bytes_read\": %" PRIu64 "}\n",
+        path, o.cuda_registered ? "registered" : "staged", st.threads, window, slots,
+        flags & WM__CUDA_SERIAL_RING ? "true" : "false",
+        flags & WM__CUDA_NO_REAP ? "false" : "true", o.direct_io ? "true" : "false",
+        o.pinned_budget, st.tensor_bytes, st.buffers, repeat, best, median,
+        (double)st.tensor_bytes / best / 1e9, (double)st.tensor_bytes / median / 1e9, base,
+        peak_delta, pinned_peak, scratch_peak, check ? (verified ? "true" : "false") : "null",
+        released ? "true" : "false", left_first, left_last, o.n_devices > 1 ? o.n_devices : 1,
+        o.placement == WM_PLACE_LAYERS ? "layers" : "balance", o.tp_rank,
+        o.tp_world > 1 ? o.tp_world : 1, st.bytes_read);
     return (check && !verified) || !released ? 1 : 0;
 }
 
@@ -368,7 +372,8 @@ static double h2d_together(const int *devs, unsigned n, uint64_t bytes, unsigned
         h[k] = pages(bytes);
         CUDA_OK(cudaHostRegister(h[k], bytes, cudaHostRegisterDefault));
         CUDA_OK(cudaMalloc(&d[k], bytes));
-        for (int j = 0; j < NS; j++) CUDA_OK(cudaStreamCreateWithFlags(&s[k][j], cudaStreamNonBlocking));
+        for (int j = 0; j < NS; j++)
+            CUDA_OK(cudaStreamCreateWithFlags(&s[k][j], cudaStreamNonBlocking));
     }
     double best = 0;
     for (unsigned r = 0; r < repeat; r++) {
@@ -380,13 +385,15 @@ static double h2d_together(const int *devs, unsigned n, uint64_t bytes, unsigned
                                         bytes / NS, cudaMemcpyHostToDevice, s[k][j]));
         }
         for (unsigned k = 0; k < n; k++)
-            for (int j = 0; j < NS; j++) CUDA_OK(cudaStreamSynchronize(s[k][j]));
+            for (int j = 0; j < NS; j++)
+                CUDA_OK(cudaStreamSynchronize(s[k][j]));
         double g = (double)bytes * n / (now_s() - t0) / 1e9;
         if (g > best) best = g;
     }
     for (unsigned k = 0; k < n; k++) {
         CUDA_OK(cudaSetDevice(devs[k]));
-        for (int j = 0; j < NS; j++) CUDA_OK(cudaStreamDestroy(s[k][j]));
+        for (int j = 0; j < NS; j++)
+            CUDA_OK(cudaStreamDestroy(s[k][j]));
         CUDA_OK(cudaHostUnregister(h[k]));
         CUDA_OK(cudaFree(d[k]));
         munmap(h[k], bytes);
@@ -420,7 +427,8 @@ static int cmd_h2d(int argc, char **argv) {
     CUDA_OK(cudaMalloc(&d, bytes));
     enum { NS = 4 };
     cudaStream_t s[NS];
-    for (int k = 0; k < NS; k++) CUDA_OK(cudaStreamCreateWithFlags(&s[k], cudaStreamNonBlocking));
+    for (int k = 0; k < NS; k++)
+        CUDA_OK(cudaStreamCreateWithFlags(&s[k], cudaStreamNonBlocking));
     cudaEvent_t e0, e1;
     CUDA_OK(cudaEventCreate(&e0));
     CUDA_OK(cudaEventCreate(&e1));
@@ -497,8 +505,10 @@ static void *pread_main(void *arg) {
 static double pread_once(pread_job *j, pread_thread *ts, unsigned n) {
     atomic_store(&j->next, 0);
     double t0 = now_s();
-    for (unsigned k = 0; k < n; k++) pthread_create(&ts[k].th, NULL, pread_main, &ts[k]);
-    for (unsigned k = 0; k < n; k++) pthread_join(ts[k].th, NULL);
+    for (unsigned k = 0; k < n; k++)
+        pthread_create(&ts[k].th, NULL, pread_main, &ts[k]);
+    for (unsigned k = 0; k < n; k++)
+        pthread_join(ts[k].th, NULL);
     return now_s() - t0;
 }
 
@@ -528,7 +538,8 @@ static int cmd_pread(int argc, char **argv) {
     }
     j.size = (uint64_t)lseek(j.fd, 0, SEEK_END);
     pread_thread ts[256];
-    for (unsigned k = 0; k < threads; k++) ts[k] = (pread_thread){.j = &j, .buf = pages(2 * block)};
+    for (unsigned k = 0; k < threads; k++)
+        ts[k] = (pread_thread){.j = &j, .buf = pages(2 * block)};
     double best_reused = 1e30, best_big = 1e30;
     for (unsigned r = 0; r < repeat; r++) {
         double t = pread_once(&j, ts, (unsigned)threads);
@@ -540,11 +551,13 @@ static int cmd_pread(int argc, char **argv) {
         if (t < best_big) best_big = t;
     }
     munmap(j.big, j.size);
-    for (unsigned k = 0; k < threads; k++) munmap(ts[k].buf, 2 * block);
+    for (unsigned k = 0; k < threads; k++)
+        munmap(ts[k].buf, 2 * block);
     close(j.fd);
     double g1 = (double)j.size / best_reused / 1e9, g2 = (double)j.size / best_big / 1e9;
     printf("{\"bench\": \"pread\", \"file\": \"%s\", \"bytes\": %" PRIu64 ", \"threads\": %" PRIu64
-           ", \"block\": %" PRIu64 ", \"reused_buffers_gbps\": %.2f, \"file_sized_buffer_gbps\": %.2f, "
+           ", \"block\": %" PRIu64
+           ", \"reused_buffers_gbps\": %.2f, \"file_sized_buffer_gbps\": %.2f, "
            "\"best_gbps\": %.2f, \"failed\": %s}\n",
            path, j.size, threads, block, g1, g2, g1 > g2 ? g1 : g2,
            atomic_load(&j.failed) ? "true" : "false");
@@ -583,7 +596,8 @@ static size_t anon_maps(anon_map *out, size_t cap) {
 }
 
 /* Prints the mappings whose Anonymous kB differ between two snapshots (new, gone or changed). */
-static void anon_diff(const char *what, const anon_map *a, size_t na, const anon_map *b, size_t nb) {
+static void anon_diff(const char *what, const anon_map *a, size_t na, const anon_map *b,
+                      size_t nb) {
     for (size_t j = 0; j < nb; j++) {
         uint64_t before = 0;
         for (size_t i = 0; i < na; i++)
@@ -595,7 +609,8 @@ static void anon_diff(const char *what, const anon_map *a, size_t na, const anon
     }
     for (size_t i = 0; i < na; i++) {
         bool kept = false;
-        for (size_t j = 0; j < nb && !kept; j++) kept = a[i].start == b[j].start;
+        for (size_t j = 0; j < nb && !kept; j++)
+            kept = a[i].start == b[j].start;
         if (!kept && a[i].anon_kb)
             printf("{\"bench\": \"cycles-map\", \"between\": \"%s\", \"start\": \"%" PRIx64
                    "\", \"name\": \"%s\", \"kb_before\": %" PRIu64 ", \"kb_after\": 0}\n",
@@ -685,11 +700,12 @@ static int cmd_cycles(int argc, char **argv) {
         wm_ledger l;
         wm_ledger_get(&l);
         printf("{\"bench\": \"cycles\", \"path\": \"%s\", \"threads\": %u, \"rehearsal\": \"%s\", "
-               "\"cycle\": %u, \"left\": %" PRId64 ", \"malloc_in_use\": %zu, \"malloc_arena\": %zu, "
+               "\"cycle\": %u, \"left\": %" PRId64
+               ", \"malloc_in_use\": %zu, \"malloc_arena\": %zu, "
                "\"malloc_mmapped\": %zu, \"process_threads\": %u, \"ledger\": %" PRIu64 "}\n",
-               o.cuda_registered ? "registered" : "staged", o.threads,
-               rehearse_arg, c, (int64_t)(now - base), mi.uordblks, mi.arena,
-               mi.hblkhd, threads_now(), wm_ledger_bytes(&l));
+               o.cuda_registered ? "registered" : "staged", o.threads, rehearse_arg, c,
+               (int64_t)(now - base), mi.uordblks, mi.arena, mi.hblkhd, threads_now(),
+               wm_ledger_bytes(&l));
         if (c == 1) n1 = anon_maps(m1, CAP);
     }
     nn = anon_maps(mn, CAP);
@@ -753,8 +769,10 @@ static double reg_pass(reg_job *j, reg_thread *ts, unsigned n, int mode) {
     j->mode = mode;
     atomic_store(&j->next, 0);
     double t0 = now_s();
-    for (unsigned k = 0; k < n; k++) pthread_create(&ts[k].th, NULL, reg_main, &ts[k]);
-    for (unsigned k = 0; k < n; k++) pthread_join(ts[k].th, NULL);
+    for (unsigned k = 0; k < n; k++)
+        pthread_create(&ts[k].th, NULL, reg_main, &ts[k]);
+    for (unsigned k = 0; k < n; k++)
+        pthread_join(ts[k].th, NULL);
     return now_s() - t0;
 }
 
@@ -795,21 +813,25 @@ static int cmd_register(int argc, char **argv) {
     CUDA_OK(cudaMalloc((void **)&j.dev, size));
     reg_thread ts[256];
     memset(ts, 0, sizeof ts);
-    for (unsigned k = 0; k < threads; k++) ts[k].j = &j;
+    for (unsigned k = 0; k < threads; k++)
+        ts[k].j = &j;
     double best_reg = 1e30, best_copy = 1e30, best_unreg = 1e30, best_pipe = 1e30;
     for (unsigned r = 0; r < repeat; r++) {
         double t = reg_pass(&j, ts, (unsigned)threads, 0);
         if (t < best_reg) best_reg = t;
         cudaStream_t s[4];
-        for (int k = 0; k < 4; k++) CUDA_OK(cudaStreamCreateWithFlags(&s[k], cudaStreamNonBlocking));
+        for (int k = 0; k < 4; k++)
+            CUDA_OK(cudaStreamCreateWithFlags(&s[k], cudaStreamNonBlocking));
         double t0 = now_s();
         for (uint64_t off = 0, k = 0; off < size; off += window, k++)
-            CUDA_OK(cudaMemcpyAsync(j.dev + off, map + off, size - off < window ? size - off : window,
+            CUDA_OK(cudaMemcpyAsync(j.dev + off, map + off,
+                                    size - off < window ? size - off : window,
                                     cudaMemcpyHostToDevice, s[k % 4]));
         CUDA_OK(cudaDeviceSynchronize());
         t = now_s() - t0;
         if (t < best_copy) best_copy = t;
-        for (int k = 0; k < 4; k++) CUDA_OK(cudaStreamDestroy(s[k]));
+        for (int k = 0; k < 4; k++)
+            CUDA_OK(cudaStreamDestroy(s[k]));
         t = reg_pass(&j, ts, (unsigned)threads, 1);
         if (t < best_unreg) best_unreg = t;
         t = reg_pass(&j, ts, (unsigned)threads, 2);
@@ -820,12 +842,13 @@ static int cmd_register(int argc, char **argv) {
     CUDA_OK(cudaFree(j.dev));
     munmap(map, size);
     close(fd);
-    printf("{\"bench\": \"register\", \"file\": \"%s\", \"bytes\": %" PRIu64 ", \"threads\": %" PRIu64
-           ", \"window\": %" PRIu64 ", \"register_gbps\": %.2f, \"copy_from_registered_gbps\": %.2f, "
+    printf("{\"bench\": \"register\", \"file\": \"%s\", \"bytes\": %" PRIu64
+           ", \"threads\": %" PRIu64 ", \"window\": %" PRIu64
+           ", \"register_gbps\": %.2f, \"copy_from_registered_gbps\": %.2f, "
            "\"unregister_gbps\": %.2f, \"pipelined_gbps\": %.2f, \"failed\": %s}\n",
-           path, size, threads, window, (double)size / best_reg / 1e9, (double)size / best_copy / 1e9,
-           (double)size / best_unreg / 1e9, (double)size / best_pipe / 1e9,
-           atomic_load(&j.failed) ? "true" : "false");
+           path, size, threads, window, (double)size / best_reg / 1e9,
+           (double)size / best_copy / 1e9, (double)size / best_unreg / 1e9,
+           (double)size / best_pipe / 1e9, atomic_load(&j.failed) ? "true" : "false");
     return atomic_load(&j.failed) ? 1 : 0;
 }
 
@@ -859,7 +882,8 @@ static void ranks_barrier(ranks_shared *s, unsigned n) {
         atomic_store(&s->arrived, 0);
         atomic_fetch_add(&s->generation, 1);
     } else {
-        while (atomic_load(&s->generation) == gen) sched_yield();
+        while (atomic_load(&s->generation) == gen)
+            sched_yield();
     }
 }
 
@@ -900,9 +924,14 @@ static int rank_main(ranks_shared *sh, const char *path, unsigned r, unsigned w,
         fprintf(stderr, "gpu ranks: %s\n", err.msg);
         return 1;
     }
-    wm_load_options o = {.mode = WM_MODE_HEAP, .backend = WM_BACKEND_CUDA, .device = dev,
-                         .threads = threads, .tp_rank = r, .tp_world = tp || nccl ? w : 0,
-                         .tp_split = tp ? llama_split : NULL, .nccl_comm = comm};
+    wm_load_options o = {.mode = WM_MODE_HEAP,
+                         .backend = WM_BACKEND_CUDA,
+                         .device = dev,
+                         .threads = threads,
+                         .tp_rank = r,
+                         .tp_world = tp || nccl ? w : 0,
+                         .tp_split = tp ? llama_split : NULL,
+                         .nccl_comm = comm};
     for (unsigned k = 0; k < rounds; k++) {
         ranks_barrier(sh, w);
         wm_model *m;
@@ -951,14 +980,16 @@ static int cmd_ranks(int argc, char **argv) {
     /* The devices, counted without starting CUDA here: a process must not fork after it. */
     int n_dev = 0;
     DIR *gpus = opendir("/proc/driver/nvidia/gpus");
-    for (struct dirent *e; gpus && (e = readdir(gpus));) n_dev += e->d_name[0] != '.';
+    for (struct dirent *e; gpus && (e = readdir(gpus));)
+        n_dev += e->d_name[0] != '.';
     if (gpus) closedir(gpus);
     if (!path || n_dev == 0) return 77;
     if (nccl && (unsigned)n_dev < w) {
         fprintf(stderr, "gpu ranks: --nccl needs a device per rank (%d devices)\n", n_dev);
         return 77;
     }
-    ranks_shared *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ranks_shared *sh =
+        mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (sh == MAP_FAILED) return 1;
     memset(sh, 0, sizeof *sh);
     pid_t pid[MAX_RANKS];
@@ -997,9 +1028,13 @@ static int cmd_ranks(int argc, char **argv) {
     double med = t[rounds / 2];
     printf("{\"bench\": \"ranks\", \"file\": \"%s\", \"ranks\": %u, \"devices\": %d, "
            "\"mode\": \"%s%s\", \"repeat\": %u, \"best_s\": %.4f, \"median_s\": %.4f, "
-           "\"delivered_bytes\": %" PRIu64 ", \"delivered_gbps_median\": %.2f, \"bytes_read\": %" PRIu64
+           "\"delivered_bytes\": %" PRIu64
+           ", \"delivered_gbps_median\": %.2f, \"bytes_read\": %" PRIu64
            ", \"read_x_file\": %.3f}\n",
-           path, w, n_dev < (int)w ? n_dev : (int)w, tp ? "tp" : nccl ? "" : "whole",
+           path, w, n_dev < (int)w ? n_dev : (int)w,
+           tp     ? "tp"
+           : nccl ? ""
+                  : "whole",
            nccl ? (tp ? "+nccl" : "nccl") : "", rounds, t[0], med, delivered,
            (double)delivered / med / 1e9, read, (double)read / (double)file_bytes);
     munmap(sh, sizeof *sh);

@@ -73,13 +73,13 @@ typedef enum kind {
 } kind;
 
 static const char *const kind_name[K_COUNT] = {
-    "weightmap heap",        "weightmap mmap",           "weightmap mmap+prefetch",
-    "weightmap mmap-private", "llama.cpp read",          "llama.cpp mmap",
-    "pread, faulted memory", "pread, fresh memory",      "pread, fresh MADV_HUGEPAGE",
+    "weightmap heap",         "weightmap mmap",      "weightmap mmap+prefetch",
+    "weightmap mmap-private", "llama.cpp read",      "llama.cpp mmap",
+    "pread, faulted memory",  "pread, fresh memory", "pread, fresh MADV_HUGEPAGE",
 };
 static const char *const kind_key[K_COUNT] = {
-    "heap",    "mmap",          "mmap-prefetch", "mmap-private",     "llama-read",
-    "llama-mmap", "pread-faulted", "pread-fresh", "pread-fresh-huge",
+    "heap",       "mmap",          "mmap-prefetch", "mmap-private",     "llama-read",
+    "llama-mmap", "pread-faulted", "pread-fresh",   "pread-fresh-huge",
 };
 
 typedef struct options {
@@ -116,7 +116,8 @@ static int read_kb(const char *path, const char *const *keys, uint64_t *const *o
     close(fd);
     if (got <= 0) return -1;
     buf[got] = 0;
-    for (char *line = buf; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+    for (char *line = buf; line && *line;
+         line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
         for (size_t i = 0; i < n; i++) {
             size_t kl = strlen(keys[i]);
             if (strncmp(line, keys[i], kl) == 0 && line[kl] == ':')
@@ -282,7 +283,8 @@ static int one_cycle(contender_state *s, result *r, double *total, double *parse
         struct llama_model *m = s->peer.llama_model_load_from_file(s->t->path, p);
         t2 = bench_now_ms();
         if (!m) {
-            snprintf(r->msg, sizeof r->msg, "llama_model_load_from_file failed (WM_PEER_LOG=1 says why)");
+            snprintf(r->msg, sizeof r->msg,
+                     "llama_model_load_from_file failed (WM_PEER_LOG=1 says why)");
             return -1;
         }
         r->bytes = s->peer.llama_model_size(m);
@@ -529,10 +531,10 @@ static int bench_file(const options *o, const char *path) {
         fmt_bytes(an, sizeof an, s->after_all);
         if (ceil > 0) snprintf(rc1, sizeof rc1, "%.2fx", ceil / s->total.median);
         if (fresh > 0) snprintf(rc2, sizeof rc2, "%.2fx", fresh / s->total.median);
-        printf("| %s | %u | %.2f (%.2f-%.2f) | %.2f | %.2f | %s | %s | %s | %s | %s | %s | %.2f |\n",
-               kind_name[k], s->threads, s->total.median, s->total.p10, s->total.p90,
-               s->parse.median, (double)s->bytes / s->total.median / 1e6, rc1, rc2, pk, th, a1,
-               an, s->release.median);
+        printf(
+            "| %s | %u | %.2f (%.2f-%.2f) | %.2f | %.2f | %s | %s | %s | %s | %s | %s | %.2f |\n",
+            kind_name[k], s->threads, s->total.median, s->total.p10, s->total.p90, s->parse.median,
+            (double)s->bytes / s->total.median / 1e6, rc1, rc2, pk, th, a1, an, s->release.median);
     }
     /* The targets, where this run measured what they need. */
     const summary *h = &sum[K_WM_HEAP], *lr = &sum[K_LL_READ], *mm = &sum[K_WM_MMAP];
@@ -552,8 +554,8 @@ static int bench_file(const options *o, const char *path) {
                lr->total.median / h->total.median);
     if (mm->done)
         printf("- mmap ready in parse time + 1 ms: %s (parse %.3f ms, total %.3f ms)\n",
-               mm->total.median - mm->parse.median <= 1.0 ? "met" : "NOT met",
-               mm->parse.median, mm->total.median);
+               mm->total.median - mm->parse.median <= 1.0 ? "met" : "NOT met", mm->parse.median,
+               mm->total.median);
     bool all = true;
     for (int k = K_WM_HEAP; k <= K_WM_MMAP_PRIVATE; k++)
         if (sum[k].done && (sum[k].after_all > (int64_t)SLACK_BYTES)) all = false;
@@ -575,12 +577,15 @@ static int parse_only(options *o, const char *list) {
     char buf[512];
     snprintf(buf, sizeof buf, "%s", list);
     memset(o->only, 0, sizeof o->only);
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
         int k = 0;
-        while (k < K_COUNT && strcmp(tok, kind_key[k]) != 0) k++;
+        while (k < K_COUNT && strcmp(tok, kind_key[k]) != 0)
+            k++;
         if (k == K_COUNT) {
             fprintf(stderr, "load: unknown contender '%s' (known:", tok);
-            for (int j = 0; j < K_COUNT; j++) fprintf(stderr, " %s", kind_key[j]);
+            for (int j = 0; j < K_COUNT; j++)
+                fprintf(stderr, " %s", kind_key[j]);
             fprintf(stderr, ")\n");
             return -1;
         }
@@ -611,7 +616,8 @@ static int default_model(char *buf, size_t cap) {
 int main(int argc, char **argv) {
     options o = {.rounds = 3, .cycles = 20};
     /* pread into fresh 4 KiB pages is left out by default: it only shows what faults cost. */
-    for (int k = 0; k < K_COUNT; k++) o.only[k] = k != K_PREAD_FRESH;
+    for (int k = 0; k < K_COUNT; k++)
+        o.only[k] = k != K_PREAD_FRESH;
     const char **files = calloc((size_t)argc + 2, sizeof *files);
     static char model[4096], stories[4096];
     size_t n_files = 0;
@@ -663,12 +669,13 @@ int main(int argc, char **argv) {
     char machine[512];
     bench_machine_line(machine, sizeof machine);
     printf("## load\n\n");
-    printf("Time to loaded (warm page cache), median (p10-p90) of %d rounds x %d timed cycles; each "
-           "measurement in its own child process, contenders alternating by round; footprint = "
-           "Anonymous + Swap + RssShmem, as a delta from a baseline taken in the child before its "
-           "first load (peak: sampled every ~1 ms during the first, untimed, load; the other "
-           "columns: worst child).\n",
-           o.rounds, o.cycles - 1);
+    printf(
+        "Time to loaded (warm page cache), median (p10-p90) of %d rounds x %d timed cycles; each "
+        "measurement in its own child process, contenders alternating by round; footprint = "
+        "Anonymous + Swap + RssShmem, as a delta from a baseline taken in the child before its "
+        "first load (peak: sampled every ~1 ms during the first, untimed, load; the other "
+        "columns: worst child).\n",
+        o.rounds, o.cycles - 1);
     printf("weightmap %s (%u threads); llama.cpp v0.4.0 llama_model_load_from_file(n_gpu_layers=0) "
            "+ llama_model_free (one thread); preads: %u threads, one contiguous slice each, of "
            "[data offset, end of file).\n",

@@ -109,7 +109,8 @@ static int bench_file(const bench_peer *p, const char *path, int n, row *out) {
     int64_t pkv = p->gguf_get_n_kv(g), pnt = p->gguf_get_n_tensors(g);
     p->gguf_free(g);
     if (pkv != (int64_t)out->n_kv || pnt != (int64_t)out->n_tensors) {
-        fprintf(stderr, "parse: %s: weightmap reads %zu KV and %zu tensors, llama.cpp %lld and %lld\n",
+        fprintf(stderr,
+                "parse: %s: weightmap reads %zu KV and %zu tensors, llama.cpp %lld and %lld\n",
                 path, out->n_kv, out->n_tensors, (long long)pkv, (long long)pnt);
         return -1;
     }
@@ -191,7 +192,8 @@ static int make_vocab(const char *out, uint32_t n) {
     put_u32(o, STRING);
     put_u64(o, n);
     char buf[32], buf2[32], line[80];
-    for (uint32_t k = 0; k < n; k++) put_str(o, token_text(k, buf));
+    for (uint32_t k = 0; k < n; k++)
+        put_str(o, token_text(k, buf));
     put_key(o, "tokenizer.ggml.scores", ARRAY);
     put_u32(o, F32);
     put_u64(o, n);
@@ -202,7 +204,8 @@ static int make_vocab(const char *out, uint32_t n) {
     put_key(o, "tokenizer.ggml.token_type", ARRAY);
     put_u32(o, I32);
     put_u64(o, n);
-    for (uint32_t k = 0; k < n; k++) put_u32(o, k < 8 ? 3 : 1);
+    for (uint32_t k = 0; k < n; k++)
+        put_u32(o, k < 8 ? 3 : 1);
     put_key(o, "tokenizer.ggml.merges", ARRAY);
     put_u32(o, STRING);
     put_u64(o, n);
@@ -284,7 +287,8 @@ static int process_bench(const char *self, const char *cli, const char *peer_dir
     printf("## parse, whole processes\n\n");
     printf("`weightmap info FILE` against a process that dlopens llama.cpp's libggml-base, runs "
            "gguf_init_from_file(no_alloc) + gguf_free once and exits; %d alternating runs each, "
-           "spawn to exit, warm page cache. Machine: %s.\n\n", n, machine);
+           "spawn to exit, warm page cache. Machine: %s.\n\n",
+           n, machine);
     printf("| file | weightmap ms: median (p10-p90) | llama.cpp ms: median (p10-p90) | llama.cpp / "
            "weightmap |\n|---|---:|---:|---:|\n");
     double ratio = w.median > 0 ? p.median / w.median : 0;
@@ -312,7 +316,7 @@ int main(int argc, char **argv) {
     int n = 50;
     const char *peer_dir = NULL, *cli = NULL;
     const char **files = calloc((size_t)argc + N_DEFAULT, sizeof *files);
-    char (*fixture)[4096] = calloc(N_DEFAULT, sizeof *fixture);
+    char(*fixture)[4096] = calloc(N_DEFAULT, sizeof *fixture);
     size_t n_files = 0;
     if (!files || !fixture) return 1;
     for (int i = 1; i < argc; i++) {
@@ -350,10 +354,13 @@ int main(int argc, char **argv) {
     char machine[512];
     bench_machine_line(machine, sizeof machine);
     printf("## parse\n\n");
-    printf("open+close, %d alternating iterations per side and file, warm page cache, one thread.\n", n);
-    printf("weightmap %s; llama.cpp gguf_init_from_file(no_alloc=true, ctx=NULL) + gguf_free, ggml %s "
-           "(commit %s).\n",
-           wm_version(), peer.ggml_version(), peer.ggml_commit());
+    printf(
+        "open+close, %d alternating iterations per side and file, warm page cache, one thread.\n",
+        n);
+    printf(
+        "weightmap %s; llama.cpp gguf_init_from_file(no_alloc=true, ctx=NULL) + gguf_free, ggml %s "
+        "(commit %s).\n",
+        wm_version(), peer.ggml_version(), peer.ggml_commit());
     printf("Machine: %s.\n\n", machine);
     printf("| file | bytes | KV | tensors | weightmap ms: median (p10-p90) | llama.cpp ms: median "
            "(p10-p90) | llama.cpp / weightmap | weightmap heap peak |\n");
@@ -373,13 +380,15 @@ int main(int argc, char **argv) {
         }
         double ratio = r.wm.median > 0 ? r.peer.median / r.wm.median : 0;
         if (i == 0) first_ratio = ratio;
-        printf("| %s | %llu | %zu | %zu | %.3f (%.3f-%.3f) | %.3f (%.3f-%.3f) | %.1fx | %.1f KiB |\n",
-               r.name, (unsigned long long)r.size, r.n_kv, r.n_tensors, r.wm.median, r.wm.p10,
-               r.wm.p90, r.peer.median, r.peer.p10, r.peer.p90, ratio, (double)r.heap_peak / 1024.0);
+        printf(
+            "| %s | %llu | %zu | %zu | %.3f (%.3f-%.3f) | %.3f (%.3f-%.3f) | %.1fx | %.1f KiB |\n",
+            r.name, (unsigned long long)r.size, r.n_kv, r.n_tensors, r.wm.median, r.wm.p10,
+            r.wm.p90, r.peer.median, r.peer.p10, r.peer.p90, ratio, (double)r.heap_peak / 1024.0);
         fflush(stdout);
     }
     if (n_files > 0 && rc == 0 && strstr(files[0], "ggml-vocab-llama-bpe.gguf"))
-        printf("\nTarget (weightmap at least %.0fx faster on ggml-vocab-llama-bpe.gguf): %s (%.1fx).\n",
+        printf("\nTarget (weightmap at least %.0fx faster on ggml-vocab-llama-bpe.gguf): %s "
+               "(%.1fx).\n",
                TARGET_RATIO, first_ratio >= TARGET_RATIO ? "met" : "NOT met", first_ratio);
     bench_peer_close(&peer);
     free(files);

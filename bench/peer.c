@@ -7,8 +7,8 @@
 #include "peer.h"
 
 #include <dlfcn.h>
-#include <sched.h>
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,8 +35,9 @@ static void *open_lib(const char *dir, const char *name) {
     snprintf(path, sizeof path, "%s/%s", dir, name);
     void *h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
     if (!h)
-        fprintf(stderr, "peer: cannot load %s: %s\n(run bench/peer.sh to install the peer, or set "
-                        "WM_PEER_DIR)\n",
+        fprintf(stderr,
+                "peer: cannot load %s: %s\n(run bench/peer.sh to install the peer, or set "
+                "WM_PEER_DIR)\n",
                 path, dlerror());
     return h;
 }
@@ -133,7 +134,8 @@ bench_stats bench_stats_of(double *v, size_t n) {
     if (n == 0) return s;
     qsort(v, n, sizeof *v, cmp_double);
     double sum = 0;
-    for (size_t i = 0; i < n; i++) sum += v[i];
+    for (size_t i = 0; i < n; i++)
+        sum += v[i];
     s.n = n;
     s.min = v[0];
     s.max = v[n - 1];
@@ -194,7 +196,8 @@ void bench_machine_line(char *buf, size_t cap) {
             const char *v = strchr(line, ':');
             if (v) {
                 v++;
-                while (*v == ' ' || *v == '\t') v++;
+                while (*v == ' ' || *v == '\t')
+                    v++;
                 snprintf(model, sizeof model, "%.*s", (int)strcspn(v, "\n"), v);
             }
             break;
@@ -218,6 +221,6 @@ void bench_machine_line(char *buf, size_t cap) {
     if (l) fclose(l);
     cpu_set_t set;
     long cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? (long)CPU_COUNT(&set)
-                                                           : sysconf(_SC_NPROCESSORS_ONLN);
+                                                            : sysconf(_SC_NPROCESSORS_ONLN);
     snprintf(buf, cap, "%s; %ld CPUs (nproc); %s; load average %s", date, cpus, model, load);
 }

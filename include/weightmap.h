@@ -253,14 +253,14 @@ WM_API const char *wm_file_shard_path(const wm_file *file, uint32_t index);
 #define WM_MAX_DIMS 4
 
 typedef struct wm_tensor_info {
-    const char *name;              /* NUL-terminated, borrowed from the file */
+    const char *name; /* NUL-terminated, borrowed from the file */
     wm_type type;
-    uint32_t n_dims;               /* 0 .. WM_MAX_DIMS */
-    uint64_t shape[WM_MAX_DIMS];   /* ggml order: shape[0] is the row (fastest); unused are 1 */
+    uint32_t n_dims;             /* 0 .. WM_MAX_DIMS */
+    uint64_t shape[WM_MAX_DIMS]; /* ggml order: shape[0] is the row (fastest); unused are 1 */
     uint64_t n_elements;
-    uint64_t offset;               /* absolute offset of the first byte in its file (shard) */
+    uint64_t offset; /* absolute offset of the first byte in its file (shard) */
     uint64_t nbytes;
-    uint32_t shard;                /* the file that holds the data: wm_file_shard_path(shard) */
+    uint32_t shard; /* the file that holds the data: wm_file_shard_path(shard) */
 } wm_tensor_info;
 
 WM_API size_t wm_file_tensor_count(const wm_file *file);
@@ -421,22 +421,22 @@ typedef unsigned (*wm_place_fn)(void *user, size_t index, const wm_tensor_info *
 typedef wm_split (*wm_split_fn)(void *user, size_t index, const wm_tensor_info *tensor);
 
 typedef struct wm_load_options {
-    wm_mode mode;              /* required */
+    wm_mode mode; /* required */
     wm_lock lock;
-    int prefetch;              /* mmap modes: MADV_POPULATE_READ (or WILLNEED) the data */
-    unsigned threads;          /* worker threads for heap reads; 0 = one per online CPU, max 64 */
-    uint64_t max_buffer_size;  /* chunk limit for one buffer; 0 = no limit */
+    int prefetch;             /* mmap modes: MADV_POPULATE_READ (or WILLNEED) the data */
+    unsigned threads;         /* worker threads for heap reads; 0 = one per online CPU, max 64 */
+    uint64_t max_buffer_size; /* chunk limit for one buffer; 0 = no limit */
     wm_progress_fn progress;
     void *progress_user;
     wm_backend_kind backend;
-    int device;                /* backend device index (CUDA) */
+    int device;                     /* backend device index (CUDA) */
     const wm_convert_rule *convert; /* conversions (heap mode only); NULL for none */
     size_t n_convert;
-    int cuda_registered;       /* CUDA: register the mmap-mode mapping instead of staging */
-    uint64_t pinned_budget;    /* CUDA: pinned staging bytes, 0 = 256 MiB */
-    int direct_io;             /* CUDA staged: read with O_DIRECT, past the page cache (for
-                                  models larger than the memory that would cache them), where
-                                  the file system allows it; buffered reads otherwise */
+    int cuda_registered;    /* CUDA: register the mmap-mode mapping instead of staging */
+    uint64_t pinned_budget; /* CUDA: pinned staging bytes, 0 = 256 MiB */
+    int direct_io;          /* CUDA staged: read with O_DIRECT, past the page cache (for
+                               models larger than the memory that would cache them), where
+                               the file system allows it; buffered reads otherwise */
     /* Several devices (CUDA, staged path): devices[0 .. n_devices) replace `device`, placed by
      * `placement` (place_tensor and place_user for WM_PLACE_CALLBACK). All are filled at once
      * through one pinned staging ring (registered portable, so every device copies from it)
@@ -520,16 +520,16 @@ WM_API void *wm_model_tensor_data_mut(wm_model *model, size_t index);
 WM_API uint64_t wm_model_tensor_device_ptr(const wm_model *model, size_t index);
 
 typedef struct wm_model_stats {
-    uint64_t tensor_bytes;   /* bytes of tensor data */
-    uint32_t buffers;        /* buffers (chunks) the tensors live in */
-    uint64_t mapped_bytes;   /* bytes of file mappings held */
-    uint64_t heap_bytes;     /* bytes of page-allocated tensor memory held */
-    uint64_t committed;      /* commit charge (mmap-private: whole mapping) */
-    uint64_t locked_bytes;   /* bytes actually under mlock */
-    uint64_t device_bytes;   /* bytes of device memory */
-    unsigned threads;        /* worker threads the load used */
-    double load_seconds;     /* wall time of wm_model_load */
-    uint64_t bytes_read;     /* bytes the load read from the file with pread (0 for mappings) */
+    uint64_t tensor_bytes; /* bytes of tensor data */
+    uint32_t buffers;      /* buffers (chunks) the tensors live in */
+    uint64_t mapped_bytes; /* bytes of file mappings held */
+    uint64_t heap_bytes;   /* bytes of page-allocated tensor memory held */
+    uint64_t committed;    /* commit charge (mmap-private: whole mapping) */
+    uint64_t locked_bytes; /* bytes actually under mlock */
+    uint64_t device_bytes; /* bytes of device memory */
+    unsigned threads;      /* worker threads the load used */
+    double load_seconds;   /* wall time of wm_model_load */
+    uint64_t bytes_read;   /* bytes the load read from the file with pread (0 for mappings) */
 } wm_model_stats;
 
 WM_API void wm_model_stats_get(const wm_model *model, wm_model_stats *out);
@@ -550,23 +550,23 @@ typedef struct wm_mem_figures {
 WM_API wm_status wm_mem_figures_get(int pid, wm_mem_figures *out, wm_error *err);
 
 typedef struct wm_file_region {
-    uint64_t start, end;   /* virtual addresses */
-    uint64_t offset;       /* file offset of start */
-    char perms[5];         /* "r--s", "rw-p", ... */
-    uint64_t size;         /* end - start */
-    uint64_t rss;          /* Rss */
-    uint64_t privatised;   /* Anonymous: pages copied from the file into private memory */
+    uint64_t start, end; /* virtual addresses */
+    uint64_t offset;     /* file offset of start */
+    char perms[5];       /* "r--s", "rw-p", ... */
+    uint64_t size;       /* end - start */
+    uint64_t rss;        /* Rss */
+    uint64_t privatised; /* Anonymous: pages copied from the file into private memory */
     uint64_t private_dirty;
-    uint64_t locked;       /* Locked */
-    char path[256];        /* mapped file path (truncated) */
+    uint64_t locked; /* Locked */
+    char path[256];  /* mapped file path (truncated) */
 } wm_file_region;
 
 /* Regions of process `pid` (0 = self) that map the file at `path` (matched by device and inode),
  * or every file-backed region whose path ends in ".gguf" or ".safetensors" when path is NULL.
  * Writes at most `cap` entries, and the number found to *count (which may exceed cap).
  * WM_ENOENT: no such process or file. */
-WM_API wm_status wm_mem_file_regions(int pid, const char *path, wm_file_region *regions,
-                                     size_t cap, size_t *count, wm_error *err);
+WM_API wm_status wm_mem_file_regions(int pid, const char *path, wm_file_region *regions, size_t cap,
+                                     size_t *count, wm_error *err);
 
 #ifdef __cplusplus
 }

@@ -59,7 +59,8 @@ wm_status wm_file_tensor(const wm_file *f, size_t index, wm_tensor_info *out) {
     out->name = f->names + t->name_off;
     out->type = (wm_type)t->type;
     out->n_dims = t->n_dims;
-    for (int d = 0; d < WM_MAX_DIMS; d++) out->shape[d] = t->ne[d];
+    for (int d = 0; d < WM_MAX_DIMS; d++)
+        out->shape[d] = t->ne[d];
     out->n_elements = t->n_elements;
     out->offset = t->offset;
     out->nbytes = t->nbytes;
@@ -323,7 +324,8 @@ wm_status wm_file_array_string(const wm_file *f, size_t index, uint64_t elem, wm
     if (st) return st;
     if (!out) return WM_EINVAL;
     wm_string s = {0};
-    for (uint64_t i = 0; i <= elem; i++) wm_array_iter_next(&it, &s);
+    for (uint64_t i = 0; i <= elem; i++)
+        wm_array_iter_next(&it, &s);
     *out = s;
     return WM_OK;
 }

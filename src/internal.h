@@ -8,8 +8,8 @@
 #ifndef WM_INTERNAL_H
 #define WM_INTERNAL_H
 
-#include "weightmap.h"
 #include "os/os.h"
+#include "weightmap.h"
 
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -28,7 +28,8 @@
 /* ---- errors (error.c) ---- */
 
 /* Fills err (when not NULL) and returns code: `return wm__err(err, WM_EFORMAT, 0, "...")`. */
-wm_status wm__err(wm_error *err, wm_status code, int os_errno, const char *fmt, ...) WM_PRINTF(4, 5);
+wm_status wm__err(wm_error *err, wm_status code, int os_errno, const char *fmt, ...)
+    WM_PRINTF(4, 5);
 /* The one errno-to-status mapping. wm__status_io is for a call on something already open (read,
  * map, lock, advise, thread, stat of a descriptor): ENOMEM and EAGAIN (the kernel is out of memory,
  * lockable pages or threads) are WM_ENOMEM, ECANCELED WM_ECANCELED, anything else WM_EIO.
@@ -121,7 +122,7 @@ struct wm_file {
      * header_map bytes of shards[0] (GGUF headers of megabytes: gguf.c says why), counted as
      * map_shared. */
     size_t header_map;
-    void *aux;             /* format-private state (safetensors: the parsed JSON) */
+    void *aux; /* format-private state (safetensors: the parsed JSON) */
     void (*aux_free)(void *aux);
 
     wm__tensor *tensors;

@@ -103,13 +103,15 @@ const char *wm_ledger_category_name(wm_ledger_category category) {
 
 uint64_t wm_ledger_bytes(const wm_ledger *l) {
     uint64_t s = 0;
-    for (int i = 0; i < WM_LEDGER_COUNT; i++) s += l->cat[i].current;
+    for (int i = 0; i < WM_LEDGER_COUNT; i++)
+        s += l->cat[i].current;
     return s;
 }
 
 uint64_t wm_ledger_regions(const wm_ledger *l) {
     uint64_t s = 0;
-    for (int i = 0; i < WM_LEDGER_COUNT; i++) s += l->cat[i].regions;
+    for (int i = 0; i < WM_LEDGER_COUNT; i++)
+        s += l->cat[i].regions;
     return s;
 }
 
@@ -172,8 +174,10 @@ void *wm__realloc(void *ptr, size_t size) {
         /* In place. A page block whose new end leaves whole pages free unmaps them, as long as
          * it stays a page block (wm__free tells the kinds apart by the size alone). */
         size_t keep = size + HDR, page = wm__os_page_size();
-        size_t old_end = (total + page - 1) / page * page, new_end = (keep + page - 1) / page * page;
-        if (total >= WM_ALLOC_PAGE_THRESHOLD && keep >= WM_ALLOC_PAGE_THRESHOLD && new_end < old_end) {
+        size_t old_end = (total + page - 1) / page * page,
+               new_end = (keep + page - 1) / page * page;
+        if (total >= WM_ALLOC_PAGE_THRESHOLD && keep >= WM_ALLOC_PAGE_THRESHOLD &&
+            new_end < old_end) {
             unsigned char *p = (unsigned char *)ptr - HDR;
             wm__os_pages_free(p + new_end, old_end - new_end);
             memcpy(p, &keep, sizeof keep);
@@ -215,6 +219,7 @@ void wm__scratch_free(void *p, size_t size) {
 uint64_t wm__hash(const void *p, size_t n) {
     const unsigned char *s = p;
     uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 1099511628211ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ s[i]) * 1099511628211ull;
     return h;
 }

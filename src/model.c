@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 /* ---- names ---- */
 
 const char *wm_mode_name(wm_mode mode) {
@@ -96,8 +95,8 @@ static wm_status check_options(const wm_file *f, const wm__backend *be, const wm
     if (o->n_convert && !o->convert)
         return wm__err(err, WM_EINVAL, 0, "%s: n_convert without convert rules", path);
     if (o->n_convert && o->mode != WM_MODE_HEAP)
-        return wm__err(err, WM_EINVAL, 0, "%s: conversion on load needs mode heap (mode %s)",
-                       path, wm_mode_name(o->mode));
+        return wm__err(err, WM_EINVAL, 0, "%s: conversion on load needs mode heap (mode %s)", path,
+                       wm_mode_name(o->mode));
     if (o->max_buffer_size && o->max_buffer_size < wm__os_page_size())
         return wm__err(err, WM_EINVAL, 0, "%s: max_buffer_size %llu is below the page size", path,
                        (unsigned long long)o->max_buffer_size);
@@ -140,8 +139,7 @@ static wm_status check_unchanged(const wm_file *file, wm_error *err) {
     return WM_OK;
 }
 
-wm_status wm_model_load(wm_file *file, const wm_load_options *opts, wm_model **out,
-                        wm_error *err) {
+wm_status wm_model_load(wm_file *file, const wm_load_options *opts, wm_model **out, wm_error *err) {
     if (out) *out = NULL;
     if (!file || !opts || !out)
         return wm__err(err, WM_EINVAL, 0, "wm_model_load: NULL file, options or out");
@@ -208,7 +206,8 @@ wm_status wm_model_tensor_shape(const wm_model *m, size_t index, uint64_t shape[
     if (!m || !shape) return WM_EINVAL;
     if (index >= m->file->n_tensors) return WM_ERANGE;
     const wm__place *p = &m->place[index];
-    for (int d = 0; d < WM_MAX_DIMS; d++) shape[d] = p->ne[d];
+    for (int d = 0; d < WM_MAX_DIMS; d++)
+        shape[d] = p->ne[d];
     if (n_dims) *n_dims = p->n_dims;
     if (split) *split = p->split;
     return WM_OK;

@@ -42,7 +42,8 @@ static wm_status order_tensors(wm_model *m, wm_error *err) {
     for (size_t i = 0; i < n; i++)
         keys[i] = (sort_key){f->tensors[i].shard, f->tensors[i].offset, (uint32_t)i};
     qsort(keys, n, sizeof *keys, by_position);
-    for (size_t i = 0; i < n; i++) m->order[i] = keys[i].index;
+    for (size_t i = 0; i < n; i++)
+        m->order[i] = keys[i].index;
     wm__free(keys);
     return WM_OK;
 }
@@ -68,8 +69,8 @@ static wm_status target_type(const wm_file *f, const wm__tensor *t, const wm_loa
         uint64_t bytes;
         if (wm__mul_overflow_u64(t->n_elements / wm_type_block_elems(rule->to),
                                  wm_type_block_bytes(rule->to), &bytes))
-            return wm__err(err, WM_EINVAL, 0, "%s: tensor '%s': converted size overflows",
-                           f->path, name);
+            return wm__err(err, WM_EINVAL, 0, "%s: tensor '%s': converted size overflows", f->path,
+                           name);
         p->type = rule->to;
         p->nbytes = bytes;
         p->convert = true;
@@ -89,7 +90,8 @@ static void tensor_info(const wm_file *f, size_t i, wm_tensor_info *out) {
                             .offset = t->offset,
                             .nbytes = t->nbytes,
                             .shard = t->shard};
-    for (int d = 0; d < WM_MAX_DIMS; d++) out->shape[d] = t->ne[d];
+    for (int d = 0; d < WM_MAX_DIMS; d++)
+        out->shape[d] = t->ne[d];
 }
 
 /* The whole tensor as one segment; then, under tensor parallelism, this rank's slice. */
@@ -98,7 +100,8 @@ static wm_status slice(const wm_file *f, size_t i, const wm_load_options *o, wm_
     const wm__tensor *t = &f->tensors[i];
     const char *name = f->names + t->name_off;
     p->n_dims = t->n_dims;
-    for (int d = 0; d < WM_MAX_DIMS; d++) p->ne[d] = t->ne[d];
+    for (int d = 0; d < WM_MAX_DIMS; d++)
+        p->ne[d] = t->ne[d];
     p->split = WM_SPLIT_NONE;
     p->src_off = 0;
     p->rows = 1;
@@ -135,8 +138,7 @@ static wm_status slice(const wm_file *f, size_t i, const wm_load_options *o, wm_
                        "%s: tensor '%s': dimension %s (%llu) does not split into %llu equal "
                        "parts%s",
                        f->path, name, sp == WM_SPLIT_DIM0 ? "0" : "-1", (unsigned long long)n,
-                       (unsigned long long)w,
-                       blk > 1 ? " of whole blocks" : "");
+                       (unsigned long long)w, blk > 1 ? " of whole blocks" : "");
     p->split = sp;
     p->ne[d] = n / w;
     if (d == t->n_dims - 1 || t->n_dims <= 1) {
@@ -195,8 +197,8 @@ static wm_status place_devices(wm_model *m, const wm_load_options *o, wm_error *
             unsigned d = o->place_tensor(o->place_user, i, &info);
             if (d >= nd)
                 return wm__err(err, WM_EINVAL, 0,
-                               "%s: tensor '%s': place_tensor chose device index %u of %u",
-                               f->path, info.name, d, nd);
+                               "%s: tensor '%s': place_tensor chose device index %u of %u", f->path,
+                               info.name, d, nd);
             m->place[i].device = d;
         }
         return WM_OK;
@@ -212,14 +214,16 @@ static wm_status place_devices(wm_model *m, const wm_load_options *o, wm_error *
             uint32_t i = m->order[k];
             long l = layer_of(f->names + f->tensors[i].name_off);
             seen_layer |= l >= 0;
-            m->place[i].device = l >= 0 ? (unsigned)((uint64_t)l * nd / (uint64_t)layers)
-                                 : seen_layer ? nd - 1 : 0;
+            m->place[i].device = l >= 0       ? (unsigned)((uint64_t)l * nd / (uint64_t)layers)
+                                 : seen_layer ? nd - 1
+                                              : 0;
         }
         return WM_OK;
     }
     /* Balance: each tensor goes to the device whose share of the bytes its middle falls in. */
     uint64_t total = 0, before = 0;
-    for (size_t i = 0; i < n; i++) total += m->place[i].nbytes;
+    for (size_t i = 0; i < n; i++)
+        total += m->place[i].nbytes;
     for (size_t k = 0; k < n && total; k++) {
         wm__place *p = &m->place[m->order[k]];
         uint64_t mid = before + p->nbytes / 2;
@@ -252,8 +256,8 @@ static wm_status build_chunks(wm_model *m, const wm_load_options *o, wm_error *e
         /* Would t fit in the open chunk? */
         bool fits = false;
         if (c && c->shard == t->shard && c->device == p->device) {
-            uint64_t size = mapped ? end - c->file_start
-                                   : wm__align_up(c->size, TENSOR_ALIGN) + p->nbytes;
+            uint64_t size =
+                mapped ? end - c->file_start : wm__align_up(c->size, TENSOR_ALIGN) + p->nbytes;
             fits = size <= max;
         }
         if (!fits) {

@@ -61,8 +61,8 @@ typedef struct op {
     int is_event;
     void *dst;
     const void *src;
-    size_t len;    /* bytes of a row */
-    size_t rows;   /* 1 for a plain copy */
+    size_t len;  /* bytes of a row */
+    size_t rows; /* 1 for a plain copy */
     size_t spitch, dpitch;
     struct mock_event *ev;
 } op;
@@ -206,7 +206,8 @@ cudaError_t cudaMalloc(void **p, size_t len) {
     b->len = len;
     memset(b + 1, 0xA5, len); /* device memory is not zeroed */
     pthread_mutex_lock(&lock);
-    if (n_blocks < MAX_BLOCKS) blocks[n_blocks++] = (dev_block){(uintptr_t)(b + 1), len, current_device};
+    if (n_blocks < MAX_BLOCKS)
+        blocks[n_blocks++] = (dev_block){(uintptr_t)(b + 1), len, current_device};
     pthread_mutex_unlock(&lock);
     *p = b + 1;
     return cudaSuccess;
@@ -280,8 +281,7 @@ cudaError_t cudaHostRegister(void *p, size_t len, unsigned flags) {
         if (a < regs[i].base + regs[i].len && regs[i].base < a + len)
             e = cudaErrorHostMemoryAlreadyRegistered;
     if (!e && n_regs == MAX_REG) e = cudaErrorMemoryAllocation;
-    if (!e)
-        regs[n_regs++] = (reg){a, len, current_device, (flags & cudaHostRegisterPortable) != 0};
+    if (!e) regs[n_regs++] = (reg){a, len, current_device, (flags & cudaHostRegisterPortable) != 0};
     pthread_mutex_unlock(&lock);
     return ret(e);
 }
@@ -385,8 +385,8 @@ static cudaError_t queue_copy(void *dst, const void *src, size_t len, size_t row
     if (!r) return ret(cudaErrorInvalidValue);
     if (ms->n == MAX_OPS) drain(ms, ms->n);
     if (ms->n == MAX_OPS) return ret(cudaErrorMemoryAllocation);
-    ms->ops[ms->n++] = (op){.dst = dst, .src = src, .len = len, .rows = rows, .spitch = spitch,
-                            .dpitch = dpitch};
+    ms->ops[ms->n++] =
+        (op){.dst = dst, .src = src, .len = len, .rows = rows, .spitch = spitch, .dpitch = dpitch};
     return cudaSuccess;
 }
 

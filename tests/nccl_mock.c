@@ -33,8 +33,8 @@
 typedef struct wire {
     _Atomic unsigned arrived, generation; /* a barrier of all ranks */
     _Atomic unsigned long violations;
-    uint64_t seq;  /* the root's call number */
-    size_t count;  /* its count and root, for the others to compare */
+    uint64_t seq; /* the root's call number */
+    size_t count; /* its count and root, for the others to compare */
     int root;
     unsigned char data[STEP];
 } wire;
@@ -46,7 +46,9 @@ struct ncclComm {
 };
 
 unsigned long wm__nccl_mock_violations(ncclComm_t comm);
-unsigned long wm__nccl_mock_violations(ncclComm_t comm) { return atomic_load(&comm->w->violations); }
+unsigned long wm__nccl_mock_violations(ncclComm_t comm) {
+    return atomic_load(&comm->w->violations);
+}
 
 static void barrier(const struct ncclComm *c) {
     unsigned gen = atomic_load(&c->w->generation);
@@ -54,7 +56,8 @@ static void barrier(const struct ncclComm *c) {
         atomic_store(&c->w->arrived, 0);
         atomic_fetch_add(&c->w->generation, 1);
     } else {
-        while (atomic_load(&c->w->generation) == gen) sched_yield();
+        while (atomic_load(&c->w->generation) == gen)
+            sched_yield();
     }
 }
 
@@ -149,7 +152,8 @@ static void run_broadcast(const queued *b) {
 }
 
 static ncclResult_t flush(void) {
-    for (size_t i = 0; i < n_q; i++) run_broadcast(&q[i]);
+    for (size_t i = 0; i < n_q; i++)
+        run_broadcast(&q[i]);
     n_q = 0;
     return ncclSuccess;
 }

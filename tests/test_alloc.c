@@ -48,7 +48,8 @@ WM_TEST(realloc_shrinks_in_place) {
     for (size_t i = 0; i < 10000; i++)
         if (q[i] != 0xA5) CHECK_MSG(false, "byte %zu changed", i);
     uint64_t small = heap_now() - base;
-    CHECK_MSG(small < 10000 + 64, "ledger %llu after shrinking to 10000", (unsigned long long)small);
+    CHECK_MSG(small < 10000 + 64, "ledger %llu after shrinking to 10000",
+              (unsigned long long)small);
     /* The block starts 16 bytes before q, on a page: its pages end at 3 pages (10016 bytes). */
     const unsigned char *start = q - 16;
     CHECK((uintptr_t)start % page == 0);
@@ -82,8 +83,9 @@ WM_TEST(open_file_keeps_only_its_header) {
         uint64_t cost = heap_now() - base, header = wm_file_data_offset(f);
         /* The header's bytes, the tensor and key tables and the names: within 2x the header
          * and 64 KiB (this was the header rounded up to 2 MiB). */
-        CHECK_MSG(cost <= 2 * header + 64 * 1024, "%s: open holds %llu bytes for a %llu-byte header",
-                  files[k], (unsigned long long)cost, (unsigned long long)header);
+        CHECK_MSG(cost <= 2 * header + 64 * 1024,
+                  "%s: open holds %llu bytes for a %llu-byte header", files[k],
+                  (unsigned long long)cost, (unsigned long long)header);
         wm_file_close(f);
         CHECK_EQ(heap_now(), base);
     }

@@ -18,7 +18,8 @@ static void verdict_exit(int rc, int line) {
         if (!WMT_ASAN) HAS(s, needle);                                                             \
     } while (0)
 
-#define HAS(s, needle) CHECK_MSG(strstr((s), (needle)) != NULL, "output lacks %s:\n%.2000s", needle, s)
+#define HAS(s, needle)                                                                             \
+    CHECK_MSG(strstr((s), (needle)) != NULL, "output lacks %s:\n%.2000s", needle, s)
 
 WM_TEST(exit_codes_and_error_line) {
     char *out, *err;
@@ -52,14 +53,16 @@ WM_TEST(info_json_fields) {
     HAS(out, "\"n_tensors\": 48");
     HAS(out, "\"n_metadata\": 19");
     HAS(out, "\"data_offset\": 14176");
-    HAS(out, "{\"name\": \"token_embd.weight\", \"type\": \"f32\", \"shape\": [64, 512], \"offset\": 14176, \"nbytes\": 131072");
+    HAS(out, "{\"name\": \"token_embd.weight\", \"type\": \"f32\", \"shape\": [64, 512], "
+             "\"offset\": 14176, \"nbytes\": 131072");
     free(out);
 }
 
 WM_TEST(check_json_every_mode_returns_everything) {
     char *out;
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s check --json --cycles 2 %s", WM_CLI, wmt_fixture("gguf/stories260K.gguf"));
+    snprintf(cmd, sizeof cmd, "%s check --json --cycles 2 %s", WM_CLI,
+             wmt_fixture("gguf/stories260K.gguf"));
     VERDICT_EXIT(wmt_run(cmd, &out));
     HAS_VERDICT(out, "\"ok\": true, \"modes\": [");
     HAS(out, "{\"mode\": \"heap\", \"cycles\": 2, \"load_seconds\": ");
@@ -108,8 +111,10 @@ WM_TEST(load_json_and_lock_refusal) {
 WM_TEST(make_model_is_deterministic) {
     char *out;
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s make-model %s --size 3M --seed 7 && %s make-model %s --size 3M --seed 7 && cmp %s %s",
-             WM_CLI, wmt_tmp("a.gguf"), WM_CLI, wmt_tmp("b.gguf"), wmt_tmp("a.gguf"), wmt_tmp("b.gguf"));
+    snprintf(
+        cmd, sizeof cmd,
+        "%s make-model %s --size 3M --seed 7 && %s make-model %s --size 3M --seed 7 && cmp %s %s",
+        WM_CLI, wmt_tmp("a.gguf"), WM_CLI, wmt_tmp("b.gguf"), wmt_tmp("a.gguf"), wmt_tmp("b.gguf"));
     CHECK_EQ(wmt_run(cmd, &out), 0);
     free(out);
     snprintf(cmd, sizeof cmd, "%s make-model %s --size 3M --seed 8 && cmp -s %s %s", WM_CLI,
@@ -133,8 +138,8 @@ static uint64_t bytes_as_via_api(const char *path, wm_type to, uint64_t *stored,
         *stored += t.nbytes;
         *n_quant += wm_type_block_elems(t.type) > 1;
         /* float targets have blocks of one element */
-        total += wm_convert_supported(t.type, to) ? t.n_elements * wm_type_block_bytes(to)
-                                                  : t.nbytes;
+        total +=
+            wm_convert_supported(t.type, to) ? t.n_elements * wm_type_block_bytes(to) : t.nbytes;
     }
     wm_file_close(f);
     return total;
@@ -183,7 +188,8 @@ WM_TEST(convert_targets_are_checked_everywhere) {
     char *out, *err, cmd[1024];
     const char *f = wmt_fixture("gguf/stories260K.gguf");
     const char *fmt[] = {"%s cat %s tok_embeddings.weight --as q4_0 --force",
-                         "%s load %s --mode heap --convert q4_0", "%s load %s --mode heap --convert f16:q8_0"};
+                         "%s load %s --mode heap --convert q4_0",
+                         "%s load %s --mode heap --convert f16:q8_0"};
     const char *want[] = {"cat: --as q4_0:", "--convert: 'q4_0'", "--convert: 'f16:q8_0'"};
     for (size_t i = 0; i < 3; i++) {
         snprintf(cmd, sizeof cmd, fmt[i], WM_CLI, f);
@@ -225,7 +231,8 @@ WM_TEST(info_as_keeps_what_cannot_convert) {
     wmt_buf b = {0};
     uint64_t n = sizeof hdr - 1;
     unsigned char len[8];
-    for (int i = 0; i < 8; i++) len[i] = (unsigned char)(n >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        len[i] = (unsigned char)(n >> (8 * i));
     wmt_put(&b, len, 8);
     wmt_put(&b, hdr, n);
     wmt_put(&b, "\0\0\0\0\0\0\0\0\0\0", 10);

@@ -14,8 +14,8 @@
  */
 #include "wmtest.h"
 
-#include "convert/convert.h"
 #include "blocks.h"
+#include "convert/convert.h"
 #include "gguf_builder.h"
 
 #include "../tools/gen/iq_extract.h" /* the peer's traits and location; the IQ grids read back */

@@ -16,8 +16,8 @@
  *
  * Sections: helpers; always (no GPU needed); with a GPU.
  */
-#include "wmtest.h"
 #include "cuda_mock.h" /* wm__cuda_mock_violations, in -DWM_CUDA_MOCK=ON builds */
+#include "wmtest.h"
 
 #include "os/fault.h"
 
@@ -25,8 +25,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <stdlib.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -57,11 +57,10 @@ static bool have_gpu(void) {
     return e == cudaSuccess && n > 0;
 }
 
-
 #define NEED_GPU()                                                                                 \
     do {                                                                                           \
         if (!have_gpu()) WM_SKIP("no CUDA device");                                                \
-        wmt_gpu_lock(false);                                                                         \
+        wmt_gpu_lock(false);                                                                       \
     } while (0)
 
 /* Copies every tensor back from the device and compares it with the file's bytes. */
@@ -203,7 +202,8 @@ WM_TEST(cli_load) {
                 "%s", out);
         }
         /* --pinned-budget reaches the library: one below two pages is refused by it. */
-        snprintf(args, sizeof args, "load '%s' --mode heap --backend cuda --pinned-budget 100", path);
+        snprintf(args, sizeof args, "load '%s' --mode heap --backend cuda --pinned-budget 100",
+                 path);
         rc = wmt_cli(args, out, sizeof out);
         CHECK_MSG(rc == 1 && strstr(out, "pinned_budget 100"), "exit %d: %s", rc, out);
         return;
@@ -495,8 +495,7 @@ WM_TEST(direct_io) {
  * last call succeeds. */
 static void cuda_fault_check(void *user, const wmt_fault_run *r) {
     (void)user;
-    if (r->st == WM_OK)
-        /* Advice is a hint (MADV_HUGEPAGE on the ring): its failure is harmless. */
+    if (r->st == WM_OK) /* Advice is a hint (MADV_HUGEPAGE on the ring): its failure is harmless. */
         CHECK_MSG(!r->injected || r->kind == WM_OS_ADVISE,
                   "%s call %llu of %llu failed but the load succeeded",
                   wm__fault_call_name(r->kind), (unsigned long long)r->k, (unsigned long long)r->n);
@@ -514,8 +513,12 @@ static void sweep(const char *path, wm_load_options o, wm_os_call kind) {
     CHECK_STATUS(wm_backend_init(WM_BACKEND_CUDA, o.device, &init_err), WM_OK);
     wmt_load_run c = {OPEN_OK(path), o, check_bytes};
     /* the ledger before the sweep (the open file's) is what each run must leave */
-    wmt_sweep s = {.what = path, .run = wmt_load_release,
-                   .check = cuda_fault_check, .user = &c, .path = path, .past_end = 1,
+    wmt_sweep s = {.what = path,
+                   .run = wmt_load_release,
+                   .check = cuda_fault_check,
+                   .user = &c,
+                   .path = path,
+                   .past_end = 1,
                    .cycle = 1};
     wmt_sweep_result res = {0};
     wmt_sweep_count(&s, &res);
@@ -542,7 +545,8 @@ WM_TEST(fault_sweep_device_staged) {
 
 WM_TEST(fault_sweep_device_registered) {
     NEED_GPU();
-    sweep(wmt_make_model("m.safetensors", "--size 6M --format safetensors"), sweep_opts(1), WM_OS_DEVICE);
+    sweep(wmt_make_model("m.safetensors", "--size 6M --format safetensors"), sweep_opts(1),
+          WM_OS_DEVICE);
 }
 
 /* Every other kind of OS call a load makes (reads, mappings, pages, threads, allocations). */

@@ -63,8 +63,8 @@ typedef struct scenario {
     const char *path;  /* what wm_file_open gets */
     const char *shown; /* a name the messages must contain */
     wm_load_options o;
-    uint64_t sum;      /* checksum of every loaded byte (clean run) */
-    uint64_t got;      /* the same, of the last successful run */
+    uint64_t sum; /* checksum of every loaded byte (clean run) */
+    uint64_t got; /* the same, of the last successful run */
 } scenario;
 
 /* A checksum of every loaded tensor byte, in order. */
@@ -77,7 +77,8 @@ static uint64_t touch(const wm_model *m) {
         CHECK_STATUS(wm_model_tensor_info(m, i, &type, &nbytes), WM_OK);
         const unsigned char *p = wm_model_tensor_data(m, i);
         CHECK(p != NULL || nbytes == 0);
-        for (uint64_t k = 0; k < nbytes; k++) h = (h ^ p[k]) * 1099511628211ull;
+        for (uint64_t k = 0; k < nbytes; k++)
+            h = (h ^ p[k]) * 1099511628211ull;
     }
     return h;
 }
@@ -124,14 +125,20 @@ static void campaign_check(void *user, const wmt_fault_run *r) {
 }
 
 static void campaign(scenario *s) {
-    wmt_sweep sw = {.what = s->shown, .run = run, .check = campaign_check, .user = s,
-                    .path = s->path, .shown = s->shown, .must_hit = 1};
+    wmt_sweep sw = {.what = s->shown,
+                    .run = run,
+                    .check = campaign_check,
+                    .user = s,
+                    .path = s->path,
+                    .shown = s->shown,
+                    .must_hit = 1};
     wmt_sweep_result res = {0};
     wmt_sweep_count(&sw, &res);
     s->sum = s->got;
     for (size_t e = 0; e < sizeof errnos / sizeof errnos[0]; e++) {
         int n_errs = 0;
-        while (n_errs < 6 && errnos[e].errs[n_errs]) n_errs++;
+        while (n_errs < 6 && errnos[e].errs[n_errs])
+            n_errs++;
         wmt_sweep_kind(&sw, errnos[e].kind, res.counts[errnos[e].kind], errnos[e].errs, n_errs,
                        &res);
     }
@@ -166,8 +173,8 @@ static void short_reads(wm_mode mode, unsigned threads) {
     CHECK_STATUS(wm_file_open(path, &f, NULL), WM_OK);
     uint64_t data = wm_file_data_offset(f);
     /* Cut points: inside the header, at the data, inside and at the end of tensors. */
-    off_t cuts[] = {0, 100, (off_t)data - 1, (off_t)data, (off_t)data + 4097, (off_t)(len / 2),
-                    (off_t)len - 1};
+    off_t cuts[] = {
+        0, 100, (off_t)data - 1, (off_t)data, (off_t)data + 4097, (off_t)(len / 2), (off_t)len - 1};
     int fds = wmt_count_fds();
     uint64_t progress_calls = 0, mid_load_failures = 0;
     /* Mid-load cuts only for heap: a mapping made before the cut is valid until touched. */
@@ -181,7 +188,8 @@ static void short_reads(wm_mode mode, unsigned threads) {
             } else {
                 uint64_t cand[3] = {1, progress_calls / 2, progress_calls};
                 for (int k = 0; k < 3; k++)
-                    if (cand[k] >= 1 && cand[k] <= progress_calls && (n_at == 0 || cand[k] > ats[n_at - 1]))
+                    if (cand[k] >= 1 && cand[k] <= progress_calls &&
+                        (n_at == 0 || cand[k] > ats[n_at - 1]))
                         ats[n_at++] = cand[k];
             }
             for (uint64_t ai = 0; ai < n_at; ai++) {
@@ -189,8 +197,11 @@ static void short_reads(wm_mode mode, unsigned threads) {
                 /* pass 0: truncated between open and load; pass 1: at the at-th progress call */
                 shrink sh = {path, 0, at, cuts[c]};
                 if (!pass) CHECK(truncate(path, cuts[c]) == 0);
-                wm_load_options o = {.mode = mode, .threads = threads, .max_buffer_size = 256 << 10,
-                                     .progress = shrink_now, .progress_user = &sh};
+                wm_load_options o = {.mode = mode,
+                                     .threads = threads,
+                                     .max_buffer_size = 256 << 10,
+                                     .progress = shrink_now,
+                                     .progress_user = &sh};
                 wm_model *m = (wm_model *)1;
                 wm_error err;
                 wm_status st = wm_model_load(f, &o, &m, &err);
@@ -203,7 +214,8 @@ static void short_reads(wm_mode mode, unsigned threads) {
                 } else {
                     CHECK(m == NULL);
                     CHECK_MSG(st == WM_EFORMAT, "cut to %lld at progress %llu: %s: %s",
-                              (long long)cuts[c], (unsigned long long)at, wm_status_name(st), err.msg);
+                              (long long)cuts[c], (unsigned long long)at, wm_status_name(st),
+                              err.msg);
                     CHECK_MSG_HAS(err, "short.gguf");
                     mid_load_failures += pass;
                 }
@@ -237,9 +249,12 @@ static void gguf_campaign(const char *fixture, wm_load_options o) {
     campaign(&s);
 }
 
-#define HEAP_OPTS {.mode = WM_MODE_HEAP, .threads = 2, .max_buffer_size = 256 << 10}
-#define MMAP_OPTS {.mode = WM_MODE_MMAP, .prefetch = 1, .max_buffer_size = 256 << 10}
-#define PRIV_OPTS {.mode = WM_MODE_MMAP_PRIVATE, .prefetch = 1, .max_buffer_size = 256 << 10}
+#define HEAP_OPTS                                                                                  \
+    { .mode = WM_MODE_HEAP, .threads = 2, .max_buffer_size = 256 << 10 }
+#define MMAP_OPTS                                                                                  \
+    { .mode = WM_MODE_MMAP, .prefetch = 1, .max_buffer_size = 256 << 10 }
+#define PRIV_OPTS                                                                                  \
+    { .mode = WM_MODE_MMAP_PRIVATE, .prefetch = 1, .max_buffer_size = 256 << 10 }
 
 WM_TEST(gguf_heap) { gguf_campaign("gguf/stories260K.gguf", (wm_load_options)HEAP_OPTS); }
 WM_TEST(gguf_mmap) { gguf_campaign("gguf/stories260K.gguf", (wm_load_options)MMAP_OPTS); }
@@ -297,7 +312,8 @@ WM_TEST(sharded_safetensors_every_mode) {
     static char index[512];
     index[0] = 0;
     for (struct dirent *e; (e = readdir(d));)
-        if (strstr(e->d_name, ".index.json")) snprintf(index, sizeof index, "%s/%s", wmt_tmpdir(), e->d_name);
+        if (strstr(e->d_name, ".index.json"))
+            snprintf(index, sizeof index, "%s/%s", wmt_tmpdir(), e->d_name);
     closedir(d);
     CHECK_MSG(index[0], "make-model --shards wrote no index");
     wm_load_options opts[] = {HEAP_OPTS, MMAP_OPTS, PRIV_OPTS};

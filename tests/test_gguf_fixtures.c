@@ -72,11 +72,12 @@ WM_TEST(stories260K) {
 
 WM_TEST(stories260K_quantized) {
     static const expect es[] = {
-        {"gguf/stories260K-f16.gguf", 3, 48, 21},  {"gguf/stories260K-bf16.gguf", 3, 48, 21},
-        {"gguf/stories260K-q8_0.gguf", 3, 48, 21}, {"gguf/stories260K-q4_0.gguf", 3, 48, 21},
+        {"gguf/stories260K-f16.gguf", 3, 48, 21},    {"gguf/stories260K-bf16.gguf", 3, 48, 21},
+        {"gguf/stories260K-q8_0.gguf", 3, 48, 21},   {"gguf/stories260K-q4_0.gguf", 3, 48, 21},
         {"gguf/stories260K-q4_k_m.gguf", 3, 48, 21},
     };
-    for (size_t i = 0; i < sizeof es / sizeof es[0]; i++) open_and_check(&es[i]);
+    for (size_t i = 0; i < sizeof es / sizeof es[0]; i++)
+        open_and_check(&es[i]);
 }
 
 WM_TEST(version1) {
@@ -90,7 +91,8 @@ WM_TEST(vocab_only_files) {
         {"gguf/ggml-vocab-gpt-2.gguf", 3, 0, 16},     {"gguf/ggml-vocab-phi-3.gguf", 3, 0, 26},
         {"gguf/ggml-vocab-aquila.gguf", 2, 0, 18},    {"gguf/ggml-vocab-llama-bpe.gguf", 3, 0, 20},
     };
-    for (size_t i = 0; i < sizeof es / sizeof es[0]; i++) open_and_check(&es[i]);
+    for (size_t i = 0; i < sizeof es / sizeof es[0]; i++)
+        open_and_check(&es[i]);
     wm_file *f;
     CHECK_STATUS(wm_file_open(wmt_fixture("gguf/ggml-vocab-llama-bpe.gguf"), &f, NULL), WM_OK);
     size_t idx;
@@ -99,7 +101,8 @@ WM_TEST(vocab_only_files) {
     CHECK_STATUS(wm_file_array_iter(f, idx, &it), WM_OK);
     wm_string s;
     uint64_t n = 0;
-    while (wm_array_iter_next(&it, &s) == WM_OK) n++;
+    while (wm_array_iter_next(&it, &s) == WM_OK)
+        n++;
     CHECK_EQ(n, 128256);
     wm_file_close(f);
 }
@@ -110,7 +113,8 @@ WM_TEST(other_models) {
         {"gguf/ratchet-dummy.gguf", 3, 10, 15},
         {"gguf/ratchet-test.gguf", 3, 1, 3},
     };
-    for (size_t i = 0; i < sizeof es / sizeof es[0]; i++) open_and_check(&es[i]);
+    for (size_t i = 0; i < sizeof es / sizeof es[0]; i++)
+        open_and_check(&es[i]);
 }
 
 WM_TEST(malformed_lfs_pointer) {

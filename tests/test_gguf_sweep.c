@@ -202,8 +202,8 @@ static void by_kind_check(void *user, const wmt_fault_run *r) {
 WM_TEST(faults_by_kind) {
     char path[1024];
     snprintf(path, sizeof path, "%s", wmt_fixture("gguf/ggml-vocab-llama-spm.gguf"));
-    wmt_sweep s = {.what = path, .run = wmt_open_close, .check = by_kind_check, .user = path,
-                   .path = path};
+    wmt_sweep s = {
+        .what = path, .run = wmt_open_close, .check = by_kind_check, .user = path, .path = path};
     wmt_sweep_result res = {0};
     wmt_sweep_count(&s, &res);
     CHECK(res.counts[WM_OS_OPEN] == 1 && res.counts[WM_OS_STAT] >= 1 &&
@@ -231,8 +231,12 @@ static void eintr_check(void *user, const wmt_fault_run *r) {
 WM_TEST(eintr_retried) {
     char path[1024];
     snprintf(path, sizeof path, "%s", wmt_fixture("gguf/stories260K.gguf"));
-    wmt_sweep s = {.what = path, .run = open_count_close, .check = eintr_check, .user = path,
-                   .path = path, .must_hit = 1};
+    wmt_sweep s = {.what = path,
+                   .run = open_count_close,
+                   .check = eintr_check,
+                   .user = path,
+                   .path = path,
+                   .must_hit = 1};
     wmt_sweep_result res = {0};
     wmt_sweep_count(&s, &res);
     CHECK(res.counts[WM_OS_PREAD] >= 2);

@@ -516,7 +516,9 @@ WM_TEST(fault_sweep) {
     for (int which = 0; which < 2; which++) {
         meter_call c = {which, path};
         wmt_sweep s = {.what = which == 0 ? "wm_mem_figures_get" : "wm_mem_file_regions",
-                       .run = meter_run, .check = meter_fault_check, .user = &c};
+                       .run = meter_run,
+                       .check = meter_fault_check,
+                       .user = &c};
         wmt_sweep_result res = {0};
         static const int eio[] = {EIO};
         wmt_sweep_any(&s, eio, 1, &res);

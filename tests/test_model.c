@@ -6,7 +6,6 @@
  */
 #include "wmtest.h"
 
-
 #include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
@@ -102,7 +101,8 @@ static void cycles(wm_mode mode, unsigned threads, const char *path) {
         wm_ledger_get(&l);
         if (mode == WM_MODE_HEAP) CHECK(l.cat[WM_LEDGER_HEAP].current >= s.tensor_bytes);
         if (mode == WM_MODE_MMAP) CHECK_EQ(l.cat[WM_LEDGER_MAP_SHARED].current, s.mapped_bytes);
-        if (mode == WM_MODE_MMAP_PRIVATE) CHECK_EQ(l.cat[WM_LEDGER_MAP_PRIVATE].current, s.committed);
+        if (mode == WM_MODE_MMAP_PRIVATE)
+            CHECK_EQ(l.cat[WM_LEDGER_MAP_PRIVATE].current, s.committed);
         if (c == 0) check_bytes(m, bytes);
         CHECK(mode == WM_MODE_MMAP ? wm_model_tensor_data_mut(m, 0) == NULL
                                    : wm_model_tensor_data_mut(m, 0) != NULL);
@@ -196,7 +196,8 @@ static uint64_t touch(wm_model *m) {
         wm_tensor_info t;
         wm_file_tensor(f, i, &t);
         const volatile unsigned char *p = wm_model_tensor_data(m, i);
-        for (uint64_t k = 0; k < t.nbytes; k += 1024) s += p[k];
+        for (uint64_t k = 0; k < t.nbytes; k += 1024)
+            s += p[k];
     }
     return s;
 }
@@ -243,8 +244,10 @@ WM_TEST(mmap_private_write_privatises_exact_pages) {
     CHECK(p != NULL);
     long page = sysconf(_SC_PAGESIZE);
     /* first page boundary inside the tensor, then 7 distinct pages */
-    unsigned char *q = (unsigned char *)(((uintptr_t)p + (uintptr_t)page - 1) & ~(uintptr_t)(page - 1));
-    for (int k = 0; k < 7; k++) q[(size_t)k * (size_t)page] ^= 0x5a;
+    unsigned char *q =
+        (unsigned char *)(((uintptr_t)p + (uintptr_t)page - 1) & ~(uintptr_t)(page - 1));
+    for (int k = 0; k < 7; k++)
+        q[(size_t)k * (size_t)page] ^= 0x5a;
     uint64_t rss, priv, dirty, locked;
     size_t n;
     file_figures(path, &rss, &priv, &dirty, &locked, &n);
@@ -280,8 +283,9 @@ WM_TEST(heap_footprint_is_tensor_bytes_and_returns) {
               (unsigned long long)s.heap_bytes);
     wm_model_release(m);
     CHECK_STATUS(wm_mem_figures_get(0, &after, NULL), WM_OK);
-    CHECK_MSG(after.footprint <= before.footprint + 16 * page, "footprint %llu after release, %llu before",
-              (unsigned long long)after.footprint, (unsigned long long)before.footprint);
+    CHECK_MSG(after.footprint <= before.footprint + 16 * page,
+              "footprint %llu after release, %llu before", (unsigned long long)after.footprint,
+              (unsigned long long)before.footprint);
     wm_file_close(f);
 }
 
@@ -385,8 +389,10 @@ WM_TEST(chunks_below_file_size_all_released) {
             CHECK_EQ(wmt_count_file_maps(path), 0);
         } else {
             CHECK_EQ(wmt_count_file_maps(path), s.buffers);
-            CHECK_EQ(l.cat[all_modes[k] == WM_MODE_MMAP ? WM_LEDGER_MAP_SHARED : WM_LEDGER_MAP_PRIVATE].regions,
-                     s.buffers);
+            CHECK_EQ(
+                l.cat[all_modes[k] == WM_MODE_MMAP ? WM_LEDGER_MAP_SHARED : WM_LEDGER_MAP_PRIVATE]
+                    .regions,
+                s.buffers);
         }
         wm_model_release(m);
         CHECK_EQ(wmt_count_file_maps(path), 0);
@@ -417,8 +423,11 @@ WM_TEST(cancel_mid_load_holds_nothing) {
     wm_file *f = open_ok(path);
     for (size_t k = 0; k < 3; k++) {
         int calls = 0;
-        wm_load_options o = {.mode = all_modes[k], .max_buffer_size = 256 << 10, .progress = cancel_after,
-                             .progress_user = &calls, .threads = 1};
+        wm_load_options o = {.mode = all_modes[k],
+                             .max_buffer_size = 256 << 10,
+                             .progress = cancel_after,
+                             .progress_user = &calls,
+                             .threads = 1};
         wm_model *m = (wm_model *)1;
         wm_error err;
         CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_ECANCELED);
@@ -519,8 +528,11 @@ static void sweep(wm_mode mode, int errn) {
                       {.mode = mode, .threads = 2, .max_buffer_size = 256 << 10, .prefetch = 1},
                       touch_all};
     /* the ledger before the sweep (the open file's) is what each run must leave */
-    wmt_sweep s = {.what = wm_mode_name(mode), .run = wmt_load_release,
-                   .check = wmt_check_io_status, .user = &l, .path = path,
+    wmt_sweep s = {.what = wm_mode_name(mode),
+                   .run = wmt_load_release,
+                   .check = wmt_check_io_status,
+                   .user = &l,
+                   .path = path,
                    .shown = "stories260K.gguf"};
     wmt_sweep_result res = {0};
     wmt_sweep_any(&s, &errn, 1, &res);
@@ -598,7 +610,8 @@ WM_TEST(heap_converts_f16_to_f32_on_load) {
         CHECK_EQ(type, WM_TYPE_F32);
         CHECK_EQ(nbytes, t.n_elements * 4);
         float *want = malloc(nbytes);
-        CHECK_STATUS(wm_convert(WM_TYPE_F16, WM_TYPE_F32, bytes + t.offset, want, t.n_elements), WM_OK);
+        CHECK_STATUS(wm_convert(WM_TYPE_F16, WM_TYPE_F32, bytes + t.offset, want, t.n_elements),
+                     WM_OK);
         CHECK_MSG(memcmp(p, want, nbytes) == 0, "tensor '%s' converted wrongly", t.name);
         free(want);
     }

@@ -15,8 +15,8 @@
  * and the kernel's (rchar in /proc/self/io) both equal that figure, so split tensors cost 1/W of
  * their bytes per rank.
  */
-#include "wmtest.h"
 #include "cuda_mock.h" /* wm__cuda_mock_violations, in -DWM_CUDA_MOCK=ON builds */
+#include "wmtest.h"
 
 #include "os/fault.h"
 
@@ -64,7 +64,8 @@ static uint64_t expected_slice(const unsigned char *file, const wm_tensor_info *
         return part;
     }
     uint64_t row = t->nbytes / t->shape[1], part = row / w;
-    for (uint64_t j = 0; j < t->shape[1]; j++) memcpy(out + j * part, src + j * row + r * part, part);
+    for (uint64_t j = 0; j < t->shape[1]; j++)
+        memcpy(out + j * part, src + j * row + r * part, part);
     return t->shape[1] * part;
 }
 
@@ -178,15 +179,18 @@ static void tp_rank(const char *path, wm_load_options o, unsigned r, unsigned w)
 WM_TEST(tp_heap_slices_and_reads) {
     const char *path = wmt_make_model("m.gguf", "--size 8M --format gguf");
     wm_load_options o = {.mode = WM_MODE_HEAP, .threads = 3};
-    for (unsigned r = 0; r < 2; r++) tp_rank(path, o, r, 2);
-    for (unsigned r = 0; r < 4; r++) tp_rank(path, o, r, 4);
+    for (unsigned r = 0; r < 2; r++)
+        tp_rank(path, o, r, 2);
+    for (unsigned r = 0; r < 4; r++)
+        tp_rank(path, o, r, 4);
 }
 
 WM_TEST(tp_heap_safetensors) {
     const char *path = wmt_make_model("m.safetensors", "--size 8M --format safetensors");
     /* threads set: the default asks glibc for the CPU count, which reads /sys (rchar). */
     wm_load_options o = {.mode = WM_MODE_HEAP, .threads = 2};
-    for (unsigned r = 0; r < 2; r++) tp_rank(path, o, r, 2);
+    for (unsigned r = 0; r < 2; r++)
+        tp_rank(path, o, r, 2);
 }
 
 static wm_split split_everything_last(void *user, size_t index, const wm_tensor_info *t) {
@@ -211,7 +215,8 @@ WM_TEST(tp_refusals_name_the_tensor_and_hold_nothing) {
     o = (wm_load_options){.mode = WM_MODE_MMAP, .tp_world = 2, .tp_split = llama_split};
     CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EINVAL);
     CHECK_MSG_HAS(err, "needs mode heap");
-    o = (wm_load_options){.mode = WM_MODE_HEAP, .tp_world = 2, .tp_rank = 2, .tp_split = llama_split};
+    o = (wm_load_options){
+        .mode = WM_MODE_HEAP, .tp_world = 2, .tp_rank = 2, .tp_split = llama_split};
     CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EINVAL);
     CHECK_MSG_HAS(err, "tp_rank 2 of tp_world 2");
     o = (wm_load_options){.mode = WM_MODE_HEAP, .tp_world = 2};
@@ -231,13 +236,16 @@ WM_TEST(tp_heap_fault_sweep) {
     WM_SKIP("needs -DWM_FAULT_INJECTION=ON");
 #else
     const char *path = wmt_make_model("m.gguf", "--size 8M --format gguf");
-    wmt_load_run l = {OPEN_OK(path),
-                      {.mode = WM_MODE_HEAP, .threads = 2, .tp_world = 2, .tp_rank = 1,
-                       .tp_split = llama_split},
-                      NULL};
+    wmt_load_run l = {
+        OPEN_OK(path),
+        {.mode = WM_MODE_HEAP, .threads = 2, .tp_world = 2, .tp_rank = 1, .tp_split = llama_split},
+        NULL};
     /* a load that succeeds had a hint (advice) failed: harmless */
-    wmt_sweep s = {.what = path, .run = wmt_load_release, .check = wmt_check_io_status,
-                   .user = &l, .path = path};
+    wmt_sweep s = {.what = path,
+                   .run = wmt_load_release,
+                   .check = wmt_check_io_status,
+                   .user = &l,
+                   .path = path};
     wmt_sweep_result res = {0};
     static const int eio[] = {EIO};
     wmt_sweep_any(&s, eio, 1, &res);
@@ -283,8 +291,12 @@ static size_t load_two(const char *path, wm_placement placement, wm_mode mode) {
     wm_error err;
     CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
     int devs[2] = {0, 1};
-    wm_load_options o = {.mode = mode, .backend = WM_BACKEND_CUDA, .devices = devs,
-                         .n_devices = 2, .placement = placement, .place_tensor = by_parity,
+    wm_load_options o = {.mode = mode,
+                         .backend = WM_BACKEND_CUDA,
+                         .devices = devs,
+                         .n_devices = 2,
+                         .placement = placement,
+                         .place_tensor = by_parity,
                          .pinned_budget = (uint64_t)8 << 20};
     wm_model *m;
     wm_status st = wm_model_load(f, &o, &m, &err);
@@ -334,7 +346,8 @@ static size_t load_two(const char *path, wm_placement placement, wm_mode mode) {
 WM_TEST(two_devices_balance) {
     NEED_GPUS(2);
     load_two(wmt_make_model("m.gguf", "--size 16M --format gguf"), WM_PLACE_BALANCE, WM_MODE_HEAP);
-    load_two(wmt_make_model("m.safetensors", "--size 16M --format safetensors"), WM_PLACE_BALANCE, WM_MODE_MMAP);
+    load_two(wmt_make_model("m.safetensors", "--size 16M --format safetensors"), WM_PLACE_BALANCE,
+             WM_MODE_MMAP);
 }
 
 WM_TEST(two_devices_layers) {
@@ -346,8 +359,11 @@ WM_TEST(two_devices_layers) {
     wm_error err;
     CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
     int devs[2] = {0, 1};
-    wm_load_options o = {.mode = WM_MODE_HEAP, .backend = WM_BACKEND_CUDA, .devices = devs,
-                         .n_devices = 2, .placement = WM_PLACE_LAYERS};
+    wm_load_options o = {.mode = WM_MODE_HEAP,
+                         .backend = WM_BACKEND_CUDA,
+                         .devices = devs,
+                         .n_devices = 2,
+                         .placement = WM_PLACE_LAYERS};
     wm_model *m;
     CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_OK);
     uint32_t layers = 0;
@@ -380,8 +396,8 @@ WM_TEST(device_refusals) {
     wm_error err;
     CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
     int twice[2] = {1, 1}, far[2] = {0, 40}, missing[2] = {0, 15};
-    wm_load_options o = {.mode = WM_MODE_HEAP, .backend = WM_BACKEND_CUDA, .devices = twice,
-                         .n_devices = 2};
+    wm_load_options o = {
+        .mode = WM_MODE_HEAP, .backend = WM_BACKEND_CUDA, .devices = twice, .n_devices = 2};
     wm_model *m;
     CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EINVAL);
     CHECK_MSG_HAS(err, "listed twice");
@@ -424,11 +440,15 @@ WM_TEST(two_devices_fault_sweep) {
     const char *path = wmt_make_model("m.gguf", "--size 8M --format gguf");
     int devs[2] = {0, 1};
     wmt_load_run l = {OPEN_OK(path),
-                      {.mode = WM_MODE_HEAP, .backend = WM_BACKEND_CUDA, .devices = devs,
-                       .n_devices = 2, .threads = 4, .pinned_budget = (uint64_t)8 << 20},
+                      {.mode = WM_MODE_HEAP,
+                       .backend = WM_BACKEND_CUDA,
+                       .devices = devs,
+                       .n_devices = 2,
+                       .threads = 4,
+                       .pinned_budget = (uint64_t)8 << 20},
                       NULL};
-    wmt_sweep s = {.what = path, .run = wmt_load_release, .check = devices_empty, .user = &l,
-                   .path = path};
+    wmt_sweep s = {
+        .what = path, .run = wmt_load_release, .check = devices_empty, .user = &l, .path = path};
     wmt_sweep_result res = {0};
     static const int enomem[] = {ENOMEM};
     wmt_sweep_any(&s, enomem, 1, &res);
@@ -443,9 +463,12 @@ WM_TEST(two_devices_fault_sweep) {
 WM_TEST(tp_cuda_slices_and_reads) {
     NEED_GPUS(1);
     const char *path = wmt_make_model("m.gguf", "--size 16M --format gguf");
-    wm_load_options o = {.mode = WM_MODE_HEAP, .backend = WM_BACKEND_CUDA, .threads = 4,
+    wm_load_options o = {.mode = WM_MODE_HEAP,
+                         .backend = WM_BACKEND_CUDA,
+                         .threads = 4,
                          .pinned_budget = (uint64_t)8 << 20};
-    for (unsigned r = 0; r < 2; r++) tp_rank(path, o, r, 2);
+    for (unsigned r = 0; r < 2; r++)
+        tp_rank(path, o, r, 2);
     o.mode = WM_MODE_MMAP; /* staged from the page cache as well */
     tp_rank(path, o, 1, 2);
     no_violations();
@@ -462,8 +485,10 @@ WM_TEST(cli_two_devices_cycles_return_memory) {
     const char *path = wmt_make_model("m.gguf", "--size 16M --format gguf");
     char args[1024], out[1 << 16];
     for (int layers = 0; layers < 2; layers++) {
-        snprintf(args, sizeof args, "load '%s' --mode heap --backend cuda:0,1 --placement %s "
-                 "--cycles 3 --json", path, layers ? "layers" : "balance");
+        snprintf(args, sizeof args,
+                 "load '%s' --mode heap --backend cuda:0,1 --placement %s "
+                 "--cycles 3 --json",
+                 path, layers ? "layers" : "balance");
         int rc = wmt_cli(args, out, sizeof out);
         CHECK_MSG(strstr(out, "\"ledger_bytes\": 0,") != NULL, "%s", out);
         CHECK_MSG(strstr(out, "\"file_regions\": 0}") != NULL, "%s", out);
@@ -502,9 +527,14 @@ static int read_once_rank(const char *path, ncclUniqueId id, unsigned r, unsigne
     wm_file *f;
     wm_error err;
     CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
-    wm_load_options o = {.mode = WM_MODE_HEAP, .backend = WM_BACKEND_CUDA, .device = (int)(r % 2),
-                         .threads = 3, .pinned_budget = (uint64_t)4 << 20, .tp_rank = r,
-                         .tp_world = w, .tp_split = split ? llama_split : NULL,
+    wm_load_options o = {.mode = WM_MODE_HEAP,
+                         .backend = WM_BACKEND_CUDA,
+                         .device = (int)(r % 2),
+                         .threads = 3,
+                         .pinned_budget = (uint64_t)4 << 20,
+                         .tp_rank = r,
+                         .tp_world = w,
+                         .tp_split = split ? llama_split : NULL,
                          .nccl_comm = comm};
     wm_model *m;
     wm_status st = wm_model_load(f, &o, &m, &err);
@@ -596,16 +626,19 @@ static void read_once_refusal_cases(void) {
     CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
     wm_model *m;
     /* The communicator is rank 0 of 1; the load says rank 1 of 2. */
-    wm_load_options o = {.mode = WM_MODE_HEAP, .backend = WM_BACKEND_CUDA, .tp_rank = 1,
-                         .tp_world = 2, .nccl_comm = comm};
+    wm_load_options o = {.mode = WM_MODE_HEAP,
+                         .backend = WM_BACKEND_CUDA,
+                         .tp_rank = 1,
+                         .tp_world = 2,
+                         .nccl_comm = comm};
     CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EINVAL);
     CHECK_MSG_HAS(err, "rank 0 of 1");
     o = (wm_load_options){.mode = WM_MODE_HEAP, .nccl_comm = comm};
     CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EINVAL);
     CHECK_MSG_HAS(err, "CUDA backend");
     /* One rank: the load checks the communicator and reads everything itself. */
-    o = (wm_load_options){.mode = WM_MODE_HEAP, .backend = WM_BACKEND_CUDA, .threads = 2,
-                          .nccl_comm = comm};
+    o = (wm_load_options){
+        .mode = WM_MODE_HEAP, .backend = WM_BACKEND_CUDA, .threads = 2, .nccl_comm = comm};
     CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_OK);
     wm_model_release(m);
     wm_file_close(f);

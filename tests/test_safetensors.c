@@ -24,7 +24,8 @@ static const char *st_write(const char *name, const char *header, size_t data_le
     wmt_buf b = {0};
     wmt_put_u64(&b, strlen(header));
     wmt_put(&b, header, strlen(header));
-    for (size_t i = 0; i < data_len; i++) wmt_put_u8(&b, (uint8_t)i);
+    for (size_t i = 0; i < data_len; i++)
+        wmt_put_u8(&b, (uint8_t)i);
     const char *path = wmt_tmp(name);
     wmt_write_file(path, b.p, b.len);
     wmt_buf_free(&b);
@@ -118,7 +119,8 @@ static void check_fixture(const fixture *x) {
 
 WM_TEST(fixtures_all) {
     int fds = wmt_count_fds();
-    for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++) check_fixture(&fixtures[i]);
+    for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++)
+        check_fixture(&fixtures[i]);
     CHECK_EQ(wmt_count_fds(), fds);
 }
 
@@ -147,11 +149,11 @@ WM_TEST(fixtures_dtypes) {
         const char *name;
         wm_type type;
         uint64_t rel;
-    } runai[] = {{"tensor1.int64", WM_TYPE_I64, 0},      {"tensor1.float64", WM_TYPE_F64, 48},
-                 {"tensor1.float32", WM_TYPE_F32, 96},   {"tensor1.bfloat16", WM_TYPE_BF16, 144},
-                 {"tensor1.int32", WM_TYPE_I32, 120},    {"tensor1.float16", WM_TYPE_F16, 156},
-                 {"tensor1.int16", WM_TYPE_I16, 168},    {"tensor1.int8", WM_TYPE_I8, 180},
-                 {"tensor1.uint8", WM_TYPE_U8, 186},     {"tensor1.bool", WM_TYPE_BOOL, 192}};
+    } runai[] = {{"tensor1.int64", WM_TYPE_I64, 0},    {"tensor1.float64", WM_TYPE_F64, 48},
+                 {"tensor1.float32", WM_TYPE_F32, 96}, {"tensor1.bfloat16", WM_TYPE_BF16, 144},
+                 {"tensor1.int32", WM_TYPE_I32, 120},  {"tensor1.float16", WM_TYPE_F16, 156},
+                 {"tensor1.int16", WM_TYPE_I16, 168},  {"tensor1.int8", WM_TYPE_I8, 180},
+                 {"tensor1.uint8", WM_TYPE_U8, 186},   {"tensor1.bool", WM_TYPE_BOOL, 192}};
     f = OPEN_OK(wmt_fixture("safetensors/runai-test.safetensors"));
     for (size_t i = 0; i < 10; i++) {
         wm_tensor_info t;
@@ -196,15 +198,15 @@ WM_TEST(every_dtype) {
         const char *shape;
         uint64_t n, bytes;
     } d[] = {
-        {"BOOL", WM_TYPE_BOOL, "[3]", 3, 3},         {"U8", WM_TYPE_U8, "[3]", 3, 3},
-        {"I8", WM_TYPE_I8, "[3]", 3, 3},             {"F8_E4M3", WM_TYPE_F8_E4M3, "[3]", 3, 3},
-        {"F8_E5M2", WM_TYPE_F8_E5M2, "[3]", 3, 3},   {"F8_E8M0", WM_TYPE_F8_E8M0, "[3]", 3, 3},
-        {"I16", WM_TYPE_I16, "[3]", 3, 6},           {"U16", WM_TYPE_U16, "[3]", 3, 6},
-        {"F16", WM_TYPE_F16, "[3]", 3, 6},           {"BF16", WM_TYPE_BF16, "[3]", 3, 6},
-        {"I32", WM_TYPE_I32, "[3]", 3, 12},          {"U32", WM_TYPE_U32, "[3]", 3, 12},
-        {"F32", WM_TYPE_F32, "[3]", 3, 12},          {"F64", WM_TYPE_F64, "[3]", 3, 24},
-        {"I64", WM_TYPE_I64, "[3]", 3, 24},          {"U64", WM_TYPE_U64, "[3]", 3, 24},
-        {"F4", WM_TYPE_F4, "[3,2]", 6, 3},           {"F6_E2M3", WM_TYPE_F6_E2M3, "[2,4]", 8, 6},
+        {"BOOL", WM_TYPE_BOOL, "[3]", 3, 3},       {"U8", WM_TYPE_U8, "[3]", 3, 3},
+        {"I8", WM_TYPE_I8, "[3]", 3, 3},           {"F8_E4M3", WM_TYPE_F8_E4M3, "[3]", 3, 3},
+        {"F8_E5M2", WM_TYPE_F8_E5M2, "[3]", 3, 3}, {"F8_E8M0", WM_TYPE_F8_E8M0, "[3]", 3, 3},
+        {"I16", WM_TYPE_I16, "[3]", 3, 6},         {"U16", WM_TYPE_U16, "[3]", 3, 6},
+        {"F16", WM_TYPE_F16, "[3]", 3, 6},         {"BF16", WM_TYPE_BF16, "[3]", 3, 6},
+        {"I32", WM_TYPE_I32, "[3]", 3, 12},        {"U32", WM_TYPE_U32, "[3]", 3, 12},
+        {"F32", WM_TYPE_F32, "[3]", 3, 12},        {"F64", WM_TYPE_F64, "[3]", 3, 24},
+        {"I64", WM_TYPE_I64, "[3]", 3, 24},        {"U64", WM_TYPE_U64, "[3]", 3, 24},
+        {"F4", WM_TYPE_F4, "[3,2]", 6, 3},         {"F6_E2M3", WM_TYPE_F6_E2M3, "[2,4]", 8, 6},
         {"F6_E3M2", WM_TYPE_F6_E3M2, "[4]", 4, 3},
     };
     size_t n = sizeof d / sizeof d[0];
@@ -212,10 +214,11 @@ WM_TEST(every_dtype) {
     size_t p = (size_t)snprintf(hdr, sizeof hdr, "{");
     uint64_t off = 0;
     for (size_t i = 0; i < n; i++) {
-        p += (size_t)snprintf(hdr + p, sizeof hdr - p,
-                              "%s\"t%zu\":{\"dtype\":\"%s\",\"shape\":%s,\"data_offsets\":[%llu,%llu]}",
-                              i ? "," : "", i, d[i].dtype, d[i].shape, (unsigned long long)off,
-                              (unsigned long long)(off + d[i].bytes));
+        p += (size_t)snprintf(
+            hdr + p, sizeof hdr - p,
+            "%s\"t%zu\":{\"dtype\":\"%s\",\"shape\":%s,\"data_offsets\":[%llu,%llu]}", i ? "," : "",
+            i, d[i].dtype, d[i].shape, (unsigned long long)off,
+            (unsigned long long)(off + d[i].bytes));
         off += d[i].bytes;
     }
     snprintf(hdr + p, sizeof hdr - p, "}");
@@ -259,9 +262,10 @@ WM_TEST(scalar_zero_size_padding) {
     CHECK_EQ(wm_file_metadata_count(f), 2);
     wm_file_close(f);
 
-    f = OPEN_OK(st_write("nullmeta.safetensors",
-                         "{\"__metadata__\":null,\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]}}",
-                         2));
+    f = OPEN_OK(st_write(
+        "nullmeta.safetensors",
+        "{\"__metadata__\":null,\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]}}",
+        2));
     CHECK_EQ(wm_file_metadata_count(f), 0);
     CHECK_EQ(wm_file_tensor_count(f), 1);
     wm_file_close(f);
@@ -317,7 +321,8 @@ WM_TEST(out_of_order_offsets) {
 
 /* Names are any UTF-8; a file need not end in .safetensors to be recognised by content. */
 WM_TEST(utf8_names_and_detection) {
-    const char *h = "{\"caf\xc3\xa9.\xf0\x9f\x98\x80\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}";
+    const char *h = "{\"caf\xc3\xa9.\xf0\x9f\x98\x80\":{\"dtype\":\"U8\",\"shape\":[1],\"data_"
+                    "offsets\":[0,1]}}";
     wm_file *f = OPEN_OK(st_write("model.bin", h, 1));
     CHECK_EQ(wm_file_format(f), WM_FORMAT_SAFETENSORS);
     size_t i;
@@ -330,8 +335,9 @@ WM_TEST(utf8_names_and_detection) {
 WM_TEST(make_model_safetensors) {
     char cmd[1024];
     const char *a = wmt_tmp("a.safetensors"), *b = wmt_tmp("b.safetensors");
-    snprintf(cmd, sizeof cmd, "%s make-model %s --size 4M --seed 7 --format safetensors && "
-                              "%s make-model %s --size 4M --seed 7",
+    snprintf(cmd, sizeof cmd,
+             "%s make-model %s --size 4M --seed 7 --format safetensors && "
+             "%s make-model %s --size 4M --seed 7",
              WM_CLI, a, WM_CLI, b);
     CHECK_EQ(system(cmd), 0);
     size_t la, lb;
@@ -444,8 +450,10 @@ WM_TEST(faults_many_tensors) {
     wmt_put(&h, "{", 1);
     for (int i = 0; i < 3000; i++) {
         char e[128];
-        int n = snprintf(e, sizeof e, "%s\"tensor.%d\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[%d,%d]}",
-                         i ? "," : "", i, i, i + 1);
+        int n =
+            snprintf(e, sizeof e,
+                     "%s\"tensor.%d\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[%d,%d]}",
+                     i ? "," : "", i, i, i + 1);
         wmt_put(&h, e, (size_t)n);
     }
     wmt_put(&h, "}", 2); /* with the NUL, for st_write */
@@ -465,7 +473,8 @@ static void *open_many(void *arg) {
     const char *path = arg;
     for (int i = 0; i < 200; i++) {
         wm_file *f = NULL;
-        if (wm_file_open(path, &f, NULL) != WM_OK || wm_file_tensor_count(f) != 10) return (void *)1;
+        if (wm_file_open(path, &f, NULL) != WM_OK || wm_file_tensor_count(f) != 10)
+            return (void *)1;
         wm_file_close(f);
     }
     return NULL;
@@ -474,7 +483,8 @@ static void *open_many(void *arg) {
 WM_TEST(concurrent_opens) {
     pthread_t t[4];
     char *path = strdup(wmt_fixture("safetensors/runai-test.safetensors"));
-    for (int i = 0; i < 4; i++) CHECK(pthread_create(&t[i], NULL, open_many, path) == 0);
+    for (int i = 0; i < 4; i++)
+        CHECK(pthread_create(&t[i], NULL, open_many, path) == 0);
     for (int i = 0; i < 4; i++) {
         void *r;
         CHECK(pthread_join(t[i], &r) == 0);
@@ -499,4 +509,3 @@ WM_TEST(program_cjson_untouched) {
     char *txt = cJSON_PrintUnformatted(NULL);
     CHECK(txt == NULL);
 }
-

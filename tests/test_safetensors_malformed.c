@@ -38,7 +38,8 @@ static void refused_at(const char *file, int line, const char *path, wm_status w
     wm_error err = {0};
     wm_status st = wm_file_open(path, &f, &err);
     if (st != want)
-        wmt_fail(file, line, "got %s, want %s (%s)", wm_status_name(st), wm_status_name(want), err.msg);
+        wmt_fail(file, line, "got %s, want %s (%s)", wm_status_name(st), wm_status_name(want),
+                 err.msg);
     if (f != NULL) wmt_fail(file, line, "out not NULL on failure");
     if (err.code != want) wmt_fail(file, line, "err.code %d", (int)err.code);
     if (!strstr(err.msg, path)) wmt_fail(file, line, "\"%s\" lacks the path", err.msg);
@@ -111,7 +112,7 @@ WM_TEST(not_json) {
     BAD("{\"a\":.5}", 0, "not JSON");
     BAD("\xef\xbb\xbf{}", 0, "not JSON"); /* a byte-order mark */
     BAD("{\"a\":\"tab\there\"}", 0, "control byte 0x09");
-    BAD("{\x01}", 0, "byte 0x01");     /* cJSON alone takes control bytes for white space */
+    BAD("{\x01}", 0, "byte 0x01"); /* cJSON alone takes control bytes for white space */
     BAD("{}\v", 0, "byte 0x0b");
 }
 
@@ -145,22 +146,30 @@ WM_TEST(nesting_200000_deep) {
     size_t depth = 200000, n = 0;
     char *h = malloc(2 * depth + 16);
     n += (size_t)sprintf(h, "{\"a\":");
-    for (size_t i = 0; i < depth; i++) h[n++] = '[';
-    for (size_t i = 0; i < depth; i++) h[n++] = ']';
+    for (size_t i = 0; i < depth; i++)
+        h[n++] = '[';
+    for (size_t i = 0; i < depth; i++)
+        h[n++] = ']';
     h[n++] = '}';
     h[n] = 0;
     BAD(h, 0, "nested deeper than 128");
     /* Deep objects too, and deep nesting inside __metadata__. */
     n = 0;
-    for (size_t i = 0; i < depth; i++) n += (size_t)sprintf(h + n, "{\"");
+    for (size_t i = 0; i < depth; i++)
+        n += (size_t)sprintf(h + n, "{\"");
     h[n] = 0;
     BAD(h, 0, "nested deeper");
     free(h);
-    BAD("{\"__metadata__\":{\"a\":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["
-        "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["
-        "]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]"
-        "]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]"
-        "]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]"
+    BAD("{\"__metadata__\":{\"a\":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["
+        "[["
+        "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["
+        "[[[[[[["
+        "]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]"
+        "]]]]]]"
+        "]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]"
+        "]]]]]]"
+        "]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]"
+        "]]]]]]"
         "}}",
         0, "nested deeper");
 }
@@ -168,20 +177,22 @@ WM_TEST(nesting_200000_deep) {
 /* ---- tensor entries ---- */
 
 WM_TEST(huge_and_inexact_numbers) {
-    BAD("{\"t\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,1e400]}}", 8, "data_offsets[1]");
+    BAD("{\"t\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,1e400]}}", 8,
+        "data_offsets[1]");
     BAD("{\"t\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,8.0]}}", 8, "data_offsets[1]");
     BAD("{\"t\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,8e0]}}", 8, "data_offsets[1]");
     BAD("{\"t\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,18446744073709551616]}}", 8,
         "fits 64 bits");
-    BAD("{\"t\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,99999999999999999999999999]}}", 8,
-        "fits 64 bits");
+    BAD("{\"t\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,99999999999999999999999999]}}",
+        8, "fits 64 bits");
     BAD("{\"t\":{\"dtype\":\"U8\",\"shape\":[1.5],\"data_offsets\":[0,8]}}", 8, "shape[0]");
     BAD("{\"t\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,18446744073709551615]}}", 8,
         "hold 18446744073709551615 bytes");
 }
 
 WM_TEST(negative_and_overflowing_shapes) {
-    BAD("{\"t\":{\"dtype\":\"U8\",\"shape\":[-1],\"data_offsets\":[0,8]}}", 8, "shape[0] is not a non-negative");
+    BAD("{\"t\":{\"dtype\":\"U8\",\"shape\":[-1],\"data_offsets\":[0,8]}}", 8,
+        "shape[0] is not a non-negative");
     BAD("{\"t\":{\"dtype\":\"U8\",\"shape\":[2,-0],\"data_offsets\":[0,0]}}", 0, "shape[1]");
     BAD("{\"t\":{\"dtype\":\"U8\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,8]}}", 8,
         "element count of the shape overflows");
@@ -201,8 +212,10 @@ WM_TEST(more_than_four_dims) {
 }
 
 WM_TEST(unknown_dtype) {
-    BAD("{\"t\":{\"dtype\":\"F128\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "unknown dtype 'F128'");
-    BAD("{\"t\":{\"dtype\":\"f32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "unknown dtype 'f32'");
+    BAD("{\"t\":{\"dtype\":\"F128\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8,
+        "unknown dtype 'F128'");
+    BAD("{\"t\":{\"dtype\":\"f32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8,
+        "unknown dtype 'f32'");
     BAD("{\"t\":{\"dtype\":\"float32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "unknown dtype");
     BAD("{\"t\":{\"dtype\":\"\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "unknown dtype");
     BAD("{\"t\":{\"dtype\":4,\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "dtype is a JSON number");
@@ -218,9 +231,10 @@ WM_TEST(missing_or_repeated_fields) {
     BAD("{\"t\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8, "has no data_offsets field");
     BAD("{\"t\":{\"dtype\":\"F32\",\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8,
         "field 'dtype' appears twice");
-    BAD("{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"data_offsets\":[0,8]}}", 8,
-        "appears twice");
-    BAD("{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0]}}", 8, "has 1 entries, not 2");
+    BAD("{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"data_offsets\":[0,8]}}",
+        8, "appears twice");
+    BAD("{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0]}}", 8,
+        "has 1 entries, not 2");
     BAD("{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8,8]}}", 8, "has 3 entries");
     BAD("{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":{\"a\":0}}}", 8, "not an array");
     BAD("{\"t\":[1,2]}", 0, "tensor 't' is a JSON array, not an object");
@@ -230,7 +244,8 @@ WM_TEST(missing_or_repeated_fields) {
 /* ---- layout of the data section ---- */
 
 WM_TEST(reversed_offsets) {
-    BAD("{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 8, "end before they begin");
+    BAD("{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 8,
+        "end before they begin");
 }
 
 WM_TEST(overlapping_offsets) {
@@ -253,7 +268,8 @@ WM_TEST(gapped_offsets) {
 }
 
 WM_TEST(out_of_bounds_offsets) {
-    BAD("{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 4, "ends past the end of the file");
+    BAD("{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 4,
+        "ends past the end of the file");
     BAD("{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 0, "past the end");
     BAD("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
         "\"b\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[99,99]}}",
@@ -261,7 +277,8 @@ WM_TEST(out_of_bounds_offsets) {
 }
 
 WM_TEST(size_not_shape_times_dtype) {
-    BAD("{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4, "hold 4 bytes, but its shape and dtype need 8");
+    BAD("{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4,
+        "hold 4 bytes, but its shape and dtype need 8");
     BAD("{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,12]}}", 12, "need 8");
     BAD("{\"t\":{\"dtype\":\"BF16\",\"shape\":[],\"data_offsets\":[0,4]}}", 4, "need 2");
     BAD("{\"t\":{\"dtype\":\"F16\",\"shape\":[0],\"data_offsets\":[0,2]}}", 2, "need 0");
@@ -269,7 +286,8 @@ WM_TEST(size_not_shape_times_dtype) {
 
 /* Sub-byte types must fill whole bytes (the reference's MisalignedSlice). */
 WM_TEST(misaligned_sub_byte) {
-    BAD("{\"t\":{\"dtype\":\"F4\",\"shape\":[3],\"data_offsets\":[0,2]}}", 2, "do not fill whole bytes");
+    BAD("{\"t\":{\"dtype\":\"F4\",\"shape\":[3],\"data_offsets\":[0,2]}}", 2,
+        "do not fill whole bytes");
     BAD("{\"t\":{\"dtype\":\"F6_E2M3\",\"shape\":[2],\"data_offsets\":[0,2]}}", 2, "whole bytes");
     BAD("{\"t\":{\"dtype\":\"F6_E3M2\",\"shape\":[5],\"data_offsets\":[0,4]}}", 4, "whole bytes");
 }
@@ -307,7 +325,8 @@ WM_TEST(duplicate_names) {
 }
 
 WM_TEST(bad_names) {
-    BAD("{\"a\xff\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, "not valid UTF-8");
+    BAD("{\"a\xff\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
+        "not valid UTF-8");
     BAD("{\"a\\u0000b\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, "\\u0000");
     BAD("{\"__metadata__\":{\"k\\u0000\":\"v\"}}", 0, "NUL character");
     BAD("{\"__metadata__\":{\"k\":\"v\\u0000\"}}", 0, "NUL character");

@@ -52,7 +52,8 @@ static void edit_file(const char *path, const char *from, const char *to) {
 }
 
 /* Overwrites `n` bytes after the first occurrence of `key` (+ skip) in a binary file. */
-static void patch_after(const char *path, const char *key, size_t skip, const void *bytes, size_t n) {
+static void patch_after(const char *path, const char *key, size_t skip, const void *bytes,
+                        size_t n) {
     size_t len;
     unsigned char *s = wmt_read_file(path, &len);
     unsigned char *at = memmem(s, len, key, strlen(key));
@@ -64,7 +65,8 @@ static void patch_after(const char *path, const char *key, size_t skip, const vo
 
 /* A small GGUF v3 part: split.no/count/tensors.count (u16, u16, i32, as llama.cpp writes them)
  * unless count is 0, and one F32 tensor of 4 elements. */
-static void gguf_part(const char *path, uint16_t no, uint16_t count, int32_t total, const char *tensor) {
+static void gguf_part(const char *path, uint16_t no, uint16_t count, int32_t total,
+                      const char *tensor) {
     wmt_buf b = {0};
     wmt_put(&b, "GGUF", 4);
     wmt_put_u32(&b, 3);
@@ -87,7 +89,8 @@ static void gguf_part(const char *path, uint16_t no, uint16_t count, int32_t tot
     wmt_put_u64(&b, 4);
     wmt_put_u32(&b, WM_TYPE_F32);
     wmt_put_u64(&b, 0);
-    while (b.len % 32) wmt_put_u8(&b, 0);
+    while (b.len % 32)
+        wmt_put_u8(&b, 0);
     wmt_put_zeros(&b, 16);
     wmt_write_file(path, b.p, b.len);
     wmt_buf_free(&b);
@@ -96,7 +99,8 @@ static void gguf_part(const char *path, uint16_t no, uint16_t count, int32_t tot
 /* A one-tensor safetensors file. */
 static void st_part(const char *path, const char *tensor) {
     char h[256];
-    snprintf(h, sizeof h, "{\"%s\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", tensor);
+    snprintf(h, sizeof h, "{\"%s\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+             tensor);
     wmt_buf b = {0};
     wmt_put_u64(&b, strlen(h));
     wmt_put(&b, h, strlen(h));
@@ -131,7 +135,8 @@ static void same_as_single(wm_file *set, const char *single) {
         CHECK(strcmp(a.name, b.name) == 0);
         CHECK_EQ(a.type, b.type);
         CHECK_EQ(a.n_dims, b.n_dims);
-        for (int d = 0; d < WM_MAX_DIMS; d++) CHECK_EQ(a.shape[d], b.shape[d]);
+        for (int d = 0; d < WM_MAX_DIMS; d++)
+            CHECK_EQ(a.shape[d], b.shape[d]);
         CHECK_EQ(a.nbytes, b.nbytes);
         CHECK(b.shard < ns);
         used[b.shard] = true;
@@ -156,8 +161,9 @@ WM_TEST(safetensors_index_and_any_shard) {
     const char *one = wmt_make_model("one.safetensors", "--size 1M --seed 5");
     wmt_make_model("s.safetensors", "--size 1M --seed 5 --shards 3");
     int fds = wmt_count_fds();
-    const char *paths[4] = {wmt_tmp("s.safetensors.index.json"), wmt_tmp("s-00001-of-00003.safetensors"),
-                            wmt_tmp("s-00002-of-00003.safetensors"), wmt_tmp("s-00003-of-00003.safetensors")};
+    const char *paths[4] = {
+        wmt_tmp("s.safetensors.index.json"), wmt_tmp("s-00001-of-00003.safetensors"),
+        wmt_tmp("s-00002-of-00003.safetensors"), wmt_tmp("s-00003-of-00003.safetensors")};
     for (int i = 0; i < 4; i++) {
         char p[512];
         snprintf(p, sizeof p, "%s", paths[i]);
@@ -263,7 +269,8 @@ static void make_st_set(void) { wmt_make_model("s.safetensors", "--size 1M --see
 WM_TEST(st_missing_shard) {
     make_st_set();
     CHECK(unlink(wmt_tmp("s-00002-of-00003.safetensors")) == 0);
-    refused(wmt_tmp("s.safetensors.index.json"), WM_ENOENT, "s-00002-of-00003.safetensors", "missing");
+    refused(wmt_tmp("s.safetensors.index.json"), WM_ENOENT, "s-00002-of-00003.safetensors",
+            "missing");
     refused(wmt_tmp("s-00001-of-00003.safetensors"), WM_ENOENT, "s-00002-of-00003.safetensors",
             "missing");
     CHECK(unlink(wmt_tmp("s.safetensors.index.json")) == 0);
@@ -276,8 +283,10 @@ WM_TEST(st_extra_tensor) {
     /* The index forgets a tensor that shard 1 holds. */
     edit_file(wmt_tmp("s.safetensors.index.json"),
               "    \"blk.0.attn_norm.weight\": \"s-00001-of-00003.safetensors\",\n", "");
-    refused(wmt_tmp("s.safetensors.index.json"), WM_EFORMAT, "s-00001-of-00003.safetensors holds tensor "
-            "'blk.0.attn_norm.weight', which the index does not list", NULL);
+    refused(wmt_tmp("s.safetensors.index.json"), WM_EFORMAT,
+            "s-00001-of-00003.safetensors holds tensor "
+            "'blk.0.attn_norm.weight', which the index does not list",
+            NULL);
 }
 
 WM_TEST(st_tensor_in_wrong_shard) {
@@ -286,27 +295,30 @@ WM_TEST(st_tensor_in_wrong_shard) {
               "\"blk.0.attn_norm.weight\": \"s-00001-of-00003.safetensors\"",
               "\"blk.0.attn_norm.weight\": \"s-00002-of-00003.safetensors\"");
     refused(wmt_tmp("s-00003-of-00003.safetensors"), WM_EFORMAT,
-            "'blk.0.attn_norm.weight' is in shard", "but the index puts it in s-00002-of-00003.safetensors");
+            "'blk.0.attn_norm.weight' is in shard",
+            "but the index puts it in s-00002-of-00003.safetensors");
 }
 
 WM_TEST(st_listed_tensor_absent) {
     make_st_set();
     edit_file(wmt_tmp("s.safetensors.index.json"), "\"weight_map\": {",
               "\"weight_map\": {\"ghost\": \"s-00002-of-00003.safetensors\",");
-    refused(wmt_tmp("s.safetensors.index.json"), WM_EFORMAT,
-            "tensor 'ghost' is listed for shard", "s-00002-of-00003.safetensors, which does not hold it");
+    refused(wmt_tmp("s.safetensors.index.json"), WM_EFORMAT, "tensor 'ghost' is listed for shard",
+            "s-00002-of-00003.safetensors, which does not hold it");
     /* A shard the index names that does not exist at all. */
     make_st_set();
     edit_file(wmt_tmp("s.safetensors.index.json"), "\"weight_map\": {",
               "\"weight_map\": {\"ghost\": \"s-00009-of-00003.safetensors\",");
-    refused(wmt_tmp("s.safetensors.index.json"), WM_ENOENT, "s-00009-of-00003.safetensors", "missing");
+    refused(wmt_tmp("s.safetensors.index.json"), WM_ENOENT, "s-00009-of-00003.safetensors",
+            "missing");
 }
 
 WM_TEST(st_tensor_listed_twice) {
     make_st_set();
     edit_file(wmt_tmp("s.safetensors.index.json"), "\"weight_map\": {",
               "\"weight_map\": {\"token_embd.weight\": \"s-00001-of-00003.safetensors\",");
-    refused(wmt_tmp("s.safetensors.index.json"), WM_EFORMAT, "lists tensor 'token_embd.weight' twice", NULL);
+    refused(wmt_tmp("s.safetensors.index.json"), WM_EFORMAT,
+            "lists tensor 'token_embd.weight' twice", NULL);
 }
 
 WM_TEST(st_unsafe_shard_names) {
@@ -317,10 +329,12 @@ WM_TEST(st_unsafe_shard_names) {
     refused(wmt_tmp("u.safetensors.index.json"), WM_EFORMAT, "'../s-00001-of-00003.safetensors'",
             "not a file name below");
     wmt_copy_file(wmt_tmp("s.safetensors.index.json"), wmt_tmp("v.safetensors.index.json"));
-    edit_file(wmt_tmp("v.safetensors.index.json"), "\"weight_map\": {", "\"weight_map\": {\"x\": \"/etc/passwd\",");
+    edit_file(wmt_tmp("v.safetensors.index.json"), "\"weight_map\": {",
+              "\"weight_map\": {\"x\": \"/etc/passwd\",");
     refused(wmt_tmp("v.safetensors.index.json"), WM_EFORMAT, "not a file name below", NULL);
     wmt_copy_file(wmt_tmp("s.safetensors.index.json"), wmt_tmp("w.safetensors.index.json"));
-    edit_file(wmt_tmp("w.safetensors.index.json"), "\"weight_map\": {", "\"weight_map\": {\"x\": \"\",");
+    edit_file(wmt_tmp("w.safetensors.index.json"), "\"weight_map\": {",
+              "\"weight_map\": {\"x\": \"\",");
     refused(wmt_tmp("w.safetensors.index.json"), WM_EFORMAT, "empty string, not a file name", NULL);
 }
 
@@ -347,9 +361,10 @@ WM_TEST(st_bad_index) {
 WM_TEST(st_index_metadata_kinds) {
     st_part(wmt_tmp("k-00001-of-00001.safetensors"), "a");
     const char *ip = wmt_tmp("k.safetensors.index.json");
-    const char *txt = "{\"metadata\": {\"total_size\": 18446744073709551615, \"neg\": -3, \"f\": 0.5,"
-                      " \"b\": true, \"o\": {\"x\": [1, 2]}, \"s\": \"str\"},"
-                      " \"weight_map\": {\"a\": \"k-00001-of-00001.safetensors\"}}";
+    const char *txt =
+        "{\"metadata\": {\"total_size\": 18446744073709551615, \"neg\": -3, \"f\": 0.5,"
+        " \"b\": true, \"o\": {\"x\": [1, 2]}, \"s\": \"str\"},"
+        " \"weight_map\": {\"a\": \"k-00001-of-00001.safetensors\"}}";
     wmt_write_file(ip, txt, strlen(txt));
     wm_file *f = OPEN_OK(ip);
     uint64_t u;
@@ -390,7 +405,8 @@ WM_TEST(st_duplicate_across_shards) {
 WM_TEST(st_corrupt_shard) {
     make_st_set();
     CHECK(truncate(wmt_tmp("s-00002-of-00003.safetensors"), 100) == 0);
-    refused(wmt_tmp("s.safetensors.index.json"), WM_EFORMAT, "s-00002-of-00003.safetensors", "offset");
+    refused(wmt_tmp("s.safetensors.index.json"), WM_EFORMAT, "s-00002-of-00003.safetensors",
+            "offset");
 }
 
 /* ---- broken GGUF split sets ---- */
@@ -407,10 +423,10 @@ WM_TEST(gguf_split_count_mismatch) {
     make_gguf_set();
     uint16_t four = 4;
     patch_after(wmt_tmp("g-00002-of-00003.gguf"), "split.count", 4, &four, 2);
-    refused(wmt_tmp("g-00001-of-00003.gguf"), WM_EFORMAT, "g-00002-of-00003.gguf: split.count is 4 in this part",
-            NULL);
-    refused(wmt_tmp("g-00002-of-00003.gguf"), WM_EFORMAT, "split.count is 4, but the name says 3 parts",
-            NULL);
+    refused(wmt_tmp("g-00001-of-00003.gguf"), WM_EFORMAT,
+            "g-00002-of-00003.gguf: split.count is 4 in this part", NULL);
+    refused(wmt_tmp("g-00002-of-00003.gguf"), WM_EFORMAT,
+            "split.count is 4, but the name says 3 parts", NULL);
 }
 
 WM_TEST(gguf_split_no_mismatch) {
@@ -431,8 +447,8 @@ WM_TEST(gguf_split_tensor_count_mismatch) {
     make_gguf_set();
     int32_t n = 101;
     patch_after(wmt_tmp("g-00001-of-00003.gguf"), "split.tensors.count", 4, &n, 4);
-    refused(wmt_tmp("g-00003-of-00003.gguf"), WM_EFORMAT, "split.tensors.count is 101, but the 3 parts hold 102",
-            "g-00001-of-00003.gguf");
+    refused(wmt_tmp("g-00003-of-00003.gguf"), WM_EFORMAT,
+            "split.tensors.count is 101, but the 3 parts hold 102", "g-00001-of-00003.gguf");
 }
 
 WM_TEST(gguf_split_bad_names) {
@@ -445,7 +461,8 @@ WM_TEST(gguf_split_bad_names) {
     gguf_part(wmt_tmp("t-00001-of-00002.gguf"), 0, 2, 2, "a");
     unsigned char i16[6] = {WM_VALUE_I16, 0, 0, 0, 0xff, 0xff};
     patch_after(wmt_tmp("t-00001-of-00002.gguf"), "split.count", 0, i16, 6);
-    refused(wmt_tmp("t-00001-of-00002.gguf"), WM_EFORMAT, "split.count is not a non-negative integer", NULL);
+    refused(wmt_tmp("t-00001-of-00002.gguf"), WM_EFORMAT,
+            "split.count is not a non-negative integer", NULL);
 }
 
 WM_TEST(gguf_duplicate_across_parts) {
@@ -458,8 +475,8 @@ WM_TEST(gguf_duplicate_across_parts) {
 WM_TEST(gguf_part_of_wrong_format) {
     gguf_part(wmt_tmp("w-00001-of-00002.gguf"), 0, 2, 2, "a");
     st_part(wmt_tmp("w-00002-of-00002.gguf"), "b");
-    refused(wmt_tmp("w-00001-of-00002.gguf"), WM_EFORMAT, "w-00002-of-00002.gguf is a safetensors file, not gguf",
-            NULL);
+    refused(wmt_tmp("w-00001-of-00002.gguf"), WM_EFORMAT,
+            "w-00002-of-00002.gguf is a safetensors file, not gguf", NULL);
 }
 
 /* ---- truncation sweeps ---- */
@@ -500,9 +517,12 @@ static void truncate_shard(const char *open_path, const char *shard) {
     wm_file_close(f);
     uint64_t lens[600];
     size_t n = 0;
-    for (uint64_t l = 0; l < 256 && l < len; l++) lens[n++] = l;
-    for (uint64_t l = 256; l < 4096 && l < len; l += 61) lens[n++] = l; /* GGUF headers run longer */
-    for (unsigned k = 1; k < 40; k++) lens[n++] = 4096 + (len - 4097) * k / 40;
+    for (uint64_t l = 0; l < 256 && l < len; l++)
+        lens[n++] = l;
+    for (uint64_t l = 256; l < 4096 && l < len; l += 61)
+        lens[n++] = l; /* GGUF headers run longer */
+    for (unsigned k = 1; k < 40; k++)
+        lens[n++] = 4096 + (len - 4097) * k / 40;
     lens[n++] = len - 1;
     for (size_t i = 0; i < n; i++) {
         CHECK(truncate(shard, (off_t)lens[i]) == 0);
@@ -524,9 +544,11 @@ static void truncate_shard(const char *open_path, const char *shard) {
 
 WM_TEST(truncate_st_shard) {
     wmt_make_model("s.safetensors", "--size 1M --seed 5 --shards 3");
-    truncate_shard(wmt_tmp("s-00001-of-00003.safetensors"), wmt_tmp("s-00002-of-00003.safetensors"));
+    truncate_shard(wmt_tmp("s-00001-of-00003.safetensors"),
+                   wmt_tmp("s-00002-of-00003.safetensors"));
     CHECK(unlink(wmt_tmp("s.safetensors.index.json")) == 0);
-    truncate_shard(wmt_tmp("s-00001-of-00003.safetensors"), wmt_tmp("s-00003-of-00003.safetensors"));
+    truncate_shard(wmt_tmp("s-00001-of-00003.safetensors"),
+                   wmt_tmp("s-00003-of-00003.safetensors"));
 }
 
 WM_TEST(truncate_gguf_part) {
@@ -597,8 +619,8 @@ static const char *peer_dir(void) {
     static char dir[1024];
     const char *env = getenv("WM_PEER_LIB");
     if (env && *env) return env;
-    snprintf(dir, sizeof dir, "%s/bench/peers/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64",
-             WM_SOURCE_DIR);
+    snprintf(dir, sizeof dir,
+             "%s/bench/peers/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64", WM_SOURCE_DIR);
     return dir;
 }
 
@@ -655,7 +677,8 @@ static int peer_load_pair(const char *dir, const char *single, const char *first
     *(void **)&model_free = dlsym(l, "llama_model_free");
     *(void **)&n_params = dlsym(l, "llama_model_n_params");
     *(void **)&size = dlsym(l, "llama_model_size");
-    if (!load_all || !backend_init || !defaults || !load || !model_free || !n_params || !size) _exit(2);
+    if (!load_all || !backend_init || !defaults || !load || !model_free || !n_params || !size)
+        _exit(2);
     load_all(dir);
     backend_init();
     struct peer_model_params p = defaults();
@@ -671,16 +694,18 @@ WM_TEST(gguf_split_loads_in_llama_cpp) {
     char lib[1200];
     snprintf(lib, sizeof lib, "%s/libllama.v0.4.0.so", peer_dir());
     if (access(lib, R_OK) != 0)
-        WM_SKIP("llama.cpp peer not installed (bench/peers, or set WM_PEER_LIB to its bins folder)");
+        WM_SKIP(
+            "llama.cpp peer not installed (bench/peers, or set WM_PEER_LIB to its bins folder)");
     const char *one = wmt_make_model("one.gguf", "--size 1M --seed 9");
     wmt_make_model("g.gguf", "--size 1M --seed 9 --shards 3");
     int rc = peer_load_pair(peer_dir(), one, wmt_tmp("g-00001-of-00003.gguf"));
-    CHECK_MSG(rc == 0, "llama.cpp: %d (2: the one-file model failed, 3: the set was refused, 4: "
-                       "they differ)", rc);
+    CHECK_MSG(rc == 0,
+              "llama.cpp: %d (2: the one-file model failed, 3: the set was refused, 4: "
+              "they differ)",
+              rc);
 #ifndef PEER_NO_THROW
     /* The peer refuses the set without its last part, as we do. */
     CHECK(unlink(wmt_tmp("g-00003-of-00003.gguf")) == 0);
     CHECK_EQ(peer_load_pair(peer_dir(), one, wmt_tmp("g-00001-of-00003.gguf")), 3);
 #endif
 }
-

@@ -18,9 +18,9 @@
 #define THREADS 8
 #define CYCLES 200
 
-static const char *const files[] = {"gguf/stories260K.gguf", "gguf/stories260K-q4_0.gguf",
-                                    "gguf/ratchet-dummy.gguf", "safetensors/candle-mel-filters.safetensors",
-                                    "safetensors/runai-test.safetensors"};
+static const char *const files[] = {
+    "gguf/stories260K.gguf", "gguf/stories260K-q4_0.gguf", "gguf/ratchet-dummy.gguf",
+    "safetensors/candle-mel-filters.safetensors", "safetensors/runai-test.safetensors"};
 #define N_FILES (sizeof files / sizeof files[0])
 static const wm_mode modes[] = {WM_MODE_HEAP, WM_MODE_MMAP, WM_MODE_MMAP_PRIVATE};
 
@@ -56,7 +56,8 @@ static void box_push(inbox *b, item *it) {
 /* Takes the oldest item; waits for one when `wait`, else returns NULL on an empty inbox. */
 static item *box_pop(inbox *b, int wait) {
     pthread_mutex_lock(&b->mu);
-    while (wait && !b->head) pthread_cond_wait(&b->cv, &b->mu);
+    while (wait && !b->head)
+        pthread_cond_wait(&b->cv, &b->mu);
     item *it = b->head;
     if (it) {
         b->head = it->next;
@@ -100,7 +101,8 @@ static int same_bytes(const wm_model *m, const shared_file *sf) {
 }
 
 static void release(worker *w, item *it) {
-    if (it->loader == w->id) snprintf(w->failure, sizeof w->failure, "model released by its loader");
+    if (it->loader == w->id)
+        snprintf(w->failure, sizeof w->failure, "model released by its loader");
     wm_model_release(it->model);
     if (it->file != common) wm_file_close(it->file);
     free(it);
@@ -125,19 +127,21 @@ static void *work(void *p) {
         wm_model *m = NULL;
         wm_error err;
         if (wm_model_load(f, &o, &m, &err) != WM_OK) {
-            snprintf(w->failure, sizeof w->failure, "load %s (%s): %s", files[fi], wm_mode_name(mode),
-                     err.msg);
+            snprintf(w->failure, sizeof w->failure, "load %s (%s): %s", files[fi],
+                     wm_mode_name(mode), err.msg);
             if (f != common) wm_file_close(f);
             break;
         }
         if (c % 16 == 0 && !same_bytes(m, &fixtures_bytes[fi]))
-            snprintf(w->failure, sizeof w->failure, "%s (%s): bytes differ", files[fi], wm_mode_name(mode));
+            snprintf(w->failure, sizeof w->failure, "%s (%s): bytes differ", files[fi],
+                     wm_mode_name(mode));
         item *it = malloc(sizeof *it);
         if (!it) abort();
         *it = (item){.model = m, .file = f, .loader = w->id};
         box_push(next, it);
         /* Release whatever the previous thread has handed over so far. */
-        for (item *got; (got = box_pop(&boxes[w->id], 0));) release(w, got);
+        for (item *got; (got = box_pop(&boxes[w->id], 0));)
+            release(w, got);
     }
     /* The previous thread hands over exactly `cycles` models (fewer only after a failure, which
      * the case reports anyway: then stop waiting once the inbox is empty). */
@@ -152,7 +156,8 @@ static void *work(void *p) {
 /* ---- the cases ---- */
 
 static void make_paths(void) {
-    for (size_t i = 0; i < N_FILES; i++) paths[i] = strdup(wmt_fixture(files[i]));
+    for (size_t i = 0; i < N_FILES; i++)
+        paths[i] = strdup(wmt_fixture(files[i]));
 }
 
 static void free_paths(void) {
@@ -182,16 +187,22 @@ WM_TEST(eight_threads_load_and_release_elsewhere) {
         pthread_cond_init(&boxes[i].cv, NULL);
         w[i] = (worker){.id = i};
     }
-    for (int i = 0; i < THREADS; i++) CHECK(pthread_create(&t[i], NULL, work, &w[i]) == 0);
-    for (int i = 0; i < THREADS; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < THREADS; i++)
+        CHECK(pthread_create(&t[i], NULL, work, &w[i]) == 0);
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(t[i], NULL);
     /* Anything left after a failure is released here, so the report is the failure itself. */
     for (int i = 0; i < THREADS; i++)
-        for (item *got; (got = box_pop(&boxes[i], 0));) release(&w[(i + 1) % THREADS], got);
-    for (int i = 0; i < THREADS; i++) CHECK_MSG(!w[i].failure[0], "thread %d: %s", i, w[i].failure);
-    for (int i = 0; i < THREADS; i++) CHECK_EQ(w[i].released, cycles);
+        for (item *got; (got = box_pop(&boxes[i], 0));)
+            release(&w[(i + 1) % THREADS], got);
+    for (int i = 0; i < THREADS; i++)
+        CHECK_MSG(!w[i].failure[0], "thread %d: %s", i, w[i].failure);
+    for (int i = 0; i < THREADS; i++)
+        CHECK_EQ(w[i].released, cycles);
     wm_file_close(common);
     CHECK_LEDGER_EMPTY();
-    for (size_t i = 0; i < N_FILES; i++) free(fixtures_bytes[i].bytes);
+    for (size_t i = 0; i < N_FILES; i++)
+        free(fixtures_bytes[i].bytes);
     free_paths();
     fprintf(stderr, "%d threads x %d cycles\n", THREADS, cycles);
 }

@@ -121,7 +121,8 @@ void *wmt_read_file(const char *path, size_t *len) {
     long n = ftell(f);
     fseek(f, 0, SEEK_SET);
     void *p = malloc(n ? (size_t)n : 1);
-    if (!p || fread(p, 1, (size_t)n, f) != (size_t)n) wmt_fail(__FILE__, __LINE__, "fread %s", path);
+    if (!p || fread(p, 1, (size_t)n, f) != (size_t)n)
+        wmt_fail(__FILE__, __LINE__, "fread %s", path);
     fclose(f);
     *len = (size_t)n;
     return p;
@@ -146,7 +147,8 @@ int wmt_count_file_maps(const char *path) {
         unsigned long long lo, hi, off, ino;
         unsigned maj, min;
         char perms[8];
-        if (sscanf(line, "%llx-%llx %7s %llx %x:%x %llu", &lo, &hi, perms, &off, &maj, &min, &ino) == 7 &&
+        if (sscanf(line, "%llx-%llx %7s %llx %x:%x %llu", &lo, &hi, perms, &off, &maj, &min,
+                   &ino) == 7 &&
             ino == (unsigned long long)st.st_ino && makedev(maj, min) == st.st_dev)
             n++;
     }
@@ -222,7 +224,8 @@ int wmt_count_fds(void) {
     DIR *d = opendir("/proc/self/fd");
     if (!d) wmt_fail(__FILE__, __LINE__, "opendir /proc/self/fd: %s", strerror(errno));
     int n = 0;
-    while (readdir(d)) n++;
+    while (readdir(d))
+        n++;
     closedir(d);
     return n;
 }
@@ -268,7 +271,8 @@ void wmt_sweep_count(const wmt_sweep *s, wmt_sweep_result *res) {
     if (st != WM_OK)
         wmt_fail(__FILE__, __LINE__, "%s: the clean run failed: %s: %s", s->what,
                  wm_status_name(st), err.msg);
-    for (int c = 0; c <= WM_OS_CALL_COUNT; c++) res->counts[c] = wm__fault_count((wm_os_call)c);
+    for (int c = 0; c <= WM_OS_CALL_COUNT; c++)
+        res->counts[c] = wm__fault_count((wm_os_call)c);
     wm__fault_reset();
     sweep_after(s, &b, "the clean run");
 }
@@ -320,7 +324,8 @@ void wmt_sweep_kind(const wmt_sweep *s, wm_os_call kind, uint64_t n, const int *
         return;
     }
     for (int e = 0; e < n_errs; e++)
-        for (uint64_t k = 1; k <= last; k++) sweep_one(s, &b, kind, k, n, errs[e], res);
+        for (uint64_t k = 1; k <= last; k++)
+            sweep_one(s, &b, kind, k, n, errs[e], res);
 }
 
 void wmt_sweep_any(const wmt_sweep *s, const int *errs, int n_errs, wmt_sweep_result *res) {
@@ -354,8 +359,8 @@ wm_status wmt_load_release(void *load_run, wm_error *err) {
 void wmt_check_io_status(void *user, const wmt_fault_run *r) {
     (void)user;
     if (r->st != WM_OK && r->st != WM_EIO && r->st != WM_ENOMEM)
-        wmt_fail(__FILE__, __LINE__, "call %" PRIu64 " of %" PRIu64 " failed with %s: %s",
-                 r->k, r->n, wm_status_name(r->st), r->err->msg);
+        wmt_fail(__FILE__, __LINE__, "call %" PRIu64 " of %" PRIu64 " failed with %s: %s", r->k,
+                 r->n, wm_status_name(r->st), r->err->msg);
 }
 
 /* The status rules of an open's fault, and whether it may succeed (advice that failed). */
@@ -372,8 +377,9 @@ static void open_fault_check(void *user, const wmt_fault_run *r) {
     const open_sweep *o = user;
     if (r->st == WM_OK) {
         if (!o->advice_harmless)
-            wmt_fail(__FILE__, __LINE__, "%s: a fault at call %" PRIu64 " of %" PRIu64
-                     " went unnoticed", o->path, r->k, r->n);
+            wmt_fail(__FILE__, __LINE__,
+                     "%s: a fault at call %" PRIu64 " of %" PRIu64 " went unnoticed", o->path, r->k,
+                     r->n);
         return; /* counted against the advice calls by the caller */
     }
     if (r->errn == ENOMEM && r->st != WM_ENOMEM)
@@ -388,8 +394,13 @@ uint64_t wmt_open_fault_sweep(const char *path, const char *shown, int advice_ha
     open_sweep o = {.advice_harmless = advice_harmless};
     snprintf(o.path, sizeof o.path, "%s", path);
     snprintf(o.shown, sizeof o.shown, "%s", shown ? shown : "");
-    wmt_sweep s = {.what = o.path, .run = open_sweep_run, .check = open_fault_check, .user = &o,
-                   .path = o.path, .shown = shown ? o.shown : NULL, .must_hit = 1};
+    wmt_sweep s = {.what = o.path,
+                   .run = open_sweep_run,
+                   .check = open_fault_check,
+                   .user = &o,
+                   .path = o.path,
+                   .shown = shown ? o.shown : NULL,
+                   .must_hit = 1};
     wmt_sweep_result res = {0};
     wmt_sweep_count(&s, &res);
     uint64_t n = res.counts[WM_OS_ANY], n_mem = res.counts[WM_OS_ALLOC] + res.counts[WM_OS_PAGES];
@@ -400,12 +411,15 @@ uint64_t wmt_open_fault_sweep(const char *path, const char *shown, int advice_ha
         wmt_sweep_kind(&s, WM_OS_ANY, n, &errs[e], 1, &r);
         /* Only advice may fail without failing the open. */
         if (r.runs - r.failed != (advice_harmless ? res.counts[WM_OS_ADVISE] : 0))
-            wmt_fail(__FILE__, __LINE__, "%s: %" PRIu64 " opens succeeded with a fault, %" PRIu64
-                     " advice calls", path, r.runs - r.failed, res.counts[WM_OS_ADVISE]);
+            wmt_fail(__FILE__, __LINE__,
+                     "%s: %" PRIu64 " opens succeeded with a fault, %" PRIu64 " advice calls", path,
+                     r.runs - r.failed, res.counts[WM_OS_ADVISE]);
         /* With EIO, exactly the failed allocations report WM_ENOMEM. */
         if (errs[e] == EIO && r.enomem != n_mem)
-            wmt_fail(__FILE__, __LINE__, "%s: %" PRIu64 " opens failed with WM_ENOMEM under EIO, %"
-                     PRIu64 " allocations", path, r.enomem, n_mem);
+            wmt_fail(__FILE__, __LINE__,
+                     "%s: %" PRIu64 " opens failed with WM_ENOMEM under EIO, %" PRIu64
+                     " allocations",
+                     path, r.enomem, n_mem);
     }
     return n;
 }
@@ -413,7 +427,8 @@ uint64_t wmt_open_fault_sweep(const char *path, const char *shown, int advice_ha
 void wmt_put(wmt_buf *b, const void *data, size_t n) {
     if (b->len + n > b->cap) {
         size_t c = b->cap ? b->cap : 256;
-        while (c < b->len + n) c *= 2;
+        while (c < b->len + n)
+            c *= 2;
         b->p = realloc(b->p, c);
         if (!b->p) wmt_fail(__FILE__, __LINE__, "out of memory");
         b->cap = c;
@@ -439,7 +454,8 @@ void wmt_buf_free(wmt_buf *b) {
 
 int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "--list") == 0) {
-        for (int i = 0; i < n_cases; i++) puts(cases[i].name);
+        for (int i = 0; i < n_cases; i++)
+            puts(cases[i].name);
         return 0;
     }
     if (argc != 2) {

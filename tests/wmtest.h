@@ -11,8 +11,8 @@
 #ifndef WM_TEST_H
 #define WM_TEST_H
 
-#include "weightmap.h"
 #include "os/os.h" /* wm_os_call, for the fault sweeps */
+#include "weightmap.h"
 
 #include <inttypes.h>
 #include <stdbool.h>
@@ -42,7 +42,8 @@ void wmt_register(const char *name, wmt_fn fn);
     }                                                                                              \
     static void wmt_case_##name(void)
 
-void wmt_fail(const char *file, int line, const char *fmt, ...) __attribute__((noreturn, format(printf, 3, 4)));
+void wmt_fail(const char *file, int line, const char *fmt, ...)
+    __attribute__((noreturn, format(printf, 3, 4)));
 void wmt_skip(const char *why) __attribute__((noreturn));
 
 #define WM_SKIP(why) wmt_skip(why)
@@ -104,7 +105,8 @@ wm_file *wmt_open_ok(const char *file, int line, const char *path);
  * folder as `name`; returns its path (wmt_tmp's buffer). */
 const char *wmt_make_model(const char *name, const char *args);
 
-/* The tensor named `name` of f (found by wm_file_find_tensor); the case fails when there is none. */
+/* The tensor named `name` of f (found by wm_file_find_tensor); the case fails when there is none.
+ */
 wm_tensor_info wmt_tensor_named(const wm_file *f, const char *name);
 
 /* Runs a shell command line: returns its exit code (-1 when it did not exit), its stdout in *out
@@ -149,8 +151,8 @@ typedef struct wmt_fault_run {
 } wmt_fault_run;
 
 typedef struct wmt_sweep {
-    const char *what;                             /* names the scenario in failure messages */
-    wm_status (*run)(void *user, wm_error *err); /* one run of the scenario */
+    const char *what;                                  /* names the scenario in failure messages */
+    wm_status (*run)(void *user, wm_error *err);       /* one run of the scenario */
     void (*check)(void *user, const wmt_fault_run *r); /* NULL: only the common checks */
     void *user;
     const char *path;  /* NULL, or a file no region may map after a run */

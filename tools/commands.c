@@ -4,11 +4,6 @@
 #include "cli.h"
 
 const cli_command cli_commands[] = {
-    {"load", cmd_load},
-    {"check", cmd_check},
-    {"demo", cmd_demo},
-    {"probe", cmd_probe},
-    {"cat", cmd_cat},
-    {"trace", cmd_trace},
-    {NULL, NULL},
+    {"load", cmd_load}, {"check", cmd_check}, {"demo", cmd_demo}, {"probe", cmd_probe},
+    {"cat", cmd_cat},   {"trace", cmd_trace}, {NULL, NULL},
 };

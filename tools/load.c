@@ -59,7 +59,8 @@ typedef struct shard_paths {
 } shard_paths;
 
 static void paths_free(shard_paths *ps) {
-    for (unsigned i = 0; i < ps->n; i++) free(ps->path[i]);
+    for (unsigned i = 0; i < ps->n; i++)
+        free(ps->path[i]);
     free(ps->path);
     ps->path = NULL;
     ps->n = 0;
@@ -151,7 +152,8 @@ static void touch_all(wm_model *m) {
         uint64_t n = 0;
         wm_model_tensor_info(m, i, NULL, &n);
         if (!p) continue;
-        for (uint64_t k = 0; k < n; k += 4096) s += p[k];
+        for (uint64_t k = 0; k < n; k += 4096)
+            s += p[k];
         if (n) s += p[n - 1];
     }
     touch_sink += s;
@@ -213,8 +215,10 @@ static int parse_convert(load_args *a, const char *spec) {
     char buf[256];
     snprintf(buf, sizeof buf, "%s", spec);
     size_t n = 0;
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (n == sizeof a->rules / sizeof a->rules[0]) return cli_usage("--convert: too many rules");
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        if (n == sizeof a->rules / sizeof a->rules[0])
+            return cli_usage("--convert: too many rules");
         char *colon = strchr(tok, ':');
         wm_type from = WM_TYPE_INVALID, to;
         if (colon) {
@@ -273,7 +277,8 @@ static int parse_backend(load_args *a, const char *v, const char *cmd) {
 static wm_status init_backend(const load_args *a, wm_error *err) {
     unsigned n = a->opts.n_devices > 1 ? a->opts.n_devices : 1;
     for (unsigned k = 0; k < n; k++) {
-        wm_status st = wm_backend_init(a->opts.backend, n > 1 ? a->devices[k] : a->opts.device, err);
+        wm_status st =
+            wm_backend_init(a->opts.backend, n > 1 ? a->devices[k] : a->opts.device, err);
         if (st) return st;
     }
     return WM_OK;
@@ -316,7 +321,8 @@ static int parse_common(load_args *a, int argc, char **argv, bool need_mode, con
             a->opts.max_buffer_size = n;
             i++;
         } else if (!strcmp(s, "--pinned-budget") && v) {
-            if (!cli_parse_u64(v, &n) || !n) return cli_usage("%s: bad --pinned-budget '%s'", cmd, v);
+            if (!cli_parse_u64(v, &n) || !n)
+                return cli_usage("%s: bad --pinned-budget '%s'", cmd, v);
             a->opts.pinned_budget = n;
             i++;
         } else if (!strcmp(s, "--convert") && v) {
@@ -420,7 +426,8 @@ int cmd_load(int argc, char **argv) {
     }
     final_figures(&res[a.cycles - 1], &closed, &before_open);
     bool ok = true;
-    for (unsigned c = 0; c < a.cycles; c++) ok = ok && cycle_ok(&res[c]);
+    for (unsigned c = 0; c < a.cycles; c++)
+        ok = ok && cycle_ok(&res[c]);
     if (a.json) {
         printf("{\"file\": ");
         cli_json_cstr(stdout, a.path);
@@ -428,7 +435,9 @@ int cmd_load(int argc, char **argv) {
                "\"threads\": %u, \"tensor_bytes\": %" PRIu64 ", \"buffers\": %u, \"ok\": %s, "
                "\"cycles\": [",
                size, wm_mode_name(a.opts.mode),
-               a.opts.lock == WM_LOCK_OFF ? "off" : a.opts.lock == WM_LOCK_REQUIRED ? "required" : "best-effort",
+               a.opts.lock == WM_LOCK_OFF        ? "off"
+               : a.opts.lock == WM_LOCK_REQUIRED ? "required"
+                                                 : "best-effort",
                a.opts.backend == WM_BACKEND_CUDA ? "cuda" : "cpu", res[0].stats.threads,
                res[0].stats.tensor_bytes, res[0].stats.buffers, ok ? "true" : "false");
         for (unsigned c = 0; c < a.cycles; c++) {
@@ -441,18 +450,21 @@ int cmd_load(int argc, char **argv) {
     } else {
         char b[8][32];
         printf("%s: mode %s, %u buffer(s), %s of tensors, %u thread(s)\n", a.path,
-               wm_mode_name(a.opts.mode), res[0].stats.buffers, cli_bytes(res[0].stats.tensor_bytes, b[0]),
-               res[0].stats.threads);
+               wm_mode_name(a.opts.mode), res[0].stats.buffers,
+               cli_bytes(res[0].stats.tensor_bytes, b[0]), res[0].stats.threads);
         printf("%5s %9s %9s | %11s %11s %11s %11s %7s | %11s %11s %7s\n", "cycle", "load s", "GB/s",
-               "footprint", "resident", "privatised", "locked", "regions", "left", "ledger", "regions");
+               "footprint", "resident", "privatised", "locked", "regions", "left", "ledger",
+               "regions");
         for (unsigned c = 0; c < a.cycles; c++) {
             const cycle_result *r = &res[c];
             printf("%5u %9.4f %9.2f | %11s %11s %11s %11s %7" PRIu64 " | %11s %11s %7" PRIu64 "\n",
                    c + 1, r->load_seconds,
-                   (double)r->stats.tensor_bytes / (r->load_seconds > 0 ? r->load_seconds : 1) / 1e9,
-                   sbytes(r->footprint, b[1]), sbytes(r->resident, b[2]), cli_bytes(r->privatised, b[3]),
-                   cli_bytes(r->locked, b[4]), r->file_regions, sbytes(r->released_footprint, b[5]),
-                   cli_bytes(r->ledger_bytes, b[6]), r->released_regions);
+                   (double)r->stats.tensor_bytes / (r->load_seconds > 0 ? r->load_seconds : 1) /
+                       1e9,
+                   sbytes(r->footprint, b[1]), sbytes(r->resident, b[2]),
+                   cli_bytes(r->privatised, b[3]), cli_bytes(r->locked, b[4]), r->file_regions,
+                   sbytes(r->released_footprint, b[5]), cli_bytes(r->ledger_bytes, b[6]),
+                   r->released_regions);
         }
         printf("%s\n", ok ? "all memory returned" : "MEMORY NOT RETURNED");
     }
@@ -540,9 +552,9 @@ static int check_file(const char *path, unsigned cycles, bool json, unsigned thr
         char b[8][32];
         printf("%s: %s of tensors in %zu tensors, %u cycles per mode (best load time shown)\n\n",
                path, cli_bytes(tensor_bytes, b[0]), n_tensors, cycles);
-        printf("%-13s %8s %8s | %11s %11s %11s %7s | %11s %9s %7s | %s\n", "mode", "load s",
-               "GB/s", "footprint", "privatised", "locked", "regions", "left", "ledger",
-               "regions", "verdict");
+        printf("%-13s %8s %8s | %11s %11s %11s %7s | %11s %9s %7s | %s\n", "mode", "load s", "GB/s",
+               "footprint", "privatised", "locked", "regions", "left", "ledger", "regions",
+               "verdict");
         for (int k = 0; k < NM; k++) {
             const cycle_result *r = &res[(size_t)k * cycles];
             const cycle_result *last = &res[(size_t)k * cycles + cycles - 1];
@@ -551,14 +563,13 @@ static int check_file(const char *path, unsigned cycles, bool json, unsigned thr
             if (modes[k] == WM_MODE_HEAP && best[k] > 0)
                 snprintf(rate, sizeof rate, "%.2f", (double)tensor_bytes / best[k] / 1e9);
             printf("%-13s %8.4f %8s | %11s %11s %11s %7" PRIu64 " | %11s %9s %7" PRIu64 " | %s\n",
-                   wm_mode_name(modes[k]), best[k], rate,
-                   sbytes(r->footprint, b[1]), cli_bytes(r->privatised, b[2]),
-                   cli_bytes(r->locked, b[3]), r->file_regions,
+                   wm_mode_name(modes[k]), best[k], rate, sbytes(r->footprint, b[1]),
+                   cli_bytes(r->privatised, b[2]), cli_bytes(r->locked, b[3]), r->file_regions,
                    sbytes(last->released_footprint, b[4]), cli_bytes(last->ledger_bytes, b[5]),
                    last->released_regions, mode_ok[k] ? "ok" : "LEAK");
         }
         printf("\n%s\n", all_ok ? "all memory returned: every mode gave every byte back"
-                                 : "MEMORY NOT RETURNED: see the rows marked LEAK");
+                                : "MEMORY NOT RETURNED: see the rows marked LEAK");
     }
     free(res);
     paths_free(&sp);
@@ -570,16 +581,20 @@ int cmd_check(int argc, char **argv) {
     uint64_t cycles = 3, threads = 0;
     bool json = false;
     for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--json")) json = true;
+        if (!strcmp(argv[i], "--json"))
+            json = true;
         else if (!strcmp(argv[i], "--cycles") && i + 1 < argc) {
             if (!cli_parse_u64(argv[++i], &cycles) || !cycles || cycles > 100000)
                 return cli_usage("check: bad --cycles '%s'", argv[i]);
         } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
             if (!cli_parse_u64(argv[++i], &threads) || threads > 64)
                 return cli_usage("check: bad --threads '%s'", argv[i]);
-        } else if (argv[i][0] == '-') return cli_usage("check: unknown option %s", argv[i]);
-        else if (!path) path = argv[i];
-        else return cli_usage("check: one FILE only");
+        } else if (argv[i][0] == '-')
+            return cli_usage("check: unknown option %s", argv[i]);
+        else if (!path)
+            path = argv[i];
+        else
+            return cli_usage("check: one FILE only");
     }
     if (!path) return cli_usage("check: FILE missing");
     return check_file(path, (unsigned)cycles, json, (unsigned)threads);
@@ -592,17 +607,23 @@ int cmd_demo(int argc, char **argv) {
     uint64_t cycles = 3;
     bool json = false;
     for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
-        else if (!strcmp(argv[i], "--json")) json = true;
+        if (!strcmp(argv[i], "--model") && i + 1 < argc)
+            model = argv[++i];
+        else if (!strcmp(argv[i], "--json"))
+            json = true;
         else if (!strcmp(argv[i], "--cycles") && i + 1 < argc) {
-            if (!cli_parse_u64(argv[++i], &cycles) || !cycles) return cli_usage("demo: bad --cycles");
-        } else return cli_usage("demo: unknown option %s", argv[i]);
+            if (!cli_parse_u64(argv[++i], &cycles) || !cycles)
+                return cli_usage("demo: bad --cycles");
+        } else
+            return cli_usage("demo: unknown option %s", argv[i]);
     }
     char def[4096];
     if (!model) {
         const char *cache = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-        if (cache && *cache) snprintf(def, sizeof def, "%s/weightmap", cache);
-        else snprintf(def, sizeof def, "%s/.cache/weightmap", home && *home ? home : "/tmp");
+        if (cache && *cache)
+            snprintf(def, sizeof def, "%s/weightmap", cache);
+        else
+            snprintf(def, sizeof def, "%s/.cache/weightmap", home && *home ? home : "/tmp");
         mkdir(def, 0755);
         size_t n = strlen(def);
         snprintf(def + n, sizeof def - n, "/default-512M.gguf");

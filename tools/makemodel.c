@@ -166,7 +166,8 @@ static void put(out_buf *b, const void *d, size_t n) {
     if (b->oom) return;
     if (b->len + n > b->cap) {
         size_t c = b->cap ? b->cap * 2 : 1 << 16;
-        while (c < b->len + n) c *= 2;
+        while (c < b->len + n)
+            c *= 2;
         unsigned char *q = realloc(b->p, c);
         if (!q) {
             b->oom = true;
@@ -298,11 +299,16 @@ static void gguf_model_kvs(out_buf *b, const model_plan *p) {
     put_u64(b, p->n_vocab);
     for (uint32_t i = 0; i < p->n_vocab; i++) {
         char tok[32];
-        if (i == 0) snprintf(tok, sizeof tok, "<unk>");
-        else if (i == 1) snprintf(tok, sizeof tok, "<s>");
-        else if (i == 2) snprintf(tok, sizeof tok, "</s>");
-        else if (i < 3 + 256) snprintf(tok, sizeof tok, "<0x%02X>", i - 3);
-        else snprintf(tok, sizeof tok, "\xe2\x96\x81t%u", i);
+        if (i == 0)
+            snprintf(tok, sizeof tok, "<unk>");
+        else if (i == 1)
+            snprintf(tok, sizeof tok, "<s>");
+        else if (i == 2)
+            snprintf(tok, sizeof tok, "</s>");
+        else if (i < 3 + 256)
+            snprintf(tok, sizeof tok, "<0x%02X>", i - 3);
+        else
+            snprintf(tok, sizeof tok, "\xe2\x96\x81t%u", i);
         put_str(b, tok);
     }
     put_str(b, "tokenizer.ggml.scores");
@@ -345,7 +351,8 @@ static int write_gguf(const char *out, model_plan *p, const part *pt, uint64_t s
         const tensor_plan *t = &p->t[i];
         put_str(&b, t->name);
         put_u32(&b, t->n_dims);
-        for (uint32_t d = 0; d < t->n_dims; d++) put_u64(&b, t->ne[d]);
+        for (uint32_t d = 0; d < t->n_dims; d++)
+            put_u64(&b, t->ne[d]);
         put_u32(&b, (uint32_t)t->type);
         put_u64(&b, t->offset);
     }
@@ -383,8 +390,8 @@ static int write_safetensors(const char *out, model_plan *p, const part *pt, uin
         put_txt(&b, t->name);
         /* safetensors shapes are outermost first: the reverse of ggml's order */
         if (t->n_dims == 2)
-            snprintf(num, sizeof num, "\":{\"dtype\":\"%s\",\"shape\":[%llu,%llu],", st_dtype(t->type),
-                     (unsigned long long)t->ne[1], (unsigned long long)t->ne[0]);
+            snprintf(num, sizeof num, "\":{\"dtype\":\"%s\",\"shape\":[%llu,%llu],",
+                     st_dtype(t->type), (unsigned long long)t->ne[1], (unsigned long long)t->ne[0]);
         else
             snprintf(num, sizeof num, "\":{\"dtype\":\"%s\",\"shape\":[%llu],", st_dtype(t->type),
                      (unsigned long long)t->ne[0]);
@@ -395,7 +402,8 @@ static int write_safetensors(const char *out, model_plan *p, const part *pt, uin
         off += t->nbytes;
     }
     put_txt(&b, "}");
-    while ((b.len - 8) % 8) put_txt(&b, " "); /* the reference pads the header to 8 bytes */
+    while ((b.len - 8) % 8)
+        put_txt(&b, " "); /* the reference pads the header to 8 bytes */
     if (!b.oom) {
         uint64_t n = b.len - 8;
         memcpy(b.p, &n, 8);
@@ -412,7 +420,8 @@ static int write_index(const char *path, const model_plan *p, const part *parts,
         return 1;
     }
     uint64_t total = 0;
-    for (size_t i = 0; i < p->n; i++) total += p->t[i].nbytes;
+    for (size_t i = 0; i < p->n; i++)
+        total += p->t[i].nbytes;
     fprintf(fp, "{\n  \"metadata\": {\n    \"total_size\": %llu\n  },\n  \"weight_map\": {",
             (unsigned long long)total);
     bool first = true;
@@ -436,14 +445,16 @@ static int write_index(const char *path, const model_plan *p, const part *parts,
 /* Cuts the tensors into n runs of about equal bytes (each at least one tensor). */
 static void cut(const model_plan *p, uint32_t n, part *parts) {
     uint64_t total = 0, acc = 0;
-    for (size_t i = 0; i < p->n; i++) total += p->t[i].nbytes;
+    for (size_t i = 0; i < p->n; i++)
+        total += p->t[i].nbytes;
     size_t i = 0;
     for (uint32_t k = 0; k < n; k++) {
         parts[k] = (part){i, i, k, n};
         uint64_t goal = total / n * (k + 1);
         size_t left_parts = n - k - 1;
         while (parts[k].last < p->n - left_parts &&
-               (parts[k].last == parts[k].first || k + 1 == n || acc + p->t[parts[k].last].nbytes / 2 <= goal)) {
+               (parts[k].last == parts[k].first || k + 1 == n ||
+                acc + p->t[parts[k].last].nbytes / 2 <= goal)) {
             acc += p->t[parts[k].last].nbytes;
             parts[k].last++;
         }
@@ -457,10 +468,12 @@ int cmd_make_model(int argc, char **argv) {
     bool have_size = false;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--size") && i + 1 < argc) {
-            if (!cli_parse_u64(argv[++i], &size)) return cli_usage("make-model: bad --size '%s'", argv[i]);
+            if (!cli_parse_u64(argv[++i], &size))
+                return cli_usage("make-model: bad --size '%s'", argv[i]);
             have_size = true;
         } else if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
-            if (!cli_parse_u64(argv[++i], &seed)) return cli_usage("make-model: bad --seed '%s'", argv[i]);
+            if (!cli_parse_u64(argv[++i], &seed))
+                return cli_usage("make-model: bad --seed '%s'", argv[i]);
         } else if (!strcmp(argv[i], "--format") && i + 1 < argc) {
             format = argv[++i];
         } else if (!strcmp(argv[i], "--shards") && i + 1 < argc) {
@@ -523,7 +536,8 @@ int cmd_make_model(int argc, char **argv) {
     if (!rc && st) {
         size_t cap = stem + 32;
         char *ipath = malloc(cap);
-        if (!ipath) rc = 1;
+        if (!ipath)
+            rc = 1;
         else {
             snprintf(ipath, cap, "%.*s.safetensors.index.json", (int)stem, out);
             rc = write_index(ipath, &p, parts, count, names);
@@ -531,7 +545,8 @@ int cmd_make_model(int argc, char **argv) {
         }
     }
     if (names)
-        for (uint32_t k = 0; k < count; k++) free(names[k]);
+        for (uint32_t k = 0; k < count; k++)
+            free(names[k]);
     free(names);
     free(parts);
     free(p.t);

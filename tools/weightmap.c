@@ -80,9 +80,12 @@ bool cli_parse_u64(const char *s, uint64_t *out) {
     unsigned long long v = strtoull(s, &end, 0);
     if (errno || s[0] == '-') return false;
     uint64_t mul = 1;
-    if (*end == 'K' || *end == 'k') mul = 1024, end++;
-    else if (*end == 'M' || *end == 'm') mul = 1024 * 1024, end++;
-    else if (*end == 'G' || *end == 'g') mul = 1024ull * 1024 * 1024, end++;
+    if (*end == 'K' || *end == 'k')
+        mul = 1024, end++;
+    else if (*end == 'M' || *end == 'm')
+        mul = 1024 * 1024, end++;
+    else if (*end == 'G' || *end == 'g')
+        mul = 1024ull * 1024 * 1024, end++;
     if (*end == 'i' || *end == 'B') end++;
     if (*end == 'B') end++;
     if (*end) return false;
@@ -159,9 +162,7 @@ static void print_value(FILE *out, const wm_file *f, size_t i, const wm_kv *kv, 
         fputc(']', out);
         break;
     }
-    default:
-        wm_file_kv_u64(f, i, &u);
-        fprintf(out, "%" PRIu64, u);
+    default: wm_file_kv_u64(f, i, &u); fprintf(out, "%" PRIu64, u);
     }
 }
 
@@ -181,7 +182,7 @@ typedef struct info_run {
     const char *path;
     wm_file *f;
     bool json, full;
-    bool as;          /* --as given: sizes converted to `to` are printed too */
+    bool as; /* --as given: sizes converted to `to` are printed too */
     wm_type to;
     const char *to_name;
     size_t nt, nk;
@@ -190,7 +191,14 @@ typedef struct info_run {
 } info_run;
 
 /* The sections of the output, in order: the same walk drives the text and the JSON printer. */
-typedef enum { INFO_HEAD, INFO_SHARDS, INFO_METADATA, INFO_TENSORS, INFO_BY_TYPE, INFO_END } info_section;
+typedef enum {
+    INFO_HEAD,
+    INFO_SHARDS,
+    INFO_METADATA,
+    INFO_TENSORS,
+    INFO_BY_TYPE,
+    INFO_END
+} info_section;
 
 /* A printer: `section` opens each section (and INFO_END closes the output); the row functions
  * print one shard, one metadata entry, one tensor (with its size as `to`, when --as) and one
@@ -279,7 +287,8 @@ static void text_section(const info_run *r, info_section s) {
     switch (s) {
     case INFO_HEAD:
         fprintf(out, "file:        %s\n", r->path);
-        fprintf(out, "format:      %s v%u\n", wm_format_name(wm_file_format(f)), wm_file_version(f));
+        fprintf(out, "format:      %s v%u\n", wm_format_name(wm_file_format(f)),
+                wm_file_version(f));
         fprintf(out, "size:        %" PRIu64 " bytes (%s)\n", wm_file_size(f),
                 cli_bytes(wm_file_size(f), b1));
         fprintf(out, "alignment:   %u\n", wm_file_alignment(f));
@@ -292,8 +301,8 @@ static void text_section(const info_run *r, info_section s) {
         if (r->as) {
             char label[16];
             snprintf(label, sizeof label, "as %s:", r->to_name);
-            fprintf(out, "%-12s %" PRIu64 " bytes (%s) from %" PRIu64 " stored", label,
-                    r->total_as, cli_bytes(r->total_as, b1), wm_file_tensor_bytes(f));
+            fprintf(out, "%-12s %" PRIu64 " bytes (%s) from %" PRIu64 " stored", label, r->total_as,
+                    cli_bytes(r->total_as, b1), wm_file_tensor_bytes(f));
             if (r->n_kept) fprintf(out, "; %" PRIu64 " tensors kept as stored", r->n_kept);
             fputc('\n', out);
         }
@@ -303,7 +312,8 @@ static void text_section(const info_run *r, info_section s) {
         if (!r->nt) break;
         char as_head[16];
         snprintf(as_head, sizeof as_head, "as %s", r->to_name);
-        fprintf(out, "\n  %-40s %-8s %-24s %14s %12s", "tensor", "type", "shape", "offset", "bytes");
+        fprintf(out, "\n  %-40s %-8s %-24s %14s %12s", "tensor", "type", "shape", "offset",
+                "bytes");
         if (r->as) fprintf(out, " %12s", as_head);
         fputc('\n', out);
         break;
@@ -344,8 +354,9 @@ static void text_tensor(const info_run *r, size_t i, const wm_tensor_info *t, ui
 static void text_type_row(const info_run *r, unsigned k, bool first) {
     (void)first;
     char b1[32], b2[32];
-    fprintf(r->out, "  %-8s %5" PRIu64 " tensors %14" PRIu64 " bytes (%s)", wm_type_name((wm_type)k),
-            r->by_type_n[k], r->by_type_bytes[k], cli_bytes(r->by_type_bytes[k], b1));
+    fprintf(r->out, "  %-8s %5" PRIu64 " tensors %14" PRIu64 " bytes (%s)",
+            wm_type_name((wm_type)k), r->by_type_n[k], r->by_type_bytes[k],
+            cli_bytes(r->by_type_bytes[k], b1));
     if (r->as) {
         bool kept = !wm_convert_supported((wm_type)k, r->to);
         fprintf(r->out, " -> %14" PRIu64 " bytes as %s (%s)%s", r->by_type_as[k], r->to_name,
@@ -380,7 +391,8 @@ static void info_totals(info_run *r) {
 static void info_walk(const info_run *r, const info_printer *p) {
     p->section(r, INFO_HEAD);
     p->section(r, INFO_SHARDS);
-    for (uint32_t i = 0; i < wm_file_shard_count(r->f); i++) p->shard(r, i);
+    for (uint32_t i = 0; i < wm_file_shard_count(r->f); i++)
+        p->shard(r, i);
     p->section(r, INFO_METADATA);
     for (size_t i = 0; i < r->nk; i++) {
         wm_kv kv;
@@ -410,15 +422,21 @@ static int cmd_info(int argc, char **argv) {
     memset(&r, 0, sizeof r);
     const char *as = NULL;
     for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0) r.json = true;
-        else if (strcmp(argv[i], "--metadata") == 0) r.full = true;
+        if (strcmp(argv[i], "--json") == 0)
+            r.json = true;
+        else if (strcmp(argv[i], "--metadata") == 0)
+            r.full = true;
         else if (strcmp(argv[i], "--as") == 0) {
             if (++i >= argc) return cli_usage("info: --as needs a type (" CLI_TARGETS ")");
             as = argv[i];
-        } else if (strncmp(argv[i], "--as=", 5) == 0) as = argv[i] + 5;
-        else if (argv[i][0] == '-') return cli_usage("info: unknown option %s", argv[i]);
-        else if (!r.path) r.path = argv[i];
-        else return cli_usage("info: one FILE only");
+        } else if (strncmp(argv[i], "--as=", 5) == 0)
+            as = argv[i] + 5;
+        else if (argv[i][0] == '-')
+            return cli_usage("info: unknown option %s", argv[i]);
+        else if (!r.path)
+            r.path = argv[i];
+        else
+            return cli_usage("info: one FILE only");
     }
     if (!r.path) return cli_usage("info: FILE missing");
     r.to = WM_TYPE_INVALID;
@@ -444,21 +462,22 @@ static int cmd_info(int argc, char **argv) {
 /* ---- dispatch ---- */
 
 static void help(FILE *out) {
-    fputs("usage: weightmap COMMAND [ARGS]\n\n"
-          "  info FILE [--json] [--metadata] [--as f32|f16|bf16|f64]\n"
-          "                                       what is in a weight file; --as: sizes converted\n"
-          "  load FILE --mode M [options]         load, touch, release; figures per cycle\n"
-          "  check FILE [--cycles N] [--json]     every mode: is every byte returned?\n"
-          "  probe [--pid P] [--file F] [--json]  memory figures and weight-file regions\n"
-          "  make-model OUT --size BYTES [--seed N] [--format gguf|safetensors] [--shards N]\n"
-          "                                       a deterministic llama-shaped model\n"
-          "  demo                                 check on the built-in default model\n"
-          "  cat FILE TENSOR [--as f32|f16|bf16|f64]\n"
-          "                                       one tensor's bytes to stdout, converted if asked\n"
-          "  trace [--file F] [--cycles-marker SYM] [--json] [--svg OUT] -- CMD ARGS...\n"
-          "                                       any program's weight-memory lifecycle; verdicts\n"
-          "\nexit codes: 0 success, 1 the file or the run failed, 2 usage error\n",
-          out);
+    fputs(
+        "usage: weightmap COMMAND [ARGS]\n\n"
+        "  info FILE [--json] [--metadata] [--as f32|f16|bf16|f64]\n"
+        "                                       what is in a weight file; --as: sizes converted\n"
+        "  load FILE --mode M [options]         load, touch, release; figures per cycle\n"
+        "  check FILE [--cycles N] [--json]     every mode: is every byte returned?\n"
+        "  probe [--pid P] [--file F] [--json]  memory figures and weight-file regions\n"
+        "  make-model OUT --size BYTES [--seed N] [--format gguf|safetensors] [--shards N]\n"
+        "                                       a deterministic llama-shaped model\n"
+        "  demo                                 check on the built-in default model\n"
+        "  cat FILE TENSOR [--as f32|f16|bf16|f64]\n"
+        "                                       one tensor's bytes to stdout, converted if asked\n"
+        "  trace [--file F] [--cycles-marker SYM] [--json] [--svg OUT] -- CMD ARGS...\n"
+        "                                       any program's weight-memory lifecycle; verdicts\n"
+        "\nexit codes: 0 success, 1 the file or the run failed, 2 usage error\n",
+        out);
 }
 
 int main(int argc, char **argv) {

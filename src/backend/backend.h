@@ -40,11 +40,11 @@ typedef struct wm__chunk {
  * one segment of source bytes whose delivered size is nbytes. */
 typedef struct wm__place {
     uint32_t chunk;
-    uint32_t device;  /* index into the load's devices */
-    size_t dst_off;   /* offset inside the chunk's buffer */
-    wm_type type;     /* delivered type (after conversion) */
-    uint64_t nbytes;  /* delivered bytes */
-    bool convert;     /* delivered type differs from the file's */
+    uint32_t device; /* index into the load's devices */
+    size_t dst_off;  /* offset inside the chunk's buffer */
+    wm_type type;    /* delivered type (after conversion) */
+    uint64_t nbytes; /* delivered bytes */
+    bool convert;    /* delivered type differs from the file's */
     wm_split split;
     uint32_t n_dims;
     uint64_t ne[WM_MAX_DIMS]; /* delivered shape, ggml order */
@@ -59,7 +59,7 @@ typedef struct wm__backend wm__backend;
 
 struct wm_model {
     wm_file *file;
-    wm_load_options opts; /* copy; convert rules, devices and callbacks are not kept */
+    wm_load_options opts;        /* copy; convert rules, devices and callbacks are not kept */
     int devs[WM_LEDGER_DEVICES]; /* the devices (opts.devices, or opts.device alone) */
     unsigned n_devs;
     const wm__backend *backend;

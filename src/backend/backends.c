@@ -15,8 +15,7 @@ wm_status wm__backend_get(wm_backend_kind kind, const char *who, const wm__backe
     if ((unsigned)kind >= sizeof table / sizeof table[0] || !table[kind])
         return wm__err(err, WM_EINVAL, 0, "%s: unknown backend %d", who, (int)kind);
     const wm__backend *be = table[kind];
-    if (be->absent)
-        return wm__err(err, WM_EUNSUPPORTED, 0, "%s: %s", who, be->absent);
+    if (be->absent) return wm__err(err, WM_EUNSUPPORTED, 0, "%s: %s", who, be->absent);
     *out = be;
     return WM_OK;
 }

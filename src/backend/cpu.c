@@ -40,10 +40,10 @@ static wm_status cpu_check(const wm_file *f, const wm_load_options *o, wm_error 
  * uses MADV_POPULATE_READ, which faults pages in without privatising any; kernels before 5.14
  * lack it (EINVAL) and get MADV_WILLNEED, a hint. */
 static wm_status load_mapped(wm_model *m, cpu_state *cs, wm_error *err) {
-    wm_os_map_kind kind =
-        m->opts.mode == WM_MODE_MMAP ? WM_OS_MAP_SHARED_RO : WM_OS_MAP_PRIVATE_RW;
+    wm_os_map_kind kind = m->opts.mode == WM_MODE_MMAP ? WM_OS_MAP_SHARED_RO : WM_OS_MAP_PRIVATE_RW;
     uint64_t total = 0, done = 0;
-    for (uint32_t c = 0; c < m->n_chunks; c++) total += m->chunks[c].size;
+    for (uint32_t c = 0; c < m->n_chunks; c++)
+        total += m->chunks[c].size;
     for (uint32_t c = 0; c < m->n_chunks; c++) {
         const wm__chunk *ch = &m->chunks[c];
         if (ch->size == 0) {
@@ -98,7 +98,8 @@ static wm_status load_heap(wm_model *m, cpu_state *cs, wm_error *err) {
     }
     st = wm__run_jobs(m, jobs, n, WM__JOBS_FRESH_PAGES, err);
     if (st) goto done;
-    for (uint32_t c = 0; c < m->n_chunks && !st; c++) st = wm__region_lock(m, &cs->regions[c], err);
+    for (uint32_t c = 0; c < m->n_chunks && !st; c++)
+        st = wm__region_lock(m, &cs->regions[c], err);
 done:
     wm__free(jobs);
     return st;
@@ -109,7 +110,8 @@ done:
 static void cpu_release(wm_model *m) {
     cpu_state *cs = m->bctx;
     if (!cs) return;
-    for (uint32_t c = 0; c < cs->n_regions; c++) wm__region_free(&cs->regions[c]);
+    for (uint32_t c = 0; c < cs->n_regions; c++)
+        wm__region_free(&cs->regions[c]);
     wm__free(cs->regions);
     wm__free(cs);
     m->bctx = NULL;

@@ -285,8 +285,8 @@ typedef struct pipe {
     unsigned char *ring;
     const wm__region *maps; /* registered: one shared mapping per shard */
     const uint64_t *map_off;
-    const int *direct_fd;     /* staged with direct_io: an O_DIRECT descriptor per shard, or -1 */
-    atomic_bool direct_off;   /* a direct read was refused: buffered reads from then on */
+    const int *direct_fd;   /* staged with direct_io: an O_DIRECT descriptor per shard, or -1 */
+    atomic_bool direct_off; /* a direct read was refused: buffered reads from then on */
     slot *slots;
     unsigned n_slots;
     cudaStream_t streams[MAX_DEVS][MAX_STREAMS];
@@ -353,7 +353,8 @@ static wm_status read_runs(pipe *p, slot *s, const window *win, wm_error *err) {
     const wm__shard *sh = &p->m->file->shards[win->shard];
     for (size_t i = win->first; i < win->first + win->count;) {
         uint64_t a = p->pieces[i].off, b = a + p->pieces[i].len;
-        for (i++; i < win->first + win->count && p->pieces[i].off == b; i++) b += p->pieces[i].len;
+        for (i++; i < win->first + win->count && p->pieces[i].off == b; i++)
+            b += p->pieces[i].len;
         size_t len = (size_t)(b - a), got;
         int e = wm__os_pread(sh->fd, s->host + (a - win->start), len, a, &got);
         if (e)
@@ -384,9 +385,9 @@ static wm_status read_window(pipe *p, slot *s, const window *win, wm_error *err)
         return read_window(p, s, win, err);
     }
     if (e)
-        return wm__err(err, wm__status_io(e), e,
-                       "%s: reading %zu bytes at offset %llu%s: %s", sh->path, len,
-                       (unsigned long long)a, direct ? " (direct)" : "", wm__errno_text(e));
+        return wm__err(err, wm__status_io(e), e, "%s: reading %zu bytes at offset %llu%s: %s",
+                       sh->path, len, (unsigned long long)a, direct ? " (direct)" : "",
+                       wm__errno_text(e));
     atomic_fetch_add(&p->m->bytes_read, got);
     if (got < win->end - a)
         return wm__err(err, WM_EFORMAT, 0,
@@ -467,8 +468,8 @@ static wm_status issue(pipe *p, unsigned k, wm_error *err) {
         if (ce)
             return cu_fail(err, ce, rows == 1 ? "cudaMemcpyAsync" : "cudaMemcpy2DAsync",
                            "%s: tensor '%s': copying %zu bytes to device %d", path,
-                           m->file->names + m->file->tensors[pc->tensor].name_off,
-                           pc->len * rows, m->devs[d]);
+                           m->file->names + m->file->tensors[pc->tensor].name_off, pc->len * rows,
+                           m->devs[d]);
         s->pending |= 1u << d;
         i += rows;
     }
@@ -478,8 +479,7 @@ static wm_status issue(pipe *p, unsigned k, wm_error *err) {
         if (st) return st;
         ce = CU(cudaEventRecord(s->ev[d], p->streams[d][k % p->streams_each]));
         if (ce)
-            return cu_fail(err, ce, "cudaEventRecord", "%s: copies to device %d", path,
-                           m->devs[d]);
+            return cu_fail(err, ce, "cudaEventRecord", "%s: copies to device %d", path, m->devs[d]);
     }
     p->busy_q[(p->busy_head + p->n_busy++) % p->n_slots] = k;
     p->issued++;
@@ -499,8 +499,7 @@ static wm_status slot_passed(pipe *p, slot *s, bool wait, bool *done, wm_error *
         }
         if (ce)
             return cu_fail(err, ce, wait ? "cudaEventSynchronize" : "cudaEventQuery",
-                           "%s: waiting for copies to device %d", p->m->file->path,
-                           p->m->devs[d]);
+                           "%s: waiting for copies to device %d", p->m->file->path, p->m->devs[d]);
         s->pending &= ~(1u << d);
     }
     *done = true;
@@ -639,11 +638,11 @@ static wm_status pipe_open(pipe *p, wm_error *err) {
         wm_status st = switch_device(p, d, err);
         if (st) return st;
         while (p->n_streams[d] < p->streams_each) {
-            ce = CU(cudaStreamCreateWithFlags(&p->streams[d][p->n_streams[d]],
-                                              cudaStreamNonBlocking));
+            ce = CU(
+                cudaStreamCreateWithFlags(&p->streams[d][p->n_streams[d]], cudaStreamNonBlocking));
             if (ce)
-                return cu_fail(err, ce, "cudaStreamCreateWithFlags", "%s: device %d",
-                               m->file->path, m->devs[d]);
+                return cu_fail(err, ce, "cudaStreamCreateWithFlags", "%s: device %d", m->file->path,
+                               m->devs[d]);
             p->n_streams[d]++;
         }
         for (unsigned k = 0; k < p->n_slots; k++) {
@@ -651,8 +650,8 @@ static wm_status pipe_open(pipe *p, wm_error *err) {
             ce = CU(cudaEventCreateWithFlags(&s->ev[d],
                                              cudaEventDisableTiming | cudaEventBlockingSync));
             if (ce)
-                return cu_fail(err, ce, "cudaEventCreateWithFlags", "%s: device %d",
-                               m->file->path, m->devs[d]);
+                return cu_fail(err, ce, "cudaEventCreateWithFlags", "%s: device %d", m->file->path,
+                               m->devs[d]);
             s->ev_made |= 1u << d;
         }
     }
@@ -667,8 +666,9 @@ static wm_status pin_ring(pipe *p, wm_error *err) {
     unsigned flags = p->m->n_devs > 1 ? cudaHostRegisterPortable : cudaHostRegisterDefault;
     cudaError_t ce = CU(cudaHostRegister(p->ring, len, flags));
     if (ce)
-        return cu_fail(err, ce, "cudaHostRegister", "%s: pinning %zu bytes of staging for device %d",
-                       p->m->file->path, len, p->m->devs[0]);
+        return cu_fail(err, ce, "cudaHostRegister",
+                       "%s: pinning %zu bytes of staging for device %d", p->m->file->path, len,
+                       p->m->devs[0]);
     wm__ledger_acquire(WM_LEDGER_PINNED, len);
     p->ring_registered = true;
     return WM_OK;
@@ -681,7 +681,8 @@ static void pipe_close(pipe *p) {
     for (unsigned d = 0; d < m->n_devs; d++) {
         if (!p->n_streams[d]) continue;
         cudaSetDevice(m->devs[d]);
-        for (unsigned t = 0; t < p->n_streams[d]; t++) cudaStreamSynchronize(p->streams[d][t]);
+        for (unsigned t = 0; t < p->n_streams[d]; t++)
+            cudaStreamSynchronize(p->streams[d][t]);
     }
     for (unsigned k = 0; k < p->n_slots; k++) {
         slot *s = &p->slots[k];
@@ -703,7 +704,8 @@ static void pipe_close(pipe *p) {
     for (unsigned d = 0; d < m->n_devs; d++) {
         if (!p->n_streams[d]) continue;
         cudaSetDevice(m->devs[d]);
-        for (unsigned t = 0; t < p->n_streams[d]; t++) cudaStreamDestroy(p->streams[d][t]);
+        for (unsigned t = 0; t < p->n_streams[d]; t++)
+            cudaStreamDestroy(p->streams[d][t]);
         p->n_streams[d] = 0;
     }
     p->cur = -1;
@@ -831,7 +833,8 @@ static wm_status size_pipe(const wm_model *m, unsigned *workers, size_t *wsize, 
     unsigned t = wm__load_threads(m);
     /* By default one reader for every two CPUs (a core, where CPUs are hyperthreads), leaving
      * the rest to the loading thread and the runtime's own threads: on an H200 host with 16
-     * CPUs, 8 readers loaded 8 GiB at 43-47 GB/s, 12 at 42-46 and 16 at 36-40 (bench/RESULTS.md). */
+     * CPUs, 8 readers loaded 8 GiB at 43-47 GB/s, 12 at 42-46 and 16 at 36-40 (bench/RESULTS.md).
+     */
     if (!m->opts.threads && t >= 4) t = t / 2;
     if (t > MAX_WORKERS) t = MAX_WORKERS;
     if (t == 0) t = 1;
@@ -884,8 +887,10 @@ typedef struct sources {
 
 static void sources_free(sources *s) {
     wm__region_free(&s->ring);
-    for (uint32_t i = 0; s->maps && i < s->n_shards; i++) wm__region_free(&s->maps[i]);
-    for (uint32_t i = 0; s->direct_fd && i < s->n_shards; i++) wm__os_close(s->direct_fd[i]);
+    for (uint32_t i = 0; s->maps && i < s->n_shards; i++)
+        wm__region_free(&s->maps[i]);
+    for (uint32_t i = 0; s->direct_fd && i < s->n_shards; i++)
+        wm__os_close(s->direct_fd[i]);
     wm__free(s->maps);
     wm__free(s->map_off);
     wm__free(s->direct_fd);
@@ -900,7 +905,8 @@ static wm_status sources_open(wm_model *m, bool registered, size_t ring_len, sou
     if (registered) {
         s->maps = wm__calloc(f->n_shards, sizeof *s->maps);
         s->map_off = wm__calloc(f->n_shards, sizeof *s->map_off);
-        if (!s->maps || !s->map_off) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory", f->path);
+        if (!s->maps || !s->map_off)
+            return wm__err(err, WM_ENOMEM, 0, "%s: out of memory", f->path);
         return map_shards(m, s->maps, s->map_off, err);
     }
     if (m->opts.direct_io) {
@@ -949,8 +955,10 @@ static void pipe_sync_free(pipe *p) {
 /* The registered path needs a device that registers read-only memory. */
 static wm_status check_registered(const wm_model *m, int device, wm_error *err) {
     int ok = 0;
-    cudaError_t ce = CU(cudaDeviceGetAttribute(&ok, cudaDevAttrHostRegisterReadOnlySupported, device));
-    if (ce) return cu_fail(err, ce, "cudaDeviceGetAttribute", "%s: device %d", m->file->path, device);
+    cudaError_t ce =
+        CU(cudaDeviceGetAttribute(&ok, cudaDevAttrHostRegisterReadOnlySupported, device));
+    if (ce)
+        return cu_fail(err, ce, "cudaDeviceGetAttribute", "%s: device %d", m->file->path, device);
     if (!ok)
         return wm__err(err, WM_EUNSUPPORTED, 0,
                        "%s: CUDA device %d cannot register read-only memory: use the staged "
@@ -973,8 +981,8 @@ static wm_status alloc_device(wm_model *m, cuda_state *cs, wm_error *err) {
             if (!ce) ce = CU(cudaMalloc(&d, size));
             if (ce)
                 return cu_fail(err, ce, "cudaMalloc",
-                               "%s: allocating %zu bytes for buffer %u on device %d",
-                               m->file->path, size, c, dev);
+                               "%s: allocating %zu bytes for buffer %u on device %d", m->file->path,
+                               size, c, dev);
             cs->dev[c] = d;
             wm__ledger_device_acquire(dev, size);
             m->stats.device_bytes += size;
@@ -1035,7 +1043,8 @@ static wm_status fill_device(wm_model *m, cuda_state *cs, wm_error *err) {
     p.free_q = queues;
     p.filled_q = queues + n_slots;
     p.busy_q = queues + 2 * (size_t)n_slots;
-    for (size_t k = 0; k < n_win; k++) p.total += wins[k].bytes;
+    for (size_t k = 0; k < n_win; k++)
+        p.total += wins[k].bytes;
     st = run_pipe(&p, readers, n_readers, err);
 out:
     pipe_sync_free(&p);
@@ -1132,7 +1141,8 @@ void *wm__cuda_test_last_ring(void) { return atomic_load(&last_ring); }
 /* bench/gpu.c's measuring knobs (cuda_tune.h). Windows are kept within [MIN_WINDOW, MAX_WINDOW],
  * slots within [1, MAX_SLOTS]. */
 void wm__cuda_tune(size_t wsize, unsigned slots, unsigned flags) {
-    if (wsize) tuning.window = wsize < MIN_WINDOW ? MIN_WINDOW : wsize > MAX_WINDOW ? MAX_WINDOW : wsize;
+    if (wsize)
+        tuning.window = wsize < MIN_WINDOW ? MIN_WINDOW : wsize > MAX_WINDOW ? MAX_WINDOW : wsize;
     if (slots) tuning.slots = slots > MAX_SLOTS ? MAX_SLOTS : slots;
     tuning.serial_ring = (flags & WM__CUDA_SERIAL_RING) != 0;
     tuning.no_reap = (flags & WM__CUDA_NO_REAP) != 0;
@@ -1168,15 +1178,15 @@ static void rehearse(void) {
                cudaStreamCreateWithFlags(&st[n_st], cudaStreamNonBlocking) == cudaSuccess)
             n_st++;
         while (n_st && n_ev < n_events &&
-               cudaEventCreateWithFlags(&ev[n_ev], cudaEventDisableTiming | cudaEventBlockingSync) ==
-                   cudaSuccess)
+               cudaEventCreateWithFlags(&ev[n_ev], cudaEventDisableTiming |
+                                                       cudaEventBlockingSync) == cudaSuccess)
             n_ev++;
         for (unsigned k = 0; n_ev && k < rehearsal.copies; k++) {
             size_t part = len / n_ev, off = (k % n_ev) * part;
             cudaStream_t s = st[k % n_st];
             if (reg && dev)
-                cudaMemcpyAsync((char *)dev + off, (char *)host + off, part,
-                                cudaMemcpyHostToDevice, s);
+                cudaMemcpyAsync((char *)dev + off, (char *)host + off, part, cudaMemcpyHostToDevice,
+                                s);
             cudaEventRecord(ev[k % n_ev], s);
             if (cudaEventQuery(ev[(k + 1) % n_ev]) != cudaSuccess) (void)cudaGetLastError();
             if (k + 1 >= n_ev) cudaEventSynchronize(ev[(k + 1) % n_ev]);

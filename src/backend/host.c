@@ -22,15 +22,14 @@ unsigned wm__load_threads(const wm_model *m) {
 
 /* ---- regions ---- */
 
-wm_status wm__region_map(wm_model *m, uint32_t shard, uint64_t off, size_t len,
-                         wm_os_map_kind kind, wm__region *r, wm_error *err) {
+wm_status wm__region_map(wm_model *m, uint32_t shard, uint64_t off, size_t len, wm_os_map_kind kind,
+                         wm__region *r, wm_error *err) {
     const wm__shard *sh = &m->file->shards[shard];
     void *p;
     int e = wm__os_map(sh->fd, off, len, kind, &p);
     if (e)
-        return wm__err(err, wm__status_io(e), e,
-                       "%s: mapping %zu bytes at offset %llu: %s", sh->path, len,
-                       (unsigned long long)off, wm__errno_text(e));
+        return wm__err(err, wm__status_io(e), e, "%s: mapping %zu bytes at offset %llu: %s",
+                       sh->path, len, (unsigned long long)off, wm__errno_text(e));
     r->base = p;
     r->len = len;
     r->cat = kind == WM_OS_MAP_SHARED_RO ? WM_LEDGER_MAP_SHARED : WM_LEDGER_MAP_PRIVATE;
@@ -142,9 +141,8 @@ static bool read_part(run_ctx *c, const wm__job *j, unsigned char *buf, uint64_t
     size_t got;
     int errn = wm__os_pread(sh->fd, buf, len, off, &got);
     if (errn) {
-        wm__err(&e, wm__status_io(errn), errn,
-                "%s: reading %zu bytes at offset %llu: %s", sh->path, len,
-                (unsigned long long)off, wm__errno_text(errn));
+        wm__err(&e, wm__status_io(errn), errn, "%s: reading %zu bytes at offset %llu: %s", sh->path,
+                len, (unsigned long long)off, wm__errno_text(errn));
         fail_run(c, &e);
         return false;
     }
@@ -217,8 +215,8 @@ static void work(run_ctx *c, bool main) {
         int e = wm__scratch_alloc(c->scratch_each, &p);
         if (e) {
             wm_error err;
-            wm__err(&err, WM_ENOMEM, e, "%s: allocating %zu bytes of staging: %s",
-                    c->m->file->path, c->scratch_each, wm__errno_text(e));
+            wm__err(&err, WM_ENOMEM, e, "%s: allocating %zu bytes of staging: %s", c->m->file->path,
+                    c->scratch_each, wm__errno_text(e));
             fail_run(c, &err);
             return;
         }
@@ -244,8 +242,7 @@ static void *worker(void *arg) {
     return NULL;
 }
 
-wm_status wm__run_jobs(wm_model *m, const wm__job *jobs, size_t n, unsigned flags,
-                       wm_error *err) {
+wm_status wm__run_jobs(wm_model *m, const wm__job *jobs, size_t n, unsigned flags, wm_error *err) {
     if (n == 0) return WM_OK;
     run_ctx c = {.m = m, .jobs = jobs, .n = n, .populate = (flags & WM__JOBS_FRESH_PAGES) != 0};
     atomic_init(&c.next, 0);
@@ -271,8 +268,8 @@ wm_status wm__run_jobs(wm_model *m, const wm__job *jobs, size_t n, unsigned flag
         int e = wm__os_thread_start(&th[started], worker, &c);
         if (e) {
             wm_error ferr;
-            wm__err(&ferr, WM_ENOMEM, e, "%s: cannot start worker thread %u: %s", m->file->path,
-                    t, wm__errno_text(e));
+            wm__err(&ferr, WM_ENOMEM, e, "%s: cannot start worker thread %u: %s", m->file->path, t,
+                    wm__errno_text(e));
             fail_run(&c, &ferr);
             break;
         }
@@ -298,7 +295,8 @@ static wm_status push_job(wm_model *m, const wm__job *job, wm__job **jobs, size_
     if (*n == *cap) {
         size_t nc = *cap ? *cap * 2 : 64;
         wm__job *nj = wm__realloc(*jobs, nc * sizeof *nj);
-        if (!nj) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory for read jobs", m->file->path);
+        if (!nj)
+            return wm__err(err, WM_ENOMEM, 0, "%s: out of memory for read jobs", m->file->path);
         *jobs = nj;
         *cap = nc;
     }
@@ -313,8 +311,8 @@ static wm_status tensor_jobs(wm_model *m, uint32_t i, unsigned char *base, wm__j
                              size_t *n, size_t *cap, wm_error *err) {
     const wm__tensor *t = &m->file->tensors[i];
     const wm__place *p = &m->place[i];
-    wm__job job = {.shard = t->shard, .from = (wm_type)t->type, .to = p->type, .tensor = i,
-                   .rows = 1};
+    wm__job job = {
+        .shard = t->shard, .from = (wm_type)t->type, .to = p->type, .tensor = i, .rows = 1};
     if (p->rows > 1) {
         uint64_t per = WM_JOB_BYTES / p->seg_bytes ? WM_JOB_BYTES / p->seg_bytes : 1;
         for (uint64_t r = 0; r < p->rows; r += per) {
@@ -347,8 +345,8 @@ static wm_status tensor_jobs(wm_model *m, uint32_t i, unsigned char *base, wm__j
     return WM_OK;
 }
 
-wm_status wm__chunk_jobs(wm_model *m, uint32_t ci, unsigned char *base, wm__job **jobs,
-                         size_t *n, size_t *cap, wm_error *err) {
+wm_status wm__chunk_jobs(wm_model *m, uint32_t ci, unsigned char *base, wm__job **jobs, size_t *n,
+                         size_t *cap, wm_error *err) {
     const wm__chunk *c = &m->chunks[ci];
     for (uint32_t k = c->first; k < c->first + c->count; k++) {
         wm_status st = tensor_jobs(m, m->order[k], base, jobs, n, cap, err);
@@ -356,4 +354,3 @@ wm_status wm__chunk_jobs(wm_model *m, uint32_t ci, unsigned char *base, wm__job 
     }
     return WM_OK;
 }
-

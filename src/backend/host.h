@@ -23,8 +23,8 @@ typedef struct wm__region {
 /* ---- regions ---- */
 
 /* Maps [off, off+len) of a shard (off page-aligned) and counts it; r is filled on success. */
-wm_status wm__region_map(wm_model *m, uint32_t shard, uint64_t off, size_t len,
-                         wm_os_map_kind kind, wm__region *r, wm_error *err);
+wm_status wm__region_map(wm_model *m, uint32_t shard, uint64_t off, size_t len, wm_os_map_kind kind,
+                         wm__region *r, wm_error *err);
 /* Anonymous pages of len bytes, counted under `cat` (HEAP for tensor memory). */
 wm_status wm__region_pages(wm_model *m, size_t len, wm_ledger_category cat, wm__region *r,
                            wm_error *err);
@@ -65,13 +65,12 @@ typedef struct wm__job {
  * The first error wins and stops the rest; a cancel from the progress callback gives
  * WM_ECANCELED. Worker threads exist only during this call; their stacks are counted as
  * scratch while they live. */
-wm_status wm__run_jobs(wm_model *m, const wm__job *jobs, size_t n, unsigned flags,
-                       wm_error *err);
+wm_status wm__run_jobs(wm_model *m, const wm__job *jobs, size_t n, unsigned flags, wm_error *err);
 /* Builds the jobs that fill chunk `c` of a packed (heap or device-staged) layout into host memory
  * at base; the jobs are appended to *jobs (a counted allocation of *cap entries, *n used, that
  * the caller frees). */
-wm_status wm__chunk_jobs(wm_model *m, uint32_t c, unsigned char *base, wm__job **jobs,
-                         size_t *n, size_t *cap, wm_error *err);
+wm_status wm__chunk_jobs(wm_model *m, uint32_t c, unsigned char *base, wm__job **jobs, size_t *n,
+                         size_t *cap, wm_error *err);
 /* Calls the progress callback; true means the caller asked to cancel. */
 bool wm__progress(wm_model *m, uint64_t done, uint64_t total);
 /* Threads a load uses: opts.threads, or one per online CPU, at most WM__MAX_THREADS. */

@@ -37,7 +37,7 @@ static once_flag api_once = ONCE_FLAG_INIT;
 
 #ifdef WM_CUDA_MOCK
 static void load_api(void) {
-    api = (nccl_table){ncclBroadcast, ncclGroupStart,   ncclGroupEnd,      ncclCommCount,
+    api = (nccl_table){ncclBroadcast,    ncclGroupStart,   ncclGroupEnd,      ncclCommCount,
                        ncclCommUserRank, ncclCommCuDevice, ncclGetErrorString};
 }
 #else
@@ -82,8 +82,10 @@ wm_status wm__read_once_check(const wm_model *m, wm_error *err) {
     call_once(&api_once, load_api);
     const char *path = m->file->path;
     if (!api.broadcast)
-        return wm__err(err, WM_EUNSUPPORTED, 0, "%s: read-once needs NCCL, which could not be "
-                       "loaded: %s", path, api_missing ? api_missing : "unknown reason");
+        return wm__err(err, WM_EUNSUPPORTED, 0,
+                       "%s: read-once needs NCCL, which could not be "
+                       "loaded: %s",
+                       path, api_missing ? api_missing : "unknown reason");
     ncclComm_t comm = m->opts.nccl_comm;
     int n = 0, rank = -1, device = -1;
     ncclResult_t r = NC(api.count(comm, &n));
@@ -97,9 +99,8 @@ wm_status wm__read_once_check(const wm_model *m, wm_error *err) {
                        "tp_world %u",
                        path, rank, n, m->opts.tp_rank, m->opts.tp_world);
     if (device != m->devs[0])
-        return wm__err(err, WM_EINVAL, 0,
-                       "%s: the communicator's device is %d, the load's %d", path, device,
-                       m->devs[0]);
+        return wm__err(err, WM_EINVAL, 0, "%s: the communicator's device is %d, the load's %d",
+                       path, device, m->devs[0]);
     return WM_OK;
 }
 
@@ -122,8 +123,9 @@ static wm_status broadcasts(const wm_model *m, unsigned char *const *dev, cudaSt
             wm__read_once_range(p->nbytes, root, ranks, &lo, &hi);
             if (hi == lo) continue;
             if (in_group == 0) r = NC(api.group_start());
-            if (!r) r = NC(api.broadcast(base + lo, base + lo, (size_t)(hi - lo), ncclUint8,
-                                         (int)root, comm, s));
+            if (!r)
+                r = NC(api.broadcast(base + lo, base + lo, (size_t)(hi - lo), ncclUint8, (int)root,
+                                     comm, s));
             if (!r && ++in_group == GROUP_OPS) {
                 r = NC(api.group_end());
                 in_group = 0;
@@ -140,8 +142,9 @@ static wm_status broadcasts(const wm_model *m, unsigned char *const *dev, cudaSt
 
 wm_status wm__read_once_complete(const wm_model *m, unsigned char *const *dev, wm_error *err) {
     cudaStream_t s;
-    cudaError_t ce = wm__fault_hit(WM_OS_DEVICE) ? cudaErrorMemoryAllocation
-                                                 : cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    cudaError_t ce = wm__fault_hit(WM_OS_DEVICE)
+                         ? cudaErrorMemoryAllocation
+                         : cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
     if (ce) {
         (void)cudaGetLastError();
         return wm__err(err, WM_EDEVICE, 0, "%s: cudaStreamCreateWithFlags: %s", m->file->path,

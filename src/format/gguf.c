@@ -82,7 +82,7 @@ static bool skip_array(parse_state *s, unsigned depth, uint32_t *elem_out, uint6
         return fail(s, at, "%s: arrays nested deeper than %d", field, GGUF_MAX_DEPTH);
     /* Each element takes at least min bytes: a count larger than the bytes left is refused
      * before any loop runs, and the multiplication is overflow-checked. */
-    uint64_t min = elem == WM_VALUE_STRING ? s->lenw
+    uint64_t min = elem == WM_VALUE_STRING  ? s->lenw
                    : elem == WM_VALUE_ARRAY ? 4u + s->lenw
                                             : value_size[elem];
     uint64_t bytes;
@@ -207,7 +207,8 @@ static bool parse_tensor(parse_state *s, uint64_t i) {
                     WM_MAX_DIMS);
     t->n_dims = n_dims;
     uint64_t n_el = 1;
-    for (unsigned d = 0; d < WM_MAX_DIMS; d++) t->ne[d] = 1;
+    for (unsigned d = 0; d < WM_MAX_DIMS; d++)
+        t->ne[d] = 1;
     for (unsigned d = 0; d < n_dims; d++) {
         size_t eat = s->r.pos;
         uint64_t ne;
@@ -217,8 +218,8 @@ static bool parse_tensor(parse_state *s, uint64_t i) {
                         (long long)ne);
         t->ne[d] = ne;
         if (wm__mul_overflow_u64(n_el, ne, &n_el) || n_el > (uint64_t)INT64_MAX)
-            return fail(s, eat, "tensor '%.*s': element count overflows at dimension %u", nl,
-                        name, d);
+            return fail(s, eat, "tensor '%.*s': element count overflows at dimension %u", nl, name,
+                        d);
     }
     t->n_elements = n_el;
 
@@ -231,8 +232,9 @@ static bool parse_tensor(parse_state *s, uint64_t i) {
                     type < WM_GGML_TYPE_COUNT ? "a removed ggml type" : "unknown");
     t->type = (int32_t)type;
     if (t->ne[0] % blk != 0)
-        return fail(s, tat, "tensor '%.*s': row of %llu elements is not a multiple of the %s block "
-                            "of %u",
+        return fail(s, tat,
+                    "tensor '%.*s': row of %llu elements is not a multiple of the %s block "
+                    "of %u",
                     nl, name, (unsigned long long)t->ne[0], wm_type_name((wm_type)type), blk);
     /* bytes = ne0 / blk * block_bytes * ne1 * ne2 * ne3, each step overflow-checked */
     uint64_t bytes = t->ne[0] / blk;
@@ -268,8 +270,9 @@ static bool check_data(parse_state *s, size_t infos_end) {
         return true;
     }
     if (data_off > f->size)
-        return fail(s, infos_end, "data section starts at %llu (aligned to %u), past the end of the "
-                                  "%llu-byte file",
+        return fail(s, infos_end,
+                    "data section starts at %llu (aligned to %u), past the end of the "
+                    "%llu-byte file",
                     (unsigned long long)data_off, f->alignment, (unsigned long long)f->size);
     uint64_t data_len = f->size - data_off, sum = 0;
     for (size_t i = 0; i < f->n_tensors; i++) {
@@ -277,13 +280,15 @@ static bool check_data(parse_state *s, size_t infos_end) {
         const char *name = (const char *)s->r.buf + t->name_off;
         int nl = (int)t->name_len;
         if (t->offset % f->alignment != 0)
-            return fail(s, infos_end, "tensor '%.*s': data offset %llu is not a multiple of the "
-                                      "alignment %u",
+            return fail(s, infos_end,
+                        "tensor '%.*s': data offset %llu is not a multiple of the "
+                        "alignment %u",
                         nl, name, (unsigned long long)t->offset, f->alignment);
         uint64_t end;
         if (wm__add_overflow_u64(t->offset, t->nbytes, &end) || end > data_len)
-            return fail(s, infos_end, "tensor '%.*s' at data offset %llu (file offset %llu) with %llu "
-                                      "bytes ends past the end of the file (%llu data bytes)",
+            return fail(s, infos_end,
+                        "tensor '%.*s' at data offset %llu (file offset %llu) with %llu "
+                        "bytes ends past the end of the file (%llu data bytes)",
                         nl, name, (unsigned long long)t->offset,
                         (unsigned long long)(data_off + t->offset), (unsigned long long)t->nbytes,
                         (unsigned long long)data_len);
@@ -301,7 +306,8 @@ static bool check_data(parse_state *s, size_t infos_end) {
         return false;
     }
     for (size_t i = 0; i < f->n_tensors; i++)
-        sp[i] = (span){f->tensors[i].offset, f->tensors[i].offset + f->tensors[i].nbytes, (uint32_t)i};
+        sp[i] =
+            (span){f->tensors[i].offset, f->tensors[i].offset + f->tensors[i].nbytes, (uint32_t)i};
     qsort(sp, f->n_tensors, sizeof *sp, by_offset);
     /* Each non-empty tensor is compared with the one reaching furthest before it, not just its
      * neighbour: an empty tensor sorted in between must not hide an overlap. */
@@ -314,8 +320,9 @@ static bool check_data(parse_state *s, size_t infos_end) {
             continue;
         }
         const wm__tensor *a = &f->tensors[sp[last].i], *b = &f->tensors[sp[i].i];
-        ok = fail(s, infos_end, "tensor '%.*s' (offset %llu, %llu bytes) overlaps tensor '%.*s' "
-                                "(offset %llu)",
+        ok = fail(s, infos_end,
+                  "tensor '%.*s' (offset %llu, %llu bytes) overlaps tensor '%.*s' "
+                  "(offset %llu)",
                   (int)a->name_len, (const char *)s->r.buf + a->name_off,
                   (unsigned long long)a->offset, (unsigned long long)a->nbytes, (int)b->name_len,
                   (const char *)s->r.buf + b->name_off, (unsigned long long)b->offset);
@@ -356,8 +363,9 @@ static bool parse_pass(parse_state *s) {
     if (!wm__rd_have(r, 4, "magic")) return false;
     if (memcmp(r->buf, "GGUF", 4) != 0) {
         if (r->len >= 7 && memcmp(r->buf, "version", 7) == 0)
-            return fail(s, 0, "not a GGUF file: it is a text file starting with \"version\" "
-                              "(a Git LFS pointer?)");
+            return fail(s, 0,
+                        "not a GGUF file: it is a text file starting with \"version\" "
+                        "(a Git LFS pointer?)");
         return fail(s, 0, "bad magic %02x %02x %02x %02x: not a GGUF file", r->buf[0], r->buf[1],
                     r->buf[2], r->buf[3]);
     }
@@ -434,8 +442,10 @@ static void put_name(wm_file *f, size_t *p, uint32_t *off, uint32_t len) {
 /* Copies keys and tensor names into one NUL-terminated blob and rebases their offsets. */
 static wm_status build_names(wm_file *f, const char *path, wm_error *err) {
     size_t total = 1;
-    for (size_t i = 0; i < f->n_kv; i++) total += (size_t)f->kvs[i].key_len + 1;
-    for (size_t i = 0; i < f->n_tensors; i++) total += (size_t)f->tensors[i].name_len + 1;
+    for (size_t i = 0; i < f->n_kv; i++)
+        total += (size_t)f->kvs[i].key_len + 1;
+    for (size_t i = 0; i < f->n_tensors; i++)
+        total += (size_t)f->tensors[i].name_len + 1;
     f->names = wm__alloc(total);
     if (!f->names) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory for names", path);
     size_t p = 0;
@@ -453,8 +463,9 @@ static wm_status build_names(wm_file *f, const char *path, wm_error *err) {
  * 2 MiB pages 1.4 ms. The counted allocator advises MADV_HUGEPAGE on blocks of 1 MiB or more;
  * the kernel aligns an anonymous mapping to 2 MiB only when its length is a multiple of 2 MiB,
  * so a buffer of GGUF_HUGE_MIN or more is rounded up to whole huge pages (less the allocator's
- * block header, WM_ALLOC_HEADER, so that header and buffer together fill whole huge pages). *cap then grows to what the buffer holds, up to the
- * file size, so those bytes are read now rather than in a later pass. */
+ * block header, WM_ALLOC_HEADER, so that header and buffer together fill whole huge pages). *cap
+ * then grows to what the buffer holds, up to the file size, so those bytes are read now rather than
+ * in a later pass. */
 /* The bytes a buffer of n bytes gets: whole huge pages less the allocator's block header. */
 static uint64_t huge_size(uint64_t n) {
     return (n + WM_ALLOC_HEADER + GGUF_HUGE_PAGE - 1) / GGUF_HUGE_PAGE * GGUF_HUGE_PAGE -
@@ -488,8 +499,9 @@ static wm_status parse_mapped(wm_file *f, parse_state *s, wm_error *err) {
     void *p;
     int e = wm__os_map(f->shards[0].fd, 0, len, WM_OS_MAP_SHARED_RO, &p);
     if (e)
-        return wm__err(err, wm__status_io(e), e, "%s: mapping the header (%zu bytes at offset 0): %s",
-                       f->path, len, wm__errno_text(e));
+        return wm__err(err, wm__status_io(e), e,
+                       "%s: mapping the header (%zu bytes at offset 0): %s", f->path, len,
+                       wm__errno_text(e));
     f->header = p;
     f->header_map = len;
     wm__ledger_acquire(WM_LEDGER_MAP_SHARED, len);
@@ -519,16 +531,17 @@ wm_status wm__gguf_parse(wm_file *f, wm_error *err) {
     size_t have = 0;
     for (;;) {
         unsigned char *nb = header_alloc(&cap, f->size);
-        if (!nb) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory for a %zu-byte header", f->path, cap);
+        if (!nb)
+            return wm__err(err, WM_ENOMEM, 0, "%s: out of memory for a %zu-byte header", f->path,
+                           cap);
         if (have) memcpy(nb, f->header, have);
         wm__free(f->header);
         f->header = nb;
         size_t got;
         int e = wm__os_pread(sh->fd, nb + have, cap - have, have, &got);
         if (e)
-            return wm__err(err, wm__status_io(e), e,
-                           "%s: reading the header at offset %zu: %s", f->path, have,
-                           wm__errno_text(e));
+            return wm__err(err, wm__status_io(e), e, "%s: reading the header at offset %zu: %s",
+                           f->path, have, wm__errno_text(e));
         if (got != cap - have)
             return wm__err(err, WM_EIO, 0, "%s: file shrank while reading its header (offset %zu)",
                            f->path, have + got);

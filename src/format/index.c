@@ -71,7 +71,8 @@ static wm_status insert_all(wm_file *f, enum table t, size_t count, wm_error *er
 wm_status wm__file_index(wm_file *f, wm_error *err) {
     size_t n = f->n_tensors > f->n_kv ? f->n_tensors : f->n_kv;
     size_t cap = 16;
-    while (cap < 2 * n) cap *= 2;
+    while (cap < 2 * n)
+        cap *= 2;
     f->hash_cap = cap;
     f->tensor_hash = wm__calloc(cap, sizeof *f->tensor_hash);
     f->kv_hash = wm__calloc(cap, sizeof *f->kv_hash);

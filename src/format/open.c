@@ -58,8 +58,7 @@ wm_status wm__file_open_one(const char *path, wm_file **out, wm_error *err) {
     }
     e = wm__os_stat(sh->fd, &sh->st);
     if (e) {
-        st = wm__err(err, wm__status_io(e), e, "%s: cannot stat: %s", path,
-                     wm__errno_text(e));
+        st = wm__err(err, wm__status_io(e), e, "%s: cannot stat: %s", path, wm__errno_text(e));
         goto fail;
     }
     if (!sh->st.is_regular) {
@@ -75,8 +74,8 @@ wm_status wm__file_open_one(const char *path, wm_file **out, wm_error *err) {
     size_t got = 0;
     e = wm__os_pread(sh->fd, head, sizeof head, 0, &got);
     if (e) {
-        st = wm__err(err, wm__status_io(e), e, "%s: reading at offset 0: %s",
-                     path, wm__errno_text(e));
+        st = wm__err(err, wm__status_io(e), e, "%s: reading at offset 0: %s", path,
+                     wm__errno_text(e));
         goto fail;
     }
     bool is_gguf = got >= 4 && memcmp(head, "GGUF", 4) == 0;

@@ -34,8 +34,8 @@ static inline bool wm__rd_have(wm__reader *r, uint64_t n, const char *field) {
             r->need_more = true;
         } else {
             wm__err(r->err, WM_EFORMAT, 0,
-                    "%s: %s at offset %zu (0x%zx) needs %llu bytes, %llu left in the file",
-                    r->path, field, r->pos, r->pos, (unsigned long long)n,
+                    "%s: %s at offset %zu (0x%zx) needs %llu bytes, %llu left in the file", r->path,
+                    field, r->pos, r->pos, (unsigned long long)n,
                     (unsigned long long)wm__rd_file_left(r));
         }
         return false;

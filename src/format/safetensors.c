@@ -80,7 +80,8 @@ static void *arena_alloc(size_t n) {
     if (!c || c->size - c->used < n) {
         size_t size = c ? c->size * 2 : ARENA_CHUNK;
         if (size > ARENA_MAX_CHUNK) size = ARENA_MAX_CHUNK;
-        if (size < n + ARENA_HDR) size = (n + ARENA_HDR + ARENA_CHUNK - 1) / ARENA_CHUNK * ARENA_CHUNK;
+        if (size < n + ARENA_HDR)
+            size = (n + ARENA_HDR + ARENA_CHUNK - 1) / ARENA_CHUNK * ARENA_CHUNK;
         void *p;
         if (wm__scratch_alloc(size, &p)) return NULL;
         c = p;
@@ -166,10 +167,14 @@ static size_t utf8_bad(const unsigned char *s, size_t n) {
         }
         size_t len;
         uint32_t cp, min;
-        if ((c & 0xe0) == 0xc0) len = 2, cp = c & 0x1f, min = 0x80;
-        else if ((c & 0xf0) == 0xe0) len = 3, cp = c & 0x0f, min = 0x800;
-        else if ((c & 0xf8) == 0xf0) len = 4, cp = c & 0x07, min = 0x10000;
-        else return i;
+        if ((c & 0xe0) == 0xc0)
+            len = 2, cp = c & 0x1f, min = 0x80;
+        else if ((c & 0xf0) == 0xe0)
+            len = 3, cp = c & 0x0f, min = 0x800;
+        else if ((c & 0xf8) == 0xf0)
+            len = 4, cp = c & 0x07, min = 0x10000;
+        else
+            return i;
         if (n - i < len) return i;
         for (size_t k = 1; k < len; k++) {
             if ((s[i + k] & 0xc0) != 0x80) return i;
@@ -208,25 +213,34 @@ static wm_status prescan(const unsigned char *s, size_t n, uint64_t base, const 
                          jscan *js, wm_error *err) {
     size_t bad = utf8_bad(s, n);
     if (bad < n)
-        return ferr(err, path, base + bad, "the JSON text is not valid UTF-8 (byte 0x%02x)", s[bad]);
+        return ferr(err, path, base + bad, "the JSON text is not valid UTF-8 (byte 0x%02x)",
+                    s[bad]);
     unsigned depth = 0;
     size_t i = 0;
     while (i < n) {
         unsigned char c = s[i];
         size_t at = i;
         switch (c) {
-        case ' ': case '\t': case '\n': case '\r': case ':': case ',': i++; break;
-        case '{': case '[':
+        case ' ':
+        case '\t':
+        case '\n':
+        case '\r':
+        case ':':
+        case ',': i++; break;
+        case '{':
+        case '[':
             if (++depth > ST_MAX_DEPTH)
-                return ferr(err, path, base + at, "JSON nested deeper than %d levels", ST_MAX_DEPTH);
+                return ferr(err, path, base + at, "JSON nested deeper than %d levels",
+                            ST_MAX_DEPTH);
             i++;
             break;
-        case '}': case ']':
+        case '}':
+        case ']':
             if (depth) depth--;
             i++;
             break;
         case '"':
-            for (i++;; ) {
+            for (i++;;) {
                 if (i >= n) return ferr(err, path, base + at, "unterminated JSON string");
                 c = s[i];
                 if (c == '"') break;
@@ -246,7 +260,8 @@ static wm_status prescan(const unsigned char *s, size_t n, uint64_t base, const 
                         v = v * 16 + (unsigned)h;
                     }
                     if (v == 0)
-                        return ferr(err, path, base + i, "a JSON string holds \\u0000 (a NUL character)");
+                        return ferr(err, path, base + i,
+                                    "a JSON string holds \\u0000 (a NUL character)");
                     i += 6;
                 } else if (e && strchr("\"\\/bfnrt", e)) {
                     i += 2;
@@ -256,7 +271,9 @@ static wm_status prescan(const unsigned char *s, size_t n, uint64_t base, const 
             }
             i++;
             break;
-        case 't': case 'f': case 'n': {
+        case 't':
+        case 'f':
+        case 'n': {
             const char *lit = c == 't' ? "true" : c == 'f' ? "false" : "null";
             size_t l = strlen(lit);
             if (n - i < l || memcmp(s + i, lit, l) != 0)
@@ -269,7 +286,8 @@ static wm_status prescan(const unsigned char *s, size_t n, uint64_t base, const 
                 return ferr(err, path, base + at, "unexpected byte 0x%02x: not JSON", c);
             bool neg = c == '-', exact = true;
             if (neg) i++;
-            if (i >= n || !is_digit(s[i])) return ferr(err, path, base + at, "malformed JSON number");
+            if (i >= n || !is_digit(s[i]))
+                return ferr(err, path, base + at, "malformed JSON number");
             uint64_t u = 0;
             if (s[i] == '0') {
                 i++;
@@ -278,15 +296,18 @@ static wm_status prescan(const unsigned char *s, size_t n, uint64_t base, const 
             } else {
                 for (; i < n && is_digit(s[i]); i++) {
                     unsigned d = s[i] - '0';
-                    if (u > (UINT64_MAX - d) / 10) exact = false;
-                    else u = u * 10 + d;
+                    if (u > (UINT64_MAX - d) / 10)
+                        exact = false;
+                    else
+                        u = u * 10 + d;
                 }
             }
             if (i < n && s[i] == '.') {
                 exact = false;
                 if (++i >= n || !is_digit(s[i]))
                     return ferr(err, path, base + at, "malformed JSON number");
-                while (i < n && is_digit(s[i])) i++;
+                while (i < n && is_digit(s[i]))
+                    i++;
             }
             if (i < n && (s[i] == 'e' || s[i] == 'E')) {
                 exact = false;
@@ -294,7 +315,8 @@ static wm_status prescan(const unsigned char *s, size_t n, uint64_t base, const 
                 if (i < n && (s[i] == '+' || s[i] == '-')) i++;
                 if (i >= n || !is_digit(s[i]))
                     return ferr(err, path, base + at, "malformed JSON number");
-                while (i < n && is_digit(s[i])) i++;
+                while (i < n && is_digit(s[i]))
+                    i++;
             }
             if (!push_num(js, u, exact && !neg))
                 return wm__err(err, WM_ENOMEM, 0, "%s: out of memory scanning JSON", path);
@@ -335,7 +357,8 @@ static void skip_nums(jscan *js, const cJSON *node) {
         return;
     }
     if (cJSON_IsArray(node) || cJSON_IsObject(node))
-        for (const cJSON *c = node->child; c; c = c->next) skip_nums(js, c);
+        for (const cJSON *c = node->child; c; c = c->next)
+            skip_nums(js, c);
 }
 
 static const char *json_kind(const cJSON *v) {
@@ -359,7 +382,8 @@ static size_t gput(gbuf *b, const void *d, size_t n) {
     if (b->oom) return at;
     if (n > b->cap - b->len) {
         size_t cap = b->cap ? b->cap : 256;
-        while (cap - b->len < n) cap *= 2;
+        while (cap - b->len < n)
+            cap *= 2;
         char *q = wm__realloc(b->p, cap);
         if (!q) {
             b->oom = true;
@@ -383,13 +407,27 @@ typedef struct dtype_row {
 } dtype_row;
 
 static const dtype_row dtypes[] = {
-    {"BOOL", WM_TYPE_BOOL},       {"U8", WM_TYPE_U8},           {"I8", WM_TYPE_I8},
-    {"F8_E4M3", WM_TYPE_F8_E4M3}, {"F8_E5M2", WM_TYPE_F8_E5M2}, {"F8_E8M0", WM_TYPE_F8_E8M0},
-    {"I16", WM_TYPE_I16},         {"U16", WM_TYPE_U16},         {"F16", WM_TYPE_F16},
-    {"BF16", WM_TYPE_BF16},       {"I32", WM_TYPE_I32},         {"U32", WM_TYPE_U32},
-    {"F32", WM_TYPE_F32},         {"F64", WM_TYPE_F64},         {"I64", WM_TYPE_I64},
-    {"U64", WM_TYPE_U64},         {"F4", WM_TYPE_F4},           {"F6_E2M3", WM_TYPE_F6_E2M3},
-    {"F6_E3M2", WM_TYPE_F6_E3M2}, {"C64", WM_TYPE_INVALID},     {"F8_E4M3FNUZ", WM_TYPE_INVALID},
+    {"BOOL", WM_TYPE_BOOL},
+    {"U8", WM_TYPE_U8},
+    {"I8", WM_TYPE_I8},
+    {"F8_E4M3", WM_TYPE_F8_E4M3},
+    {"F8_E5M2", WM_TYPE_F8_E5M2},
+    {"F8_E8M0", WM_TYPE_F8_E8M0},
+    {"I16", WM_TYPE_I16},
+    {"U16", WM_TYPE_U16},
+    {"F16", WM_TYPE_F16},
+    {"BF16", WM_TYPE_BF16},
+    {"I32", WM_TYPE_I32},
+    {"U32", WM_TYPE_U32},
+    {"F32", WM_TYPE_F32},
+    {"F64", WM_TYPE_F64},
+    {"I64", WM_TYPE_I64},
+    {"U64", WM_TYPE_U64},
+    {"F4", WM_TYPE_F4},
+    {"F6_E2M3", WM_TYPE_F6_E2M3},
+    {"F6_E3M2", WM_TYPE_F6_E3M2},
+    {"C64", WM_TYPE_INVALID},
+    {"F8_E4M3FNUZ", WM_TYPE_INVALID},
     {"F8_E5M2FNUZ", WM_TYPE_INVALID},
 };
 
@@ -427,8 +465,10 @@ static wm_status parse_tensor(hdr *h, const cJSON *m, size_t ti) {
     uint64_t ob[2] = {0, 0};
     for (const cJSON *c = m->child; c; c = c->next) {
         const char *k = c->string;
-        const cJSON **slot = !strcmp(k, "dtype") ? &dt : !strcmp(k, "shape") ? &sh
-                             : !strcmp(k, "data_offsets") ? &off : NULL;
+        const cJSON **slot = !strcmp(k, "dtype")          ? &dt
+                             : !strcmp(k, "shape")        ? &sh
+                             : !strcmp(k, "data_offsets") ? &off
+                                                          : NULL;
         if (!slot) {
             skip_nums(&h->js, c);
             continue;
@@ -448,46 +488,57 @@ static wm_status parse_tensor(hdr *h, const cJSON *m, size_t ti) {
         for (const cJSON *e = c->child; e; e = e->next, j++) {
             const jnum *v = cJSON_IsNumber(e) ? take_num(&h->js) : NULL;
             if (!v || !v->exact)
-                return ferr(h->err, path, 8, "tensor '%s': %s[%zu] is not a non-negative integer that "
-                                             "fits 64 bits", name, k, j);
+                return ferr(h->err, path, 8,
+                            "tensor '%s': %s[%zu] is not a non-negative integer that "
+                            "fits 64 bits",
+                            name, k, j);
             if (slot == &sh) {
                 if (j < WM_MAX_DIMS) dims[j] = v->u;
                 if (wm__mul_overflow_u64(n_el, v->u, &n_el))
-                    return ferr(h->err, path, 8, "tensor '%s': the element count of the shape "
-                                                 "overflows 64 bits", name);
+                    return ferr(h->err, path, 8,
+                                "tensor '%s': the element count of the shape "
+                                "overflows 64 bits",
+                                name);
             } else if (j < 2) {
                 ob[j] = v->u;
             }
         }
-        if (slot == &sh) n_dims = j;
+        if (slot == &sh)
+            n_dims = j;
         else if (j != 2)
-            return ferr(h->err, path, 8, "tensor '%s': data_offsets has %zu entries, not 2", name, j);
+            return ferr(h->err, path, 8, "tensor '%s': data_offsets has %zu entries, not 2", name,
+                        j);
     }
     if (!dt || !sh || !off)
         return ferr(h->err, path, 8, "tensor '%s' has no %s field", name,
-                    !dt ? "dtype" : !sh ? "shape" : "data_offsets");
+                    !dt   ? "dtype"
+                    : !sh ? "shape"
+                          : "data_offsets");
     const dtype_row *row = NULL;
     for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++)
         if (!strcmp(dtypes[i].name, dt->valuestring)) row = &dtypes[i];
-    if (!row) return ferr(h->err, path, 8, "tensor '%s': unknown dtype '%.40s'", name, dt->valuestring);
+    if (!row)
+        return ferr(h->err, path, 8, "tensor '%s': unknown dtype '%.40s'", name, dt->valuestring);
     if (row->type == WM_TYPE_INVALID)
         return wm__err(h->err, WM_EUNSUPPORTED, 0, "%s: tensor '%s': dtype %s is not supported",
                        path, name, row->name);
     if (n_dims > WM_MAX_DIMS)
-        return ferr(h->err, path, 8, "tensor '%s' has %zu dimensions; at most %d are supported", name,
-                    n_dims, WM_MAX_DIMS);
+        return ferr(h->err, path, 8, "tensor '%s' has %zu dimensions; at most %d are supported",
+                    name, n_dims, WM_MAX_DIMS);
     /* Sub-byte types must fill whole bytes: the reference's bit count % 8 check. */
     uint32_t be = wm_type_block_elems(row->type), bb = wm_type_block_bytes(row->type);
     if (n_el % be)
-        return ferr(h->err, path, 8, "tensor '%s': %llu elements of %s do not fill whole bytes", name,
-                    (unsigned long long)n_el, row->name);
+        return ferr(h->err, path, 8, "tensor '%s': %llu elements of %s do not fill whole bytes",
+                    name, (unsigned long long)n_el, row->name);
     uint64_t nbytes;
     if (wm__mul_overflow_u64(n_el / be, bb, &nbytes))
         return ferr(h->err, path, 8, "tensor '%s': the byte size overflows 64 bits", name);
     t->type = (int32_t)row->type;
     t->n_dims = (uint32_t)n_dims;
-    for (int d = 0; d < WM_MAX_DIMS; d++) t->ne[d] = 1;
-    for (size_t d = 0; d < n_dims; d++) t->ne[d] = dims[n_dims - 1 - d];
+    for (int d = 0; d < WM_MAX_DIMS; d++)
+        t->ne[d] = 1;
+    for (size_t d = 0; d < n_dims; d++)
+        t->ne[d] = dims[n_dims - 1 - d];
     t->n_elements = n_el;
     t->nbytes = nbytes;
     h->spans[ti] = (span){ob[0], ob[1], ti};
@@ -512,23 +563,26 @@ static wm_status check_layout(hdr *h, uint64_t data_start, uint64_t data_len) {
         if (s->begin < at)
             return ferr(h->err, h->path, data_start + s->begin,
                         "tensor '%s' (data_offsets [%llu, %llu]) overlaps tensor '%s', which ends "
-                        "at %llu", name, (unsigned long long)s->begin, (unsigned long long)s->end,
-                        prev, (unsigned long long)at);
+                        "at %llu",
+                        name, (unsigned long long)s->begin, (unsigned long long)s->end, prev,
+                        (unsigned long long)at);
         if (s->begin > at)
-            return ferr(h->err, h->path, data_start + at,
-                        "%llu bytes at data offset %llu belong to no tensor (gap before tensor '%s')",
-                        (unsigned long long)(s->begin - at), (unsigned long long)at, name);
+            return ferr(
+                h->err, h->path, data_start + at,
+                "%llu bytes at data offset %llu belong to no tensor (gap before tensor '%s')",
+                (unsigned long long)(s->begin - at), (unsigned long long)at, name);
         if (s->end - s->begin != t->nbytes)
             return ferr(h->err, h->path, data_start + s->begin,
                         "tensor '%s': data_offsets [%llu, %llu] hold %llu bytes, but its shape and "
-                        "dtype need %llu", name, (unsigned long long)s->begin,
-                        (unsigned long long)s->end, (unsigned long long)(s->end - s->begin),
-                        (unsigned long long)t->nbytes);
+                        "dtype need %llu",
+                        name, (unsigned long long)s->begin, (unsigned long long)s->end,
+                        (unsigned long long)(s->end - s->begin), (unsigned long long)t->nbytes);
         if (s->end > data_len)
             return ferr(h->err, h->path, data_start + s->begin,
                         "tensor '%s' (data_offsets [%llu, %llu]) ends past the end of the file "
-                        "(%llu data bytes)", name, (unsigned long long)s->begin,
-                        (unsigned long long)s->end, (unsigned long long)data_len);
+                        "(%llu data bytes)",
+                        name, (unsigned long long)s->begin, (unsigned long long)s->end,
+                        (unsigned long long)data_len);
         t->offset = data_start + s->begin;
         at = s->end;
         prev = name;
@@ -574,7 +628,8 @@ static wm_status parse_members(hdr *h, const cJSON *root, uint64_t hlen) {
             return wm__err(h->err, WM_ENOMEM, 0, "%s: out of memory for %zu tensors", path, nt);
     }
     if (nk && !(f->kvs = wm__calloc(nk, sizeof *f->kvs)))
-        return wm__err(h->err, WM_ENOMEM, 0, "%s: out of memory for %zu metadata entries", path, nk);
+        return wm__err(h->err, WM_ENOMEM, 0, "%s: out of memory for %zu metadata entries", path,
+                       nk);
     f->n_tensors = nt;
     f->n_kv = nk;
     size_t ti = 0;
@@ -621,7 +676,8 @@ static wm_status parse_members(hdr *h, const cJSON *root, uint64_t hlen) {
     for (size_t i = 0; i < nk; i++)
         f->kvs[i].val = (const unsigned char *)vals.p + (uintptr_t)f->kvs[i].val;
     uint64_t sum = 0;
-    for (size_t i = 0; i < nt; i++) sum += f->tensors[i].nbytes;
+    for (size_t i = 0; i < nt; i++)
+        sum += f->tensors[i].nbytes;
     f->tensor_bytes = sum;
     f->version = 1;
     f->alignment = 1;
@@ -640,11 +696,12 @@ wm_status wm__safetensors_parse(wm_file *f, wm_error *err) {
     size_t got;
     int e = wm__os_pread(sh->fd, lb, 8, 0, &got);
     if (e)
-        return wm__err(err, wm__status_io(e), e,
-                       "%s: reading the header length at offset 0: %s", path, wm__errno_text(e));
+        return wm__err(err, wm__status_io(e), e, "%s: reading the header length at offset 0: %s",
+                       path, wm__errno_text(e));
     if (got != 8) return wm__err(err, WM_EIO, 0, "%s: file shrank while reading its header", path);
     uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | lb[i];
+    for (int i = 7; i >= 0; i--)
+        hlen = hlen << 8 | lb[i];
     if (hlen > ST_MAX_HEADER)
         return ferr(err, path, 0, "header length %llu is more than the limit of %llu bytes",
                     (unsigned long long)hlen, ST_MAX_HEADER);
@@ -652,15 +709,16 @@ wm_status wm__safetensors_parse(wm_file *f, wm_error *err) {
         return ferr(err, path, 0, "a header of %llu bytes runs past the end of the %llu-byte file",
                     (unsigned long long)hlen, (unsigned long long)f->size);
     unsigned char *text = wm__alloc(hlen ? (size_t)hlen : 1);
-    if (!text) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory for a %llu-byte header", path,
-                              (unsigned long long)hlen);
+    if (!text)
+        return wm__err(err, WM_ENOMEM, 0, "%s: out of memory for a %llu-byte header", path,
+                       (unsigned long long)hlen);
     hdr h = {.f = f, .path = path, .err = err};
     cJSON *root = NULL;
     wm_status st;
     e = wm__os_pread(sh->fd, text, (size_t)hlen, 8, &got);
     if (e) {
-        st = wm__err(err, wm__status_io(e), e,
-                     "%s: reading the header at offset 8: %s", path, wm__errno_text(e));
+        st = wm__err(err, wm__status_io(e), e, "%s: reading the header at offset 8: %s", path,
+                     wm__errno_text(e));
         goto done;
     }
     if (got != hlen) {
@@ -743,7 +801,8 @@ wm_status wm__safetensors_index_parse(const char *path, const unsigned char *tex
     const cJSON *wmap = NULL, *meta = NULL;
     for (const cJSON *m = root->child; m; m = m->next) {
         const cJSON **slot = !strcmp(m->string, "weight_map") ? &wmap
-                             : !strcmp(m->string, "metadata") ? &meta : NULL;
+                             : !strcmp(m->string, "metadata") ? &meta
+                                                              : NULL;
         if (!slot) continue;
         if (*slot) {
             st = ferr(err, path, 0, "'%s' appears twice", m->string);
@@ -760,9 +819,11 @@ wm_status wm__safetensors_index_parse(const char *path, const unsigned char *tex
         goto fail;
     }
     size_t n_map = 0, n_kv = 0;
-    for (const cJSON *c = wmap->child; c; c = c->next) n_map++;
+    for (const cJSON *c = wmap->child; c; c = c->next)
+        n_map++;
     if (meta && cJSON_IsObject(meta))
-        for (const cJSON *c = meta->child; c; c = c->next) n_kv++;
+        for (const cJSON *c = meta->child; c; c = c->next)
+            n_kv++;
     if ((n_map && !(ix->map = wm__calloc(n_map, sizeof *ix->map))) ||
         (n_kv && !(ix->kvs = wm__calloc(n_kv, sizeof *ix->kvs)))) {
         st = wm__err(err, WM_ENOMEM, 0, "%s: out of memory for the index", path);
@@ -775,8 +836,10 @@ wm_status wm__safetensors_index_parse(const char *path, const unsigned char *tex
         if (m == wmap) {
             for (const cJSON *c = m->child; c; c = c->next, mi++) {
                 if (!cJSON_IsString(c) || !c->valuestring[0]) {
-                    st = ferr(err, path, 0, "weight_map: tensor '%s' maps to a JSON %s, not a file "
-                                            "name", c->string, cJSON_IsString(c) ? "empty string" : json_kind(c));
+                    st = ferr(err, path, 0,
+                              "weight_map: tensor '%s' maps to a JSON %s, not a file "
+                              "name",
+                              c->string, cJSON_IsString(c) ? "empty string" : json_kind(c));
                     goto fail;
                 }
                 ix->map[mi][0] = (uint32_t)gput_str(&b, c->string);
@@ -786,8 +849,10 @@ wm_status wm__safetensors_index_parse(const char *path, const unsigned char *tex
             for (const cJSON *c = m->child; c; c = c->next, ki++) {
                 wm__kv *kv = &ix->kvs[ki];
                 const jnum *num = NULL;
-                if (cJSON_IsNumber(c)) num = take_num(&js);
-                else skip_nums(&js, c);
+                if (cJSON_IsNumber(c))
+                    num = take_num(&js);
+                else
+                    skip_nums(&js, c);
                 kv->key_off = (uint32_t)gput_str(&b, c->string);
                 kv->key_len = (uint32_t)strlen(c->string);
                 kv->lenw = 8;
@@ -805,7 +870,8 @@ wm_status wm__safetensors_index_parse(const char *path, const unsigned char *tex
     ix->blob_len = b.len;
     ix->n_map = n_map;
     ix->n_kv = n_kv;
-    for (size_t i = 0; i < n_kv; i++) ix->kvs[i].val = (const unsigned char *)b.p + (uintptr_t)ix->kvs[i].val;
+    for (size_t i = 0; i < n_kv; i++)
+        ix->kvs[i].val = (const unsigned char *)b.p + (uintptr_t)ix->kvs[i].val;
     json_end();
     return WM_OK;
 fail:

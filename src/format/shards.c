@@ -19,8 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_SHARDS 65535u              /* split.count is a u16 in llama.cpp */
-#define MAX_INDEX_BYTES 100000000ull   /* largest index file read */
+#define MAX_SHARDS 65535u            /* split.count is a u16 in llama.cpp */
+#define MAX_INDEX_BYTES 100000000ull /* largest index file read */
 #define ST_EXT ".safetensors"
 #define ST_INDEX_EXT ".safetensors.index.json"
 
@@ -40,10 +40,12 @@ typedef struct shard_name {
 
 static bool digits_before(const char *p, size_t end, size_t *start, unsigned *val) {
     size_t i = end;
-    while (i > 0 && p[i - 1] >= '0' && p[i - 1] <= '9') i--;
+    while (i > 0 && p[i - 1] >= '0' && p[i - 1] <= '9')
+        i--;
     if (i == end || end - i > 9) return false;
     unsigned v = 0;
-    for (size_t j = i; j < end; j++) v = v * 10 + (unsigned)(p[j] - '0');
+    for (size_t j = i; j < end; j++)
+        v = v * 10 + (unsigned)(p[j] - '0');
     *start = i;
     *val = v;
     return true;
@@ -80,11 +82,12 @@ static wm_status read_index(const char *path, wm__st_index *ix, wm_error *err) {
     wm_os_stat stt;
     wm_status st;
     int e = wm__os_open_read(path, &fd);
-    if (e) return wm__err(err, wm__status_from_errno(e), e, "%s: cannot open: %s", path, wm__errno_text(e));
+    if (e)
+        return wm__err(err, wm__status_from_errno(e), e, "%s: cannot open: %s", path,
+                       wm__errno_text(e));
     e = wm__os_stat(fd, &stt);
     if (e) {
-        st = wm__err(err, wm__status_io(e), e, "%s: cannot stat: %s", path,
-                     wm__errno_text(e));
+        st = wm__err(err, wm__status_io(e), e, "%s: cannot stat: %s", path, wm__errno_text(e));
         goto done;
     }
     if (!stt.is_regular) {
@@ -92,9 +95,10 @@ static wm_status read_index(const char *path, wm__st_index *ix, wm_error *err) {
         goto done;
     }
     if (stt.size > MAX_INDEX_BYTES) {
-        st = wm__err(err, WM_EFORMAT, 0, "%s: at offset 0: an index of %llu bytes is more than the "
-                                         "limit of %llu", path, (unsigned long long)stt.size,
-                     MAX_INDEX_BYTES);
+        st = wm__err(err, WM_EFORMAT, 0,
+                     "%s: at offset 0: an index of %llu bytes is more than the "
+                     "limit of %llu",
+                     path, (unsigned long long)stt.size, MAX_INDEX_BYTES);
         goto done;
     }
     text = wm__alloc(stt.size ? (size_t)stt.size : 1);
@@ -151,13 +155,15 @@ static wm_status check_unique(set *s, size_t total) {
     if (!r) return wm__err(s->err, WM_ENOMEM, 0, "%s: out of memory", s->path);
     size_t k = 0;
     for (uint32_t i = 0; i < s->n; i++)
-        for (size_t j = 0; j < s->sub[i]->n_tensors; j++) r[k++] = (tref){tname(s->sub[i], j), i};
+        for (size_t j = 0; j < s->sub[i]->n_tensors; j++)
+            r[k++] = (tref){tname(s->sub[i], j), i};
     qsort(r, total, sizeof *r, by_name);
     wm_status st = WM_OK;
     for (size_t i = 1; i < total && !st; i++)
         if (!strcmp(r[i - 1].name, r[i].name))
-            st = wm__err(s->err, WM_EFORMAT, 0, "%s: tensor '%s' is in two shards: %s and %s", s->path,
-                         r[i].name, s->sub[r[i - 1].shard]->path, s->sub[r[i].shard]->path);
+            st =
+                wm__err(s->err, WM_EFORMAT, 0, "%s: tensor '%s' is in two shards: %s and %s",
+                        s->path, r[i].name, s->sub[r[i - 1].shard]->path, s->sub[r[i].shard]->path);
     wm__free(r);
     return st;
 }
@@ -180,21 +186,26 @@ static wm_status merge(set *s, wm_file **out) {
         bytes += s->sub[i]->tensor_bytes;
     }
     if (total >= UINT32_MAX)
-        return wm__err(s->err, WM_EFORMAT, 0, "%s: %zu tensors in the set are too many", s->path, total);
+        return wm__err(s->err, WM_EFORMAT, 0, "%s: %zu tensors in the set are too many", s->path,
+                       total);
     wm_status st = check_unique(s, total);
     if (st) return st;
 
     /* Metadata: the index's, then shard 0's keys that the index lacks. */
     size_t n_kv = s->have_ix ? s->ix.n_kv : 0;
     for (size_t i = 0; i < s0->n_kv; i++)
-        if (!s->have_ix || !has_key(s->ix.kvs, s->ix.n_kv, s->ix.blob, s0->names + s0->kvs[i].key_off))
+        if (!s->have_ix ||
+            !has_key(s->ix.kvs, s->ix.n_kv, s->ix.blob, s0->names + s0->kvs[i].key_off))
             n_kv++;
     size_t names_len = 1;
     for (uint32_t i = 0; i < s->n; i++)
-        for (size_t j = 0; j < s->sub[i]->n_tensors; j++) names_len += s->sub[i]->tensors[j].name_len + 1u;
+        for (size_t j = 0; j < s->sub[i]->n_tensors; j++)
+            names_len += s->sub[i]->tensors[j].name_len + 1u;
     if (s->have_ix)
-        for (size_t i = 0; i < s->ix.n_kv; i++) names_len += s->ix.kvs[i].key_len + 1u;
-    for (size_t i = 0; i < s0->n_kv; i++) names_len += s0->kvs[i].key_len + 1u;
+        for (size_t i = 0; i < s->ix.n_kv; i++)
+            names_len += s->ix.kvs[i].key_len + 1u;
+    for (size_t i = 0; i < s0->n_kv; i++)
+        names_len += s0->kvs[i].key_len + 1u;
     if (names_len > UINT32_MAX)
         return wm__err(s->err, WM_EFORMAT, 0, "%s: the names of the set are too long", s->path);
 
@@ -283,7 +294,8 @@ static wm_status merge(set *s, wm_file **out) {
 }
 
 static void set_free(set *s) {
-    for (uint32_t i = 0; i < s->n; i++) wm__file_free(s->sub[i]);
+    for (uint32_t i = 0; i < s->n; i++)
+        wm__file_free(s->sub[i]);
     wm__free(s->sub);
     wm__st_index_free(&s->ix);
 }
@@ -356,8 +368,8 @@ static wm_status check_weight_map(set *s, const char *const *shard_names, const 
     wm_status st = WM_OK;
     for (size_t i = 1; i < n && !st; i++)
         if (!strcmp(r[i - 1].tensor, r[i].tensor))
-            st = wm__err(s->err, WM_EFORMAT, 0, "%s: weight_map lists tensor '%s' twice", index_path,
-                         r[i].tensor);
+            st = wm__err(s->err, WM_EFORMAT, 0, "%s: weight_map lists tensor '%s' twice",
+                         index_path, r[i].tensor);
     size_t matched = 0;
     for (uint32_t k = 0; k < s->n && !st; k++) {
         const wm_file *f = s->sub[k];
@@ -365,12 +377,15 @@ static wm_status check_weight_map(set *s, const char *const *shard_names, const 
             mref key = {tname(f, j), NULL};
             const mref *hit = n ? bsearch(&key, r, n, sizeof *r, mref_cmp) : NULL;
             if (!hit)
-                st = wm__err(s->err, WM_EFORMAT, 0, "%s: shard %s holds tensor '%s', which the index "
-                                                    "does not list", index_path, f->path, key.tensor);
+                st = wm__err(s->err, WM_EFORMAT, 0,
+                             "%s: shard %s holds tensor '%s', which the index "
+                             "does not list",
+                             index_path, f->path, key.tensor);
             else if (strcmp(hit->shard, shard_names[k]) != 0)
-                st = wm__err(s->err, WM_EFORMAT, 0, "%s: tensor '%s' is in shard %s, but the index "
-                                                    "puts it in %s", index_path, key.tensor, f->path,
-                             hit->shard);
+                st = wm__err(s->err, WM_EFORMAT, 0,
+                             "%s: tensor '%s' is in shard %s, but the index "
+                             "puts it in %s",
+                             index_path, key.tensor, f->path, hit->shard);
             else
                 matched++;
         }
@@ -379,14 +394,17 @@ static wm_status check_weight_map(set *s, const char *const *shard_names, const 
         for (size_t i = 0; i < n && !st; i++) {
             const char **sh = bsearch(&r[i].shard, shard_names, s->n, sizeof *shard_names, str_cmp);
             size_t idx;
-            if (sh && wm__index_find_tensor(s->sub[sh - shard_names], r[i].tensor, strlen(r[i].tensor), &idx) != WM_OK)
-                st = wm__err(s->err, WM_EFORMAT, 0, "%s: tensor '%s' is listed for shard %s, which "
-                                                    "does not hold it", index_path, r[i].tensor,
-                             s->sub[sh - shard_names]->path);
+            if (sh && wm__index_find_tensor(s->sub[sh - shard_names], r[i].tensor,
+                                            strlen(r[i].tensor), &idx) != WM_OK)
+                st = wm__err(s->err, WM_EFORMAT, 0,
+                             "%s: tensor '%s' is listed for shard %s, which "
+                             "does not hold it",
+                             index_path, r[i].tensor, s->sub[sh - shard_names]->path);
         }
         if (!st)
-            st = wm__err(s->err, WM_EFORMAT, 0, "%s: the index lists %zu tensors, the shards hold %zu",
-                         index_path, n, matched);
+            st = wm__err(s->err, WM_EFORMAT, 0,
+                         "%s: the index lists %zu tensors, the shards hold %zu", index_path, n,
+                         matched);
     }
     wm__free(r);
     return st;
@@ -409,8 +427,10 @@ static wm_status open_st_index(const char *user_path, const char *index_path, wm
     for (size_t i = 0; i < s.ix.n_map; i++) {
         names[i] = s.ix.blob + s.ix.map[i][1];
         if (!safe_shard_name(names[i])) {
-            st = wm__err(err, WM_EFORMAT, 0, "%s: weight_map names the shard '%s', which is not a "
-                                             "file name below the index's folder", index_path, names[i]);
+            st = wm__err(err, WM_EFORMAT, 0,
+                         "%s: weight_map names the shard '%s', which is not a "
+                         "file name below the index's folder",
+                         index_path, names[i]);
             goto done;
         }
     }
@@ -425,7 +445,8 @@ static wm_status open_st_index(const char *user_path, const char *index_path, wm
         goto done;
     }
     if (nn > MAX_SHARDS) {
-        st = wm__err(err, WM_EFORMAT, 0, "%s: %zu shards are more than %u", index_path, nn, MAX_SHARDS);
+        st = wm__err(err, WM_EFORMAT, 0, "%s: %zu shards are more than %u", index_path, nn,
+                     MAX_SHARDS);
         goto done;
     }
     if (!(s.sub = wm__calloc(nn, sizeof *s.sub))) {
@@ -473,8 +494,8 @@ static wm_status open_st_shards(const char *path, const shard_name *sn, wm_file 
         return st;
     }
     if (e != ENOENT) {
-        st = wm__err(err, wm__status_io(e), e, "%s: cannot stat the index %s: %s",
-                     path, ipath, wm__errno_text(e));
+        st = wm__err(err, wm__status_io(e), e, "%s: cannot stat the index %s: %s", path, ipath,
+                     wm__errno_text(e));
         wm__free(ipath);
         return st;
     }
@@ -509,14 +530,15 @@ static wm_status open_gguf_split(const char *path, wm_file *first, uint64_t coun
     uint64_t no;
     bool present;
     if (!parse_shard_name(path, ".gguf", &sn)) {
-        st = wm__err(err, WM_EFORMAT, 0, "%s: split.count is %llu, but the name does not end in "
-                                         "-0000K-of-0000N.gguf, so the other parts cannot be found",
+        st = wm__err(err, WM_EFORMAT, 0,
+                     "%s: split.count is %llu, but the name does not end in "
+                     "-0000K-of-0000N.gguf, so the other parts cannot be found",
                      path, (unsigned long long)count);
         goto done;
     }
     if (sn.n != count || count > MAX_SHARDS) {
-        st = wm__err(err, WM_EFORMAT, 0, "%s: split.count is %llu, but the name says %u parts", path,
-                     (unsigned long long)count, sn.n);
+        st = wm__err(err, WM_EFORMAT, 0, "%s: split.count is %llu, but the name says %u parts",
+                     path, (unsigned long long)count, sn.n);
         goto done;
     }
     if (!(s.sub = wm__calloc(sn.n, sizeof *s.sub))) {
@@ -525,7 +547,8 @@ static wm_status open_gguf_split(const char *path, wm_file *first, uint64_t coun
     }
     s.n = sn.n;
     if (sn.k < 1 || sn.k > sn.n) {
-        st = wm__err(err, WM_EFORMAT, 0, "%s: part number %u is not between 1 and %u", path, sn.k, sn.n);
+        st = wm__err(err, WM_EFORMAT, 0, "%s: part number %u is not between 1 and %u", path, sn.k,
+                     sn.n);
         goto done;
     }
     s.sub[sn.k - 1] = first;
@@ -539,26 +562,32 @@ static wm_status open_gguf_split(const char *path, wm_file *first, uint64_t coun
         uint64_t c;
         if ((st = split_key(f, "split.count", &c, &present, err))) goto done;
         if (!present || c != count) {
-            st = wm__err(err, WM_EFORMAT, 0, "%s: split.count is %s%llu in this part, %llu in %s",
-                         f->path, present ? "" : "missing, not ", (unsigned long long)(present ? c : count),
-                         (unsigned long long)count, path);
+            st =
+                wm__err(err, WM_EFORMAT, 0, "%s: split.count is %s%llu in this part, %llu in %s",
+                        f->path, present ? "" : "missing, not ",
+                        (unsigned long long)(present ? c : count), (unsigned long long)count, path);
             goto done;
         }
         if ((st = split_key(f, "split.no", &no, &present, err))) goto done;
         if (!present || no != k - 1) {
-            st = wm__err(err, WM_EFORMAT, 0, "%s: split.no is %s%llu, but the name makes it part %u "
-                                             "(split.no %u)", f->path, present ? "" : "missing, not ",
+            st = wm__err(err, WM_EFORMAT, 0,
+                         "%s: split.no is %s%llu, but the name makes it part %u "
+                         "(split.no %u)",
+                         f->path, present ? "" : "missing, not ",
                          (unsigned long long)(present ? no : k - 1), k, k - 1);
             goto done;
         }
     }
     uint64_t want, have = 0;
     if ((st = split_key(s.sub[0], "split.tensors.count", &want, &present, err))) goto done;
-    for (uint32_t i = 0; i < s.n; i++) have += s.sub[i]->n_tensors;
+    for (uint32_t i = 0; i < s.n; i++)
+        have += s.sub[i]->n_tensors;
     if (!present || want != have) {
-        st = wm__err(err, WM_EFORMAT, 0, "%s: split.tensors.count is %s%llu, but the %u parts hold "
-                                         "%llu tensors", s.sub[0]->path, present ? "" : "missing, not ",
-                     (unsigned long long)want, s.n, (unsigned long long)have);
+        st = wm__err(err, WM_EFORMAT, 0,
+                     "%s: split.tensors.count is %s%llu, but the %u parts hold "
+                     "%llu tensors",
+                     s.sub[0]->path, present ? "" : "missing, not ", (unsigned long long)want, s.n,
+                     (unsigned long long)have);
     }
 done:
     wm__file_free(first);

@@ -101,7 +101,8 @@ const char *wm_format_name(wm_format format) {
 }
 
 const char *wm_value_type_name(wm_value_type type) {
-    static const char *const names[WM_VALUE_TYPE_COUNT] = {
-        "u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "string", "array", "u64", "i64", "f64"};
+    static const char *const names[WM_VALUE_TYPE_COUNT] = {"u8",  "i8",  "u16",  "i16",    "u32",
+                                                           "i32", "f32", "bool", "string", "array",
+                                                           "u64", "i64", "f64"};
     return (unsigned)type < WM_VALUE_TYPE_COUNT ? names[type] : NULL;
 }

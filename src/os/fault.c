@@ -20,7 +20,8 @@ static _Atomic uint64_t injected;
 
 void wm__fault_reset(void) {
     atomic_store(&armed_kind, -1);
-    for (int i = 0; i <= WM_OS_CALL_COUNT; i++) atomic_store(&counts[i], 0);
+    for (int i = 0; i <= WM_OS_CALL_COUNT; i++)
+        atomic_store(&counts[i], 0);
     atomic_store(&injected, 0);
 }
 

@@ -144,8 +144,8 @@ int wm__os_thread_start(wm_os_thread *t, void *(*fn)(void *), void *arg) {
     int e = wm__fault_hit(WM_OS_THREAD);
     if (e) return e;
     size_t len = WM_OS_THREAD_STACK;
-    void *stack = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK,
-                       -1, 0);
+    void *stack =
+        mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
     if (stack == MAP_FAILED) return errno;
     pthread_attr_t attr;
     e = pthread_attr_init(&attr);

@@ -102,7 +102,8 @@ static const char *wmf_dir(void) {
 static const char *wmf_put_file(const char *name, const void *data, size_t size) {
     static char path[400];
     int known = 0;
-    for (int i = 0; i < wmf_dir_nfiles; i++) known |= strcmp(wmf_dir_files[i], name) == 0;
+    for (int i = 0; i < wmf_dir_nfiles; i++)
+        known |= strcmp(wmf_dir_files[i], name) == 0;
     if (!known && wmf_dir_nfiles < 16) snprintf(wmf_dir_files[wmf_dir_nfiles++], 64, "%s", name);
     snprintf(path, sizeof path, "%s/%s", wmf_dir(), name);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -121,7 +122,8 @@ static volatile uint64_t wmf_sink;
 
 static void wmf_take_string(wm_string s) {
     uint64_t h = 0;
-    for (size_t i = 0; i < s.len; i++) h = h * 31 + (unsigned char)s.ptr[i];
+    for (size_t i = 0; i < s.len; i++)
+        h = h * 31 + (unsigned char)s.ptr[i];
     wmf_sink += h;
 }
 
@@ -131,7 +133,8 @@ static void wmf_walk_file(const wm_file *f) {
     wmf_sink += wm_file_format(f) + wm_file_version(f) + wm_file_size(f) + wm_file_data_offset(f) +
                 wm_file_alignment(f) + wm_file_tensor_bytes(f);
     wmf_sink += strlen(wm_file_path(f)) + strlen(wm_format_name(wm_file_format(f)));
-    for (uint32_t s = 0; s < wm_file_shard_count(f); s++) wmf_sink += strlen(wm_file_shard_path(f, s));
+    for (uint32_t s = 0; s < wm_file_shard_count(f); s++)
+        wmf_sink += strlen(wm_file_shard_path(f, s));
     size_t nt = wm_file_tensor_count(f);
     for (size_t i = 0; i < nt; i++) {
         wm_tensor_info t;
@@ -143,7 +146,8 @@ static void wmf_walk_file(const wm_file *f) {
         if (wm_file_find_tensor(f, t.name, &back) != WM_OK) abort();
         wmf_sink += strlen(t.name) + (uint64_t)t.type + t.n_dims + t.n_elements + t.offset +
                     t.nbytes + t.shard + back;
-        for (uint32_t d = 0; d < WM_MAX_DIMS; d++) wmf_sink += t.shape[d];
+        for (uint32_t d = 0; d < WM_MAX_DIMS; d++)
+            wmf_sink += t.shape[d];
         if (t.offset + t.nbytes < t.offset) abort();
     }
     wm_tensor_info t;
@@ -186,7 +190,8 @@ static void wmf_walk_file(const wm_file *f) {
         wm_array_iter it;
         if (wm_file_array_iter(f, i, &it) == WM_OK) {
             uint64_t k = 0;
-            while (k++ < 100000 && wm_array_iter_next(&it, &str) == WM_OK) wmf_take_string(str);
+            while (k++ < 100000 && wm_array_iter_next(&it, &str) == WM_OK)
+                wmf_take_string(str);
         }
     }
     wm_kv kv;
@@ -205,8 +210,8 @@ static void wmf_open_walk_close(const char *path) {
         wmf_walk_file(f);
         wm_file_close(f);
     } else if (f != NULL || err.code != st || err.msg[0] == '\0') {
-        fprintf(stderr, "failed open left out=%p, err.code %d for status %d, msg '%s'\n",
-                (void *)f, err.code, st, err.msg);
+        fprintf(stderr, "failed open left out=%p, err.code %d for status %d, msg '%s'\n", (void *)f,
+                err.code, st, err.msg);
         abort();
     }
     wmf_check_ledger_empty("wm_file_open/wm_file_close");
@@ -225,7 +230,8 @@ static void wmf_with_faults(void (*fn)(void *), void *ctx, const uint8_t *data, 
     static int sweep = -1;
     if (sweep < 0) sweep = getenv("WM_FUZZ_FAULT_SWEEP") != NULL;
     uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < size; i++) h = (h ^ data[i]) * 1099511628211ull;
+    for (size_t i = 0; i < size; i++)
+        h = (h ^ data[i]) * 1099511628211ull;
     for (uint64_t k = sweep ? 1 : h % n + 1; k <= (sweep ? n : h % n + 1); k++) {
         for (int e = 0; e < 2; e++) {
             if (!sweep && e != (int)((h >> 32) & 1)) continue;

@@ -18,9 +18,11 @@ static void put_shard(const char *name, const char *json, size_t data_len) {
     unsigned char buf[512];
     size_t n = strlen(json);
     if (8 + n + data_len > sizeof buf) abort();
-    for (int i = 0; i < 8; i++) buf[i] = (unsigned char)((uint64_t)n >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        buf[i] = (unsigned char)((uint64_t)n >> (8 * i));
     memcpy(buf + 8, json, n);
-    for (size_t i = 0; i < data_len; i++) buf[8 + n + i] = (unsigned char)(i * 7 + 1);
+    for (size_t i = 0; i < data_len; i++)
+        buf[8 + n + i] = (unsigned char)(i * 7 + 1);
     wmf_put_file(name, buf, 8 + n + data_len);
 }
 

@@ -23,7 +23,8 @@ static void touch_all(wm_model *m) {
         if (wm_model_tensor_info(m, i, &type, &nbytes) != WM_OK) abort();
         const unsigned char *p = wm_model_tensor_data(m, i);
         if (!p && nbytes) abort();
-        for (uint64_t k = 0; k < nbytes; k++) sum += p[k];
+        for (uint64_t k = 0; k < nbytes; k++)
+            sum += p[k];
         unsigned char *w = wm_model_tensor_data_mut(m, i);
         if (w && nbytes) w[nbytes - 1] ^= 1;
     }
@@ -36,10 +37,12 @@ static void check_back_to(const wm_ledger *before, const char *where) {
     wm_ledger l;
     wm_ledger_get(&l);
     for (int k = 0; k < WM_LEDGER_COUNT; k++) {
-        if (l.cat[k].current == before->cat[k].current && l.cat[k].regions == before->cat[k].regions)
+        if (l.cat[k].current == before->cat[k].current &&
+            l.cat[k].regions == before->cat[k].regions)
             continue;
-        fprintf(stderr, "weightmap fuzz: after %s, ledger %s holds %llu bytes in %llu regions, "
-                        "before the load %llu in %llu\n",
+        fprintf(stderr,
+                "weightmap fuzz: after %s, ledger %s holds %llu bytes in %llu regions, "
+                "before the load %llu in %llu\n",
                 where, wm_ledger_category_name((wm_ledger_category)k),
                 (unsigned long long)l.cat[k].current, (unsigned long long)l.cat[k].regions,
                 (unsigned long long)before->cat[k].current,

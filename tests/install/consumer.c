@@ -1,6 +1,6 @@
 /* A program that uses an installed weightmap: built against pkg-config and find_package. */
-#include <weightmap.h>
 #include <stdio.h>
+#include <weightmap.h>
 
 int main(int argc, char **argv) {
     if (argc != 2) return 2;
