@@ -119,9 +119,12 @@ typedef struct queued {
     ncclComm_t comm;
 } queued;
 
-static _Thread_local queued q[MAX_QUEUED];
-static _Thread_local size_t n_q;
-static _Thread_local int in_group;
+/* The calls queued in a group. Per process, not per thread: a rank makes its calls on one
+ * thread, and thread-local arrays this size would sit in every thread's static TLS, which
+ * glibc carves out of the library's own small worker stacks. */
+static queued q[MAX_QUEUED];
+static size_t n_q;
+static int in_group;
 
 static void violation(struct ncclComm *c, const char *what) {
     atomic_fetch_add(&c->w->violations, 1);
