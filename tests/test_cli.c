@@ -4,6 +4,7 @@
  */
 #include "wmtest.h"
 
+#include <stdarg.h>
 #include <string.h>
 
 /* Under AddressSanitizer its allocator's quarantine and shadow memory keep hundreds of KiB of
@@ -20,6 +21,29 @@ static void verdict_exit(int rc, int line) {
 
 #define HAS(s, needle)                                                                             \
     CHECK_MSG(strstr((s), (needle)) != NULL, "output lacks %s:\n%.2000s", needle, s)
+
+/* Runs the tool with the arguments `fmt` (printf-style) gives: returns its exit code, its stdout
+ * in *out (malloc'd; the caller frees it). */
+__attribute__((format(printf, 2, 3))) static int run_cli(char **out, const char *fmt, ...) {
+    char args[900], cmd[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "%s %s", WM_CLI, args);
+    return wmt_run(cmd, out);
+}
+
+/* The arguments `args` are a usage error: exit 2, nothing on stdout, `want` on stderr. */
+static void usage_error(const char *args, const char *want) {
+    char *out;
+    CHECK_EQ(run_cli(&out, "%s", args), 2);
+    CHECK_EQ(out[0], 0);
+    char *err = wmt_stderr_text();
+    HAS(err, want);
+    free(err);
+    free(out);
+}
 
 WM_TEST(exit_codes_and_error_line) {
     char *out, *err;
@@ -60,10 +84,7 @@ WM_TEST(info_json_fields) {
 
 WM_TEST(check_json_every_mode_returns_everything) {
     char *out;
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s check --json --cycles 2 %s", WM_CLI,
-             wmt_fixture("gguf/stories260K.gguf"));
-    VERDICT_EXIT(wmt_run(cmd, &out));
+    VERDICT_EXIT(run_cli(&out, "check --json --cycles 2 %s", wmt_fixture("gguf/stories260K.gguf")));
     HAS_VERDICT(out, "\"ok\": true, \"modes\": [");
     HAS(out, "{\"mode\": \"heap\", \"cycles\": 2, \"load_seconds\": ");
     HAS(out, "{\"mode\": \"mmap\", \"cycles\": 2");
@@ -90,18 +111,16 @@ WM_TEST(check_sharded_set_counts_every_shard) {
 
 WM_TEST(load_json_and_lock_refusal) {
     char *out;
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s load --json --mode heap --cycles 3 --threads 2 %s", WM_CLI,
-             wmt_fixture("gguf/stories260K.gguf"));
-    VERDICT_EXIT(wmt_run(cmd, &out));
+    VERDICT_EXIT(run_cli(&out, "load --json --mode heap --cycles 3 --threads 2 %s",
+                         wmt_fixture("gguf/stories260K.gguf")));
     HAS(out, "\"mode\": \"heap\"");
     HAS_VERDICT(out, "\"ok\": true");
     HAS(out, "\"ledger_bytes\": 0, \"ledger_regions\": 0, \"file_regions\": 0}");
     HAS(out, "{\"cycle\": 3, ");
     free(out);
-    snprintf(cmd, sizeof cmd, "%s load --mode mmap-private --lock %s", WM_CLI,
-             wmt_fixture("gguf/stories260K.gguf"));
-    CHECK_EQ(wmt_run(cmd, &out), 1);
+    CHECK_EQ(
+        run_cli(&out, "load --mode mmap-private --lock %s", wmt_fixture("gguf/stories260K.gguf")),
+        1);
     char *err = wmt_stderr_text();
     HAS(err, "privatise");
     free(err);
@@ -125,39 +144,40 @@ WM_TEST(make_model_is_deterministic) {
 
 /* The bytes every tensor of a fixture takes converted to `to`, summed through the public API:
  * elements x the target's element size for a tensor that converts, its stored size otherwise.
- * *n_quant counts the tensors of a block-quantized type (so a case knows it covers them). */
-static uint64_t bytes_as_via_api(const char *path, wm_type to, uint64_t *stored, int *n_quant) {
+ * `stored` sums their stored sizes; n_quant counts the tensors of a block-quantized type (so a case
+ * knows it covers them). */
+typedef struct bytes_as {
+    uint64_t total, stored;
+    int n_quant;
+} bytes_as;
+
+static bytes_as bytes_as_via_api(const char *path, wm_type to) {
     wm_file *f = NULL;
     CHECK_STATUS(wm_file_open(path, &f, NULL), WM_OK);
-    uint64_t total = 0;
-    *stored = 0;
-    *n_quant = 0;
+    bytes_as b = {0, 0, 0};
     for (size_t i = 0; i < wm_file_tensor_count(f); i++) {
         wm_tensor_info t;
         CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
-        *stored += t.nbytes;
-        *n_quant += wm_type_block_elems(t.type) > 1;
+        b.stored += t.nbytes;
+        b.n_quant += wm_type_block_elems(t.type) > 1;
         /* float targets have blocks of one element */
-        total +=
+        b.total +=
             wm_convert_supported(t.type, to) ? t.n_elements * wm_type_block_bytes(to) : t.nbytes;
     }
     wm_file_close(f);
-    return total;
+    return b;
 }
 
 WM_TEST(info_as_f32_converted_total) {
-    char *out, cmd[1024], want[128];
+    char *out, want[128];
     const char *path = wmt_fixture("gguf/stories260K-q4_0.gguf");
-    uint64_t stored;
-    int n_quant;
-    uint64_t total = bytes_as_via_api(path, WM_TYPE_F32, &stored, &n_quant);
-    CHECK(n_quant >= 32); /* Q4_0 x31, Q8_0 x1 */
-    CHECK(total > stored);
-    snprintf(cmd, sizeof cmd, "%s info %s --as f32", WM_CLI, path);
-    CHECK_EQ(wmt_run(cmd, &out), 0);
-    snprintf(want, sizeof want, "as f32:      %llu bytes (", (unsigned long long)total);
+    bytes_as b = bytes_as_via_api(path, WM_TYPE_F32);
+    CHECK(b.n_quant >= 32); /* Q4_0 x31, Q8_0 x1 */
+    CHECK(b.total > b.stored);
+    CHECK_EQ(run_cli(&out, "info %s --as f32", path), 0);
+    snprintf(want, sizeof want, "as f32:      %llu bytes (", (unsigned long long)b.total);
     HAS(out, want);
-    snprintf(want, sizeof want, ") from %llu stored\n", (unsigned long long)stored);
+    snprintf(want, sizeof want, ") from %llu stored\n", (unsigned long long)b.stored);
     HAS(out, want);
     /* one Q4_0 row: stored 18432 bytes, 64 x 512 elements as f32 */
     HAS(out, "64 x 512                          49312        18432       131072\n");
@@ -166,54 +186,40 @@ WM_TEST(info_as_f32_converted_total) {
 }
 
 WM_TEST(info_as_bad_type_is_usage_error) {
-    char *out, *err, cmd[1024];
     const char *bad[] = {"q4_x", "q4_0"}; /* unknown; known but no type converts to it */
     for (size_t i = 0; i < 2; i++) {
-        snprintf(cmd, sizeof cmd, "%s info %s --as %s", WM_CLI,
-                 wmt_fixture("gguf/stories260K.gguf"), bad[i]);
-        CHECK_EQ(wmt_run(cmd, &out), 2);
-        CHECK_EQ(out[0], 0);
-        err = wmt_stderr_text();
-        char want[64];
+        char args[1024], want[64];
+        snprintf(args, sizeof args, "info %s --as %s", wmt_fixture("gguf/stories260K.gguf"),
+                 bad[i]);
         snprintf(want, sizeof want, "info: --as %s:", bad[i]);
-        HAS(err, want);
-        free(err);
-        free(out);
+        usage_error(args, want);
     }
 }
 
 /* cat --as and load --convert take the same targets as info --as: a known type that nothing
  * converts to is a usage error before the file is touched. */
 WM_TEST(convert_targets_are_checked_everywhere) {
-    char *out, *err, cmd[1024];
     const char *f = wmt_fixture("gguf/stories260K.gguf");
-    const char *fmt[] = {"%s cat %s tok_embeddings.weight --as q4_0 --force",
-                         "%s load %s --mode heap --convert q4_0",
-                         "%s load %s --mode heap --convert f16:q8_0"};
+    const char *fmt[] = {"cat %s tok_embeddings.weight --as q4_0 --force",
+                         "load %s --mode heap --convert q4_0",
+                         "load %s --mode heap --convert f16:q8_0"};
     const char *want[] = {"cat: --as q4_0:", "--convert: 'q4_0'", "--convert: 'f16:q8_0'"};
     for (size_t i = 0; i < 3; i++) {
-        snprintf(cmd, sizeof cmd, fmt[i], WM_CLI, f);
-        CHECK_EQ(wmt_run(cmd, &out), 2);
-        CHECK_EQ(out[0], 0);
-        err = wmt_stderr_text();
-        HAS(err, want[i]);
-        free(err);
-        free(out);
+        char args[1024];
+        snprintf(args, sizeof args, fmt[i], f);
+        usage_error(args, want[i]);
     }
 }
 
 WM_TEST(info_as_json_fields) {
-    char *out, cmd[1024], want[256];
+    char *out, want[256];
     const char *path = wmt_fixture("gguf/stories260K-q8_0.gguf");
-    uint64_t stored;
-    int n_quant;
-    uint64_t total = bytes_as_via_api(path, WM_TYPE_F16, &stored, &n_quant);
-    CHECK(n_quant > 0);
-    snprintf(cmd, sizeof cmd, "%s info --json --as F16 %s", WM_CLI, path);
-    CHECK_EQ(wmt_run(cmd, &out), 0);
+    bytes_as b = bytes_as_via_api(path, WM_TYPE_F16);
+    CHECK(b.n_quant > 0);
+    CHECK_EQ(run_cli(&out, "info --json --as F16 %s", path), 0);
     snprintf(want, sizeof want,
              "\"tensor_bytes\": %llu, \"as\": \"f16\", \"tensor_bytes_as\": %llu, \"n_kept\": 0,",
-             (unsigned long long)stored, (unsigned long long)total);
+             (unsigned long long)b.stored, (unsigned long long)b.total);
     HAS(out, want);
     /* the fields info has without --as are unchanged; the new ones follow them */
     HAS(out, "{\"name\": \"output.weight\", \"type\": \"q8_0\", \"shape\": [64, 512], "

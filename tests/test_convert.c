@@ -170,6 +170,10 @@ WM_TEST(peer_dequant_f32) {
 
 /* ---- IQ codebook grids ---- */
 
+/* A row of iq_tables: the grid wm__NAME_grid, its entry size and hash, its place iqx_grids.NAME. */
+#define IQ_TABLE(name, entry, fnv)                                                                 \
+    { #name, wm__##name##_grid, sizeof wm__##name##_grid, entry, fnv, offsetof(iqx_grids, name) }
+
 /* The built-in grids (src/convert/iq_grids.c), each with the FNV-1a 64 of its bytes as the
  * generator wrote them from the peer (peer_iq_grids checks these values against the peer), and
  * where the same table sits in iq_extract.h's iqx_grids. */
@@ -180,18 +184,9 @@ static const struct iq_table {
     uint64_t fnv;
     size_t at;
 } iq_tables[] = {
-    {"iq2xxs", wm__iq2xxs_grid, sizeof wm__iq2xxs_grid, 8, 0xbb4ee025b5ac6e8eull,
-     offsetof(iqx_grids, iq2xxs)},
-    {"iq2xs", wm__iq2xs_grid, sizeof wm__iq2xs_grid, 8, 0xc9b1ee61e79909bdull,
-     offsetof(iqx_grids, iq2xs)},
-    {"iq2s", wm__iq2s_grid, sizeof wm__iq2s_grid, 8, 0x123edd38a3b62b90ull,
-     offsetof(iqx_grids, iq2s)},
-    {"iq3xxs", wm__iq3xxs_grid, sizeof wm__iq3xxs_grid, 4, 0xdfa5dc83d6a155d5ull,
-     offsetof(iqx_grids, iq3xxs)},
-    {"iq3s", wm__iq3s_grid, sizeof wm__iq3s_grid, 4, 0xfa37020c25b44829ull,
-     offsetof(iqx_grids, iq3s)},
-    {"iq1s", wm__iq1s_grid, sizeof wm__iq1s_grid, 8, 0x6703ed863501ae2eull,
-     offsetof(iqx_grids, iq1s)},
+    IQ_TABLE(iq2xxs, 8, 0xbb4ee025b5ac6e8eull), IQ_TABLE(iq2xs, 8, 0xc9b1ee61e79909bdull),
+    IQ_TABLE(iq2s, 8, 0x123edd38a3b62b90ull),   IQ_TABLE(iq3xxs, 4, 0xdfa5dc83d6a155d5ull),
+    IQ_TABLE(iq3s, 4, 0xfa37020c25b44829ull),   IQ_TABLE(iq1s, 8, 0x6703ed863501ae2eull),
 };
 
 /* Without the peer: every table hashes to its committed value, has pairwise distinct entries
@@ -611,29 +606,42 @@ static int run_capture(const char *cmd, uint8_t *buf, size_t cap, size_t *len) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* `weightmap cat PATH NAME OPTS` exits 0 and writes exactly the `len` bytes at `want`. */
+static void check_cat(const char *path, const char *name, const char *opts, const void *want,
+                      size_t len) {
+    static uint8_t out[1 << 20];
+    char cmd[1024];
+    size_t got;
+    snprintf(cmd, sizeof cmd, "'%s' cat '%s' '%s' %s", WM_CLI, path, name, opts);
+    CHECK_EQ(run_capture(cmd, out, sizeof out, &got), 0);
+    CHECK_MSG(got == len && memcmp(out, want, len) == 0, "%s: %zu bytes, want %zu, or not equal",
+              cmd, got, len);
+}
+
+/* Opens the file at `path` (which must succeed) and reads its bytes into *bytes (malloc'd). */
+static wm_file *open_with_bytes(const char *path, uint8_t **bytes) {
+    wm_file *f;
+    CHECK_STATUS(wm_file_open(path, &f, NULL), WM_OK);
+    size_t len;
+    *bytes = wmt_read_file(path, &len);
+    return f;
+}
+
 /* Every tensor of a safetensors file raw, and four dtypes as f32, against the file's bytes. */
 WM_TEST(cli_cat_safetensors) {
     const char *path = wmt_fixture("safetensors/hf-sample-overall.safetensors");
-    wm_file *f;
-    CHECK_STATUS(wm_file_open(path, &f, NULL), WM_OK);
-    size_t file_len;
-    uint8_t *file = wmt_read_file(path, &file_len);
-    uint8_t out[4096], want[4096];
-    char cmd[1024];
-    size_t len;
+    uint8_t *file;
+    wm_file *f = open_with_bytes(path, &file);
+    uint8_t want[4096];
     for (size_t i = 0; i < wm_file_tensor_count(f); i++) {
         wm_tensor_info t;
         CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
-        snprintf(cmd, sizeof cmd, "'%s' cat '%s' '%s'", WM_CLI, path, t.name);
-        CHECK_EQ(run_capture(cmd, out, sizeof out, &len), 0);
-        CHECK(len == t.nbytes && memcmp(out, file + t.offset, len) == 0);
+        check_cat(path, t.name, "", file + t.offset, t.nbytes);
         if (t.type != WM_TYPE_F16 && t.type != WM_TYPE_F64 && t.type != WM_TYPE_I32 &&
             t.type != WM_TYPE_U8)
             continue; /* a process launch each: a few dtypes are enough for --as */
         CHECK_STATUS(wm_convert(t.type, WM_TYPE_F32, file + t.offset, want, t.n_elements), WM_OK);
-        snprintf(cmd, sizeof cmd, "'%s' cat '%s' '%s' --as=f32", WM_CLI, path, t.name);
-        CHECK_EQ(run_capture(cmd, out, sizeof out, &len), 0);
-        CHECK(len == t.n_elements * 4 && memcmp(out, want, len) == 0);
+        check_cat(path, t.name, "--as=f32", want, t.n_elements * 4);
     }
     free(file);
     wm_file_close(f);
@@ -646,7 +654,7 @@ WM_TEST(iq_types_load_and_cat) {
     static const wm_type ts[] = {WM_TYPE_IQ2_XXS, WM_TYPE_IQ2_XS, WM_TYPE_IQ2_S, WM_TYPE_IQ3_XXS,
                                  WM_TYPE_IQ3_S,   WM_TYPE_IQ1_S,  WM_TYPE_IQ1_M};
     enum { NT = sizeof ts / sizeof ts[0], NB = 8, N = NB * 256 };
-    static uint8_t data[NT][NB * 110], out[N * 4];
+    static uint8_t data[NT][NB * 110];
     static float want[N];
     static uint16_t want16[N];
     ggb g;
@@ -673,8 +681,6 @@ WM_TEST(iq_types_load_and_cat) {
     wm_model *m;
     wm_error err;
     CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_OK);
-    char cmd[1024];
-    size_t len;
     for (size_t k = 0; k < NT; k++) {
         wm_type type;
         uint64_t nbytes;
@@ -684,10 +690,7 @@ WM_TEST(iq_types_load_and_cat) {
         CHECK_MSG(memcmp(wm_model_tensor_data(m, k), want, sizeof want) == 0,
                   "%s converted on load differs", wm_type_name(ts[k]));
         CHECK_STATUS(wm_convert(ts[k], WM_TYPE_BF16, data[k], want16, N), WM_OK);
-        snprintf(cmd, sizeof cmd, "'%s' cat '%s' %s --as bf16", WM_CLI, path, wm_type_name(ts[k]));
-        CHECK_EQ(run_capture(cmd, out, sizeof out, &len), 0);
-        CHECK_MSG(len == sizeof want16 && memcmp(out, want16, len) == 0, "cat %s --as bf16",
-                  wm_type_name(ts[k]));
+        check_cat(path, wm_type_name(ts[k]), "--as bf16", want16, sizeof want16);
     }
     wm_model_release(m);
     wm_file_close(f);
@@ -695,10 +698,8 @@ WM_TEST(iq_types_load_and_cat) {
 
 WM_TEST(cli_cat) {
     const char *path = wmt_fixture("gguf/stories260K-q8_0.gguf");
-    wm_file *f;
-    CHECK_STATUS(wm_file_open(path, &f, NULL), WM_OK);
-    size_t file_len;
-    uint8_t *file = wmt_read_file(path, &file_len);
+    uint8_t *file;
+    wm_file *f = open_with_bytes(path, &file);
     static uint8_t out[1 << 20], want[1 << 20];
     char cmd[1024];
     size_t len;
@@ -710,20 +711,16 @@ WM_TEST(cli_cat) {
         int *seen = &per_type[t.type == WM_TYPE_Q8_0 ? 0 : t.type == WM_TYPE_F16 ? 1 : 2];
         if (*seen >= 2) continue;
         (*seen)++;
-        snprintf(cmd, sizeof cmd, "'%s' cat '%s' '%s'", WM_CLI, path, t.name);
-        CHECK_EQ(run_capture(cmd, out, sizeof out, &len), 0);
-        CHECK_EQ(len, t.nbytes);
-        CHECK(memcmp(out, file + t.offset, len) == 0);
+        check_cat(path, t.name, "", file + t.offset, t.nbytes);
         const char *as[3] = {"f32", "f16", "bf16"};
         for (int k = 0; k < 3; k++) {
             wm_type to = wm_type_from_name(as[k]);
             size_t wlen = (size_t)t.n_elements * elem_size(to);
             if (wlen > sizeof want) continue;
             CHECK_STATUS(wm_convert(t.type, to, file + t.offset, want, t.n_elements), WM_OK);
-            snprintf(cmd, sizeof cmd, "'%s' cat '%s' '%s' --as %s", WM_CLI, path, t.name, as[k]);
-            CHECK_EQ(run_capture(cmd, out, sizeof out, &len), 0);
-            CHECK_EQ(len, wlen);
-            CHECK(memcmp(out, want, wlen) == 0);
+            char opts[16];
+            snprintf(opts, sizeof opts, "--as %s", as[k]);
+            check_cat(path, t.name, opts, want, wlen);
         }
         tested++;
     }

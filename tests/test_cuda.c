@@ -92,9 +92,8 @@ static void check_bytes(wm_model *m) {
 
 /* Loads, compares, releases; checks the pinned peak against the budget and the ledger after. */
 static void load_compare(const char *path, wm_load_options o) {
-    wm_file *f;
+    wm_file *f = OPEN_OK(path);
     wm_error err;
-    CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
     wm_ledger_reset_peaks();
     wm_model *m;
     wm_status st = wm_model_load(f, &o, &m, &err);
@@ -145,9 +144,8 @@ static void both_paths(const char *path) {
  * WM_EUNSUPPORTED. */
 WM_TEST(no_device_error) {
     const char *path = wmt_make_model("m.gguf", "--size 2M --format gguf");
-    wm_file *f;
+    wm_file *f = OPEN_OK(path);
     wm_error err;
-    CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
     wm_load_options o = cuda_opts(WM_MODE_HEAP);
     wm_model *m = (wm_model *)1;
 #ifdef WM_HAVE_CUDA
@@ -220,10 +218,9 @@ WM_TEST(cli_load) {
 /* Options that make no sense on a device are refused before any device is touched. */
 WM_TEST(options_refused) {
     const char *path = wmt_make_model("m.gguf", "--size 2M --format gguf");
-    wm_file *f;
+    wm_file *f = OPEN_OK(path);
     wm_error err;
     wm_model *m;
-    CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
     wm_load_options o = cuda_opts(WM_MODE_MMAP_PRIVATE);
     CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EINVAL);
     CHECK_MSG_HAS(err, "mmap-private");
@@ -289,9 +286,8 @@ WM_TEST(cycles_return_memory) {
     NEED_GPU();
     wmt_gpu_lock(true);
     const char *path = wmt_make_model("m.gguf", "--size 24M --format gguf");
-    wm_file *f;
+    wm_file *f = OPEN_OK(path);
     wm_error err;
-    CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
     CHECK_STATUS(wm_backend_init(WM_BACKEND_CUDA, 0, &err), WM_OK);
     size_t base_free, total, now_free;
     /* One warm-up cycle: the runtime keeps what it sets up on first use of streams. */
@@ -324,14 +320,22 @@ WM_TEST(cycles_return_memory) {
     CHECK_LEDGER_EMPTY();
 }
 
+/* For a case that needs a GPU (skipped without one): writes a GGUF model of `size` ("4M") with
+ * make-model and opens it (which must succeed); *path gets its path. */
+static wm_file *open_gpu_model(const char *size, const char **path) {
+    NEED_GPU();
+    char args[64];
+    snprintf(args, sizeof args, "--size %s --format gguf", size);
+    *path = wmt_make_model("m.gguf", args);
+    return OPEN_OK(*path);
+}
+
 /* After release the ring is no longer registered (and the caller's last error is clean). */
 WM_TEST(ring_unregistered_after_release) {
-    NEED_GPU();
-    const char *path = wmt_make_model("m.gguf", "--size 4M --format gguf");
-    wm_file *f;
+    const char *path;
+    wm_file *f = open_gpu_model("4M", &path);
     wm_error err;
     wm_model *m;
-    CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
     wm_load_options o = cuda_opts(WM_MODE_HEAP);
     o.threads = 1;
     CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_OK);
@@ -352,12 +356,10 @@ static int cancel_at_first(void *user, uint64_t done, uint64_t total) {
 }
 
 WM_TEST(cancel_holds_nothing) {
-    NEED_GPU();
-    const char *path = wmt_make_model("m.gguf", "--size 8M --format gguf");
-    wm_file *f;
+    const char *path;
+    wm_file *f = open_gpu_model("8M", &path);
     wm_error err;
     wm_model *m;
-    CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
     for (int reg = 0; reg < 2; reg++) {
         wm_load_options o = cuda_opts(reg ? WM_MODE_MMAP : WM_MODE_HEAP);
         o.cuda_registered = reg;
@@ -452,10 +454,9 @@ WM_TEST(direct_io) {
                   seen.most, supported ? "supported" : "unsupported here");
         CHECK_EQ(direct_fds_of(path), 0);
         /* The reopen failed: buffered reads, same bytes. */
-        wm_file *f;
+        wm_file *f = OPEN_OK(path);
         wm_error err;
         wm_model *m = NULL;
-        CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
         seen.most = 0;
         wm__fault_arm(WM_OS_OPEN, 1, EINVAL);
         wm_status st = wm_model_load(f, &o, &m, &err);
@@ -470,10 +471,9 @@ WM_TEST(direct_io) {
     }
     /* Cut short during the load (after the first window; the loading thread reads the rest
      * in order): the direct read of the last window comes back short. Refused, nothing held. */
-    wm_file *f;
+    wm_file *f = OPEN_OK(path);
     wm_error err;
     wm_model *m;
-    CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
     wm_load_options o = cuda_opts(WM_MODE_HEAP);
     o.direct_io = 1;
     o.threads = 1;
@@ -553,10 +553,9 @@ WM_TEST(fault_sweep_device_registered) {
 static void sweep_os(const char *path, wm_load_options o) {
     for (int kind = 0; kind < WM_OS_CALL_COUNT; kind++) {
         if (kind == WM_OS_DEVICE) continue;
-        wm_file *f;
+        wm_file *f = OPEN_OK(path);
         wm_error err;
         wm_model *m;
-        CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
         wm__fault_reset();
         CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_OK);
         uint64_t n = wm__fault_count((wm_os_call)kind);
@@ -581,10 +580,9 @@ WM_TEST(cuda_calls_only_on_loading_thread) {
     const char *path = wmt_make_model("m.gguf", "--size 12M --format gguf");
     for (int reg = 0; reg < 2; reg++) {
         for (int chunked = 0; chunked < 2; chunked++) {
-            wm_file *f;
+            wm_file *f = OPEN_OK(path);
             wm_error err;
             wm_model *m = NULL;
-            CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
             wm_load_options o = cuda_opts(reg ? WM_MODE_MMAP : WM_MODE_HEAP);
             o.cuda_registered = reg;
             o.threads = 4;

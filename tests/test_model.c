@@ -173,20 +173,25 @@ WM_TEST(lock_private_mapping_refused) {
 
 /* ---- what each mode costs, from the kernel's page tables ---- */
 
-static void file_figures(const char *path, uint64_t *rss, uint64_t *privatised, uint64_t *dirty,
-                         uint64_t *locked, size_t *count) {
+/* What this process's mappings of one file cost, summed over its regions (wm_mem_file_regions). */
+typedef struct figures {
+    uint64_t rss, privatised, dirty, locked;
+    size_t regions;
+} figures;
+
+static figures file_figures(const char *path) {
     wm_file_region r[16];
     size_t n = 0;
     wm_error err;
     CHECK_MSG(wm_mem_file_regions(0, path, r, 16, &n, &err) == WM_OK, "%s", err.msg);
-    *rss = *privatised = *dirty = *locked = 0;
+    figures fg = {.regions = n};
     for (size_t i = 0; i < n && i < 16; i++) {
-        *rss += r[i].rss;
-        *privatised += r[i].privatised;
-        *dirty += r[i].private_dirty;
-        *locked += r[i].locked;
+        fg.rss += r[i].rss;
+        fg.privatised += r[i].privatised;
+        fg.dirty += r[i].private_dirty;
+        fg.locked += r[i].locked;
     }
-    *count = n;
+    return fg;
 }
 
 static uint64_t touch(wm_model *m) {
@@ -209,23 +214,18 @@ WM_TEST(mmap_touch_privatises_nothing) {
         wm_load_options o = {.mode = WM_MODE_MMAP, .prefetch = prefetch};
         wm_model *m = load_ok(f, &o);
         touch(m);
-        uint64_t rss, priv, dirty, locked;
-        size_t n;
-        file_figures(path, &rss, &priv, &dirty, &locked, &n);
-        CHECK_EQ(n, 1);
-        CHECK(rss >= wm_file_tensor_bytes(f) / 2);
-        CHECK_EQ(priv, 0);
-        CHECK_EQ(dirty, 0);
+        figures fg = file_figures(path);
+        CHECK_EQ(fg.regions, 1);
+        CHECK(fg.rss >= wm_file_tensor_bytes(f) / 2);
+        CHECK_EQ(fg.privatised, 0);
+        CHECK_EQ(fg.dirty, 0);
         wm_model_release(m);
     }
     /* mmap-private read-only: reading privatises nothing either, even with prefetch */
     wm_load_options o = {.mode = WM_MODE_MMAP_PRIVATE, .prefetch = 1};
     wm_model *m = load_ok(f, &o);
     touch(m);
-    uint64_t rss, priv, dirty, locked;
-    size_t n;
-    file_figures(path, &rss, &priv, &dirty, &locked, &n);
-    CHECK_EQ(priv, 0);
+    CHECK_EQ(file_figures(path).privatised, 0);
     wm_model_release(m);
     wm_file_close(f);
 }
@@ -248,11 +248,9 @@ WM_TEST(mmap_private_write_privatises_exact_pages) {
         (unsigned char *)(((uintptr_t)p + (uintptr_t)page - 1) & ~(uintptr_t)(page - 1));
     for (int k = 0; k < 7; k++)
         q[(size_t)k * (size_t)page] ^= 0x5a;
-    uint64_t rss, priv, dirty, locked;
-    size_t n;
-    file_figures(path, &rss, &priv, &dirty, &locked, &n);
-    CHECK_EQ(priv, 7 * (uint64_t)page);
-    CHECK_EQ(dirty, 7 * (uint64_t)page);
+    figures fg = file_figures(path);
+    CHECK_EQ(fg.privatised, 7 * (uint64_t)page);
+    CHECK_EQ(fg.dirty, 7 * (uint64_t)page);
     wm_model_release(m);
     CHECK_EQ(wmt_count_file_maps(path), 0);
     wm_file_close(f);

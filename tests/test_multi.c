@@ -283,6 +283,16 @@ static unsigned by_parity(void *user, size_t index, const wm_tensor_info *t) {
     return (unsigned)(index % 2);
 }
 
+/* Options of a load on the CUDA backend over devices 0 and 1 with `placement`. */
+static wm_load_options two_devices(wm_mode mode, wm_placement placement) {
+    static int devs[2] = {0, 1};
+    return (wm_load_options){.mode = mode,
+                             .backend = WM_BACKEND_CUDA,
+                             .devices = devs,
+                             .n_devices = 2,
+                             .placement = placement};
+}
+
 /* Loads over devices 0 and 1 with `placement`; every tensor whole on its device, the per-device
  * ledger exactly its buffers, everything back after release. Returns tensors on device 1. */
 static size_t load_two(const char *path, wm_placement placement, wm_mode mode) {
@@ -290,14 +300,9 @@ static size_t load_two(const char *path, wm_placement placement, wm_mode mode) {
     wm_file *f;
     wm_error err;
     CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
-    int devs[2] = {0, 1};
-    wm_load_options o = {.mode = mode,
-                         .backend = WM_BACKEND_CUDA,
-                         .devices = devs,
-                         .n_devices = 2,
-                         .placement = placement,
-                         .place_tensor = by_parity,
-                         .pinned_budget = (uint64_t)8 << 20};
+    wm_load_options o = two_devices(mode, placement);
+    o.place_tensor = by_parity;
+    o.pinned_budget = (uint64_t)8 << 20;
     wm_model *m;
     wm_status st = wm_model_load(f, &o, &m, &err);
     CHECK_MSG(st == WM_OK, "load: %s", err.msg);
@@ -355,15 +360,9 @@ WM_TEST(two_devices_layers) {
     const char *path = wmt_make_model("m.gguf", "--size 16M --format gguf");
     load_two(path, WM_PLACE_LAYERS, WM_MODE_HEAP);
     /* blk.0 on device 0, blk.1 on device 1 (two layers), token_embd first, output last. */
-    wm_file *f;
+    wm_file *f = OPEN_OK(path);
     wm_error err;
-    CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
-    int devs[2] = {0, 1};
-    wm_load_options o = {.mode = WM_MODE_HEAP,
-                         .backend = WM_BACKEND_CUDA,
-                         .devices = devs,
-                         .n_devices = 2,
-                         .placement = WM_PLACE_LAYERS};
+    wm_load_options o = two_devices(WM_MODE_HEAP, WM_PLACE_LAYERS);
     wm_model *m;
     CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_OK);
     uint32_t layers = 0;

@@ -339,21 +339,23 @@ WM_TEST(st_unsafe_shard_names) {
 }
 
 WM_TEST(st_bad_index) {
+    static const struct {
+        const char *json, *n1, *n2;
+    } cases[] = {
+        {"{\"weight_map\": {", "not valid JSON", "b.safetensors.index.json"},
+        {"{\"metadata\": {}}", "no weight_map object", NULL},
+        {"{\"weight_map\": []}", "no weight_map object", NULL},
+        {"{\"weight_map\": {}}", "names no tensors", NULL},
+        {"{\"weight_map\": {\"a\": 3}}", "maps to a JSON number", NULL},
+        {"{\"weight_map\": {\"a\": \"x\"}, \"weight_map\": {}}", "'weight_map' appears twice",
+         NULL},
+        {"[1]", "not an object", NULL},
+    };
     const char *ip = wmt_tmp("b.safetensors.index.json");
-    wmt_write_file(ip, "{\"weight_map\": {", 16);
-    refused(ip, WM_EFORMAT, "not valid JSON", "b.safetensors.index.json");
-    wmt_write_file(ip, "{\"metadata\": {}}", 16);
-    refused(ip, WM_EFORMAT, "no weight_map object", NULL);
-    wmt_write_file(ip, "{\"weight_map\": []}", 18);
-    refused(ip, WM_EFORMAT, "no weight_map object", NULL);
-    wmt_write_file(ip, "{\"weight_map\": {}}", 18);
-    refused(ip, WM_EFORMAT, "names no tensors", NULL);
-    wmt_write_file(ip, "{\"weight_map\": {\"a\": 3}}", 24);
-    refused(ip, WM_EFORMAT, "maps to a JSON number", NULL);
-    wmt_write_file(ip, "{\"weight_map\": {\"a\": \"x\"}, \"weight_map\": {}}", 44);
-    refused(ip, WM_EFORMAT, "'weight_map' appears twice", NULL);
-    wmt_write_file(ip, "[1]", 3);
-    refused(ip, WM_EFORMAT, "not an object", NULL);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        wmt_write_file(ip, cases[i].json, strlen(cases[i].json));
+        refused(ip, WM_EFORMAT, cases[i].n1, cases[i].n2);
+    }
     refused(wmt_tmp("nope.safetensors.index.json"), WM_ENOENT, "nope.safetensors.index.json", NULL);
 }
 
@@ -614,16 +616,6 @@ WM_TEST(cli_info_on_sets) {
 
 /* ---- llama.cpp loads the split sets make-model writes ---- */
 
-/* The folder of llama.cpp's prebuilt libraries: $WM_PEER_LIB, else the npm peer in bench/peers. */
-static const char *peer_dir(void) {
-    static char dir[1024];
-    const char *env = getenv("WM_PEER_LIB");
-    if (env && *env) return env;
-    snprintf(dir, sizeof dir,
-             "%s/bench/peers/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64", WM_SOURCE_DIR);
-    return dir;
-}
-
 /* llama.cpp refuses a file by throwing a C++ exception, which AddressSanitizer's __cxa_throw
  * interceptor cannot pass on in this C program (no libstdc++ at start-up): under ASan only the
  * loads that succeed are tried. */
@@ -691,14 +683,10 @@ static int peer_load_pair(const char *dir, const char *single, const char *first
 }
 
 WM_TEST(gguf_split_loads_in_llama_cpp) {
-    char lib[1200];
-    snprintf(lib, sizeof lib, "%s/libllama.v0.4.0.so", peer_dir());
-    if (access(lib, R_OK) != 0)
-        WM_SKIP(
-            "llama.cpp peer not installed (bench/peers, or set WM_PEER_LIB to its bins folder)");
+    wmt_peer_lib("libllama.v0.4.0.so"); /* skips the case when the peer is not installed */
     const char *one = wmt_make_model("one.gguf", "--size 1M --seed 9");
     wmt_make_model("g.gguf", "--size 1M --seed 9 --shards 3");
-    int rc = peer_load_pair(peer_dir(), one, wmt_tmp("g-00001-of-00003.gguf"));
+    int rc = peer_load_pair(wmt_peer_dir(), one, wmt_tmp("g-00001-of-00003.gguf"));
     CHECK_MSG(rc == 0,
               "llama.cpp: %d (2: the one-file model failed, 3: the set was refused, 4: "
               "they differ)",
@@ -706,6 +694,6 @@ WM_TEST(gguf_split_loads_in_llama_cpp) {
 #ifndef PEER_NO_THROW
     /* The peer refuses the set without its last part, as we do. */
     CHECK(unlink(wmt_tmp("g-00003-of-00003.gguf")) == 0);
-    CHECK_EQ(peer_load_pair(peer_dir(), one, wmt_tmp("g-00001-of-00003.gguf")), 3);
+    CHECK_EQ(peer_load_pair(wmt_peer_dir(), one, wmt_tmp("g-00001-of-00003.gguf")), 3);
 #endif
 }

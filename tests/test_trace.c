@@ -11,6 +11,7 @@
 
 #include <cjson/cJSON.h>
 #include <libgen.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -82,13 +83,47 @@ static double num(const cJSON *o, const char *key) {
     return v->valuedouble;
 }
 
+/* The string `field` of the first item of the array `key` in the report. */
+static const char *first_str(const cJSON *j, const char *key, const char *field) {
+    const cJSON *v = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, key), 0), field);
+    CHECK_MSG(v && cJSON_IsString(v), "no string %s[0].%s", key, field);
+    return v->valuestring;
+}
+
+/* Runs the command line `fmt` (printf-style) gives, its stdout dropped; returns its exit code. */
+__attribute__((format(printf, 1, 2))) static int run_rc(const char *fmt, ...) {
+    char cmd[4200], *out;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    int rc = wmt_run(cmd, &out);
+    free(out);
+    return rc;
+}
+
+/* The last command's stderr (wmt_run's) contains `needle`. */
+static void stderr_has(const char *needle) {
+    char *err = wmt_stderr_text();
+    CHECK_MSG(strstr(err, needle) != NULL, "stderr lacks \"%s\": %.2000s", needle, err);
+    free(err);
+}
+
 #define FIXTURE wmt_fixture("gguf/stories260K.gguf")
 #define MARKER "--cycles-marker wmt_rt_release"
 
-WM_TEST(clean_program_has_no_verdict) {
+/* The report of `weightmap trace OPTS` on leaky's `mode` over the fixture for `cycles` cycles
+ * with `marker`; the trace must exit with `want_rc`. */
+static cJSON *leaky_json(const char *opts, const char *mode, int cycles, const char *marker,
+                         int want_rc) {
     int rc;
-    cJSON *j = trace_json(MARKER, leaky("clean", FIXTURE, 3, "call"), &rc);
-    CHECK_EQ(rc, 0);
+    cJSON *j = trace_json(opts, leaky(mode, FIXTURE, cycles, marker), &rc);
+    CHECK_MSG(rc == want_rc, "leaky %s %d %s: exit %d, want %d", mode, cycles, marker, rc, want_rc);
+    return j;
+}
+
+WM_TEST(clean_program_has_no_verdict) {
+    cJSON *j = leaky_json(MARKER, "clean", 3, "call", 0);
     CHECK(cJSON_IsTrue(cJSON_GetObjectItem(j, "ok")));
     CHECK_EQ(n_items(j, "verdicts"), 0);
     CHECK_EQ(n_items(j, "releases"), 3);
@@ -122,9 +157,7 @@ WM_TEST(clean_program_has_no_verdict) {
 }
 
 WM_TEST(scratch_in_malloc) {
-    int rc;
-    cJSON *j = trace_json(MARKER, leaky("scratch", FIXTURE, 3, "call"), &rc);
-    CHECK_EQ(rc, 1);
+    cJSON *j = leaky_json(MARKER, "scratch", 3, "call", 1);
     CHECK_EQ(count_rule(j, "scratch"), 3); /* one loader thread per cycle */
     CHECK_EQ(n_items(j, "verdicts"), 3);
     const cJSON *t;
@@ -134,16 +167,12 @@ WM_TEST(scratch_in_malloc) {
     }
     CHECK_EQ(seen, 3);
     cJSON_Delete(j);
-    char *err = wmt_stderr_text();
-    CHECK(strstr(err, "weightmap: trace: rule scratch: thread ") != NULL);
-    CHECK(strstr(err, "1.0 MiB from malloc while loading") != NULL);
-    free(err);
+    stderr_has("weightmap: trace: rule scratch: thread ");
+    stderr_has("1.0 MiB from malloc while loading");
 }
 
 WM_TEST(mapping_never_unmapped) {
-    int rc;
-    cJSON *j = trace_json(MARKER, leaky("map", FIXTURE, 3, "call"), &rc);
-    CHECK_EQ(rc, 1);
+    cJSON *j = leaky_json(MARKER, "map", 3, "call", 1);
     CHECK_EQ(count_rule(j, "released"), 3);
     CHECK_EQ(count_rule(j, "loads"), 1); /* two live mappings of the same bytes after one load */
     CHECK_EQ(count_rule(j, "private"), 0);
@@ -152,35 +181,24 @@ WM_TEST(mapping_never_unmapped) {
     CHECK_EQ(num(f, "live"), 3);
     cJSON_Delete(j);
     /* Without a marker the end of the process is the release. */
-    j = trace_json("", leaky("map", FIXTURE, 1, "none"), &rc);
-    CHECK_EQ(rc, 1);
+    j = leaky_json("", "map", 1, "none", 1);
     CHECK_EQ(count_rule(j, "released"), 1);
-    CHECK(strstr(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "verdicts"), 0),
-                                     "message")
-                     ->valuestring,
-                 "at the end of the process") != NULL);
+    CHECK(strstr(first_str(j, "verdicts", "message"), "at the end of the process") != NULL);
     cJSON_Delete(j);
 }
 
 WM_TEST(private_writable_mapping) {
-    int rc;
-    cJSON *j = trace_json(MARKER, leaky("private", FIXTURE, 2, "call"), &rc);
-    CHECK_EQ(rc, 1);
+    cJSON *j = leaky_json(MARKER, "private", 2, "call", 1);
     CHECK_EQ(count_rule(j, "private"), 2);
     CHECK_EQ(count_rule(j, "released"), 0);
     const cJSON *m = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "mappings"), 0);
     CHECK(cJSON_IsTrue(cJSON_GetObjectItem(m, "privatises_on_read")));
-    CHECK(strstr(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "verdicts"), 0),
-                                     "message")
-                     ->valuestring,
-                 "privatises on read") != NULL);
+    CHECK(strstr(first_str(j, "verdicts", "message"), "privatises on read") != NULL);
     cJSON_Delete(j);
 }
 
 WM_TEST(split_chunks_leaked) {
-    int rc;
-    cJSON *j = trace_json(MARKER, leaky("split", FIXTURE, 3, "call"), &rc);
-    CHECK_EQ(rc, 1);
+    cJSON *j = leaky_json(MARKER, "split", 3, "call", 1);
     CHECK_EQ(count_rule(j, "released"), 3); /* the second chunk of each cycle */
     CHECK_EQ(n_items(j, "mappings"), 6);
     const cJSON *m;
@@ -196,9 +214,7 @@ WM_TEST(split_chunks_leaked) {
 }
 
 WM_TEST(mlock_is_reported) {
-    int rc;
-    cJSON *j = trace_json(MARKER, leaky("lock", FIXTURE, 2, "call"), &rc);
-    CHECK_EQ(rc, 0);
+    cJSON *j = leaky_json(MARKER, "lock", 2, "call", 0);
     CHECK(n_items(j, "locks") >= 2);
     const cJSON *l = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "locks"), 0);
     CHECK(!strcmp(cJSON_GetObjectItem(l, "call")->valuestring, "mlock"));
@@ -209,17 +225,11 @@ WM_TEST(mlock_is_reported) {
 }
 
 WM_TEST(sigusr1_is_a_release) {
-    int rc;
-    cJSON *j = trace_json("", leaky("clean", FIXTURE, 2, "signal"), &rc);
-    CHECK_EQ(rc, 0);
+    cJSON *j = leaky_json("", "clean", 2, "signal", 0);
     CHECK_EQ(n_items(j, "releases"), 2);
-    CHECK(!strcmp(
-        cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "releases"), 0), "source")
-            ->valuestring,
-        "SIGUSR1"));
+    CHECK(!strcmp(first_str(j, "releases", "source"), "SIGUSR1"));
     cJSON_Delete(j);
-    j = trace_json("", leaky("map", FIXTURE, 2, "signal"), &rc);
-    CHECK_EQ(rc, 1);
+    j = leaky_json("", "map", 2, "signal", 1);
     CHECK_EQ(count_rule(j, "released"), 2);
     cJSON_Delete(j);
 }
@@ -239,10 +249,7 @@ WM_TEST(named_file) {
     j = trace_json(opts, leaky("map", path, 1, "none"), &rc);
     CHECK_EQ(rc, 1);
     CHECK_EQ(n_items(j, "mappings"), 1);
-    CHECK(
-        !strcmp(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "files"), 0), "kind")
-                    ->valuestring,
-                "named"));
+    CHECK(!strcmp(first_str(j, "files", "kind"), "named"));
     cJSON_Delete(j);
 }
 
@@ -257,43 +264,27 @@ WM_TEST(exit_status_and_output_passed_on) {
     CHECK_EQ(num(j, "exit_status"), 7);
     cJSON_Delete(j);
     /* A signal: 128 + its number, as a shell reports it. */
-    snprintf(cmd, sizeof cmd, "%s trace -- sh -c 'kill -TERM $$' >/dev/null", WM_CLI);
-    CHECK_EQ(wmt_run(cmd, &out), 128 + 15);
-    free(out);
+    CHECK_EQ(run_rc("%s trace -- sh -c 'kill -TERM $$' >/dev/null", WM_CLI), 128 + 15);
     /* The program's own output comes first and unchanged. */
     snprintf(cmd, sizeof cmd, "%s trace --json -- echo hello", WM_CLI);
     CHECK_EQ(wmt_run(cmd, &out), 0);
     CHECK(strncmp(out, "hello\n{", 7) == 0);
     free(out);
     /* A command that does not exist: 127, as a shell says. */
-    snprintf(cmd, sizeof cmd, "%s trace -- /nonexistent/program", WM_CLI);
-    CHECK_EQ(wmt_run(cmd, &out), 127);
-    free(out);
+    CHECK_EQ(run_rc("%s trace -- /nonexistent/program", WM_CLI), 127);
 }
 
 WM_TEST(usage_and_missing_library) {
-    char cmd[4200], *out;
-    snprintf(cmd, sizeof cmd, "%s trace --json", WM_CLI);
-    CHECK_EQ(wmt_run(cmd, &out), 2);
-    free(out);
-    snprintf(cmd, sizeof cmd, "%s trace --bogus -- true", WM_CLI);
-    CHECK_EQ(wmt_run(cmd, &out), 2);
-    free(out);
-    snprintf(cmd, sizeof cmd, "WEIGHTMAP_TRACE_LIB=/nonexistent/libwmtrace.so %s trace -- true",
-             WM_CLI);
-    CHECK_EQ(wmt_run(cmd, &out), 1);
-    free(out);
-    char *err = wmt_stderr_text();
-    CHECK(strstr(err, "libwmtrace.so not found") != NULL);
-    free(err);
+    CHECK_EQ(run_rc("%s trace --json", WM_CLI), 2);
+    CHECK_EQ(run_rc("%s trace --bogus -- true", WM_CLI), 2);
+    CHECK_EQ(run_rc("WEIGHTMAP_TRACE_LIB=/nonexistent/libwmtrace.so %s trace -- true", WM_CLI), 1);
+    stderr_has("libwmtrace.so not found");
 }
 
 WM_TEST(fork_child_is_skipped) {
-    int rc;
-    cJSON *j = trace_json(MARKER, leaky("fork", FIXTURE, 2, "call"), &rc);
     /* The child's mapping (never unmapped, but gone with the child) is not the traced
      * process's: nothing recorded, no verdict, the parent's status. */
-    CHECK_EQ(rc, 0);
+    cJSON *j = leaky_json(MARKER, "fork", 2, "call", 0);
     CHECK_EQ(n_items(j, "mappings"), 0);
     CHECK_EQ(n_items(j, "releases"), 2);
     cJSON_Delete(j);

@@ -103,22 +103,8 @@ WM_TEST(table_known_sizes) {
     CHECK_EQ(wm_type_from_name(NULL), WM_TYPE_INVALID);
 }
 
-/* The folder of llama.cpp's prebuilt libraries: $WM_PEER_LIB, else the npm peer in bench/peers. */
-static const char *peer_dir(void) {
-    static char dir[1024];
-    const char *env = getenv("WM_PEER_LIB");
-    if (env && *env) return env;
-    snprintf(dir, sizeof dir,
-             "%s/bench/peers/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64", WM_SOURCE_DIR);
-    return dir;
-}
-
 WM_TEST(table_matches_ggml) {
-    char lib[1200];
-    snprintf(lib, sizeof lib, "%s/libggml-base.so", peer_dir());
-    if (access(lib, R_OK) != 0)
-        WM_SKIP(
-            "llama.cpp peer not installed (bench/peers, or set WM_PEER_LIB to its bins folder)");
+    const char *lib = wmt_peer_lib("libggml-base.so");
     void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
     CHECK_MSG(h != NULL, "dlopen %s: %s", lib, dlerror());
     size_t (*type_size)(int);

@@ -90,6 +90,24 @@ const char *wmt_fixture(const char *rel) {
     return p;
 }
 
+const char *wmt_peer_dir(void) {
+    static char dir[1024];
+    const char *env = getenv("WM_PEER_LIB");
+    if (env && *env) return env;
+    snprintf(dir, sizeof dir,
+             "%s/bench/peers/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64", WM_SOURCE_DIR);
+    return dir;
+}
+
+const char *wmt_peer_lib(const char *name) {
+    static char lib[1200];
+    snprintf(lib, sizeof lib, "%s/%s", wmt_peer_dir(), name);
+    if (access(lib, R_OK) != 0)
+        WM_SKIP(
+            "llama.cpp peer not installed (bench/peers, or set WM_PEER_LIB to its bins folder)");
+    return lib;
+}
+
 const char *wmt_tmpdir(void) {
     if (!tmpdir[0]) {
         const char *base = getenv("TMPDIR");
