@@ -124,18 +124,6 @@ static unsigned parse_devices(const char *s, int *devs) {
     return n;
 }
 
-/* The tensor-parallel rule the bench splits by (the Megatron layout of a llama block). */
-static wm_split llama_split(void *user, size_t index, const wm_tensor_info *t) {
-    (void)user;
-    (void)index;
-    if (t->n_dims != 2) return WM_SPLIT_NONE;
-    if (strstr(t->name, "attn_q.") || strstr(t->name, "attn_k.") || strstr(t->name, "attn_v.") ||
-        strstr(t->name, "ffn_up.") || strstr(t->name, "ffn_gate."))
-        return WM_SPLIT_DIM0;
-    if (strstr(t->name, "attn_output.") || strstr(t->name, "ffn_down.")) return WM_SPLIT_LAST;
-    return WM_SPLIT_NONE;
-}
-
 /* wm_backend_init on every device of a load. */
 static bool init_devices(const wm_load_options *o) {
     wm_error err;
@@ -252,7 +240,7 @@ static int cmd_load(int argc, char **argv) {
                    sscanf(argv[++i], "%u/%u", &r, &w) == 2 && r < w) {
             o.tp_rank = r;
             o.tp_world = w;
-            o.tp_split = llama_split;
+            o.tp_split = wm_split_llama;
         } else if (!strcmp(argv[i], "--window") && i + 1 < argc && parse_size(argv[++i], &v)) {
             window = v;
         } else if (!strcmp(argv[i], "--slots") && i + 1 < argc && parse_size(argv[++i], &v)) {
@@ -930,7 +918,7 @@ static int rank_main(ranks_shared *sh, const char *path, unsigned r, unsigned w,
                          .threads = threads,
                          .tp_rank = r,
                          .tp_world = tp || nccl ? w : 0,
-                         .tp_split = tp ? llama_split : NULL,
+                         .tp_split = tp ? wm_split_llama : NULL,
                          .nccl_comm = comm};
     for (unsigned k = 0; k < rounds; k++) {
         ranks_barrier(sh, w);

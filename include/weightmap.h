@@ -419,6 +419,12 @@ typedef enum wm_split {
 typedef unsigned (*wm_place_fn)(void *user, size_t index, const wm_tensor_info *tensor);
 /* Chooses how tensor `index` is split over the ranks. */
 typedef wm_split (*wm_split_fn)(void *user, size_t index, const wm_tensor_info *tensor);
+/* A ready tp_split for llama-family models (the Megatron layout, as vLLM shards them): the
+ * column-parallel weights split along dim 0 (GGUF attn_q, attn_k, attn_v, ffn_gate, ffn_up;
+ * Hugging Face q_proj, k_proj, v_proj, gate_proj, up_proj), the row-parallel ones along the last
+ * dimension (attn_output, ffn_down; o_proj, down_proj), every other tensor whole (embeddings,
+ * norms, the output head). Only 2-D tensors are split. `user` is unused. */
+WM_API wm_split wm_split_llama(void *user, size_t index, const wm_tensor_info *tensor);
 
 typedef struct wm_load_options {
     wm_mode mode; /* required */

@@ -94,6 +94,20 @@ static void tensor_info(const wm_file *f, size_t i, wm_tensor_info *out) {
         out->shape[d] = t->ne[d];
 }
 
+wm_split wm_split_llama(void *user, size_t index, const wm_tensor_info *t) {
+    static const char *const dim0[] = {"attn_q.", "attn_k.", "attn_v.", "ffn_gate.",  "ffn_up.",
+                                       "q_proj.", "k_proj.", "v_proj.", "gate_proj.", "up_proj."};
+    static const char *const last[] = {"attn_output.", "ffn_down.", "o_proj.", "down_proj."};
+    (void)user;
+    (void)index;
+    if (!t || !t->name || t->n_dims != 2) return WM_SPLIT_NONE;
+    for (size_t k = 0; k < sizeof dim0 / sizeof dim0[0]; k++)
+        if (strstr(t->name, dim0[k])) return WM_SPLIT_DIM0;
+    for (size_t k = 0; k < sizeof last / sizeof last[0]; k++)
+        if (strstr(t->name, last[k])) return WM_SPLIT_LAST;
+    return WM_SPLIT_NONE;
+}
+
 /* The whole tensor as one segment; then, under tensor parallelism, this rank's slice. */
 static wm_status slice(const wm_file *f, size_t i, const wm_load_options *o, wm__place *p,
                        wm_error *err) {

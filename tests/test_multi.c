@@ -37,19 +37,6 @@ static unsigned char *file_bytes(const char *path) {
     return wmt_read_file(path, &len);
 }
 
-/* The rule the cases split by: the column-parallel weights of a llama block along dim 0, the
- * row-parallel ones along the last dimension, everything else whole. */
-static wm_split llama_split(void *user, size_t index, const wm_tensor_info *t) {
-    (void)user;
-    (void)index;
-    if (t->n_dims != 2) return WM_SPLIT_NONE;
-    if (strstr(t->name, "attn_q.") || strstr(t->name, "attn_k.") || strstr(t->name, "attn_v.") ||
-        strstr(t->name, "ffn_up.") || strstr(t->name, "ffn_gate."))
-        return WM_SPLIT_DIM0;
-    if (strstr(t->name, "attn_output.") || strstr(t->name, "ffn_down.")) return WM_SPLIT_LAST;
-    return WM_SPLIT_NONE;
-}
-
 /* The bytes of rank r's slice of tensor t, from the file's bytes, into out (t's slice size). */
 static uint64_t expected_slice(const unsigned char *file, const wm_tensor_info *t, wm_split sp,
                                unsigned r, unsigned w, unsigned char *out) {
@@ -102,7 +89,7 @@ static void read_back(wm_model *m, size_t i, unsigned char *out, uint64_t n) {
 #endif
 }
 
-/* Loads rank r of w with llama_split and checks every tensor's slice, its shape and the bytes
+/* Loads rank r of w with wm_split_llama and checks every tensor's slice, its shape and the bytes
  * the load read (the library's count and the kernel's). */
 static void tp_rank(const char *path, wm_load_options o, unsigned r, unsigned w) {
     unsigned char *file = file_bytes(path);
@@ -111,12 +98,12 @@ static void tp_rank(const char *path, wm_load_options o, unsigned r, unsigned w)
     CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
     o.tp_rank = r;
     o.tp_world = w;
-    o.tp_split = llama_split;
+    o.tp_split = wm_split_llama;
     uint64_t want_read = 0, split_whole = 0, split_read = 0;
     for (size_t i = 0; i < wm_file_tensor_count(f); i++) {
         wm_tensor_info t;
         CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
-        wm_split sp = llama_split(NULL, i, &t);
+        wm_split sp = wm_split_llama(NULL, i, &t);
         uint64_t part = sp == WM_SPLIT_NONE ? t.nbytes : t.nbytes / w;
         want_read += part;
         if (sp != WM_SPLIT_NONE) {
@@ -147,7 +134,7 @@ static void tp_rank(const char *path, wm_load_options o, unsigned r, unsigned w)
     for (size_t i = 0; i < wm_file_tensor_count(f); i++) {
         wm_tensor_info t;
         CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
-        wm_split sp = llama_split(NULL, i, &t), got_sp;
+        wm_split sp = wm_split_llama(NULL, i, &t), got_sp;
         unsigned char *want = malloc(t.nbytes + 1), *got = malloc(t.nbytes + 1);
         CHECK(want && got);
         uint64_t n = expected_slice(file, &t, sp, r, w, want), nbytes;
@@ -172,6 +159,36 @@ static void tp_rank(const char *path, wm_load_options o, unsigned r, unsigned w)
     free(file);
     CHECK_LEDGER_EMPTY();
     CHECK_EQ(wmt_count_file_maps(path), 0);
+}
+
+/* The library's llama rule, which the cases below split by: GGUF and Hugging Face names, 2-D
+ * only. */
+WM_TEST(split_llama_rule) {
+    static const struct {
+        const char *name;
+        uint32_t n_dims;
+        wm_split want;
+    } rows[] = {
+        {"blk.3.attn_q.weight", 2, WM_SPLIT_DIM0},
+        {"blk.3.attn_k.weight", 2, WM_SPLIT_DIM0},
+        {"blk.3.attn_v.weight", 2, WM_SPLIT_DIM0},
+        {"blk.3.ffn_gate.weight", 2, WM_SPLIT_DIM0},
+        {"blk.3.ffn_up.weight", 2, WM_SPLIT_DIM0},
+        {"blk.3.attn_output.weight", 2, WM_SPLIT_LAST},
+        {"blk.3.ffn_down.weight", 2, WM_SPLIT_LAST},
+        {"model.layers.3.self_attn.q_proj.weight", 2, WM_SPLIT_DIM0},
+        {"model.layers.3.mlp.up_proj.weight", 2, WM_SPLIT_DIM0},
+        {"model.layers.3.self_attn.o_proj.weight", 2, WM_SPLIT_LAST},
+        {"model.layers.3.mlp.down_proj.weight", 2, WM_SPLIT_LAST},
+        {"blk.3.attn_norm.weight", 1, WM_SPLIT_NONE},
+        {"blk.3.attn_q.bias", 1, WM_SPLIT_NONE},
+        {"token_embd.weight", 2, WM_SPLIT_NONE},
+        {"output.weight", 2, WM_SPLIT_NONE},
+    };
+    for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
+        wm_tensor_info t = {.name = rows[k].name, .n_dims = rows[k].n_dims};
+        CHECK_MSG(wm_split_llama(NULL, k, &t) == rows[k].want, "%s", rows[k].name);
+    }
 }
 
 /* ---- tensor parallelism on the CPU ---- */
@@ -212,11 +229,11 @@ WM_TEST(tp_refusals_name_the_tensor_and_hold_nothing) {
     CHECK(m == NULL);
     CHECK_MSG_HAS(err, "does not split into 16 equal parts");
     CHECK_MSG_HAS(err, "tensor '");
-    o = (wm_load_options){.mode = WM_MODE_MMAP, .tp_world = 2, .tp_split = llama_split};
+    o = (wm_load_options){.mode = WM_MODE_MMAP, .tp_world = 2, .tp_split = wm_split_llama};
     CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EINVAL);
     CHECK_MSG_HAS(err, "needs mode heap");
     o = (wm_load_options){
-        .mode = WM_MODE_HEAP, .tp_world = 2, .tp_rank = 2, .tp_split = llama_split};
+        .mode = WM_MODE_HEAP, .tp_world = 2, .tp_rank = 2, .tp_split = wm_split_llama};
     CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EINVAL);
     CHECK_MSG_HAS(err, "tp_rank 2 of tp_world 2");
     o = (wm_load_options){.mode = WM_MODE_HEAP, .tp_world = 2};
@@ -236,10 +253,13 @@ WM_TEST(tp_heap_fault_sweep) {
     WM_SKIP("needs -DWM_FAULT_INJECTION=ON");
 #else
     const char *path = wmt_make_model("m.gguf", "--size 8M --format gguf");
-    wmt_load_run l = {
-        OPEN_OK(path),
-        {.mode = WM_MODE_HEAP, .threads = 2, .tp_world = 2, .tp_rank = 1, .tp_split = llama_split},
-        NULL};
+    wmt_load_run l = {OPEN_OK(path),
+                      {.mode = WM_MODE_HEAP,
+                       .threads = 2,
+                       .tp_world = 2,
+                       .tp_rank = 1,
+                       .tp_split = wm_split_llama},
+                      NULL};
     /* a load that succeeds had a hint (advice) failed: harmless */
     wmt_sweep s = {.what = path,
                    .run = wmt_load_release,
@@ -539,7 +559,7 @@ static int read_once_rank(const char *path, ncclUniqueId id, unsigned r, unsigne
                          .pinned_budget = (uint64_t)4 << 20,
                          .tp_rank = r,
                          .tp_world = w,
-                         .tp_split = split ? llama_split : NULL,
+                         .tp_split = split ? wm_split_llama : NULL,
                          .nccl_comm = comm};
     wm_model *m;
     wm_status st = wm_model_load(f, &o, &m, &err);
@@ -547,7 +567,7 @@ static int read_once_rank(const char *path, ncclUniqueId id, unsigned r, unsigne
     for (size_t i = 0; i < wm_file_tensor_count(f); i++) {
         wm_tensor_info t;
         CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
-        wm_split sp = split ? llama_split(NULL, i, &t) : WM_SPLIT_NONE;
+        wm_split sp = split ? wm_split_llama(NULL, i, &t) : WM_SPLIT_NONE;
         unsigned char *want = malloc(t.nbytes + 1), *got = malloc(t.nbytes + 1);
         CHECK(want && got);
         uint64_t n = expected_slice(file, &t, sp, r, w, want);

@@ -21,23 +21,9 @@
 #include <string.h>
 #include <time.h>
 
-struct llama_model;
-
-/* struct llama_model_params of llama.cpp v0.4.0: 80 bytes; load_mode replaces use_mmap. */
-struct llama_model_params {
-    void *devices;
-    const void *tensor_buft_overrides;
-    int32_t n_gpu_layers;
-    int32_t split_mode;
-    int32_t load_mode; /* -1 auto, 0 read into buffers, 1 mmap, 2 mlock, 3 mmap+mlock, 4 direct */
-    int32_t lazy_mode;
-    int32_t main_gpu;
-    const float *tensor_split;
-    void *progress_callback;
-    void *progress_callback_user_data;
-    const void *kv_overrides;
-    bool vocab_only, check_tensors, use_extra_bufts, no_host, no_alloc, load_mtp;
-};
+/* llama.cpp's types as the benchmarks mirror them (struct bench_llama_model_params: 80 bytes,
+ * load_mode instead of use_mmap); only the types are used here, not bench/peer.c. */
+#include "peer.h"
 
 static void *lib(const char *dir, const char *name) {
     char path[4096];
@@ -88,16 +74,16 @@ int main(int argc, char **argv) {
         (void (*)(void (*)(int, const char *, void *), void *))sym(l, "llama_log_set");
     void (*backend_init)(void) = (void (*)(void))sym(l, "llama_backend_init");
     void (*backend_free)(void) = (void (*)(void))sym(l, "llama_backend_free");
-    struct llama_model_params (*defaults)(void) =
-        (struct llama_model_params(*)(void))sym(l, "llama_model_default_params");
-    struct llama_model *(*load)(const char *, struct llama_model_params) =
-        (struct llama_model * (*)(const char *, struct llama_model_params))
+    struct bench_llama_model_params (*defaults)(void) =
+        (struct bench_llama_model_params(*)(void))sym(l, "llama_model_default_params");
+    struct llama_model *(*load)(const char *, struct bench_llama_model_params) =
+        (struct llama_model * (*)(const char *, struct bench_llama_model_params))
             sym(l, "llama_model_load_from_file");
     void (*model_free)(struct llama_model *) =
         (void (*)(struct llama_model *))sym(l, "llama_model_free");
     log_set(quiet_log, NULL);
     backend_init();
-    struct llama_model_params p = defaults();
+    struct bench_llama_model_params p = defaults();
     p.n_gpu_layers = 0;
     p.load_mode = load_mode;
     double in_load = 0;

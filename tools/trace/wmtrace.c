@@ -803,58 +803,29 @@ static int open_mode_needed(int flags) {
     return (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE;
 }
 
-EXPORT int open(const char *path, int flags, ...) {
-    if (!resolved) resolve();
-    mode_t mode = 0;
-    if (open_mode_needed(flags)) {
-        va_list ap;
-        va_start(ap, flags);
-        mode = va_arg(ap, mode_t);
-        va_end(ap);
+/* The four open entry points differ only in the call they pass on: OPEN_HOOK(name, the call's
+ * leading parameters and arguments) defines one that reads the optional mode the C library
+ * passes with O_CREAT or O_TMPFILE, calls the real function and notes the descriptor. */
+#define OPEN_HOOK(name, real, params, args)                                                        \
+    EXPORT int name params {                                                                       \
+        if (!resolved) resolve();                                                                  \
+        mode_t mode = 0;                                                                           \
+        if (open_mode_needed(flags)) {                                                             \
+            va_list ap;                                                                            \
+            va_start(ap, flags);                                                                   \
+            mode = va_arg(ap, mode_t);                                                             \
+            va_end(ap);                                                                            \
+        }                                                                                          \
+        int fd = real args;                                                                        \
+        note_open(fd);                                                                             \
+        return fd;                                                                                 \
     }
-    int fd = r_open(path, flags, mode);
-    note_open(fd);
-    return fd;
-}
-EXPORT int open64(const char *path, int flags, ...) {
-    if (!resolved) resolve();
-    mode_t mode = 0;
-    if (open_mode_needed(flags)) {
-        va_list ap;
-        va_start(ap, flags);
-        mode = va_arg(ap, mode_t);
-        va_end(ap);
-    }
-    int fd = r_open64(path, flags, mode);
-    note_open(fd);
-    return fd;
-}
-EXPORT int openat(int dir, const char *path, int flags, ...) {
-    if (!resolved) resolve();
-    mode_t mode = 0;
-    if (open_mode_needed(flags)) {
-        va_list ap;
-        va_start(ap, flags);
-        mode = va_arg(ap, mode_t);
-        va_end(ap);
-    }
-    int fd = r_openat(dir, path, flags, mode);
-    note_open(fd);
-    return fd;
-}
-EXPORT int openat64(int dir, const char *path, int flags, ...) {
-    if (!resolved) resolve();
-    mode_t mode = 0;
-    if (open_mode_needed(flags)) {
-        va_list ap;
-        va_start(ap, flags);
-        mode = va_arg(ap, mode_t);
-        va_end(ap);
-    }
-    int fd = r_openat64(dir, path, flags, mode);
-    note_open(fd);
-    return fd;
-}
+OPEN_HOOK(open, r_open, (const char *path, int flags, ...), (path, flags, mode))
+OPEN_HOOK(open64, r_open64, (const char *path, int flags, ...), (path, flags, mode))
+OPEN_HOOK(openat, r_openat, (int dir, const char *path, int flags, ...), (dir, path, flags, mode))
+OPEN_HOOK(openat64, r_openat64, (int dir, const char *path, int flags, ...),
+          (dir, path, flags, mode))
+
 EXPORT FILE *fopen(const char *path, const char *mode) {
     if (!resolved) resolve();
     FILE *f = r_fopen(path, mode);
