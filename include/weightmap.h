@@ -446,7 +446,7 @@ typedef struct wm_load_options {
     /* Several devices (CUDA, staged path): devices[0 .. n_devices) replace `device`, placed by
      * `placement` (place_tensor and place_user for WM_PLACE_CALLBACK). All are filled at once
      * through one pinned staging ring (registered portable, so every device copies from it)
-     * within pinned_budget. n_devices 0 or 1 with devices NULL: `device` alone. */
+     * within pinned_budget. A list of one device is that device; n_devices 0: `device`. */
     const int *devices;
     unsigned n_devices;
     wm_placement placement;

@@ -157,8 +157,8 @@ wm_status wm_model_load(wm_file *file, const wm_load_options *opts, wm_model **o
     m->opts.convert = NULL;
     m->opts.n_convert = 0;
     m->n_devs = opts->n_devices > 1 ? opts->n_devices : 1;
-    for (unsigned k = 0; k < m->n_devs; k++)
-        m->devs[k] = opts->n_devices > 1 ? opts->devices[k] : opts->device;
+    for (unsigned k = 0; k < m->n_devs; k++) /* a list of one names the device too */
+        m->devs[k] = opts->devices && opts->n_devices ? opts->devices[k] : opts->device;
     m->opts.devices = NULL;
     m->opts.place_tensor = NULL;
     m->opts.tp_split = NULL; /* nccl_comm stays: the backend completes the load with it */

@@ -408,6 +408,35 @@ WM_TEST(two_devices_callback) {
     load_two(wmt_make_model("m.gguf", "--size 8M --format gguf"), WM_PLACE_CALLBACK, WM_MODE_HEAP);
 }
 
+/* A list of one device is that device, not opts.device: every tensor and every byte of the
+ * ledger's device figure on device 1. */
+WM_TEST(one_device_list_is_that_device) {
+    NEED_GPUS(2);
+    wm_file *f = OPEN_OK(wmt_make_model("m.gguf", "--size 8M --format gguf"));
+    static int one[1] = {1};
+    wm_load_options o = {.mode = WM_MODE_HEAP,
+                         .backend = WM_BACKEND_CUDA,
+                         .device = 0,
+                         .devices = one,
+                         .n_devices = 1};
+    wm_model *m;
+    wm_error err;
+    CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_OK);
+    for (size_t i = 0; i < wm_file_tensor_count(f); i++) {
+        wm_tensor_info t;
+        CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
+        if (t.nbytes) CHECK_EQ(wm_model_tensor_device(m, i), 1);
+    }
+    wm_ledger_stat d0, d1;
+    CHECK_STATUS(wm_ledger_device(0, &d0), WM_OK);
+    CHECK_STATUS(wm_ledger_device(1, &d1), WM_OK);
+    CHECK_EQ(d0.current, 0);
+    CHECK(d1.current > 0);
+    wm_model_release(m);
+    wm_file_close(f);
+    no_violations();
+}
+
 WM_TEST(device_refusals) {
     NEED_GPUS(2);
     const char *path = wmt_make_model("m.gguf", "--size 8M --format gguf");
