@@ -13,7 +13,6 @@ import threading
 import time
 
 import torch
-from safetensors.torch import load_file
 
 
 def footprint():
@@ -26,6 +25,8 @@ def footprint():
 
 
 def main():
+    from safetensors.torch import load_file  # here: python_gpu.py imports footprint alone
+
     path = sys.argv[1]
     repeat = int(sys.argv[2]) if len(sys.argv) > 2 else 3
     torch.zeros(1, device="cuda:0")

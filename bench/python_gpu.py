@@ -32,14 +32,9 @@ import torch
 
 import weightmap
 
-
-def footprint():
-    total = 0
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(("RssAnon:", "RssShmem:", "VmSwap:")):
-                total += int(line.split()[1]) * 1024
-    return total
+# RssAnon + RssShmem + VmSwap of this process: the same figure bench/gpu_safetensors.py (beside
+# this file, on sys.path when run as a script) and bench/gpu.c sample.
+from gpu_safetensors import footprint
 
 
 class Sampler:
