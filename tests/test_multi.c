@@ -14,6 +14,9 @@
  * exactly the slices plus the replicated tensors: the library's own count (stats.bytes_read)
  * and the kernel's (rchar in /proc/self/io) both equal that figure, so split tensors cost 1/W of
  * their bytes per rank.
+ *
+ * Read once (NCCL): W ranks in W processes together read the model 1.0x, each checks every
+ * tensor on its device; against tests/nccl_mock.c in CI and against NCCL on GPU hosts.
  */
 #include "cuda_mock.h" /* wm__cuda_mock_violations, in -DWM_CUDA_MOCK=ON builds */
 #include "wmtest.h"
@@ -561,29 +564,68 @@ WM_TEST(cli_two_devices_cycles_return_memory) {
 }
 #endif
 
-/* ---- read once across ranks (NCCL; against tests/nccl_mock.c) ---- */
+/* ---- read once across ranks (NCCL) ---- */
 
-#if defined(WM_CUDA_MOCK) && defined(WM_HAVE_NCCL)
+/* Against tests/nccl_mock.c and the mock runtime in CI; against the real NCCL and GPUs on a
+ * GPU host, a rank per device. Real CUDA and NCCL must not start before fork: there the parent
+ * touches neither, the device count comes from a child, and rank 0 makes the communicator's id
+ * and hands it to the others through a pipe. The mock's id is made by the parent, since its
+ * "interconnect" is a shared mapping that the ranks inherit. */
+#if defined(WM_HAVE_CUDA) && defined(WM_HAVE_NCCL)
 #include <nccl.h>
 #include <sys/wait.h>
 
+#ifdef WM_CUDA_MOCK
 unsigned long wm__nccl_mock_violations(ncclComm_t comm);
+#define NCCL_VIOLATIONS(comm) wm__nccl_mock_violations(comm)
+#else
+#define NCCL_VIOLATIONS(comm) ((void)(comm), 0ul)
+#endif
 
-/* One rank, in a child process: loads with the communicator, checks every tensor on its device
- * (whole where replicated, its slice where split), releases, and writes the bytes it read to
- * `out`. Exit 0 when all holds. */
-static int read_once_rank(const char *path, ncclUniqueId id, unsigned r, unsigned w, bool split,
-                          int out) {
-    CHECK_EQ(cudaSetDevice((int)(r % 2)), cudaSuccess);
+/* The CUDA device count, asked in a child so that this process starts no CUDA. */
+static int gpus_from_child(void) {
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) _exit(n_gpus() & 0x7f);
+    int status;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 0;
+}
+
+/* The communicator's id: `id_in` holds the parent's (mock); else rank 0 makes it and writes it
+ * for each other rank to `id_pipe`. */
+static void rank_comm(ncclComm_t *comm, const ncclUniqueId *id_in, const int id_pipe[2], unsigned r,
+                      unsigned w) {
+    ncclUniqueId id;
+    if (id_in) {
+        id = *id_in;
+    } else if (r == 0) {
+        CHECK_EQ(ncclGetUniqueId(&id), ncclSuccess);
+        for (unsigned k = 1; k < w; k++)
+            CHECK_EQ(write(id_pipe[1], &id, sizeof id), sizeof id); /* < PIPE_BUF: whole */
+    } else {
+        CHECK_EQ(read(id_pipe[0], &id, sizeof id), sizeof id);
+    }
+    close(id_pipe[0]);
+    close(id_pipe[1]);
+    CHECK_EQ(ncclCommInitRank(comm, (int)w, id, (int)r), ncclSuccess);
+}
+
+/* One rank, in a child process, on device `dev`: loads with the communicator, checks every
+ * tensor on its device (whole where replicated, its slice where split), releases, and writes
+ * the bytes it read to `out`. Exit 0 when all holds. */
+static int read_once_rank(const char *path, const ncclUniqueId *id_in, const int id_pipe[2],
+                          unsigned r, unsigned w, int dev, bool split, int out) {
+    CHECK_EQ(cudaSetDevice(dev), cudaSuccess);
     ncclComm_t comm;
-    CHECK_EQ(ncclCommInitRank(&comm, (int)w, id, (int)r), ncclSuccess);
+    rank_comm(&comm, id_in, id_pipe, r, w);
     unsigned char *file = file_bytes(path);
     wm_file *f;
     wm_error err;
     CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
     wm_load_options o = {.mode = WM_MODE_HEAP,
                          .backend = WM_BACKEND_CUDA,
-                         .device = (int)(r % 2),
+                         .device = dev,
                          .threads = 3,
                          .pinned_budget = (uint64_t)4 << 20,
                          .tp_rank = r,
@@ -612,39 +654,53 @@ static int read_once_rank(const char *path, ncclUniqueId id, unsigned r, unsigne
     wm_file_close(f);
     free(file);
     CHECK_LEDGER_EMPTY();
-    CHECK_EQ(wm__nccl_mock_violations(comm), 0);
+    CHECK_EQ(NCCL_VIOLATIONS(comm), 0);
     no_violations();
     ncclCommDestroy(comm);
     return 0;
 }
 
-/* W ranks in W processes: together they read every replicated byte once (1.0x), and each rank
- * its 1/W of the split tensors. */
-static void read_once(const char *path, unsigned w, bool split) {
+/* The bytes of all the file's tensors. */
+static uint64_t tensor_bytes(const char *path) {
     wm_file *f;
     wm_error err;
     CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
-    uint64_t want_total = 0;
+    uint64_t n = 0;
     for (size_t i = 0; i < wm_file_tensor_count(f); i++) {
         wm_tensor_info t;
         CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
-        want_total += t.nbytes; /* replicated: once in all; split: 1/W per rank, W ranks */
+        n += t.nbytes;
     }
     wm_file_close(f);
-    ncclUniqueId id;
+    return n;
+}
+
+/* W ranks in W processes, rank r on device r mod `gpus`: together they read every replicated
+ * byte once (1.0x), and each rank its 1/W of the split tensors. */
+static void read_once(const char *path, unsigned w, int gpus, bool split) {
+    /* Replicated: once in all; split: 1/W per rank, W ranks. */
+    uint64_t want_total = tensor_bytes(path);
+    const ncclUniqueId *id_in = NULL;
+#ifdef WM_CUDA_MOCK
+    static ncclUniqueId id;
     CHECK_EQ(ncclGetUniqueId(&id), ncclSuccess);
-    int fds[2];
-    CHECK(pipe(fds) == 0);
+    id_in = &id;
+#endif
+    int fds[2], id_pipe[2];
+    CHECK(pipe(fds) == 0 && pipe(id_pipe) == 0);
     pid_t pids[8];
     for (unsigned r = 0; r < w; r++) {
         pids[r] = fork();
         CHECK(pids[r] >= 0);
         if (pids[r] == 0) {
             close(fds[0]);
-            _exit(read_once_rank(path, id, r, w, split, fds[1]));
+            _exit(read_once_rank(path, id_in, id_pipe, r, w, (int)(r % (unsigned)gpus), split,
+                                 fds[1]));
         }
     }
     close(fds[1]);
+    close(id_pipe[0]);
+    close(id_pipe[1]);
     uint64_t total = 0, one;
     unsigned got = 0;
     while (read(fds[0], &one, sizeof one) == sizeof one) {
@@ -662,14 +718,30 @@ static void read_once(const char *path, unsigned w, bool split) {
               (unsigned long long)total, (unsigned long long)want_total);
 }
 
-static void read_once_cases(void) {
-    const char *path = wmt_make_model("m.gguf", "--size 16M --format gguf");
-    read_once(path, 2, false);
-    read_once(path, 3, false);
-    read_once(path, 2, true);
+/* Real NCCL refuses two ranks on one GPU: there, W ranks need W devices. The mock's ranks
+ * share its two. */
+static bool ranks_fit(unsigned w, int gpus) {
+#ifdef WM_CUDA_MOCK
+    return gpus >= 1 && w > 0;
+#else
+    return (unsigned)gpus >= w;
+#endif
 }
 
+static void read_once_cases(void) {
+    int gpus = gpus_from_child();
+    if (!ranks_fit(2, gpus)) WM_SKIP("read-once ranks need two CUDA devices (real NCCL)");
+    wmt_gpu_lock(false);
+    const char *path = wmt_make_model("m.gguf", "--size 16M --format gguf");
+    read_once(path, 2, gpus, false);
+    if (ranks_fit(3, gpus)) read_once(path, 3, gpus, false);
+    read_once(path, 2, gpus, true);
+}
+
+/* In this process: a communicator of one rank (NCCL's own, on a GPU host). */
 static void read_once_refusal_cases(void) {
+    if (n_gpus() < 1) WM_SKIP("no CUDA device");
+    wmt_gpu_lock(false);
     const char *path = wmt_make_model("m.gguf", "--size 8M --format gguf");
     ncclUniqueId id;
     CHECK_EQ(ncclGetUniqueId(&id), ncclSuccess);
@@ -694,27 +766,29 @@ static void read_once_refusal_cases(void) {
     o = (wm_load_options){
         .mode = WM_MODE_HEAP, .backend = WM_BACKEND_CUDA, .threads = 2, .nccl_comm = comm};
     CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_OK);
+    wm_model_stats s;
+    wm_model_stats_get(m, &s);
+    CHECK_EQ(s.bytes_read, tensor_bytes(path));
     wm_model_release(m);
     wm_file_close(f);
     ncclCommDestroy(comm);
     CHECK_LEDGER_EMPTY();
 }
+
 #endif
 
-/* Read-once runs its ranks against the mock runtime and the mock NCCL (CI); on GPU hosts the
- * bench (bench/multigpu) runs it with real NCCL. */
 WM_TEST(read_once_across_ranks) {
-#if defined(WM_CUDA_MOCK) && defined(WM_HAVE_NCCL)
+#if defined(WM_HAVE_CUDA) && defined(WM_HAVE_NCCL)
     read_once_cases();
 #else
-    WM_SKIP("read-once ranks run against the mock runtime and NCCL (build-cuda-mock)");
+    WM_SKIP("read-once needs the CUDA backend with NCCL");
 #endif
 }
 
 WM_TEST(read_once_refusals) {
-#if defined(WM_CUDA_MOCK) && defined(WM_HAVE_NCCL)
+#if defined(WM_HAVE_CUDA) && defined(WM_HAVE_NCCL)
     read_once_refusal_cases();
 #else
-    WM_SKIP("read-once ranks run against the mock runtime and NCCL (build-cuda-mock)");
+    WM_SKIP("read-once needs the CUDA backend with NCCL");
 #endif
 }
