@@ -15,10 +15,12 @@
  *       the same over several devices (LIST: "0,1"), or rank R of W of a tensor-parallel load
  *       (the llama rule: attention q/k/v and ffn up/gate split along dim 0, attention output
  *       and ffn down along the last dimension, the rest whole); bytes_read says what was read.
- *   gpu h2d [--bytes BYTES] [--repeat R] [--devices LIST]
+ *   gpu h2d [--bytes BYTES] [--repeat R] [--devices LIST] [--rows WIDTH]
  *       the ceiling of the bus: cudaMemcpyAsync of a registered (cudaHostRegister) buffer to
  *       the device, timed with events, on one stream and on four; with --devices, each device
  *       alone and then all at once (each from its own registered buffer), timed on the host.
+ *       --rows: also half the buffer as rows of WIDTH bytes every 2*WIDTH (a last-dimension
+ *       tensor-parallel slice), in one cudaMemcpy2DAsync, against the same bytes packed.
  *   gpu ranks FILE --ranks W [--tp] [--nccl] [--repeat R] [--threads N]
  *       W processes at once, rank r on device r (r mod the device count without --nccl), each
  *       loading the model: whole (neither flag), its tensor-parallel slice (--tp), or reading
@@ -34,9 +36,13 @@
  *       what sending the page cache straight to the device could reach: N threads register
  *       the file's shared mapping window by window (cudaHostRegisterReadOnly), copy and
  *       unregister; figures for each part and for the three pipelined per thread.
- *   gpu pread FILE [--threads N] [--block BYTES] [--repeat R]
+ *   gpu pread FILE [--threads N] [--block BYTES] [--repeat R] [--run BYTES]
  *       the ceiling of the page cache: N threads pread the file in blocks, into reused
  *       per-thread buffers and into one buffer the size of the file (both pre-faulted).
+ *       --run: each block read as runs of BYTES every 2*BYTES (half the file, a pread each: the
+ *       rows of a last-dimension slice); GB/s of the bytes read. With --own-fd each thread
+ *       preads through a descriptor of its own; with --mapped the runs are copied from a shared
+ *       read-only mapping of the file made and unmapped in each pass.
  *
  * Without a CUDA build, or with no arguments, it says so and exits 77 (skipped), so `make
  * bench` passes over it. Sections: helpers; footprint sampler; load; h2d; pread; cycles;
@@ -389,8 +395,35 @@ static double h2d_together(const int *devs, unsigned n, uint64_t bytes, unsigned
     return best;
 }
 
+/* Half of `bytes` from h to d as rows of `width` bytes every 2*width, in one 2D copy, and the
+ * same bytes packed in one copy: the best GB/s of each (device 0, events). */
+static void h2d_rows(unsigned char *h, void *d, uint64_t bytes, uint64_t width, unsigned repeat,
+                     cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1) {
+    size_t rows = (size_t)(bytes / (2 * width));
+    double best2d = 0, best1d = 0;
+    for (unsigned r = 0; r < repeat; r++)
+        for (int packed = 0; packed < 2; packed++) {
+            float ms;
+            CUDA_OK(cudaEventRecord(e0, s));
+            if (packed)
+                CUDA_OK(cudaMemcpyAsync(d, h, rows * width, cudaMemcpyHostToDevice, s));
+            else
+                CUDA_OK(cudaMemcpy2DAsync(d, width, h, 2 * width, width, rows,
+                                          cudaMemcpyHostToDevice, s));
+            CUDA_OK(cudaEventRecord(e1, s));
+            CUDA_OK(cudaEventSynchronize(e1));
+            CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+            double g = (double)(rows * width) / (ms * 1e-3) / 1e9;
+            double *best = packed ? &best1d : &best2d;
+            if (g > *best) *best = g;
+        }
+    printf("{\"bench\": \"h2d-rows\", \"width\": %" PRIu64 ", \"rows\": %zu, "
+           "\"rows_2d_gbps\": %.2f, \"packed_gbps\": %.2f}\n",
+           width, rows, best2d, best1d);
+}
+
 static int cmd_h2d(int argc, char **argv) {
-    uint64_t bytes = (uint64_t)1 << 30, v;
+    uint64_t bytes = (uint64_t)1 << 30, v, rows_width = 0;
     unsigned repeat = 8, n_devs = 0;
     int devs[16];
     for (int i = 0; i < argc; i++) {
@@ -401,6 +434,8 @@ static int cmd_h2d(int argc, char **argv) {
             bytes = v;
         } else if (!strcmp(argv[i], "--repeat") && i + 1 < argc && parse_size(argv[++i], &v) && v) {
             repeat = (unsigned)v;
+        } else if (!strcmp(argv[i], "--rows") && i + 1 < argc && parse_size(argv[++i], &v) && v) {
+            rows_width = v;
         } else {
             fprintf(stderr, "gpu h2d: bad argument %s\n", argv[i]);
             return 2;
@@ -446,6 +481,8 @@ static int cmd_h2d(int argc, char **argv) {
     printf("{\"bench\": \"h2d\", \"device\": \"%s\", \"bytes\": %" PRIu64 ", \"repeat\": %u, "
            "\"one_stream_gbps\": %.2f, \"four_streams_gbps\": %.2f, \"best_gbps\": %.2f}\n",
            prop.name, bytes, repeat, best1, best4, best1 > best4 ? best1 : best4);
+    if (rows_width && rows_width * 2 <= bytes)
+        h2d_rows(h, d, bytes, rows_width, repeat, s[0], e0, e1);
     CUDA_OK(cudaHostUnregister(h));
     CUDA_OK(cudaFree(d));
     munmap(h, bytes);
@@ -465,7 +502,10 @@ static int cmd_h2d(int argc, char **argv) {
 
 typedef struct pread_job {
     int fd;
-    uint64_t size, block;
+    uint64_t size, block, run; /* run: read runs of `run` bytes every 2*run, or whole blocks */
+    const char *path;          /* own_fd: each thread opens it */
+    bool own_fd;               /* each thread its own descriptor (its own struct file) */
+    const unsigned char *map;  /* runs copied from this shared mapping of the file, or NULL */
     atomic_uint_least64_t next;
     unsigned char *big; /* NULL: each thread reads into its own reused buffer */
     atomic_int failed;
@@ -480,29 +520,56 @@ typedef struct pread_thread {
 static void *pread_main(void *arg) {
     pread_thread *t = arg;
     pread_job *j = t->j;
-    for (unsigned turn = 0;; turn ^= 1) {
+    int fd = j->own_fd ? open(j->path, O_RDONLY) : j->fd;
+    if (fd < 0) atomic_store(&j->failed, 1);
+    for (unsigned turn = 0; fd >= 0; turn ^= 1) {
         uint64_t off = atomic_fetch_add(&j->next, j->block);
         if (off >= j->size) break;
         size_t n = j->size - off < j->block ? (size_t)(j->size - off) : (size_t)j->block;
         unsigned char *dst = j->big ? j->big + off : t->buf + turn * j->block;
-        if (pread(j->fd, dst, n, (off_t)off) != (ssize_t)n) atomic_store(&j->failed, 1);
+        if (!j->run) {
+            if (pread(fd, dst, n, (off_t)off) != (ssize_t)n) atomic_store(&j->failed, 1);
+            continue;
+        }
+        for (size_t at = 0; at + j->run <= n; at += 2 * j->run)
+            if (j->map)
+                memcpy(dst + at, j->map + off + at, j->run);
+            else if (pread(fd, dst + at, j->run, (off_t)(off + at)) != (ssize_t)j->run)
+                atomic_store(&j->failed, 1);
     }
+    if (j->own_fd && fd >= 0) close(fd);
     return NULL;
 }
 
-static double pread_once(pread_job *j, pread_thread *ts, unsigned n) {
+/* One pass; with `mapped`, the file is mapped (shared, read-only) for the pass and unmapped
+ * after it, inside the time. */
+static double pread_once(pread_job *j, pread_thread *ts, unsigned n, bool mapped) {
     atomic_store(&j->next, 0);
     double t0 = now_s();
+    if (mapped) {
+        void *p = mmap(NULL, j->size, PROT_READ, MAP_SHARED, j->fd, 0);
+        if (p == MAP_FAILED) {
+            atomic_store(&j->failed, 1);
+            return 1e30;
+        }
+        j->map = p;
+    }
     for (unsigned k = 0; k < n; k++)
         pthread_create(&ts[k].th, NULL, pread_main, &ts[k]);
     for (unsigned k = 0; k < n; k++)
         pthread_join(ts[k].th, NULL);
+    if (mapped) {
+        munmap((void *)j->map, j->size);
+        j->map = NULL;
+    }
     return now_s() - t0;
 }
 
 static int cmd_pread(int argc, char **argv) {
     const char *path = NULL;
     uint64_t threads = (uint64_t)sysconf(_SC_NPROCESSORS_ONLN), block = (uint64_t)8 << 20, v;
+    uint64_t run = 0;
+    bool own_fd = false, mapped = false;
     unsigned repeat = 3;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc && parse_size(argv[++i], &v) && v) {
@@ -511,6 +578,12 @@ static int cmd_pread(int argc, char **argv) {
             block = v;
         } else if (!strcmp(argv[i], "--repeat") && i + 1 < argc && parse_size(argv[++i], &v) && v) {
             repeat = (unsigned)v;
+        } else if (!strcmp(argv[i], "--run") && i + 1 < argc && parse_size(argv[++i], &v) && v) {
+            run = v;
+        } else if (!strcmp(argv[i], "--own-fd")) {
+            own_fd = true;
+        } else if (!strcmp(argv[i], "--mapped")) {
+            mapped = true;
         } else if (!path && argv[i][0] != '-') {
             path = argv[i];
         } else {
@@ -519,7 +592,9 @@ static int cmd_pread(int argc, char **argv) {
         }
     }
     if (!path || threads > 256) return 2;
-    pread_job j = {.fd = open(path, O_RDONLY), .block = block};
+    if (mapped && !run) return 2;
+    pread_job j = {
+        .fd = open(path, O_RDONLY), .block = block, .run = run, .path = path, .own_fd = own_fd};
     if (j.fd < 0) {
         perror(path);
         return 1;
@@ -530,25 +605,30 @@ static int cmd_pread(int argc, char **argv) {
         ts[k] = (pread_thread){.j = &j, .buf = pages(2 * block)};
     double best_reused = 1e30, best_big = 1e30;
     for (unsigned r = 0; r < repeat; r++) {
-        double t = pread_once(&j, ts, (unsigned)threads);
+        double t = pread_once(&j, ts, (unsigned)threads, mapped);
         if (t < best_reused) best_reused = t;
     }
     j.big = pages(j.size);
     for (unsigned r = 0; r < repeat; r++) {
-        double t = pread_once(&j, ts, (unsigned)threads);
+        double t = pread_once(&j, ts, (unsigned)threads, mapped);
         if (t < best_big) best_big = t;
     }
     munmap(j.big, j.size);
     for (unsigned k = 0; k < threads; k++)
         munmap(ts[k].buf, 2 * block);
     close(j.fd);
-    double g1 = (double)j.size / best_reused / 1e9, g2 = (double)j.size / best_big / 1e9;
+    /* With runs, the bytes read: half of each whole block (the tail's runs are close enough). */
+    double got = run ? (double)j.size / 2 : (double)j.size;
+    double g1 = got / best_reused / 1e9, g2 = got / best_big / 1e9;
     printf("{\"bench\": \"pread\", \"file\": \"%s\", \"bytes\": %" PRIu64 ", \"threads\": %" PRIu64
-           ", \"block\": %" PRIu64
+           ", \"run\": %" PRIu64 ", \"how\": \"%s\", \"block\": %" PRIu64
            ", \"reused_buffers_gbps\": %.2f, \"file_sized_buffer_gbps\": %.2f, "
            "\"best_gbps\": %.2f, \"failed\": %s}\n",
-           path, j.size, threads, block, g1, g2, g1 > g2 ? g1 : g2,
-           atomic_load(&j.failed) ? "true" : "false");
+           path, j.size, threads, run,
+           mapped   ? "mapped"
+           : own_fd ? "own_fd"
+                    : "pread",
+           block, g1, g2, g1 > g2 ? g1 : g2, atomic_load(&j.failed) ? "true" : "false");
     return atomic_load(&j.failed) ? 1 : 0;
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/gpu_ab.sh: one GPU, two trees, one run: the staged load of a base tree against this
 # working tree on the same model, alternating, plus this tree's CUDA and multi tests, ceilings
-# and tensor-parallel ranks (bench/RESULTS.md, multigpu).
+# and tensor-parallel ranks, old against new as well (bench/RESULTS.md, multigpu).
 #
 # Usage (on this machine, then in one device call):
 #   mkdir .ab-base && git archive BASE CMakeLists.txt cmake include src tools bench THIRD_PARTY.md \
@@ -29,10 +29,19 @@ M=/tmp/wm-gpu-models/ab-$SIZE.gguf
 [ -f "$M" ] || build-multigpu/weightmap make-model "$M" --size "$SIZE" >/dev/null
 cat "$M" >/dev/null
 cat "$M" >/dev/null
-for r in 1 2 3; do
-    timeout 120 /tmp/ab-old/bench/gpu load "$M" --repeat 5 | sed 's/^/old /'
-    timeout 120 build-multigpu/bench/gpu load "$M" --repeat 5 | sed 's/^/new /'
-done | grep -o '^[a-z]* {"bench": "load".*"median_gbps": [0-9.]*' | sed 's/"file.*"best_s"/best_s/'
+# Alternating, three rounds, old first in odd rounds and new first in even ones (so neither is
+# always second): the whole load, and two TP-2 ranks at once (each its slices, wm_split_llama).
+ab() { # ROUND ARGS...: old and new, in this round's order, each line marked
+    local r=$1 t
+    shift
+    for t in $([ $((r % 2)) = 1 ] && echo old new || echo new old); do
+        timeout 120 "$([ $t = old ] && echo /tmp/ab-old || echo build-multigpu)/bench/gpu" "$@" |
+            sed "s/^/$t /; s/\"file\": \"[^\"]*\", //"
+    done
+}
+for r in 1 2 3; do ab $r load "$M" --repeat 5; done |
+    grep -o '^[a-z]* {"bench": "load".*"median_gbps": [0-9.]*' | sed 's/"path.*"best_s"/best_s/'
+for r in 1 2 3 4; do ab $r ranks "$M" --ranks 2 --tp --repeat 5; done
 timeout 120 build-multigpu/bench/gpu h2d --bytes 1G --repeat 5
 timeout 120 build-multigpu/bench/gpu pread "$M" --threads "$(nproc)" --repeat 3
 timeout 200 build-multigpu/bench/gpu ranks "$M" --ranks 2 --tp --repeat 5

@@ -277,6 +277,61 @@ WM_TEST(tp_heap_fault_sweep) {
 #endif
 }
 
+/* Descriptors opened by one load with `o` (the OS layer's open calls, counted by the fault
+ * table) and the threads it read with; every descriptor is closed again when it returns. */
+static uint64_t opens_of_load(const char *path, wm_load_options o, unsigned *threads) {
+    wm_file *f;
+    wm_error err;
+    CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
+    int fds = wmt_count_fds();
+    wm__fault_reset();
+    wm_model *m;
+    CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_OK);
+    uint64_t opens = wm__fault_count(WM_OS_OPEN);
+    CHECK_EQ(wmt_count_fds(), fds);
+    wm_model_stats st;
+    wm_model_stats_get(m, &st);
+    *threads = st.threads;
+    wm_model_release(m);
+    wm_file_close(f);
+    CHECK_LEDGER_EMPTY();
+    return opens;
+}
+
+/* The reading threads of a sliced load read through descriptors of their own (wm__fds: one
+ * descriptor shared by all caps reads of a few KiB, bench/RESULTS.md multigpu): each worker
+ * opens one per shard, the calling thread reads through the shard's, and none is left open
+ * after the load. A load without rows to read opens none. */
+static void readers_own_descriptors(wm_load_options o, unsigned first_reader) {
+#ifndef WM_FAULT_INJECTION
+    (void)o;
+    (void)first_reader;
+    WM_SKIP("needs -DWM_FAULT_INJECTION=ON (the open calls are counted there)");
+#else
+    const char *path = wmt_make_model("m.gguf", "--size 8M --format gguf");
+    unsigned whole_threads, sliced_threads;
+    /* A first load: the real CUDA runtime opens descriptors of its own when it starts. */
+    wmt_load_run first = {OPEN_OK(path), o, NULL};
+    wm_error err;
+    CHECK_STATUS(wmt_load_release(&first, &err), WM_OK);
+    wm_file_close(first.f);
+    uint64_t whole = opens_of_load(path, o, &whole_threads);
+    o.tp_world = 2;
+    o.tp_rank = 1;
+    o.tp_split = wm_split_llama;
+    uint64_t sliced = opens_of_load(path, o, &sliced_threads);
+    CHECK(sliced_threads > 1);
+    CHECK_MSG(sliced - whole == sliced_threads - first_reader,
+              "%llu descriptors opened for %u reading threads (%llu without slices)",
+              (unsigned long long)sliced, sliced_threads, (unsigned long long)whole);
+#endif
+}
+
+WM_TEST(tp_heap_readers_own_descriptors) {
+    /* The calling thread is the first of the heap's readers and keeps the shard's. */
+    readers_own_descriptors((wm_load_options){.mode = WM_MODE_HEAP, .threads = 4}, 1);
+}
+
 /* ---- several devices (CUDA) ---- */
 
 #ifdef WM_HAVE_CUDA
@@ -523,6 +578,13 @@ WM_TEST(tp_cuda_slices_and_reads) {
     o.mode = WM_MODE_MMAP; /* staged from the page cache as well */
     tp_rank(path, o, 1, 2);
     no_violations();
+}
+
+WM_TEST(tp_cuda_readers_own_descriptors) {
+    NEED_GPUS(1);
+    /* Every reader thread opens its own; the loading thread reads nothing. */
+    readers_own_descriptors(
+        (wm_load_options){.mode = WM_MODE_HEAP, .backend = WM_BACKEND_CUDA, .threads = 3}, 0);
 }
 
 #endif /* WM_HAVE_CUDA */

@@ -287,6 +287,7 @@ typedef struct pipe {
     const uint64_t *map_off;
     const int *direct_fd;   /* staged with direct_io: an O_DIRECT descriptor per shard, or -1 */
     atomic_bool direct_off; /* a direct read was refused: buffered reads from then on */
+    bool own_fds;           /* windows with holes: each reader reads through its own (wm__fds) */
     slot *slots;
     unsigned n_slots;
     cudaStream_t streams[MAX_DEVS][MAX_STREAMS];
@@ -349,14 +350,15 @@ static void fail_pipe(pipe *p, const wm_error *e) {
 /* A window with holes (tensor-parallel slices): each run of file-contiguous pieces is read on
  * its own, to its place in the slot (the slot mirrors the window's file range), so that only
  * the slices' bytes are read. */
-static wm_status read_runs(pipe *p, slot *s, const window *win, wm_error *err) {
+static wm_status read_runs(pipe *p, const wm__fds *fds, slot *s, const window *win, wm_error *err) {
     const wm__shard *sh = &p->m->file->shards[win->shard];
+    int fd = wm__fds_get(fds, p->m->file, win->shard);
     for (size_t i = win->first; i < win->first + win->count;) {
         uint64_t a = p->pieces[i].off, b = a + p->pieces[i].len;
         for (i++; i < win->first + win->count && p->pieces[i].off == b; i++)
             b += p->pieces[i].len;
         size_t len = (size_t)(b - a), got;
-        int e = wm__os_pread(sh->fd, s->host + (a - win->start), len, a, &got);
+        int e = wm__os_pread(fd, s->host + (a - win->start), len, a, &got);
         if (e)
             return wm__err(err, wm__status_io(e), e, "%s: reading %zu bytes at offset %llu: %s",
                            sh->path, len, (unsigned long long)a, wm__errno_text(e));
@@ -371,8 +373,10 @@ static wm_status read_runs(pipe *p, slot *s, const window *win, wm_error *err) {
     return WM_OK;
 }
 
-static wm_status read_window(pipe *p, slot *s, const window *win, wm_error *err) {
-    if (win->gaps) return read_runs(p, s, win, err);
+/* `fds`: the reading thread's descriptors (wm__fds), for the runs of windows with holes. */
+static wm_status read_window(pipe *p, const wm__fds *fds, slot *s, const window *win,
+                             wm_error *err) {
+    if (win->gaps) return read_runs(p, fds, s, win, err);
     const wm__shard *sh = &p->m->file->shards[win->shard];
     bool direct = p->direct_fd && p->direct_fd[win->shard] >= 0 && !atomic_load(&p->direct_off);
     int fd = direct ? p->direct_fd[win->shard] : sh->fd;
@@ -382,7 +386,7 @@ static wm_status read_window(pipe *p, slot *s, const window *win, wm_error *err)
     int e = wm__os_pread(fd, s->host, len, a, &got);
     if (e == EINVAL && direct) {
         atomic_store(&p->direct_off, true);
-        return read_window(p, s, win, err);
+        return read_window(p, fds, s, win, err);
     }
     if (e)
         return wm__err(err, wm__status_io(e), e, "%s: reading %zu bytes at offset %llu%s: %s",
@@ -547,6 +551,8 @@ static wm_status reap(pipe *p, wm_error *err) {
  * thread; until the windows run out or the pipe stops. */
 static void read_loop(void *arg) {
     pipe *p = arg;
+    wm__fds fds = {0};
+    if (p->own_fds) wm__fds_open(p->m->file, &fds);
     wm__os_mutex_lock(&p->mu);
     while (!p->stop && p->next < p->n_win) {
         if (!p->n_free) {
@@ -557,7 +563,7 @@ static void read_loop(void *arg) {
         size_t i = p->next++;
         wm__os_mutex_unlock(&p->mu);
         wm_error e;
-        wm_status st = read_window(p, &p->slots[k], &p->win[i], &e);
+        wm_status st = read_window(p, &fds, &p->slots[k], &p->win[i], &e);
         wm__os_mutex_lock(&p->mu);
         if (st) {
             fail_locked(p, &e);
@@ -568,6 +574,7 @@ static void read_loop(void *arg) {
         wm__os_cond_signal(&p->to_loader);
     }
     wm__os_mutex_unlock(&p->mu);
+    wm__fds_close(&fds);
 }
 
 static void *reader_main(void *arg) {
@@ -608,8 +615,9 @@ static void drive(pipe *p, bool self_fill) {
         if (act == FILL) {
             slot *s = &p->slots[k];
             s->win = i;
+            static const wm__fds shards_own = {0};
             st = p->registered ? register_window(p, s, &p->win[i], &e)
-                               : read_window(p, s, &p->win[i], &e);
+                               : read_window(p, &shards_own, s, &p->win[i], &e);
         }
         if (!st && (act == ISSUE || act == FILL)) {
             st = issue(p, k, &e);
@@ -1043,8 +1051,10 @@ static wm_status fill_device(wm_model *m, cuda_state *cs, wm_error *err) {
     p.free_q = queues;
     p.filled_q = queues + n_slots;
     p.busy_q = queues + 2 * (size_t)n_slots;
-    for (size_t k = 0; k < n_win; k++)
+    for (size_t k = 0; k < n_win; k++) {
         p.total += wins[k].bytes;
+        if (wins[k].gaps) p.own_fds = true;
+    }
     st = run_pipe(&p, readers, n_readers, err);
 out:
     pipe_sync_free(&p);

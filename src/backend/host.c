@@ -2,7 +2,8 @@
  * host.c: the host-side tools of every backend (host.h): counted regions (file mappings and
  * anonymous pages), locking, and the parallel reader.
  *
- * Sections: threads; regions; locking; the parallel reader; jobs for a packed chunk.
+ * Sections: threads; regions; locking; descriptors of a reading thread; the parallel reader; jobs
+ * for a packed chunk.
  */
 #include "host.h"
 
@@ -109,6 +110,28 @@ wm_status wm__region_lock(wm_model *m, wm__region *r, wm_error *err) {
     return WM_OK;
 }
 
+/* ---- descriptors of a reading thread ---- */
+
+void wm__fds_open(const wm_file *f, wm__fds *out) {
+    *out = (wm__fds){0};
+    int *fd = wm__alloc(f->n_shards * sizeof *fd);
+    if (!fd) return;
+    for (uint32_t i = 0; i < f->n_shards; i++)
+        if (wm__os_reopen(f->shards[i].fd, &fd[i]) != 0) fd[i] = -1;
+    *out = (wm__fds){.fd = fd, .n = f->n_shards};
+}
+
+int wm__fds_get(const wm__fds *fds, const wm_file *f, uint32_t shard) {
+    return fds->fd && fds->fd[shard] >= 0 ? fds->fd[shard] : f->shards[shard].fd;
+}
+
+void wm__fds_close(wm__fds *fds) {
+    for (uint32_t i = 0; fds->fd && i < fds->n; i++)
+        wm__os_close(fds->fd[i]);
+    wm__free(fds->fd);
+    *fds = (wm__fds){0};
+}
+
 /* ---- the parallel reader ---- */
 
 typedef struct run_ctx {
@@ -117,6 +140,7 @@ typedef struct run_ctx {
     size_t n;
     size_t scratch_each; /* 0 when no job converts */
     bool populate;       /* fresh pages: prefault each job's destination (MADV_POPULATE_WRITE) */
+    bool own_fds;        /* jobs read rows: each worker reads through descriptors of its own */
     _Atomic size_t next;
     _Atomic uint64_t done;
     uint64_t total;
@@ -133,13 +157,20 @@ bool wm__progress(wm_model *m, uint64_t done, uint64_t total) {
     return m->opts.progress && m->opts.progress(m->opts.progress_user, done, total) != 0;
 }
 
+/* A worker's own: its descriptors and its staging. */
+typedef struct worker_own {
+    wm__fds fds;
+    unsigned char *scratch;
+} worker_own;
+
 /* Reads [off, off + len) of the job's shard into buf; false (and the failure recorded) on an
  * error or a file shorter than its header says. */
-static bool read_part(run_ctx *c, const wm__job *j, unsigned char *buf, uint64_t off, size_t len) {
+static bool read_part(run_ctx *c, const worker_own *w, const wm__job *j, unsigned char *buf,
+                      uint64_t off, size_t len) {
     const wm__shard *sh = &c->m->file->shards[j->shard];
     wm_error e;
     size_t got;
-    int errn = wm__os_pread(sh->fd, buf, len, off, &got);
+    int errn = wm__os_pread(wm__fds_get(&w->fds, c->m->file, j->shard), buf, len, off, &got);
     if (errn) {
         wm__err(&e, wm__status_io(errn), errn, "%s: reading %zu bytes at offset %llu: %s", sh->path,
                 len, (unsigned long long)off, wm__errno_text(errn));
@@ -161,14 +192,15 @@ static bool read_part(run_ctx *c, const wm__job *j, unsigned char *buf, uint64_t
 
 /* A converting job: WM_CONVERT_STEP source bytes at a time (whole blocks), read into the
  * scratch and converted into the destination while they are still in the cache. */
-static bool convert_job(run_ctx *c, const wm__job *j, unsigned char *scratch) {
+static bool convert_job(run_ctx *c, const worker_own *w, const wm__job *j) {
+    unsigned char *scratch = w->scratch;
     size_t bb = wm_type_block_bytes(j->from), step = WM_CONVERT_STEP / bb * bb;
     uint64_t be = wm_type_block_elems(j->from);
     size_t out_bb = wm_type_block_bytes(j->to), out_be = wm_type_block_elems(j->to);
     if (step == 0) step = bb;
     for (size_t k = 0; k < j->len; k += step) {
         size_t n = j->len - k < step ? j->len - k : step;
-        if (!read_part(c, j, scratch, j->file_off + k, n)) return false;
+        if (!read_part(c, w, j, scratch, j->file_off + k, n)) return false;
         uint64_t n_el = (uint64_t)(n / bb) * be;
         unsigned char *dst = j->dst + (size_t)((uint64_t)(k / bb) * be / out_be * out_bb);
         wm_status st = wm_convert(j->from, j->to, scratch, dst, n_el);
@@ -185,9 +217,9 @@ static bool convert_job(run_ctx *c, const wm__job *j, unsigned char *scratch) {
     return true;
 }
 
-static bool do_job(run_ctx *c, const wm__job *j, unsigned char *scratch) {
+static bool do_job(run_ctx *c, const worker_own *w, const wm__job *j) {
     if (j->from != j->to) {
-        if (!convert_job(c, j, scratch)) return false;
+        if (!convert_job(c, w, j)) return false;
     } else {
         if (c->populate && c->m->chunks[c->m->place[j->tensor].chunk].size < POPULATE_BELOW) {
             /* Heap pages are fresh: in a chunk too small for huge pages, faulting the job's 4 KiB
@@ -200,7 +232,7 @@ static bool do_job(run_ctx *c, const wm__job *j, unsigned char *scratch) {
             wm__os_advise((void *)lo, (size_t)(hi - lo), WM_OS_ADV_POPULATE_WRITE);
         }
         for (uint64_t r = 0; r < j->rows; r++)
-            if (!read_part(c, j, j->dst + r * j->len, j->file_off + r * j->src_stride, j->len))
+            if (!read_part(c, w, j, j->dst + r * j->len, j->file_off + r * j->src_stride, j->len))
                 return false;
     }
     atomic_fetch_add(&c->done, j->len * j->rows);
@@ -209,7 +241,8 @@ static bool do_job(run_ctx *c, const wm__job *j, unsigned char *scratch) {
 
 /* One worker's loop; the loading thread (main) also reports progress and checks cancel. */
 static void work(run_ctx *c, bool main) {
-    unsigned char *scratch = NULL;
+    worker_own w = {0};
+    if (c->own_fds && !main) wm__fds_open(c->m->file, &w.fds);
     if (c->scratch_each) {
         void *p;
         int e = wm__scratch_alloc(c->scratch_each, &p);
@@ -218,14 +251,15 @@ static void work(run_ctx *c, bool main) {
             wm__err(&err, WM_ENOMEM, e, "%s: allocating %zu bytes of staging: %s", c->m->file->path,
                     c->scratch_each, wm__errno_text(e));
             fail_run(c, &err);
+            wm__fds_close(&w.fds);
             return;
         }
-        scratch = p;
+        w.scratch = p;
     }
     while (!atomic_load(&c->failed)) {
         size_t i = atomic_fetch_add(&c->next, 1);
         if (i >= c->n) break;
-        if (!do_job(c, &c->jobs[i], scratch)) break;
+        if (!do_job(c, &w, &c->jobs[i])) break;
         if (main && wm__progress(c->m, atomic_load(&c->done), c->total)) {
             wm_error err;
             wm__err(&err, WM_ECANCELED, 0, "%s: load canceled by the progress callback",
@@ -233,7 +267,8 @@ static void work(run_ctx *c, bool main) {
             fail_run(c, &err);
         }
     }
-    wm__scratch_free(scratch, c->scratch_each);
+    wm__scratch_free(w.scratch, c->scratch_each);
+    wm__fds_close(&w.fds);
 }
 
 static void work_scope(void *arg) { work(arg, false); }
@@ -251,6 +286,7 @@ wm_status wm__run_jobs(wm_model *m, const wm__job *jobs, size_t n, unsigned flag
     size_t biggest_convert = 0;
     for (size_t i = 0; i < n; i++) {
         c.total += jobs[i].len * jobs[i].rows;
+        if (jobs[i].rows > 1) c.own_fds = true;
         if (jobs[i].from != jobs[i].to && jobs[i].len > biggest_convert)
             biggest_convert = jobs[i].len;
     }

@@ -34,6 +34,25 @@ void wm__region_free(wm__region *r);
  * best-effort: as much as the kernel allows, in 16 MiB steps). Counts LOCKED bytes. */
 wm_status wm__region_lock(wm_model *m, wm__region *r, wm_error *err);
 
+/* ---- descriptors of a reading thread ---- */
+
+/* Each reading thread's own descriptors of the shards. Threads that pread many small runs (the
+ * rows of last-dimension slices, a few KiB each) through one descriptor all take and drop
+ * references on one open file, and that shared count caps them: 2176-byte runs on 16 threads
+ * went from 11.7 to 23.7 GB/s with a descriptor each (bench/RESULTS.md, multigpu). Opened by
+ * the thread that reads, closed by it before it ends. Opening never fails: a shard that cannot
+ * be reopened (or no memory for the table) is read through its own descriptor. */
+typedef struct wm__fds {
+    int *fd; /* one per shard, -1 where the shard's own serves; NULL: all shards' own */
+    uint32_t n;
+} wm__fds;
+
+void wm__fds_open(const wm_file *f, wm__fds *out);
+/* The descriptor to read shard `shard` through. */
+int wm__fds_get(const wm__fds *fds, const wm_file *f, uint32_t shard);
+/* Closes what wm__fds_open opened; accepts an empty table; leaves it empty. */
+void wm__fds_close(wm__fds *fds);
+
 /* ---- the parallel reader ---- */
 
 /* A piece of work for the parallel reader: read len bytes of a shard at file_off into dst,
@@ -64,7 +83,8 @@ typedef struct wm__job {
 /* Runs jobs on wm__load_threads(m) threads (the calling thread works too and reports progress).
  * The first error wins and stops the rest; a cancel from the progress callback gives
  * WM_ECANCELED. Worker threads exist only during this call; their stacks are counted as
- * scratch while they live. */
+ * scratch while they live. Where jobs read rows (slices), each worker reads through
+ * descriptors of its own (wm__fds) and the calling thread through the shards'. */
 wm_status wm__run_jobs(wm_model *m, const wm__job *jobs, size_t n, unsigned flags, wm_error *err);
 /* Builds the jobs that fill chunk `c` of a packed (heap or device-staged) layout into host memory
  * at base; the jobs are appended to *jobs (a counted allocation of *cap entries, *n used, that

@@ -56,6 +56,10 @@ int wm__os_open_raw(const char *path, int extra, int *fd_out);
  * has no direct I/O. Reads through it must be aligned to WM_OS_DIRECT_ALIGN in file offset,
  * length and memory. */
 int wm__os_reopen_direct(int fd, int *fd_out);
+/* A second descriptor of the file open as `fd`, read-only, with an open file of its own (so
+ * that threads reading through their own descriptors share no reference count); through
+ * /proc/self/fd, so it is the same file even if its path was replaced since. */
+int wm__os_reopen(int fd, int *fd_out);
 #define WM_OS_DIRECT_ALIGN 4096u
 void wm__os_close(int fd);
 int wm__os_stat(int fd, wm_os_stat *out);

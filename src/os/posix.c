@@ -37,13 +37,16 @@ int wm__os_open_read(const char *path, int *fd_out) {
     return e ? e : wm__os_open_raw(path, 0, fd_out);
 }
 
-int wm__os_reopen_direct(int fd, int *fd_out) {
+static int reopen(int fd, int extra, int *fd_out) {
     int e = wm__fault_hit(WM_OS_OPEN);
     if (e) return e;
     char path[48];
     snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
-    return wm__os_open_raw(path, O_DIRECT, fd_out);
+    return wm__os_open_raw(path, extra, fd_out);
 }
+
+int wm__os_reopen_direct(int fd, int *fd_out) { return reopen(fd, O_DIRECT, fd_out); }
+int wm__os_reopen(int fd, int *fd_out) { return reopen(fd, 0, fd_out); }
 
 void wm__os_close(int fd) {
     if (fd >= 0) close(fd); /* EINTR on close: the descriptor is gone on Linux; do not retry */
