@@ -95,10 +95,15 @@ static void read_back(wm_model *m, size_t i, unsigned char *out, uint64_t n) {
 /* Loads rank r of w with wm_split_llama and checks every tensor's slice, its shape and the bytes
  * the load read (the library's count and the kernel's). */
 static void tp_rank(const char *path, wm_load_options o, unsigned r, unsigned w) {
-    unsigned char *file = file_bytes(path);
     wm_file *f;
     wm_error err;
     CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
+    /* Each shard's bytes, read here (a single file is a set of one). */
+    size_t n_shards = wm_file_shard_count(f);
+    unsigned char *shard[8];
+    CHECK(n_shards >= 1 && n_shards <= 8);
+    for (size_t k = 0; k < n_shards; k++)
+        shard[k] = file_bytes(wm_file_shard_path(f, k));
     o.tp_rank = r;
     o.tp_world = w;
     o.tp_split = wm_split_llama;
@@ -140,7 +145,7 @@ static void tp_rank(const char *path, wm_load_options o, unsigned r, unsigned w)
         wm_split sp = wm_split_llama(NULL, i, &t), got_sp;
         unsigned char *want = malloc(t.nbytes + 1), *got = malloc(t.nbytes + 1);
         CHECK(want && got);
-        uint64_t n = expected_slice(file, &t, sp, r, w, want), nbytes;
+        uint64_t n = expected_slice(shard[t.shard], &t, sp, r, w, want), nbytes;
         wm_type type;
         CHECK_STATUS(wm_model_tensor_info(m, i, &type, &nbytes), WM_OK);
         CHECK_EQ(nbytes, n);
@@ -158,10 +163,12 @@ static void tp_rank(const char *path, wm_load_options o, unsigned r, unsigned w)
         free(got);
     }
     wm_model_release(m);
+    for (size_t k = 0; k < n_shards; k++) {
+        CHECK_EQ(wmt_count_file_maps(wm_file_shard_path(f, k)), 0);
+        free(shard[k]);
+    }
     wm_file_close(f);
-    free(file);
     CHECK_LEDGER_EMPTY();
-    CHECK_EQ(wmt_count_file_maps(path), 0);
 }
 
 /* The library's llama rule, which the cases below split by: GGUF and Hugging Face names, 2-D
@@ -203,6 +210,15 @@ WM_TEST(tp_heap_slices_and_reads) {
         tp_rank(path, o, r, 2);
     for (unsigned r = 0; r < 4; r++)
         tp_rank(path, o, r, 4);
+}
+
+/* A set of shards: slices of tensors in every shard, read from each. */
+WM_TEST(tp_heap_sharded_set) {
+    wmt_make_model("s.gguf", "--size 8M --format gguf --shards 3");
+    const char *path = wmt_tmp("s-00002-of-00003.gguf");
+    wm_load_options o = {.mode = WM_MODE_HEAP, .threads = 3};
+    for (unsigned r = 0; r < 2; r++)
+        tp_rank(path, o, r, 2);
 }
 
 WM_TEST(tp_heap_safetensors) {
@@ -577,6 +593,10 @@ WM_TEST(tp_cuda_slices_and_reads) {
         tp_rank(path, o, r, 2);
     o.mode = WM_MODE_MMAP; /* staged from the page cache as well */
     tp_rank(path, o, 1, 2);
+    /* A set of shards: windows of each shard, slices of tensors in every one. */
+    wmt_make_model("s.gguf", "--size 16M --format gguf --shards 3");
+    o.mode = WM_MODE_HEAP;
+    tp_rank(wmt_tmp("s-00003-of-00003.gguf"), o, 0, 2);
     no_violations();
 }
 
