@@ -40,6 +40,27 @@ static unsigned char *file_bytes(const char *path) {
     return wmt_read_file(path, &len);
 }
 
+/* Each shard's bytes, read by the test (a single file is a set of one). */
+typedef struct shard_bytes {
+    unsigned char *b[8];
+    uint32_t n;
+} shard_bytes;
+
+static void shards_read(const wm_file *f, shard_bytes *s) {
+    s->n = wm_file_shard_count(f);
+    CHECK(s->n >= 1 && s->n <= 8);
+    for (uint32_t k = 0; k < s->n; k++)
+        s->b[k] = file_bytes(wm_file_shard_path(f, k));
+}
+
+/* After the release: no mapping of any shard is left; frees the bytes. */
+static void shards_done(const wm_file *f, shard_bytes *s) {
+    for (uint32_t k = 0; k < s->n; k++) {
+        CHECK_EQ(wmt_count_file_maps(wm_file_shard_path(f, k)), 0);
+        free(s->b[k]);
+    }
+}
+
 /* The bytes of rank r's slice of tensor t, from the file's bytes, into out (t's slice size). */
 static uint64_t expected_slice(const unsigned char *file, const wm_tensor_info *t, wm_split sp,
                                unsigned r, unsigned w, unsigned char *out) {
@@ -98,12 +119,8 @@ static void tp_rank(const char *path, wm_load_options o, unsigned r, unsigned w)
     wm_file *f;
     wm_error err;
     CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
-    /* Each shard's bytes, read here (a single file is a set of one). */
-    size_t n_shards = wm_file_shard_count(f);
-    unsigned char *shard[8];
-    CHECK(n_shards >= 1 && n_shards <= 8);
-    for (size_t k = 0; k < n_shards; k++)
-        shard[k] = file_bytes(wm_file_shard_path(f, k));
+    shard_bytes file;
+    shards_read(f, &file);
     o.tp_rank = r;
     o.tp_world = w;
     o.tp_split = wm_split_llama;
@@ -145,7 +162,7 @@ static void tp_rank(const char *path, wm_load_options o, unsigned r, unsigned w)
         wm_split sp = wm_split_llama(NULL, i, &t), got_sp;
         unsigned char *want = malloc(t.nbytes + 1), *got = malloc(t.nbytes + 1);
         CHECK(want && got);
-        uint64_t n = expected_slice(shard[t.shard], &t, sp, r, w, want), nbytes;
+        uint64_t n = expected_slice(file.b[t.shard], &t, sp, r, w, want), nbytes;
         wm_type type;
         CHECK_STATUS(wm_model_tensor_info(m, i, &type, &nbytes), WM_OK);
         CHECK_EQ(nbytes, n);
@@ -163,10 +180,7 @@ static void tp_rank(const char *path, wm_load_options o, unsigned r, unsigned w)
         free(got);
     }
     wm_model_release(m);
-    for (size_t k = 0; k < n_shards; k++) {
-        CHECK_EQ(wmt_count_file_maps(wm_file_shard_path(f, k)), 0);
-        free(shard[k]);
-    }
+    shards_done(f, &file);
     wm_file_close(f);
     CHECK_LEDGER_EMPTY();
 }
@@ -390,10 +404,11 @@ static wm_load_options two_devices(wm_mode mode, wm_placement placement) {
 /* Loads over devices 0 and 1 with `placement`; every tensor whole on its device, the per-device
  * ledger exactly its buffers, everything back after release. Returns tensors on device 1. */
 static size_t load_two(const char *path, wm_placement placement, wm_mode mode) {
-    unsigned char *file = file_bytes(path);
     wm_file *f;
     wm_error err;
     CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
+    shard_bytes file;
+    shards_read(f, &file);
     wm_load_options o = two_devices(mode, placement);
     o.place_tensor = by_parity;
     o.pinned_budget = (uint64_t)8 << 20;
@@ -415,8 +430,8 @@ static size_t load_two(const char *path, wm_placement placement, wm_mode mode) {
         unsigned char *got = malloc(t.nbytes);
         CHECK(got);
         read_back(m, i, got, t.nbytes);
-        CHECK_MSG(memcmp(got, file + t.offset, t.nbytes) == 0, "tensor '%s' differs on device %d",
-                  t.name, d);
+        CHECK_MSG(memcmp(got, file.b[t.shard] + t.offset, t.nbytes) == 0,
+                  "tensor '%s' differs on device %d", t.name, d);
         free(got);
     }
     CHECK(count[0] > 0 && count[1] > 0);
@@ -430,14 +445,13 @@ static size_t load_two(const char *path, wm_placement placement, wm_mode mode) {
     CHECK(d0.current < on[0] + 64 * (count[0] + 1) && d1.current < on[1] + 64 * (count[1] + 1));
     CHECK_EQ(l.cat[WM_LEDGER_PINNED].current, 0);
     wm_model_release(m);
-    wm_file_close(f);
-    free(file);
     CHECK_STATUS(wm_ledger_device(0, &d0), WM_OK);
     CHECK_STATUS(wm_ledger_device(1, &d1), WM_OK);
     CHECK_EQ(d0.current, 0);
     CHECK_EQ(d1.current, 0);
+    shards_done(f, &file);
+    wm_file_close(f);
     CHECK_LEDGER_EMPTY();
-    CHECK_EQ(wmt_count_file_maps(path), 0);
     no_violations();
     return count[1];
 }
@@ -447,6 +461,9 @@ WM_TEST(two_devices_balance) {
     load_two(wmt_make_model("m.gguf", "--size 16M --format gguf"), WM_PLACE_BALANCE, WM_MODE_HEAP);
     load_two(wmt_make_model("m.safetensors", "--size 16M --format safetensors"), WM_PLACE_BALANCE,
              WM_MODE_MMAP);
+    /* A set of shards: tensors of every shard on both devices. */
+    wmt_make_model("s.gguf", "--size 16M --format gguf --shards 3");
+    load_two(wmt_tmp("s-00002-of-00003.gguf"), WM_PLACE_BALANCE, WM_MODE_HEAP);
 }
 
 WM_TEST(two_devices_layers) {
