@@ -287,7 +287,7 @@ typedef struct pipe {
     const uint64_t *map_off;
     const int *direct_fd;   /* staged with direct_io: an O_DIRECT descriptor per shard, or -1 */
     atomic_bool direct_off; /* a direct read was refused: buffered reads from then on */
-    bool own_fds;           /* windows with holes: each reader reads through its own (wm__fds) */
+    bool own_fds;           /* rows to read: each reader reads through its own (wm__fds) */
     slot *slots;
     unsigned n_slots;
     cudaStream_t streams[MAX_DEVS][MAX_STREAMS];
@@ -373,7 +373,8 @@ static wm_status read_runs(pipe *p, const wm__fds *fds, slot *s, const window *w
     return WM_OK;
 }
 
-/* `fds`: the reading thread's descriptors (wm__fds), for the runs of windows with holes. */
+/* `fds`: the reading thread's descriptors (wm__fds, NULL: the shards'), for the runs of windows
+ * with holes. */
 static wm_status read_window(pipe *p, const wm__fds *fds, slot *s, const window *win,
                              wm_error *err) {
     if (win->gaps) return read_runs(p, fds, s, win, err);
@@ -615,9 +616,8 @@ static void drive(pipe *p, bool self_fill) {
         if (act == FILL) {
             slot *s = &p->slots[k];
             s->win = i;
-            static const wm__fds shards_own = {0};
             st = p->registered ? register_window(p, s, &p->win[i], &e)
-                               : read_window(p, &shards_own, s, &p->win[i], &e);
+                               : read_window(p, NULL, s, &p->win[i], &e);
         }
         if (!st && (act == ISSUE || act == FILL)) {
             st = issue(p, k, &e);
@@ -1051,10 +1051,9 @@ static wm_status fill_device(wm_model *m, cuda_state *cs, wm_error *err) {
     p.free_q = queues;
     p.filled_q = queues + n_slots;
     p.busy_q = queues + 2 * (size_t)n_slots;
-    for (size_t k = 0; k < n_win; k++) {
+    for (size_t k = 0; k < n_win; k++)
         p.total += wins[k].bytes;
-        if (wins[k].gaps) p.own_fds = true;
-    }
+    p.own_fds = wm__fds_wanted(m);
     st = run_pipe(&p, readers, n_readers, err);
 out:
     pipe_sync_free(&p);

@@ -112,6 +112,12 @@ wm_status wm__region_lock(wm_model *m, wm__region *r, wm_error *err) {
 
 /* ---- descriptors of a reading thread ---- */
 
+bool wm__fds_wanted(const wm_model *m) {
+    for (size_t i = 0; i < m->file->n_tensors; i++)
+        if (m->place[i].rows > 1) return true;
+    return false;
+}
+
 void wm__fds_open(const wm_file *f, wm__fds *out) {
     *out = (wm__fds){0};
     int *fd = wm__alloc(f->n_shards * sizeof *fd);
@@ -122,7 +128,7 @@ void wm__fds_open(const wm_file *f, wm__fds *out) {
 }
 
 int wm__fds_get(const wm__fds *fds, const wm_file *f, uint32_t shard) {
-    return fds->fd && fds->fd[shard] >= 0 ? fds->fd[shard] : f->shards[shard].fd;
+    return fds && fds->fd && fds->fd[shard] >= 0 ? fds->fd[shard] : f->shards[shard].fd;
 }
 
 void wm__fds_close(wm__fds *fds) {
@@ -279,14 +285,17 @@ static void *worker(void *arg) {
 
 wm_status wm__run_jobs(wm_model *m, const wm__job *jobs, size_t n, unsigned flags, wm_error *err) {
     if (n == 0) return WM_OK;
-    run_ctx c = {.m = m, .jobs = jobs, .n = n, .populate = (flags & WM__JOBS_FRESH_PAGES) != 0};
+    run_ctx c = {.m = m,
+                 .jobs = jobs,
+                 .n = n,
+                 .populate = (flags & WM__JOBS_FRESH_PAGES) != 0,
+                 .own_fds = wm__fds_wanted(m)};
     atomic_init(&c.next, 0);
     atomic_init(&c.done, 0);
     atomic_init(&c.failed, 0);
     size_t biggest_convert = 0;
     for (size_t i = 0; i < n; i++) {
         c.total += jobs[i].len * jobs[i].rows;
-        if (jobs[i].rows > 1) c.own_fds = true;
         if (jobs[i].from != jobs[i].to && jobs[i].len > biggest_convert)
             biggest_convert = jobs[i].len;
     }

@@ -39,16 +39,19 @@ wm_status wm__region_lock(wm_model *m, wm__region *r, wm_error *err);
 /* Each reading thread's own descriptors of the shards. Threads that pread many small runs (the
  * rows of last-dimension slices, a few KiB each) through one descriptor all take and drop
  * references on one open file, and that shared count caps them: 2176-byte runs on 16 threads
- * went from 11.7 to 23.7 GB/s with a descriptor each (bench/RESULTS.md, multigpu). Opened by
- * the thread that reads, closed by it before it ends. Opening never fails: a shard that cannot
- * be reopened (or no memory for the table) is read through its own descriptor. */
+ * went from 11.7 to 25.2 GB/s with a descriptor each (bench/RESULTS.md, multigpu). Used by the
+ * reading threads of a load for which wm__fds_wanted holds; opened by the thread that reads,
+ * closed by it before it ends. Opening never fails: a shard that cannot be reopened (or no
+ * memory for the table) is read through its own descriptor. */
 typedef struct wm__fds {
     int *fd; /* one per shard, -1 where the shard's own serves; NULL: all shards' own */
     uint32_t n;
 } wm__fds;
 
+/* Whether the load reads rows (a tensor's place has rows > 1: last-dimension slices). */
+bool wm__fds_wanted(const wm_model *m);
 void wm__fds_open(const wm_file *f, wm__fds *out);
-/* The descriptor to read shard `shard` through. */
+/* The descriptor to read shard `shard` through; fds NULL: the shard's own. */
 int wm__fds_get(const wm__fds *fds, const wm_file *f, uint32_t shard);
 /* Closes what wm__fds_open opened; accepts an empty table; leaves it empty. */
 void wm__fds_close(wm__fds *fds);
