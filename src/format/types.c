@@ -6,8 +6,6 @@
  */
 #include "internal.h"
 
-#include <strings.h>
-
 typedef struct type_row {
     const char *name; /* NULL: unknown or removed */
     uint32_t elems;
@@ -81,12 +79,23 @@ uint32_t wm_type_block_bytes(wm_type type) {
     return r ? r->bytes : 0;
 }
 
+/* Equal ignoring ASCII case (strcasecmp is POSIX, not C, and follows the locale). */
+static bool same_name(const char *a, const char *b) {
+    for (;; a++, b++) {
+        unsigned char x = (unsigned char)*a, y = (unsigned char)*b;
+        if (x >= 'A' && x <= 'Z') x = (unsigned char)(x - 'A' + 'a');
+        if (y >= 'A' && y <= 'Z') y = (unsigned char)(y - 'A' + 'a');
+        if (x != y) return false;
+        if (!x) return true;
+    }
+}
+
 wm_type wm_type_from_name(const char *name) {
     if (!name) return WM_TYPE_INVALID;
     for (int i = 0; i < WM_GGML_TYPE_COUNT; i++)
-        if (ggml_types[i].name && strcasecmp(ggml_types[i].name, name) == 0) return (wm_type)i;
+        if (ggml_types[i].name && same_name(ggml_types[i].name, name)) return (wm_type)i;
     for (unsigned i = 0; i < sizeof st_types / sizeof st_types[0]; i++)
-        if (strcasecmp(st_types[i].name, name) == 0) return (wm_type)(WM_TYPE_BOOL + (int)i);
+        if (same_name(st_types[i].name, name)) return (wm_type)(WM_TYPE_BOOL + (int)i);
     return WM_TYPE_INVALID;
 }
 
