@@ -33,7 +33,7 @@ int cmd_check(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_probe(int argc, char **argv);
 int cmd_cat(int argc, char **argv);
-int cmd_trace(int argc, char **argv); /* tools/trace.c */
+int cmd_trace(int argc, char **argv); /* tools/trace/cmd.c */
 
 /* Further commands (load, check, probe, demo, cat) register here: a NULL-terminated table
  * defined in tools/commands.c. */

@@ -474,7 +474,7 @@ static void help(FILE *out) {
         "  demo                                 check on the built-in default model\n"
         "  cat FILE TENSOR [--as f32|f16|bf16|f64]\n"
         "                                       one tensor's bytes to stdout, converted if asked\n"
-        "  trace [--file F] [--cycles-marker SYM] [--json] [--svg OUT] -- CMD ARGS...\n"
+        "  trace [--file F] [--load-marker SPEC] [--cycles-marker SPEC] [--svg OUT] -- CMD...\n"
         "                                       any program's weight-memory lifecycle; verdicts\n"
         "\nexit codes: 0 success, 1 the file or the run failed, 2 usage error\n",
         out);
