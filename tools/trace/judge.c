@@ -244,6 +244,7 @@ void trace_judge(trace *t) {
     rule_cycle(t);
     facts(t);
     /* Broken rules first, each group in time order. */
+    if (!t->n_v) return;
     int k = 0;
     for (int i = 0; i < t->n_v; i++)
         if (t->v[i].rule) {
