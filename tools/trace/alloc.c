@@ -52,6 +52,30 @@ static void atomic_max(uint64_t *at, uint64_t v) {
 
 static volatile int load_lock;
 
+/* A load from a weight file's first touch pauses when its last weight file is closed: what it
+ * frees then is set aside, scratch if the load goes on (a reopen), freed after its end if a
+ * release comes first (the load then ended at the pause). */
+static struct pause { uint64_t since_ns, freed, largest, blocks; } pauses[WMTRACE_MAX_LOADS];
+
+void wt_load_pause(int idx) {
+    if (idx < 0 || idx >= WMTRACE_MAX_LOADS) return;
+    __atomic_store_n(&pauses[idx].since_ns, wt_now_ns(), __ATOMIC_RELEASE);
+}
+
+void wt_load_resume(int idx) {
+    if (idx < 0 || idx >= WMTRACE_MAX_LOADS ||
+        !__atomic_load_n(&pauses[idx].since_ns, __ATOMIC_ACQUIRE))
+        return;
+    wmtrace_load *ld = &wt_stats->loads[idx];
+    struct pause *p = &pauses[idx];
+    __atomic_store_n(&p->since_ns, 0, __ATOMIC_RELEASE);
+    __atomic_fetch_add(&ld->scratch, __atomic_exchange_n(&p->freed, 0, __ATOMIC_RELAXED),
+                       __ATOMIC_RELAXED);
+    __atomic_fetch_add(&ld->scratch_blocks, __atomic_exchange_n(&p->blocks, 0, __ATOMIC_RELAXED),
+                       __ATOMIC_RELAXED);
+    atomic_max(&ld->scratch_largest, __atomic_exchange_n(&p->largest, 0, __ATOMIC_RELAXED));
+}
+
 int wt_load_begin(int64_t spec) {
     if (!wt_stats || wt_tl.in_load_lock) return -1;
     wt_tl.in_load_lock = 1;
@@ -94,14 +118,19 @@ void wt_load_end(int idx) {
     }
     int me = idx + 1;
     __atomic_compare_exchange_n(&wt_cur_load, &me, 0, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
-    __atomic_store_n(&ld->kept_at_end, __atomic_load_n(&ld->kept, __ATOMIC_RELAXED),
+    struct pause *p = &pauses[idx];
+    uint64_t end = __atomic_exchange_n(&p->since_ns, 0, __ATOMIC_ACQ_REL);
+    uint64_t after = __atomic_exchange_n(&p->freed, 0, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&ld->freed_other, after, __ATOMIC_RELAXED);
+    __atomic_store_n(&ld->kept_at_end, __atomic_load_n(&ld->kept, __ATOMIC_RELAXED) + after,
                      __ATOMIC_RELAXED);
-    __atomic_store_n(&ld->end_ns, wt_now_ns(), __ATOMIC_RELEASE);
+    __atomic_store_n(&ld->end_ns, end ? end : wt_now_ns(), __ATOMIC_RELEASE);
     wt_tl.in_load_lock = 0;
     wt_spin_unlock(&load_lock);
     wt_line l;
     wt_begin(&l, 'E');
     wt_put_u(&l, (uint64_t)idx);
+    wt_put_u(&l, ld->end_ns);
     wt_end(&l);
     wt_point();
 }
@@ -109,8 +138,12 @@ void wt_load_end(int idx) {
 void wt_loading(void) {
     wmtrace_thread *t = wt_me();
     if (t && !t->loader) __atomic_store_n(&t->loader, 1, __ATOMIC_RELAXED);
-    if (wt_have_load_markers || __atomic_load_n(&wt_cur_load, __ATOMIC_ACQUIRE)) return;
-    wt_load_begin(-1);
+    if (wt_have_load_markers) return;
+    int cur = __atomic_load_n(&wt_cur_load, __ATOMIC_ACQUIRE);
+    if (cur)
+        wt_load_resume(cur - 1);
+    else
+        wt_load_begin(-1);
 }
 
 uint64_t wt_load_kept(int idx) {
@@ -123,7 +156,13 @@ static void load_free(uint32_t lidx, uint64_t sz) {
     if (!lidx || lidx > WMTRACE_MAX_LOADS) return;
     wmtrace_load *ld = &wt_stats->loads[lidx - 1];
     __atomic_fetch_sub(&ld->kept, sz, __ATOMIC_RELAXED);
-    if (!__atomic_load_n(&ld->end_ns, __ATOMIC_ACQUIRE)) {
+    struct pause *p = &pauses[lidx - 1];
+    if (!__atomic_load_n(&ld->end_ns, __ATOMIC_ACQUIRE) &&
+        __atomic_load_n(&p->since_ns, __ATOMIC_ACQUIRE)) {
+        __atomic_fetch_add(&p->freed, sz, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&p->blocks, 1, __ATOMIC_RELAXED);
+        atomic_max(&p->largest, sz);
+    } else if (!__atomic_load_n(&ld->end_ns, __ATOMIC_ACQUIRE)) {
         __atomic_fetch_add(&ld->scratch, sz, __ATOMIC_RELAXED);
         __atomic_fetch_add(&ld->scratch_blocks, 1, __ATOMIC_RELAXED);
         atomic_max(&ld->scratch_largest, sz);

@@ -162,6 +162,8 @@ bool wt_in_boot(const void *p) HIDDEN;
 /* Loads: one begins (spec -1: from a weight file's first touch), ends. */
 int wt_load_begin(int64_t spec) HIDDEN;
 void wt_load_end(int idx) HIDDEN;
+void wt_load_pause(int idx) HIDDEN;  /* its last weight file was closed */
+void wt_load_resume(int idx) HIDDEN; /* a weight file is touched again */
 /* A weight file was touched: without load markers, the first touch after a release begins a
  * load. */
 void wt_loading(void) HIDDEN;

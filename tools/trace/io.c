@@ -36,6 +36,7 @@ static struct wfile named[FILES]; /* from WMTRACE_FILES */
 static int n_named;
 static volatile int file_lock;
 #define FDS 65536
+static int weight_fds;             /* descriptors of weight files open now */
 static signed char fd_weight[FDS]; /* fd -> weight file index + 1 (atomic: the
                                       kernel's fd reuse is a synchronisation TSan cannot see) */
 
@@ -327,6 +328,7 @@ static void note_open(int fd) {
     int w = classify(fd);
     if (fd < FDS) __atomic_store_n(&fd_weight[fd], (signed char)w, __ATOMIC_RELAXED);
     if (w) {
+        if (fd < FDS) __atomic_fetch_add(&weight_fds, 1, __ATOMIC_RELAXED);
         wt_loading();
         wt_line l;
         wt_begin(&l, 'O');
@@ -376,16 +378,27 @@ EXPORT FILE *fopen64(const char *path, const char *mode) {
     if (f) note_open(fileno(f));
     return f;
 }
+/* A weight file's descriptor is closed. Without load markers, a load pauses when the last weight
+ * file it opened is closed: it ends there if a release comes before the next touch. */
+static void note_close(int fd) {
+    if (fd < 0 || fd >= FDS || !__atomic_exchange_n(&fd_weight[fd], 0, __ATOMIC_RELAXED)) return;
+    if (__atomic_sub_fetch(&weight_fds, 1, __ATOMIC_RELAXED) > 0 || !wt_active || wt_tl.in_hook ||
+        wt_have_load_markers)
+        return;
+    int cur = __atomic_load_n(&wt_cur_load, __ATOMIC_ACQUIRE);
+    if (!cur) return;
+    wt_load_pause(cur - 1);
+}
+
 EXPORT int close(int fd) {
     if (!wt_resolved) wt_resolve();
     if (fd == wt_out_fd && wt_out_fd >= 0) return 0; /* the trace file stays open for the tracer */
-    if (fd >= 0 && fd < FDS) __atomic_store_n(&fd_weight[fd], 0, __ATOMIC_RELAXED);
+    note_close(fd);
     return wt_r_close(fd);
 }
 EXPORT int fclose(FILE *f) {
     if (!wt_resolved) wt_resolve();
-    int fd = f ? fileno(f) : -1;
-    if (fd >= 0 && fd < FDS) __atomic_store_n(&fd_weight[fd], 0, __ATOMIC_RELAXED);
+    note_close(f ? fileno(f) : -1);
     return wt_r_fclose(f);
 }
 

@@ -136,7 +136,7 @@ static uint64_t pos_delta(uint64_t after, uint64_t before) {
  * most the scratch, the footprint's growth since the load began, and the growth of the free
  * memory malloc holds (all three must show it). */
 static void rule_scratch(trace *t) {
-    char b[4][32];
+    char b[5][32];
     for (int r = 0; r < t->n_rel; r++) {
         const trelease *rel = &t->rel[r];
         const wmtrace_load *ld = trace_load_stats(t, rel->load);
@@ -154,7 +154,7 @@ static void rule_scratch(trace *t) {
             "footprint (up to %s)",
             r + 1, rel->t, rel->load + 1, cli_bytes(ld->scratch, b[0]), ld->scratch_blocks,
             cli_bytes(ld->scratch_largest, b[1]), cli_bytes(mf, b[2]), cli_bytes(fp, b[3]),
-            cli_bytes(kept, b[0]));
+            cli_bytes(kept, b[4]));
     }
 }
 

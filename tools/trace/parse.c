@@ -174,7 +174,8 @@ static void parse_line(trace *t, char *ln) {
                 ld->t_end = -1;
                 if ((int)idx >= t->n_loads) t->n_loads = (int)idx + 1;
             } else {
-                ld->t_end = when;
+                uint64_t end_ns = strtoull(p, &p, 10); /* a pause before it, if any */
+                ld->t_end = end_ns >= t->t0_ns && end_ns ? (double)(end_ns - t->t0_ns) / 1e9 : when;
             }
         }
         add_event(t, when, type, idx, 0, 0, 0, NULL);

@@ -24,7 +24,9 @@
  *     B LOAD SPEC                        load LOAD (index in loads[]) begins: a load marker was
  *                                        entered (SPEC its index), or SPEC -1: a weight file
  *                                        was first touched since the last release
- *     E LOAD                             load LOAD ends (its marker returned, or a release began)
+ *     E LOAD END_NS                      load LOAD ends (its marker returned; or it began at a file
+ *                                        touch and a release began: END_NS, when its last weight
+ *                                        file was closed, if that came first)
  *     r SPEC                             a release marker was entered
  *     R SOURCE LOAD KEPT                 the release returned (SOURCE: the marker spec, or
  *                                        SIGUSR1); LOAD the last load begun before it (-1 none),
