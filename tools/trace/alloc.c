@@ -102,7 +102,7 @@ int wt_load_begin(int64_t spec) {
     wt_put_u(&l, i);
     wt_put_i(&l, spec);
     wt_end(&l);
-    wt_point();
+    wt_point(false);
     return (int)i;
 }
 
@@ -132,7 +132,7 @@ void wt_load_end(int idx) {
     wt_put_u(&l, (uint64_t)idx);
     wt_put_u(&l, ld->end_ns);
     wt_end(&l);
-    wt_point();
+    wt_point(false);
 }
 
 void wt_loading(void) {

@@ -278,7 +278,7 @@ static void released(const char *source) {
     wt_put_i(&l, last);
     wt_put_u(&l, wt_load_kept(last));
     wt_end(&l);
-    wt_point();
+    wt_point(true);
 }
 
 /* A release begins: without load markers it ends the load under way. */

@@ -141,7 +141,7 @@ static uint64_t field_kb(const char *buf, const char *key) {
 /* From /proc/self/status (the kernel's counters: smaps_rollup would be exact to the page but
  * walks every page table under the mmap lock, which cost a traced llama.cpp mmap load several
  * per cent), /proc/self/maps (its lines) and mallinfo2. */
-void wt_point(void) {
+void wt_point(bool maps_too) {
     char buf[4096];
     uint64_t maps = 0;
     read_proc("/proc/self/status", buf, sizeof buf, NULL);
@@ -150,7 +150,7 @@ void wt_point(void) {
     uint64_t rss = field_kb(buf, "\nVmRSS:"), file = field_kb(buf, "\nRssFile:");
     uint64_t locked = field_kb(buf, "\nVmLck:");
     char chunk[4096];
-    read_proc("/proc/self/maps", chunk, sizeof chunk, &maps);
+    if (maps_too) read_proc("/proc/self/maps", chunk, sizeof chunk, &maps);
     uint64_t mfree = 0;
     if (r_mallinfo2) {
         int saved = wt_tl.in_hook;
@@ -276,12 +276,12 @@ WMTRACE_CTOR STATIC_ENTRY void wmtrace_start(void) {
     wt_tl.in_hook = 1;
     wt_probes_start(env(WMTRACE_ENV_MARKERS));
     wt_tl.in_hook = 0;
-    wt_point();
+    wt_point(true);
 }
 
 WMTRACE_DTOR STATIC_ENTRY void wmtrace_stop(void) {
     if (!wt_active || !wt_stats) return;
-    wt_point();
+    wt_point(true);
     wt_line l;
     wt_begin(&l, 'Q');
     wt_end(&l);

@@ -35,7 +35,8 @@
  *                                        the process's figures now (at its start, at each load's
  *                                        start and end, after each release, at exit): footprint
  *                                        (RssAnon + VmSwap + RssShmem), VmRSS, RssFile, VmLck,
- *                                        mappings in /proc/self/maps, live weight mappings, and
+ *                                        mappings in /proc/self/maps (0 at a load), live weight
+ *                                        mappings, and
  *                                        the free bytes malloc holds (mallinfo2 fordblks)
  *     Q                                  the process image ran its destructors (normal exit)
  *     W TEXT                             a warning from the interposer
