@@ -20,7 +20,7 @@ DEMO_MODEL = build/default-model.gguf
 all: build
 
 deps:
-	@tools/deps.sh
+	@scripts/deps.sh
 
 build: deps
 	@cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON >/dev/null
@@ -35,7 +35,7 @@ test: format-check test-normal test-asan test-cuda-mock test-fuzz test-tsan test
 # The oracle tests (conversion and type table against llama.cpp's own ggml) need the npm peer;
 # without it (no registry) they report skipped and the committed reference checksums still run.
 peer:
-	@bench/peer.sh >/dev/null 2>&1 || echo "peer: llama.cpp's loader could not be installed; oracle tests will skip"
+	@scripts/peer.sh >/dev/null 2>&1 || echo "peer: llama.cpp's loader could not be installed; oracle tests will skip"
 
 test-normal: deps peer
 	@cmake -S . -B build-test -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON -DWM_FAULT_INJECTION=ON >/dev/null
@@ -95,7 +95,7 @@ test-tsan: deps
 # Benchmarks against llama.cpp (bench/README.md): installs the peer into bench/peers/ if needed,
 # then runs every bench executable with its defaults; a benchmark exits 77 to say "skipped".
 bench: build
-	@bench/peer.sh >/dev/null
+	@scripts/peer.sh >/dev/null
 	@for src in bench/*.c; do name=$$(basename $$src .c); exe=build/bench/$$name; \
 	  [ -x $$exe ] || continue; echo; echo "==> $$exe" >&2; rc=0; $$exe || rc=$$?; \
 	  if [ $$rc -eq 77 ]; then echo "bench/$$name: skipped"; \
@@ -104,7 +104,7 @@ bench: build
 # Regenerates src/convert/iq_grids.c (the IQ codebook grids, committed) from the llama.cpp peer's
 # own dequantizers; only when asked (THIRD_PARTY.md says where the data comes from).
 iq-grids: deps
-	@bench/peer.sh >/dev/null
+	@scripts/peer.sh >/dev/null
 	@cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON >/dev/null
 	@cmake --build build --target iq-grids
 
@@ -120,11 +120,11 @@ install: build
 PYTHON  ?= /usr/bin/python3
 PY_TEST_ENV = PYTHONPATH=$(CURDIR)/build-py/python WM_CLI=$(CURDIR)/build-py/weightmap PYTHONDONTWRITEBYTECODE=1
 python:
-	@tools/deps.sh python
+	@scripts/deps.sh python
 	$(PYTHON) -m pip install --no-build-isolation --no-deps --break-system-packages ./python
 
 python-build:
-	@tools/deps.sh python
+	@scripts/deps.sh python
 	@cmake -S . -B build-py -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON -DWM_PYTHON=ON \
 	  -DWM_BUILD_TESTS=OFF -DPython3_EXECUTABLE=$(PYTHON) >/dev/null
 	@cmake --build build-py --target wm_python weightmap_cli
