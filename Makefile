@@ -1,7 +1,8 @@
 # The two commands that matter (see README.md):
 #   make demo   build, make the default model (512 MiB, cached in build/) and check it
 #   make test   the whole test suite: the C files formatted as .clang-format says (format-check),
-#               normal build, then again under ASan+UBSan (clang), the CUDA backend against the
+#               the directions docs/ARCHITECTURE.md states and the 100-line limit on functions
+#               (check-source), normal build, then again under ASan+UBSan (clang), the CUDA backend against the
 #               mock runtime (ASan+UBSan), each fuzzer for a bounded time, the concurrency tests
 #               under TSan, every build type with gcc and clang, the Python package
 #               (docs/TESTING.md)
@@ -15,7 +16,7 @@ JOBS      ?= $(shell nproc)
 CTEST     := ctest --output-on-failure -j$(JOBS) --timeout 900
 DEMO_MODEL = build/default-model.gguf
 
-.PHONY: all deps peer build test test-normal test-asan test-cuda-mock demo install clean bench fuzz fuzz-build test-fuzz test-tsan iq-grids test-builds format format-check python python-build test-python test-python-asan
+.PHONY: check-source all deps peer build test test-normal test-asan test-cuda-mock demo install clean bench fuzz fuzz-build test-fuzz test-tsan iq-grids test-builds format format-check python python-build test-python test-python-asan
 
 all: build
 
@@ -30,7 +31,7 @@ demo: build
 	@test -f $(DEMO_MODEL) || build/weightmap make-model $(DEMO_MODEL) --size 512M
 	build/weightmap demo --model $(DEMO_MODEL)
 
-test: format-check test-normal test-asan test-cuda-mock test-fuzz test-tsan test-builds test-python test-python-asan
+test: format-check check-source test-normal test-asan test-cuda-mock test-fuzz test-tsan test-builds test-python test-python-asan
 
 # The oracle tests (conversion and type table against llama.cpp's own ggml) need the npm peer;
 # without it (no registry) they report skipped and the committed reference checksums still run.
@@ -150,6 +151,13 @@ test-python-asan: python-build
 # One folder per build under build-types/.
 test-builds: deps
 	JOBS=$(JOBS) tests/build_types.sh build-types
+
+# The sources' own rules, read from the files (no build; a second or less): the layering
+# docs/ARCHITECTURE.md states (scripts/check-layering.sh) and no function over 100 lines
+# (scripts/check-function-size.sh).
+check-source:
+	@scripts/check-layering.sh
+	@scripts/check-function-size.sh
 
 # Formatting to .clang-format: `make format` rewrites every C file of the project in place;
 # `make format-check` changes nothing and fails when a file differs, naming each line. The files:

@@ -22,7 +22,7 @@ files() { git ls-files -co --exclude-standard -- "$@"; }
 
 # 1. format/ -> file.c
 for fn in $(grep -oE '^[a-z_][a-z0-9_ *]* \**(wm_[a-z0-9_]+)\(' src/file.c | sed -E 's/.*[ *](wm_[a-z0-9_]+)\($/\1/' | sort -u); do
-  hits=$(grep -nwE "$fn[[:space:]]*\(" $(files 'src/format/*.c' 'src/format/*.h') || true)
+  hits=$(grep -nE "(^|[^A-Za-z0-9_])$fn[[:space:]]*\(" $(files 'src/format/*.c' 'src/format/*.h') || true)
   [ -z "$hits" ] || breach "src/format/ calls $fn, which src/file.c defines: $hits"
 done
 
@@ -39,7 +39,7 @@ done
 
 # 3. the CLI and the Python extension: the public header only
 cmd_files=$(grep -lE '^#include "cli\.h"' $(files 'cli/*.c' 'tools/*.c' 'tools/trace/*.c') || true)
-for f in $(files 'cli/*.c' 'cli/*.h') $cmd_files $(files 'python/*.c'); do
+for f in $( (files 'cli/*.c' 'cli/*.h' 'python/*.c'; echo "$cmd_files") | sort -u); do
   bad=$(grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$f" |
     grep -vE '"(cli\.h|weightmap\.h|trace/wmtrace\.h|wmtrace\.h)"' || true)
   [ -z "$bad" ] || breach "$f includes what is not the public header: $bad"
