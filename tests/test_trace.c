@@ -560,7 +560,7 @@ WM_TEST(llama_mmap_mode_5_cycles) { llama_cycles(1); }
  * too, and must be hooked and report no call. */
 static void llama_node_cycles(bool mmap_on) {
     if (access(NODE_ADDON, R_OK) != 0 || system("command -v node >/dev/null") != 0)
-        WM_SKIP("@fugood/llama.node is not installed: make peer (bench/peer-node.sh)");
+        WM_SKIP("@fugood/llama.node is not installed: make peer (scripts/peer-node.sh)");
     char cmd[8192];
     snprintf(cmd, sizeof cmd, "node %s/tests/trace/app.mjs %s %s 3", WM_SOURCE_DIR, FIXTURE,
              mmap_on ? "on" : "off");

@@ -1,5 +1,5 @@
 // app.mjs: a runtime author's smallest app on llama.rn's Node twin (@fugood/llama.node, from
-// bench/peer-node.sh): CYCLES loads and releases of a GGUF model, use_mmap on or off.
+// scripts/peer-node.sh): CYCLES loads and releases of a GGUF model, use_mmap on or off.
 //
 //     node tests/trace/app.mjs MODEL [on|off] [CYCLES]
 //

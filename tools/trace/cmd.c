@@ -30,25 +30,6 @@
 
 /* ---- arguments, the library ---- */
 
-static int usage_help(void) {
-    printf(
-        "usage: weightmap trace [--file F]... [--load-marker SPEC]... [--cycles-marker SPEC]...\n"
-        "                       [--json] [--svg OUT] [--out REPORT] [--interval MS] -- CMD "
-        "ARGS...\n"
-        "  Runs CMD with libwmtrace.so preloaded and reports its weight-memory lifecycle:\n"
-        "  malloc per thread and per load, every mapping of a weight file (F, or any\n"
-        "  GGUF/safetensors file over 1 MiB), mlock, the figures at each release; then the\n"
-        "  facts and the verdicts. SPEC names a function: SYMBOL, OBJECT:SYMBOL, or\n"
-        "  OBJECT+0xOFFSET (OBJECT: the start of a loaded file's name). --load-marker: a call\n"
-        "  of it is one load (entry to return); --cycles-marker: its return means \"the model\n"
-        "  is released\" (SIGUSR1 from the program and the end of the process count too).\n"
-        "  Exit: 1 when a rule is broken, else CMD's status (128+N for signal N).\n"
-        "  Example: weightmap trace --load-marker llama_model_load_from_file \\\n"
-        "             --cycles-marker llama_model_free -- node app.mjs model.gguf\n"
-        "  docs/TRACE.md has the rules.\n");
-    return 0;
-}
-
 /* A marker spec of kind 'L' (load) or 'R' (release). */
 static int take_marker(trace_args *a, char kind, const char *v) {
     if (a->n_markers == MAX_MARKERS) return cli_usage("trace: at most %d markers", MAX_MARKERS);
@@ -61,8 +42,12 @@ static int take_marker(trace_args *a, char kind, const char *v) {
     return -1;
 }
 
-static int take_value(trace_args *a, const char *s, const char *v) {
-    if (!strcmp(s, "--file")) {
+/* The option just read (the table in cli/commands.c lists them, with --interval's range). */
+static int take_option(trace_args *a, const cli_args *p) {
+    const char *v = p->value;
+    if (cli_is(p, "json")) {
+        a->json = true;
+    } else if (cli_is(p, "file")) {
         if (a->n_files == MAX_NAMED) return cli_usage("trace: at most %d --file", MAX_NAMED);
         struct stat st;
         if (stat(v, &st) != 0) {
@@ -70,56 +55,38 @@ static int take_value(trace_args *a, const char *s, const char *v) {
             return 1;
         }
         a->files[a->n_files++] = v;
-    } else if (!strcmp(s, "--cycles-marker") || !strcmp(s, "--release-marker")) {
+    } else if (cli_is(p, "cycles-marker") || cli_is(p, "release-marker")) {
         return take_marker(a, 'R', v);
-    } else if (!strcmp(s, "--load-marker")) {
+    } else if (cli_is(p, "load-marker")) {
         return take_marker(a, 'L', v);
-    } else if (!strcmp(s, "--svg")) {
+    } else if (cli_is(p, "svg")) {
         a->svg = v;
-    } else if (!strcmp(s, "--out")) {
+    } else if (cli_is(p, "out")) {
         a->out = v;
-    } else {
+    } else if (cli_is(p, "interval")) {
         uint64_t ms;
-        if (!cli_parse_u64(v, &ms) || ms == 0 || ms > 10000)
-            return cli_usage("trace: --interval wants milliseconds (1-10000), not '%s'", v);
+        if (cli_value_u64(p, &ms)) return 2;
         a->interval_ms = (unsigned)ms;
     }
     return -1;
 }
 
+/* Options up to CMD (the first argument that is not one, or what follows "--"). */
 static int parse_args(int argc, char **argv, trace_args *a) {
-    static const char *valued[] = {"--file", "--cycles-marker", "--release-marker", "--load-marker",
-                                   "--svg",  "--out",           "--interval"};
     memset(a, 0, sizeof *a);
     a->interval_ms = 2;
-    int i = 0;
-    for (; i < argc; i++) {
-        const char *s = argv[i];
-        if (!strcmp(s, "--")) {
-            i++;
-            break;
+    cli_args p;
+    cli_args_init(&p, "trace", argc, argv);
+    for (int k; (k = cli_next(&p)) != CLI_END;) {
+        if (k == CLI_ERROR) return 2;
+        if (k == CLI_ARG) {
+            a->cmd = argv + p.i - 1;
+            return -1;
         }
-        if (!strcmp(s, "-h") || !strcmp(s, "--help")) exit(usage_help());
-        if (!strcmp(s, "--json")) {
-            a->json = true;
-            continue;
-        }
-        if (s[0] != '-') break; /* the command ("--" is optional when CMD does not start with -) */
-        const char *eq = strchr(s, '=');
-        size_t n = eq ? (size_t)(eq - s) : strlen(s);
-        const char *opt = NULL;
-        for (size_t k = 0; k < sizeof valued / sizeof *valued; k++)
-            if (strlen(valued[k]) == n && !strncmp(s, valued[k], n)) opt = valued[k];
-        if (!opt) return cli_usage("trace: unknown option '%s'", s);
-        const char *v = eq ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
-        if (!v || !*v) return cli_usage("trace: %s needs a value", opt);
-        int rc = take_value(a, opt, v);
+        int rc = take_option(a, &p);
         if (rc >= 0) return rc;
     }
-    if (i >= argc)
-        return cli_usage("trace: no command to run (weightmap trace [options] -- CMD ARGS...)");
-    a->cmd = argv + i;
-    return -1;
+    return cli_usage("trace: no command to run (weightmap trace [options] -- CMD ARGS...)");
 }
 
 /* libwmtrace.so: $WEIGHTMAP_TRACE_LIB, else next to this binary, else the install path relative

@@ -11,7 +11,7 @@
 #ifndef WM_TRACE_TRACER_H
 #define WM_TRACE_TRACER_H
 
-#include "../cli.h"
+#include "cli.h"
 #include "wmtrace.h"
 
 #include <stdbool.h>

@@ -2,10 +2,10 @@
 # peer-node.sh: installs llama.rn's Node twin (npm @fugood/llama.node@1.7.15 and its prebuilt
 # @fugood/node-llama-linux-x64: llama.cpp linked into one index.node) into bench/peers/ when it
 # is missing, and prints the node_modules folder. About 22 MB, a few seconds.
-# Usage: M=$(bench/peer-node.sh)    (install messages go to stderr; only the folder to stdout)
+# Usage: M=$(scripts/peer-node.sh)    (install messages go to stderr; only the folder to stdout)
 set -eu
-here=$(cd "$(dirname "$0")" && pwd)
-dir="$here/peers"
+here=$(cd "$(dirname "$0")/.." && pwd)
+dir="$here/bench/peers"
 addon="$dir/node_modules/@fugood/node-llama-linux-x64/index.node"
 if [ ! -f "$addon" ] || [ ! -f "$dir/node_modules/@fugood/llama.node/package.json" ]; then
   if ! command -v npm >/dev/null 2>&1; then
