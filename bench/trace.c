@@ -111,7 +111,7 @@ int main(int argc, char **argv) {
     snprintf(peer_lib, sizeof peer_lib, "%s/libllama.v0.4.0.so", peer);
     if (access(peer_lib, R_OK) != 0 || access(driver, X_OK) != 0 || access(cli, X_OK) != 0) {
         printf(
-            "bench/trace: skipped (needs the peer, bench/peer.sh, and %s, built with the tests)\n",
+            "bench/trace: skipped (needs the peer, scripts/peer.sh, and %s, built with the tests)\n",
             driver);
         return 77;
     }

@@ -143,8 +143,7 @@ const cli_command cli_commands[] = {
      "per thread, every mapping of a weight file, mlock, the footprint over time; then the\n"
      "verdicts (docs/TRACE.md has the rules). Exit: 1 when a rule is broken, else CMD's\n"
      "status (128+N for signal N). Options end at CMD.",
-     trace_opts,
-     "weightmap trace --cycles-marker wm_model_release -- weightmap load m.gguf --mode heap", true,
-     cmd_trace},
+     trace_opts, "weightmap trace --svg trace.svg -- weightmap load m.gguf --mode mmap --cycles 3",
+     true, cmd_trace},
     {NULL, NULL, NULL, NULL, NULL, NULL, false, NULL},
 };
