@@ -98,7 +98,7 @@ test-tsan: deps
 # then runs every bench executable with its defaults; a benchmark exits 77 to say "skipped".
 bench: build
 	@scripts/peer.sh >/dev/null
-	@for src in bench/*.c; do name=$$(basename $$src .c); exe=build/bench/$$name; \
+	@for src in bench/*.c bench/gpu; do name=$$(basename $$src .c); exe=build/bench/$$name; \
 	  [ -x $$exe ] || continue; echo; echo "==> $$exe" >&2; rc=0; $$exe || rc=$$?; \
 	  if [ $$rc -eq 77 ]; then echo "bench/$$name: skipped"; \
 	  elif [ $$rc -ne 0 ]; then echo "bench/$$name: failed (exit $$rc)" >&2; exit $$rc; fi; done

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/multigpu.sh: one model over several GPUs (issue 11), one script for one call on a
+# bench/multigpu.sh: one model over several GPUs, one script for one call on a
 # machine with GPUs (device kinds nvidia-h200, -x2, -x4).
 #
 # Builds weightmap with the CUDA backend (and NCCL where the toolkit has it), runs the CUDA and

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/python_gpu.sh: the Python package on a machine with a GPU, in one call (issue 10).
+# bench/python_gpu.sh: the Python package on a machine with a GPU, in one call.
 #
 # Builds the extension (and the CLI) with the CUDA backend for that machine's python3, runs the
 # package's tests on the CPU and then with WM_TEST_DEVICE=cuda:0 (fixtures from ../shared are
