@@ -394,6 +394,11 @@ static void sweep(wm_mode mode) {
     wmt_sweep_any(&s, errs, 2, &res);
     CHECK(res.counts[WM_OS_ALLOC] >= 3 && res.counts[WM_OS_DEVICE] >= 1);
     CHECK(res.failed > 0);
+    fprintf(
+        stderr, "%s: %llu calls (%llu allocations, %llu device), %llu faulted runs, %llu failed\n",
+        wm_mode_name(mode), (unsigned long long)res.counts[WM_OS_ANY],
+        (unsigned long long)res.counts[WM_OS_ALLOC], (unsigned long long)res.counts[WM_OS_DEVICE],
+        (unsigned long long)res.runs, (unsigned long long)res.failed);
     wm_file_close(run.f);
     CHECK_LEDGER_EMPTY();
 }
