@@ -72,7 +72,7 @@ void wmt_skip(const char *why) {
 }
 
 void wmt_check_ledger_empty(const char *file, int line) {
-    wm_ledger l;
+    wm_ledger l = WM_LEDGER_INIT;
     wm_ledger_get(&l);
     if (wm_ledger_bytes(&l) == 0 && wm_ledger_regions(&l) == 0) return;
     char buf[512];
@@ -257,7 +257,7 @@ typedef struct sweep_base {
 } sweep_base;
 
 static void sweep_after(const wmt_sweep *s, const sweep_base *b, const char *run) {
-    wm_ledger l;
+    wm_ledger l = WM_LEDGER_INIT;
     wm_ledger_get(&l);
     for (int c = 0; c < WM_LEDGER_COUNT; c++)
         if (l.cat[c].current != b->ledger.cat[c].current ||
@@ -276,6 +276,7 @@ static void sweep_after(const wmt_sweep *s, const sweep_base *b, const char *run
 }
 
 static void sweep_base_take(sweep_base *b) {
+    b->ledger.size = sizeof b->ledger;
     wm_ledger_get(&b->ledger);
     b->fds = wmt_count_fds();
 }

@@ -44,6 +44,8 @@ typedef struct load_args {
     unsigned cycles;
     wm_convert_rule rules[8];
     int devices[WM_LEDGER_DEVICES]; /* --backend cuda:0,1 (opts.devices points here) */
+    wm_cuda_options cuda;           /* --registered, --direct, --pinned-budget (opts.cuda) */
+    bool cuda_set;
 } load_args;
 
 static double now_s(void) {
@@ -102,7 +104,7 @@ static int measure(const shard_paths *ps, figures *f, wm_error *err) {
         }
         f->file_regions += n;
     }
-    wm_ledger l;
+    wm_ledger l = WM_LEDGER_INIT;
     wm_ledger_get(&l);
     f->ledger_bytes = wm_ledger_bytes(&l);
     f->ledger_regions = wm_ledger_regions(&l);
@@ -182,7 +184,7 @@ static int run_cycles(const load_args *a, wm_file *f, cycle_result *res, unsigne
             wm_model_release(m);
             return 1;
         }
-        wm_ledger l;
+        wm_ledger l = WM_LEDGER_INIT;
         wm_ledger_get(&l);
         r->ledger_locked = l.cat[WM_LEDGER_LOCKED].current;
         (void)l;
@@ -238,38 +240,16 @@ static int parse_convert(load_args *a, const char *spec) {
     return 0;
 }
 
-/* "cpu", "cuda", "cuda:N" or "cuda:N,M,...": several devices fill opts.devices. */
+/* "cpu", "cuda", "cuda:N" or "cuda:N,M,..." (wm_backend_from_name): several devices fill
+ * opts.devices. */
 static int parse_backend(load_args *a, const char *v, const char *cmd) {
-    if (!strcmp(v, "cpu")) {
-        a->opts.backend = WM_BACKEND_CPU;
-        return 0;
-    }
-    if (strncmp(v, "cuda", 4) != 0)
-        return cli_usage("%s: unknown backend '%s' (cpu, cuda[:N[,M...]])", cmd, v);
-    a->opts.backend = WM_BACKEND_CUDA;
-    if (!v[4]) return 0;
-    if (v[4] != ':') return cli_usage("%s: bad --backend '%s'", cmd, v);
-    unsigned n = 0;
-    for (const char *p = v + 5;;) {
-        char num[16];
-        size_t len = strcspn(p, ",");
-        uint64_t d;
-        if (len == 0 || len >= sizeof num || n == WM_LEDGER_DEVICES)
-            return cli_usage("%s: bad --backend '%s'", cmd, v);
-        memcpy(num, p, len);
-        num[len] = 0;
-        if (!cli_parse_u64(num, &d) || d >= WM_LEDGER_DEVICES)
-            return cli_usage("%s: bad --backend '%s' (devices 0..%d)", cmd, v,
-                             WM_LEDGER_DEVICES - 1);
-        a->devices[n++] = (int)d;
-        if (!p[len]) break;
-        p += len + 1;
-    }
-    a->opts.device = a->devices[0];
-    if (n > 1) {
-        a->opts.devices = a->devices;
-        a->opts.n_devices = n;
-    }
+    wm_error err;
+    unsigned n;
+    if (wm_backend_from_name(v, &a->opts.backend, a->devices, WM_LEDGER_DEVICES, &n, &err))
+        return cli_usage("%s: bad --backend: %s", cmd, err.msg);
+    a->opts.device = n ? a->devices[0] : 0;
+    a->opts.devices = n > 1 ? a->devices : NULL;
+    a->opts.n_devices = n > 1 ? n : 0;
     return 0;
 }
 
@@ -323,7 +303,8 @@ static int parse_common(load_args *a, int argc, char **argv, bool need_mode, con
         } else if (!strcmp(s, "--pinned-budget") && v) {
             if (!cli_parse_u64(v, &n) || !n)
                 return cli_usage("%s: bad --pinned-budget '%s'", cmd, v);
-            a->opts.pinned_budget = n;
+            a->cuda.pinned_budget = n;
+            a->cuda_set = true;
             i++;
         } else if (!strcmp(s, "--convert") && v) {
             int rc = parse_convert(a, v);
@@ -342,9 +323,11 @@ static int parse_common(load_args *a, int argc, char **argv, bool need_mode, con
                 return cli_usage("%s: unknown placement '%s' (balance, layers)", cmd, v);
             i++;
         } else if (!strcmp(s, "--registered")) {
-            a->opts.cuda_registered = 1;
+            a->cuda.registered = 1;
+            a->cuda_set = true;
         } else if (!strcmp(s, "--direct")) {
-            a->opts.direct_io = 1;
+            a->cuda.direct_io = 1;
+            a->cuda_set = true;
         } else if (s[0] == '-') {
             return cli_usage("%s: unknown option %s", cmd, s);
         } else if (!a->path) {
@@ -354,6 +337,9 @@ static int parse_common(load_args *a, int argc, char **argv, bool need_mode, con
         }
     }
     if (!a->path) return cli_usage("%s: FILE missing", cmd);
+    a->opts.size = sizeof a->opts;
+    a->cuda.size = sizeof a->cuda;
+    if (a->cuda_set || a->opts.backend == WM_BACKEND_CUDA) a->opts.cuda = &a->cuda;
     if (need_mode && a->opts.mode == WM_MODE_NONE)
         return cli_usage("%s: --mode is required (heap, mmap or mmap-private): there is no default",
                          cmd);
@@ -438,8 +424,8 @@ int cmd_load(int argc, char **argv) {
                a.opts.lock == WM_LOCK_OFF        ? "off"
                : a.opts.lock == WM_LOCK_REQUIRED ? "required"
                                                  : "best-effort",
-               a.opts.backend == WM_BACKEND_CUDA ? "cuda" : "cpu", res[0].stats.threads,
-               res[0].stats.tensor_bytes, res[0].stats.buffers, ok ? "true" : "false");
+               wm_backend_name(a.opts.backend), res[0].stats.threads, res[0].stats.tensor_bytes,
+               res[0].stats.buffers, ok ? "true" : "false");
         for (unsigned c = 0; c < a.cycles; c++) {
             printf("%s{\"cycle\": %u, \"load_seconds\": %.6f, \"committed\": %" PRIu64 ", ",
                    c ? ", " : "", c + 1, res[c].load_seconds, res[c].stats.committed);
