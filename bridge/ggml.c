@@ -211,6 +211,8 @@ wm_status wm_ggml_load(wm_file *file, const wm_load_options *opts, ggml_backend_
     if (!file || !opts || !out)
         return fail(err, WM_EINVAL, "wm_ggml_load: NULL file, options or out");
     const char *path = wm_file_path(file);
+    /* The fields read here (mode, backend, n_convert, tp_world) are in every layout of the
+     * sized options struct (1.0 on); wm_model_load checks opts->size itself. */
     if (opts->backend != WM_BACKEND_CPU)
         return fail(err, WM_EINVAL,
                     "%s: the ggml bridge hands ggml host memory: load with the CPU backend (a "

@@ -22,8 +22,7 @@
 static const wm_mode k_modes[] = {WM_MODE_HEAP, WM_MODE_MMAP, WM_MODE_MMAP_PRIVATE};
 
 static wm_load_options opts_of(wm_mode mode) {
-    wm_load_options o;
-    memset(&o, 0, sizeof o);
+    wm_load_options o = WM_LOAD_OPTIONS_INIT;
     o.mode = mode;
     o.threads = 2;
     return o;
@@ -299,7 +298,7 @@ WM_TEST(compute_identical_cpu_device) {
 WM_TEST(cycles_leave_nothing) {
     const char *path = wmt_fixture("gguf/stories260K-q4_0.gguf");
     wm_file *f = OPEN_OK(path);
-    wm_ledger open;
+    wm_ledger open = WM_LEDGER_INIT;
     wm_ledger_get(&open);
     for (int k = 0; k < 3; k++)
         for (int c = 0; c < 20; c++) {
@@ -310,7 +309,7 @@ WM_TEST(cycles_leave_nothing) {
             if (k_modes[k] != WM_MODE_HEAP) CHECK(wmt_count_file_maps(path) >= 1);
             wm_ggml_free(g);
             CHECK_EQ(wmt_count_file_maps(path), 0);
-            wm_ledger now;
+            wm_ledger now = WM_LEDGER_INIT;
             wm_ledger_get(&now);
             CHECK_EQ(wm_ledger_bytes(&now), wm_ledger_bytes(&open));
             CHECK_EQ(wm_ledger_regions(&now), wm_ledger_regions(&open));
@@ -330,7 +329,7 @@ WM_TEST(buffer_per_chunk) {
         wm_ggml *g = NULL;
         CHECK_STATUS(wm_ggml_load(f, &o, NULL, &g, NULL), WM_OK);
         const wm_model *m = wm_ggml_model(g);
-        wm_model_stats s;
+        wm_model_stats s = WM_MODEL_STATS_INIT;
         wm_model_stats_get(m, &s);
         CHECK(s.buffers > 1);
         CHECK_EQ(wm_ggml_n_buffers(g), s.buffers);
@@ -421,9 +420,8 @@ static void check_refused(wm_file *f, const wm_load_options *o, ggml_backend_dev
     CHECK_MSG_HAS(err, wm_file_path(f));
     CHECK_MSG_HAS(err, needle);
     CHECK_EQ(wmt_count_file_maps(wm_file_path(f)), 0);
-    wm_ledger l, before;
+    wm_ledger l = WM_LEDGER_INIT;
     wm_ledger_get(&l);
-    (void)before;
     CHECK_EQ(l.cat[WM_LEDGER_MAP_SHARED].current + l.cat[WM_LEDGER_MAP_PRIVATE].current +
                  l.cat[WM_LEDGER_SCRATCH].current + l.cat[WM_LEDGER_LOCKED].current,
              0);
