@@ -17,7 +17,7 @@
 #include "peer.h"
 
 #include "../tests/blocks.h"
-#include "../tools/gen/iq_extract.h" /* the peer's type traits and to_float */
+#include "iq_extract.h" /* the peer's type traits and to_float */
 #include "weightmap.h"
 
 #include <dlfcn.h>

@@ -9,6 +9,8 @@
 #endif
 #include "wmtest.h"
 
+#include "oracle.h"
+
 #include "os/fault.h"
 
 #include <dirent.h>
@@ -90,21 +92,14 @@ const char *wmt_fixture(const char *rel) {
     return p;
 }
 
-const char *wmt_peer_dir(void) {
-    static char dir[1024];
-    const char *env = getenv("WM_PEER_LIB");
-    if (env && *env) return env;
-    snprintf(dir, sizeof dir,
-             "%s/bench/peers/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64", WM_SOURCE_DIR);
-    return dir;
-}
+const char *wmt_peer_dir(void) { return wm_oracle_dir(); }
 
 const char *wmt_peer_lib(const char *name) {
-    static char lib[1200];
-    snprintf(lib, sizeof lib, "%s/%s", wmt_peer_dir(), name);
+    static char lib[4200];
+    wm_oracle_path(lib, sizeof lib, name);
     if (access(lib, R_OK) != 0)
-        WM_SKIP(
-            "llama.cpp peer not installed (bench/peers, or set WM_PEER_LIB to its bins folder)");
+        WM_SKIP("llama.cpp peer not installed (scripts/peer.sh installs it; or set WM_PEER_DIR to "
+                "its library folder)");
     return lib;
 }
 
