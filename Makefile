@@ -163,7 +163,7 @@ check-source:
 # `make format-check` changes nothing and fails when a file differs, naming each line. The files:
 # those git tracks or would track (not the ignored bench/peers/ or build folders), less the fuzz
 # corpus (tests/corpus/: data, not code).
-FORMAT_FILES = $(shell git ls-files -co --exclude-standard -- include src tools tests bench python | grep -E '\.[ch]$$' | grep -v '^tests/corpus/')
+FORMAT_FILES = $(shell git ls-files -co --exclude-standard -- include src cli bridge examples tools tests bench python | grep -E '\.[ch]$$' | grep -v '^tests/corpus/')
 format: deps
 	clang-format -i $(FORMAT_FILES)
 format-check: deps

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* ---- fault points ----
  * The test build (WM_GGML_FAULTS, linked with the library's fault table) fails the bridge's own
@@ -38,6 +39,9 @@
 struct wm_ggml {
     wm_model *model;
     struct ggml_context *ctx;
+    void *ctx_mem; /* the context's memory: pages of our own, unmapped after ggml_free, so that
+                      no allocator keeps the tensors' metadata once the handle is gone */
+    size_t ctx_size;
     struct ggml_tensor **tensors; /* by file index */
     size_t n_tensors;
     ggml_backend_buffer_t *bufs; /* n_bufs made, of the model's buffers that hold bytes */
@@ -64,6 +68,7 @@ void wm_ggml_free(wm_ggml *g) {
     for (size_t i = 0; i < g->n_bufs; i++)
         ggml_backend_buffer_free(g->bufs[i]);
     if (g->ctx) ggml_free(g->ctx);
+    if (g->ctx_mem) munmap(g->ctx_mem, g->ctx_size);
     wm_model_release(g->model);
     free(g->bufs);
     free(g->buf_of);
@@ -231,12 +236,17 @@ wm_status wm_ggml_load(wm_file *file, const wm_load_options *opts, ggml_backend_
         st = fail(err, WM_ENOMEM, "%s: out of memory for %zu tensors", path, g->n_tensors);
         goto done;
     }
-    struct ggml_init_params ip = {.mem_size = ggml_tensor_overhead() * (g->n_tensors + 1),
-                                  .mem_buffer = NULL,
-                                  .no_alloc = true};
-    g->ctx = FAULT(ALLOC) ? NULL : ggml_init(ip);
+    g->ctx_size = ggml_tensor_overhead() * (g->n_tensors + 1);
+    void *mem = FAULT(ALLOC) ? MAP_FAILED
+                             : mmap(NULL, g->ctx_size, PROT_READ | PROT_WRITE,
+                                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem != MAP_FAILED) {
+        g->ctx_mem = mem;
+        struct ggml_init_params ip = {.mem_size = g->ctx_size, .mem_buffer = mem, .no_alloc = true};
+        g->ctx = ggml_init(ip);
+    }
     if (!g->ctx) {
-        st = fail(err, WM_ENOMEM, "%s: ggml_init could not make a context for %zu tensors", path,
+        st = fail(err, WM_ENOMEM, "%s: no memory for a ggml context of %zu tensors", path,
                   g->n_tensors);
         goto done;
     }

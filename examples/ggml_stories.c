@@ -12,7 +12,7 @@
  *
  *     ggml_stories MODEL.gguf GGML_BACKEND_DIR [heap|mmap|mmap-private]
  *
- * GGML_BACKEND_DIR holds ggml's CPU backend libraries (libggml-cpu-*.so: bench/ggml.sh).
+ * GGML_BACKEND_DIR holds ggml's CPU backend libraries (libggml-cpu-*.so: scripts/ggml.sh).
  */
 #include "weightmap_ggml.h"
 

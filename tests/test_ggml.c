@@ -1,5 +1,5 @@
 /*
- * test_ggml.c: the ggml bridge (include/weightmap_ggml.h) against real ggml (bench/ggml.sh: the
+ * test_ggml.c: the ggml bridge (include/weightmap_ggml.h) against real ggml (scripts/ggml.sh: the
  * peer's prebuilt ggml 0.23.0 and that release's headers), built only where the bridge is.
  *
  * The reference is ggml's own loader, gguf_init_from_file with no_alloc false (the file's tensors
@@ -497,4 +497,29 @@ WM_TEST(truncated_file_holds_nothing) {
     wm_file *g = (wm_file *)(uintptr_t)1;
     CHECK(wm_file_open(path, &g, NULL) != WM_OK && g == NULL);
     CHECK_EQ(wmt_count_file_maps(path), 0);
+}
+
+/* ---- the CLI ---- */
+
+/* `weightmap check FILE --ggml` on every GGUF fixture that ggml reads: every mode through the
+ * bridge, every tensor read back through ggml and compared, and the verdict. */
+WM_TEST(cli_check_ggml_fixtures) {
+    const char *dir = wmt_fixture("gguf");
+    DIR *d = opendir(dir);
+    CHECK(d != NULL);
+    static char out[16384];
+    int files = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t len = strlen(e->d_name);
+        if (len < 5 || strcmp(e->d_name + len - 5, ".gguf")) continue;
+        char args[4200];
+        snprintf(args, sizeof args, "check '%s/%s' --ggml --cycles 2", dir, e->d_name);
+        int rc = wmt_cli(args, out, sizeof out);
+        CHECK_MSG(rc == 0, "weightmap %s: exit %d\n%s", args, rc, out);
+        CHECK_MSG(strstr(out, "through ggml") && strstr(out, "all memory returned"),
+                  "weightmap %s:\n%s", args, out);
+        files++;
+    }
+    closedir(d);
+    CHECK(files >= 10);
 }

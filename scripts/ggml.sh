@@ -2,25 +2,25 @@
 # ggml.sh: installs ggml for the bridge (include/weightmap_ggml.h, docs/GGML.md) into
 # bench/peers/ggml/ when it is missing, and prints that folder: include/ holds the headers of
 # the release the peer's prebuilt libraries were built from, lib/ links to those libraries.
-#   libraries: npm @node-llama-cpp/linux-x64@3.21.1 (bench/peer.sh: libggml-base.so,
+#   libraries: npm @node-llama-cpp/linux-x64@3.21.1 (scripts/peer.sh: libggml-base.so,
 #              libggml.v0.4.0.so, libggml-cpu-*.so; llama.cpp v0.4.0, ggml 0.23.0)
 #   headers:   npm node-llama-cpp@3.21.1, llama/gitRelease.bundle (a git bundle of that llama.cpp
 #              source, one squashed commit): its ggml/include, checked to say ggml 0.23.0
-# Usage: G=$(bench/ggml.sh)   (messages go to stderr; only the folder to stdout). Idempotent:
+# Usage: G=$(scripts/ggml.sh)   (messages go to stderr; only the folder to stdout). Idempotent:
 # a second run finds the stamp and does nothing. Nothing of ggml is committed.
 set -eu
-here=$(cd "$(dirname "$0")" && pwd)
-dir="$here/peers/ggml"
+here=$(cd "$(dirname "$0")/.." && pwd)
+dir="$here/bench/peers/ggml"
 want="node-llama-cpp@3.21.1 ggml 0.23.0"
 if [ -f "$dir/stamp" ] && [ "$(cat "$dir/stamp")" = "$want" ] && [ -f "$dir/include/ggml-backend.h" ] \
    && [ -f "$dir/lib/libggml-base.so" ]; then
   echo "$dir"
   exit 0
 fi
-lib=$("$here/peer.sh")
+lib=$("$here/scripts/peer.sh")
 command -v git >/dev/null 2>&1 || { echo "ggml.sh: git is not installed" >&2; exit 1; }
 echo "ggml.sh: fetching the headers of ggml 0.23.0 (node-llama-cpp@3.21.1) into $dir" >&2
-tmp="$here/peers/ggml.tmp"
+tmp="$here/bench/peers/ggml.tmp"
 rm -rf "$tmp"
 mkdir -p "$tmp"
 cd "$tmp"
