@@ -16,7 +16,7 @@ JOBS      ?= $(shell nproc)
 CTEST     := ctest --output-on-failure -j$(JOBS) --timeout 900
 DEMO_MODEL = build/default-model.gguf
 
-.PHONY: check-source all deps peer build test test-normal test-asan test-cuda-mock demo install clean bench fuzz fuzz-build test-fuzz test-tsan iq-grids test-builds format format-check python python-build test-python test-python-asan
+.PHONY: check-source all deps peer ggml build test test-normal test-asan test-cuda-mock demo install clean bench fuzz fuzz-build test-fuzz test-tsan iq-grids test-builds format format-check python python-build test-python test-python-asan
 
 all: build
 
@@ -38,12 +38,17 @@ test: format-check check-source test-normal test-asan test-cuda-mock test-fuzz t
 peer:
 	@scripts/peer.sh >/dev/null 2>&1 || echo "peer: llama.cpp's loader could not be installed; oracle tests will skip"
 
-test-normal: deps peer
+# The ggml bridge (docs/GGML.md) and its tests need ggml: the peer's prebuilt ggml 0.23.0 with that
+# release's headers (scripts/ggml.sh, into bench/peers/ggml/; WM_GGML=AUTO finds it there).
+ggml: peer
+	@scripts/ggml.sh >/dev/null 2>&1 || echo "ggml: ggml could not be installed; the ggml bridge and its tests are not built"
+
+test-normal: deps peer ggml
 	@cmake -S . -B build-test -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON -DWM_FAULT_INJECTION=ON >/dev/null
 	@cmake --build build-test
 	cd build-test && $(CTEST)
 
-test-asan: deps
+test-asan: deps ggml
 	@cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DWM_WERROR=ON -DCMAKE_C_COMPILER=clang \
 	  -DWM_FAULT_INJECTION=ON -DWM_SANITIZE=address,undefined >/dev/null
 	@cmake --build build-asan
