@@ -515,8 +515,14 @@ WM_TEST(cli_check_ggml_fixtures) {
         char args[4200];
         snprintf(args, sizeof args, "check '%s/%s' --ggml --cycles 2", dir, e->d_name);
         int rc = wmt_cli(args, out, sizeof out);
-        CHECK_MSG(rc == 0, "weightmap %s: exit %d\n%s", args, rc, out);
-        CHECK_MSG(strstr(out, "through ggml") && strstr(out, "all memory returned"),
+        /* Under ASan the footprint is the sanitizer's allocator's (its quarantine keeps freed
+         * blocks), so there, as in test_cli, the verdict may be LEAK; the run must still reach
+         * it, every tensor read back and compared. */
+        bool verdict = strstr(out, WMT_ASAN ? "MEMORY" : "all memory returned") ||
+                       (WMT_ASAN && strstr(out, "all memory returned"));
+        CHECK_MSG(WMT_ASAN ? rc == 0 || rc == 1 : rc == 0, "weightmap %s: exit %d\n%s", args, rc,
+                  out);
+        CHECK_MSG(strstr(out, "through ggml") && verdict && !strstr(out, "weightmap: "),
                   "weightmap %s:\n%s", args, out);
         files++;
     }
