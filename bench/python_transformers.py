@@ -30,6 +30,7 @@ import struct
 import sys
 import threading
 import time
+import traceback
 
 import torch
 
@@ -97,7 +98,7 @@ def small_configs():
                                intermediate_size=128, max_position_embeddings=64, **common),
                  "AutoModel"),
         "t5": (tf.T5Config(d_model=64, d_ff=128, d_kv=16, num_layers=2, num_heads=4, **common),
-               "T5ForConditionalGeneration"),
+               "AutoModelForSeq2SeqLM"),
     }
 
 
@@ -154,6 +155,29 @@ def same_state(a, b):
     return None
 
 
+def check_one(tf, m, device, mode):
+    """from_pretrained plain and inside weightmap.loading(): outputs, state dict, device, and
+    the ledger after `del model`."""
+    cls = getattr(tf, m["cls"])
+    plain = pretrained(cls, m["path"], device).eval()
+    want = outputs(plain, m["name"])
+    with weightmap.loading(device=device, mode=mode):
+        model = pretrained(cls, m["path"], device).eval()
+    on_device = all(p.device.type == torch.device(device).type for p in model.parameters())
+    held_loaded = weightmap.ledger()["bytes"]
+    got = outputs(model, m["name"])
+    diff = same_state(plain, model)
+    equal = torch.equal(want, got)
+    del model, got
+    gc.collect()
+    if device != "cpu":
+        torch.cuda.synchronize()
+    left = ledger_bytes()
+    return {"outputs_equal": equal, "state_dict": diff or "equal", "on_device": on_device,
+            "ledger_while_loaded": held_loaded, "ledger_after_del": left,
+            "ok": equal and diff is None and on_device and left == 0 and held_loaded > 0}
+
+
 def cmd_check(args):
     import transformers as tf
     with open(os.path.join(args.dir, "models.json")) as f:
@@ -161,31 +185,17 @@ def cmd_check(args):
     failed = 0
     mode = None if args.mode == "default" else args.mode
     for m in listing:
-        cls = getattr(tf, m["cls"])
         emit(stage="check", model=m["name"], layout=m["layout"], device=args.device,
              mode=args.mode, step="start")
-        plain = pretrained(cls, m["path"], args.device).eval()
-        want = outputs(plain, m["name"])
-        with weightmap.loading(device=args.device, mode=mode):
-            model = pretrained(cls, m["path"], args.device).eval()
-        on_device = all(p.device.type == torch.device(args.device).type
-                        for p in model.parameters())
-        held_loaded = weightmap.ledger()["bytes"]
-        got = outputs(model, m["name"])
-        diff = same_state(plain, model)
-        equal = torch.equal(want, got)
-        del model, got
+        try:
+            result = check_one(tf, m, args.device, mode)
+        except Exception as e:              # noqa: B902 (reported, and the next model runs)
+            traceback.print_exc()
+            result = {"ok": False, "error": f"{type(e).__name__}: {e}"}
         gc.collect()
-        if args.device != "cpu":
-            torch.cuda.synchronize()
-        left = ledger_bytes()
-        ok = equal and diff is None and on_device and left == 0
-        failed += not ok
+        failed += not result["ok"]
         emit(stage="check", model=m["name"], layout=m["layout"], files=m["files"],
-             device=args.device, mode=args.mode, outputs_equal=equal, state_dict=diff or "equal",
-             on_device=on_device, ledger_while_loaded=held_loaded, ledger_after_del=left, ok=ok)
-        del plain, want
-        gc.collect()
+             device=args.device, mode=args.mode, **result)
     sys.exit(1 if failed else 0)
 
 
