@@ -31,7 +31,7 @@ static uint64_t rchar(bool and_this_read) {
 }
 
 static uint64_t heap_now(void) {
-    wm_ledger l;
+    wm_ledger l = WM_LEDGER_INIT;
     wm_ledger_get(&l);
     return l.cat[WM_LEDGER_HEAP].current;
 }
@@ -61,13 +61,14 @@ WM_TEST(rows_of_one_tensor_hold_and_read_those_rows) {
     uint64_t rows = t.shape[1], row = t.nbytes / rows;
     CHECK(rows > 8);
     wm_tensor_select sel = {ti, 3, 7};
-    wm_load_options o = {.mode = WM_MODE_HEAP, .threads = 2, .select = &sel, .n_select = 1};
+    wm_load_options o = {
+        .size = sizeof o, .mode = WM_MODE_HEAP, .threads = 2, .select = &sel, .n_select = 1};
     uint64_t heap0 = heap_now(), read0 = rchar(true);
     wm_model *m = NULL;
     wm_error err;
     CHECK_MSG(wm_model_load(f, &o, &m, &err) == WM_OK, "%s", err.msg);
     uint64_t read_by_kernel = rchar(false) - read0;
-    wm_model_stats s;
+    wm_model_stats s = WM_MODEL_STATS_INIT;
     wm_model_stats_get(m, &s);
     CHECK_EQ(s.tensor_bytes, 4 * row);
     CHECK_EQ(s.bytes_read, 4 * row);
@@ -107,11 +108,11 @@ WM_TEST(whole_tensors_map_only_their_pages) {
     CHECK(n > 4);
     wm_tensor_select sel[2] = {{1, 0, 0}, {n - 1, 0, 0}};
     for (int mode = WM_MODE_HEAP; mode <= WM_MODE_MMAP_PRIVATE; mode++) {
-        wm_load_options o = {.mode = (wm_mode)mode, .select = sel, .n_select = 2};
+        wm_load_options o = {.size = sizeof o, .mode = (wm_mode)mode, .select = sel, .n_select = 2};
         wm_model *m = NULL;
         wm_error err;
         CHECK_MSG(wm_model_load(f, &o, &m, &err) == WM_OK, "%s", err.msg);
-        wm_model_stats s;
+        wm_model_stats s = WM_MODEL_STATS_INIT;
         wm_model_stats_get(m, &s);
         uint64_t want = 0;
         for (int k = 0; k < 2; k++) {
@@ -148,7 +149,7 @@ WM_TEST(bad_selections_are_refused_naming_the_tensor) {
     size_t ti = 0, n = wm_file_tensor_count(f);
     wm_tensor_info t = largest_matrix(f, &ti);
     uint64_t rows = t.shape[1];
-    wm_load_options o = {.mode = WM_MODE_HEAP, .n_select = 1};
+    wm_load_options o = {.size = sizeof o, .mode = WM_MODE_HEAP, .n_select = 1};
     refused(f, o, "n_select without select");
     wm_tensor_select s = {n, 0, 0};
     o.select = &s;
@@ -199,8 +200,13 @@ WM_TEST(fault_sweep_of_a_row_range) {
     static wm_tensor_select sel[2];
     sel[0] = (wm_tensor_select){ti, 2, 9};
     sel[1] = (wm_tensor_select){ti == 0 ? 1 : 0, 0, 0};
-    wmt_load_run l = {
-        f, {.mode = WM_MODE_HEAP, .threads = 2, .select = sel, .n_select = 2}, use_selected};
+    wmt_load_run l = {f,
+                      {.size = sizeof(wm_load_options),
+                       .mode = WM_MODE_HEAP,
+                       .threads = 2,
+                       .select = sel,
+                       .n_select = 2},
+                      use_selected};
     wmt_sweep sw = {.what = "selection",
                     .run = wmt_load_release,
                     .check = wmt_check_io_status,
