@@ -37,6 +37,7 @@ test: format-check check-source test-normal test-asan test-cuda-mock test-fuzz t
 # without it (no registry) they report skipped and the committed reference checksums still run.
 peer:
 	@scripts/peer.sh >/dev/null 2>&1 || echo "peer: llama.cpp's loader could not be installed; oracle tests will skip"
+	@scripts/peer-node.sh >/dev/null 2>&1 || echo "peer: @fugood/llama.node could not be installed; its trace tests will skip"
 
 test-normal: deps peer
 	@cmake -S . -B build-test -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON -DWM_FAULT_INJECTION=ON >/dev/null
@@ -97,7 +98,7 @@ test-tsan: deps
 # then runs every bench executable with its defaults; a benchmark exits 77 to say "skipped".
 bench: build
 	@scripts/peer.sh >/dev/null
-	@for src in bench/*.c; do name=$$(basename $$src .c); exe=build/bench/$$name; \
+	@for src in bench/*.c bench/gpu; do name=$$(basename $$src .c); exe=build/bench/$$name; \
 	  [ -x $$exe ] || continue; echo; echo "==> $$exe" >&2; rc=0; $$exe || rc=$$?; \
 	  if [ $$rc -eq 77 ]; then echo "bench/$$name: skipped"; \
 	  elif [ $$rc -ne 0 ]; then echo "bench/$$name: failed (exit $$rc)" >&2; exit $$rc; fi; done
