@@ -32,7 +32,7 @@ say "machine"
 } 2>&1 | tee -a "$SUM"
 
 say "build ($BUILD)"
-. bench/gpu_env.sh
+. scripts/gpu_env.sh
 wm_gpu_env "$DEPS"
 cm+=(-DWM_DLPACK_DIR=/tmp/wm-deps/usr/include)
 if ! { timeout 240 cmake -S . -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_PYTHON=ON \
