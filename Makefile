@@ -147,7 +147,7 @@ test-python-asan: python-build
 	  -DWM_SANITIZE=address,undefined -DWM_PYTHON=ON -DWM_BUILD_TESTS=OFF -DWM_BUILD_CLI=OFF \
 	  -DPython3_EXECUTABLE=$(PYTHON) >/dev/null
 	@cmake --build build-py/asan --target wm_python
-	cd python/tests && $(PY_TEST_ENV) PYTHONPATH=$(CURDIR)/build-py/asan/python \
+	cd python/tests && $(PY_TEST_ENV) PYTHONPATH=$(CURDIR)/build-py/asan/python WM_PY_STRESS_ROUNDS=40 \
 	  LD_PRELOAD=$$(clang -print-file-name=libclang_rt.asan-x86_64.so) ASAN_OPTIONS=detect_leaks=0 \
 	  UBSAN_OPTIONS=print_stacktrace=1 $(PYTHON) -m pytest -q -p no:cacheprovider
 
