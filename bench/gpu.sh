@@ -50,7 +50,7 @@ cat "$OUT/machine.txt" | tee -a "$LOG"
 
 # ---- build ----
 say "build ($BUILD)"
-. bench/gpu_env.sh
+. scripts/gpu_env.sh
 wm_gpu_env "$DEPS" >"$OUT/env.txt"
 tee -a "$LOG" <"$OUT/env.txt"
 if ! { cmake -S . -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_FAULT_INJECTION=ON \

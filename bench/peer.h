@@ -81,7 +81,7 @@ typedef struct bench_peer {
 } bench_peer;
 
 /* The peer's library folder: $WM_PEER_DIR if set, else the one scripts/peer.sh installs into
- * (bench/peers/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64 under the source tree). */
+ * (tests/oracle/oracle.h: wm_oracle_dir). */
 const char *bench_peer_default_dir(void);
 
 /* Opens libggml-base.so from dir (NULL: the default) and fills the gguf_* pointers. Returns 0,

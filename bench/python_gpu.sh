@@ -29,7 +29,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 "$PY" -c 'import sys, torch, numpy, safetensors; print(sys.version.split()[0], "torch", torch.__version__, "numpy", numpy.__version__, "safetensors", safetensors.__version__)'
 
 say "build ($BUILD)"
-. bench/gpu_env.sh
+. scripts/gpu_env.sh
 wm_gpu_env "$DEPS"
 cm+=(-DWM_DLPACK_DIR=/tmp/wm-deps/usr/include)
 if ! { cmake -S . -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_PYTHON=ON \

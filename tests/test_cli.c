@@ -472,8 +472,9 @@ WM_TEST(load_hold_keeps_the_model_until_a_signal) {
         CHECK_EQ(waitpid(pid, &status, 0), pid);
         CHECK_MSG(WIFEXITED(status), "signal %d ended it (status %d)", sigs[s], status);
         VERDICT_EXIT(WEXITSTATUS(status));
-        HAS(rest.p, "    1 ");
-        HAS_VERDICT(rest.p, "all memory returned");
+        const char *text = (const char *)rest.p;
+        HAS(text, "    1 ");
+        HAS_VERDICT(text, "all memory returned");
         free(rest.p);
     }
 }
