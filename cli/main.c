@@ -136,9 +136,11 @@ static bool wants_help(const cli_command *c, int argc, char **argv) {
             if (c->options_end_at_arg) return false;
             continue;
         }
+        bool next_is_option = i + 1 < argc && !strncmp(argv[i + 1], "--", 2);
         for (const cli_option *o = c->opts; o && o->name; o++)
-            if (s[1] == '-' && !strcmp(s + 2, o->name) && o->kind != CLI_FLAG && !o->optional)
-                i++; /* its value */
+            if (s[1] == '-' && !strcmp(s + 2, o->name) && o->kind != CLI_FLAG && !o->optional &&
+                !next_is_option)
+                i++; /* its value (as cli_next takes it: not one that starts with --) */
     }
     return false;
 }

@@ -301,6 +301,9 @@ WM_TEST(every_command_has_help) {
     CHECK_EQ(run_cli(&out, "load %s --mode heap --help", wmt_fixture("gguf/stories260K.gguf")), 0);
     HAS(out, "usage: weightmap load FILE --mode heap|mmap|mmap-private [options]");
     free(out);
+    CHECK_EQ(run_cli(&out, "load %s --mode --help", wmt_fixture("gguf/stories260K.gguf")), 0);
+    HAS(out, "usage: weightmap load "); /* --help is not taken as --mode's value */
+    free(out);
     CHECK_EQ(run_cli(&out, "trace --out /dev/null -- sh -c 'echo ran $0' --help"), 0);
     HAS(out, "ran --help");
     free(out);
