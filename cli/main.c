@@ -155,6 +155,7 @@ int main(int argc, char **argv) {
     const char *name = argv[1];
     if (!strcmp(name, "--help") || !strcmp(name, "-h") || !strcmp(name, "help")) {
         const cli_command *c = argc > 2 ? cli_command_find(argv[2]) : NULL;
+        if (argc > 2 && !c) return cli_usage("unknown command '%s'", argv[2]);
         if (c)
             cli_help_command(stdout, c);
         else

@@ -70,6 +70,12 @@ WM_TEST(exit_codes_and_error_line) {
     snprintf(cmd, sizeof cmd, "%s frobnicate", WM_CLI);
     CHECK_EQ(wmt_run(cmd, &out), 2);
     free(out);
+    snprintf(cmd, sizeof cmd, "%s help frobnicate", WM_CLI);
+    CHECK_EQ(wmt_run(cmd, &out), 2);
+    err = wmt_stderr_text();
+    HAS(err, "unknown command 'frobnicate'");
+    free(err);
+    free(out);
 }
 
 WM_TEST(info_json_fields) {
