@@ -99,6 +99,28 @@ static inline uint16_t wm__f32_to_bf16(float f) {
     return (uint16_t)((u + (0x7FFFu + ((u >> 16) & 1u))) >> 16);
 }
 
+/* ---- k-quant scale decoders ---- */
+
+/* The 6-bit scale and min of sub-block j packed in 12 bytes (Q4_K, Q5_K). */
+static inline void wm__scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+/* The 16 six-bit scales of Q3_K (12 bytes: low nibbles, then 2-bit high parts), unbiased. */
+static inline void wm__q3k_scales(const uint8_t *s12, int8_t out[16]) {
+    for (int j = 0; j < 16; j++) {
+        int lo = j < 8 ? s12[j] & 0xF : s12[j - 8] >> 4;
+        int hi = (s12[8 + j % 4] >> (2 * (j / 4))) & 3;
+        out[j] = (int8_t)((lo | (hi << 4)) - 32);
+    }
+}
+
 /* ---- row kernels ---- */
 
 /* Turns nb blocks at src into nb * block_elems floats at dst. */
