@@ -2,9 +2,9 @@
  * convert.h: what the conversion engine's files share (src/convert/).
  *
  * Sections: scalar float helpers (half, bfloat16, with ggml's exact rounding rules); row kernels
- * (every kernel turns `nb` whole blocks of one type into floats); the kernel tables (portable and
- * x86 AVX2/F16C); the IQ codebook grids; the test hooks that force the portable path and
- * streaming.
+ * (every kernel turns `nb` whole blocks of one type into floats); the kernel tables (portable,
+ * x86 AVX2/F16C, AArch64 NEON); the IQ codebook grids; the test hooks that force the portable path
+ * and streaming.
  *
  * Every kernel reproduces ggml's to_float bit for bit: the same operations on the same values in
  * the same order (a product and a sum stay two roundings; nothing is fused or reassociated).
@@ -144,6 +144,13 @@ void wm__stream_fence_x86(void);
 int wm__x86_stream_preferred(void);
 /* Non-zero when this build has the x86 kernels and the CPU runs AVX2 and F16C. */
 int wm__x86_usable(void);
+/* The AArch64 Advanced SIMD kernel for a type, or NULL when there is none (neon.c; NULL off
+ * AArch64). Callers check wm__neon_usable() first: non-zero when this build has the NEON kernels
+ * and the CPU reports Advanced SIMD. */
+wm__to_f32_fn wm__dequant_neon(wm_type type);
+void wm__f32_to_f16_neon(const float *src, uint16_t *dst, size_t n);
+void wm__f32_to_bf16_neon(const float *src, uint16_t *dst, size_t n);
+int wm__neon_usable(void);
 
 /* ggml's E2M1 code table doubled (element value x2, the block scale halved to match), and the
  * 16 levels of the IQ4 non-linear codebook. */

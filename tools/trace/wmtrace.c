@@ -374,7 +374,7 @@ static int classify(int fd) {
         put_u(&num, (uint64_t)fd);
         memcpy(link + 14, num.b, num.n);
         link[14 + num.n] = 0;
-        ssize_t pn = syscall(SYS_readlink, link, path, sizeof path - 1);
+        ssize_t pn = syscall(SYS_readlinkat, AT_FDCWD, link, path, sizeof path - 1);
         path[pn > 0 ? pn : 0] = 0;
         begin(&l, 'F');
         put_s(&l, " ");
