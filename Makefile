@@ -1,7 +1,8 @@
 # The two commands that matter (see README.md):
 #   make demo   build, make the default model (512 MiB, cached in build/) and check it
 #   make test   the whole test suite: the C files formatted as .clang-format says (format-check),
-#               normal build, then again under ASan+UBSan (clang), the CUDA backend against the
+#               the directions docs/ARCHITECTURE.md states and the 100-line limit on functions
+#               (check-source), normal build, then again under ASan+UBSan (clang), the CUDA backend against the
 #               mock runtime (ASan+UBSan), each fuzzer for a bounded time, the concurrency tests
 #               under TSan, every build type with gcc and clang, the Python package
 #               (docs/TESTING.md)
@@ -15,12 +16,12 @@ JOBS      ?= $(shell nproc)
 CTEST     := ctest --output-on-failure -j$(JOBS) --timeout 900
 DEMO_MODEL = build/default-model.gguf
 
-.PHONY: arm64 test-arm64 all deps peer build test test-normal test-asan test-cuda-mock demo install clean bench fuzz fuzz-build test-fuzz test-tsan iq-grids test-builds format format-check python python-build test-python test-python-asan
+.PHONY: arm64 test-arm64 check-source all deps peer build test test-normal test-asan test-cuda-mock demo install clean bench fuzz fuzz-build test-fuzz test-tsan iq-grids test-builds format format-check python python-build test-python test-python-asan
 
 all: build
 
 deps:
-	@tools/deps.sh
+	@scripts/deps.sh
 
 build: deps
 	@cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON >/dev/null
@@ -30,12 +31,12 @@ demo: build
 	@test -f $(DEMO_MODEL) || build/weightmap make-model $(DEMO_MODEL) --size 512M
 	build/weightmap demo --model $(DEMO_MODEL)
 
-test: format-check test-normal test-asan test-cuda-mock test-fuzz test-tsan test-builds test-python test-python-asan test-arm64
+test: format-check check-source test-normal test-asan test-cuda-mock test-fuzz test-tsan test-builds test-python test-python-asan test-arm64
 
 # The oracle tests (conversion and type table against llama.cpp's own ggml) need the npm peer;
 # without it (no registry) they report skipped and the committed reference checksums still run.
 peer:
-	@bench/peer.sh >/dev/null 2>&1 || echo "peer: llama.cpp's loader could not be installed; oracle tests will skip"
+	@scripts/peer.sh >/dev/null 2>&1 || echo "peer: llama.cpp's loader could not be installed; oracle tests will skip"
 
 test-normal: deps peer
 	@cmake -S . -B build-test -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON -DWM_FAULT_INJECTION=ON >/dev/null
@@ -95,7 +96,7 @@ test-tsan: deps
 # Benchmarks against llama.cpp (bench/README.md): installs the peer into bench/peers/ if needed,
 # then runs every bench executable with its defaults; a benchmark exits 77 to say "skipped".
 bench: build
-	@bench/peer.sh >/dev/null
+	@scripts/peer.sh >/dev/null
 	@for src in bench/*.c; do name=$$(basename $$src .c); exe=build/bench/$$name; \
 	  [ -x $$exe ] || continue; echo; echo "==> $$exe" >&2; rc=0; $$exe || rc=$$?; \
 	  if [ $$rc -eq 77 ]; then echo "bench/$$name: skipped"; \
@@ -104,7 +105,7 @@ bench: build
 # Regenerates src/convert/iq_grids.c (the IQ codebook grids, committed) from the llama.cpp peer's
 # own dequantizers; only when asked (THIRD_PARTY.md says where the data comes from).
 iq-grids: deps
-	@bench/peer.sh >/dev/null
+	@scripts/peer.sh >/dev/null
 	@cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON >/dev/null
 	@cmake --build build --target iq-grids
 
@@ -120,11 +121,11 @@ install: build
 PYTHON  ?= /usr/bin/python3
 PY_TEST_ENV = PYTHONPATH=$(CURDIR)/build-py/python WM_CLI=$(CURDIR)/build-py/weightmap PYTHONDONTWRITEBYTECODE=1
 python:
-	@tools/deps.sh python
+	@scripts/deps.sh python
 	$(PYTHON) -m pip install --no-build-isolation --no-deps --break-system-packages ./python
 
 python-build:
-	@tools/deps.sh python
+	@scripts/deps.sh python
 	@cmake -S . -B build-py -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON -DWM_PYTHON=ON \
 	  -DWM_BUILD_TESTS=OFF -DPython3_EXECUTABLE=$(PYTHON) >/dev/null
 	@cmake --build build-py --target wm_python weightmap_cli
@@ -146,14 +147,14 @@ test-python-asan: python-build
 
 # AArch64 (docs/PORTING.md, docs/TESTING.md): `make arm64` cross-builds the library, the CLI and
 # the tests into build-arm64/ with Debian's aarch64 toolchain (cmake/toolchain-aarch64.cmake;
-# tools/deps.sh arm64 installs it, qemu-user and libcjson-dev:arm64); `make test-arm64` runs the
+# scripts/deps.sh arm64 installs it, qemu-user and libcjson-dev:arm64); `make test-arm64` runs the
 # ctest suite under qemu-user, less ARM64_EXCLUDE (what qemu cannot run, TESTING.md says why),
 # then checks the AArch64 CLI's `cat --as f32|f16|bf16` against llama.cpp's own dequantizers (the
 # x86-64 peer, in build-test's test_convert). RelWithDebInfo with fault injection, as test-normal;
 # no CUDA backend (no toolkit for the target).
 ARM64_EXCLUDE := ^(meter\.other_process|model\.heap_cycles_leave_malloc_at_baseline|types\.table_matches_ggml|shards\.gguf_split_loads_in_llama_cpp)$$
 arm64:
-	@tools/deps.sh arm64
+	@scripts/deps.sh arm64
 	@cmake -S . -B build-arm64 -G Ninja -DCMAKE_TOOLCHAIN_FILE=cmake/toolchain-aarch64.cmake \
 	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON -DWM_FAULT_INJECTION=ON -DWM_CUDA=OFF >/dev/null
 	@cmake --build build-arm64
@@ -170,6 +171,13 @@ test-arm64: arm64 peer
 # One folder per build under build-types/.
 test-builds: deps
 	JOBS=$(JOBS) tests/build_types.sh build-types
+
+# The sources' own rules, read from the files (no build; a second or less): the layering
+# docs/ARCHITECTURE.md states (scripts/check-layering.sh) and no function over 100 lines
+# (scripts/check-function-size.sh).
+check-source:
+	@scripts/check-layering.sh
+	@scripts/check-function-size.sh
 
 # Formatting to .clang-format: `make format` rewrites every C file of the project in place;
 # `make format-check` changes nothing and fails when a file differs, naming each line. The files:

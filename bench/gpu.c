@@ -225,7 +225,8 @@ static bool verify(wm_model *m) {
 
 static int cmd_load(int argc, char **argv) {
     const char *path = NULL;
-    wm_load_options o = {0};
+    wm_cuda_options cu = WM_CUDA_OPTIONS_INIT;
+    wm_load_options o = {.size = sizeof o, .cuda = &cu};
     o.backend = WM_BACKEND_CUDA;
     o.mode = WM_MODE_HEAP;
     unsigned repeat = 3, slots = 0, flags = 0;
@@ -252,20 +253,20 @@ static int cmd_load(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--slots") && i + 1 < argc && parse_size(argv[++i], &v)) {
             slots = (unsigned)v;
         } else if (!strcmp(argv[i], "--direct")) {
-            o.direct_io = 1;
+            cu.direct_io = 1;
         } else if (!strcmp(argv[i], "--serial-ring")) {
             flags |= WM__CUDA_SERIAL_RING;
         } else if (!strcmp(argv[i], "--no-reap")) {
             flags |= WM__CUDA_NO_REAP;
         } else if (!strcmp(argv[i], "--registered")) {
             o.mode = WM_MODE_MMAP;
-            o.cuda_registered = 1;
+            cu.registered = 1;
         } else if (!strcmp(argv[i], "--verify")) {
             check = true;
         } else if (!strcmp(argv[i], "--threads") && i + 1 < argc && parse_size(argv[++i], &v)) {
             o.threads = (unsigned)v;
         } else if (!strcmp(argv[i], "--budget") && i + 1 < argc && parse_size(argv[++i], &v)) {
-            o.pinned_budget = v;
+            cu.pinned_budget = v;
         } else if (!strcmp(argv[i], "--max-buffer") && i + 1 < argc && parse_size(argv[++i], &v)) {
             o.max_buffer_size = v;
         } else if (!strcmp(argv[i], "--repeat") && i + 1 < argc && parse_size(argv[++i], &v) && v) {
@@ -308,7 +309,7 @@ static int cmd_load(int argc, char **argv) {
             return 1;
         }
         t[r] = t1 - t0;
-        wm_ledger l;
+        wm_ledger l = WM_LEDGER_INIT;
         wm_ledger_get(&l);
         if (l.cat[WM_LEDGER_PINNED].peak > pinned_peak) pinned_peak = l.cat[WM_LEDGER_PINNED].peak;
         if (l.cat[WM_LEDGER_SCRATCH].peak > scratch_peak)
@@ -340,10 +341,10 @@ static int cmd_load(int argc, char **argv) {
         "\"released\": %s, \"footprint_left_first\": %" PRId64 ", \"footprint_left_last\": %" PRId64
         ", \"devices\": %u, \"placement\": \"%s\", \"tp_rank\": %u, \"tp_world\": %u, "
         "\"bytes_read\": %" PRIu64 "}\n",
-        path, o.cuda_registered ? "registered" : "staged", st.threads, window, slots,
+        path, cu.registered ? "registered" : "staged", st.threads, window, slots,
         flags & WM__CUDA_SERIAL_RING ? "true" : "false",
-        flags & WM__CUDA_NO_REAP ? "false" : "true", o.direct_io ? "true" : "false",
-        o.pinned_budget, st.tensor_bytes, st.buffers, repeat, best, median,
+        flags & WM__CUDA_NO_REAP ? "false" : "true", cu.direct_io ? "true" : "false",
+        cu.pinned_budget, st.tensor_bytes, st.buffers, repeat, best, median,
         (double)st.tensor_bytes / best / 1e9, (double)st.tensor_bytes / median / 1e9, base,
         peak_delta, pinned_peak, scratch_peak, check ? (verified ? "true" : "false") : "null",
         released ? "true" : "false", left_first, left_last, o.n_devices > 1 ? o.n_devices : 1,
@@ -707,7 +708,8 @@ static unsigned threads_now(void) {
  * the last release. */
 static int cmd_cycles(int argc, char **argv) {
     const char *path = NULL;
-    wm_load_options o = {0};
+    wm_cuda_options cu = WM_CUDA_OPTIONS_INIT;
+    wm_load_options o = {.size = sizeof o, .cuda = &cu};
     o.backend = WM_BACKEND_CUDA;
     o.mode = WM_MODE_HEAP;
     unsigned cycles = 10, rr = 0, re = 0, rc = 0, rmib = 0;
@@ -723,7 +725,7 @@ static int cmd_cycles(int argc, char **argv) {
             info = argv[++i];
         } else if (!strcmp(argv[i], "--registered")) {
             o.mode = WM_MODE_MMAP;
-            o.cuda_registered = 1;
+            cu.registered = 1;
         } else if (!strcmp(argv[i], "--threads") && i + 1 < argc && parse_size(argv[++i], &v)) {
             o.threads = (unsigned)v;
         } else if (!strcmp(argv[i], "--cycles") && i + 1 < argc && parse_size(argv[++i], &v) && v) {
@@ -765,13 +767,13 @@ static int cmd_cycles(int argc, char **argv) {
         wm_model_release(m);
         uint64_t now = footprint();
         struct mallinfo2 mi = mallinfo2();
-        wm_ledger l;
+        wm_ledger l = WM_LEDGER_INIT;
         wm_ledger_get(&l);
         printf("{\"bench\": \"cycles\", \"path\": \"%s\", \"threads\": %u, \"rehearsal\": \"%s\", "
                "\"cycle\": %u, \"left\": %" PRId64
                ", \"malloc_in_use\": %zu, \"malloc_arena\": %zu, "
                "\"malloc_mmapped\": %zu, \"process_threads\": %u, \"ledger\": %" PRIu64 "}\n",
-               o.cuda_registered ? "registered" : "staged", o.threads, rehearse_arg, c,
+               cu.registered ? "registered" : "staged", o.threads, rehearse_arg, c,
                (int64_t)(now - base), mi.uordblks, mi.arena, mi.hblkhd, threads_now(),
                wm_ledger_bytes(&l));
         if (c == 1) n1 = anon_maps(m1, CAP);
@@ -999,7 +1001,7 @@ static int rank_main(ranks_shared *sh, const char *path, unsigned r, unsigned w,
                          .tp_rank = r,
                          .tp_world = tp || nccl ? w : 0,
                          .tp_split = tp ? wm_split_llama : NULL,
-                         .nccl_comm = comm};
+                         .cuda = &(wm_cuda_options){.nccl_comm = comm}};
     for (unsigned k = 0; k < rounds; k++) {
         ranks_barrier(sh, w);
         wm_model *m;
@@ -1011,7 +1013,7 @@ static int rank_main(ranks_shared *sh, const char *path, unsigned r, unsigned w,
             sh->failed = 1;
             return 1;
         }
-        wm_model_stats s;
+        wm_model_stats s = WM_MODEL_STATS_INIT;
         wm_model_stats_get(m, &s);
         sh->bytes_read[r] = s.bytes_read;
         sh->tensor_bytes[r] = s.tensor_bytes;

@@ -266,7 +266,7 @@ static int one_cycle(contender_state *s, result *r, double *total, double *parse
             return -1;
         }
         t2 = bench_now_ms();
-        wm_model_stats st;
+        wm_model_stats st = WM_MODEL_STATS_INIT;
         wm_model_stats_get(m, &st);
         r->bytes = st.tensor_bytes;
         r->threads = st.threads;

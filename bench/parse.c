@@ -52,7 +52,7 @@ static double time_weightmap(const char *path, uint64_t *heap_peak) {
     double t0 = bench_now_ms();
     wm_status st = wm_file_open(path, &f, &err);
     if (st == WM_OK && heap_peak) {
-        wm_ledger l;
+        wm_ledger l = WM_LEDGER_INIT;
         wm_ledger_get(&l);
         *heap_peak = l.cat[WM_LEDGER_HEAP].peak;
     }

@@ -381,7 +381,7 @@ static PyObject *Handle_load(Handle *h, PyObject *args, PyObject *kw) {
 static PyObject *Handle_stats(Handle *h, PyObject *unused) {
     (void)unused;
     if (h->model == NULL) Py_RETURN_NONE;
-    wm_model_stats s;
+    wm_model_stats s = WM_MODEL_STATS_INIT;
     wm_model_stats_get(h->model, &s);
     return Py_BuildValue(
         "{sKsIsKsKsKsKsKsIsd}", "tensor_bytes", (unsigned long long)s.tensor_bytes, "buffers",
@@ -735,7 +735,7 @@ static PyTypeObject HandleType = {
 static PyObject *mod_ledger(PyObject *self, PyObject *unused) {
     (void)self;
     (void)unused;
-    wm_ledger l;
+    wm_ledger l = WM_LEDGER_INIT;
     wm_ledger_get(&l);
     PyObject *d = PyDict_New();
     for (int c = 0; d && c < WM_LEDGER_COUNT; c++) {
@@ -843,6 +843,24 @@ static PyObject *mod_backend_init(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* backend_from_name(spec) -> (backend, device): the library's one parser of "cpu", "cuda",
+ * "cuda:N" (wm_backend_from_name); a device list is refused (one device per handle). ValueError
+ * with the library's message for anything else. */
+static PyObject *mod_backend_from_name(PyObject *self, PyObject *arg) {
+    (void)self;
+    const char *spec = PyUnicode_AsUTF8(arg);
+    if (spec == NULL) return NULL;
+    wm_backend_kind kind;
+    int dev[1] = {0};
+    unsigned n = 0;
+    wm_error err = {0};
+    if (wm_backend_from_name(spec, &kind, dev, 1, &n, &err) != WM_OK) {
+        PyErr_SetString(PyExc_ValueError, err.msg);
+        return NULL;
+    }
+    return Py_BuildValue("(ii)", (int)kind, dev[0]);
+}
+
 /* type_info(name) -> (block_elems, block_bytes), (0, 0) when unknown. */
 static PyObject *mod_type_info(PyObject *self, PyObject *arg) {
     (void)self;
@@ -878,6 +896,8 @@ static PyMethodDef module_methods[] = {
     {"file_regions", (PyCFunction)(void (*)(void))mod_file_regions, METH_VARARGS | METH_KEYWORDS,
      "file_regions(path=None, pid=0) -> list of dict: the mappings of a weight file"},
     {"backend_init", mod_backend_init, METH_VARARGS, "backend_init(backend, device=0)"},
+    {"backend_from_name", mod_backend_from_name, METH_O,
+     "backend_from_name(spec) -> (backend, device)"},
     {"type_info", mod_type_info, METH_O, "type_info(name) -> (block_elems, block_bytes)"},
     {"convert_supported", mod_convert_supported, METH_VARARGS,
      "convert_supported(from, to) -> bool, by type names"},

@@ -63,7 +63,7 @@ static wm_status check_tp(const char *path, const wm__backend *be, const wm_load
     if (o->tp_rank >= o->tp_world)
         return wm__err(err, WM_EINVAL, 0, "%s: tp_rank %u of tp_world %u", path, o->tp_rank,
                        o->tp_world);
-    if (!o->tp_split && !o->nccl_comm)
+    if (!o->tp_split && !o->cuda->nccl_comm)
         return wm__err(err, WM_EINVAL, 0, "%s: tp_world %u without tp_split", path, o->tp_world);
     if (o->n_convert)
         return wm__err(err, WM_EINVAL, 0,
@@ -73,6 +73,29 @@ static wm_status check_tp(const char *path, const wm__backend *be, const wm_load
                        "%s: tensor parallelism on the %s backend needs mode heap (a mapping "
                        "holds whole tensors), not %s",
                        path, be->name, wm_mode_name(o->mode));
+    return WM_OK;
+}
+
+/* The caller's options (and the CUDA options they point to) copied into the library's own
+ * structs, zero-extended (the ABI promise); `o->cuda` then points to `cu`, the defaults when the
+ * caller gave none. */
+static wm_status options_in(const char *path, const wm_load_options *in, wm_load_options *o,
+                            wm_cuda_options *cu, wm_error *err) {
+    char what[300];
+    snprintf(what, sizeof what, "%s: wm_load_options", path);
+    wm_status st = wm__struct_in(o, sizeof *o, in, WM__LOAD_OPTIONS_SIZE_1_0, what, err);
+    if (st) return st;
+    wm_cuda_options none = WM_CUDA_OPTIONS_INIT;
+    if (o->cuda && o->backend != WM_BACKEND_CUDA)
+        return wm__err(err, WM_EINVAL, 0,
+                       "%s: CUDA options (opts.cuda) given for the %s backend: they need the CUDA "
+                       "backend",
+                       path, wm_backend_name(o->backend) ? wm_backend_name(o->backend) : "unknown");
+    snprintf(what, sizeof what, "%s: wm_cuda_options", path);
+    st = wm__struct_in(cu, sizeof *cu, o->cuda ? o->cuda : &none, WM__CUDA_OPTIONS_SIZE_1_0, what,
+                       err);
+    if (st) return st;
+    o->cuda = cu;
     return WM_OK;
 }
 
@@ -139,12 +162,18 @@ static wm_status check_unchanged(const wm_file *file, wm_error *err) {
     return WM_OK;
 }
 
-wm_status wm_model_load(wm_file *file, const wm_load_options *opts, wm_model **out, wm_error *err) {
+wm_status wm_model_load(wm_file *file, const wm_load_options *caller_opts, wm_model **out,
+                        wm_error *err) {
     if (out) *out = NULL;
-    if (!file || !opts || !out)
+    if (!file || !caller_opts || !out)
         return wm__err(err, WM_EINVAL, 0, "wm_model_load: NULL file, options or out");
+    wm_load_options o;
+    wm_cuda_options cu;
+    wm_status st = options_in(file->path, caller_opts, &o, &cu, err);
+    if (st) return st;
+    const wm_load_options *opts = &o;
     const wm__backend *be;
-    wm_status st = wm__backend_get(opts->backend, file->path, &be, err);
+    st = wm__backend_get(opts->backend, file->path, &be, err);
     if (st) return st;
     st = check_options(file, be, opts, err);
     if (st) return st;
@@ -154,6 +183,8 @@ wm_status wm_model_load(wm_file *file, const wm_load_options *opts, wm_model **o
     m->file = wm__file_ref(file);
     m->backend = be;
     m->opts = *opts;
+    m->cuda = cu;
+    m->opts.cuda = &m->cuda;
     m->opts.convert = NULL;
     m->opts.n_convert = 0;
     m->n_devs = opts->n_devices > 1 ? opts->n_devices : 1;
@@ -161,7 +192,7 @@ wm_status wm_model_load(wm_file *file, const wm_load_options *opts, wm_model **o
         m->devs[k] = opts->devices && opts->n_devices ? opts->devices[k] : opts->device;
     m->opts.devices = NULL;
     m->opts.place_tensor = NULL;
-    m->opts.tp_split = NULL; /* nccl_comm stays: the backend completes the load with it */
+    m->opts.tp_split = NULL; /* m->cuda.nccl_comm stays: the backend completes the load with it */
 
     st = check_unchanged(file, err);
     if (st) goto fail;
@@ -224,6 +255,7 @@ uint64_t wm_model_tensor_device_ptr(const wm_model *m, size_t index) {
 }
 
 void wm_model_stats_get(const wm_model *m, wm_model_stats *out) {
-    if (!m || !out) return;
-    *out = m->stats;
+    if (!out) return;
+    wm_model_stats none = WM_MODEL_STATS_INIT;
+    wm__struct_out(out, m ? &m->stats : &none, sizeof none, WM__MODEL_STATS_SIZE_1_0);
 }

@@ -127,7 +127,7 @@ static wm_status slice(const wm_file *f, size_t i, const wm_load_options *o, wm_
     wm_tensor_info info;
     tensor_info(f, i, &info);
     wm_split sp = o->tp_split ? o->tp_split(o->tp_user, i, &info) : WM_SPLIT_NONE;
-    if (sp == WM_SPLIT_NONE && o->nccl_comm) {
+    if (sp == WM_SPLIT_NONE && o->cuda->nccl_comm) {
         /* Read once: this rank reads its byte range of the whole tensor; the ranks' ranges
          * cover it and the backend completes it with broadcasts (read_once_range). */
         uint64_t lo, hi;

@@ -3,10 +3,10 @@
  *
  * Sections: deterministic inputs (a splitmix64 stream; valid blocks of every type are random
  * bytes whose scale fields are made finite); the peer (libggml-base.so from the npm package, or
- * WM_PEER_LIB=dir or WM_PEER_DIR=dir: to_float and from_float_ref of every type through
+ * WM_PEER_DIR=dir: to_float and from_float_ref of every type through
  * ggml_get_type_traits, and ggml's own half/bfloat16 rows); peer cases (every type dequantized by
  * both and compared byte for byte, on the AVX2 path and the portable path); the IQ codebook grids
- * (committed hashes, and equality with the grids read back from the peer, tools/gen/iq_extract.h)
+ * (committed hashes, and equality with the grids read back from the peer, tests/oracle/iq_extract.h)
  * and the IQ kernels against the peer; the committed reference
  * checksums (taken once from the peer, so the bit-exactness check also runs where the peer is
  * absent); exact values of the types ggml does not have (float8, integers, F64 rounding); API
@@ -18,7 +18,7 @@
 #include "convert/convert.h"
 #include "gguf_builder.h"
 
-#include "../tools/gen/iq_extract.h" /* the peer's traits and location; the IQ grids read back */
+#include "iq_extract.h" /* the peer's traits and location; the IQ grids read back */
 
 #include <dlfcn.h>
 #include <math.h>

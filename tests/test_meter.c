@@ -561,7 +561,7 @@ WM_TEST(fault_sweep) {
 WM_TEST(no_allocation) {
     char path[512];
     make_file("w.gguf", 2, path);
-    wm_ledger l0, l1;
+    wm_ledger l0 = WM_LEDGER_INIT, l1 = WM_LEDGER_INIT;
     wm_mem_figures f;
     wm_file_region r[MAX_REGIONS];
     size_t n;

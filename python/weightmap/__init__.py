@@ -69,13 +69,10 @@ def _parse_device(device):
     if isinstance(device, int) and not isinstance(device, bool) and device >= 0:
         return _c.BACKEND_CUDA, device     # safetensors' device=0 means cuda:0
     d = str(device)                        # "cpu", "cuda:1", torch.device("cuda", 1)
-    if d == "cpu":
-        return _c.BACKEND_CPU, 0
-    if d == "cuda":
-        return _c.BACKEND_CUDA, 0
-    if d.startswith("cuda:") and d[5:].isdigit():
-        return _c.BACKEND_CUDA, int(d[5:])
-    raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', not {device!r}")
+    try:
+        return _c.backend_from_name(d)     # the C library's parser (wm_backend_from_name)
+    except ValueError as e:
+        raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', not {device!r} ({e})") from None
 
 
 def _parse_dtype(dtype):

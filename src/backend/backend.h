@@ -59,7 +59,9 @@ typedef struct wm__backend wm__backend;
 
 struct wm_model {
     wm_file *file;
-    wm_load_options opts;        /* copy; convert rules, devices and callbacks are not kept */
+    wm_load_options opts;        /* copy; convert rules, devices and callbacks are not kept;
+                                    opts.cuda points to `cuda` */
+    wm_cuda_options cuda;        /* the CUDA options, zero-extended: defaults when none given */
     int devs[WM_LEDGER_DEVICES]; /* the devices (opts.devices, or opts.device alone) */
     unsigned n_devs;
     const wm__backend *backend;

@@ -174,6 +174,39 @@ static bool has_key(const wm__kv *kvs, size_t n, const char *blob, const char *k
     return false;
 }
 
+/* Moves into m what the shards own: their descriptors and paths, the header (the index's keys
+ * and values, or shard 0's), shard 0's format-private state. Cannot fail. */
+static void take_shards(set *s, wm_file *m) {
+    wm_file *s0 = s->sub[0];
+    m->format = s0->format;
+    m->version = s0->version;
+    m->alignment = s0->alignment;
+    m->data_offset = s0->data_offset;
+    m->n_shards = s->n;
+    for (uint32_t i = 0; i < s->n; i++) {
+        wm_file *f = s->sub[i];
+        m->shards[i] = f->shards[0];
+        m->shards[i].path = f->path; /* shards[0].path aliases f->path */
+        f->path = NULL;
+        f->n_shards = 0;
+    }
+    if (s->have_ix) {
+        m->header = (unsigned char *)s->ix.blob; /* the index's keys and values */
+        m->header_len = s->ix.blob_len;
+        s->ix.blob = NULL;
+    } else {
+        m->header = s0->header;
+        m->header_len = s0->header_len;
+        m->header_map = s0->header_map;
+        s0->header = NULL;
+        s0->header_map = 0;
+    }
+    m->aux = s0->aux;
+    m->aux_free = s0->aux_free;
+    s0->aux = NULL;
+    s0->aux_free = NULL;
+}
+
 /* Builds the one file from the parsed shards, moving their descriptors, paths and value buffers
  * into it. On failure the shards keep what they had. */
 static wm_status merge(set *s, wm_file **out) {
@@ -250,40 +283,14 @@ static wm_status merge(set *s, wm_file **out) {
         }
     }
 #undef PUT_NAME
+    m->size = size;
+    m->tensor_bytes = bytes;
     m->names_len = p;
     m->n_tensors = total;
     m->n_kv = n_kv;
 
-    /* Nothing can fail from here to the index: move what the shards own. */
-    m->format = s0->format;
-    m->version = s0->version;
-    m->alignment = s0->alignment;
-    m->data_offset = s0->data_offset;
-    m->size = size;
-    m->tensor_bytes = bytes;
-    m->n_shards = s->n;
-    for (uint32_t i = 0; i < s->n; i++) {
-        wm_file *f = s->sub[i];
-        m->shards[i] = f->shards[0];
-        m->shards[i].path = f->path; /* shards[0].path aliases f->path */
-        f->path = NULL;
-        f->n_shards = 0;
-    }
-    if (s->have_ix) {
-        m->header = (unsigned char *)s->ix.blob; /* the index's keys and values */
-        m->header_len = s->ix.blob_len;
-        s->ix.blob = NULL;
-    } else {
-        m->header = s0->header;
-        m->header_len = s0->header_len;
-        m->header_map = s0->header_map;
-        s0->header = NULL;
-        s0->header_map = 0;
-    }
-    m->aux = s0->aux;
-    m->aux_free = s0->aux_free;
-    s0->aux = NULL;
-    s0->aux_free = NULL;
+    /* Nothing can fail from here to the index. */
+    take_shards(s, m);
     st = wm__file_index(m, s->err);
     if (st) {
         wm__file_free(m);
@@ -512,13 +519,35 @@ static wm_status open_st_shards(const char *path, const shard_name *sn, wm_file 
 
 /* ---- GGUF split sets ---- */
 
-/* Reads a split.* key as an unsigned integer; *present false when the key is absent. */
+/* Reads a split.* key as an unsigned integer (any integer type, not negative) from the parsed
+ * metadata, through the index (format/ does not call up into file.c's public getters); *present
+ * false when the key is absent. */
 static wm_status split_key(const wm_file *f, const char *key, uint64_t *v, bool *present,
                            wm_error *err) {
-    wm_status st = wm_file_get_u64(f, key, v);
-    *present = st == WM_OK;
-    if (st == WM_OK || st == WM_ENOENT) return WM_OK;
-    return wm__err(err, WM_EFORMAT, 0, "%s: %s is not a non-negative integer", f->path, key);
+    size_t i;
+    *present = wm__index_find_kv(f, key, strlen(key), &i) == WM_OK;
+    if (!*present) return WM_OK;
+    const wm__kv *kv = &f->kvs[i];
+    unsigned width = 0;
+    bool is_signed = false;
+    switch (kv->type) {
+    case WM_VALUE_I8: is_signed = true; /* fall through */
+    case WM_VALUE_U8: width = 1; break;
+    case WM_VALUE_I16: is_signed = true; /* fall through */
+    case WM_VALUE_U16: width = 2; break;
+    case WM_VALUE_I32: is_signed = true; /* fall through */
+    case WM_VALUE_U32: width = 4; break;
+    case WM_VALUE_I64: is_signed = true; /* fall through */
+    case WM_VALUE_U64: width = 8; break;
+    default: break;
+    }
+    if (!width || (is_signed && (kv->val[width - 1] & 0x80)))
+        return wm__err(err, WM_EFORMAT, 0, "%s: %s is not a non-negative integer", f->path, key);
+    uint64_t u = 0;
+    for (unsigned b = 0; b < width; b++) /* little-endian, as GGUF stores it */
+        u |= (uint64_t)kv->val[b] << (8 * b);
+    *v = u;
+    return WM_OK;
 }
 
 /* `first` is the file the caller named, already open; it becomes shard split.no of the set. */

@@ -6,8 +6,6 @@
  */
 #include "internal.h"
 
-#include <strings.h>
-
 typedef struct type_row {
     const char *name; /* NULL: unknown or removed */
     uint32_t elems;
@@ -81,12 +79,22 @@ uint32_t wm_type_block_bytes(wm_type type) {
     return r ? r->bytes : 0;
 }
 
+/* a and b equal but for the case of ASCII letters (the C locale's strcasecmp, without the POSIX
+ * header: only src/os/ includes those) */
+static bool same_name(const char *a, const char *b) {
+    for (;; a++, b++) {
+        int x = *a >= 'A' && *a <= 'Z' ? *a + 32 : *a, y = *b >= 'A' && *b <= 'Z' ? *b + 32 : *b;
+        if (x != y) return false;
+        if (!x) return true;
+    }
+}
+
 wm_type wm_type_from_name(const char *name) {
     if (!name) return WM_TYPE_INVALID;
     for (int i = 0; i < WM_GGML_TYPE_COUNT; i++)
-        if (ggml_types[i].name && strcasecmp(ggml_types[i].name, name) == 0) return (wm_type)i;
+        if (ggml_types[i].name && same_name(ggml_types[i].name, name)) return (wm_type)i;
     for (unsigned i = 0; i < sizeof st_types / sizeof st_types[0]; i++)
-        if (strcasecmp(st_types[i].name, name) == 0) return (wm_type)(WM_TYPE_BOOL + (int)i);
+        if (same_name(st_types[i].name, name)) return (wm_type)(WM_TYPE_BOOL + (int)i);
     return WM_TYPE_INVALID;
 }
 
