@@ -1,5 +1,5 @@
 # toolchain-aarch64.cmake: cross-builds for 64-bit ARM Linux (AArch64) with Debian's toolchain,
-# run under qemu-user. `make arm64` uses it (build-arm64/); tools/deps.sh arm64 installs what it
+# run under qemu-user. `make arm64` uses it (build-arm64/); scripts/deps.sh arm64 installs what it
 # needs: gcc-aarch64-linux-gnu, qemu-user and the :arm64 multiarch -dev libraries
 # (libcjson-dev:arm64), after `dpkg --add-architecture arm64`.
 #

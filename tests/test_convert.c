@@ -6,11 +6,11 @@
  * WM_PEER_DIR=dir: to_float and from_float_ref of every type through
  * ggml_get_type_traits, and ggml's own half/bfloat16 rows); peer cases (every type dequantized by
  * both and compared byte for byte, on the AVX2 path and the portable path); the IQ codebook grids
- * (committed hashes, and equality with the grids read back from the peer, tests/oracle/iq_extract.h)
- * and the IQ kernels against the peer; the committed reference
- * checksums (taken once from the peer, so the bit-exactness check also runs where the peer is
- * absent); exact values of the types ggml does not have (float8, integers, F64 rounding); API
- * errors; and the `weightmap cat` command.
+ * (committed hashes, and equality with the grids read back from the peer,
+ * tests/oracle/iq_extract.h) and the IQ kernels against the peer; the committed reference checksums
+ * (taken once from the peer, so the bit-exactness check also runs where the peer is absent); exact
+ * values of the types ggml does not have (float8, integers, F64 rounding); API errors; and the
+ * `weightmap cat` command.
  */
 #include "wmtest.h"
 

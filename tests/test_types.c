@@ -1,7 +1,8 @@
 /*
  * test_types.c: the element-type table: 43 ggml ids with their block sizes, removed ids without
  * a name or size, names both ways; and, when llama.cpp's libggml-base is installed (the npm peer
- * as scripts/peer.sh installs it, or in the folder named by WM_PEER_DIR), the same figures from ggml itself.
+ * as scripts/peer.sh installs it, or in the folder named by WM_PEER_DIR), the same figures from
+ * ggml itself.
  */
 #include "wmtest.h"
 
