@@ -16,7 +16,7 @@ JOBS      ?= $(shell nproc)
 CTEST     := ctest --output-on-failure -j$(JOBS) --timeout 900
 DEMO_MODEL = build/default-model.gguf
 
-.PHONY: arm64 test-arm64 check-source all deps peer build test test-normal test-asan test-cuda-mock demo install clean bench fuzz fuzz-build test-fuzz test-tsan iq-grids test-builds format format-check python python-build test-python test-python-asan
+.PHONY: arm64 test-arm64 check-source all deps peer ggml build test test-normal test-asan test-cuda-mock demo install clean bench fuzz fuzz-build test-fuzz test-tsan iq-grids test-builds format format-check python python-build test-python test-python-asan
 
 all: build
 
@@ -37,13 +37,19 @@ test: format-check check-source test-normal test-asan test-cuda-mock test-fuzz t
 # without it (no registry) they report skipped and the committed reference checksums still run.
 peer:
 	@scripts/peer.sh >/dev/null 2>&1 || echo "peer: llama.cpp's loader could not be installed; oracle tests will skip"
+	@scripts/peer-node.sh >/dev/null 2>&1 || echo "peer: @fugood/llama.node could not be installed; its trace tests will skip"
 
-test-normal: deps peer
+# The ggml bridge (docs/GGML.md) and its tests need ggml: the peer's prebuilt ggml 0.23.0 with that
+# release's headers (scripts/ggml.sh, into bench/peers/ggml/; WM_GGML=AUTO finds it there).
+ggml: peer
+	@scripts/ggml.sh >/dev/null 2>&1 || echo "ggml: ggml could not be installed; the ggml bridge and its tests are not built"
+
+test-normal: deps peer ggml
 	@cmake -S . -B build-test -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON -DWM_FAULT_INJECTION=ON >/dev/null
 	@cmake --build build-test
 	cd build-test && $(CTEST)
 
-test-asan: deps
+test-asan: deps ggml
 	@cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DWM_WERROR=ON -DCMAKE_C_COMPILER=clang \
 	  -DWM_FAULT_INJECTION=ON -DWM_SANITIZE=address,undefined >/dev/null
 	@cmake --build build-asan
@@ -97,7 +103,7 @@ test-tsan: deps
 # then runs every bench executable with its defaults; a benchmark exits 77 to say "skipped".
 bench: build
 	@scripts/peer.sh >/dev/null
-	@for src in bench/*.c; do name=$$(basename $$src .c); exe=build/bench/$$name; \
+	@for src in bench/*.c bench/gpu; do name=$$(basename $$src .c); exe=build/bench/$$name; \
 	  [ -x $$exe ] || continue; echo; echo "==> $$exe" >&2; rc=0; $$exe || rc=$$?; \
 	  if [ $$rc -eq 77 ]; then echo "bench/$$name: skipped"; \
 	  elif [ $$rc -ne 0 ]; then echo "bench/$$name: failed (exit $$rc)" >&2; exit $$rc; fi; done
@@ -141,7 +147,7 @@ test-python-asan: python-build
 	  -DWM_SANITIZE=address,undefined -DWM_PYTHON=ON -DWM_BUILD_TESTS=OFF -DWM_BUILD_CLI=OFF \
 	  -DPython3_EXECUTABLE=$(PYTHON) >/dev/null
 	@cmake --build build-py/asan --target wm_python
-	cd python/tests && $(PY_TEST_ENV) PYTHONPATH=$(CURDIR)/build-py/asan/python \
+	cd python/tests && $(PY_TEST_ENV) PYTHONPATH=$(CURDIR)/build-py/asan/python WM_PY_STRESS_ROUNDS=40 \
 	  LD_PRELOAD=$$(clang -print-file-name=libclang_rt.asan-x86_64.so) ASAN_OPTIONS=detect_leaks=0 \
 	  UBSAN_OPTIONS=print_stacktrace=1 $(PYTHON) -m pytest -q -p no:cacheprovider
 
@@ -183,7 +189,7 @@ check-source:
 # `make format-check` changes nothing and fails when a file differs, naming each line. The files:
 # those git tracks or would track (not the ignored bench/peers/ or build folders), less the fuzz
 # corpus (tests/corpus/: data, not code).
-FORMAT_FILES = $(shell git ls-files -co --exclude-standard -- include src tools tests bench python | grep -E '\.[ch]$$' | grep -v '^tests/corpus/')
+FORMAT_FILES = $(shell git ls-files -co --exclude-standard -- include src cli bridge examples tools tests bench python | grep -E '\.[ch]$$' | grep -v '^tests/corpus/')
 format: deps
 	clang-format -i $(FORMAT_FILES)
 format-check: deps

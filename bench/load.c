@@ -329,7 +329,7 @@ static void run_child(const options *o, const target *t, kind k, result *r) {
     contender_state s = {.o = o, .t = t, .k = k, .fd = -1};
     if (k == K_LL_READ || k == K_LL_MMAP) {
         if (bench_peer_open_llama(&s.peer, o->peer_dir)) {
-            snprintf(r->msg, sizeof r->msg, "cannot open llama.cpp (run bench/peer.sh)");
+            snprintf(r->msg, sizeof r->msg, "cannot open llama.cpp (run scripts/peer.sh)");
             return;
         }
     }

@@ -11,7 +11,7 @@
  *        parse --process CLI [-n N] [--peer DIR] FILE
  *        parse --peer-once DIR FILE
  *   -n N          iterations per side and file (default 50)
- *   --peer DIR    llama.cpp's library folder (default: what bench/peer.sh installs)
+ *   --peer DIR    llama.cpp's library folder (default: what scripts/peer.sh installs)
  *   FILE...       GGUF files (default: the vocab fixtures and stories260K.gguf)
  *   --make-vocab  writes a vocabulary-only GGUF of N_TOKENS tokens (default 262144, as Gemma 3's:
  *                 tokens, scores, token types and a merge per token, about 16 MB of header),

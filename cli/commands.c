@@ -57,6 +57,8 @@ static const cli_option check_opts[] = {
     NUM("cycles", 1, CYCLES_MAX, "3", "cycles per mode"),
     NUM("threads", 0, 64, "0: one per online CPU", THREADS_HELP),
     FLAG("json", "JSON on one line instead of the table"),
+    FLAG("ggml", "load through the ggml bridge and read every tensor back through ggml "
+                 "(builds with it: WM_GGML)"),
     END,
 };
 
@@ -95,10 +97,13 @@ static const cli_option cat_opts[] = {
 static const cli_option trace_opts[] = {
     TEXT("file", "F", "any GGUF or safetensors file over 1 MiB",
          "a weight file to follow (repeat for several)"),
-    TEXT("cycles-marker", "SYMBOL", NULL,
-         "the return of this dynamic symbol means \"the model is released\""),
+    TEXT("load-marker", "SPEC", NULL,
+         "a call of this function is one load, entry to return (repeat for several)"),
+    TEXT("cycles-marker", "SPEC", NULL,
+         "the return of this function means \"the model is released\" (repeat for several)"),
+    TEXT("release-marker", "SPEC", NULL, "the same as --cycles-marker"),
     FLAG("json", "the report as JSON"),
-    TEXT("svg", "OUT", NULL, "also a picture of the footprint and the mappings over time"),
+    TEXT("svg", "OUT", NULL, "also a picture of the footprint, loads, releases and mappings"),
     TEXT("out", "REPORT", "standard output", "write the report to this file"),
     NUM("interval", 1, 10000, "2", "milliseconds between two footprint samples"),
     END,
@@ -140,11 +145,15 @@ const cli_command cli_commands[] = {
      cat_opts, "weightmap cat model.gguf token_embd.weight --as f32 > embd.f32", false, cmd_cat},
     {"trace", "-- CMD ARGS...", "any program's weight-memory lifecycle, and the verdicts",
      "Runs CMD with libwmtrace.so preloaded and reports its weight-memory lifecycle: malloc\n"
-     "per thread, every mapping of a weight file, mlock, the footprint over time; then the\n"
-     "verdicts (docs/TRACE.md has the rules). Exit: 1 when a rule is broken, else CMD's\n"
-     "status (128+N for signal N). Options end at CMD.",
+     "per thread and per load (scratch, and what a load kept), every mapping of a weight\n"
+     "file, mlock, the figures at each release and their change; then the facts and the\n"
+     "verdicts (docs/TRACE.md has the rules). SPEC names any function of the process:\n"
+     "SYMBOL, OBJECT:SYMBOL or OBJECT+0xOFFSET (OBJECT: the start of a loaded file's name),\n"
+     "hooked however it is called. Exit: 1 when a rule is broken, else CMD's status (128+N\n"
+     "for signal N). Options end at CMD.",
      trace_opts,
-     "weightmap trace --cycles-marker wm_model_release -- weightmap load m.gguf --mode heap", true,
-     cmd_trace},
+     "weightmap trace --load-marker wm_model_load --cycles-marker wm_model_release -- "
+     "weightmap load m.gguf --mode heap",
+     true, cmd_trace},
     {NULL, NULL, NULL, NULL, NULL, NULL, false, NULL},
 };

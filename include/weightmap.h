@@ -74,9 +74,9 @@ extern "C" {
 #endif
 
 #define WM_VERSION_MAJOR 1
-#define WM_VERSION_MINOR 0
+#define WM_VERSION_MINOR 1
 #define WM_VERSION_PATCH 0
-#define WM_VERSION_STRING "1.0.0"
+#define WM_VERSION_STRING "1.1.0"
 /* MAJOR * 1000000 + MINOR * 1000 + PATCH, e.g. 1000000 for 1.0.0 (as wm_version_number). */
 #define WM_VERSION_NUMBER (WM_VERSION_MAJOR * 1000000 + WM_VERSION_MINOR * 1000 + WM_VERSION_PATCH)
 
@@ -230,6 +230,9 @@ typedef enum wm_type {
     WM_TYPE_F6_E2M3 = 108,
     WM_TYPE_F6_E3M2 = 109,
     WM_TYPE_F4 = 110,
+    WM_TYPE_C64 = 111,         /* complex64: two f32 (real, imaginary) per element */
+    WM_TYPE_F8_E4M3FNUZ = 112, /* 8-bit floats without infinities or negative zero */
+    WM_TYPE_F8_E5M2FNUZ = 113,
     WM_TYPE_INVALID = -1
 } wm_type;
 
@@ -472,6 +475,15 @@ typedef enum wm_split {
                           the slice of each row is read as such, not the whole row */
 } wm_split;
 
+/* One tensor to load (wm_load_options.select): tensor `tensor` (an index, as wm_file_tensor
+ * numbers them), whole (row_begin and row_end both 0) or only rows [row_begin, row_end) of its
+ * dimension 0 (the outermost, as PyTorch numbers dimensions; a 1-D tensor's rows are its
+ * elements, whole blocks of a quantized type). */
+typedef struct wm_tensor_select {
+    size_t tensor;
+    uint64_t row_begin, row_end;
+} wm_tensor_select;
+
 /* Chooses a device for tensor `index`: an index into opts.devices (0 .. n_devices-1). */
 typedef unsigned (*wm_place_fn)(void *user, size_t index, const wm_tensor_info *tensor);
 /* Chooses how tensor `index` is split over the ranks. */
@@ -541,6 +553,17 @@ typedef struct wm_load_options {
     wm_split_fn tp_split;
     void *tp_user;
     /* Fields added after 1.0 go here, at the end, each with the version that added it. */
+    /* Selection (added in 1.1; set `size`, as WM_LOAD_OPTIONS_INIT does): n_select 0 loads
+     * every tensor. Otherwise only select[0 .. n_select) are loaded, and of each only
+     * the rows it names, read into a packed buffer: a model of one row range holds and reads
+     * those rows' bytes. The other tensors are not loaded (wm_model_tensor_info and
+     * wm_model_tensor_shape say WM_ENOENT, their pointers are NULL and 0). WM_EINVAL naming the
+     * tensor for an index out of range, a tensor listed twice, a row range that is empty, ends
+     * past the last row, cuts a block or is asked of a scalar; row ranges also need a packed
+     * layout (mode heap, or a device backend) and no conversion; a selection does not combine
+     * with tensor parallelism or read-once. */
+    const wm_tensor_select *select;
+    size_t n_select;
 } wm_load_options;
 
 #define WM_LOAD_OPTIONS_INIT WM_SIZED_INIT(wm_load_options)
@@ -579,12 +602,12 @@ WM_API const char *wm_mode_name(wm_mode mode);
 WM_API wm_mode wm_mode_from_name(const char *name);
 
 /* The tensor's type and byte size as loaded (after any conversion, of its slice under tensor
- * parallelism). */
+ * parallelism or a row selection). WM_ENOENT for a tensor the selection left out. */
 WM_API wm_status wm_model_tensor_info(const wm_model *model, size_t index, wm_type *type,
                                       uint64_t *nbytes);
 /* The tensor's shape as loaded, in ggml order like wm_tensor_info.shape (a slice's under tensor
- * parallelism), and how it was split. WM_EINVAL for NULL model or shape, WM_ERANGE for an index
- * out of range. */
+ * parallelism or a row selection), and how it was split. WM_EINVAL for NULL model or shape,
+ * WM_ERANGE for an index out of range, WM_ENOENT for a tensor the selection left out. */
 WM_API wm_status wm_model_tensor_shape(const wm_model *model, size_t index,
                                        uint64_t shape[WM_MAX_DIMS], uint32_t *n_dims,
                                        wm_split *split);
@@ -618,6 +641,22 @@ typedef struct wm_model_stats {
 /* The model's figures, written into the first out->size bytes of *out (0: the 1.0 size);
  * out->size is left as it was. A NULL model writes zeros. */
 WM_API void wm_model_stats_get(const wm_model *model, wm_model_stats *out);
+
+/* The model's buffers: the host memory its tensors lie in, as the load laid it out, one buffer
+ * per chunk (wm_model_stats.buffers of them): in the mmap modes one file mapping per shard, or
+ * per max_buffer_size piece of one, starting at a page boundary of the file (so a buffer may
+ * begin with header bytes before its first tensor); in heap mode one page-allocated block per
+ * chunk. For handing the memory to a runtime that wants whole buffers (ggml:
+ * include/weightmap_ggml.h). wm_model_buffer_data is NULL on a device backend, for an index out
+ * of range and for a buffer of no bytes; the memory is the model's (borrowed), read-only in mode
+ * mmap. wm_model_tensor_buffer says in which buffer tensor `index` lies and at which byte offset
+ * from its start: WM_EINVAL for NULL model or out-parameters, WM_ERANGE for an index out of
+ * range. */
+WM_API size_t wm_model_buffer_count(const wm_model *model);
+WM_API const void *wm_model_buffer_data(const wm_model *model, size_t index);
+WM_API size_t wm_model_buffer_size(const wm_model *model, size_t index);
+WM_API wm_status wm_model_tensor_buffer(const wm_model *model, size_t index, size_t *buffer,
+                                        uint64_t *offset);
 
 /* ---------------------------------------------------------------------------------------------
  * Memory figures: the operating system's view

@@ -38,10 +38,12 @@ for f in $(files 'src/*.c' 'src/*.h' | grep -v '^src/os/'); do
 done
 
 # 3. the CLI and the Python extension: the public header only
-cmd_files=$(grep -lE '^#include "cli\.h"' $(files 'cli/*.c' 'tools/*.c' 'tools/trace/*.c') || true)
+# (the tracer's command: its files that include cli.h, or tracer.h, its header that does)
+cmd_files=$(grep -lE '^#include "(cli|tracer)\.h"' $(files 'cli/*.c' 'tools/*.c' 'tools/trace/*.c' \
+  'tools/trace/*.h') || true)
 for f in $( (files 'cli/*.c' 'cli/*.h' 'python/*.c'; echo "$cmd_files") | sort -u); do
   bad=$(grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$f" |
-    grep -vE '"(cli\.h|weightmap\.h|trace/wmtrace\.h|wmtrace\.h)"' || true)
+    grep -vE '"(cli\.h|weightmap\.h|trace/wmtrace\.h|wmtrace\.h|tracer\.h|weightmap_ggml\.h)"' || true)
   [ -z "$bad" ] || breach "$f includes what is not the public header: $bad"
   bad=$(grep -nE '#[[:space:]]*include[[:space:]]*[<"](\.\./)*(src/|internal\.h|backend/|format/|os/)' "$f" || true)
   [ -z "$bad" ] || breach "$f includes the library's insides: $bad"

@@ -2,7 +2,8 @@
 # deps.sh: installs the Debian packages the build and the tests need, when they are missing.
 # Called by every Makefile target, so a fresh Debian 12 machine needs nothing installed by hand.
 set -euo pipefail
-need=(cmake ninja-build gcc clang libclang-rt-14-dev llvm pkg-config libcjson-dev clang-format librsvg2-bin netpbm)
+need=(cmake ninja-build gcc clang libclang-rt-14-dev llvm pkg-config libcjson-dev clang-format librsvg2-bin netpbm
+      libzydis-dev)
 # `deps.sh python`: also what the Python package needs (python/; make python, make test-python):
 # Python's headers, setuptools and pip to build and install it, NumPy, PyTorch (CPU) and pytest
 # for its tests, and DLPack's header.

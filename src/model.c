@@ -76,6 +76,53 @@ static wm_status check_tp(const char *path, const wm__backend *be, const wm_load
     return WM_OK;
 }
 
+/* A selection names each tensor once, by an index the file has, and row ranges that a packed
+ * layout can hold (the rules at wm_load_options.select). */
+static wm_status check_select(const wm_file *f, const wm__backend *be, const wm_load_options *o,
+                              wm_error *err) {
+    const char *path = f->path;
+    if (!o->n_select) return WM_OK;
+    if (!o->select) return wm__err(err, WM_EINVAL, 0, "%s: n_select without select", path);
+    if (o->tp_world > 1 || o->cuda->nccl_comm)
+        return wm__err(err, WM_EINVAL, 0,
+                       "%s: a selection does not combine with tensor parallelism or read-once",
+                       path);
+    for (size_t k = 0; k < o->n_select; k++) {
+        const wm_tensor_select *s = &o->select[k];
+        if (s->tensor >= f->n_tensors)
+            return wm__err(err, WM_EINVAL, 0, "%s: select[%zu] names tensor %zu of %zu", path, k,
+                           s->tensor, f->n_tensors);
+        const wm__tensor *t = &f->tensors[s->tensor];
+        const char *name = f->names + t->name_off;
+        for (size_t j = 0; j < k; j++)
+            if (o->select[j].tensor == s->tensor)
+                return wm__err(err, WM_EINVAL, 0, "%s: tensor '%s' is selected twice", path, name);
+        if (!s->row_begin && !s->row_end) continue;
+        if (t->n_dims == 0)
+            return wm__err(err, WM_EINVAL, 0, "%s: tensor '%s' is a scalar: it has no rows", path,
+                           name);
+        uint64_t rows = t->ne[t->n_dims - 1];
+        uint64_t blk = t->n_dims == 1 ? wm_type_block_elems((wm_type)t->type) : 1;
+        if (s->row_begin >= s->row_end || s->row_end > rows || s->row_begin % blk ||
+            s->row_end % blk)
+            return wm__err(err, WM_EINVAL, 0,
+                           "%s: tensor '%s': rows [%llu, %llu) of %llu%s are not a range to load",
+                           path, name, (unsigned long long)s->row_begin,
+                           (unsigned long long)s->row_end, (unsigned long long)rows,
+                           blk > 1 ? " (whole blocks)" : "");
+        if (o->n_convert)
+            return wm__err(err, WM_EINVAL, 0,
+                           "%s: tensor '%s': row ranges and conversion on load do not combine",
+                           path, name);
+        if (be->maps_file && o->mode != WM_MODE_HEAP)
+            return wm__err(err, WM_EINVAL, 0,
+                           "%s: tensor '%s': a row range needs a packed layout (mode heap, or a "
+                           "device backend), not mode %s",
+                           path, name, wm_mode_name(o->mode));
+    }
+    return WM_OK;
+}
+
 /* The caller's options (and the CUDA options they point to) copied into the library's own
  * structs, zero-extended (the ABI promise); `o->cuda` then points to `cu`, the defaults when the
  * caller gave none. */
@@ -125,6 +172,7 @@ static wm_status check_options(const wm_file *f, const wm__backend *be, const wm
                        (unsigned long long)o->max_buffer_size);
     wm_status st = check_devices(path, o, err);
     if (!st) st = check_tp(path, be, o, err);
+    if (!st) st = check_select(f, be, o, err);
     if (st) return st;
     return be->check ? be->check(f, o, err) : WM_OK;
 }
@@ -193,6 +241,8 @@ wm_status wm_model_load(wm_file *file, const wm_load_options *caller_opts, wm_mo
     m->opts.devices = NULL;
     m->opts.place_tensor = NULL;
     m->opts.tp_split = NULL; /* m->cuda.nccl_comm stays: the backend completes the load with it */
+    m->opts.select = NULL;
+    m->opts.n_select = 0;
 
     st = check_unchanged(file, err);
     if (st) goto fail;
@@ -217,6 +267,7 @@ wm_mode wm_model_mode(const wm_model *m) { return m ? m->opts.mode : WM_MODE_NON
 wm_status wm_model_tensor_info(const wm_model *m, size_t index, wm_type *type, uint64_t *nbytes) {
     if (!m) return WM_EINVAL;
     if (index >= m->file->n_tensors) return WM_ERANGE;
+    if (m->place[index].chunk == WM__NOT_LOADED) return WM_ENOENT;
     if (type) *type = m->place[index].type;
     if (nbytes) *nbytes = m->place[index].nbytes;
     return WM_OK;
@@ -237,6 +288,7 @@ wm_status wm_model_tensor_shape(const wm_model *m, size_t index, uint64_t shape[
     if (!m || !shape) return WM_EINVAL;
     if (index >= m->file->n_tensors) return WM_ERANGE;
     const wm__place *p = &m->place[index];
+    if (p->chunk == WM__NOT_LOADED) return WM_ENOENT;
     for (int d = 0; d < WM_MAX_DIMS; d++)
         shape[d] = p->ne[d];
     if (n_dims) *n_dims = p->n_dims;
@@ -258,4 +310,29 @@ void wm_model_stats_get(const wm_model *m, wm_model_stats *out) {
     if (!out) return;
     wm_model_stats none = WM_MODEL_STATS_INIT;
     wm__struct_out(out, m ? &m->stats : &none, sizeof none, WM__MODEL_STATS_SIZE_1_0);
+}
+
+/* A chunk's memory starts dst_off bytes before any of its tensors (the backend's host pointer of
+ * the first), so no backend needs a getter of its own. */
+size_t wm_model_buffer_count(const wm_model *m) { return m ? m->n_chunks : 0; }
+
+const void *wm_model_buffer_data(const wm_model *m, size_t index) {
+    if (!m || index >= m->n_chunks || !m->chunks[index].count || !m->chunks[index].size)
+        return NULL;
+    uint32_t t = m->order[m->chunks[index].first];
+    const char *p = m->backend->host_ptr(m, t);
+    return p ? p - m->place[t].dst_off : NULL;
+}
+
+size_t wm_model_buffer_size(const wm_model *m, size_t index) {
+    return m && index < m->n_chunks ? m->chunks[index].size : 0;
+}
+
+wm_status wm_model_tensor_buffer(const wm_model *m, size_t index, size_t *buffer,
+                                 uint64_t *offset) {
+    if (!m || !buffer || !offset) return WM_EINVAL;
+    if (index >= m->file->n_tensors) return WM_ERANGE;
+    *buffer = m->place[index].chunk;
+    *offset = m->place[index].dst_off;
+    return WM_OK;
 }

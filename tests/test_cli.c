@@ -379,7 +379,8 @@ WM_TEST(usage_errors_name_the_value_wanted) {
         {"make-model %s --size 0", "make-model: bad --size '0': expected a size of at least 1"},
         {"demo --cycles 0 %.0s", "demo: bad --cycles '0': expected 1..100000"},
         {"cat %s x --as", "cat: --as needs a value (TYPE)"},
-        {"trace --interval 0 -- true %.0s", "trace: --interval"},
+        {"trace --interval 0 -- true %.0s", "trace: bad --interval '0': expected 1..10000"},
+        {"trace --load-marker -- true %.0s", "trace: --load-marker needs a value (SPEC)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char args[1024];
@@ -471,8 +472,9 @@ WM_TEST(load_hold_keeps_the_model_until_a_signal) {
         CHECK_EQ(waitpid(pid, &status, 0), pid);
         CHECK_MSG(WIFEXITED(status), "signal %d ended it (status %d)", sigs[s], status);
         VERDICT_EXIT(WEXITSTATUS(status));
-        HAS(rest.p, "    1 ");
-        HAS_VERDICT(rest.p, "all memory returned");
+        const char *text = (const char *)rest.p;
+        HAS(text, "    1 ");
+        HAS_VERDICT(text, "all memory returned");
         free(rest.p);
     }
 }

@@ -10,9 +10,8 @@
  * Against the reference (huggingface/safetensors 0.8, checked file by file): the same files are
  * accepted and refused, except where this reader is stricter on purpose: a name, key or value
  * holding \u0000, a repeated __metadata__ key (the reference keeps the last) and more than
- * WM_MAX_DIMS dimensions are refused; the dtypes C64, F8_E4M3FNUZ and F8_E5M2FNUZ, which have no
- * wm_type, are refused with WM_EUNSUPPORTED. Tensors keep the header's order; safetensors shapes
- * (outermost first) are reversed into ggml order.
+ * WM_MAX_DIMS dimensions are refused. Every dtype of the reference has a wm_type. Tensors keep the
+ * header's order; safetensors shapes (outermost first) are reversed into ggml order.
  *
  * Why a pre-scan before cJSON: cJSON accepts text that is not JSON (control bytes as white space,
  * a byte-order mark, numbers such as 01 or 1.), keeps both of two equal keys, reads every number
@@ -445,9 +444,9 @@ static const dtype_row dtypes[] = {
     {"F4", WM_TYPE_F4},
     {"F6_E2M3", WM_TYPE_F6_E2M3},
     {"F6_E3M2", WM_TYPE_F6_E3M2},
-    {"C64", WM_TYPE_INVALID},
-    {"F8_E4M3FNUZ", WM_TYPE_INVALID},
-    {"F8_E5M2FNUZ", WM_TYPE_INVALID},
+    {"C64", WM_TYPE_C64},
+    {"F8_E4M3FNUZ", WM_TYPE_F8_E4M3FNUZ},
+    {"F8_E5M2FNUZ", WM_TYPE_F8_E5M2FNUZ},
 };
 
 typedef struct span {

@@ -2,7 +2,7 @@
 # Installs the build into a temporary prefix and builds programs against it: with pkg-config
 # (shared, and static from a prefix without the shared library), with find_package(weightmap),
 # and as C++; then against the build tree itself (its weightmap.pc, -Dweightmap_DIR=BUILD).
-# Each must run on a fixture.
+# Each must run on a fixture. Last, a configure must say whether it found the CUDA toolkit.
 set -euo pipefail
 bin=$1 src=$2 fixture=$3
 tmp=$(mktemp -d)
@@ -44,4 +44,12 @@ cmake -S "$src/tests/install" -B "$tmp/btfp" -Dweightmap_DIR="$bin" -DCMAKE_BUIL
 cmake --build "$tmp/btfp" >/dev/null
 "$tmp/btfp/consumer" "$fixture"
 "$tmp/btfp/consumer_static" "$fixture"
+# configuring says whether it found the CUDA toolkit (on stderr, which the Makefile's quiet
+# configures leave visible)
+cmake -S "$src" -B "$tmp/conf" -DWM_BUILD_TESTS=OFF -DWM_BUILD_CLI=OFF >/dev/null 2>"$tmp/conf.err"
+if ! grep -qE '^weightmap: CUDA (toolkit .* found|toolkit not found|backend)' "$tmp/conf.err"; then
+  echo "configure does not say whether it found CUDA:" >&2
+  cat "$tmp/conf.err" >&2
+  exit 1
+fi
 echo "install ok"
