@@ -70,6 +70,12 @@ WM_TEST(exit_codes_and_error_line) {
     snprintf(cmd, sizeof cmd, "%s frobnicate", WM_CLI);
     CHECK_EQ(wmt_run(cmd, &out), 2);
     free(out);
+    snprintf(cmd, sizeof cmd, "%s help frobnicate", WM_CLI);
+    CHECK_EQ(wmt_run(cmd, &out), 2);
+    err = wmt_stderr_text();
+    HAS(err, "unknown command 'frobnicate'");
+    free(err);
+    free(out);
 }
 
 WM_TEST(info_json_fields) {
@@ -300,6 +306,9 @@ WM_TEST(every_command_has_help) {
     char *out;
     CHECK_EQ(run_cli(&out, "load %s --mode heap --help", wmt_fixture("gguf/stories260K.gguf")), 0);
     HAS(out, "usage: weightmap load FILE --mode heap|mmap|mmap-private [options]");
+    free(out);
+    CHECK_EQ(run_cli(&out, "load %s --mode --help", wmt_fixture("gguf/stories260K.gguf")), 0);
+    HAS(out, "usage: weightmap load "); /* --help is not taken as --mode's value */
     free(out);
     CHECK_EQ(run_cli(&out, "trace --out /dev/null -- sh -c 'echo ran $0' --help"), 0);
     HAS(out, "ran --help");
