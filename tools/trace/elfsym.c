@@ -91,6 +91,8 @@ static struct object {
 static int n_objects;
 static volatile int scan_lock;
 
+size_t wt_tables_bytes_elf(void) { return sizeof objects; }
+
 typedef struct scan {
     uintptr_t base;
     const char *name; /* basename */
