@@ -487,3 +487,34 @@ WM_TEST(load_hold_keeps_the_model_until_a_signal) {
         free(rest.p);
     }
 }
+
+/* README.md shows the usage as `weightmap --help` prints it (the commands and their options),
+ * so the README cannot drift from the command table. */
+WM_TEST(readme_shows_the_usage) {
+    char *out;
+    CHECK_EQ(run_cli(&out, "--help"), 0);
+    char *end = strstr(out, "\n\nweightmap COMMAND --help");
+    CHECK(end != NULL);
+    end[1] = 0;
+    wmt_buf want = {0}; /* each line indented by four spaces, as README's code blocks are */
+    for (char *l = out; *l;) {
+        char *nl = strchr(l, '\n');
+        size_t n = (size_t)(nl - l);
+        if (n) wmt_put(&want, "    ", 4);
+        wmt_put(&want, l, n + 1);
+        l = nl + 1;
+    }
+    wmt_put(&want, "", 1);
+    size_t len;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/README.md", WM_SOURCE_DIR);
+    char *readme = wmt_read_file(path, &len);
+    char *text = realloc(readme, len + 1);
+    CHECK(text != NULL);
+    text[len] = 0;
+    CHECK_MSG(strstr(text, (const char *)want.p) != NULL,
+              "README.md lacks the usage weightmap --help prints:\n%s", (const char *)want.p);
+    free(text);
+    free(want.p);
+    free(out);
+}
