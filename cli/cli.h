@@ -135,7 +135,21 @@ int cli_make_default_model(const char *path, uint64_t size);
 
 /* ---- shared by load, check and demo (load.c) ---- */
 
-/* check on `path`: every mode, `cycles` cycles, the verdict; exit status 0, 1. */
-int cli_check_file(const char *path, unsigned cycles, bool json, unsigned threads);
+/* Another way for check to load (--ggml: the ggml bridge, cli/ggml.c): `load` makes a handle
+ * and says its model, `verify` reads every tensor back that way and compares it with the file,
+ * `release` frees the handle (and the model). */
+typedef struct cli_via {
+    const char *name;
+    wm_status (*load)(wm_file *f, const wm_load_options *o, void **handle, const wm_model **model,
+                      wm_error *err);
+    wm_status (*verify)(void *handle, wm_error *err);
+    void (*release)(void *handle);
+} cli_via;
+/* cli/ggml.c's, in a build with the ggml bridge; a weak symbol, NULL (&cli_ggml_via) without. */
+extern const cli_via cli_ggml_via __attribute__((weak));
+/* check on `path`: every mode, `cycles` cycles, the verdict; exit status 0, 1. With `via`, the
+ * loads go that way and each cycle verifies every tensor through it. */
+int cli_check_file(const char *path, unsigned cycles, bool json, unsigned threads,
+                   const cli_via *via);
 
 #endif

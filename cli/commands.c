@@ -57,6 +57,8 @@ static const cli_option check_opts[] = {
     NUM("cycles", 1, CYCLES_MAX, "3", "cycles per mode"),
     NUM("threads", 0, 64, "0: one per online CPU", THREADS_HELP),
     FLAG("json", "JSON on one line instead of the table"),
+    FLAG("ggml", "load through the ggml bridge and read every tensor back through ggml "
+                 "(builds with it: WM_GGML)"),
     END,
 };
 

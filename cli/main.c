@@ -136,9 +136,11 @@ static bool wants_help(const cli_command *c, int argc, char **argv) {
             if (c->options_end_at_arg) return false;
             continue;
         }
+        bool next_is_option = i + 1 < argc && !strncmp(argv[i + 1], "--", 2);
         for (const cli_option *o = c->opts; o && o->name; o++)
-            if (s[1] == '-' && !strcmp(s + 2, o->name) && o->kind != CLI_FLAG && !o->optional)
-                i++; /* its value */
+            if (s[1] == '-' && !strcmp(s + 2, o->name) && o->kind != CLI_FLAG && !o->optional &&
+                !next_is_option)
+                i++; /* its value (as cli_next takes it: not one that starts with --) */
     }
     return false;
 }
@@ -153,6 +155,7 @@ int main(int argc, char **argv) {
     const char *name = argv[1];
     if (!strcmp(name, "--help") || !strcmp(name, "-h") || !strcmp(name, "help")) {
         const cli_command *c = argc > 2 ? cli_command_find(argv[2]) : NULL;
+        if (argc > 2 && !c) return cli_usage("unknown command '%s'", argv[2]);
         if (c)
             cli_help_command(stdout, c);
         else

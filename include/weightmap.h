@@ -642,6 +642,22 @@ typedef struct wm_model_stats {
  * out->size is left as it was. A NULL model writes zeros. */
 WM_API void wm_model_stats_get(const wm_model *model, wm_model_stats *out);
 
+/* The model's buffers: the host memory its tensors lie in, as the load laid it out, one buffer
+ * per chunk (wm_model_stats.buffers of them): in the mmap modes one file mapping per shard, or
+ * per max_buffer_size piece of one, starting at a page boundary of the file (so a buffer may
+ * begin with header bytes before its first tensor); in heap mode one page-allocated block per
+ * chunk. For handing the memory to a runtime that wants whole buffers (ggml:
+ * include/weightmap_ggml.h). wm_model_buffer_data is NULL on a device backend, for an index out
+ * of range and for a buffer of no bytes; the memory is the model's (borrowed), read-only in mode
+ * mmap. wm_model_tensor_buffer says in which buffer tensor `index` lies and at which byte offset
+ * from its start: WM_EINVAL for NULL model or out-parameters, WM_ERANGE for an index out of
+ * range. */
+WM_API size_t wm_model_buffer_count(const wm_model *model);
+WM_API const void *wm_model_buffer_data(const wm_model *model, size_t index);
+WM_API size_t wm_model_buffer_size(const wm_model *model, size_t index);
+WM_API wm_status wm_model_tensor_buffer(const wm_model *model, size_t index, size_t *buffer,
+                                        uint64_t *offset);
+
 /* ---------------------------------------------------------------------------------------------
  * Memory figures: the operating system's view
  * ------------------------------------------------------------------------------------------- */

@@ -11,7 +11,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 max=${1:-100}
-c_files=$(git ls-files -co --exclude-standard -- src cli tools/trace tools/trace.c python |
+c_files=$(git ls-files -co --exclude-standard -- src cli bridge tools/trace tools/trace.c python |
   grep -E '\.c$' | grep -v '^src/convert/iq_grids\.c$' || true)
 py_files=$(git ls-files -co --exclude-standard -- python | grep -E '\.py$' || true)
 rc=0

@@ -311,3 +311,28 @@ void wm_model_stats_get(const wm_model *m, wm_model_stats *out) {
     wm_model_stats none = WM_MODEL_STATS_INIT;
     wm__struct_out(out, m ? &m->stats : &none, sizeof none, WM__MODEL_STATS_SIZE_1_0);
 }
+
+/* A chunk's memory starts dst_off bytes before any of its tensors (the backend's host pointer of
+ * the first), so no backend needs a getter of its own. */
+size_t wm_model_buffer_count(const wm_model *m) { return m ? m->n_chunks : 0; }
+
+const void *wm_model_buffer_data(const wm_model *m, size_t index) {
+    if (!m || index >= m->n_chunks || !m->chunks[index].count || !m->chunks[index].size)
+        return NULL;
+    uint32_t t = m->order[m->chunks[index].first];
+    const char *p = m->backend->host_ptr(m, t);
+    return p ? p - m->place[t].dst_off : NULL;
+}
+
+size_t wm_model_buffer_size(const wm_model *m, size_t index) {
+    return m && index < m->n_chunks ? m->chunks[index].size : 0;
+}
+
+wm_status wm_model_tensor_buffer(const wm_model *m, size_t index, size_t *buffer,
+                                 uint64_t *offset) {
+    if (!m || !buffer || !offset) return WM_EINVAL;
+    if (index >= m->file->n_tensors) return WM_ERANGE;
+    *buffer = m->place[index].chunk;
+    *offset = m->place[index].dst_off;
+    return WM_OK;
+}

@@ -70,6 +70,12 @@ WM_TEST(exit_codes_and_error_line) {
     snprintf(cmd, sizeof cmd, "%s frobnicate", WM_CLI);
     CHECK_EQ(wmt_run(cmd, &out), 2);
     free(out);
+    snprintf(cmd, sizeof cmd, "%s help frobnicate", WM_CLI);
+    CHECK_EQ(wmt_run(cmd, &out), 2);
+    err = wmt_stderr_text();
+    HAS(err, "unknown command 'frobnicate'");
+    free(err);
+    free(out);
 }
 
 WM_TEST(info_json_fields) {
@@ -301,6 +307,9 @@ WM_TEST(every_command_has_help) {
     CHECK_EQ(run_cli(&out, "load %s --mode heap --help", wmt_fixture("gguf/stories260K.gguf")), 0);
     HAS(out, "usage: weightmap load FILE --mode heap|mmap|mmap-private [options]");
     free(out);
+    CHECK_EQ(run_cli(&out, "load %s --mode --help", wmt_fixture("gguf/stories260K.gguf")), 0);
+    HAS(out, "usage: weightmap load "); /* --help is not taken as --mode's value */
+    free(out);
     CHECK_EQ(run_cli(&out, "trace --out /dev/null -- sh -c 'echo ran $0' --help"), 0);
     HAS(out, "ran --help");
     free(out);
@@ -477,4 +486,35 @@ WM_TEST(load_hold_keeps_the_model_until_a_signal) {
         HAS_VERDICT(text, "all memory returned");
         free(rest.p);
     }
+}
+
+/* README.md shows the usage as `weightmap --help` prints it (the commands and their options),
+ * so the README cannot drift from the command table. */
+WM_TEST(readme_shows_the_usage) {
+    char *out;
+    CHECK_EQ(run_cli(&out, "--help"), 0);
+    char *end = strstr(out, "\n\nweightmap COMMAND --help");
+    CHECK(end != NULL);
+    end[1] = 0;
+    wmt_buf want = {0}; /* each line indented by four spaces, as README's code blocks are */
+    for (char *l = out; *l;) {
+        char *nl = strchr(l, '\n');
+        size_t n = (size_t)(nl - l);
+        if (n) wmt_put(&want, "    ", 4);
+        wmt_put(&want, l, n + 1);
+        l = nl + 1;
+    }
+    wmt_put(&want, "", 1);
+    size_t len;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/README.md", WM_SOURCE_DIR);
+    char *readme = wmt_read_file(path, &len);
+    char *text = realloc(readme, len + 1);
+    CHECK(text != NULL);
+    text[len] = 0;
+    CHECK_MSG(strstr(text, (const char *)want.p) != NULL,
+              "README.md lacks the usage weightmap --help prints:\n%s", (const char *)want.p);
+    free(text);
+    free(want.p);
+    free(out);
 }

@@ -215,6 +215,46 @@ WM_TEST(weights_in_malloc_are_not_scratch) {
     cJSON_Delete(j);
 }
 
+WM_TEST(release_on_a_worker_with_signals_blocked) {
+    /* leaky_release runs on a thread of its own that blocks every signal (SIGTRAP included, as
+     * libuv's workers may): the marker still fires there, and the report names the thread. */
+    cJSON *j = leaky_json("--load-marker load_cycle --cycles-marker leaky_release", "heap", 3,
+                          "thread", 0);
+    CHECK_EQ(n_items(j, "releases"), 3);
+    const cJSON *r, *ld = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "loads"), 0);
+    cJSON_ArrayForEach(r, cJSON_GetObjectItem(j, "releases")) {
+        CHECK(num(r, "tid") != num(ld, "tid"));
+    }
+    const cJSON *r1 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "releases"), 0);
+    CHECK_EQ(num(ld, "release_tid"), num(r1, "tid")); /* that thread freed the weights */
+    CHECK(num(ld, "freed_in_release") > 0);
+    char facts[8192];
+    facts_text(j, facts, sizeof facts);
+    CHECK_MSG(
+        strstr(facts, "release 1 ran on thread ") &&
+            strstr(facts, "of that load's malloc memory was freed by a release on that thread"),
+        "facts: %s", facts);
+    cJSON_Delete(j);
+}
+
+/* A marker by offset inside a named object (what a stripped object allows): leaky+0x..., the
+ * address nm gives for leaky_release. */
+WM_TEST(marker_by_offset_in_an_object) {
+    char cmd[4200], *out;
+    snprintf(cmd, sizeof cmd, "nm %s | awk '$3 == \"leaky_release\" {print $1}'", prog("leaky"));
+    CHECK_EQ(wmt_run(cmd, &out), 0);
+    unsigned long long off = strtoull(out, NULL, 16);
+    free(out);
+    CHECK_MSG(off != 0, "nm gives no address for leaky_release");
+    char opts[256];
+    snprintf(opts, sizeof opts, "--cycles-marker leaky+0x%llx", off);
+    cJSON *j = leaky_json(opts, "map", 3, "direct", 1);
+    CHECK_EQ(marker_sites(j, 0), 1);
+    CHECK_EQ(n_items(j, "releases"), 3);
+    CHECK_EQ(count_rule(j, "released"), 3);
+    cJSON_Delete(j);
+}
+
 WM_TEST(executable_markers_leak_flagged_each_release) {
     /* load_cycle and leaky_release are internal to the executable and called directly. */
     cJSON *j =

@@ -21,8 +21,10 @@
  * Each cycle's load is one call of load_cycle(), a function internal to this executable (in its
  * .symtab only, called directly: --load-marker load_cycle). After each cycle the program says
  * "released": it calls wmt_rt_release() in libwmtleakrt.so (call, the default), or
- * leaky_release(), internal like load_cycle (direct), raises SIGUSR1 (signal: only under the
- * tracer, which handles it), or says nothing (none). leaky_release frees what "heap" holds.
+ * leaky_release(), internal like load_cycle (direct), or leaky_release() on a thread of its own
+ * with every signal blocked (thread: a worker as libuv starts them), raises SIGUSR1 (signal: only
+ * under the tracer, which handles it), or says nothing (none). leaky_release frees what "heap"
+ * holds.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -183,6 +185,15 @@ __attribute__((noinline)) static void leaky_release(void) {
     __asm__ volatile("" ::: "memory");
 }
 
+static void *release_thread(void *arg) {
+    (void)arg;
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    leaky_release();
+    return NULL;
+}
+
 int main(int argc, char **argv) {
     if (argc < 4) {
         fprintf(stderr, "usage: leaky MODE FILE CYCLES [call|signal|none]\n");
@@ -205,9 +216,13 @@ int main(int argc, char **argv) {
             wmt_rt_release(c);
         else if (!strcmp(marker, "direct"))
             leaky_release();
-        else if (!strcmp(marker, "signal"))
+        else if (!strcmp(marker, "thread")) {
+            pthread_t th;
+            pthread_create(&th, NULL, release_thread, NULL);
+            pthread_join(th, NULL);
+        } else if (!strcmp(marker, "signal"))
             raise(SIGUSR1);
-        if (strcmp(marker, "direct")) {
+        if (strcmp(marker, "direct") && strcmp(marker, "thread")) {
             free(heap_weights);
             heap_weights = NULL;
         }

@@ -177,6 +177,10 @@ uint64_t wt_load_kept(int idx) HIDDEN;
 /* ---- io.c ---- */
 
 int wt_weight_maps_live(void) HIDDEN;
+/* The interposer's own tables, for tracer_bytes: io.c's (with alloc.c's), probe.c's (with the
+ * pages of the out-of-line copies), elfsym.c's. */
+size_t wt_tables_bytes_probe(void) HIDDEN;
+size_t wt_tables_bytes_elf(void) HIDDEN;
 size_t wt_tables_bytes_io(void) HIDDEN;
 void wt_named_files(const char *list) HIDDEN;
 

@@ -158,21 +158,23 @@ static void rule_scratch(trace *t) {
     }
 }
 
-/* cycle: a figure that grows at every release (three releases at least): a leak per cycle. */
+/* cycle: a figure that grows at every release: a leak per cycle. Mappings over three releases
+ * at least; bytes over four (an allocator's cache fills over the first cycles). */
 static void rule_cycle(trace *t) {
-    if (t->n_rel < 3) return;
     static const struct {
         const char *what;
         size_t off;
         uint64_t step; /* the least growth that counts */
+        int releases;  /* the least releases */
     } figs[] = {
-        {"mappings", offsetof(tsample, maps), 1},
-        {"weight-file mappings", offsetof(tsample, wmaps), 1},
-        {"footprint", offsetof(tsample, footprint), 256 << 10},
-        {"locked bytes", offsetof(tsample, locked), 4096},
+        {"mappings", offsetof(tsample, maps), 1, 3},
+        {"weight-file mappings", offsetof(tsample, wmaps), 1, 3},
+        {"footprint", offsetof(tsample, footprint), 1 << 20, 4},
+        {"locked bytes", offsetof(tsample, locked), 4096, 4},
     };
     char b[3][32];
     for (size_t f = 0; f < sizeof figs / sizeof *figs; f++) {
+        if (t->n_rel < figs[f].releases) continue;
         uint64_t first = 0, last = 0, least = UINT64_MAX;
         for (int r = 0; r < t->n_rel; r++) {
             uint64_t v;

@@ -226,6 +226,6 @@ int trace_read(trace *t, int fd) {
     for (int i = 0; i < t->n_samples; i++)
         if (t->samples[i].t >= t->t_start) t->samples[kept++] = t->samples[i];
     t->n_samples = kept;
-    qsort(t->samples, (size_t)t->n_samples, sizeof *t->samples, cmp_sample);
+    if (t->n_samples) qsort(t->samples, (size_t)t->n_samples, sizeof *t->samples, cmp_sample);
     return 0;
 }

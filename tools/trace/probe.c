@@ -207,6 +207,11 @@ int wt_probe_arm(uintptr_t addr, int kind, int spec, uint64_t size) {
     return i;
 }
 
+size_t wt_tables_bytes_probe(void) {
+    return sizeof probes + sizeof wt_specs +
+           (size_t)__atomic_load_n(&n_probes, __ATOMIC_RELAXED) * 4096;
+}
+
 /* The object that held [lo, hi) is gone: its probes with it (its text is unmapped). */
 void wt_probes_forget(uintptr_t lo, uintptr_t hi) {
     for (int i = 0; i < __atomic_load_n(&n_probes, __ATOMIC_ACQUIRE); i++)

@@ -96,11 +96,13 @@ static void loads_and_releases(FILE *f, const trace *t, const frame *fr, int h) 
     }
     for (int i = 0; i < t->n_rel; i++) {
         double x = fx(fr, t->rel[i].t);
+        bool right = x > SVG_X1 - 50; /* the label goes left of a line near the right edge */
         fprintf(f,
                 "<line class=\"release\" x1=\"%.1f\" y1=\"40\" x2=\"%.1f\" y2=\"%d\" "
                 "stroke=\"#9467bd\" stroke-width=\"1\" stroke-dasharray=\"4 3\"/>\n"
-                "<text x=\"%.1f\" y=\"%d\" font-size=\"9\" fill=\"#9467bd\">release %d</text>\n",
-                x, x, h - 20, x + 2, 80 + 10 * (i % 3), i + 1);
+                "<text x=\"%.1f\" y=\"%d\" font-size=\"9\" fill=\"#9467bd\"%s>release %d</text>\n",
+                x, x, h - 20, right ? x - 2 : x + 2, 80 + 10 * (i % 3),
+                right ? " text-anchor=\"end\"" : "", i + 1);
     }
 }
 

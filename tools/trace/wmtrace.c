@@ -243,7 +243,6 @@ static bool open_stats(const char *out) {
     wt_stats->size = sizeof(wmtrace_stats);
     wt_stats->pid = getpid();
     wt_stats->generation = gen;
-    wt_stats->tracer_bytes = wt_tables_bytes_io();
     return true;
 }
 
@@ -276,6 +275,7 @@ WMTRACE_CTOR STATIC_ENTRY void wmtrace_start(void) {
     wt_tl.in_hook = 1;
     wt_probes_start(env(WMTRACE_ENV_MARKERS));
     wt_tl.in_hook = 0;
+    wt_stats->tracer_bytes = wt_tables_bytes_io() + wt_tables_bytes_probe() + wt_tables_bytes_elf();
     wt_point(true);
 }
 
