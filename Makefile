@@ -16,7 +16,7 @@ JOBS      ?= $(shell nproc)
 CTEST     := ctest --output-on-failure -j$(JOBS) --timeout 900
 DEMO_MODEL = build/default-model.gguf
 
-.PHONY: check-source all deps peer ggml build test test-normal test-asan test-cuda-mock demo install clean bench fuzz fuzz-build test-fuzz test-tsan iq-grids test-builds format format-check python python-build test-python test-python-asan
+.PHONY: arm64 test-arm64 check-source all deps peer ggml build test test-normal test-asan test-cuda-mock demo install clean bench fuzz fuzz-build test-fuzz test-tsan iq-grids test-builds format format-check python python-build test-python test-python-asan
 
 all: build
 
@@ -31,7 +31,7 @@ demo: build
 	@test -f $(DEMO_MODEL) || build/weightmap make-model $(DEMO_MODEL) --size 512M
 	build/weightmap demo --model $(DEMO_MODEL)
 
-test: format-check check-source test-normal test-asan test-cuda-mock test-fuzz test-tsan test-builds test-python test-python-asan
+test: format-check check-source test-normal test-asan test-cuda-mock test-fuzz test-tsan test-builds test-python test-python-asan test-arm64
 
 # The oracle tests (conversion and type table against llama.cpp's own ggml) need the npm peer;
 # without it (no registry) they report skipped and the committed reference checksums still run.
@@ -151,6 +151,26 @@ test-python-asan: python-build
 	  LD_PRELOAD=$$(clang -print-file-name=libclang_rt.asan-x86_64.so) ASAN_OPTIONS=detect_leaks=0 \
 	  UBSAN_OPTIONS=print_stacktrace=1 $(PYTHON) -m pytest -q -p no:cacheprovider
 
+# AArch64 (docs/PORTING.md, docs/TESTING.md): `make arm64` cross-builds the library, the CLI and
+# the tests into build-arm64/ with Debian's aarch64 toolchain (cmake/toolchain-aarch64.cmake;
+# scripts/deps.sh arm64 installs it, qemu-user and libcjson-dev:arm64); `make test-arm64` runs the
+# ctest suite under qemu-user, less ARM64_EXCLUDE (what qemu cannot run, TESTING.md says why),
+# then checks the AArch64 CLI's `cat --as f32|f16|bf16` against llama.cpp's own dequantizers (the
+# x86-64 peer, in build-test's test_convert). RelWithDebInfo with fault injection, as test-normal;
+# no CUDA backend (no toolkit for the target).
+ARM64_EXCLUDE := ^(meter\.other_process|cli\.every_command_has_help|model\.heap_cycles_leave_malloc_at_baseline|types\.table_matches_ggml|shards\.gguf_split_loads_in_llama_cpp)$$
+arm64:
+	@scripts/deps.sh arm64
+	@cmake -S . -B build-arm64 -G Ninja -DCMAKE_TOOLCHAIN_FILE=cmake/toolchain-aarch64.cmake \
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON -DWM_FAULT_INJECTION=ON -DWM_CUDA=OFF >/dev/null
+	@cmake --build build-arm64
+
+test-arm64: arm64 peer
+	cd build-arm64 && $(CTEST) -LE '^(trace|install|cuda|multi)$$' -E '$(ARM64_EXCLUDE)'
+	@cmake -S . -B build-test -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON -DWM_FAULT_INJECTION=ON >/dev/null
+	@cmake --build build-test --target test_convert
+	cd build-test && WM_ARM64_CLI=$(CURDIR)/build-arm64/weightmap-emu $(CTEST) -R '^convert\.arm64_cli_matches_peer$$'
+
 # The build users make (no options but the build type): Release, Debug, RelWithDebInfo and
 # MinSizeRel with gcc and with clang, each with -DWM_WERROR=ON so that a warning in any fails;
 # -DWM_FUZZ=ON with the tests on builds with clang and is refused at configure time with gcc.
@@ -177,6 +197,6 @@ format-check: deps
 
 # Every build folder a target here makes (build-py/ and build-trace/ are the Python binding's and
 # the trace tool's).
-BUILD_DIRS := build build-test build-asan build-cuda-mock build-fuzz build-tsan build-types build-py build-trace
+BUILD_DIRS := build build-arm64 build-test build-asan build-cuda-mock build-fuzz build-tsan build-types build-py build-trace
 clean:
 	rm -rf $(BUILD_DIRS)

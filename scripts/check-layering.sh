@@ -9,7 +9,8 @@
 #   3. the CLI (cli/ and the tracer's command) and the Python extension use only the public
 #      header: no quoted include but their own headers and weightmap.h, nothing from src/;
 #   4. the tracer's interposer (tools/trace/, the files that are not the command) does not use
-#      the library at all.
+#      the library at all;
+#   5. the ggml bridge (bridge/) uses only the public headers, and src/ includes no ggml header.
 # Usage: scripts/check-layering.sh   (exit 1 naming each breach)
 set -eu
 cd "$(dirname "$0")/.."
@@ -55,4 +56,18 @@ for f in $(files 'tools/trace/*.c' 'tools/trace/*.h'); do
   bad=$(grep -nE '#[[:space:]]*include[[:space:]]*[<"](weightmap\.h|cli\.h)' "$f" || true)
   [ -z "$bad" ] || breach "$f (the interposer) uses the library: $bad"
 done
+# 5. the ggml bridge: the public headers of weightmap and ggml only (its fault-injection test
+#    build, under #ifdef WM_GGML_FAULTS, also the library's fault table, os/os.h); and the core
+#    library never includes a ggml header
+for f in $(files 'bridge/*.c' 'bridge/*.h'); do
+  bad=$(awk '/^#[[:space:]]*ifdef[[:space:]]+WM_GGML_FAULTS/ { faults = 1 }
+    /^#[[:space:]]*(else|endif)/ { faults = 0 }
+    /^[[:space:]]*#[[:space:]]*include[[:space:]]*"/ {
+      if ($0 ~ /"(weightmap|weightmap_ggml)\.h"/) next
+      if (faults && $0 ~ /"os\/os\.h"/) next
+      print FILENAME ":" FNR ": " $0 }' "$f")
+  [ -z "$bad" ] || breach "the ggml bridge includes what is not a public header: $bad"
+done
+bad=$(grep -nE '#[[:space:]]*include[[:space:]]*[<"]ggml' $(files 'src/*.c' 'src/*.h') || true)
+[ -z "$bad" ] || breach "the library includes a ggml header: $bad"
 exit $rc

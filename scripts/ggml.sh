@@ -1,7 +1,8 @@
 #!/bin/sh
 # ggml.sh: installs ggml for the bridge (include/weightmap_ggml.h, docs/GGML.md) into
 # bench/peers/ggml/ when it is missing, and prints that folder: include/ holds the headers of
-# the release the peer's prebuilt libraries were built from, lib/ links to those libraries.
+# the release the peer's prebuilt libraries were built from, lib/ links to those libraries,
+# internal/ holds ggml's backend interface (ggml-backend-impl.h), which only the tests use.
 #   libraries: npm @node-llama-cpp/linux-x64@3.21.1 (scripts/peer.sh: libggml-base.so,
 #              libggml.v0.4.0.so, libggml-cpu-*.so; llama.cpp v0.4.0, ggml 0.23.0)
 #   headers:   npm node-llama-cpp@3.21.1, llama/gitRelease.bundle (a git bundle of that llama.cpp
@@ -11,7 +12,7 @@
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 dir="$here/bench/peers/ggml"
-want="node-llama-cpp@3.21.1 ggml 0.23.0"
+want="node-llama-cpp@3.21.1 ggml 0.23.0 (include, internal)"
 if [ -f "$dir/stamp" ] && [ "$(cat "$dir/stamp")" = "$want" ] && [ -f "$dir/include/ggml-backend.h" ] \
    && [ -f "$dir/lib/libggml-base.so" ]; then
   echo "$dir"
@@ -28,7 +29,7 @@ npm pack --silent node-llama-cpp@3.21.1 >/dev/null
 tar -xzf node-llama-cpp-3.21.1.tgz package/llama/gitRelease.bundle package/llama/llama.cpp.info.json
 git clone -q --bare package/llama/gitRelease.bundle src.git
 mkdir tree
-git -C src.git archive HEAD ggml/include ggml/CMakeLists.txt | tar -x -C tree
+git -C src.git archive HEAD ggml/include ggml/src/ggml-backend-impl.h ggml/CMakeLists.txt | tar -x -C tree
 ver=$(sed -n 's/^set(GGML_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\))$/\2/p' tree/ggml/CMakeLists.txt | paste -sd.)
 if [ "$ver" != "0.23.0" ]; then
   echo "ggml.sh: the bundle's ggml is $ver, not 0.23.0 (the peer's libraries)" >&2
@@ -38,6 +39,8 @@ commit=$(git -C src.git rev-parse HEAD)
 rm -rf "$dir"
 mkdir -p "$dir/lib"
 mv tree/ggml/include "$dir/include"
+mkdir "$dir/internal"
+mv tree/ggml/src/ggml-backend-impl.h "$dir/internal/"
 for f in "$lib"/libggml-base.so "$lib"/libggml.v0.4.0.so "$lib"/libggml-cpu-*.so; do
   ln -s "$f" "$dir/lib/$(basename "$f")"
 done

@@ -105,6 +105,17 @@ WM_TEST(check_json_every_mode_returns_everything) {
     free(out);
 }
 
+/* The words a user reads: every mode "ok" and the closing verdict (under qemu too, where the
+ * meter counts only the guest's regions: make test-arm64 runs this case). */
+WM_TEST(check_says_all_memory_returned) {
+    char *out;
+    const char *model = wmt_make_model("c.gguf", "--size 4M --seed 3");
+    VERDICT_EXIT(run_cli(&out, "check --cycles 3 %s", model));
+    HAS_VERDICT(out, "all memory returned: every mode gave every byte back");
+    CHECK_MSG(strstr(out, "LEAK") == NULL || WMT_ASAN, "a mode leaked:\n%s", out);
+    free(out);
+}
+
 WM_TEST(check_sharded_set_counts_every_shard) {
     char *out;
     char cmd[1024];
@@ -486,4 +497,35 @@ WM_TEST(load_hold_keeps_the_model_until_a_signal) {
         HAS_VERDICT(text, "all memory returned");
         free(rest.p);
     }
+}
+
+/* README.md shows the usage as `weightmap --help` prints it (the commands and their options),
+ * so the README cannot drift from the command table. */
+WM_TEST(readme_shows_the_usage) {
+    char *out;
+    CHECK_EQ(run_cli(&out, "--help"), 0);
+    char *end = strstr(out, "\n\nweightmap COMMAND --help");
+    CHECK(end != NULL);
+    end[1] = 0;
+    wmt_buf want = {0}; /* each line indented by four spaces, as README's code blocks are */
+    for (char *l = out; *l;) {
+        char *nl = strchr(l, '\n');
+        size_t n = (size_t)(nl - l);
+        if (n) wmt_put(&want, "    ", 4);
+        wmt_put(&want, l, n + 1);
+        l = nl + 1;
+    }
+    wmt_put(&want, "", 1);
+    size_t len;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/README.md", WM_SOURCE_DIR);
+    char *readme = wmt_read_file(path, &len);
+    char *text = realloc(readme, len + 1);
+    CHECK(text != NULL);
+    text[len] = 0;
+    CHECK_MSG(strstr(text, (const char *)want.p) != NULL,
+              "README.md lacks the usage weightmap --help prints:\n%s", (const char *)want.p);
+    free(text);
+    free(want.p);
+    free(out);
 }

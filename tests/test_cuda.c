@@ -285,6 +285,50 @@ static void check_nothing_held(const char *path) {
     CHECK_EQ(wmt_count_file_maps(path), 0);
 }
 
+/* A selected row range (wm_load_options.select) on the staged path: the device holds exactly
+ * those rows (the ledger's device figure), they equal the file's, and only they were read. */
+WM_TEST(row_range_alone_on_the_device) {
+    NEED_GPU();
+    const char *path = wmt_make_model("m.safetensors", "--size 2M --format safetensors");
+    wm_file *f = OPEN_OK(path);
+    size_t ti = 0;
+    wm_tensor_info t = {0};
+    for (size_t i = 0; i < wm_file_tensor_count(f); i++) {
+        wm_tensor_info x;
+        CHECK_STATUS(wm_file_tensor(f, i, &x), WM_OK);
+        if (x.n_dims == 2 && x.nbytes > t.nbytes) t = x, ti = i;
+    }
+    uint64_t row = t.nbytes / t.shape[1];
+    wm_tensor_select sel = {ti, 2, 5};
+    wm_load_options o = cuda_opts(WM_MODE_HEAP);
+    o.select = &sel;
+    o.n_select = 1;
+    wm_model *m = NULL;
+    wm_error err;
+    CHECK_MSG(wm_model_load(f, &o, &m, &err) == WM_OK, "%s", err.msg);
+    wm_ledger l = WM_LEDGER_INIT;
+    wm_ledger_get(&l);
+    CHECK_EQ(l.cat[WM_LEDGER_DEVICE].current, 3 * row);
+    wm_model_stats s = WM_MODEL_STATS_INIT;
+    wm_model_stats_get(m, &s);
+    CHECK_EQ(s.bytes_read, 3 * row);
+    unsigned char *got = malloc(3 * row), *want = malloc(3 * row);
+    CHECK(got && want);
+    uint64_t d = wm_model_tensor_device_ptr(m, ti);
+    CHECK(d != 0 && wm_model_tensor_device_ptr(m, ti == 0 ? 1 : 0) == 0);
+    CHECK_EQ(cudaMemcpy(got, (void *)(uintptr_t)d, 3 * row, cudaMemcpyDeviceToHost), cudaSuccess);
+    int fd = open(path, O_RDONLY);
+    CHECK(fd >= 0);
+    CHECK_EQ(pread(fd, want, 3 * row, (off_t)(t.offset + 2 * row)), 3 * row);
+    close(fd);
+    CHECK(memcmp(got, want, 3 * row) == 0);
+    free(got);
+    free(want);
+    wm_model_release(m);
+    wm_file_close(f);
+    check_nothing_held(path);
+}
+
 /* 20 cycles, alternating paths: device free memory back to its baseline, ledger 0, nothing
  * registered, no mapping of the file left. */
 WM_TEST(cycles_return_memory) {

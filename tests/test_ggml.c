@@ -348,6 +348,76 @@ WM_TEST(buffer_per_chunk) {
     CHECK_EQ(wmt_count_file_maps(path), 0);
 }
 
+/* Conversion on load (heap): every tensor delivered as f32, in ggml as f32 of the file's shape,
+ * and its values are ggml's own to_float of the file's tensor, bit for bit. */
+WM_TEST(converted_tensors_are_ggml_to_float) {
+    const char *path = wmt_fixture("gguf/stories260K-q8_0.gguf");
+    struct ggml_context *ref;
+    struct gguf_context *gg = ggml_reference(path, &ref);
+    CHECK(gg != NULL);
+    wm_file *f = OPEN_OK(path);
+    wm_convert_rule rule = {.tensor = NULL, .from = WM_TYPE_INVALID, .to = WM_TYPE_F32};
+    wm_load_options o = opts_of(WM_MODE_HEAP);
+    o.convert = &rule;
+    o.n_convert = 1;
+    wm_ggml *g = NULL;
+    wm_error err;
+    CHECK_MSG(wm_ggml_load(f, &o, NULL, &g, &err) == WM_OK, "%s", err.msg);
+    int converted = 0;
+    for (size_t i = 0; i < wm_file_tensor_count(f); i++) {
+        struct ggml_tensor *t = wm_ggml_tensor(g, i), *r = ggml_get_tensor(ref, t->name);
+        CHECK(t->type == GGML_TYPE_F32);
+        for (int d = 0; d < GGML_MAX_DIMS; d++)
+            CHECK(t->ne[d] == r->ne[d]);
+        int64_t n = ggml_nelements(r);
+        float *want = malloc((size_t)n * sizeof *want), *got = malloc((size_t)n * sizeof *got);
+        CHECK(want && got);
+        if (r->type == GGML_TYPE_F32)
+            memcpy(want, r->data, (size_t)n * sizeof *want);
+        else {
+            ggml_get_type_traits(r->type)->to_float(r->data, want, n);
+            converted++;
+        }
+        ggml_backend_tensor_get(t, got, 0, (size_t)n * sizeof *got);
+        CHECK_MSG(!memcmp(want, got, (size_t)n * sizeof *got), "'%s' (%s) differs from to_float",
+                  t->name, ggml_type_name(r->type));
+        free(want);
+        free(got);
+    }
+    CHECK(converted >= 30);
+    wm_ggml_free(g);
+    wm_file_close(f);
+    reference_free(gg, ref);
+    CHECK_EQ(wmt_count_file_maps(path), 0);
+}
+
+/* The model's buffer getters at their edges. */
+WM_TEST(buffer_getters_edges) {
+    CHECK_EQ(wm_model_buffer_count(NULL), 0);
+    CHECK(wm_model_buffer_data(NULL, 0) == NULL);
+    CHECK_EQ(wm_model_buffer_size(NULL, 0), 0);
+    size_t b = 7;
+    uint64_t off = 7;
+    CHECK_STATUS(wm_model_tensor_buffer(NULL, 0, &b, &off), WM_EINVAL);
+    wm_file *f = OPEN_OK(wmt_fixture("gguf/stories260K.gguf"));
+    wm_load_options o = opts_of(WM_MODE_MMAP);
+    wm_ggml *g = NULL;
+    CHECK_STATUS(wm_ggml_load(f, &o, NULL, &g, NULL), WM_OK);
+    const wm_model *m = wm_ggml_model(g);
+    size_t n = wm_model_buffer_count(m);
+    CHECK_EQ(n, 1);
+    CHECK(wm_model_buffer_data(m, n) == NULL && wm_model_buffer_size(m, n) == 0);
+    CHECK_STATUS(wm_model_tensor_buffer(m, wm_file_tensor_count(f), &b, &off), WM_ERANGE);
+    CHECK_STATUS(wm_model_tensor_buffer(m, 0, NULL, &off), WM_EINVAL);
+    CHECK(b == 7 && off == 7);
+    /* mmap: the buffer is the mapping from a page boundary, as large as the file's data needs */
+    CHECK((uintptr_t)wm_model_buffer_data(m, 0) % 4096 == 0);
+    CHECK(ggml_backend_buffer_get_size(wm_ggml_buffer(g, 0)) == wm_model_buffer_size(m, 0));
+    CHECK(wm_ggml_buffer(g, 1) == NULL && wm_ggml_tensor(g, wm_file_tensor_count(f)) == NULL);
+    wm_ggml_free(g);
+    wm_file_close(f);
+}
+
 /* ---- failures hold nothing ---- */
 
 typedef struct sweep_run {
@@ -481,6 +551,58 @@ WM_TEST(refuses_device_backend) {
     wm_ggml_free(NULL);
     CHECK(wm_ggml_context(NULL) == NULL && wm_ggml_n_buffers(NULL) == 0);
 }
+
+#ifdef WMT_GGML_IMPL
+#include <ggml-backend-impl.h>
+
+/* Fake ggml devices (ggml's device interface, tests only): "nohost" takes no host pointer, as
+ * ggml-cuda; "refuses" says it does but returns no buffer. */
+static const char *fake_name(ggml_backend_dev_t dev) { return dev->context; }
+static void fake_props(ggml_backend_dev_t dev, struct ggml_backend_dev_props *p) {
+    memset(p, 0, sizeof *p);
+    p->name = dev->context;
+    p->type = GGML_BACKEND_DEVICE_TYPE_GPU;
+    p->caps.buffer_from_host_ptr = !strcmp(dev->context, "refuses");
+}
+static ggml_backend_buffer_t fake_from_host_ptr(ggml_backend_dev_t dev, void *ptr, size_t size,
+                                                size_t max) {
+    (void)dev, (void)ptr, (void)size, (void)max;
+    return NULL;
+}
+
+static struct ggml_backend_device fake_device(const char *name) {
+    struct ggml_backend_device d;
+    memset(&d, 0, sizeof d);
+    d.iface.get_name = fake_name;
+    d.iface.get_description = fake_name;
+    d.iface.get_props = fake_props;
+    d.iface.buffer_from_host_ptr = fake_from_host_ptr;
+    d.context = (void *)name;
+    return d;
+}
+
+/* A device that takes no host pointer: refused before anything is loaded, in every mode. */
+WM_TEST(refuses_device_without_host_ptr) {
+    struct ggml_backend_device d = fake_device("nohost");
+    wm_file *f = OPEN_OK(wmt_fixture("gguf/stories260K.gguf"));
+    for (int k = 0; k < 3; k++) {
+        wm_load_options o = opts_of(k_modes[k]);
+        check_refused(f, &o, &d, WM_EUNSUPPORTED, "ggml device nohost takes no host pointer");
+    }
+    wm_file_close(f);
+}
+
+/* A device that refuses the buffer: found after the load, which is then given back whole. */
+WM_TEST(device_refusing_buffer_holds_nothing) {
+    struct ggml_backend_device d = fake_device("refuses");
+    wm_file *f = OPEN_OK(wmt_fixture("gguf/stories260K.gguf"));
+    for (int k = 0; k < 3; k++) {
+        wm_load_options o = opts_of(k_modes[k]);
+        check_refused(f, &o, &d, WM_EDEVICE, "ggml refuses refused a buffer over buffer 0");
+    }
+    wm_file_close(f);
+}
+#endif
 
 /* A file cut short after it was opened (the load sees it changed), and a truncated file (the
  * open refuses it): neither leaves anything. */

@@ -1,5 +1,6 @@
 /*
- * reader.h: a bounded little-endian reader over a byte buffer, shared by the parsers.
+ * reader.h: a bounded little-endian reader over a byte buffer, the GGUF parser's (gguf.c; the
+ * safetensors reader parses JSON text instead).
  *
  * The buffer may hold only a prefix of the file. A read that runs past the buffer while the file
  * has more bytes sets `need_more` (the driver grows the buffer and parses again); a read past the

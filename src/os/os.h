@@ -153,6 +153,12 @@ size_t wm__os_page_size(void);
 unsigned wm__os_cpu_count(void);
 double wm__os_now(void); /* monotonic seconds */
 
+/* ---- the CPU (cpu.c) ---- */
+
+/* Non-zero when the CPU runs AArch64 Advanced SIMD (NEON): the HWCAP_ASIMD bit of the auxiliary
+ * vector on Linux and Android (getauxval(AT_HWCAP)); 0 on any other architecture or system. */
+int wm__os_cpu_has_asimd(void);
+
 /* Counts calls and asks the fault table; returns the errno to inject or 0. Inline no-op when
  * fault injection is compiled out. */
 #ifdef WM_FAULT_INJECTION

@@ -131,7 +131,7 @@ static void scan_object(const struct link_map *lm, bool first, struct object *o)
     char exe[512];
     const char *name = base_name(path);
     if (first && !(lm->l_name && lm->l_name[0])) {
-        long n = syscall(SYS_readlink, "/proc/self/exe", exe, sizeof exe - 1);
+        long n = syscall(SYS_readlinkat, AT_FDCWD, "/proc/self/exe", exe, sizeof exe - 1);
         exe[n > 0 ? n : 0] = 0;
         name = base_name(exe);
     }

@@ -90,7 +90,7 @@ static int classify(int fd) {
         for (int i = 0; i < ln; i++)
             link[14 + i] = digits[ln - 1 - i];
         link[14 + ln] = 0;
-        ssize_t pn = syscall(SYS_readlink, link, path, sizeof path - 1);
+        ssize_t pn = syscall(SYS_readlinkat, AT_FDCWD, link, path, sizeof path - 1);
         path[pn > 0 ? pn : 0] = 0;
         wt_begin(&l, 'F');
         wt_put_u(&l, (uint64_t)n_files);
