@@ -1,7 +1,8 @@
 # The two commands that matter (see README.md):
 #   make demo   build, make the default model (512 MiB, cached in build/) and check it
 #   make test   the whole test suite: the C files formatted as .clang-format says (format-check),
-#               normal build, then again under ASan+UBSan (clang), the CUDA backend against the
+#               the directions docs/ARCHITECTURE.md states and the 100-line limit on functions
+#               (check-source), normal build, then again under ASan+UBSan (clang), the CUDA backend against the
 #               mock runtime (ASan+UBSan), each fuzzer for a bounded time, the concurrency tests
 #               under TSan, every build type with gcc and clang, the Python package
 #               (docs/TESTING.md)
@@ -15,12 +16,12 @@ JOBS      ?= $(shell nproc)
 CTEST     := ctest --output-on-failure -j$(JOBS) --timeout 900
 DEMO_MODEL = build/default-model.gguf
 
-.PHONY: all deps peer build test test-normal test-asan test-cuda-mock demo install clean bench fuzz fuzz-build test-fuzz test-tsan iq-grids test-builds format format-check python python-build test-python test-python-asan
+.PHONY: arm64 test-arm64 check-source all deps peer ggml build test test-normal test-asan test-cuda-mock demo install clean bench fuzz fuzz-build test-fuzz test-tsan iq-grids test-builds format format-check python python-build test-python test-python-asan
 
 all: build
 
 deps:
-	@tools/deps.sh
+	@scripts/deps.sh
 
 build: deps
 	@cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON >/dev/null
@@ -30,19 +31,25 @@ demo: build
 	@test -f $(DEMO_MODEL) || build/weightmap make-model $(DEMO_MODEL) --size 512M
 	build/weightmap demo --model $(DEMO_MODEL)
 
-test: format-check test-normal test-asan test-cuda-mock test-fuzz test-tsan test-builds test-python test-python-asan
+test: format-check check-source test-normal test-asan test-cuda-mock test-fuzz test-tsan test-builds test-python test-python-asan test-arm64
 
 # The oracle tests (conversion and type table against llama.cpp's own ggml) need the npm peer;
 # without it (no registry) they report skipped and the committed reference checksums still run.
 peer:
-	@bench/peer.sh >/dev/null 2>&1 || echo "peer: llama.cpp's loader could not be installed; oracle tests will skip"
+	@scripts/peer.sh >/dev/null 2>&1 || echo "peer: llama.cpp's loader could not be installed; oracle tests will skip"
+	@scripts/peer-node.sh >/dev/null 2>&1 || echo "peer: @fugood/llama.node could not be installed; its trace tests will skip"
 
-test-normal: deps peer
+# The ggml bridge (docs/GGML.md) and its tests need ggml: the peer's prebuilt ggml 0.23.0 with that
+# release's headers (scripts/ggml.sh, into bench/peers/ggml/; WM_GGML=AUTO finds it there).
+ggml: peer
+	@scripts/ggml.sh >/dev/null 2>&1 || echo "ggml: ggml could not be installed; the ggml bridge and its tests are not built"
+
+test-normal: deps peer ggml
 	@cmake -S . -B build-test -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON -DWM_FAULT_INJECTION=ON >/dev/null
 	@cmake --build build-test
 	cd build-test && $(CTEST)
 
-test-asan: deps
+test-asan: deps ggml
 	@cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DWM_WERROR=ON -DCMAKE_C_COMPILER=clang \
 	  -DWM_FAULT_INJECTION=ON -DWM_SANITIZE=address,undefined >/dev/null
 	@cmake --build build-asan
@@ -95,8 +102,8 @@ test-tsan: deps
 # Benchmarks against llama.cpp (bench/README.md): installs the peer into bench/peers/ if needed,
 # then runs every bench executable with its defaults; a benchmark exits 77 to say "skipped".
 bench: build
-	@bench/peer.sh >/dev/null
-	@for src in bench/*.c; do name=$$(basename $$src .c); exe=build/bench/$$name; \
+	@scripts/peer.sh >/dev/null
+	@for src in bench/*.c bench/gpu; do name=$$(basename $$src .c); exe=build/bench/$$name; \
 	  [ -x $$exe ] || continue; echo; echo "==> $$exe" >&2; rc=0; $$exe || rc=$$?; \
 	  if [ $$rc -eq 77 ]; then echo "bench/$$name: skipped"; \
 	  elif [ $$rc -ne 0 ]; then echo "bench/$$name: failed (exit $$rc)" >&2; exit $$rc; fi; done
@@ -104,7 +111,7 @@ bench: build
 # Regenerates src/convert/iq_grids.c (the IQ codebook grids, committed) from the llama.cpp peer's
 # own dequantizers; only when asked (THIRD_PARTY.md says where the data comes from).
 iq-grids: deps
-	@bench/peer.sh >/dev/null
+	@scripts/peer.sh >/dev/null
 	@cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON >/dev/null
 	@cmake --build build --target iq-grids
 
@@ -120,11 +127,11 @@ install: build
 PYTHON  ?= /usr/bin/python3
 PY_TEST_ENV = PYTHONPATH=$(CURDIR)/build-py/python WM_CLI=$(CURDIR)/build-py/weightmap PYTHONDONTWRITEBYTECODE=1
 python:
-	@tools/deps.sh python
+	@scripts/deps.sh python
 	$(PYTHON) -m pip install --no-build-isolation --no-deps --break-system-packages ./python
 
 python-build:
-	@tools/deps.sh python
+	@scripts/deps.sh python
 	@cmake -S . -B build-py -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON -DWM_PYTHON=ON \
 	  -DWM_BUILD_TESTS=OFF -DPython3_EXECUTABLE=$(PYTHON) >/dev/null
 	@cmake --build build-py --target wm_python weightmap_cli
@@ -140,9 +147,29 @@ test-python-asan: python-build
 	  -DWM_SANITIZE=address,undefined -DWM_PYTHON=ON -DWM_BUILD_TESTS=OFF -DWM_BUILD_CLI=OFF \
 	  -DPython3_EXECUTABLE=$(PYTHON) >/dev/null
 	@cmake --build build-py/asan --target wm_python
-	cd python/tests && $(PY_TEST_ENV) PYTHONPATH=$(CURDIR)/build-py/asan/python \
+	cd python/tests && $(PY_TEST_ENV) PYTHONPATH=$(CURDIR)/build-py/asan/python WM_PY_STRESS_ROUNDS=40 \
 	  LD_PRELOAD=$$(clang -print-file-name=libclang_rt.asan-x86_64.so) ASAN_OPTIONS=detect_leaks=0 \
 	  UBSAN_OPTIONS=print_stacktrace=1 $(PYTHON) -m pytest -q -p no:cacheprovider
+
+# AArch64 (docs/PORTING.md, docs/TESTING.md): `make arm64` cross-builds the library, the CLI and
+# the tests into build-arm64/ with Debian's aarch64 toolchain (cmake/toolchain-aarch64.cmake;
+# scripts/deps.sh arm64 installs it, qemu-user and libcjson-dev:arm64); `make test-arm64` runs the
+# ctest suite under qemu-user, less ARM64_EXCLUDE (what qemu cannot run, TESTING.md says why),
+# then checks the AArch64 CLI's `cat --as f32|f16|bf16` against llama.cpp's own dequantizers (the
+# x86-64 peer, in build-test's test_convert). RelWithDebInfo with fault injection, as test-normal;
+# no CUDA backend (no toolkit for the target).
+ARM64_EXCLUDE := ^(meter\.other_process|cli\.every_command_has_help|model\.heap_cycles_leave_malloc_at_baseline|types\.table_matches_ggml|shards\.gguf_split_loads_in_llama_cpp)$$
+arm64:
+	@scripts/deps.sh arm64
+	@cmake -S . -B build-arm64 -G Ninja -DCMAKE_TOOLCHAIN_FILE=cmake/toolchain-aarch64.cmake \
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON -DWM_FAULT_INJECTION=ON -DWM_CUDA=OFF >/dev/null
+	@cmake --build build-arm64
+
+test-arm64: arm64 peer
+	cd build-arm64 && $(CTEST) -LE '^(trace|install|cuda|multi)$$' -E '$(ARM64_EXCLUDE)'
+	@cmake -S . -B build-test -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON -DWM_FAULT_INJECTION=ON >/dev/null
+	@cmake --build build-test --target test_convert
+	cd build-test && WM_ARM64_CLI=$(CURDIR)/build-arm64/weightmap-emu $(CTEST) -R '^convert\.arm64_cli_matches_peer$$'
 
 # The build users make (no options but the build type): Release, Debug, RelWithDebInfo and
 # MinSizeRel with gcc and with clang, each with -DWM_WERROR=ON so that a warning in any fails;
@@ -151,11 +178,18 @@ test-python-asan: python-build
 test-builds: deps
 	JOBS=$(JOBS) tests/build_types.sh build-types
 
+# The sources' own rules, read from the files (no build; a second or less): the layering
+# docs/ARCHITECTURE.md states (scripts/check-layering.sh) and no function over 100 lines
+# (scripts/check-function-size.sh).
+check-source:
+	@scripts/check-layering.sh
+	@scripts/check-function-size.sh
+
 # Formatting to .clang-format: `make format` rewrites every C file of the project in place;
 # `make format-check` changes nothing and fails when a file differs, naming each line. The files:
 # those git tracks or would track (not the ignored bench/peers/ or build folders), less the fuzz
 # corpus (tests/corpus/: data, not code).
-FORMAT_FILES = $(shell git ls-files -co --exclude-standard -- include src tools tests bench python | grep -E '\.[ch]$$' | grep -v '^tests/corpus/')
+FORMAT_FILES = $(shell git ls-files -co --exclude-standard -- include src cli bridge examples tools tests bench python | grep -E '\.[ch]$$' | grep -v '^tests/corpus/')
 format: deps
 	clang-format -i $(FORMAT_FILES)
 format-check: deps
@@ -163,6 +197,6 @@ format-check: deps
 
 # Every build folder a target here makes (build-py/ and build-trace/ are the Python binding's and
 # the trace tool's).
-BUILD_DIRS := build build-test build-asan build-cuda-mock build-fuzz build-tsan build-types build-py build-trace
+BUILD_DIRS := build build-arm64 build-test build-asan build-cuda-mock build-fuzz build-tsan build-types build-py build-trace
 clean:
 	rm -rf $(BUILD_DIRS)

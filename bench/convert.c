@@ -17,7 +17,7 @@
 #include "peer.h"
 
 #include "../tests/blocks.h"
-#include "../tools/gen/iq_extract.h" /* the peer's type traits and to_float */
+#include "iq_extract.h" /* the peer's type traits and to_float */
 #include "weightmap.h"
 
 #include <dlfcn.h>
@@ -143,7 +143,7 @@ static int load_time(const char *path, int convert, unsigned threads, int reps, 
             wm_file_close(f);
             return -1;
         }
-        wm_model_stats s;
+        wm_model_stats s = WM_MODEL_STATS_INIT;
         wm_model_stats_get(m, &s);
         *bytes_out = s.tensor_bytes;
         wm_model_release(m);

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# bench/gpu.sh: the GPU benchmark (issue 6), one script for one call on a machine with a GPU.
+# bench/gpu.sh: the GPU benchmark, one script for one call on a machine with a GPU.
 #
 # Builds weightmap with the CUDA backend, runs the CUDA tests and the CLI there, makes a model
 # of SIZE (default 8G) as GGUF and as safetensors with `weightmap make-model`, warms the page
 # cache, measures the ceilings right there (cudaMemcpyAsync of a registered host buffer to the
 # device; N-thread pread of the model into memory), then weightmap's staged and registered
-# paths (bench/gpu.c: time, host footprint sampled during the load, every byte verified once)
+# paths (bench/gpu/: time, host footprint sampled during the load, every byte verified once)
 # and safetensors.torch.load_file(path, device="cuda:0") (bench/gpu_safetensors.py), and prints
 # a table with the targets: >= 0.9 x min(H2D, pread), >= 5 x safetensors, footprint <= 300 MiB
 # above its value right after CUDA initialisation.
@@ -50,7 +50,7 @@ cat "$OUT/machine.txt" | tee -a "$LOG"
 
 # ---- build ----
 say "build ($BUILD)"
-. bench/gpu_env.sh
+. scripts/gpu_env.sh
 wm_gpu_env "$DEPS" >"$OUT/env.txt"
 tee -a "$LOG" <"$OUT/env.txt"
 if ! { cmake -S . -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_FAULT_INJECTION=ON \

@@ -10,7 +10,7 @@
 set -u
 BASE=${1:?base tree}
 SIZE=${2:-16G}
-. bench/gpu_env.sh
+. scripts/gpu_env.sh
 wm_gpu_env .debs-py >/dev/null
 build() { # SRC DIR TARGETS... (the base without its tests: only its bench is used)
     local src=$1 dir=$2

@@ -2,7 +2,7 @@
 """gpu_safetensors.py: the peer of bench/gpu.sh: safetensors.torch.load_file(path, device="cuda:0").
 
 Times each load (CUDA already initialised, torch.cuda.synchronize() before the clock stops),
-samples the host footprint (RssAnon + RssShmem + VmSwap, as bench/gpu.c does) every 2 ms from a
+samples the host footprint (RssAnon + RssShmem + VmSwap, as bench/gpu/common.c does) every 2 ms from a
 thread during the load, and prints one JSON line like `gpu load`.
 
 Usage: gpu_safetensors.py FILE [REPEAT]

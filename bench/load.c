@@ -266,7 +266,7 @@ static int one_cycle(contender_state *s, result *r, double *total, double *parse
             return -1;
         }
         t2 = bench_now_ms();
-        wm_model_stats st;
+        wm_model_stats st = WM_MODEL_STATS_INIT;
         wm_model_stats_get(m, &st);
         r->bytes = st.tensor_bytes;
         r->threads = st.threads;
@@ -329,7 +329,7 @@ static void run_child(const options *o, const target *t, kind k, result *r) {
     contender_state s = {.o = o, .t = t, .k = k, .fd = -1};
     if (k == K_LL_READ || k == K_LL_MMAP) {
         if (bench_peer_open_llama(&s.peer, o->peer_dir)) {
-            snprintf(r->msg, sizeof r->msg, "cannot open llama.cpp (run bench/peer.sh)");
+            snprintf(r->msg, sizeof r->msg, "cannot open llama.cpp (run scripts/peer.sh)");
             return;
         }
     }

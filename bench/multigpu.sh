@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/multigpu.sh: one model over several GPUs (issue 11), one script for one call on a
+# bench/multigpu.sh: one model over several GPUs, one script for one call on a
 # machine with GPUs (device kinds nvidia-h200, -x2, -x4).
 #
 # Builds weightmap with the CUDA backend (and NCCL where the toolkit has it), runs the CUDA and
@@ -39,7 +39,7 @@ nvidia-smi --query-gpu=index,name,pcie.link.gen.current,pcie.link.width.current 
 nvidia-smi topo -m 2>/dev/null | head -12
 
 say "build ($BUILD)"
-. bench/gpu_env.sh
+. scripts/gpu_env.sh
 wm_gpu_env "$DEPS"
 if ! { cmake -S . -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_FAULT_INJECTION=ON \
         "${cm[@]}" && cmake --build "$BUILD" -j"$NPROC" --target weightmap_cli bench_gpu test_cuda test_multi; } \

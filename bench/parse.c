@@ -13,7 +13,7 @@
  *        parse --safetensors [-n N] FILE...
  *        parse --make-st OUT [N_TENSORS]
  *   -n N          iterations per side and file (default 50)
- *   --peer DIR    llama.cpp's library folder (default: what bench/peer.sh installs)
+ *   --peer DIR    llama.cpp's library folder (default: what scripts/peer.sh installs)
  *   FILE...       GGUF files (default: the vocab fixtures and stories260K.gguf)
  *   --make-vocab  writes a vocabulary-only GGUF of N_TOKENS tokens (default 262144, as Gemma 3's:
  *                 tokens, scores, token types and a merge per token, about 16 MB of header),
@@ -59,7 +59,7 @@ static double time_weightmap(const char *path, uint64_t *heap_peak) {
     double t0 = bench_now_ms();
     wm_status st = wm_file_open(path, &f, &err);
     if (st == WM_OK && heap_peak) {
-        wm_ledger l;
+        wm_ledger l = WM_LEDGER_INIT;
         wm_ledger_get(&l);
         *heap_peak = l.cat[WM_LEDGER_HEAP].peak;
     }

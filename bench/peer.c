@@ -6,6 +6,8 @@
  */
 #include "peer.h"
 
+#include "oracle.h"
+
 #include <dlfcn.h>
 #include <errno.h>
 #include <sched.h>
@@ -24,11 +26,7 @@
 
 /* ---- the peer ---- */
 
-const char *bench_peer_default_dir(void) {
-    const char *env = getenv("WM_PEER_DIR");
-    if (env && *env) return env;
-    return WM_SOURCE_DIR "/bench/peers/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64";
-}
+const char *bench_peer_default_dir(void) { return wm_oracle_dir(); }
 
 static void *open_lib(const char *dir, const char *name) {
     char path[4200];
@@ -36,7 +34,7 @@ static void *open_lib(const char *dir, const char *name) {
     void *h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
     if (!h)
         fprintf(stderr,
-                "peer: cannot load %s: %s\n(run bench/peer.sh to install the peer, or set "
+                "peer: cannot load %s: %s\n(run scripts/peer.sh to install the peer, or set "
                 "WM_PEER_DIR)\n",
                 path, dlerror());
     return h;

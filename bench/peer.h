@@ -3,7 +3,7 @@
  * measure against), a monotonic clock, percentiles, the process's memory figures and paths.
  *
  * The peer is the prebuilt llama.cpp v0.4.0 (commit 5b4ebc5, ggml 0.23.0) from the npm package
- * @node-llama-cpp/linux-x64@3.21.1, installed by bench/peer.sh into bench/peers/. No llama.cpp
+ * @node-llama-cpp/linux-x64@3.21.1, installed by scripts/peer.sh into bench/peers/. No llama.cpp
  * header ships with it, so the few types and prototypes used are declared here from the public
  * API of that release (ggml/include/gguf.h, include/llama.h).
  */
@@ -80,12 +80,12 @@ typedef struct bench_peer {
     void (*llama_log_set)(void (*cb)(int level, const char *text, void *user), void *user);
 } bench_peer;
 
-/* The peer's library folder: $WM_PEER_DIR if set, else the one bench/peer.sh installs into
- * (bench/peers/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64 under the source tree). */
+/* The peer's library folder: $WM_PEER_DIR if set, else the one scripts/peer.sh installs into
+ * (tests/oracle/oracle.h: wm_oracle_dir). */
 const char *bench_peer_default_dir(void);
 
 /* Opens libggml-base.so from dir (NULL: the default) and fills the gguf_* pointers. Returns 0,
- * or -1 with a message on stderr that says to run bench/peer.sh. The peer's log is silenced
+ * or -1 with a message on stderr that says to run scripts/peer.sh. The peer's log is silenced
  * (both openers) unless WM_PEER_LOG=1. */
 int bench_peer_open_gguf(bench_peer *p, const char *dir);
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""python_gpu.py: the Python package's GPU benchmark (issue 10), in one run on one file:
+"""python_gpu.py: the Python package's GPU benchmark, in one run on one file:
 
   weightmap.load_file(FILE, device=DEVICE)            the package: staged CUDA load, DLPack views
   safetensors.torch.load_file(FILE, device=DEVICE)    the peer
@@ -11,7 +11,7 @@ is the median (and best) of its rounds. The package is timed over the whole call
 one torch tensor per tensor, torch.cuda.synchronize()); its wm_model_load alone is reported too.
 The CLI reports wm_model_load's time of each cycle (after wm_backend_init). During each load of
 the package and of safetensors a thread samples the host footprint (RssAnon + RssShmem + VmSwap,
-as bench/gpu.c and bench/gpu_safetensors.py do) every 2 ms; the peak is reported above the
+as bench/gpu/common.c and bench/gpu_safetensors.py do) every 2 ms; the peak is reported above the
 footprint just before that load (the rounds alternate, so memory that one loader's allocator
 keeps after its load is not charged to the next), the largest over the rounds; for the package
 also what each load left once its tensors were deleted ("footprint_left", bytes, each round).
@@ -33,7 +33,7 @@ import torch
 import weightmap
 
 # RssAnon + RssShmem + VmSwap of this process: the same figure bench/gpu_safetensors.py (beside
-# this file, on sys.path when run as a script) and bench/gpu.c sample.
+# this file, on sys.path when run as a script) and bench/gpu/common.c sample.
 from gpu_safetensors import footprint
 
 

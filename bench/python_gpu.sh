@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/python_gpu.sh: the Python package on a machine with a GPU, in one call (issue 10).
+# bench/python_gpu.sh: the Python package on a machine with a GPU, in one call.
 #
 # Builds the extension (and the CLI) with the CUDA backend for that machine's python3, runs the
 # package's tests on the CPU and then with WM_TEST_DEVICE=cuda:0 (fixtures from ../shared are
@@ -29,7 +29,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 "$PY" -c 'import sys, torch, numpy, safetensors; print(sys.version.split()[0], "torch", torch.__version__, "numpy", numpy.__version__, "safetensors", safetensors.__version__)'
 
 say "build ($BUILD)"
-. bench/gpu_env.sh
+. scripts/gpu_env.sh
 wm_gpu_env "$DEPS"
 cm+=(-DWM_DLPACK_DIR=/tmp/wm-deps/usr/include)
 if ! { cmake -S . -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_PYTHON=ON \

@@ -110,9 +110,9 @@ int main(int argc, char **argv) {
     char peer_lib[4200];
     snprintf(peer_lib, sizeof peer_lib, "%s/libllama.v0.4.0.so", peer);
     if (access(peer_lib, R_OK) != 0 || access(driver, X_OK) != 0 || access(cli, X_OK) != 0) {
-        printf(
-            "bench/trace: skipped (needs the peer, bench/peer.sh, and %s, built with the tests)\n",
-            driver);
+        printf("bench/trace: skipped (needs the peer, scripts/peer.sh, and %s, built with the "
+               "tests)\n",
+               driver);
         return 77;
     }
     char models[8][PATH_MAX];

@@ -38,13 +38,53 @@ extern "C" {
 #define WM_API
 #endif
 
-#define WM_VERSION_MAJOR 0
+/* ---------------------------------------------------------------------------------------------
+ * Version and the ABI promise
+ *
+ * Runtimes link this library as a shared object, so its binary interface is a contract:
+ *   - Within one major version (the shared object's SOVERSION is the major version), a program
+ *     built against an older header keeps working with a newer library: no function is removed
+ *     or changes its signature, no enum value changes meaning, and no struct field moves.
+ *   - Public structs that cross the boundary by value or through a caller-owned pointer
+ *     (wm_load_options, wm_cuda_options, wm_ledger, wm_model_stats) start with `uint32_t size`,
+ *     the caller's sizeof, and only ever grow at the end. The library reads (or, for results,
+ *     writes) only the first `size` bytes: fields a shorter, older struct lacks read as zero
+ *     (their documented default), and results it has no room for are not written. A longer
+ *     struct from a newer header is accepted when every byte past the library's own size is
+ *     zero; otherwise the call fails with WM_EINVAL, naming the size, rather than ignore a field
+ *     the caller set. `size` 0 means the struct as version 1.0 defined it, so a zero-initialised
+ *     struct written against 1.0 (`{.mode = WM_MODE_MMAP}`) stays valid; code that sets fields
+ *     added later must set `size` (the WM_..._INIT macros do).
+ *   - Opaque types (wm_file, wm_model) stay opaque; their layout is not part of the ABI.
+ *   - wm_version_number() lets a program check at run time that the library it got is at least
+ *     the version whose header it was built with.
+ * ------------------------------------------------------------------------------------------- */
+
+/* An initialiser of a sized struct: its size set, every other field zero (C++11: a value). */
+#ifdef __cplusplus
+#define WM_SIZED_INIT(type)                                                                        \
+    ([] {                                                                                          \
+        type v_{};                                                                                 \
+        v_.size = (uint32_t)sizeof(type);                                                          \
+        return v_;                                                                                 \
+    }())
+#else
+#define WM_SIZED_INIT(type)                                                                        \
+    { .size = (uint32_t)sizeof(type) }
+#endif
+
+#define WM_VERSION_MAJOR 1
 #define WM_VERSION_MINOR 1
 #define WM_VERSION_PATCH 0
-#define WM_VERSION_STRING "0.1.0"
+#define WM_VERSION_STRING "1.1.0"
+/* MAJOR * 1000000 + MINOR * 1000 + PATCH, e.g. 1000000 for 1.0.0 (as wm_version_number). */
+#define WM_VERSION_NUMBER (WM_VERSION_MAJOR * 1000000 + WM_VERSION_MINOR * 1000 + WM_VERSION_PATCH)
 
 /* The library's version as "MAJOR.MINOR.PATCH". */
 WM_API const char *wm_version(void);
+/* The library's version as a number (WM_VERSION_NUMBER of the library that runs, which may be
+ * newer than the header a program was built with: compare with >=). */
+WM_API uint32_t wm_version_number(void);
 
 /* ---------------------------------------------------------------------------------------------
  * Status codes and errors
@@ -107,12 +147,17 @@ typedef struct wm_ledger_stat {
     uint64_t regions; /* regions (allocations, mappings, ...) held now */
 } wm_ledger_stat;
 
+/* Grows only at the end (see "the ABI promise"); set `size` before wm_ledger_get. */
 typedef struct wm_ledger {
+    uint32_t size; /* sizeof(wm_ledger) as the caller knows it: WM_LEDGER_INIT */
     wm_ledger_stat cat[WM_LEDGER_COUNT];
     uint64_t heap_largest; /* largest single request the counted allocator has served */
 } wm_ledger;
 
-/* A consistent-enough snapshot of the global ledger (each figure is read atomically). */
+#define WM_LEDGER_INIT WM_SIZED_INIT(wm_ledger)
+
+/* A consistent-enough snapshot of the global ledger (each figure is read atomically), written
+ * into the first out->size bytes of *out (0: the 1.0 size); out->size is left as it was. */
 WM_API void wm_ledger_get(wm_ledger *out);
 /* Sets every peak to its current value and heap_largest to 0 (for measuring one phase). */
 WM_API void wm_ledger_reset_peaks(void);
@@ -185,6 +230,9 @@ typedef enum wm_type {
     WM_TYPE_F6_E2M3 = 108,
     WM_TYPE_F6_E3M2 = 109,
     WM_TYPE_F4 = 110,
+    WM_TYPE_C64 = 111,         /* complex64: two f32 (real, imaginary) per element */
+    WM_TYPE_F8_E4M3FNUZ = 112, /* 8-bit floats without infinities or negative zero */
+    WM_TYPE_F8_E5M2FNUZ = 113,
     WM_TYPE_INVALID = -1
 } wm_type;
 
@@ -390,6 +438,18 @@ typedef enum wm_lock {
 
 typedef enum wm_backend_kind { WM_BACKEND_CPU = 0, WM_BACKEND_CUDA = 1 } wm_backend_kind;
 
+/* "cpu", "cuda"; NULL for another value. These are the names wm_backend_from_name reads. */
+WM_API const char *wm_backend_name(wm_backend_kind backend);
+/* Parses a backend spec, the one grammar the CLI and the Python package share: "cpu", "cuda"
+ * (device 0), "cuda:N", or "cuda:N,M,..." (several devices, each 0 .. WM_LEDGER_DEVICES-1, none
+ * twice). Writes *backend and the devices listed (cpu: none; "cuda": device 0) into
+ * devices[0 .. *n_devices), of room max_devices (at most WM_LEDGER_DEVICES are ever written).
+ * Returns WM_OK, or WM_EINVAL with err->msg saying what is wrong with which part of the spec
+ * (NULL arguments, an unknown name, a bad or repeated device number, more than max_devices).
+ * Out-parameters are written only on success. Thread-safe. */
+WM_API wm_status wm_backend_from_name(const char *spec, wm_backend_kind *backend, int *devices,
+                                      unsigned max_devices, unsigned *n_devices, wm_error *err);
+
 /* Progress: called from the loading thread with bytes done so far and the total. Return
  * non-zero to cancel: the load then fails with WM_ECANCELED and holds nothing. */
 typedef int (*wm_progress_fn)(void *user, uint64_t bytes_done, uint64_t bytes_total);
@@ -415,6 +475,15 @@ typedef enum wm_split {
                           the slice of each row is read as such, not the whole row */
 } wm_split;
 
+/* One tensor to load (wm_load_options.select): tensor `tensor` (an index, as wm_file_tensor
+ * numbers them), whole (row_begin and row_end both 0) or only rows [row_begin, row_end) of its
+ * dimension 0 (the outermost, as PyTorch numbers dimensions; a 1-D tensor's rows are its
+ * elements, whole blocks of a quantized type). */
+typedef struct wm_tensor_select {
+    size_t tensor;
+    uint64_t row_begin, row_end;
+} wm_tensor_select;
+
 /* Chooses a device for tensor `index`: an index into opts.devices (0 .. n_devices-1). */
 typedef unsigned (*wm_place_fn)(void *user, size_t index, const wm_tensor_info *tensor);
 /* Chooses how tensor `index` is split over the ranks. */
@@ -426,8 +495,34 @@ typedef wm_split (*wm_split_fn)(void *user, size_t index, const wm_tensor_info *
  * norms, the output head). Only 2-D tensors are split. `user` is unused. */
 WM_API wm_split wm_split_llama(void *user, size_t index, const wm_tensor_info *tensor);
 
+/* Options of the CUDA backend, pointed to by wm_load_options.cuda (NULL: every default). Given
+ * with another backend, the load fails with WM_EINVAL. Grows only at the end. */
+typedef struct wm_cuda_options {
+    uint32_t size;  /* sizeof(wm_cuda_options) as the caller knows it: WM_CUDA_OPTIONS_INIT */
+    int registered; /* register the mmap-mode mapping instead of staging */
+    uint64_t pinned_budget; /* pinned staging bytes, 0 = 256 MiB */
+    int direct_io;          /* staged: read with O_DIRECT, past the page cache (for models
+                               larger than the memory that would cache them), where the file
+                               system allows it; buffered reads otherwise */
+    /* Read once (staged path, one device per process; builds with NCCL): an ncclComm_t
+     * whose ranks all load this file with the same options but their own tp_rank (its rank in
+     * the communicator, of tp_world = its size). Each rank reads only its 1/tp_world byte range
+     * of every tensor that is not split (tp_split NULL: all of them), and the ranks complete
+     * those tensors on every device with ncclBroadcast, so that storage is read once in all,
+     * not tp_world times. NCCL is loaded at run time (libnccl.so.2); where it is absent, or in
+     * a build without NCCL, the load fails with WM_EUNSUPPORTED. The communicator stays the
+     * caller's; the load makes collective calls on it, so every rank must call wm_model_load. */
+    void *nccl_comm;
+} wm_cuda_options;
+
+#define WM_CUDA_OPTIONS_INIT WM_SIZED_INIT(wm_cuda_options)
+
+/* What to load and how. Grows only at the end (see "the ABI promise"): start from
+ * WM_LOAD_OPTIONS_INIT, or write `{.size = sizeof(wm_load_options), .mode = ...}`. Every field
+ * but `mode` defaults to zero. */
 typedef struct wm_load_options {
-    wm_mode mode; /* required */
+    uint32_t size; /* sizeof(wm_load_options) as the caller knows it; 0: the 1.0 struct */
+    wm_mode mode;  /* required */
     wm_lock lock;
     int prefetch;             /* mmap modes: MADV_POPULATE_READ (or WILLNEED) the data */
     unsigned threads;         /* worker threads for heap reads; 0 = one per online CPU, max 64 */
@@ -438,15 +533,11 @@ typedef struct wm_load_options {
     int device;                     /* backend device index (CUDA) */
     const wm_convert_rule *convert; /* conversions (heap mode only); NULL for none */
     size_t n_convert;
-    int cuda_registered;    /* CUDA: register the mmap-mode mapping instead of staging */
-    uint64_t pinned_budget; /* CUDA: pinned staging bytes, 0 = 256 MiB */
-    int direct_io;          /* CUDA staged: read with O_DIRECT, past the page cache (for
-                               models larger than the memory that would cache them), where
-                               the file system allows it; buffered reads otherwise */
+    const wm_cuda_options *cuda; /* backend CUDA: its options; NULL for the defaults */
     /* Several devices (CUDA, staged path): devices[0 .. n_devices) replace `device`, placed by
      * `placement` (place_tensor and place_user for WM_PLACE_CALLBACK). All are filled at once
      * through one pinned staging ring (registered portable, so every device copies from it)
-     * within pinned_budget. A list of one device is that device; n_devices 0: `device`. */
+     * within the CUDA pinned_budget. A list of one device is that device; n_devices 0: `device`. */
     const int *devices;
     unsigned n_devices;
     wm_placement placement;
@@ -461,16 +552,21 @@ typedef struct wm_load_options {
     unsigned tp_rank, tp_world;
     wm_split_fn tp_split;
     void *tp_user;
-    /* Read once (CUDA staged path, one device per process; builds with NCCL): an ncclComm_t
-     * whose ranks all load this file with the same options but their own tp_rank (its rank in
-     * the communicator, of tp_world = its size). Each rank reads only its 1/tp_world byte range
-     * of every tensor that is not split (tp_split NULL: all of them), and the ranks complete
-     * those tensors on every device with ncclBroadcast, so that storage is read once in all,
-     * not tp_world times. NCCL is loaded at run time (libnccl.so.2); where it is absent, or in
-     * a build without NCCL, the load fails with WM_EUNSUPPORTED. The communicator stays the
-     * caller's; the load makes collective calls on it, so every rank must call wm_model_load. */
-    void *nccl_comm;
+    /* Fields added after 1.0 go here, at the end, each with the version that added it. */
+    /* Selection (added in 1.1; set `size`, as WM_LOAD_OPTIONS_INIT does): n_select 0 loads
+     * every tensor. Otherwise only select[0 .. n_select) are loaded, and of each only
+     * the rows it names, read into a packed buffer: a model of one row range holds and reads
+     * those rows' bytes. The other tensors are not loaded (wm_model_tensor_info and
+     * wm_model_tensor_shape say WM_ENOENT, their pointers are NULL and 0). WM_EINVAL naming the
+     * tensor for an index out of range, a tensor listed twice, a row range that is empty, ends
+     * past the last row, cuts a block or is asked of a scalar; row ranges also need a packed
+     * layout (mode heap, or a device backend) and no conversion; a selection does not combine
+     * with tensor parallelism or read-once. */
+    const wm_tensor_select *select;
+    size_t n_select;
 } wm_load_options;
+
+#define WM_LOAD_OPTIONS_INIT WM_SIZED_INIT(wm_load_options)
 
 /* Starts a backend's runtime on `device` ahead of a load (CUDA: creates the device's primary
  * context, which stays until the process exits, and rehearses each kind of call a load makes,
@@ -506,12 +602,12 @@ WM_API const char *wm_mode_name(wm_mode mode);
 WM_API wm_mode wm_mode_from_name(const char *name);
 
 /* The tensor's type and byte size as loaded (after any conversion, of its slice under tensor
- * parallelism). */
+ * parallelism or a row selection). WM_ENOENT for a tensor the selection left out. */
 WM_API wm_status wm_model_tensor_info(const wm_model *model, size_t index, wm_type *type,
                                       uint64_t *nbytes);
 /* The tensor's shape as loaded, in ggml order like wm_tensor_info.shape (a slice's under tensor
- * parallelism), and how it was split. WM_EINVAL for NULL model or shape, WM_ERANGE for an index
- * out of range. */
+ * parallelism or a row selection), and how it was split. WM_EINVAL for NULL model or shape,
+ * WM_ERANGE for an index out of range, WM_ENOENT for a tensor the selection left out. */
 WM_API wm_status wm_model_tensor_shape(const wm_model *model, size_t index,
                                        uint64_t shape[WM_MAX_DIMS], uint32_t *n_dims,
                                        wm_split *split);
@@ -525,7 +621,9 @@ WM_API void *wm_model_tensor_data_mut(wm_model *model, size_t index);
 /* Device pointer of tensor `index` (CUDA backend), as an integer; 0 when not on a device. */
 WM_API uint64_t wm_model_tensor_device_ptr(const wm_model *model, size_t index);
 
+/* Grows only at the end (see "the ABI promise"); set `size` before wm_model_stats_get. */
 typedef struct wm_model_stats {
+    uint32_t size;         /* sizeof(wm_model_stats) as the caller knows it: WM_MODEL_STATS_INIT */
     uint64_t tensor_bytes; /* bytes of tensor data */
     uint32_t buffers;      /* buffers (chunks) the tensors live in */
     uint64_t mapped_bytes; /* bytes of file mappings held */
@@ -538,7 +636,27 @@ typedef struct wm_model_stats {
     uint64_t bytes_read;   /* bytes the load read from the file with pread (0 for mappings) */
 } wm_model_stats;
 
+#define WM_MODEL_STATS_INIT WM_SIZED_INIT(wm_model_stats)
+
+/* The model's figures, written into the first out->size bytes of *out (0: the 1.0 size);
+ * out->size is left as it was. A NULL model writes zeros. */
 WM_API void wm_model_stats_get(const wm_model *model, wm_model_stats *out);
+
+/* The model's buffers: the host memory its tensors lie in, as the load laid it out, one buffer
+ * per chunk (wm_model_stats.buffers of them): in the mmap modes one file mapping per shard, or
+ * per max_buffer_size piece of one, starting at a page boundary of the file (so a buffer may
+ * begin with header bytes before its first tensor); in heap mode one page-allocated block per
+ * chunk. For handing the memory to a runtime that wants whole buffers (ggml:
+ * include/weightmap_ggml.h). wm_model_buffer_data is NULL on a device backend, for an index out
+ * of range and for a buffer of no bytes; the memory is the model's (borrowed), read-only in mode
+ * mmap. wm_model_tensor_buffer says in which buffer tensor `index` lies and at which byte offset
+ * from its start: WM_EINVAL for NULL model or out-parameters, WM_ERANGE for an index out of
+ * range. */
+WM_API size_t wm_model_buffer_count(const wm_model *model);
+WM_API const void *wm_model_buffer_data(const wm_model *model, size_t index);
+WM_API size_t wm_model_buffer_size(const wm_model *model, size_t index);
+WM_API wm_status wm_model_tensor_buffer(const wm_model *model, size_t index, size_t *buffer,
+                                        uint64_t *offset);
 
 /* ---------------------------------------------------------------------------------------------
  * Memory figures: the operating system's view

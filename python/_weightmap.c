@@ -16,7 +16,13 @@
  * its Handle and counts itself in Handle.views; its deleter (called by the consumer when the
  * tensor dies, on any thread) takes the GIL, uncounts itself, releases the Handle if it was the
  * last view of a closed Handle, and drops its reference. So a tensor that outlives close()
- * keeps its bytes valid, and the last one to go gives them back.
+ * keeps its bytes valid, and the last one to go gives them back. A Part (one tensor's rows,
+ * loaded alone) is counted the same way by its Export and its views, and released by the last.
+ *
+ * Threads: every field of a Handle is read and written with the GIL held; only wm_model_load
+ * runs without it, counted in Handle.busy. The whole model is loaded once, under Handle.lock:
+ * threads asking meanwhile wait for the lock with the GIL released and find the model there.
+ * close() during a load marks the Handle closed; the load's end releases (handle_maybe_release).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -35,6 +41,7 @@ static PyObject *Error;               /* weightmap.Error(Exception): every failu
 static PyObject *FormatError;         /* (Error, ValueError): WM_EFORMAT, a malformed file */
 static PyObject *NotFoundError;       /* (Error, FileNotFoundError): WM_ENOENT on a path */
 static PyObject *TensorNotFoundError; /* (Error, KeyError): no such tensor */
+static PyObject *ClosedError;         /* (Error, ValueError): the handle was closed */
 
 /* Raises the class that fits `status` with `msg`, and sets on the exception `status` (the name,
  * "WM_EFORMAT"), `code` (the number) and `os_errno`. Returns NULL, for `return raise_status(..)`.
@@ -69,14 +76,29 @@ static PyObject *raise_wm(wm_status status, const wm_error *err) {
 
 typedef struct Handle {
     PyObject_HEAD wm_file *file; /* NULL once released */
-    wm_model *model;             /* NULL until loaded, and once released */
+    wm_model *model;             /* the whole model: NULL until loaded, and once released */
     PyObject *path;              /* str */
     int closed;                  /* close() was called: no new use; release when views reaches 0 */
-    int busy;                    /* a load runs with the GIL released */
-    Py_ssize_t views;            /* DLPack views handed out and not yet deleted */
+    int busy;                    /* loads running with the GIL released (whole or parts) */
+    Py_ssize_t views;            /* DLPack views handed out and not yet deleted (of any model) */
+    PyThread_type_lock lock;     /* held by the thread loading the whole model */
     wm_backend_kind backend;
     int device;
 } Handle;
+
+/* A model of part of the file (a row range of one tensor, wm_load_options.select), shared by
+ * the Export that made it and the views of it; released when the last of them goes. */
+typedef struct Part {
+    wm_model *model;
+    Py_ssize_t refs;
+} Part;
+
+static void part_unref(Part *p) {
+    if (p && --p->refs == 0) {
+        wm_model_release(p->model);
+        PyMem_RawFree(p);
+    }
+}
 
 static PyTypeObject HandleType;
 
@@ -88,17 +110,19 @@ static void handle_release(Handle *h) {
     h->file = NULL;
 }
 
-/* NULL with an exception when the handle may not be used (closed, released or loading). */
+/* 0 with ClosedError when the handle may not be used (closed or released). The header (h->file)
+ * is read-only once open, so every thread may read it while a load runs. */
 static int handle_usable(Handle *h) {
     if (h->closed || h->file == NULL) {
-        PyErr_Format(PyExc_ValueError, "%U: the file is closed", h->path);
-        return 0;
-    }
-    if (h->busy) {
-        PyErr_Format(PyExc_RuntimeError, "%U: a load is running on another thread", h->path);
+        PyErr_Format(ClosedError, "%U: the file is closed", h->path);
         return 0;
     }
     return 1;
+}
+
+/* After close(), the last of the views and loads releases what is left. */
+static void handle_maybe_release(Handle *h) {
+    if (h->closed && h->views == 0 && h->busy == 0) handle_release(h);
 }
 
 static PyObject *Handle_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
@@ -123,8 +147,10 @@ static PyObject *Handle_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     }
     h->file = file;
     h->path = PyUnicode_DecodeFSDefault(path);
+    h->lock = PyThread_allocate_lock();
     Py_DECREF(path_obj);
-    if (h->path == NULL) {
+    if (h->path == NULL || h->lock == NULL) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
         Py_DECREF(h);
         return NULL;
     }
@@ -134,25 +160,22 @@ static PyObject *Handle_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
 static void Handle_dealloc(Handle *h) {
     /* Every view holds a reference, so none is alive here. */
     handle_release(h);
+    if (h->lock) PyThread_free_lock(h->lock);
     Py_XDECREF(h->path);
     Py_TYPE(h)->tp_free((PyObject *)h);
 }
 
 static PyObject *Handle_close(Handle *h, PyObject *unused) {
     (void)unused;
-    if (h->busy) {
-        PyErr_Format(PyExc_RuntimeError, "%U: a load is running on another thread", h->path);
-        return NULL;
-    }
-    h->closed = 1;
-    if (h->views == 0) handle_release(h);
+    h->closed = 1; /* a load running on another thread releases when it ends */
+    handle_maybe_release(h);
     return PyBool_FromLong(h->file == NULL);
 }
 
 static PyObject *tensor_tuple(const wm_file *file, size_t index) {
     wm_tensor_info ti;
     if (wm_file_tensor(file, index, &ti) != WM_OK)
-        return PyErr_Format(PyExc_IndexError, "tensor index %zu out of range", index);
+        return PyErr_Format(Error, "tensor index %zu out of range", index);
     PyObject *shape = PyTuple_New(ti.n_dims);
     if (shape == NULL) return NULL;
     for (uint32_t d = 0; d < ti.n_dims; d++) /* ggml order (fastest first) to C order */
@@ -208,7 +231,7 @@ static PyObject *Handle_names(Handle *h, PyObject *unused) {
             wm_file_tensor(h->file, i, &ti) == WM_OK ? PyUnicode_FromString(ti.name) : NULL;
         if (s == NULL) {
             Py_DECREF(list);
-            return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_IndexError, "tensor %zu", i);
+            return PyErr_Occurred() ? NULL : PyErr_Format(Error, "tensor %zu", i);
         }
         PyList_SET_ITEM(list, (Py_ssize_t)i, s);
     }
@@ -320,9 +343,76 @@ static PyObject *Handle_metadata(Handle *h, PyObject *unused) {
     return dict;
 }
 
-/* load(mode, lock=0, backend=0, device=0, to=None, prefetch=False, threads=0): loads the model
- * (once; a second call is an error). `to` names a conversion target ("f32", "f16", "bf16",
- * "f64"): every tensor whose type converts to it is delivered converted (heap mode, CPU). */
+/* The options of load() and load_part(), from their common arguments; `rules` (128 slots) holds
+ * one conversion rule per distinct type that converts to `to_name` (type ids are below 128). 0
+ * with an exception for a bad mode or dtype name. */
+static int load_options(Handle *h, const char *mode_name, int lock, int backend, int device,
+                        const char *to_name, int prefetch, unsigned threads, wm_convert_rule *rules,
+                        wm_load_options *opts) {
+    *opts = (wm_load_options)WM_LOAD_OPTIONS_INIT;
+    opts->mode = wm_mode_from_name(mode_name);
+    if (opts->mode == WM_MODE_NONE) {
+        PyErr_Format(PyExc_ValueError, "mode must be 'mmap', 'heap' or 'mmap-private', not '%s'",
+                     mode_name);
+        return 0;
+    }
+    opts->lock = (wm_lock)lock;
+    opts->backend = (wm_backend_kind)backend;
+    opts->device = device;
+    opts->prefetch = prefetch;
+    opts->threads = threads;
+    if (to_name == NULL) return 1;
+    wm_type to = wm_type_from_name(to_name);
+    if (to == WM_TYPE_INVALID) {
+        PyErr_Format(PyExc_ValueError, "unknown dtype '%s'", to_name);
+        return 0;
+    }
+    size_t n_rules = 0;
+    unsigned char seen[128] = {0};
+    size_t n = wm_file_tensor_count(h->file);
+    for (size_t i = 0; i < n; i++) {
+        wm_tensor_info ti;
+        if (wm_file_tensor(h->file, i, &ti) != WM_OK || ti.type < 0 || ti.type >= 128 ||
+            seen[ti.type])
+            continue;
+        seen[ti.type] = 1;
+        if (ti.type != to && wm_convert_supported(ti.type, to))
+            rules[n_rules++] = (wm_convert_rule){NULL, ti.type, to};
+    }
+    opts->convert = n_rules ? rules : NULL;
+    opts->n_convert = n_rules;
+    return 1;
+}
+
+/* wm_model_load with the GIL released, counted in h->busy so that a close() meanwhile leaves
+ * the release to the end of the load. A handle closed during the load gives the new model
+ * back at once and raises ClosedError. */
+static wm_model *load_unlocked(Handle *h, const wm_load_options *opts) {
+    wm_model *model = NULL;
+    wm_error err = {0};
+    wm_status st;
+    h->backend = opts->backend;
+    h->device = opts->device;
+    h->busy++;
+    Py_BEGIN_ALLOW_THREADS st = wm_model_load(h->file, opts, &model, &err);
+    Py_END_ALLOW_THREADS h->busy--;
+    if (st == WM_OK && h->closed) {
+        wm_model_release(model);
+        model = NULL;
+        PyErr_Format(ClosedError, "%U: the file was closed while it loaded", h->path);
+    } else if (st != WM_OK) {
+        raise_wm(st, &err);
+    }
+    handle_maybe_release(h);
+    return model;
+}
+
+/* load(mode, lock=0, backend=0, device=0, to=None, prefetch=False, threads=0): loads the whole
+ * model once. Any number of threads may call it (or ask for tensors, which call it): the first
+ * loads, with the GIL released; the others wait for it (GIL released too) and return once the
+ * model is there; when that load failed, the next waiter tries again. `to` names a conversion
+ * target ("f32", "f16", "bf16", "f64"): every tensor whose type converts to it is delivered
+ * converted (heap mode, CPU). */
 static PyObject *Handle_load(Handle *h, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"mode", "lock",     "backend", "device",
                              "to",   "prefetch", "threads", NULL};
@@ -333,55 +423,28 @@ static PyObject *Handle_load(Handle *h, PyObject *args, PyObject *kw) {
                                      &device, &to_name, &prefetch, &threads))
         return NULL;
     if (!handle_usable(h)) return NULL;
-    if (h->model != NULL) return PyErr_Format(PyExc_RuntimeError, "%U: already loaded", h->path);
-    wm_load_options opts = {0};
-    opts.mode = wm_mode_from_name(mode_name);
-    if (opts.mode == WM_MODE_NONE)
-        return PyErr_Format(PyExc_ValueError,
-                            "mode must be 'mmap', 'heap' or 'mmap-private', not '%s'", mode_name);
-    opts.lock = (wm_lock)lock;
-    opts.backend = (wm_backend_kind)backend;
-    opts.device = device;
-    opts.prefetch = prefetch;
-    opts.threads = threads;
-    /* One rule per distinct type that converts to the target (ids are below 128). */
+    if (h->model != NULL) Py_RETURN_NONE;
     wm_convert_rule rules[128];
-    size_t n_rules = 0;
-    if (to_name != NULL) {
-        wm_type to = wm_type_from_name(to_name);
-        if (to == WM_TYPE_INVALID)
-            return PyErr_Format(PyExc_ValueError, "unknown dtype '%s'", to_name);
-        unsigned char seen[128] = {0};
-        size_t n = wm_file_tensor_count(h->file);
-        for (size_t i = 0; i < n; i++) {
-            wm_tensor_info ti;
-            if (wm_file_tensor(h->file, i, &ti) != WM_OK || ti.type < 0 || ti.type >= 128 ||
-                seen[ti.type])
-                continue;
-            seen[ti.type] = 1;
-            if (ti.type != to && wm_convert_supported(ti.type, to))
-                rules[n_rules++] = (wm_convert_rule){NULL, ti.type, to};
-        }
-        opts.convert = n_rules ? rules : NULL;
-        opts.n_convert = n_rules;
+    wm_load_options opts;
+    if (!load_options(h, mode_name, lock, backend, device, to_name, prefetch, threads, rules,
+                      &opts))
+        return NULL;
+    if (!PyThread_acquire_lock(h->lock, NOWAIT_LOCK)) {
+        Py_BEGIN_ALLOW_THREADS PyThread_acquire_lock(h->lock, WAIT_LOCK);
+        Py_END_ALLOW_THREADS
     }
     wm_model *model = NULL;
-    wm_error err = {0};
-    wm_status st;
-    h->busy = 1;
-    Py_BEGIN_ALLOW_THREADS st = wm_model_load(h->file, &opts, &model, &err);
-    Py_END_ALLOW_THREADS h->busy = 0;
-    if (st != WM_OK) return raise_wm(st, &err);
-    h->model = model;
-    h->backend = opts.backend;
-    h->device = device;
+    if (h->model == NULL && handle_usable(h)) model = load_unlocked(h, &opts);
+    if (model != NULL) h->model = model;
+    PyThread_release_lock(h->lock);
+    if (PyErr_Occurred()) return NULL;
     Py_RETURN_NONE;
 }
 
 static PyObject *Handle_stats(Handle *h, PyObject *unused) {
     (void)unused;
     if (h->model == NULL) Py_RETURN_NONE;
-    wm_model_stats s;
+    wm_model_stats s = WM_MODEL_STATS_INIT;
     wm_model_stats_get(h->model, &s);
     return Py_BuildValue(
         "{sKsIsKsKsKsKsKsIsd}", "tensor_bytes", (unsigned long long)s.tensor_bytes, "buffers",
@@ -450,6 +513,7 @@ static PyObject *Handle_shards(Handle *h, PyObject *unused) {
 
 typedef struct Export {
     PyObject_HEAD Handle *handle;
+    Part *part; /* the model of part of the file it exports from; NULL: handle->model */
     size_t index;
     DLDataType dtype;
     int ndim;
@@ -477,42 +541,44 @@ static int dl_type(wm_type t, DLDataType *out) {
     case WM_TYPE_BOOL:    /* DLPack 0.6 has no bool: bytes, viewed as bool by the package */
     case WM_TYPE_F8_E4M3: /* and the 8-bit floats likewise, where the framework has them */
     case WM_TYPE_F8_E5M2:
-    case WM_TYPE_F8_E8M0: code = kDLUInt; break;
+    case WM_TYPE_F8_E8M0:
+    case WM_TYPE_F8_E4M3FNUZ:
+    case WM_TYPE_F8_E5M2FNUZ: code = kDLUInt; break;
+    case WM_TYPE_C64: code = kDLComplex; break;
     default: return 0;
     }
     *out = (DLDataType){code, (uint8_t)(wm_type_block_bytes(t) * 8), 1};
     return 1;
 }
 
-/* export(index, code=-1, bits=-1) -> Export. The tensor as loaded: a type with a DLPack
- * equivalent keeps its shape (C order); any other (quantized blocks, sub-byte floats) is bytes,
- * shape (..., bytes of a row) when a row is whole blocks, else (nbytes,). `code` (a DLDataTypeCode)
- * reinterprets the elements as another type of the same width (bf16 as uint16 for NumPy). */
-static PyObject *Handle_export(Handle *h, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"index", "code", "bits", NULL};
-    Py_ssize_t index;
-    int code = -1, bits = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "n|ii", kwlist, &index, &code, &bits)) return NULL;
-    if (!handle_usable(h)) return NULL;
-    if (h->model == NULL) return PyErr_Format(PyExc_RuntimeError, "%U: not loaded", h->path);
-    wm_tensor_info ti;
+/* A new Export of tensor `index` of `model` (h->model, or part->model, which it then holds): a
+ * type with a DLPack equivalent keeps its shape as loaded (C order); any other (quantized
+ * blocks, sub-byte floats) is bytes, shape (..., bytes of a row) when a row is whole blocks,
+ * else (nbytes,). `code` (a DLDataTypeCode) >= 0 reinterprets the elements as another type of
+ * the same width (bf16 as uint16 for NumPy). */
+static PyObject *export_new(Handle *h, Part *part, wm_model *model, size_t index, int code,
+                            int bits) {
+    uint64_t shape[WM_MAX_DIMS];
+    uint32_t n_dims;
     wm_type type;
     uint64_t nbytes;
-    if (index < 0 || wm_file_tensor(h->file, (size_t)index, &ti) != WM_OK ||
-        wm_model_tensor_info(h->model, (size_t)index, &type, &nbytes) != WM_OK)
-        return PyErr_Format(PyExc_IndexError, "tensor index %zd out of range", index);
+    if (wm_model_tensor_info(model, index, &type, &nbytes) != WM_OK ||
+        wm_model_tensor_shape(model, index, shape, &n_dims, NULL) != WM_OK)
+        return PyErr_Format(Error, "%U: tensor %zu is not loaded", h->path, index);
     Export *e = PyObject_New(Export, &ExportType);
     if (e == NULL) return NULL;
     e->handle = (Handle *)Py_NewRef(h);
-    e->index = (size_t)index;
-    e->ndim = (int)ti.n_dims;
-    for (uint32_t d = 0; d < ti.n_dims; d++)
-        e->shape[d] = (int64_t)ti.shape[ti.n_dims - 1 - d];
+    e->part = part;
+    if (part) part->refs++;
+    e->index = index;
+    e->ndim = (int)n_dims;
+    for (uint32_t d = 0; d < n_dims; d++)
+        e->shape[d] = (int64_t)shape[n_dims - 1 - d];
     if (!dl_type(type, &e->dtype)) {
         uint32_t be = wm_type_block_elems(type), bb = wm_type_block_bytes(type);
         e->dtype = (DLDataType){kDLUInt, 8, 1};
-        if (ti.n_dims >= 1 && be && ti.shape[0] % be == 0) {
-            e->shape[ti.n_dims - 1] = (int64_t)(ti.shape[0] / be * bb);
+        if (n_dims >= 1 && be && shape[0] % be == 0) {
+            e->shape[n_dims - 1] = (int64_t)(shape[0] / be * bb);
         } else {
             e->ndim = 1;
             e->shape[0] = (int64_t)nbytes;
@@ -530,7 +596,58 @@ static PyObject *Handle_export(Handle *h, PyObject *args, PyObject *kw) {
     return (PyObject *)e;
 }
 
+/* export(index, code=-1, bits=-1) -> Export of a tensor of the whole model (loaded first). */
+static PyObject *Handle_export(Handle *h, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"index", "code", "bits", NULL};
+    Py_ssize_t index;
+    int code = -1, bits = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "n|ii", kwlist, &index, &code, &bits)) return NULL;
+    if (!handle_usable(h)) return NULL;
+    if (h->model == NULL) return PyErr_Format(Error, "%U: not loaded", h->path);
+    if (index < 0 || (size_t)index >= wm_file_tensor_count(h->file))
+        return PyErr_Format(PyExc_ValueError, "tensor index %zd out of range", index);
+    return export_new(h, NULL, h->model, (size_t)index, code, bits);
+}
+
+/* load_part(index, row_begin, row_end, mode, lock=0, backend=0, device=0, threads=0, code=-1)
+ * -> Export: loads only rows [row_begin, row_end) of tensor `index` (row_begin == row_end == 0:
+ * the whole tensor) as a model of its own, which the Export and its views hold. Many threads
+ * may load parts at once, and while the whole model loads. */
+static PyObject *Handle_load_part(Handle *h, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"index",   "row_begin", "row_end", "mode", "lock",
+                             "backend", "device",    "threads", "code", NULL};
+    Py_ssize_t index;
+    unsigned long long r0, r1;
+    const char *mode_name;
+    int lock = 0, backend = 0, device = 0, code = -1;
+    unsigned threads = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "nKKs|iiiIi", kwlist, &index, &r0, &r1, &mode_name,
+                                     &lock, &backend, &device, &threads, &code))
+        return NULL;
+    if (!handle_usable(h)) return NULL;
+    if (index < 0 || (size_t)index >= wm_file_tensor_count(h->file))
+        return PyErr_Format(PyExc_ValueError, "tensor index %zd out of range", index);
+    wm_load_options opts;
+    if (!load_options(h, mode_name, lock, backend, device, NULL, 0, threads, NULL, &opts))
+        return NULL;
+    wm_tensor_select sel = {(size_t)index, r0, r1};
+    opts.select = &sel;
+    opts.n_select = 1;
+    Part *part = PyMem_RawCalloc(1, sizeof *part);
+    if (part == NULL) return PyErr_NoMemory();
+    part->model = load_unlocked(h, &opts);
+    if (part->model == NULL) {
+        PyMem_RawFree(part);
+        return NULL;
+    }
+    part->refs = 1;
+    PyObject *e = export_new(h, part, part->model, (size_t)index, code, -1);
+    part_unref(part); /* the Export holds it now (or, on failure, nothing does) */
+    return e;
+}
+
 static void Export_dealloc(Export *e) {
+    part_unref(e->part);
     Py_XDECREF(e->handle);
     PyObject_Free(e);
 }
@@ -543,6 +660,7 @@ typedef struct View {
     DLManagedTensor managed;
     int64_t shape[WM_MAX_DIMS];
     Handle *handle;
+    Part *part; /* NULL: a view of handle->model */
 } View;
 
 static const char CAPSULE_NAME[] = "dltensor";
@@ -564,7 +682,8 @@ static void view_deleter(DLManagedTensor *managed) {
     PyGILState_STATE g = PyGILState_Ensure();
     Handle *h = v->handle;
     h->views--;
-    if (h->closed && h->views == 0) handle_release(h);
+    part_unref(v->part);
+    handle_maybe_release(h);
     Py_DECREF(h);
     PyMem_RawFree(v);
     PyGILState_Release(g);
@@ -608,8 +727,8 @@ static PyObject *Export_dlpack(Export *e, PyObject *args, PyObject *kw) {
                                      &copy))
         return NULL;
     Handle *h = e->handle;
-    if (h->model == NULL || h->busy)
-        return PyErr_Format(PyExc_BufferError, "%U: the model is released", h->path);
+    wm_model *model = e->part ? e->part->model : h->model;
+    if (model == NULL) return PyErr_Format(Error, "%U: the model is released", h->path);
     if (copy == Py_True)
         return PyErr_Format(PyExc_BufferError, "weightmap exports views, not copies");
     DLDevice dev = export_device(e);
@@ -623,22 +742,24 @@ static PyObject *Export_dlpack(Export *e, PyObject *args, PyObject *kw) {
     void *data;
     wm_type type;
     uint64_t nbytes;
-    wm_model_tensor_info(h->model, e->index, &type, &nbytes);
+    wm_model_tensor_info(model, e->index, &type, &nbytes);
     if (dev.device_type == kDLCUDA) {
-        data = (void *)(uintptr_t)wm_model_tensor_device_ptr(h->model, e->index);
+        data = (void *)(uintptr_t)wm_model_tensor_device_ptr(model, e->index);
     } else {
         static _Alignas(64) unsigned char empty[64];
-        data = (void *)wm_model_tensor_data(h->model, e->index);
+        data = (void *)wm_model_tensor_data(model, e->index);
         if (data == NULL && nbytes == 0)
             data = empty; /* consumers want an address even for no bytes */
     }
     if (data == NULL && nbytes != 0)
-        return PyErr_Format(PyExc_BufferError, "%U: tensor %zu has no memory on this device",
-                            h->path, e->index);
+        return PyErr_Format(Error, "%U: tensor %zu has no memory on this device", h->path,
+                            e->index);
     View *v = PyMem_RawCalloc(1, sizeof *v);
     if (v == NULL) return PyErr_NoMemory();
     memcpy(v->shape, e->shape, sizeof v->shape);
     v->handle = (Handle *)Py_NewRef(h);
+    v->part = e->part;
+    if (v->part) v->part->refs++;
     h->views++;
     v->managed.dl_tensor = (DLTensor){.data = data,
                                       .device = dev,
@@ -668,7 +789,28 @@ static PyObject *Export_get_shape(Export *e, void *c) {
     return t;
 }
 
+/* recode(code) -> a new Export of the same tensor whose elements are read as DLPack type code
+ * `code` of the same width (bf16 as uint16 for NumPy). */
+static PyObject *Export_recode(Export *e, PyObject *arg) {
+    long code = PyLong_AsLong(arg);
+    if (code == -1 && PyErr_Occurred()) return NULL;
+    if (code < 0 || code > 255) return PyErr_Format(PyExc_ValueError, "bad type code %ld", code);
+    Export *r = PyObject_New(Export, &ExportType);
+    if (r == NULL) return NULL;
+    r->handle = (Handle *)Py_NewRef(e->handle);
+    r->part = e->part;
+    if (r->part) r->part->refs++;
+    r->index = e->index;
+    r->dtype = e->dtype;
+    r->dtype.code = (uint8_t)code;
+    r->ndim = e->ndim;
+    memcpy(r->shape, e->shape, sizeof r->shape);
+    return (PyObject *)r;
+}
+
 static PyMethodDef Export_methods[] = {
+    {"recode", (PyCFunction)Export_recode, METH_O,
+     "recode(code) -> Export: the same tensor, elements read as another type of their width"},
     {"__dlpack__", (PyCFunction)(void (*)(void))Export_dlpack, METH_VARARGS | METH_KEYWORDS,
      "__dlpack__(stream=None, *, max_version=None, dl_device=None, copy=None): a DLPack capsule "
      "viewing the tensor (no copy); the view keeps the model alive."},
@@ -705,6 +847,9 @@ static PyMethodDef Handle_methods[] = {
     {"shards", (PyCFunction)Handle_shards, METH_NOARGS, "paths of the shards"},
     {"export", (PyCFunction)(void (*)(void))Handle_export, METH_VARARGS | METH_KEYWORDS,
      "export(index, code=-1, bits=-1) -> Export (a DLPack producer)"},
+    {"load_part", (PyCFunction)(void (*)(void))Handle_load_part, METH_VARARGS | METH_KEYWORDS,
+     "load_part(index, row_begin, row_end, mode, lock=0, backend=0, device=0, threads=0, "
+     "code=-1) -> Export of rows [row_begin, row_end) of one tensor, loaded alone"},
     {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef Handle_getset[] = {
@@ -735,7 +880,7 @@ static PyTypeObject HandleType = {
 static PyObject *mod_ledger(PyObject *self, PyObject *unused) {
     (void)self;
     (void)unused;
-    wm_ledger l;
+    wm_ledger l = WM_LEDGER_INIT;
     wm_ledger_get(&l);
     PyObject *d = PyDict_New();
     for (int c = 0; d && c < WM_LEDGER_COUNT; c++) {
@@ -843,6 +988,24 @@ static PyObject *mod_backend_init(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* backend_from_name(spec) -> (backend, device): the library's one parser of "cpu", "cuda",
+ * "cuda:N" (wm_backend_from_name); a device list is refused (one device per handle). ValueError
+ * with the library's message for anything else. */
+static PyObject *mod_backend_from_name(PyObject *self, PyObject *arg) {
+    (void)self;
+    const char *spec = PyUnicode_AsUTF8(arg);
+    if (spec == NULL) return NULL;
+    wm_backend_kind kind;
+    int dev[1] = {0};
+    unsigned n = 0;
+    wm_error err = {0};
+    if (wm_backend_from_name(spec, &kind, dev, 1, &n, &err) != WM_OK) {
+        PyErr_SetString(PyExc_ValueError, err.msg);
+        return NULL;
+    }
+    return Py_BuildValue("(ii)", (int)kind, dev[0]);
+}
+
 /* type_info(name) -> (block_elems, block_bytes), (0, 0) when unknown. */
 static PyObject *mod_type_info(PyObject *self, PyObject *arg) {
     (void)self;
@@ -878,6 +1041,8 @@ static PyMethodDef module_methods[] = {
     {"file_regions", (PyCFunction)(void (*)(void))mod_file_regions, METH_VARARGS | METH_KEYWORDS,
      "file_regions(path=None, pid=0) -> list of dict: the mappings of a weight file"},
     {"backend_init", mod_backend_init, METH_VARARGS, "backend_init(backend, device=0)"},
+    {"backend_from_name", mod_backend_from_name, METH_O,
+     "backend_from_name(spec) -> (backend, device)"},
     {"type_info", mod_type_info, METH_O, "type_info(name) -> (block_elems, block_bytes)"},
     {"convert_supported", mod_convert_supported, METH_VARARGS,
      "convert_supported(from, to) -> bool, by type names"},
@@ -918,6 +1083,7 @@ PyMODINIT_FUNC PyInit__weightmap(void) {
     PyObject *b1 = Error ? PyTuple_Pack(2, Error, PyExc_ValueError) : NULL;
     PyObject *b2 = Error ? PyTuple_Pack(2, Error, PyExc_FileNotFoundError) : NULL;
     PyObject *b3 = Error ? PyTuple_Pack(2, Error, PyExc_KeyError) : NULL;
+    PyObject *b4 = Error ? PyTuple_Pack(2, Error, PyExc_ValueError) : NULL;
     FormatError =
         b1 ? PyErr_NewExceptionWithDoc("weightmap.FormatError",
                                        "A malformed or unsupported file (WM_EFORMAT).", b1, NULL)
@@ -930,11 +1096,17 @@ PyMODINIT_FUNC PyInit__weightmap(void) {
                              : NULL;
     Py_XDECREF(b1);
     Py_XDECREF(b2);
+    ClosedError =
+        b4 ? PyErr_NewExceptionWithDoc("weightmap.ClosedError",
+                                       "The handle was closed (also a ValueError).", b4, NULL)
+           : NULL;
     Py_XDECREF(b3);
+    Py_XDECREF(b4);
     if (add_type(m, "Handle", (PyObject *)&HandleType) ||
         add_type(m, "Export", (PyObject *)&ExportType) || add_type(m, "Error", Error) ||
         add_type(m, "FormatError", FormatError) || add_type(m, "NotFoundError", NotFoundError) ||
         add_type(m, "TensorNotFoundError", TensorNotFoundError) ||
+        add_type(m, "ClosedError", ClosedError) ||
         PyModule_AddIntConstant(m, "BACKEND_CPU", WM_BACKEND_CPU) ||
         PyModule_AddIntConstant(m, "BACKEND_CUDA", WM_BACKEND_CUDA) ||
         PyModule_AddIntConstant(m, "LOCK_REQUIRED", WM_LOCK_REQUIRED) ||
@@ -943,6 +1115,7 @@ PyMODINIT_FUNC PyInit__weightmap(void) {
         PyModule_AddIntConstant(m, "DL_UINT", kDLUInt) ||
         PyModule_AddIntConstant(m, "DL_FLOAT", kDLFloat) ||
         PyModule_AddIntConstant(m, "DL_BFLOAT", kDLBfloat) ||
+        PyModule_AddIntConstant(m, "DL_COMPLEX", kDLComplex) ||
         PyModule_AddIntConstant(m, "DLPACK_VERSION", DLPACK_VERSION)) {
         Py_DECREF(m);
         return NULL;

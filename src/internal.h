@@ -40,6 +40,26 @@ wm_status wm__status_from_errno(int e);
 /* "No such file or directory" for an errno; thread-safe. */
 const char *wm__errno_text(int e);
 
+/* ---- sized structs (abi.c; include/weightmap.h, "the ABI promise") ---- */
+
+/* The 1.0 size of each sized struct: the end of its last 1.0 field, frozen here so that fields
+ * appended later do not change it. */
+#define WM__END_OF(type, field) (offsetof(type, field) + sizeof(((type *)0)->field))
+#define WM__LOAD_OPTIONS_SIZE_1_0 WM__END_OF(wm_load_options, tp_user)
+#define WM__CUDA_OPTIONS_SIZE_1_0 WM__END_OF(wm_cuda_options, nccl_comm)
+#define WM__LEDGER_SIZE_1_0 WM__END_OF(wm_ledger, heap_largest)
+#define WM__MODEL_STATS_SIZE_1_0 WM__END_OF(wm_model_stats, bytes_read)
+
+/* Copies a caller's sized struct `src` into the library's `dst` of lib_size bytes: the caller's
+ * first `size` bytes, zeros after them, dst's size set to lib_size. WM_EINVAL (err names `what`
+ * and the byte) for a size below the size field, or a longer struct with a non-zero byte past
+ * lib_size. */
+wm_status wm__struct_in(void *dst, size_t lib_size, const void *src, size_t size_1_0,
+                        const char *what, wm_error *err);
+/* Writes the library's `src` (lib_size bytes) into the caller's `dst`, as far as dst's size
+ * reaches, leaving dst's size field as it is. */
+void wm__struct_out(void *dst, const void *src, size_t lib_size, size_t size_1_0);
+
 /* ---- the ledger (ledger.c) ---- */
 
 void wm__ledger_acquire(wm_ledger_category cat, uint64_t bytes);

@@ -78,13 +78,15 @@ wm_status wm_ledger_device(int device, wm_ledger_stat *out) {
 
 void wm_ledger_get(wm_ledger *out) {
     if (!out) return;
+    wm_ledger l = WM_LEDGER_INIT;
     for (int i = 0; i < WM_LEDGER_COUNT; i++) {
-        out->cat[i].current = atomic_load(&cats[i].current);
-        out->cat[i].peak = atomic_load(&cats[i].peak);
-        out->cat[i].total = atomic_load(&cats[i].total);
-        out->cat[i].regions = atomic_load(&cats[i].regions);
+        l.cat[i].current = atomic_load(&cats[i].current);
+        l.cat[i].peak = atomic_load(&cats[i].peak);
+        l.cat[i].total = atomic_load(&cats[i].total);
+        l.cat[i].regions = atomic_load(&cats[i].regions);
     }
-    out->heap_largest = atomic_load(&heap_largest);
+    l.heap_largest = atomic_load(&heap_largest);
+    wm__struct_out(out, &l, sizeof l, WM__LEDGER_SIZE_1_0);
 }
 
 void wm_ledger_reset_peaks(void) {

@@ -63,7 +63,7 @@ static wm_status check_tp(const char *path, const wm__backend *be, const wm_load
     if (o->tp_rank >= o->tp_world)
         return wm__err(err, WM_EINVAL, 0, "%s: tp_rank %u of tp_world %u", path, o->tp_rank,
                        o->tp_world);
-    if (!o->tp_split && !o->nccl_comm)
+    if (!o->tp_split && !o->cuda->nccl_comm)
         return wm__err(err, WM_EINVAL, 0, "%s: tp_world %u without tp_split", path, o->tp_world);
     if (o->n_convert)
         return wm__err(err, WM_EINVAL, 0,
@@ -73,6 +73,76 @@ static wm_status check_tp(const char *path, const wm__backend *be, const wm_load
                        "%s: tensor parallelism on the %s backend needs mode heap (a mapping "
                        "holds whole tensors), not %s",
                        path, be->name, wm_mode_name(o->mode));
+    return WM_OK;
+}
+
+/* A selection names each tensor once, by an index the file has, and row ranges that a packed
+ * layout can hold (the rules at wm_load_options.select). */
+static wm_status check_select(const wm_file *f, const wm__backend *be, const wm_load_options *o,
+                              wm_error *err) {
+    const char *path = f->path;
+    if (!o->n_select) return WM_OK;
+    if (!o->select) return wm__err(err, WM_EINVAL, 0, "%s: n_select without select", path);
+    if (o->tp_world > 1 || o->cuda->nccl_comm)
+        return wm__err(err, WM_EINVAL, 0,
+                       "%s: a selection does not combine with tensor parallelism or read-once",
+                       path);
+    for (size_t k = 0; k < o->n_select; k++) {
+        const wm_tensor_select *s = &o->select[k];
+        if (s->tensor >= f->n_tensors)
+            return wm__err(err, WM_EINVAL, 0, "%s: select[%zu] names tensor %zu of %zu", path, k,
+                           s->tensor, f->n_tensors);
+        const wm__tensor *t = &f->tensors[s->tensor];
+        const char *name = f->names + t->name_off;
+        for (size_t j = 0; j < k; j++)
+            if (o->select[j].tensor == s->tensor)
+                return wm__err(err, WM_EINVAL, 0, "%s: tensor '%s' is selected twice", path, name);
+        if (!s->row_begin && !s->row_end) continue;
+        if (t->n_dims == 0)
+            return wm__err(err, WM_EINVAL, 0, "%s: tensor '%s' is a scalar: it has no rows", path,
+                           name);
+        uint64_t rows = t->ne[t->n_dims - 1];
+        uint64_t blk = t->n_dims == 1 ? wm_type_block_elems((wm_type)t->type) : 1;
+        if (s->row_begin >= s->row_end || s->row_end > rows || s->row_begin % blk ||
+            s->row_end % blk)
+            return wm__err(err, WM_EINVAL, 0,
+                           "%s: tensor '%s': rows [%llu, %llu) of %llu%s are not a range to load",
+                           path, name, (unsigned long long)s->row_begin,
+                           (unsigned long long)s->row_end, (unsigned long long)rows,
+                           blk > 1 ? " (whole blocks)" : "");
+        if (o->n_convert)
+            return wm__err(err, WM_EINVAL, 0,
+                           "%s: tensor '%s': row ranges and conversion on load do not combine",
+                           path, name);
+        if (be->maps_file && o->mode != WM_MODE_HEAP)
+            return wm__err(err, WM_EINVAL, 0,
+                           "%s: tensor '%s': a row range needs a packed layout (mode heap, or a "
+                           "device backend), not mode %s",
+                           path, name, wm_mode_name(o->mode));
+    }
+    return WM_OK;
+}
+
+/* The caller's options (and the CUDA options they point to) copied into the library's own
+ * structs, zero-extended (the ABI promise); `o->cuda` then points to `cu`, the defaults when the
+ * caller gave none. */
+static wm_status options_in(const char *path, const wm_load_options *in, wm_load_options *o,
+                            wm_cuda_options *cu, wm_error *err) {
+    char what[300];
+    snprintf(what, sizeof what, "%s: wm_load_options", path);
+    wm_status st = wm__struct_in(o, sizeof *o, in, WM__LOAD_OPTIONS_SIZE_1_0, what, err);
+    if (st) return st;
+    wm_cuda_options none = WM_CUDA_OPTIONS_INIT;
+    if (o->cuda && o->backend != WM_BACKEND_CUDA)
+        return wm__err(err, WM_EINVAL, 0,
+                       "%s: CUDA options (opts.cuda) given for the %s backend: they need the CUDA "
+                       "backend",
+                       path, wm_backend_name(o->backend) ? wm_backend_name(o->backend) : "unknown");
+    snprintf(what, sizeof what, "%s: wm_cuda_options", path);
+    st = wm__struct_in(cu, sizeof *cu, o->cuda ? o->cuda : &none, WM__CUDA_OPTIONS_SIZE_1_0, what,
+                       err);
+    if (st) return st;
+    o->cuda = cu;
     return WM_OK;
 }
 
@@ -102,6 +172,7 @@ static wm_status check_options(const wm_file *f, const wm__backend *be, const wm
                        (unsigned long long)o->max_buffer_size);
     wm_status st = check_devices(path, o, err);
     if (!st) st = check_tp(path, be, o, err);
+    if (!st) st = check_select(f, be, o, err);
     if (st) return st;
     return be->check ? be->check(f, o, err) : WM_OK;
 }
@@ -139,12 +210,18 @@ static wm_status check_unchanged(const wm_file *file, wm_error *err) {
     return WM_OK;
 }
 
-wm_status wm_model_load(wm_file *file, const wm_load_options *opts, wm_model **out, wm_error *err) {
+wm_status wm_model_load(wm_file *file, const wm_load_options *caller_opts, wm_model **out,
+                        wm_error *err) {
     if (out) *out = NULL;
-    if (!file || !opts || !out)
+    if (!file || !caller_opts || !out)
         return wm__err(err, WM_EINVAL, 0, "wm_model_load: NULL file, options or out");
+    wm_load_options o;
+    wm_cuda_options cu;
+    wm_status st = options_in(file->path, caller_opts, &o, &cu, err);
+    if (st) return st;
+    const wm_load_options *opts = &o;
     const wm__backend *be;
-    wm_status st = wm__backend_get(opts->backend, file->path, &be, err);
+    st = wm__backend_get(opts->backend, file->path, &be, err);
     if (st) return st;
     st = check_options(file, be, opts, err);
     if (st) return st;
@@ -154,6 +231,8 @@ wm_status wm_model_load(wm_file *file, const wm_load_options *opts, wm_model **o
     m->file = wm__file_ref(file);
     m->backend = be;
     m->opts = *opts;
+    m->cuda = cu;
+    m->opts.cuda = &m->cuda;
     m->opts.convert = NULL;
     m->opts.n_convert = 0;
     m->n_devs = opts->n_devices > 1 ? opts->n_devices : 1;
@@ -161,7 +240,9 @@ wm_status wm_model_load(wm_file *file, const wm_load_options *opts, wm_model **o
         m->devs[k] = opts->devices && opts->n_devices ? opts->devices[k] : opts->device;
     m->opts.devices = NULL;
     m->opts.place_tensor = NULL;
-    m->opts.tp_split = NULL; /* nccl_comm stays: the backend completes the load with it */
+    m->opts.tp_split = NULL; /* m->cuda.nccl_comm stays: the backend completes the load with it */
+    m->opts.select = NULL;
+    m->opts.n_select = 0;
 
     st = check_unchanged(file, err);
     if (st) goto fail;
@@ -186,6 +267,7 @@ wm_mode wm_model_mode(const wm_model *m) { return m ? m->opts.mode : WM_MODE_NON
 wm_status wm_model_tensor_info(const wm_model *m, size_t index, wm_type *type, uint64_t *nbytes) {
     if (!m) return WM_EINVAL;
     if (index >= m->file->n_tensors) return WM_ERANGE;
+    if (m->place[index].chunk == WM__NOT_LOADED) return WM_ENOENT;
     if (type) *type = m->place[index].type;
     if (nbytes) *nbytes = m->place[index].nbytes;
     return WM_OK;
@@ -206,6 +288,7 @@ wm_status wm_model_tensor_shape(const wm_model *m, size_t index, uint64_t shape[
     if (!m || !shape) return WM_EINVAL;
     if (index >= m->file->n_tensors) return WM_ERANGE;
     const wm__place *p = &m->place[index];
+    if (p->chunk == WM__NOT_LOADED) return WM_ENOENT;
     for (int d = 0; d < WM_MAX_DIMS; d++)
         shape[d] = p->ne[d];
     if (n_dims) *n_dims = p->n_dims;
@@ -224,6 +307,32 @@ uint64_t wm_model_tensor_device_ptr(const wm_model *m, size_t index) {
 }
 
 void wm_model_stats_get(const wm_model *m, wm_model_stats *out) {
-    if (!m || !out) return;
-    *out = m->stats;
+    if (!out) return;
+    wm_model_stats none = WM_MODEL_STATS_INIT;
+    wm__struct_out(out, m ? &m->stats : &none, sizeof none, WM__MODEL_STATS_SIZE_1_0);
+}
+
+/* A chunk's memory starts dst_off bytes before any of its tensors (the backend's host pointer of
+ * the first), so no backend needs a getter of its own. */
+size_t wm_model_buffer_count(const wm_model *m) { return m ? m->n_chunks : 0; }
+
+const void *wm_model_buffer_data(const wm_model *m, size_t index) {
+    if (!m || index >= m->n_chunks || !m->chunks[index].count || !m->chunks[index].size)
+        return NULL;
+    uint32_t t = m->order[m->chunks[index].first];
+    const char *p = m->backend->host_ptr(m, t);
+    return p ? p - m->place[t].dst_off : NULL;
+}
+
+size_t wm_model_buffer_size(const wm_model *m, size_t index) {
+    return m && index < m->n_chunks ? m->chunks[index].size : 0;
+}
+
+wm_status wm_model_tensor_buffer(const wm_model *m, size_t index, size_t *buffer,
+                                 uint64_t *offset) {
+    if (!m || !buffer || !offset) return WM_EINVAL;
+    if (index >= m->file->n_tensors) return WM_ERANGE;
+    *buffer = m->place[index].chunk;
+    *offset = m->place[index].dst_off;
+    return WM_OK;
 }

@@ -22,6 +22,7 @@
 /* ---- order ---- */
 
 typedef struct sort_key {
+    uint32_t left_out; /* 1: not selected (sorted after every selected tensor) */
     uint32_t shard;
     uint64_t offset;
     uint32_t index;
@@ -29,6 +30,7 @@ typedef struct sort_key {
 
 static int by_position(const void *a, const void *b) {
     const sort_key *x = a, *y = b;
+    if (x->left_out != y->left_out) return x->left_out < y->left_out ? -1 : 1;
     if (x->shard != y->shard) return x->shard < y->shard ? -1 : 1;
     if (x->offset != y->offset) return x->offset < y->offset ? -1 : 1;
     return x->index < y->index ? -1 : x->index > y->index;
@@ -39,8 +41,12 @@ static wm_status order_tensors(wm_model *m, wm_error *err) {
     size_t n = f->n_tensors;
     sort_key *keys = wm__alloc(n * sizeof *keys);
     if (!keys) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory for the load plan", f->path);
-    for (size_t i = 0; i < n; i++)
-        keys[i] = (sort_key){f->tensors[i].shard, f->tensors[i].offset, (uint32_t)i};
+    m->n_placed = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t out = m->place[i].chunk == WM__NOT_LOADED;
+        keys[i] = (sort_key){out, f->tensors[i].shard, f->tensors[i].offset, (uint32_t)i};
+        m->n_placed += !out;
+    }
     qsort(keys, n, sizeof *keys, by_position);
     for (size_t i = 0; i < n; i++)
         m->order[i] = keys[i].index;
@@ -108,9 +114,32 @@ wm_split wm_split_llama(void *user, size_t index, const wm_tensor_info *t) {
     return WM_SPLIT_NONE;
 }
 
-/* The whole tensor as one segment; then, under tensor parallelism, this rank's slice. */
-static wm_status slice(const wm_file *f, size_t i, const wm_load_options *o, wm__place *p,
-                       wm_error *err) {
+/* A selected row range [row_begin, row_end) of dim 0: one contiguous segment (model.c checked
+ * the range). A 1-D tensor's rows are elements, in whole blocks. */
+static void select_rows(const wm__tensor *t, const wm_tensor_select *s, wm__place *p) {
+    uint32_t d = t->n_dims - 1;
+    uint64_t rows = s->row_end - s->row_begin;
+    wm_type type = (wm_type)t->type;
+    uint64_t first, bytes;
+    if (t->n_dims > 1) {
+        uint64_t row = t->nbytes / t->ne[d];
+        first = s->row_begin * row;
+        bytes = rows * row;
+    } else {
+        uint64_t blk = wm_type_block_elems(type), bb = wm_type_block_bytes(type);
+        first = s->row_begin / blk * bb;
+        bytes = rows / blk * bb;
+    }
+    p->ne[d] = rows;
+    p->src_off = first;
+    p->seg_bytes = bytes;
+    p->nbytes = bytes;
+}
+
+/* The whole tensor as one segment; then, under tensor parallelism, this rank's slice; under a
+ * selection, nothing for a tensor left out and the rows asked for. */
+static wm_status slice(const wm_file *f, size_t i, const wm_load_options *o,
+                       const wm_tensor_select *sel, wm__place *p, wm_error *err) {
     const wm__tensor *t = &f->tensors[i];
     const char *name = f->names + t->name_off;
     p->n_dims = t->n_dims;
@@ -123,11 +152,22 @@ static wm_status slice(const wm_file *f, size_t i, const wm_load_options *o, wm_
     p->seg_bytes = t->nbytes;
     p->dst_lo = 0;
     p->read_once = false;
+    if (o->n_select && !sel) {
+        p->chunk = WM__NOT_LOADED;
+        p->rows = 0;
+        p->seg_bytes = 0;
+        p->nbytes = 0;
+        return WM_OK;
+    }
+    if (sel && (sel->row_begin || sel->row_end)) {
+        select_rows(t, sel, p);
+        return WM_OK;
+    }
     if (o->tp_world <= 1 || t->nbytes == 0) return WM_OK;
     wm_tensor_info info;
     tensor_info(f, i, &info);
     wm_split sp = o->tp_split ? o->tp_split(o->tp_user, i, &info) : WM_SPLIT_NONE;
-    if (sp == WM_SPLIT_NONE && o->nccl_comm) {
+    if (sp == WM_SPLIT_NONE && o->cuda->nccl_comm) {
         /* Read once: this rank reads its byte range of the whole tensor; the ranks' ranges
          * cover it and the backend completes it with broadcasts (read_once_range). */
         uint64_t lo, hi;
@@ -262,7 +302,7 @@ static wm_status build_chunks(wm_model *m, const wm_load_options *o, wm_error *e
     uint64_t max = o->max_buffer_size ? o->max_buffer_size : UINT64_MAX;
     uint64_t page = wm__os_page_size();
     wm__chunk *c = NULL;
-    for (size_t k = 0; k < f->n_tensors; k++) {
+    for (size_t k = 0; k < m->n_placed; k++) {
         uint32_t i = m->order[k];
         const wm__tensor *t = &f->tensors[i];
         wm__place *p = &m->place[i];
@@ -273,6 +313,9 @@ static wm_status build_chunks(wm_model *m, const wm_load_options *o, wm_error *e
             uint64_t size =
                 mapped ? end - c->file_start : wm__align_up(c->size, TENSOR_ALIGN) + p->nbytes;
             fits = size <= max;
+            /* A selection maps the pages of its tensors, not the file between them. */
+            if (mapped && m->n_placed < f->n_tensors && t->offset > c->file_end + page)
+                fits = false;
         }
         if (!fits) {
             uint64_t own = mapped ? end - t->offset / page * page : p->nbytes;
@@ -314,13 +357,21 @@ wm_status wm__plan_build(wm_model *m, const wm_load_options *o, wm_error *err) {
     m->order = wm__alloc(n * sizeof *m->order);
     m->place = wm__calloc(n, sizeof *m->place);
     m->chunks = wm__calloc(n, sizeof *m->chunks); /* at most one chunk per tensor */
-    if (!m->order || !m->place || !m->chunks)
+    const wm_tensor_select **sel = o->n_select ? wm__calloc(n, sizeof *sel) : NULL;
+    if (!m->order || !m->place || !m->chunks || (o->n_select && !sel)) {
+        wm__free(sel);
         return wm__err(err, WM_ENOMEM, 0, "%s: out of memory for the load plan", f->path);
-    wm_status st = order_tensors(m, err);
-    for (size_t i = 0; i < n && !st; i++) {
-        st = target_type(f, &f->tensors[i], o, &m->place[i], err);
-        if (!st) st = slice(f, i, o, &m->place[i], err); /* tensor parallelism never converts */
     }
+    for (size_t k = 0; k < o->n_select; k++) /* model.c checked the indices */
+        sel[o->select[k].tensor] = &o->select[k];
+    wm_status st = WM_OK;
+    for (size_t i = 0; i < n && !st; i++) {
+        if (!sel || sel[i]) st = target_type(f, &f->tensors[i], o, &m->place[i], err);
+        /* tensor parallelism and row ranges never convert */
+        if (!st) st = slice(f, i, o, sel ? sel[i] : NULL, &m->place[i], err);
+    }
+    wm__free(sel);
+    if (!st) st = order_tensors(m, err); /* after slice(): the selected tensors first */
     if (!st) st = place_devices(m, o, err);
     if (!st) st = build_chunks(m, o, err);
     return st;

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 static uint64_t heap_now(void) {
-    wm_ledger l;
+    wm_ledger l = WM_LEDGER_INIT;
     wm_ledger_get(&l);
     return l.cat[WM_LEDGER_HEAP].current;
 }

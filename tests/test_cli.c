@@ -1,11 +1,16 @@
 /*
  * test_cli.c: the weightmap tool as a user runs it: exit codes, the one-line error, and the JSON
- * fields DESIGN.md fixes for info, load and check, on single files and sharded sets.
+ * fields DESIGN.md fixes for info, load and check, on single files and sharded sets; every
+ * command's --help, both option forms, the usage errors (a missing value, the range), demo's
+ * cache folder and its message for a missing --model, and load --hold against probe.
  */
 #include "wmtest.h"
 
+#include <signal.h>
 #include <stdarg.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 /* Under AddressSanitizer its allocator's quarantine and shadow memory keep hundreds of KiB of
  * footprint after a release, so the tool's footprint verdict fails there: sanitizer builds check
@@ -65,6 +70,12 @@ WM_TEST(exit_codes_and_error_line) {
     snprintf(cmd, sizeof cmd, "%s frobnicate", WM_CLI);
     CHECK_EQ(wmt_run(cmd, &out), 2);
     free(out);
+    snprintf(cmd, sizeof cmd, "%s help frobnicate", WM_CLI);
+    CHECK_EQ(wmt_run(cmd, &out), 2);
+    err = wmt_stderr_text();
+    HAS(err, "unknown command 'frobnicate'");
+    free(err);
+    free(out);
 }
 
 WM_TEST(info_json_fields) {
@@ -91,6 +102,17 @@ WM_TEST(check_json_every_mode_returns_everything) {
     HAS(out, "{\"mode\": \"mmap-private\", \"cycles\": 2");
     HAS(out, "\"privatised\": 0, \"locked\": 0, \"file_regions\": 1}");
     HAS(out, "\"ledger_bytes\": 0, \"ledger_regions\": 0, \"file_regions\": 0}");
+    free(out);
+}
+
+/* The words a user reads: every mode "ok" and the closing verdict (under qemu too, where the
+ * meter counts only the guest's regions: make test-arm64 runs this case). */
+WM_TEST(check_says_all_memory_returned) {
+    char *out;
+    const char *model = wmt_make_model("c.gguf", "--size 4M --seed 3");
+    VERDICT_EXIT(run_cli(&out, "check --cycles 3 %s", model));
+    HAS_VERDICT(out, "all memory returned: every mode gave every byte back");
+    CHECK_MSG(strstr(out, "LEAK") == NULL || WMT_ASAN, "a mode leaked:\n%s", out);
     free(out);
 }
 
@@ -255,5 +277,255 @@ WM_TEST(info_as_keeps_what_cannot_convert) {
     CHECK_EQ(wmt_run(cmd, &out), 0);
     HAS(out, "\"nbytes\": 2, \"shard\": 0, \"nbytes_as\": 2, \"kept\": true}");
     HAS(out, "\"n_kept\": 1,");
+    free(out);
+}
+
+/* ---- the tool as a new user meets it: help, option forms, errors, demo, --hold ---- */
+
+/* The commands the top-level usage lists: its lines "  NAME ..." (two spaces, then a name). */
+static int listed_commands(char names[16][32]) {
+    char *out;
+    CHECK_EQ(run_cli(&out, "--help"), 0);
+    int n = 0;
+    for (char *l = strstr(out, "\ncommands:\n"); l && (l = strchr(l, '\n')); l++) {
+        if (l[1] == ' ' && l[2] == ' ' && l[3] != ' ' && n < 16)
+            sscanf(l + 3, "%31[a-z-]", names[n++]);
+        if (l[1] == '\n') break;
+    }
+    free(out);
+    return n;
+}
+
+WM_TEST(every_command_has_help) {
+    char names[16][32];
+    int n = listed_commands(names);
+    CHECK_EQ(n, 8); /* info load check probe make-model demo cat trace */
+    for (int i = 0; i < n; i++) {
+        const char *forms[] = {"%s --help", "%s -h", "help %s"};
+        for (int k = 0; k < 3; k++) {
+            char args[128], want[600], *out;
+            snprintf(args, sizeof args, forms[k], names[i]);
+            CHECK_MSG(run_cli(&out, "%s", args) == 0, "weightmap %s: not exit 0", args);
+            snprintf(want, sizeof want, "usage: weightmap %s", names[i]);
+            HAS(out, want);
+            HAS(out, "\nexample:\n  weightmap ");
+            HAS(out, "  --help ");
+            free(out);
+        }
+    }
+    /* help anywhere among the options, after a FILE too; trace's options end at CMD */
+    char *out;
+    CHECK_EQ(run_cli(&out, "load %s --mode heap --help", wmt_fixture("gguf/stories260K.gguf")), 0);
+    HAS(out, "usage: weightmap load FILE --mode heap|mmap|mmap-private [options]");
+    free(out);
+    CHECK_EQ(run_cli(&out, "load %s --mode --help", wmt_fixture("gguf/stories260K.gguf")), 0);
+    HAS(out, "usage: weightmap load "); /* --help is not taken as --mode's value */
+    free(out);
+    CHECK_EQ(run_cli(&out, "trace --out /dev/null -- sh -c 'echo ran $0' --help"), 0);
+    HAS(out, "ran --help");
+    free(out);
+}
+
+/* Every run of spaces and newlines in s made one space (help wraps its lines). */
+static void unwrap(char *s) {
+    char *w = s;
+    for (const char *r = s; *r; r++)
+        if (!((*r == ' ' || *r == '\n') && w > s && w[-1] == ' ')) *w++ = *r == '\n' ? ' ' : *r;
+    *w = 0;
+}
+
+/* Each option with its range and its default; --threads 0 says what it means. */
+WM_TEST(help_gives_defaults_and_ranges) {
+    char *out;
+    CHECK_EQ(run_cli(&out, "load --help"), 0);
+    unwrap(out);
+    HAS(out, " --threads N reader threads of heap loads (0..64; default 0: one per online CPU) ");
+    HAS(out, " --cycles N load and release this many times (1..100000; default 1) ");
+    HAS(out, " --lock[=best-effort|required] mlock the weights;");
+    HAS(out, " --hold after the last load, print this process's pid");
+    HAS(out, " --max-buffer BYTES the largest buffer one load allocates (bytes: 4096, 512M, 1G; "
+             "default 0: no limit) ");
+    free(out);
+    CHECK_EQ(run_cli(&out, "check --help"), 0);
+    unwrap(out);
+    HAS(out, " --cycles N cycles per mode (1..100000; default 3) ");
+    free(out);
+    /* the top-level usage lists every command's options */
+    CHECK_EQ(run_cli(&out, "--help"), 0);
+    HAS(out, "check FILE [--cycles N] [--threads N] [--json]");
+    HAS(out, "--mode heap|mmap|mmap-private");
+    free(out);
+}
+
+WM_TEST(options_take_equals_or_space) {
+    const char *f = wmt_fixture("gguf/stories260K.gguf");
+    const char *forms[] = {"load %s --json --mode=heap --cycles=2 --lock=best-effort",
+                           "load %s --json --mode heap --cycles 2 --lock=best-effort"};
+    for (int i = 0; i < 2; i++) {
+        char args[1024], *out;
+        snprintf(args, sizeof args, forms[i], f);
+        VERDICT_EXIT(run_cli(&out, "%s", args));
+        HAS(out, "\"mode\": \"heap\", \"lock\": \"best-effort\"");
+        HAS(out, "{\"cycle\": 2, ");
+        free(out);
+    }
+    char *out;
+    CHECK_EQ(run_cli(&out, "info --json --as=f32 %s", f), 0);
+    HAS(out, "\"as\": \"f32\"");
+    free(out);
+    CHECK_EQ(run_cli(&out, "make-model %s --size=2M --seed=3", wmt_tmp("eq.gguf")), 0);
+    free(out);
+    CHECK_EQ(run_cli(&out, "info %s", wmt_tmp("eq.gguf")), 0);
+    free(out);
+}
+
+WM_TEST(usage_errors_name_the_value_wanted) {
+    const char *f = wmt_fixture("gguf/stories260K.gguf");
+    struct {
+        const char *args, *want;
+    } cases[] = {
+        {"load %s --mode", "load: --mode needs a value (heap|mmap|mmap-private)"},
+        {"load %s --mode --json", "load: --mode needs a value"},
+        {"check %s --cycles", "check: --cycles needs a value (1..100000)"},
+        {"load %s --mode heap --cycles -1", "load: bad --cycles '-1': expected 1..100000"},
+        {"load %s --mode heap --cycles=0", "load: bad --cycles '0': expected 1..100000"},
+        {"load %s --mode heap --threads 65", "load: bad --threads '65': expected 0..64"},
+        {"load %s --mode heap --cycles 2x", "load: bad --cycles '2x': expected 1..100000"},
+        {"load %s --mode hep", "load: bad --mode 'hep': expected heap, mmap or mmap-private"},
+        {"load %s --mode heap --lock=maybe", "bad --lock 'maybe': expected best-effort or"},
+        {"load %s --mode heap --json=1", "load: --json takes no value"},
+        {"load %s --mode heap --frob", "load: unknown option --frob"},
+        {"probe --pid 0 %.0s", "probe: bad --pid '0': expected 1..2147483647"},
+        {"make-model %s --size 0", "make-model: bad --size '0': expected a size of at least 1"},
+        {"demo --cycles 0 %.0s", "demo: bad --cycles '0': expected 1..100000"},
+        {"cat %s x --as", "cat: --as needs a value (TYPE)"},
+        {"trace --interval 0 -- true %.0s", "trace: bad --interval '0': expected 1..10000"},
+        {"trace --load-marker -- true %.0s", "trace: --load-marker needs a value (SPEC)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char args[1024];
+        snprintf(args, sizeof args, cases[i].args, f);
+        usage_error(args, cases[i].want);
+    }
+}
+
+/* demo makes the folders of its cache: HOME without .cache, and no HOME at all. */
+WM_TEST(demo_makes_its_cache_folder) {
+    char *out, cmd[2048], home[600], want[700];
+    snprintf(home, sizeof home, "%s/home", wmt_tmpdir()); /* does not exist */
+    snprintf(cmd, sizeof cmd, "env -u XDG_CACHE_HOME HOME='%s' %s demo --size 2M --cycles 1", home,
+             WM_CLI);
+    VERDICT_EXIT(wmt_run(cmd, &out));
+    HAS_VERDICT(out, "all memory returned");
+    free(out);
+    snprintf(want, sizeof want, "%s/.cache/weightmap/default-2M.gguf", home);
+    CHECK_MSG(access(want, R_OK) == 0, "demo did not make %s", want);
+    /* an empty HOME: the model goes under TMPDIR */
+    snprintf(cmd, sizeof cmd,
+             "env -u XDG_CACHE_HOME HOME= TMPDIR='%s' %s demo --size 2M --cycles 1 --json",
+             wmt_tmpdir(), WM_CLI);
+    VERDICT_EXIT(wmt_run(cmd, &out));
+    HAS(out, "\"modes\": [");
+    free(out);
+    snprintf(want, sizeof want, "%s/weightmap-cache-%u/default-2M.gguf", wmt_tmpdir(),
+             (unsigned)getuid());
+    CHECK_MSG(access(want, R_OK) == 0, "demo did not make %s", want);
+}
+
+/* demo --model PATH on a PATH that does not exist says that it makes the model there. */
+WM_TEST(demo_says_it_makes_a_missing_model) {
+    char *out, *err;
+    const char *path = wmt_tmp("typo.gguf");
+    VERDICT_EXIT(run_cli(&out, "demo --model %s --size 2M --cycles 1", path));
+    err = wmt_stderr_text();
+    HAS(err, "does not exist: making a 2.0 MiB model there");
+    HAS(err, path);
+    CHECK(access(path, R_OK) == 0);
+    free(err);
+    free(out);
+    /* once it exists, nothing is said */
+    VERDICT_EXIT(run_cli(&out, "demo --model %s --size 2M --cycles 1", path));
+    err = wmt_stderr_text();
+    CHECK_MSG(strstr(err, "making") == NULL, "stderr: %s", err);
+    free(err);
+    free(out);
+}
+
+/* load --hold: the model stays loaded (probe --pid sees its mapping) until SIGINT, SIGTERM or
+ * SIGUSR1, then is released as without --hold. */
+WM_TEST(load_hold_keeps_the_model_until_a_signal) {
+    const char *path = wmt_fixture("gguf/stories260K.gguf");
+    const int sigs[] = {SIGUSR1, SIGTERM, SIGINT};
+    for (int s = 0; s < 3; s++) {
+        int fds[2];
+        CHECK(pipe(fds) == 0);
+        pid_t pid = fork();
+        CHECK(pid >= 0);
+        if (pid == 0) {
+            dup2(fds[1], 1);
+            close(fds[0]);
+            close(fds[1]);
+            execl(WM_CLI, "weightmap", "load", path, "--mode", "mmap", "--hold", (char *)NULL);
+            _exit(127);
+        }
+        close(fds[1]);
+        FILE *in = fdopen(fds[0], "r");
+        char line[1024] = "", want[64];
+        CHECK(fgets(line, sizeof line, in) != NULL); /* written once the model is loaded */
+        snprintf(want, sizeof want, "pid %d holds ", (int)pid);
+        HAS(line, want);
+        char *out;
+        CHECK_EQ(run_cli(&out, "probe --pid %d --file %s --json", (int)pid, path), 0);
+        HAS(out, "\"file_regions\": [\n  {\"path\": ");
+        CHECK_MSG(strstr(out, "},\n") == NULL, "more than one region:\n%s", out);
+        free(out);
+        int status;
+        CHECK_EQ(waitpid(pid, &status, WNOHANG), 0); /* still there */
+        CHECK(kill(pid, sigs[s]) == 0);
+        wmt_buf rest = {0};
+        char buf[4096];
+        size_t n;
+        while ((n = fread(buf, 1, sizeof buf, in)) > 0)
+            wmt_put(&rest, buf, n);
+        wmt_put(&rest, "", 1);
+        fclose(in);
+        CHECK_EQ(waitpid(pid, &status, 0), pid);
+        CHECK_MSG(WIFEXITED(status), "signal %d ended it (status %d)", sigs[s], status);
+        VERDICT_EXIT(WEXITSTATUS(status));
+        const char *text = (const char *)rest.p;
+        HAS(text, "    1 ");
+        HAS_VERDICT(text, "all memory returned");
+        free(rest.p);
+    }
+}
+
+/* README.md shows the usage as `weightmap --help` prints it (the commands and their options),
+ * so the README cannot drift from the command table. */
+WM_TEST(readme_shows_the_usage) {
+    char *out;
+    CHECK_EQ(run_cli(&out, "--help"), 0);
+    char *end = strstr(out, "\n\nweightmap COMMAND --help");
+    CHECK(end != NULL);
+    end[1] = 0;
+    wmt_buf want = {0}; /* each line indented by four spaces, as README's code blocks are */
+    for (char *l = out; *l;) {
+        char *nl = strchr(l, '\n');
+        size_t n = (size_t)(nl - l);
+        if (n) wmt_put(&want, "    ", 4);
+        wmt_put(&want, l, n + 1);
+        l = nl + 1;
+    }
+    wmt_put(&want, "", 1);
+    size_t len;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/README.md", WM_SOURCE_DIR);
+    char *readme = wmt_read_file(path, &len);
+    char *text = realloc(readme, len + 1);
+    CHECK(text != NULL);
+    text[len] = 0;
+    CHECK_MSG(strstr(text, (const char *)want.p) != NULL,
+              "README.md lacks the usage weightmap --help prints:\n%s", (const char *)want.p);
+    free(text);
+    free(want.p);
     free(out);
 }

@@ -3,14 +3,14 @@
  *
  * Sections: deterministic inputs (a splitmix64 stream; valid blocks of every type are random
  * bytes whose scale fields are made finite); the peer (libggml-base.so from the npm package, or
- * WM_PEER_LIB=dir or WM_PEER_DIR=dir: to_float and from_float_ref of every type through
+ * WM_PEER_DIR=dir: to_float and from_float_ref of every type through
  * ggml_get_type_traits, and ggml's own half/bfloat16 rows); peer cases (every type dequantized by
  * both and compared byte for byte, on the AVX2 path and the portable path); the IQ codebook grids
- * (committed hashes, and equality with the grids read back from the peer, tools/gen/iq_extract.h)
- * and the IQ kernels against the peer; the committed reference
- * checksums (taken once from the peer, so the bit-exactness check also runs where the peer is
- * absent); exact values of the types ggml does not have (float8, integers, F64 rounding); API
- * errors; and the `weightmap cat` command.
+ * (committed hashes, and equality with the grids read back from the peer,
+ * tests/oracle/iq_extract.h) and the IQ kernels against the peer; the committed reference checksums
+ * (taken once from the peer, so the bit-exactness check also runs where the peer is absent); exact
+ * values of the types ggml does not have (float8, integers, F64 rounding); API errors; and the
+ * `weightmap cat` command.
  */
 #include "wmtest.h"
 
@@ -18,7 +18,7 @@
 #include "convert/convert.h"
 #include "gguf_builder.h"
 
-#include "../tools/gen/iq_extract.h" /* the peer's traits and location; the IQ grids read back */
+#include "iq_extract.h" /* the peer's traits and location; the IQ grids read back */
 
 #include <dlfcn.h>
 #include <math.h>
@@ -749,4 +749,111 @@ WM_TEST(cli_cat) {
     }
     free(file);
     wm_file_close(f);
+}
+
+/* ---- the AArch64 CLI against the peer ---- */
+
+/* `CLI cat PATH NAME OPTS` (CLI: the AArch64 build's qemu wrapper) exits 0 and writes exactly
+ * the `len` bytes at `want`; names the first differing element. */
+static void check_cat_with(const char *cli, const char *path, const char *name, const char *opts,
+                           const void *want, size_t len, size_t elem) {
+    static uint8_t out[1 << 20];
+    char cmd[2048];
+    size_t got;
+    snprintf(cmd, sizeof cmd, "'%s' cat '%s' '%s' %s", cli, path, name, opts);
+    CHECK_EQ(run_capture(cmd, out, sizeof out, &got), 0);
+    size_t at = first_diff(out, want, got < len ? got : len);
+    CHECK_MSG(got == len && at == len, "%s %s: %zu bytes (want %zu), element %zu differs", name,
+              opts, got, len, at / elem);
+}
+
+/* The types with NEON kernels (src/convert/neon.c), then the two float widths. */
+static const wm_type arm64_types[] = {WM_TYPE_Q8_0,  WM_TYPE_Q4_0, WM_TYPE_Q4_1,   WM_TYPE_Q5_0,
+                                      WM_TYPE_Q5_1,  WM_TYPE_Q2_K, WM_TYPE_Q3_K,   WM_TYPE_Q4_K,
+                                      WM_TYPE_Q5_K,  WM_TYPE_Q6_K, WM_TYPE_IQ4_NL, WM_TYPE_IQ4_XS,
+                                      WM_TYPE_MXFP4, WM_TYPE_F16,  WM_TYPE_BF16,   WM_TYPE_F32};
+enum { ARM64_NT = sizeof arm64_types / sizeof arm64_types[0], ARM64_N = 65536 };
+
+/* Tensor k's bytes: quantized types half random valid blocks, half blocks the peer quantized
+ * from random floats; F16 and BF16 every 16-bit pattern; F32 random patterns with the narrowing
+ * edges (NaNs, infinities, subnormals, ties) spread through them. */
+static size_t arm64_tensor(size_t k, uint8_t *out) {
+    wm_type t = arm64_types[k];
+    if (t == WM_TYPE_F16 || t == WM_TYPE_BF16) {
+        for (uint32_t i = 0; i < ARM64_N; i++)
+            memcpy(out + 2 * i, &(uint16_t){(uint16_t)i}, 2);
+        return ARM64_N * 2;
+    }
+    if (t == WM_TYPE_F32) {
+        static const uint32_t edge[] = {0x7F800000u, 0xFF800000u, 0x7FC00000u, 0x7F800001u,
+                                        0xFFFFFFFFu, 0x477FF000u, 0x477FEFFFu, 0x33000000u,
+                                        0x33000001u, 0x387FC000u, 0x00000001u, 0x3F808000u,
+                                        0x3F818000u, 0x80000000u, 0x7F7FFFFFu, 0x38800000u};
+        uint64_t s = 64;
+        for (uint32_t i = 0; i < ARM64_N; i++) {
+            uint32_t u = (uint32_t)rng_next(&s);
+            if (i % 3 == 1) u = edge[(u >> 4) % 16];
+            if (i % 3 == 2) u = (u & 0x80000000u) | (0x33000000u + (u & 0x07FFFFFFu) % 0x14800000u);
+            memcpy(out + 4 * i, &u, 4);
+        }
+        return ARM64_N * 4;
+    }
+    size_t be = wm_type_block_elems(t), bb = wm_type_block_bytes(t), n = 8192, nb = n / be;
+    static float xs[8192];
+    make_blocks(t, nb, 2100u + (unsigned)k, out);
+    uint64_t s = 4200u + k;
+    for (size_t i = 0; i < n / 2; i++)
+        xs[i] = (float)((int64_t)(rng_next(&s) % 20001) - 10000) / 700.0f;
+    if (!peer_quantize((int)t, xs, out + nb / 2 * bb, n / 2))
+        make_blocks(t, nb / 2, 2200u + (unsigned)k, out + nb / 2 * bb);
+    return nb * bb;
+}
+
+/* The AArch64 CLI (WM_ARM64_CLI, run under qemu by make test-arm64) writes, for every type with
+ * a NEON kernel, the floats llama.cpp's own dequantizers (the x86-64 peer) give, and narrows
+ * floats to f16 and bf16 as ggml's rows do: its NEON path bit-identical to ggml's reference. */
+WM_TEST(arm64_cli_matches_peer) {
+    const char *cli = getenv("WM_ARM64_CLI");
+    if (!cli) WM_SKIP("set WM_ARM64_CLI to the AArch64 CLI (make test-arm64 does)");
+    NEED_PEER();
+    static uint8_t data[ARM64_NT][ARM64_N * 4];
+    static size_t bytes[ARM64_NT];
+    static float want[ARM64_N];
+    static uint16_t want16[ARM64_N];
+    ggb g;
+    ggb_begin(&g, 3, ARM64_NT, 0);
+    uint64_t off = 0;
+    for (size_t k = 0; k < ARM64_NT; k++) {
+        bytes[k] = arm64_tensor(k, data[k]);
+        uint64_t n =
+            bytes[k] / wm_type_block_bytes(arm64_types[k]) * wm_type_block_elems(arm64_types[k]);
+        ggb_tensor1(&g, wm_type_name(arm64_types[k]), n, (uint32_t)arm64_types[k], off);
+        off += (bytes[k] + 31) / 32 * 32;
+    }
+    ggb_pad(&g, 32);
+    for (size_t k = 0; k < ARM64_NT; k++) {
+        wmt_put(&g.b, data[k], bytes[k]);
+        ggb_pad(&g, 32);
+    }
+    const char *path = ggb_write(&g, "arm64.gguf");
+    ggb_free(&g);
+    for (size_t k = 0; k < ARM64_NT; k++) {
+        wm_type t = arm64_types[k];
+        const char *name = wm_type_name(t);
+        size_t n = bytes[k] / wm_type_block_bytes(t) * wm_type_block_elems(t);
+        if (t == WM_TYPE_F32) {
+            peer.fp32_to_fp16_row((const float *)data[k], want16, (int64_t)n);
+            check_cat_with(cli, path, name, "--as f16", want16, n * 2, 2);
+            peer.fp32_to_bf16_row((const float *)data[k], want16, (int64_t)n);
+            check_cat_with(cli, path, name, "--as bf16", want16, n * 2, 2);
+            continue;
+        }
+        if (t == WM_TYPE_F16)
+            peer.fp16_to_fp32_row((const uint16_t *)data[k], want, (int64_t)n);
+        else if (t == WM_TYPE_BF16)
+            peer.bf16_to_fp32_row((const uint16_t *)data[k], want, (int64_t)n);
+        else
+            peer_to_float(peer.traits((int)t))(data[k], want, (int64_t)n);
+        check_cat_with(cli, path, name, "--as f32", want, n * 4, 4);
+    }
 }

@@ -41,10 +41,15 @@
 
 /* ---- helpers ---- */
 
+/* The CUDA options of the options cuda_opts made last (the cases run on one thread). */
+static wm_cuda_options cuda_o;
+
 static wm_load_options cuda_opts(wm_mode mode) {
-    wm_load_options o = {0};
+    wm_load_options o = WM_LOAD_OPTIONS_INIT;
     o.mode = mode;
     o.backend = WM_BACKEND_CUDA;
+    cuda_o = (wm_cuda_options)WM_CUDA_OPTIONS_INIT;
+    o.cuda = &cuda_o;
     return o;
 }
 
@@ -98,15 +103,15 @@ static void load_compare(const char *path, wm_load_options o) {
     wm_model *m;
     wm_status st = wm_model_load(f, &o, &m, &err);
     CHECK_MSG(st == WM_OK, "load: %s", err.msg);
-    wm_ledger l;
+    wm_ledger l = WM_LEDGER_INIT;
     wm_ledger_get(&l);
-    uint64_t budget = o.pinned_budget ? o.pinned_budget : (uint64_t)256 << 20;
+    uint64_t budget = o.cuda->pinned_budget ? o.cuda->pinned_budget : (uint64_t)256 << 20;
     CHECK(l.cat[WM_LEDGER_PINNED].peak > 0);
     CHECK_MSG(l.cat[WM_LEDGER_PINNED].peak <= budget, "pinned peak %llu over budget %llu",
               (unsigned long long)l.cat[WM_LEDGER_PINNED].peak, (unsigned long long)budget);
     CHECK_EQ(l.cat[WM_LEDGER_PINNED].current, 0);
     CHECK_EQ(l.cat[WM_LEDGER_MAP_SHARED].current, 0);
-    wm_model_stats s;
+    wm_model_stats s = WM_MODEL_STATS_INIT;
     wm_model_stats_get(m, &s);
     CHECK_EQ(l.cat[WM_LEDGER_DEVICE].current, s.device_bytes);
     CHECK(s.device_bytes >= s.tensor_bytes);
@@ -122,15 +127,15 @@ static void load_compare(const char *path, wm_load_options o) {
 static void both_paths(const char *path) {
     for (int reg = 0; reg < 2; reg++) {
         wm_load_options o = cuda_opts(reg ? WM_MODE_MMAP : WM_MODE_HEAP);
-        o.cuda_registered = reg;
+        cuda_o.registered = reg;
         load_compare(path, o);
         o.threads = 3;
-        o.pinned_budget = (uint64_t)6 << 20; /* 3 workers x 2 slots of 1 MiB */
+        cuda_o.pinned_budget = (uint64_t)6 << 20; /* 3 workers x 2 slots of 1 MiB */
         load_compare(path, o);
         o.max_buffer_size = (uint64_t)5 << 20;
         load_compare(path, o);
         o.threads = 1;
-        o.pinned_budget = 2 * 4096; /* one worker, two one-page slots */
+        cuda_o.pinned_budget = 2 * 4096; /* one worker, two one-page slots */
         o.max_buffer_size = 0;
         load_compare(path, o);
     }
@@ -225,11 +230,11 @@ WM_TEST(options_refused) {
     CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EINVAL);
     CHECK_MSG_HAS(err, "mmap-private");
     o = cuda_opts(WM_MODE_HEAP);
-    o.cuda_registered = 1;
+    cuda_o.registered = 1;
     CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EINVAL);
     CHECK_MSG_HAS(err, "needs mode mmap");
     o = cuda_opts(WM_MODE_MMAP);
-    o.cuda_registered = 1;
+    cuda_o.registered = 1;
     o.lock = WM_LOCK_REQUIRED;
     CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EINVAL);
     o = cuda_opts(WM_MODE_HEAP);
@@ -239,17 +244,17 @@ WM_TEST(options_refused) {
     CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EINVAL);
     CHECK_MSG_HAS(err, "conversion");
     o = cuda_opts(WM_MODE_MMAP);
-    o.cuda_registered = 1;
-    o.direct_io = 1;
+    cuda_o.registered = 1;
+    cuda_o.direct_io = 1;
     CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EINVAL);
     CHECK_MSG_HAS(err, "direct_io");
     o = cuda_opts(WM_MODE_HEAP);
     o.backend = WM_BACKEND_CPU;
-    o.direct_io = 1;
+    cuda_o.direct_io = 1;
     CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EINVAL);
-    CHECK_MSG_HAS(err, "direct_io");
+    CHECK_MSG_HAS(err, "CUDA options (opts.cuda) given for the cpu backend");
     o = cuda_opts(WM_MODE_HEAP);
-    o.pinned_budget = 100;
+    cuda_o.pinned_budget = 100;
     if (have_gpu()) {
         CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EINVAL);
         CHECK_MSG_HAS(err, "pinned_budget");
@@ -273,11 +278,55 @@ WM_TEST(safetensors_bytes_equal) {
 
 /* Between loads: no device or pinned bytes in the ledger, no mapping of the file. */
 static void check_nothing_held(const char *path) {
-    wm_ledger l;
+    wm_ledger l = WM_LEDGER_INIT;
     wm_ledger_get(&l);
     CHECK_EQ(l.cat[WM_LEDGER_DEVICE].current, 0);
     CHECK_EQ(l.cat[WM_LEDGER_PINNED].current, 0);
     CHECK_EQ(wmt_count_file_maps(path), 0);
+}
+
+/* A selected row range (wm_load_options.select) on the staged path: the device holds exactly
+ * those rows (the ledger's device figure), they equal the file's, and only they were read. */
+WM_TEST(row_range_alone_on_the_device) {
+    NEED_GPU();
+    const char *path = wmt_make_model("m.safetensors", "--size 2M --format safetensors");
+    wm_file *f = OPEN_OK(path);
+    size_t ti = 0;
+    wm_tensor_info t = {0};
+    for (size_t i = 0; i < wm_file_tensor_count(f); i++) {
+        wm_tensor_info x;
+        CHECK_STATUS(wm_file_tensor(f, i, &x), WM_OK);
+        if (x.n_dims == 2 && x.nbytes > t.nbytes) t = x, ti = i;
+    }
+    uint64_t row = t.nbytes / t.shape[1];
+    wm_tensor_select sel = {ti, 2, 5};
+    wm_load_options o = cuda_opts(WM_MODE_HEAP);
+    o.select = &sel;
+    o.n_select = 1;
+    wm_model *m = NULL;
+    wm_error err;
+    CHECK_MSG(wm_model_load(f, &o, &m, &err) == WM_OK, "%s", err.msg);
+    wm_ledger l = WM_LEDGER_INIT;
+    wm_ledger_get(&l);
+    CHECK_EQ(l.cat[WM_LEDGER_DEVICE].current, 3 * row);
+    wm_model_stats s = WM_MODEL_STATS_INIT;
+    wm_model_stats_get(m, &s);
+    CHECK_EQ(s.bytes_read, 3 * row);
+    unsigned char *got = malloc(3 * row), *want = malloc(3 * row);
+    CHECK(got && want);
+    uint64_t d = wm_model_tensor_device_ptr(m, ti);
+    CHECK(d != 0 && wm_model_tensor_device_ptr(m, ti == 0 ? 1 : 0) == 0);
+    CHECK_EQ(cudaMemcpy(got, (void *)(uintptr_t)d, 3 * row, cudaMemcpyDeviceToHost), cudaSuccess);
+    int fd = open(path, O_RDONLY);
+    CHECK(fd >= 0);
+    CHECK_EQ(pread(fd, want, 3 * row, (off_t)(t.offset + 2 * row)), 3 * row);
+    close(fd);
+    CHECK(memcmp(got, want, 3 * row) == 0);
+    free(got);
+    free(want);
+    wm_model_release(m);
+    wm_file_close(f);
+    check_nothing_held(path);
 }
 
 /* 20 cycles, alternating paths: device free memory back to its baseline, ledger 0, nothing
@@ -293,16 +342,16 @@ WM_TEST(cycles_return_memory) {
     /* One warm-up cycle: the runtime keeps what it sets up on first use of streams. */
     wm_load_options o = cuda_opts(WM_MODE_HEAP);
     o.threads = 2;
-    o.pinned_budget = (uint64_t)8 << 20;
+    cuda_o.pinned_budget = (uint64_t)8 << 20;
     wm_model *m;
     CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_OK);
     wm_model_release(m);
     CHECK_EQ(cudaMemGetInfo(&base_free, &total), cudaSuccess);
     for (int c = 0; c < 20; c++) {
         o = cuda_opts(c % 2 ? WM_MODE_MMAP : WM_MODE_HEAP);
-        o.cuda_registered = c % 2;
+        cuda_o.registered = c % 2;
         o.threads = 2;
-        o.pinned_budget = (uint64_t)8 << 20;
+        cuda_o.pinned_budget = (uint64_t)8 << 20;
         o.max_buffer_size = c % 4 < 2 ? 0 : (uint64_t)5 << 20;
         CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_OK);
         CHECK_EQ(cudaMemGetInfo(&now_free, &total), cudaSuccess);
@@ -362,8 +411,8 @@ WM_TEST(cancel_holds_nothing) {
     wm_model *m;
     for (int reg = 0; reg < 2; reg++) {
         wm_load_options o = cuda_opts(reg ? WM_MODE_MMAP : WM_MODE_HEAP);
-        o.cuda_registered = reg;
-        o.pinned_budget = (uint64_t)2 << 20;
+        cuda_o.registered = reg;
+        cuda_o.pinned_budget = (uint64_t)2 << 20;
         o.progress = cancel_at_first;
         CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_ECANCELED);
         CHECK(m == NULL);
@@ -443,9 +492,9 @@ WM_TEST(direct_io) {
     if (probe >= 0) close(probe);
     for (unsigned threads = 1; threads <= 3; threads += 2) {
         wm_load_options o = cuda_opts(WM_MODE_HEAP);
-        o.direct_io = 1;
+        cuda_o.direct_io = 1;
         o.threads = threads;
-        o.pinned_budget = (uint64_t)6 << 20;
+        cuda_o.pinned_budget = (uint64_t)6 << 20;
         direct_seen seen = {path, 0};
         o.progress = note_direct;
         o.progress_user = &seen;
@@ -475,9 +524,9 @@ WM_TEST(direct_io) {
     wm_error err;
     wm_model *m;
     wm_load_options o = cuda_opts(WM_MODE_HEAP);
-    o.direct_io = 1;
+    cuda_o.direct_io = 1;
     o.threads = 1;
-    o.pinned_budget = (uint64_t)2 << 20;
+    cuda_o.pinned_budget = (uint64_t)2 << 20;
     cut c = {path, false};
     o.progress = cut_short;
     o.progress_user = &c;
@@ -531,9 +580,9 @@ static void sweep(const char *path, wm_load_options o, wm_os_call kind) {
 
 static wm_load_options sweep_opts(int registered) {
     wm_load_options o = cuda_opts(registered ? WM_MODE_MMAP : WM_MODE_HEAP);
-    o.cuda_registered = registered;
+    cuda_o.registered = registered;
     o.threads = 2;
-    o.pinned_budget = (uint64_t)4 << 20;
+    cuda_o.pinned_budget = (uint64_t)4 << 20;
     o.max_buffer_size = (uint64_t)2 << 20;
     return o;
 }
@@ -584,9 +633,9 @@ WM_TEST(cuda_calls_only_on_loading_thread) {
             wm_error err;
             wm_model *m = NULL;
             wm_load_options o = cuda_opts(reg ? WM_MODE_MMAP : WM_MODE_HEAP);
-            o.cuda_registered = reg;
+            cuda_o.registered = reg;
             o.threads = 4;
-            o.pinned_budget = (uint64_t)8 << 20; /* 4 workers x 2 slots of 1 MiB */
+            cuda_o.pinned_budget = (uint64_t)8 << 20; /* 4 workers x 2 slots of 1 MiB */
             o.max_buffer_size = chunked ? (uint64_t)5 << 20 : 0;
             unsigned long before = wm__cuda_mock_violations();
             wm_status st = wm_model_load(f, &o, &m, &err);

@@ -148,7 +148,7 @@ WM_TEST(huge_counts_in_sparse_file) {
         CHECK(truncate(p, (off_t)4 << 30) == 0);
         wm_ledger_reset_peaks();
         CHECK_REFUSED(p, WM_EFORMAT, "empty");
-        wm_ledger l;
+        wm_ledger l = WM_LEDGER_INIT;
         wm_ledger_get(&l);
         CHECK_MSG(l.cat[WM_LEDGER_HEAP].peak < ((uint64_t)64 << 20), "heap peak %llu bytes",
                   (unsigned long long)l.cat[WM_LEDGER_HEAP].peak);

@@ -18,7 +18,7 @@
 #define SMALL "gguf/stories260K.gguf"
 
 static wm_ledger_stat shared_now(void) {
-    wm_ledger l;
+    wm_ledger l = WM_LEDGER_INIT;
     wm_ledger_get(&l);
     return l.cat[WM_LEDGER_MAP_SHARED];
 }

@@ -29,7 +29,7 @@ static wm_file *open_ok(const char *path) {
     wm_error err;
     wm_status st = wm_file_open(path, &f, &err);
     CHECK_MSG(st == WM_OK, "open %s: %s", path, err.msg);
-    wm_ledger l;
+    wm_ledger l = WM_LEDGER_INIT;
     wm_ledger_get(&l);
     file_heap = l.cat[WM_LEDGER_HEAP].current;
     file_regions = l.cat[WM_LEDGER_HEAP].regions;
@@ -38,7 +38,7 @@ static wm_file *open_ok(const char *path) {
 
 static void ledger_only_file(const wm_file *f, const char *file, int line) {
     (void)f;
-    wm_ledger l;
+    wm_ledger l = WM_LEDGER_INIT;
     wm_ledger_get(&l);
     for (int k = 0; k < WM_LEDGER_COUNT; k++) {
         uint64_t want = k == WM_LEDGER_HEAP ? file_heap : 0;
@@ -92,12 +92,12 @@ static void cycles(wm_mode mode, unsigned threads, const char *path) {
     wm_load_options o = {.mode = mode, .threads = threads};
     for (int c = 0; c < 20; c++) {
         wm_model *m = load_ok(f, &o);
-        wm_model_stats s;
+        wm_model_stats s = WM_MODEL_STATS_INIT;
         wm_model_stats_get(m, &s);
         CHECK_EQ(s.buffers, 1);
         CHECK_EQ(s.tensor_bytes, wm_file_tensor_bytes(f));
         CHECK_EQ(wmt_count_file_maps(path), mode == WM_MODE_HEAP ? 0 : 1);
-        wm_ledger l;
+        wm_ledger l = WM_LEDGER_INIT;
         wm_ledger_get(&l);
         if (mode == WM_MODE_HEAP) CHECK(l.cat[WM_LEDGER_HEAP].current >= s.tensor_bytes);
         if (mode == WM_MODE_MMAP) CHECK_EQ(l.cat[WM_LEDGER_MAP_SHARED].current, s.mapped_bytes);
@@ -235,7 +235,7 @@ WM_TEST(mmap_private_write_privatises_exact_pages) {
     wm_file *f = open_ok(path);
     wm_load_options o = {.mode = WM_MODE_MMAP_PRIVATE};
     wm_model *m = load_ok(f, &o);
-    wm_model_stats s;
+    wm_model_stats s = WM_MODEL_STATS_INIT;
     wm_model_stats_get(m, &s);
     CHECK(s.committed >= wm_file_tensor_bytes(f));
     size_t idx;
@@ -268,7 +268,7 @@ WM_TEST(heap_footprint_is_tensor_bytes_and_returns) {
     wm_load_options o = {.mode = WM_MODE_HEAP, .threads = 2};
     wm_model *m = load_ok(f, &o);
     CHECK_STATUS(wm_mem_figures_get(0, &loaded, NULL), WM_OK);
-    wm_model_stats s;
+    wm_model_stats s = WM_MODEL_STATS_INIT;
     wm_model_stats_get(m, &s);
     uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
     uint64_t grew = loaded.footprint - before.footprint;
@@ -301,7 +301,7 @@ static int lock_child(const char *path) {
     wm_error err;
     if (wm_model_load(f, &o, &m, &err) != WM_EPERM || m) return 13;
     if (!strstr(err.msg, "RLIMIT_MEMLOCK") || !strstr(err.msg, "65536")) return 14;
-    wm_ledger l;
+    wm_ledger l = WM_LEDGER_INIT;
     wm_ledger_get(&l);
     if (l.cat[WM_LEDGER_LOCKED].current || l.cat[WM_LEDGER_MAP_SHARED].current) return 15;
     if (wmt_count_file_maps(path) != 0) return 16;
@@ -311,7 +311,7 @@ static int lock_child(const char *path) {
     for (int k = 0; k < 2; k++) {
         o.mode = k ? WM_MODE_MMAP : WM_MODE_HEAP;
         if (wm_model_load(f, &o, &m, &err) != WM_OK) return 18;
-        wm_model_stats s;
+        wm_model_stats s = WM_MODEL_STATS_INIT;
         wm_model_stats_get(m, &s);
         wm_ledger_get(&l);
         if (s.locked_bytes == 0 || s.locked_bytes > 64 * 1024) return 19;
@@ -350,10 +350,10 @@ WM_TEST(lock_required_within_limit) {
             WM_SKIP("RLIMIT_MEMLOCK too low here for a 1 MiB lock");
         }
         CHECK_MSG(st == WM_OK, "%s", err.msg);
-        wm_model_stats s;
+        wm_model_stats s = WM_MODEL_STATS_INIT;
         wm_model_stats_get(m, &s);
         CHECK(s.locked_bytes >= wm_file_tensor_bytes(f));
-        wm_ledger l;
+        wm_ledger l = WM_LEDGER_INIT;
         wm_ledger_get(&l);
         CHECK_EQ(l.cat[WM_LEDGER_LOCKED].current, s.locked_bytes);
         wm_mem_figures mf;
@@ -377,11 +377,11 @@ WM_TEST(chunks_below_file_size_all_released) {
     for (size_t k = 0; k < 3; k++) {
         wm_load_options o = {.mode = all_modes[k], .max_buffer_size = 256 << 10, .threads = 2};
         wm_model *m = load_ok(f, &o);
-        wm_model_stats s;
+        wm_model_stats s = WM_MODEL_STATS_INIT;
         wm_model_stats_get(m, &s);
         CHECK_MSG(s.buffers > 4, "%u buffers", s.buffers);
         check_bytes(m, bytes);
-        wm_ledger l;
+        wm_ledger l = WM_LEDGER_INIT;
         wm_ledger_get(&l);
         if (all_modes[k] == WM_MODE_HEAP) {
             CHECK_EQ(wmt_count_file_maps(path), 0);
@@ -573,7 +573,7 @@ WM_TEST(heap_cycles_leave_malloc_at_baseline) {
     struct mallinfo2 now = mallinfo2();
     CHECK_MSG(now.uordblks == base.uordblks, "malloc in-use bytes %zu, baseline %zu", now.uordblks,
               base.uordblks);
-    wm_ledger l;
+    wm_ledger l = WM_LEDGER_INIT;
     wm_ledger_get(&l);
     CHECK_MSG(l.heap_largest <= 64 * 1024, "largest counted request %llu bytes",
               (unsigned long long)l.heap_largest);
@@ -616,7 +616,7 @@ WM_TEST(heap_converts_f16_to_f32_on_load) {
     CHECK(converted > 30);
     wm_model_release(m);
     /* scratch staging was freed when the load ended */
-    wm_ledger l;
+    wm_ledger l = WM_LEDGER_INIT;
     wm_ledger_get(&l);
     CHECK(l.cat[WM_LEDGER_SCRATCH].peak > 0);
     CHECK_LEDGER_EMPTY_BUT_FILE(f);
@@ -640,7 +640,7 @@ WM_TEST(convert_scratch_is_bounded) {
     wm_load_options o = {.mode = WM_MODE_HEAP, .threads = 8, .convert = rules, .n_convert = 1};
     wm_ledger_reset_peaks();
     wm_model *m = load_ok(f, &o);
-    wm_ledger l;
+    wm_ledger l = WM_LEDGER_INIT;
     wm_ledger_get(&l);
     /* 256 KiB of staging per worker (WM_CONVERT_STEP), and worker stacks count as scratch too */
     CHECK_MSG(l.cat[WM_LEDGER_SCRATCH].peak <= 8u * (256u << 10) + 8u * (256u << 10),

@@ -142,7 +142,7 @@ static void tp_rank(const char *path, wm_load_options o, unsigned r, unsigned w)
     wm_status st = wm_model_load(f, &o, &m, &err);
     uint64_t read_by_kernel = rchar(false) - before;
     CHECK_MSG(st == WM_OK, "load rank %u/%u: %s", r, w, err.msg);
-    wm_model_stats s;
+    wm_model_stats s = WM_MODEL_STATS_INIT;
     wm_model_stats_get(m, &s);
     CHECK_EQ(s.bytes_read, want_read);
 #if defined(WM_HAVE_CUDA) && !defined(WM_CUDA_MOCK)
@@ -319,7 +319,7 @@ static uint64_t opens_of_load(const char *path, wm_load_options o, unsigned *thr
     CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_OK);
     uint64_t opens = wm__fault_count(WM_OS_OPEN);
     CHECK_EQ(wmt_count_fds(), fds);
-    wm_model_stats st;
+    wm_model_stats st = WM_MODEL_STATS_INIT;
     wm_model_stats_get(m, &st);
     *threads = st.threads;
     wm_model_release(m);
@@ -411,7 +411,7 @@ static size_t load_two(const char *path, wm_placement placement, wm_mode mode) {
     shards_read(f, &file);
     wm_load_options o = two_devices(mode, placement);
     o.place_tensor = by_parity;
-    o.pinned_budget = (uint64_t)8 << 20;
+    o.cuda = &(wm_cuda_options){.pinned_budget = (uint64_t)8 << 20};
     wm_model *m;
     wm_status st = wm_model_load(f, &o, &m, &err);
     CHECK_MSG(st == WM_OK, "load: %s", err.msg);
@@ -435,7 +435,7 @@ static size_t load_two(const char *path, wm_placement placement, wm_mode mode) {
         free(got);
     }
     CHECK(count[0] > 0 && count[1] > 0);
-    wm_ledger l;
+    wm_ledger l = WM_LEDGER_INIT;
     wm_ledger_get(&l);
     wm_ledger_stat d0, d1;
     CHECK_STATUS(wm_ledger_device(0, &d0), WM_OK);
@@ -550,7 +550,7 @@ WM_TEST(device_refusals) {
     o.n_devices = 2;
     o.devices = (int[2]){0, 1};
     o.mode = WM_MODE_MMAP;
-    o.cuda_registered = 1;
+    o.cuda = &(wm_cuda_options){.registered = 1};
     CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EINVAL);
     CHECK_MSG_HAS(err, "staged path");
     wm_file_close(f);
@@ -584,7 +584,7 @@ WM_TEST(two_devices_fault_sweep) {
                        .devices = devs,
                        .n_devices = 2,
                        .threads = 4,
-                       .pinned_budget = (uint64_t)8 << 20},
+                       .cuda = &(wm_cuda_options){.pinned_budget = (uint64_t)8 << 20}},
                       NULL};
     wmt_sweep s = {
         .what = path, .run = wmt_load_release, .check = devices_empty, .user = &l, .path = path};
@@ -605,7 +605,7 @@ WM_TEST(tp_cuda_slices_and_reads) {
     wm_load_options o = {.mode = WM_MODE_HEAP,
                          .backend = WM_BACKEND_CUDA,
                          .threads = 4,
-                         .pinned_budget = (uint64_t)8 << 20};
+                         .cuda = &(wm_cuda_options){.pinned_budget = (uint64_t)8 << 20}};
     for (unsigned r = 0; r < 2; r++)
         tp_rank(path, o, r, 2);
     o.mode = WM_MODE_MMAP; /* staged from the page cache as well */
@@ -653,8 +653,9 @@ WM_TEST(cli_two_devices_cycles_return_memory) {
             CHECK_MSG(strstr(out, "\"ok\": true") != NULL, "%s", out);
         }
     }
+    /* A device listed twice is a bad spec (wm_backend_from_name): a usage error. */
     snprintf(args, sizeof args, "load '%s' --mode heap --backend cuda:0,0", path);
-    CHECK_EQ(wmt_cli(args, out, sizeof out), 1);
+    CHECK_EQ(wmt_cli(args, out, sizeof out), 2);
     CHECK_MSG(strstr(out, "listed twice") != NULL, "%s", out);
     snprintf(args, sizeof args, "load '%s' --mode heap --backend cuda:0,x", path);
     CHECK_EQ(wmt_cli(args, out, sizeof out), 2);
@@ -722,15 +723,15 @@ static int read_once_rank(const char *path, const ncclUniqueId *id_in, const int
     wm_file *f;
     wm_error err;
     CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
-    wm_load_options o = {.mode = WM_MODE_HEAP,
-                         .backend = WM_BACKEND_CUDA,
-                         .device = dev,
-                         .threads = 3,
-                         .pinned_budget = (uint64_t)4 << 20,
-                         .tp_rank = r,
-                         .tp_world = w,
-                         .tp_split = split ? wm_split_llama : NULL,
-                         .nccl_comm = comm};
+    wm_load_options o = {
+        .mode = WM_MODE_HEAP,
+        .backend = WM_BACKEND_CUDA,
+        .device = dev,
+        .threads = 3,
+        .tp_rank = r,
+        .tp_world = w,
+        .tp_split = split ? wm_split_llama : NULL,
+        .cuda = &(wm_cuda_options){.pinned_budget = (uint64_t)4 << 20, .nccl_comm = comm}};
     wm_model *m;
     wm_status st = wm_model_load(f, &o, &m, &err);
     CHECK_MSG(st == WM_OK, "rank %u: %s", r, err.msg);
@@ -746,7 +747,7 @@ static int read_once_rank(const char *path, const ncclUniqueId *id_in, const int
         free(want);
         free(got);
     }
-    wm_model_stats s;
+    wm_model_stats s = WM_MODEL_STATS_INIT;
     wm_model_stats_get(m, &s);
     CHECK_EQ(write(out, &s.bytes_read, sizeof s.bytes_read), sizeof s.bytes_read);
     wm_model_release(m);
@@ -855,17 +856,19 @@ static void read_once_refusal_cases(void) {
                          .backend = WM_BACKEND_CUDA,
                          .tp_rank = 1,
                          .tp_world = 2,
-                         .nccl_comm = comm};
+                         .cuda = &(wm_cuda_options){.nccl_comm = comm}};
     CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EINVAL);
     CHECK_MSG_HAS(err, "rank 0 of 1");
-    o = (wm_load_options){.mode = WM_MODE_HEAP, .nccl_comm = comm};
+    o = (wm_load_options){.mode = WM_MODE_HEAP, .cuda = &(wm_cuda_options){.nccl_comm = comm}};
     CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EINVAL);
     CHECK_MSG_HAS(err, "CUDA backend");
     /* One rank: the load checks the communicator and reads everything itself. */
-    o = (wm_load_options){
-        .mode = WM_MODE_HEAP, .backend = WM_BACKEND_CUDA, .threads = 2, .nccl_comm = comm};
+    o = (wm_load_options){.mode = WM_MODE_HEAP,
+                          .backend = WM_BACKEND_CUDA,
+                          .threads = 2,
+                          .cuda = &(wm_cuda_options){.nccl_comm = comm}};
     CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_OK);
-    wm_model_stats s;
+    wm_model_stats s = WM_MODEL_STATS_INIT;
     wm_model_stats_get(m, &s);
     CHECK_EQ(s.bytes_read, tensor_bytes(path));
     wm_model_release(m);

@@ -227,16 +227,28 @@ WM_TEST(every_dtype) {
         const char *shape;
         uint64_t n, bytes;
     } d[] = {
-        {"BOOL", WM_TYPE_BOOL, "[3]", 3, 3},       {"U8", WM_TYPE_U8, "[3]", 3, 3},
-        {"I8", WM_TYPE_I8, "[3]", 3, 3},           {"F8_E4M3", WM_TYPE_F8_E4M3, "[3]", 3, 3},
-        {"F8_E5M2", WM_TYPE_F8_E5M2, "[3]", 3, 3}, {"F8_E8M0", WM_TYPE_F8_E8M0, "[3]", 3, 3},
-        {"I16", WM_TYPE_I16, "[3]", 3, 6},         {"U16", WM_TYPE_U16, "[3]", 3, 6},
-        {"F16", WM_TYPE_F16, "[3]", 3, 6},         {"BF16", WM_TYPE_BF16, "[3]", 3, 6},
-        {"I32", WM_TYPE_I32, "[3]", 3, 12},        {"U32", WM_TYPE_U32, "[3]", 3, 12},
-        {"F32", WM_TYPE_F32, "[3]", 3, 12},        {"F64", WM_TYPE_F64, "[3]", 3, 24},
-        {"I64", WM_TYPE_I64, "[3]", 3, 24},        {"U64", WM_TYPE_U64, "[3]", 3, 24},
-        {"F4", WM_TYPE_F4, "[3,2]", 6, 3},         {"F6_E2M3", WM_TYPE_F6_E2M3, "[2,4]", 8, 6},
+        {"BOOL", WM_TYPE_BOOL, "[3]", 3, 3},
+        {"U8", WM_TYPE_U8, "[3]", 3, 3},
+        {"I8", WM_TYPE_I8, "[3]", 3, 3},
+        {"F8_E4M3", WM_TYPE_F8_E4M3, "[3]", 3, 3},
+        {"F8_E5M2", WM_TYPE_F8_E5M2, "[3]", 3, 3},
+        {"F8_E8M0", WM_TYPE_F8_E8M0, "[3]", 3, 3},
+        {"I16", WM_TYPE_I16, "[3]", 3, 6},
+        {"U16", WM_TYPE_U16, "[3]", 3, 6},
+        {"F16", WM_TYPE_F16, "[3]", 3, 6},
+        {"BF16", WM_TYPE_BF16, "[3]", 3, 6},
+        {"I32", WM_TYPE_I32, "[3]", 3, 12},
+        {"U32", WM_TYPE_U32, "[3]", 3, 12},
+        {"F32", WM_TYPE_F32, "[3]", 3, 12},
+        {"F64", WM_TYPE_F64, "[3]", 3, 24},
+        {"I64", WM_TYPE_I64, "[3]", 3, 24},
+        {"U64", WM_TYPE_U64, "[3]", 3, 24},
+        {"F4", WM_TYPE_F4, "[3,2]", 6, 3},
+        {"F6_E2M3", WM_TYPE_F6_E2M3, "[2,4]", 8, 6},
         {"F6_E3M2", WM_TYPE_F6_E3M2, "[4]", 4, 3},
+        {"C64", WM_TYPE_C64, "[3]", 3, 24},
+        {"F8_E4M3FNUZ", WM_TYPE_F8_E4M3FNUZ, "[3]", 3, 3},
+        {"F8_E5M2FNUZ", WM_TYPE_F8_E5M2FNUZ, "[2,2]", 4, 4},
     };
     size_t n = sizeof d / sizeof d[0];
     char hdr[4096];

@@ -627,8 +627,8 @@ WM_TEST(cli_info_on_sets) {
 #endif
 #endif
 
-/* struct llama_model_params of llama.cpp v0.4.0 (node-llama-cpp 3.21.1), as in
- * ../shared/peers/llama-harness.c, which was checked against llama_model_default_params(). */
+/* struct llama_model_params of llama.cpp v0.4.0 (node-llama-cpp 3.21.1), as bench/peer.h mirrors
+ * it (80 bytes; started from llama_model_default_params()). */
 struct peer_model_params {
     void *devices;
     const void *tensor_buft_overrides;

@@ -9,6 +9,8 @@
 #endif
 #include "wmtest.h"
 
+#include "oracle.h"
+
 #include "os/fault.h"
 
 #include <dirent.h>
@@ -72,7 +74,7 @@ void wmt_skip(const char *why) {
 }
 
 void wmt_check_ledger_empty(const char *file, int line) {
-    wm_ledger l;
+    wm_ledger l = WM_LEDGER_INIT;
     wm_ledger_get(&l);
     if (wm_ledger_bytes(&l) == 0 && wm_ledger_regions(&l) == 0) return;
     char buf[512];
@@ -90,21 +92,14 @@ const char *wmt_fixture(const char *rel) {
     return p;
 }
 
-const char *wmt_peer_dir(void) {
-    static char dir[1024];
-    const char *env = getenv("WM_PEER_LIB");
-    if (env && *env) return env;
-    snprintf(dir, sizeof dir,
-             "%s/bench/peers/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64", WM_SOURCE_DIR);
-    return dir;
-}
+const char *wmt_peer_dir(void) { return wm_oracle_dir(); }
 
 const char *wmt_peer_lib(const char *name) {
-    static char lib[1200];
-    snprintf(lib, sizeof lib, "%s/%s", wmt_peer_dir(), name);
+    static char lib[4200];
+    wm_oracle_path(lib, sizeof lib, name);
     if (access(lib, R_OK) != 0)
-        WM_SKIP(
-            "llama.cpp peer not installed (bench/peers, or set WM_PEER_LIB to its bins folder)");
+        WM_SKIP("llama.cpp peer not installed (scripts/peer.sh installs it; or set WM_PEER_DIR to "
+                "its library folder)");
     return lib;
 }
 
@@ -257,7 +252,7 @@ typedef struct sweep_base {
 } sweep_base;
 
 static void sweep_after(const wmt_sweep *s, const sweep_base *b, const char *run) {
-    wm_ledger l;
+    wm_ledger l = WM_LEDGER_INIT;
     wm_ledger_get(&l);
     for (int c = 0; c < WM_LEDGER_COUNT; c++)
         if (l.cat[c].current != b->ledger.cat[c].current ||
@@ -276,6 +271,7 @@ static void sweep_after(const wmt_sweep *s, const sweep_base *b, const char *run
 }
 
 static void sweep_base_take(sweep_base *b) {
+    b->ledger.size = sizeof b->ledger;
     wm_ledger_get(&b->ledger);
     b->fds = wmt_count_fds();
 }

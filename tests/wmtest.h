@@ -82,8 +82,8 @@ void wmt_check_ledger_empty(const char *file, int line);
 
 /* Absolute path of a fixture: wmt_fixture("gguf/stories260K.gguf"). Static buffer. */
 const char *wmt_fixture(const char *rel);
-/* The folder of llama.cpp's prebuilt libraries (libggml-base.so, libllama...): $WM_PEER_LIB, else
- * the npm peer in bench/peers. Static buffer. */
+/* The folder of llama.cpp's prebuilt libraries (libggml-base.so, libllama...): $WM_PEER_DIR, else
+ * where scripts/peer.sh installs the npm peer (tests/oracle/oracle.h). */
 const char *wmt_peer_dir(void);
 /* The path of the peer's library `name` in wmt_peer_dir() (static buffer); the case is skipped
  * (WM_SKIP) when it cannot be read there. */

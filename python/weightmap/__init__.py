@@ -2,32 +2,42 @@
 with an explicit mode, handed over without a copy (DLPack), and every byte given back.
 
     import weightmap
-    with weightmap.safe_open("model.safetensors", framework="pt") as f:   # mode="mmap"
+    with weightmap.safe_open("model.safetensors", framework="pt") as f:   # mode="mmap-private"
         w = f.get_tensor("lm_head.weight")        # a view of the file's mapping, no copy
     del w                                         # the last view gone: the mapping is gone
     assert weightmap.ledger()["bytes"] == 0       # the C library holds nothing
 
-Every tensor is a view of memory the C library owns (a read-only file mapping, page-allocated
-heap, or CUDA device memory). A view keeps its model alive: ``close()`` (or leaving the ``with``)
+Every tensor is a view of memory the C library owns (a file mapping, page-allocated heap, or
+CUDA device memory). A view keeps its model alive: ``close()`` (or leaving the ``with``)
 releases the model at once when no view is alive, or when the last view is deleted.
 
-Modes (``mode=``): "mmap" (the default: one shared read-only mapping, no private memory; the
-tensors are read-only: NumPy arrays are not writeable, and writing a PyTorch tensor of this
-mode faults), "heap" (page-aligned private memory filled by parallel reads; writable), and
-"mmap-private" (a private writable mapping: written pages become private). The C library has no
-default; this package chooses "mmap".
+Modes (``mode=``): "mmap-private" (the default on the CPU: a private copy-on-write mapping, as
+safetensors' own; tensors are writable, reading privatises nothing, a written page becomes a
+private copy and the file never changes; the whole mapping is commit-charged), "mmap" (one
+shared read-only mapping: NumPy arrays are not writeable, and writing a PyTorch tensor of this
+mode faults the process), and "heap" (page-aligned private memory filled by parallel reads;
+the default on CUDA devices, where every mode stages through pinned memory).
+
+``with weightmap.loading(device="cuda:0"):`` makes code written for safetensors (transformers'
+``from_pretrained``) load straight to the device through weightmap.
 """
 
 import os as _os
 
 from . import _weightmap as _c
-from ._weightmap import Error, FormatError, NotFoundError, TensorNotFoundError
+from ._weightmap import ClosedError, Error, FormatError, NotFoundError, TensorNotFoundError
+from ._loading import loading
 
-__all__ = ["safe_open", "load_file", "ledger", "file_regions", "mem_figures", "backend_init",
-           "Error", "FormatError", "NotFoundError", "TensorNotFoundError", "MODES"]
+__all__ = ["safe_open", "load_file", "loading", "ledger", "file_regions", "mem_figures",
+           "backend_init", "Error", "SafetensorError", "FormatError", "NotFoundError",
+           "TensorNotFoundError", "ClosedError", "MODES", "BACKENDS"]
 __version__ = _c.version()
 
-MODES = ("mmap", "heap", "mmap-private")
+SafetensorError = Error    # safetensors' name for its errors: the same class
+MODES = ("mmap-private", "mmap", "heap")
+# safetensors 0.8's backend= names and the mode each is here: its "mmap" maps the file
+# copy-on-write (writable tensors, the file untouched), its "pread" reads into private memory.
+BACKENDS = {"mmap": "mmap-private", "pread": "heap"}
 _LOCKS = {None: 0, "required": _c.LOCK_REQUIRED, "best-effort": _c.LOCK_BEST_EFFORT}
 _FRAMEWORKS = {"pt": "pt", "torch": "pt", "pytorch": "pt", "np": "np", "numpy": "np"}
 _DTYPES = {"f32": "f32", "float32": "f32", "float": "f32", "f16": "f16", "float16": "f16",
@@ -69,13 +79,10 @@ def _parse_device(device):
     if isinstance(device, int) and not isinstance(device, bool) and device >= 0:
         return _c.BACKEND_CUDA, device     # safetensors' device=0 means cuda:0
     d = str(device)                        # "cpu", "cuda:1", torch.device("cuda", 1)
-    if d == "cpu":
-        return _c.BACKEND_CPU, 0
-    if d == "cuda":
-        return _c.BACKEND_CUDA, 0
-    if d.startswith("cuda:") and d[5:].isdigit():
-        return _c.BACKEND_CUDA, int(d[5:])
-    raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', not {device!r}")
+    try:
+        return _c.backend_from_name(d)     # the C library's parser (wm_backend_from_name)
+    except ValueError as e:
+        raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', not {device!r} ({e})") from None
 
 
 def _parse_dtype(dtype):
@@ -101,35 +108,32 @@ class _Framework:
             import numpy
             self.np = numpy
 
-    def tensor(self, handle, index, type_name):
+    def tensor(self, export, type_name):
         if self.name == "pt":
-            return self._torch(handle, index, type_name)
-        return self._numpy(handle, index, type_name)
+            return self._torch(export, type_name)
+        return self._numpy(export, type_name)
 
-    def _torch(self, handle, index, type_name):
+    def _torch(self, make, type_name):
         torch = self.torch
-        export = handle.export(index)
         try:
-            t = torch.from_dlpack(export)
+            t = torch.from_dlpack(make())
         except (RuntimeError, TypeError, BufferError):
             if type_name not in ("u16", "u32", "u64"):
                 raise
             # A torch without unsigned 16/32/64-bit tensors: the same bits as signed integers.
-            t = torch.from_dlpack(handle.export(index, code=_c.DL_INT))
+            t = torch.from_dlpack(make(code=_c.DL_INT))
         if type_name == "bool":
             t = t.view(torch.bool)
-        elif type_name in _TORCH_F8:
-            dt = getattr(torch, _TORCH_F8[type_name], None)
+        elif type_name in _TORCH_VIEWS:
+            dt = getattr(torch, _TORCH_VIEWS[type_name], None)
             if dt is not None:
                 t = t.view(dt)
         return t
 
-    def _numpy(self, handle, index, type_name):
+    def _numpy(self, make, type_name):
         np = self.np
-        if type_name == "bf16":       # NumPy has no bfloat16: the raw bits as uint16
-            export = handle.export(index, code=_c.DL_UINT)
-        else:
-            export = handle.export(index)
+        # NumPy has no bfloat16: the raw bits as uint16
+        export = make(code=_c.DL_UINT) if type_name == "bf16" else make()
         a = np.from_dlpack(export)
         if type_name == "bool":
             a = a.view(np.bool_)
@@ -138,12 +142,61 @@ class _Framework:
         return a
 
 
-_TORCH_F8 = {"f8_e4m3": "float8_e4m3fn", "f8_e5m2": "float8_e5m2", "f8_e8m0": "float8_e8m0fnu"}
+# Types handed over as bytes (uint8) and viewed as torch's own type where the installed torch
+# has it (float8_* from 2.1/2.2/2.7, float4_e2m1fn_x2 from 2.8: two F4 values a byte, so the
+# bytes' shape (..., n/2) is that type's shape). F6_E2M3 and F6_E3M2 have no torch type.
+_TORCH_VIEWS = {"f8_e4m3": "float8_e4m3fn", "f8_e5m2": "float8_e5m2",
+                "f8_e8m0": "float8_e8m0fnu", "f8_e4m3fnuz": "float8_e4m3fnuz",
+                "f8_e5m2fnuz": "float8_e5m2fnuz", "f4": "float4_e2m1fn_x2"}
+
+
+def _rows_of(index, shape, pt):
+    """The smallest covering rows [lo, hi) of dimension 0 (size n) that `index` reads, and the
+    index to apply to those rows so that the result is the tensor's own [index]; None when the
+    index is not one of these forms (the whole tensor is read then)."""
+    n = shape[0]
+    items = index if isinstance(index, tuple) else (index,)
+    if items and items[0] is Ellipsis:
+        rest = items[1:]
+        if not rest or sum(1 for x in rest if x is not None) < len(shape):
+            return None            # the Ellipsis covers dimension 0: every row
+        items = rest               # it stands for no dimension: rest[0] indexes dimension 0
+    if not items:
+        return None
+    first, rest = items[0], items[1:]
+    if isinstance(first, bool) or not isinstance(first, (int, slice)):
+        if hasattr(first, "__index__") and not isinstance(first, bool) and \
+                not hasattr(first, "shape"):
+            first = int(first.__index__())
+        else:
+            return None
+    if isinstance(first, int):
+        i = first + n if first < 0 else first
+        if not 0 <= i < n:
+            raise IndexError(f"index {first} is out of bounds for dimension 0 with size {n}")
+        return i, i + 1, (0,) + rest
+    start, stop, step = first.indices(n)
+    if step < 0:
+        if pt:
+            raise ValueError("step must be greater than zero")
+        count = len(range(start, stop, step))
+        if count == 0:
+            return None
+        lo, hi = start + step * (count - 1), start + 1
+        return lo, hi, (slice(start - lo, None if stop - lo < 0 else stop - lo, step),) + rest
+    count = len(range(start, stop, step))
+    if count == 0:
+        return None
+    lo, hi = start, start + step * (count - 1) + 1
+    return lo, hi, (slice(0, hi - lo, step),) + rest
 
 
 class _Slice:
     """What get_slice() returns: the tensor's shape and dtype without touching its data, and
-    indexing (``[...]``) that returns a view of the indexed part."""
+    indexing (``[...]``) as PyTorch (or NumPy) indexes the whole tensor. In modes heap and on
+    CUDA devices, while the whole model is not loaded, an index that reads part of dimension 0
+    (an int, a slice, either first in a tuple) loads only the rows it covers; any other index
+    reads the whole tensor, through the whole model. The result views the loaded memory."""
 
     def __init__(self, owner, name):
         self._owner = owner
@@ -157,20 +210,29 @@ class _Slice:
         return self._owner._dtype_name(self._info)
 
     def __getitem__(self, index):
-        return self._owner.get_tensor(self._name)[index]
+        owner = self._owner
+        part = owner._part_of(self._info, index)
+        if part is not None:
+            return part
+        return owner.get_tensor(self._name)[index]
 
 
 class safe_open:
-    """safe_open(path, framework="pt", device="cpu", mode="mmap", lock=None, dtype=None)
+    """safe_open(filename, framework="pt", device="cpu", *, backend=None, mode=None, lock=None,
+    dtype=None)
 
     Opens a safetensors or GGUF file, a safetensors index (NAME.safetensors.index.json) or any
     shard of a shard set, as safetensors.safe_open does, and reads its header; the tensors are
     loaded by `mode` at the first tensor asked for. A context manager: leaving it calls close().
+    Safe to use from any number of threads: the load runs once, the others wait for it.
 
     framework  "pt" (PyTorch tensors) or "np" (NumPy arrays)
     device     "cpu", "cuda", "cuda:N", N or a torch.device (CUDA: every tensor is copied once
-               to device memory at load)
-    mode       "mmap" (default; read-only shared mapping), "heap" or "mmap-private"
+               to device memory at load, through the staged path)
+    backend    safetensors 0.8's: "mmap" (mode "mmap-private") or "pread" (mode "heap")
+    mode       "mmap-private" (the CPU's default: writable copy-on-write tensors; the file never
+               changes; the mapping is commit-charged), "mmap" (shared and read-only: a PyTorch
+               write faults), "heap" (private memory read with pread; the default on CUDA)
     lock       None, "required" (mlock every byte or fail) or "best-effort"
     dtype      None, or "f32"/"f16"/"bf16"/"f64" (or torch/numpy dtypes): convert every tensor
                whose type converts (GGUF quantized blocks included) on load; needs mode "heap"
@@ -178,21 +240,23 @@ class safe_open:
                (uint8, shape (..., bytes of a row)).
 
     Tensors view the loaded memory without a copy and keep it alive; close() gives everything
-    back as soon as no tensor is alive. Errors of the library raise weightmap.Error (or its
-    subclasses FormatError, NotFoundError, TensorNotFoundError) with the library's message.
+    back as soon as no tensor is alive. Failures raise weightmap.Error (alias SafetensorError)
+    or its subclasses FormatError, NotFoundError (a FileNotFoundError), TensorNotFoundError (a
+    KeyError) and ClosedError (a ValueError), with the library's message; bad arguments raise
+    ValueError or TypeError.
     """
 
-    def __init__(self, path, framework="pt", device="cpu", mode="mmap", lock=None, dtype=None,
-                 prefetch=False, threads=0):
+    def __init__(self, filename, framework="pt", device="cpu", *, backend=None, mode=None,
+                 lock=None, dtype=None, prefetch=False, threads=0):
         if framework not in _FRAMEWORKS:
             raise ValueError(f"framework must be 'pt' or 'np', not {framework!r}")
-        if not isinstance(mode, str) or mode not in MODES:
-            raise ValueError(f"mode must be 'mmap', 'heap' or 'mmap-private', not {mode!r}")
+        self._backend, self._device = _parse_device(device)
+        on_device = self._backend != _c.BACKEND_CPU
+        mode = _parse_mode(mode, backend, on_device)
         if lock not in _LOCKS:
             raise ValueError(f"lock must be None, 'required' or 'best-effort', not {lock!r}")
-        self._backend, self._device = _parse_device(device)
         self._framework_name = _FRAMEWORKS[framework]
-        if self._framework_name == "np" and self._backend != _c.BACKEND_CPU:
+        if self._framework_name == "np" and on_device:
             raise ValueError("framework 'np' needs device 'cpu' (NumPy arrays live in host memory)")
         self._to = _parse_dtype(dtype)
         self._mode = mode
@@ -200,8 +264,7 @@ class safe_open:
         self._prefetch = bool(prefetch)
         self._threads = int(threads)
         self._fw = _Framework(self._framework_name, read_only=(mode == "mmap"))
-        self._h = _c.Handle(_os.fspath(path))
-        self._by_name = None
+        self._h = _c.Handle(_os.fspath(filename))
 
     # -- the context manager and the lifecycle --
     def __enter__(self):
@@ -213,7 +276,8 @@ class safe_open:
 
     def close(self):
         """No further use of this object; the model and the file are released now when no
-        tensor from it is alive (returns True), or when the last one is deleted (False)."""
+        tensor from it is alive (returns True), or when the last one is deleted (False). Other
+        threads using the object meanwhile finish what they were doing or get ClosedError."""
         return self._h.close()
 
     @property
@@ -225,8 +289,14 @@ class safe_open:
         """True once the C library holds nothing for this file."""
         return self._h.released
 
+    @property
+    def mode(self):
+        """The load mode ("mmap-private", "mmap" or "heap")."""
+        return self._mode
+
     def load(self):
-        """Load now (otherwise the first tensor asked for loads). Returns self."""
+        """Load the whole model now (otherwise the first tensor asked for loads). Returns
+        self. From many threads at once: one loads, the others wait for it."""
         if not self._h.loaded:
             self._h.load(self._mode, lock=self._lock, backend=self._backend,
                          device=self._device, to=self._to, prefetch=self._prefetch,
@@ -244,8 +314,9 @@ class safe_open:
         return sorted(self._h.names())
 
     def offset_keys(self):
-        """Tensor names in file order (shard, then offset)."""
-        return [self._names[t[0]] for t in self._file_order()]
+        """Tensor names in file order (shard, then offset), as safetensors' offset_keys()."""
+        names = self._h.names()
+        return [names[t[0]] for t in self._file_order()]
 
     def metadata(self):
         """safetensors: the __metadata__ dict of str (None when the file has none); GGUF: every
@@ -269,48 +340,69 @@ class safe_open:
         """The tensor `name` as a framework tensor viewing the loaded memory (no copy)."""
         info = self._info(name)
         self.load()
-        return self._fw.tensor(self._h, info[0], self._delivered_type(info))
+        return self._fw.tensor(_maker(self._h.export(info[0])), self._delivered_type(info))
 
     def get_slice(self, name):
         """A slice object: get_shape(), get_dtype(), and [index] for a view of a part."""
         return _Slice(self, name)
 
+    def get_tensors(self):
+        """{name: tensor} for every tensor, in file order (safetensors 0.8's get_tensors())."""
+        return dict(self.tensors())
+
     def tensors(self):
         """(name, tensor) for every tensor in file order (shard, then offset), for consumers
         that stream; each tensor is made when asked for."""
         self.load()
+        h, names = self._h, self._h.names()
         for t in self._file_order():
-            yield self._names[t[0]], self._fw.tensor(self._h, t[0], self._delivered_type(t))
+            yield names[t[0]], self._fw.tensor(_maker(h.export(t[0])), self._delivered_type(t))
 
     def __len__(self):
-        return len(self._h.names())
+        return len(self._table())
 
     def __contains__(self, name):
         return name in self._index()
 
     # -- helpers --
-    @property
-    def _names(self):
-        return self._h.names()
-
     def _index(self):
-        if self._by_name is None:
-            self._by_name = {n: i for i, n in enumerate(self._h.names())}
-        return self._by_name
+        idx = self.__dict__.get("_by_name")
+        if idx is None:
+            idx = {n: i for i, n in enumerate(self._h.names())}
+            self._by_name = idx
+        return idx
 
     def _info(self, name):
         return self._table()[self._h.find(name)]
 
     def _table(self):
-        # (index, type, shape in C order, nbytes, offset, shard, n_elements) for every tensor
-        if self._all is None:
-            self._all = self._h.tensors()
-        return self._all
-
-    _all = None
+        # (index, type, shape in C order, nbytes, offset, shard, n_elements) for every tensor;
+        # made once (two threads making it at once make the same list)
+        table = self.__dict__.get("_all")
+        if table is None:
+            table = self._h.tensors()
+            self._all = table
+        return table
 
     def _file_order(self):
         return sorted(self._table(), key=lambda t: (t[5], t[4]))
+
+    def _part_of(self, info, index):
+        """The rows of one tensor that `index` reads, loaded alone (see _Slice); None when the
+        whole tensor is to be read instead."""
+        partial = self._mode == "heap" or self._backend != _c.BACKEND_CPU
+        shape = info[2]
+        if not partial or self._h.loaded or not shape or self._to is not None or \
+                _c.type_info(info[1])[0] != 1:
+            return None
+        rows = _rows_of(index, shape, self._framework_name == "pt")
+        if rows is None or (rows[0] == 0 and rows[1] == shape[0]):
+            return None
+        lo, hi, rest = rows
+        export = self._h.load_part(info[0], lo, hi, self._mode, lock=self._lock,
+                                   backend=self._backend, device=self._device,
+                                   threads=self._threads)
+        return self._fw.tensor(_maker(export), self._delivered_type(info))[rest]
 
     def _delivered_type(self, info):
         # The rule Handle.load gives the C library: every type that converts to the target.
@@ -333,10 +425,34 @@ class safe_open:
         return self._delivered_type(info).upper()
 
 
-def load_file(path, device="cpu", *, framework="pt", mode="mmap", lock=None, dtype=None):
+def _maker(export):
+    """What _Framework.tensor calls for the DLPack producer: the Export itself, or with
+    code=N a copy of it whose elements are read as another type of the same width."""
+    return lambda code=None: export if code is None else export.recode(code)
+
+
+def _parse_mode(mode, backend, on_device):
+    if backend is not None:
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be 'mmap' or 'pread', not {backend!r}")
+        if mode is not None and mode != BACKENDS[backend]:
+            raise ValueError(f"backend {backend!r} is mode {BACKENDS[backend]!r}, not {mode!r}")
+        mode = BACKENDS[backend]
+    if mode is None:
+        return "heap" if on_device else "mmap-private"
+    if not isinstance(mode, str) or mode not in MODES:
+        raise ValueError(f"mode must be 'mmap', 'heap' or 'mmap-private', not {mode!r}")
+    if on_device and mode == "mmap-private":
+        return "heap"   # a device holds its own copy: every mode stages through pinned memory
+    return mode
+
+
+def load_file(filename, device="cpu", *, framework="pt", backend=None, mode=None, lock=None,
+              dtype=None):
     """{name: tensor} for every tensor of the file (or shard set), like
-    safetensors.torch.load_file; the tensors view the loaded memory (mode "mmap" by default:
-    read-only) and keep it alive; the model is released when the last of them is deleted."""
-    with safe_open(path, framework=framework, device=device, mode=mode, lock=lock,
-                   dtype=dtype) as f:
-        return dict(f.tensors())
+    safetensors.torch.load_file; the tensors view the loaded memory (on the CPU mode
+    "mmap-private" by default: writable, copy-on-write) and keep it alive; the model is
+    released when the last of them is deleted."""
+    with safe_open(filename, framework=framework, device=device, backend=backend, mode=mode,
+                   lock=lock, dtype=dtype) as f:
+        return f.get_tensors()

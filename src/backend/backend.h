@@ -38,8 +38,10 @@ typedef struct wm__chunk {
  * buffer. A whole tensor is one segment of all its bytes; a slice under tensor parallelism is
  * one contiguous segment (WM_SPLIT_DIM0) or one per row (WM_SPLIT_LAST). A converted tensor is
  * one segment of source bytes whose delivered size is nbytes. */
+#define WM__NOT_LOADED UINT32_MAX /* wm__place.chunk of a tensor the selection left out */
+
 typedef struct wm__place {
-    uint32_t chunk;
+    uint32_t chunk;  /* WM__NOT_LOADED: not selected, no bytes, no segment */
     uint32_t device; /* index into the load's devices */
     size_t dst_off;  /* offset inside the chunk's buffer */
     wm_type type;    /* delivered type (after conversion) */
@@ -59,13 +61,16 @@ typedef struct wm__backend wm__backend;
 
 struct wm_model {
     wm_file *file;
-    wm_load_options opts;        /* copy; convert rules, devices and callbacks are not kept */
+    wm_load_options opts;        /* copy; convert rules, devices and callbacks are not kept;
+                                    opts.cuda points to `cuda` */
+    wm_cuda_options cuda;        /* the CUDA options, zero-extended: defaults when none given */
     int devs[WM_LEDGER_DEVICES]; /* the devices (opts.devices, or opts.device alone) */
     unsigned n_devs;
     const wm__backend *backend;
     void *bctx; /* the backend's state */
 
-    uint32_t *order; /* tensor indices by (shard, offset) */
+    uint32_t *order;   /* tensor indices by (shard, offset), the selected ones first */
+    uint32_t n_placed; /* order[0 .. n_placed) are loaded; the rest the selection left out */
     wm__place *place;
     wm__chunk *chunks;
     uint32_t n_chunks;

@@ -17,20 +17,11 @@ typedef struct cpu_state {
 /* ---- options ---- */
 
 static wm_status cpu_check(const wm_file *f, const wm_load_options *o, wm_error *err) {
-    if (o->nccl_comm)
-        return wm__err(err, WM_EINVAL, 0,
-                       "%s: read-once (nccl_comm) completes tensors on devices: it needs the CUDA "
-                       "backend",
-                       f->path);
+    /* CUDA options (direct_io, nccl_comm) given with this backend were refused already. */
     if (o->n_devices > 1)
         return wm__err(err, WM_EINVAL, 0,
                        "%s: several devices (n_devices %u) are for a device backend, not the CPU",
                        f->path, o->n_devices);
-    if (o->direct_io)
-        return wm__err(err, WM_EINVAL, 0,
-                       "%s: direct_io applies to the CUDA backend's staged path only (it reads "
-                       "into pinned slots; other loads read into their destination or map)",
-                       f->path);
     return WM_OK;
 }
 

@@ -8,8 +8,8 @@
  * behind on every load (measured on an H200: 12-72 KiB per load with 1 thread, 290-390 KiB
  * with 16). The loading thread owns a few streams and one event per slot:
  *   - staged (the default; modes heap and mmap): the slots are a ring of page-allocated memory
- *     of 4 MiB slots, never more than opts.pinned_budget bytes (256 MiB by default; the default
- *     8 readers of a 16-CPU host use 64 MiB), registered whole with cudaHostRegister once per
+ *     of 4 MiB slots, never more than opts.cuda->pinned_budget bytes (256 MiB by default; the
+ * default 8 readers of a 16-CPU host use 64 MiB), registered whole with cudaHostRegister once per
  *     load by the loading thread while the readers already fill it (their preads fault it in).
  *     Reader threads (none with one thread: then the loading thread reads) take a free slot and
  *     the next file window, pread the window into the slot and hand the slot to the loading
@@ -18,7 +18,7 @@
  *     the slot back to the readers once its copies are done: right after queueing it asks
  *     (cudaEventQuery) for the oldest slots, and it waits (cudaEventSynchronize) only when it
  *     has nothing else to do.
- *   - registered (opts.cuda_registered, mode mmap): the source is the file's shared read-only
+ *   - registered (opts.cuda->registered, mode mmap): the source is the file's shared read-only
  *     mapping. The loading thread registers one window of it per slot
  *     (cudaHostRegisterReadOnly), queues the same copies, and unregisters the window once its
  *     event has passed, so that at most pinned_budget bytes are registered at once. There are
@@ -786,12 +786,12 @@ static wm_status cuda_check(const wm_file *f, const wm_load_options *o, wm_error
                        "%s: mode mmap-private makes no sense on the CUDA backend (and a private "
                        "mapping is never registered): use heap (staged) or mmap",
                        path);
-    if (o->cuda_registered && o->mode != WM_MODE_MMAP)
+    if (o->cuda->registered && o->mode != WM_MODE_MMAP)
         return wm__err(err, WM_EINVAL, 0,
                        "%s: the registered CUDA path needs mode mmap (it registers the shared "
                        "read-only mapping), not %s",
                        path, wm_mode_name(o->mode));
-    if (o->direct_io && o->cuda_registered)
+    if (o->cuda->direct_io && o->cuda->registered)
         return wm__err(err, WM_EINVAL, 0,
                        "%s: direct_io applies to the CUDA backend's staged path only (it reads "
                        "into pinned slots; the registered path maps the file)",
@@ -804,23 +804,23 @@ static wm_status cuda_check(const wm_file *f, const wm_load_options *o, wm_error
     if (o->n_convert)
         return wm__err(err, WM_EINVAL, 0,
                        "%s: conversion on load is not supported by the CUDA backend", path);
-    if (o->cuda_registered && (o->n_devices > 1 || o->tp_world > 1))
+    if (o->cuda->registered && (o->n_devices > 1 || o->tp_world > 1))
         return wm__err(err, WM_EINVAL, 0,
                        "%s: several devices and tensor parallelism use the staged path, not the "
                        "registered one",
                        path);
-    if (o->nccl_comm) {
+    if (o->cuda->nccl_comm) {
 #ifndef WM_HAVE_NCCL
         return wm__err(err, WM_EUNSUPPORTED, 0,
                        "%s: read-once (nccl_comm) needs a build with NCCL (nccl.h was not found "
                        "at build time)",
                        path);
 #endif
-        if (o->n_devices > 1 || o->cuda_registered)
+        if (o->n_devices > 1 || o->cuda->registered)
             return wm__err(err, WM_EINVAL, 0,
                            "%s: read-once runs one device per process on the staged path", path);
     }
-    if (o->direct_io && o->tp_world > 1)
+    if (o->cuda->direct_io && o->tp_world > 1)
         return wm__err(err, WM_EINVAL, 0,
                        "%s: direct_io reads whole aligned windows; a tensor-parallel slice is "
                        "read piece by piece, buffered",
@@ -832,7 +832,7 @@ static wm_status cuda_check(const wm_file *f, const wm_load_options *o, wm_error
  * tuning.window or MAX_WINDOW bytes (and not much more than the model needs), fewer workers
  * rather than windows under MIN_WINDOW. */
 static wm_status size_pipe(const wm_model *m, unsigned *workers, size_t *wsize, wm_error *err) {
-    uint64_t budget = m->opts.pinned_budget ? m->opts.pinned_budget : DEFAULT_BUDGET;
+    uint64_t budget = m->cuda.pinned_budget ? m->cuda.pinned_budget : DEFAULT_BUDGET;
     size_t page = wm__os_page_size();
     unsigned slots = tuning.slots;
     if (budget < (uint64_t)slots * page)
@@ -851,7 +851,7 @@ static wm_status size_pipe(const wm_model *m, unsigned *workers, size_t *wsize, 
         t = fit ? (unsigned)fit : 1;
     }
     uint64_t w = budget / ((uint64_t)slots * t);
-    uint64_t most = m->opts.cuda_registered ? MAX_WINDOW : tuning.window;
+    uint64_t most = m->cuda.registered ? MAX_WINDOW : tuning.window;
     if (w > most) w = most;
     /* A small model needs no more staging than about one window per worker. */
     uint64_t each = wm__align_up(m->stats.tensor_bytes / t + 1, page);
@@ -917,7 +917,7 @@ static wm_status sources_open(wm_model *m, bool registered, size_t ring_len, sou
             return wm__err(err, WM_ENOMEM, 0, "%s: out of memory", f->path);
         return map_shards(m, s->maps, s->map_off, err);
     }
-    if (m->opts.direct_io) {
+    if (m->cuda.direct_io) {
         /* Where a shard's file system has no direct I/O (or the reopen fails at all), that
          * shard is read buffered: the option asks for direct reads where possible. */
         s->direct_fd = wm__alloc(f->n_shards * sizeof *s->direct_fd);
@@ -1005,7 +1005,7 @@ static wm_status alloc_device(wm_model *m, cuda_state *cs, wm_error *err) {
  * registrations first (run_pipe's pipe_close), then host memory. */
 static wm_status fill_device(wm_model *m, cuda_state *cs, wm_error *err) {
     const char *path = m->file->path;
-    bool registered = m->opts.cuda_registered != 0;
+    bool registered = m->cuda.registered != 0;
     piece *pieces = NULL;
     window *wins = NULL;
     size_t n_win = 0;
@@ -1074,14 +1074,14 @@ static wm_status cuda_load(wm_model *m, wm_error *err) {
         int ignored;
         st = use_device(m->devs[d], m->file->path, &ignored, err);
     }
-    if (!st && m->opts.cuda_registered) st = check_registered(m, m->devs[0], err);
+    if (!st && m->cuda.registered) st = check_registered(m, m->devs[0], err);
 #ifdef WM_HAVE_NCCL
-    if (!st && m->opts.nccl_comm) st = wm__read_once_check(m, err);
+    if (!st && m->cuda.nccl_comm) st = wm__read_once_check(m, err);
 #endif
     if (!st) st = alloc_device(m, cs, err);
     if (!st) st = fill_device(m, cs, err);
 #ifdef WM_HAVE_NCCL
-    if (!st && m->opts.nccl_comm) {
+    if (!st && m->cuda.nccl_comm) {
         cudaError_t ce = CU(cudaSetDevice(m->devs[0]));
         st = ce ? cu_fail(err, ce, "cudaSetDevice", "%s: device %d", m->file->path, m->devs[0])
                 : wm__read_once_complete(m, cs->dev, err);

@@ -86,7 +86,7 @@ wm_status wm__read_once_check(const wm_model *m, wm_error *err) {
                        "%s: read-once needs NCCL, which could not be "
                        "loaded: %s",
                        path, api_missing ? api_missing : "unknown reason");
-    ncclComm_t comm = m->opts.nccl_comm;
+    ncclComm_t comm = m->cuda.nccl_comm;
     int n = 0, rank = -1, device = -1;
     ncclResult_t r = NC(api.count(comm, &n));
     if (!r) r = NC(api.user_rank(comm, &rank));
@@ -109,7 +109,7 @@ wm_status wm__read_once_check(const wm_model *m, wm_error *err) {
 /* Queues the broadcasts of every read-once tensor, GROUP_OPS at a time. */
 static wm_status broadcasts(const wm_model *m, unsigned char *const *dev, cudaStream_t s,
                             wm_error *err) {
-    ncclComm_t comm = m->opts.nccl_comm;
+    ncclComm_t comm = m->cuda.nccl_comm;
     unsigned ranks = m->opts.tp_world;
     unsigned in_group = 0;
     ncclResult_t r = ncclSuccess;

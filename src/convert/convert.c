@@ -1,7 +1,7 @@
 /*
  * convert.c: the public conversion entry points, wm_convert_supported and wm_convert.
  *
- * Sections: kernel choice (x86 when usable and not forced off, else portable; large f32
+ * Sections: kernel choice (x86 or NEON when usable and not forced off, else portable; large f32
  * outputs streamed past the caches where that is faster); narrowing from float to half and
  * bfloat16; the F64 and wide-integer paths; wm_convert itself.
  *
@@ -34,12 +34,13 @@ int wm__convert_force_stream(int on) {
 
 /* ---- kernel choice ---- */
 
+/* The SIMD kernel of this CPU (x86 AVX2/F16C or AArch64 NEON) when it has one for t, else the
+ * portable one. */
 static wm__to_f32_fn to_f32_kernel(wm_type t) {
-    if (!force_scalar && wm__x86_usable()) {
-        wm__to_f32_fn f = wm__dequant_x86(t);
-        if (f) return f;
-    }
-    return wm__dequant_scalar(t);
+    wm__to_f32_fn f = NULL;
+    if (!force_scalar && wm__x86_usable()) f = wm__dequant_x86(t);
+    if (!force_scalar && !f && wm__neon_usable()) f = wm__dequant_neon(t);
+    return f ? f : wm__dequant_scalar(t);
 }
 
 /* Output at least this large is written with non-temporal stores where that measured faster
@@ -66,11 +67,15 @@ static void f32_to_bf16_scalar(const float *src, uint16_t *dst, size_t n) {
 
 static void narrow(wm_type to, const float *src, void *dst, size_t n) {
     uint16_t *d = dst; /* 2-byte aligned: wm_convert checks */
-    bool simd = !force_scalar && wm__x86_usable();
-    if (to == WM_TYPE_F16)
-        (simd ? wm__f32_to_f16_x86 : f32_to_f16_scalar)(src, d, n);
-    else
-        (simd ? wm__f32_to_bf16_x86 : f32_to_bf16_scalar)(src, d, n);
+    wm__from_f32_fn f16 = f32_to_f16_scalar, bf16 = f32_to_bf16_scalar;
+    if (!force_scalar && wm__x86_usable()) {
+        f16 = wm__f32_to_f16_x86;
+        bf16 = wm__f32_to_bf16_x86;
+    } else if (!force_scalar && wm__neon_usable()) {
+        f16 = wm__f32_to_f16_neon;
+        bf16 = wm__f32_to_bf16_neon;
+    }
+    (to == WM_TYPE_F16 ? f16 : bf16)(src, d, n);
 }
 
 /* ---- the double path (F64 and wide integer sources) ---- */

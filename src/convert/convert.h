@@ -2,9 +2,9 @@
  * convert.h: what the conversion engine's files share (src/convert/).
  *
  * Sections: scalar float helpers (half, bfloat16, with ggml's exact rounding rules); row kernels
- * (every kernel turns `nb` whole blocks of one type into floats); the kernel tables (portable and
- * x86 AVX2/F16C); the IQ codebook grids; the test hooks that force the portable path and
- * streaming.
+ * (every kernel turns `nb` whole blocks of one type into floats); the kernel tables (portable,
+ * x86 AVX2/F16C, AArch64 NEON); the IQ codebook grids; the test hooks that force the portable path
+ * and streaming.
  *
  * Every kernel reproduces ggml's to_float bit for bit: the same operations on the same values in
  * the same order (a product and a sum stay two roundings; nothing is fused or reassociated).
@@ -99,6 +99,28 @@ static inline uint16_t wm__f32_to_bf16(float f) {
     return (uint16_t)((u + (0x7FFFu + ((u >> 16) & 1u))) >> 16);
 }
 
+/* ---- k-quant scale decoders ---- */
+
+/* The 6-bit scale and min of sub-block j packed in 12 bytes (Q4_K, Q5_K). */
+static inline void wm__scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+/* The 16 six-bit scales of Q3_K (12 bytes: low nibbles, then 2-bit high parts), unbiased. */
+static inline void wm__q3k_scales(const uint8_t *s12, int8_t out[16]) {
+    for (int j = 0; j < 16; j++) {
+        int lo = j < 8 ? s12[j] & 0xF : s12[j - 8] >> 4;
+        int hi = (s12[8 + j % 4] >> (2 * (j / 4))) & 3;
+        out[j] = (int8_t)((lo | (hi << 4)) - 32);
+    }
+}
+
 /* ---- row kernels ---- */
 
 /* Turns nb blocks at src into nb * block_elems floats at dst. */
@@ -122,6 +144,13 @@ void wm__stream_fence_x86(void);
 int wm__x86_stream_preferred(void);
 /* Non-zero when this build has the x86 kernels and the CPU runs AVX2 and F16C. */
 int wm__x86_usable(void);
+/* The AArch64 Advanced SIMD kernel for a type, or NULL when there is none (neon.c; NULL off
+ * AArch64). Callers check wm__neon_usable() first: non-zero when this build has the NEON kernels
+ * and the CPU reports Advanced SIMD. */
+wm__to_f32_fn wm__dequant_neon(wm_type type);
+void wm__f32_to_f16_neon(const float *src, uint16_t *dst, size_t n);
+void wm__f32_to_bf16_neon(const float *src, uint16_t *dst, size_t n);
+int wm__neon_usable(void);
 
 /* ggml's E2M1 code table doubled (element value x2, the block scale halved to match), and the
  * 16 levels of the IQ4 non-linear codebook. */

@@ -148,17 +148,6 @@ static void dq_nvfp4(const uint8_t *x, float *y, size_t nb) {
 
 /* ---- k-quants (256 elements a block) ---- */
 
-/* The 6-bit scale and min of sub-block j packed in 12 bytes (Q4_K, Q5_K). */
-static inline void scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
-    if (j < 4) {
-        *sc = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-    }
-}
-
 /* Q2_K, 84 bytes: 16 scale/min nibble pairs, 64 bytes of 2-bit codes, half d, half dmin.
  * x = (d*sc)*q - (dmin*m), 16 elements per scale. */
 static void dq_q2_k(const uint8_t *x, float *y, size_t nb) {
@@ -178,15 +167,6 @@ static void dq_q2_k(const uint8_t *x, float *y, size_t nb) {
     }
 }
 
-/* The 16 six-bit scales of Q3_K (12 bytes: low nibbles, then 2-bit high parts), unbiased. */
-static inline void q3k_scales(const uint8_t *s12, int8_t out[16]) {
-    for (int j = 0; j < 16; j++) {
-        int lo = j < 8 ? s12[j] & 0xF : s12[j - 8] >> 4;
-        int hi = (s12[8 + j % 4] >> (2 * (j / 4))) & 3;
-        out[j] = (int8_t)((lo | (hi << 4)) - 32);
-    }
-}
-
 /* Q3_K, 110 bytes: 32 bytes of high bits, 64 bytes of 2-bit codes, 12 bytes of scales, half d.
  * x = (d*sc) * (q - (high bit clear ? 4 : 0)). */
 static void dq_q3_k(const uint8_t *x, float *y, size_t nb) {
@@ -194,7 +174,7 @@ static void dq_q3_k(const uint8_t *x, float *y, size_t nb) {
         const uint8_t *hm = x, *q = x + 32;
         const float d = half_at(x + 108);
         int8_t sc[16];
-        q3k_scales(x + 96, sc);
+        wm__q3k_scales(x + 96, sc);
         int is = 0;
         uint8_t m = 1;
         for (int n = 0; n < 2; n++, q += 32) {
@@ -219,9 +199,9 @@ static void dq_q4_k(const uint8_t *x, float *y, size_t nb) {
         const uint8_t *s = x + 4, *q = x + 16;
         for (int j = 0; j < 8; j += 2, q += 32) {
             uint8_t sc, m;
-            scale_min_k4(j, s, &sc, &m);
+            wm__scale_min_k4(j, s, &sc, &m);
             const float d1 = d * (float)sc, m1 = dmin * (float)m;
-            scale_min_k4(j + 1, s, &sc, &m);
+            wm__scale_min_k4(j + 1, s, &sc, &m);
             const float d2 = d * (float)sc, m2 = dmin * (float)m;
             for (int l = 0; l < 32; l++)
                 *y++ = d1 * (float)(q[l] & 0xF) - m1;
@@ -240,9 +220,9 @@ static void dq_q5_k(const uint8_t *x, float *y, size_t nb) {
         uint8_t u1 = 1, u2 = 2;
         for (int j = 0; j < 8; j += 2, ql += 32) {
             uint8_t sc, m;
-            scale_min_k4(j, s, &sc, &m);
+            wm__scale_min_k4(j, s, &sc, &m);
             const float d1 = d * (float)sc, m1 = dmin * (float)m;
-            scale_min_k4(j + 1, s, &sc, &m);
+            wm__scale_min_k4(j + 1, s, &sc, &m);
             const float d2 = d * (float)sc, m2 = dmin * (float)m;
             for (int l = 0; l < 32; l++)
                 *y++ = d1 * (float)((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;

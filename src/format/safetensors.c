@@ -10,9 +10,8 @@
  * Against the reference (huggingface/safetensors 0.8, checked file by file): the same files are
  * accepted and refused, except where this reader is stricter on purpose: a name, key or value
  * holding \u0000, a repeated __metadata__ key (the reference keeps the last) and more than
- * WM_MAX_DIMS dimensions are refused; the dtypes C64, F8_E4M3FNUZ and F8_E5M2FNUZ, which have no
- * wm_type, are refused with WM_EUNSUPPORTED. Tensors keep the header's order; safetensors shapes
- * (outermost first) are reversed into ggml order.
+ * WM_MAX_DIMS dimensions are refused. Every dtype of the reference has a wm_type. Tensors keep the
+ * header's order; safetensors shapes (outermost first) are reversed into ggml order.
  *
  * Why a pre-scan before cJSON: cJSON accepts text that is not JSON (control bytes as white space,
  * a byte-order mark, numbers such as 01 or 1.), keeps both of two equal keys, reads every number
@@ -208,6 +207,86 @@ static bool push_num(jscan *js, uint64_t u, bool exact) {
     return true;
 }
 
+/* A JSON string from s[*ip] (its opening quote) to past its closing quote. */
+static wm_status scan_string(const unsigned char *s, size_t n, size_t *ip, uint64_t base,
+                             const char *path, wm_error *err) {
+    size_t at = *ip;
+    unsigned char c;
+    for ((*ip)++;;) {
+        if (*ip >= n) return ferr(err, path, base + at, "unterminated JSON string");
+        c = s[*ip];
+        if (c == '"') break;
+        if (c < 0x20)
+            return ferr(err, path, base + *ip, "control byte 0x%02x inside a JSON string", c);
+        if (c != '\\') {
+            (*ip)++;
+            continue;
+        }
+        if (*ip + 1 >= n) return ferr(err, path, base + at, "unterminated JSON string");
+        unsigned char e = s[*ip + 1];
+        if (e == 'u') {
+            unsigned v = 0;
+            for (size_t k = 2; k < 6; k++) {
+                int h = *ip + k < n ? hexval(s[*ip + k]) : -1;
+                if (h < 0) return ferr(err, path, base + *ip, "malformed \\u escape");
+                v = v * 16 + (unsigned)h;
+            }
+            if (v == 0)
+                return ferr(err, path, base + *ip, "a JSON string holds \\u0000 (a NUL character)");
+            *ip += 6;
+        } else if (e && strchr("\"\\/bfnrt", e)) {
+            *ip += 2;
+        } else {
+            return ferr(err, path, base + *ip, "invalid escape in a JSON string");
+        }
+    }
+    (*ip)++;
+    return WM_OK;
+}
+
+/* A JSON number from s[*ip] to its end; its value goes to js (exact: a whole number that fits in
+ * 64 bits). */
+static wm_status scan_number(const unsigned char *s, size_t n, size_t *ip, uint64_t base,
+                             const char *path, jscan *js, wm_error *err) {
+    size_t at = *ip, i = *ip;
+    unsigned char c = s[i];
+    bool neg = c == '-', exact = true;
+    if (neg) i++;
+    if (i >= n || !is_digit(s[i])) return ferr(err, path, base + at, "malformed JSON number");
+    uint64_t u = 0;
+    if (s[i] == '0') {
+        i++;
+        if (i < n && is_digit(s[i]))
+            return ferr(err, path, base + at, "JSON number with a leading zero");
+    } else {
+        for (; i < n && is_digit(s[i]); i++) {
+            unsigned d = s[i] - '0';
+            if (u > (UINT64_MAX - d) / 10)
+                exact = false;
+            else
+                u = u * 10 + d;
+        }
+    }
+    if (i < n && s[i] == '.') {
+        exact = false;
+        if (++i >= n || !is_digit(s[i])) return ferr(err, path, base + at, "malformed JSON number");
+        while (i < n && is_digit(s[i]))
+            i++;
+    }
+    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+        exact = false;
+        i++;
+        if (i < n && (s[i] == '+' || s[i] == '-')) i++;
+        if (i >= n || !is_digit(s[i])) return ferr(err, path, base + at, "malformed JSON number");
+        while (i < n && is_digit(s[i]))
+            i++;
+    }
+    if (!push_num(js, u, exact && !neg))
+        return wm__err(err, WM_ENOMEM, 0, "%s: out of memory scanning JSON", path);
+    *ip = i;
+    return WM_OK;
+}
+
 /* Checks s[0..n) token by token; `base` is the file offset of s[0] for messages. */
 static wm_status prescan(const unsigned char *s, size_t n, uint64_t base, const char *path,
                          jscan *js, wm_error *err) {
@@ -239,38 +318,11 @@ static wm_status prescan(const unsigned char *s, size_t n, uint64_t base, const 
             if (depth) depth--;
             i++;
             break;
-        case '"':
-            for (i++;;) {
-                if (i >= n) return ferr(err, path, base + at, "unterminated JSON string");
-                c = s[i];
-                if (c == '"') break;
-                if (c < 0x20)
-                    return ferr(err, path, base + i, "control byte 0x%02x inside a JSON string", c);
-                if (c != '\\') {
-                    i++;
-                    continue;
-                }
-                if (i + 1 >= n) return ferr(err, path, base + at, "unterminated JSON string");
-                unsigned char e = s[i + 1];
-                if (e == 'u') {
-                    unsigned v = 0;
-                    for (size_t k = 2; k < 6; k++) {
-                        int h = i + k < n ? hexval(s[i + k]) : -1;
-                        if (h < 0) return ferr(err, path, base + i, "malformed \\u escape");
-                        v = v * 16 + (unsigned)h;
-                    }
-                    if (v == 0)
-                        return ferr(err, path, base + i,
-                                    "a JSON string holds \\u0000 (a NUL character)");
-                    i += 6;
-                } else if (e && strchr("\"\\/bfnrt", e)) {
-                    i += 2;
-                } else {
-                    return ferr(err, path, base + i, "invalid escape in a JSON string");
-                }
-            }
-            i++;
+        case '"': {
+            wm_status st = scan_string(s, n, &i, base, path, err);
+            if (st) return st;
             break;
+        }
         case 't':
         case 'f':
         case 'n': {
@@ -284,42 +336,8 @@ static wm_status prescan(const unsigned char *s, size_t n, uint64_t base, const 
         default: {
             if (c != '-' && !is_digit(c))
                 return ferr(err, path, base + at, "unexpected byte 0x%02x: not JSON", c);
-            bool neg = c == '-', exact = true;
-            if (neg) i++;
-            if (i >= n || !is_digit(s[i]))
-                return ferr(err, path, base + at, "malformed JSON number");
-            uint64_t u = 0;
-            if (s[i] == '0') {
-                i++;
-                if (i < n && is_digit(s[i]))
-                    return ferr(err, path, base + at, "JSON number with a leading zero");
-            } else {
-                for (; i < n && is_digit(s[i]); i++) {
-                    unsigned d = s[i] - '0';
-                    if (u > (UINT64_MAX - d) / 10)
-                        exact = false;
-                    else
-                        u = u * 10 + d;
-                }
-            }
-            if (i < n && s[i] == '.') {
-                exact = false;
-                if (++i >= n || !is_digit(s[i]))
-                    return ferr(err, path, base + at, "malformed JSON number");
-                while (i < n && is_digit(s[i]))
-                    i++;
-            }
-            if (i < n && (s[i] == 'e' || s[i] == 'E')) {
-                exact = false;
-                i++;
-                if (i < n && (s[i] == '+' || s[i] == '-')) i++;
-                if (i >= n || !is_digit(s[i]))
-                    return ferr(err, path, base + at, "malformed JSON number");
-                while (i < n && is_digit(s[i]))
-                    i++;
-            }
-            if (!push_num(js, u, exact && !neg))
-                return wm__err(err, WM_ENOMEM, 0, "%s: out of memory scanning JSON", path);
+            wm_status st = scan_number(s, n, &i, base, path, js, err);
+            if (st) return st;
         }
         }
     }
@@ -426,9 +444,9 @@ static const dtype_row dtypes[] = {
     {"F4", WM_TYPE_F4},
     {"F6_E2M3", WM_TYPE_F6_E2M3},
     {"F6_E3M2", WM_TYPE_F6_E3M2},
-    {"C64", WM_TYPE_INVALID},
-    {"F8_E4M3FNUZ", WM_TYPE_INVALID},
-    {"F8_E5M2FNUZ", WM_TYPE_INVALID},
+    {"C64", WM_TYPE_C64},
+    {"F8_E4M3FNUZ", WM_TYPE_F8_E4M3FNUZ},
+    {"F8_E5M2FNUZ", WM_TYPE_F8_E5M2FNUZ},
 };
 
 typedef struct span {

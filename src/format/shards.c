@@ -11,8 +11,6 @@
  * Every shard is parsed as a file of its own by wm__file_open_one, so each gets the full checks
  * of its format; the set checks come on top: every shard present and of the right kind, no
  * tensor in two shards, and the index or the split keys agreeing with what the shards hold.
- * Like all of format/, nothing here calls up into file.c: split keys are decoded from the
- * parsed entries (split_key).
  */
 #include "../internal.h"
 
@@ -176,46 +174,9 @@ static bool has_key(const wm__kv *kvs, size_t n, const char *blob, const char *k
     return false;
 }
 
-/* The metadata of the set (the index's, then shard 0's keys that the index lacks) and every
- * shard's tensors, their names copied into m's one blob (sized by the caller: names_len). */
-static void merge_names(set *s, wm_file *m) {
-    wm_file *s0 = s->sub[0];
-    size_t p = 0, t = 0, k = 0;
-    m->names[p++] = 0;
-#define PUT_NAME(str, len, off)                                                                    \
-    do {                                                                                           \
-        memcpy(m->names + p, (str), (len));                                                        \
-        (off) = (uint32_t)p;                                                                       \
-        p += (len);                                                                                \
-        m->names[p++] = 0;                                                                         \
-    } while (0)
-    if (s->have_ix)
-        for (size_t i = 0; i < s->ix.n_kv; i++, k++) {
-            m->kvs[k] = s->ix.kvs[i];
-            PUT_NAME(s->ix.blob + s->ix.kvs[i].key_off, s->ix.kvs[i].key_len, m->kvs[k].key_off);
-        }
-    for (size_t i = 0; i < s0->n_kv; i++) {
-        const char *key = s0->names + s0->kvs[i].key_off;
-        if (s->have_ix && has_key(s->ix.kvs, s->ix.n_kv, s->ix.blob, key)) continue;
-        m->kvs[k] = s0->kvs[i];
-        PUT_NAME(key, s0->kvs[i].key_len, m->kvs[k].key_off);
-        k++;
-    }
-    for (uint32_t i = 0; i < s->n; i++) {
-        const wm_file *f = s->sub[i];
-        for (size_t j = 0; j < f->n_tensors; j++, t++) {
-            m->tensors[t] = f->tensors[j];
-            m->tensors[t].shard = i;
-            PUT_NAME(tname(f, j), f->tensors[j].name_len, m->tensors[t].name_off);
-        }
-    }
-#undef PUT_NAME
-    m->names_len = p;
-}
-
-/* Moves what the shards own into m (nothing can fail here): descriptors and paths, the header
- * (the index's blob, or shard 0's header) and shard 0's parser state. */
-static void merge_move(set *s, wm_file *m) {
+/* Moves into m what the shards own: their descriptors and paths, the header (the index's keys
+ * and values, or shard 0's), shard 0's format-private state. Cannot fail. */
+static void take_shards(set *s, wm_file *m) {
     wm_file *s0 = s->sub[0];
     m->format = s0->format;
     m->version = s0->version;
@@ -292,12 +253,44 @@ static wm_status merge(set *s, wm_file **out) {
         wm__file_free(m);
         return wm__err(s->err, WM_ENOMEM, 0, "%s: out of memory", s->path);
     }
-    merge_names(s, m);
-    m->n_tensors = total;
-    m->n_kv = n_kv;
+    size_t p = 0, t = 0, k = 0;
+    m->names[p++] = 0;
+#define PUT_NAME(str, len, off)                                                                    \
+    do {                                                                                           \
+        memcpy(m->names + p, (str), (len));                                                        \
+        (off) = (uint32_t)p;                                                                       \
+        p += (len);                                                                                \
+        m->names[p++] = 0;                                                                         \
+    } while (0)
+    if (s->have_ix)
+        for (size_t i = 0; i < s->ix.n_kv; i++, k++) {
+            m->kvs[k] = s->ix.kvs[i];
+            PUT_NAME(s->ix.blob + s->ix.kvs[i].key_off, s->ix.kvs[i].key_len, m->kvs[k].key_off);
+        }
+    for (size_t i = 0; i < s0->n_kv; i++) {
+        const char *key = s0->names + s0->kvs[i].key_off;
+        if (s->have_ix && has_key(s->ix.kvs, s->ix.n_kv, s->ix.blob, key)) continue;
+        m->kvs[k] = s0->kvs[i];
+        PUT_NAME(key, s0->kvs[i].key_len, m->kvs[k].key_off);
+        k++;
+    }
+    for (uint32_t i = 0; i < s->n; i++) {
+        const wm_file *f = s->sub[i];
+        for (size_t j = 0; j < f->n_tensors; j++, t++) {
+            m->tensors[t] = f->tensors[j];
+            m->tensors[t].shard = i;
+            PUT_NAME(tname(f, j), f->tensors[j].name_len, m->tensors[t].name_off);
+        }
+    }
+#undef PUT_NAME
     m->size = size;
     m->tensor_bytes = bytes;
-    merge_move(s, m);
+    m->names_len = p;
+    m->n_tensors = total;
+    m->n_kv = n_kv;
+
+    /* Nothing can fail from here to the index. */
+    take_shards(s, m);
     st = wm__file_index(m, s->err);
     if (st) {
         wm__file_free(m);
@@ -526,38 +519,35 @@ static wm_status open_st_shards(const char *path, const shard_name *sn, wm_file 
 
 /* ---- GGUF split sets ---- */
 
-/* Reads a split.* key as an unsigned integer of any width; *present false when the key is
- * absent. The entry is decoded here, from the parsed metadata: format/ does not call up into
- * file.c's getters. */
+/* Reads a split.* key as an unsigned integer (any integer type, not negative) from the parsed
+ * metadata, through the index (format/ does not call up into file.c's public getters); *present
+ * false when the key is absent. */
 static wm_status split_key(const wm_file *f, const char *key, uint64_t *v, bool *present,
                            wm_error *err) {
     size_t i;
     *present = wm__index_find_kv(f, key, strlen(key), &i) == WM_OK;
     if (!*present) return WM_OK;
     const wm__kv *kv = &f->kvs[i];
-    uint8_t u8;
-    uint16_t u16;
-    uint32_t u32;
-    int8_t i8;
-    int16_t i16;
-    int32_t i32;
-    int64_t s = -1;
-    switch ((wm_value_type)kv->type) {
-    case WM_VALUE_U8: memcpy(&u8, kv->val, 1), *v = u8; return WM_OK;
-    case WM_VALUE_U16: memcpy(&u16, kv->val, 2), *v = u16; return WM_OK;
-    case WM_VALUE_U32: memcpy(&u32, kv->val, 4), *v = u32; return WM_OK;
-    case WM_VALUE_U64: memcpy(v, kv->val, 8); return WM_OK;
-    case WM_VALUE_I8: memcpy(&i8, kv->val, 1), s = i8; break;
-    case WM_VALUE_I16: memcpy(&i16, kv->val, 2), s = i16; break;
-    case WM_VALUE_I32: memcpy(&i32, kv->val, 4), s = i32; break;
-    case WM_VALUE_I64: memcpy(&s, kv->val, 8); break;
+    unsigned width = 0;
+    bool is_signed = false;
+    switch (kv->type) {
+    case WM_VALUE_I8: is_signed = true; /* fall through */
+    case WM_VALUE_U8: width = 1; break;
+    case WM_VALUE_I16: is_signed = true; /* fall through */
+    case WM_VALUE_U16: width = 2; break;
+    case WM_VALUE_I32: is_signed = true; /* fall through */
+    case WM_VALUE_U32: width = 4; break;
+    case WM_VALUE_I64: is_signed = true; /* fall through */
+    case WM_VALUE_U64: width = 8; break;
     default: break;
     }
-    if (s >= 0) {
-        *v = (uint64_t)s;
-        return WM_OK;
-    }
-    return wm__err(err, WM_EFORMAT, 0, "%s: %s is not a non-negative integer", f->path, key);
+    if (!width || (is_signed && (kv->val[width - 1] & 0x80)))
+        return wm__err(err, WM_EFORMAT, 0, "%s: %s is not a non-negative integer", f->path, key);
+    uint64_t u = 0;
+    for (unsigned b = 0; b < width; b++) /* little-endian, as GGUF stores it */
+        u |= (uint64_t)kv->val[b] << (8 * b);
+    *v = u;
+    return WM_OK;
 }
 
 /* `first` is the file the caller named, already open; it becomes shard split.no of the set. */

@@ -52,9 +52,10 @@ static const type_row ggml_types[WM_GGML_TYPE_COUNT] = {
 
 /* Types with no ggml id, from safetensors; indexed from WM_TYPE_BOOL. */
 static const type_row st_types[] = {
-    {"bool", 1, 1},    {"u8", 1, 1},      {"u16", 1, 2},     {"u32", 1, 4},
-    {"u64", 1, 8},     {"f8_e4m3", 1, 1}, {"f8_e5m2", 1, 1}, {"f8_e8m0", 1, 1},
-    {"f6_e2m3", 4, 3}, {"f6_e3m2", 4, 3}, {"f4", 2, 1},
+    {"bool", 1, 1},        {"u8", 1, 1},          {"u16", 1, 2},     {"u32", 1, 4},
+    {"u64", 1, 8},         {"f8_e4m3", 1, 1},     {"f8_e5m2", 1, 1}, {"f8_e8m0", 1, 1},
+    {"f6_e2m3", 4, 3},     {"f6_e3m2", 4, 3},     {"f4", 2, 1},      {"c64", 1, 8},
+    {"f8_e4m3fnuz", 1, 1}, {"f8_e5m2fnuz", 1, 1},
 };
 
 static const type_row *row(wm_type t) {
@@ -79,12 +80,11 @@ uint32_t wm_type_block_bytes(wm_type type) {
     return r ? r->bytes : 0;
 }
 
-/* Equal ignoring ASCII case (strcasecmp is POSIX, not C, and follows the locale). */
+/* a and b equal but for the case of ASCII letters (the C locale's strcasecmp, without the POSIX
+ * header: only src/os/ includes those) */
 static bool same_name(const char *a, const char *b) {
     for (;; a++, b++) {
-        unsigned char x = (unsigned char)*a, y = (unsigned char)*b;
-        if (x >= 'A' && x <= 'Z') x = (unsigned char)(x - 'A' + 'a');
-        if (y >= 'A' && y <= 'Z') y = (unsigned char)(y - 'A' + 'a');
+        int x = *a >= 'A' && *a <= 'Z' ? *a + 32 : *a, y = *b >= 'A' && *b <= 'Z' ? *b + 32 : *b;
         if (x != y) return false;
         if (!x) return true;
     }

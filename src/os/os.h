@@ -7,7 +7,7 @@
  *            shared libraries. unix.h is what it offers the OS file below.
  *   linux.c  what only Linux has: /proc (the process figures, reopening through /proc/self/fd),
  *            O_DIRECT, madvise beyond POSIX (populate, transparent huge pages), the raw mlock,
- *            glibc's malloc_trim.
+ *            glibc's malloc_trim, the CPU's features (the auxiliary vector).
  *   fault.c  fault injection (fault.h), for every OS.
  * A port writes one file in linux.c's place (darwin.c for macOS) and fills every call below;
  * each says what Darwin would use. What an OS lacks is said in wm_os_caps, not by #ifdef above
@@ -66,7 +66,7 @@ typedef struct wm_os_caps {
 } wm_os_caps;
 /* Darwin: reopen via fcntl(F_GETPATH) then open(); direct_io via F_NOCACHE on that descriptor
  * (no alignment rule, so WM_OS_DIRECT_ALIGN still holds); populate and huge_pages false;
- * process_info true (task_info), other_process true with task_for_pid rights. */
+ * process_info and other_process true (task_info, proc_pid_rusage: the same user). */
 const wm_os_caps *wm__os_caps(void);
 
 /* ---- files ---- */
@@ -170,9 +170,9 @@ void wm__os_cond_broadcast(wm_os_cond *c);
  * fills *why: the source the OS read (for messages: "/proc/123/status") and, where the OS
  * answered but without the figure, a sentence saying so (then the errno is ENOENT).
  * Linux: /proc/PID/status and smaps_rollup, smaps; opens count as OPEN, reads as PREAD; no
- * allocation (one stack buffer streams each file). Darwin: task_for_pid + task_info
- * (TASK_VM_INFO: phys_footprint, resident_size, ...), and mach_vm_region_recurse with
- * proc_regionfilename for the regions. */
+ * allocation (one stack buffer streams each file). Darwin (docs/PORTING.md): task_info
+ * (TASK_VM_INFO: phys_footprint, resident_size), proc_pid_rusage for another process, and
+ * proc_pidinfo(PROC_PIDREGIONPATHINFO) walked region by region for the file regions. */
 typedef struct wm_os_why {
     char source[96];
     const char *detail; /* static text, or NULL: the errno says it */
@@ -223,6 +223,13 @@ void *wm__os_symbol(void *library, const char *name);
 size_t wm__os_page_size(void);
 unsigned wm__os_cpu_count(void);
 double wm__os_now(void); /* monotonic seconds */
+
+/* ---- the CPU (linux.c; Darwin: 1 on arm64, where sysctlbyname("hw.optional.neon") says so) ----
+ */
+
+/* Non-zero when the CPU runs AArch64 Advanced SIMD (NEON): the HWCAP_ASIMD bit of the auxiliary
+ * vector on Linux and Android (getauxval(AT_HWCAP)); 0 on any other architecture or system. */
+int wm__os_cpu_has_asimd(void);
 
 /* Counts calls and asks the fault table; returns the errno to inject or 0. Inline no-op when
  * fault injection is compiled out. */

@@ -32,7 +32,7 @@
 /* Aborts when the library still holds anything: a leak of counted memory, a mapping or a region
  * is a crash for the fuzzer. */
 static void wmf_check_ledger_empty(const char *where) {
-    wm_ledger l;
+    wm_ledger l = WM_LEDGER_INIT;
     wm_ledger_get(&l);
     if (wm_ledger_bytes(&l) == 0 && wm_ledger_regions(&l) == 0) return;
     for (int k = 0; k < WM_LEDGER_COUNT; k++)

@@ -34,7 +34,7 @@ static void touch_all(wm_model *m) {
 
 /* The ledger holds exactly what it held before the load (the open file's bytes). */
 static void check_back_to(const wm_ledger *before, const char *where) {
-    wm_ledger l;
+    wm_ledger l = WM_LEDGER_INIT;
     wm_ledger_get(&l);
     for (int k = 0; k < WM_LEDGER_COUNT; k++) {
         if (l.cat[k].current == before->cat[k].current &&
@@ -62,7 +62,7 @@ static void run_input(void *p) {
     wm_error err;
     wm_status st = wm_file_open(in->path, &f, &err);
     if (st == WM_OK) {
-        wm_ledger before;
+        wm_ledger before = WM_LEDGER_INIT;
         wm_ledger_get(&before);
         static const wm_convert_rule to_f32 = {NULL, WM_TYPE_INVALID, WM_TYPE_F32};
         for (int k = 0; k < 4; k++) {

@@ -20,7 +20,7 @@ int main(int argc, char **argv) {
     }
     wm_model_release(m);
     wm_file_close(f);
-    wm_ledger l;
+    wm_ledger l = WM_LEDGER_INIT;
     wm_ledger_get(&l);
     return wm_ledger_bytes(&l) == 0 ? 0 : 1;
 }

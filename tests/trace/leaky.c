@@ -6,7 +6,10 @@
  *
  *   clean    a loader thread reads the file through a 32 KiB malloc scratch into page-allocated
  *            memory; the file is also mapped shared read-only and unmapped; all returned
- *   scratch  the same, but the loader thread's scratch is 1 MiB of malloc
+ *   scratch  the same, but the loader thread's scratch is 16 blocks of 100 KiB of malloc (from
+ *            the heap, not mmap), freed before the load ends and kept by malloc after it (a
+ *            small block allocated after them stays until the next cycle)
+ *   heap     the weights are read into one malloc'd buffer, held until the release frees it
  *   map      the file is mapped each cycle and never unmapped
  *   private  the file is mapped MAP_PRIVATE with PROT_WRITE (and unmapped)
  *   lock     the file is mapped shared, mlocked, munlocked and unmapped (clean)
@@ -15,9 +18,13 @@
  *   threads  four threads allocate and free big and small blocks, some freed by another thread
  *   exit     no loading; exits with status CYCLES (the tracer must pass it on)
  *
- * After each cycle the program says "released": it calls wmt_rt_release() in libwmtleakrt.so
- * (call, the default), raises SIGUSR1 (signal: only under the tracer, which handles it), or
- * says nothing (none).
+ * Each cycle's load is one call of load_cycle(), a function internal to this executable (in its
+ * .symtab only, called directly: --load-marker load_cycle). After each cycle the program says
+ * "released": it calls wmt_rt_release() in libwmtleakrt.so (call, the default), or
+ * leaky_release(), internal like load_cycle (direct), or leaky_release() on a thread of its own
+ * with every signal blocked (thread: a worker as libuv starts them), raises SIGUSR1 (signal: only
+ * under the tracer, which handles it), or says nothing (none). leaky_release frees what "heap"
+ * holds.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -43,10 +50,28 @@ static void die(const char *what) {
     exit(3);
 }
 
+static void *heap_weights, *pin;
+
+/* The "scratch" loader's scratch: 16 heap blocks of 100 KiB, freed before the load ends; the
+ * small block after them keeps malloc from trimming them away. */
+static void heap_scratch(void) {
+    void *b[16];
+    for (int i = 0; i < 16; i++) {
+        b[i] = malloc(100u << 10);
+        if (!b[i]) die("malloc");
+        memset(b[i], 1, 100u << 10);
+    }
+    free(pin);
+    pin = malloc(1000);
+    for (int i = 0; i < 16; i++)
+        free(b[i]);
+}
+
 /* The loader thread: pread through a malloc'd scratch buffer into page-allocated memory. */
 static void *load_thread(void *arg) {
     (void)arg;
-    size_t scratch_len = strcmp(mode, "scratch") == 0 ? (1u << 20) : (32u << 10);
+    size_t scratch_len = 32u << 10;
+    if (!strcmp(mode, "scratch")) heap_scratch();
     unsigned char *dst =
         mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     unsigned char *scratch = malloc(scratch_len);
@@ -98,6 +123,77 @@ static int threads(void) {
     return 0;
 }
 
+/* One load, by mode (a marker: called directly, not exported). 1 for an unknown mode. */
+__attribute__((noinline)) static int load_cycle(long pg) {
+    if (!strcmp(mode, "clean") || !strcmp(mode, "scratch")) {
+        pthread_t th;
+        pthread_create(&th, NULL, load_thread, NULL);
+        pthread_join(th, NULL);
+        unsigned char *p = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+        if (p == MAP_FAILED) die("mmap");
+        touch(p, size);
+        munmap(p, size);
+    } else if (!strcmp(mode, "heap")) {
+        heap_weights = malloc(size);
+        if (!heap_weights || pread(fd, heap_weights, size, 0) != (ssize_t)size) die("heap");
+    } else if (!strcmp(mode, "map")) {
+        unsigned char *p = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+        if (p == MAP_FAILED) die("mmap");
+        touch(p, size); /* and never unmapped */
+    } else if (!strcmp(mode, "lock")) {
+        unsigned char *p = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+        if (p == MAP_FAILED) die("mmap");
+        int locked = mlock(p, size) == 0; /* may be refused (RLIMIT_MEMLOCK): still traced */
+        touch(p, size);
+        if (locked) munlock(p, size);
+        munmap(p, size);
+    } else if (!strcmp(mode, "private")) {
+        unsigned char *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+        if (p == MAP_FAILED) die("mmap");
+        touch(p, size);
+        munmap(p, size);
+    } else if (!strcmp(mode, "split")) {
+        size_t half = (size / 2) & ~(size_t)(pg - 1);
+        unsigned char *a = mmap(NULL, half, PROT_READ, MAP_SHARED, fd, 0);
+        unsigned char *b = mmap(NULL, size - half, PROT_READ, MAP_SHARED, fd, (off_t)half);
+        if (a == MAP_FAILED || b == MAP_FAILED) die("mmap");
+        touch(a, half);
+        touch(b, size - half);
+        munmap(a, half); /* the second chunk is forgotten */
+    } else if (!strcmp(mode, "fork")) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            unsigned char *p = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+            if (p == MAP_FAILED) _exit(3);
+            touch(p, size);
+            _exit(0);
+        }
+        int status;
+        if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status))
+            die("child");
+    } else {
+        fprintf(stderr, "leaky: unknown mode %s\n", mode);
+        return 1;
+    }
+    return 0;
+}
+
+/* The release of the "direct" marker (called directly, not exported). */
+__attribute__((noinline)) static void leaky_release(void) {
+    free(heap_weights);
+    heap_weights = NULL;
+    __asm__ volatile("" ::: "memory");
+}
+
+static void *release_thread(void *arg) {
+    (void)arg;
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    leaky_release();
+    return NULL;
+}
+
 int main(int argc, char **argv) {
     if (argc < 4) {
         fprintf(stderr, "usage: leaky MODE FILE CYCLES [call|signal|none]\n");
@@ -114,59 +210,22 @@ int main(int argc, char **argv) {
         struct stat st;
         if (fd < 0 || fstat(fd, &st) != 0) die(argv[2]);
         size = (size_t)st.st_size;
-        if (!strcmp(mode, "clean") || !strcmp(mode, "scratch")) {
-            pthread_t th;
-            pthread_create(&th, NULL, load_thread, NULL);
-            pthread_join(th, NULL);
-            unsigned char *p = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
-            if (p == MAP_FAILED) die("mmap");
-            touch(p, size);
-            munmap(p, size);
-        } else if (!strcmp(mode, "map")) {
-            unsigned char *p = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
-            if (p == MAP_FAILED) die("mmap");
-            touch(p, size); /* and never unmapped */
-        } else if (!strcmp(mode, "lock")) {
-            unsigned char *p = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
-            if (p == MAP_FAILED) die("mmap");
-            int locked = mlock(p, size) == 0; /* may be refused (RLIMIT_MEMLOCK): still traced */
-            touch(p, size);
-            if (locked) munlock(p, size);
-            munmap(p, size);
-        } else if (!strcmp(mode, "private")) {
-            unsigned char *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
-            if (p == MAP_FAILED) die("mmap");
-            touch(p, size);
-            munmap(p, size);
-        } else if (!strcmp(mode, "split")) {
-            size_t half = (size / 2) & ~(size_t)(pg - 1);
-            unsigned char *a = mmap(NULL, half, PROT_READ, MAP_SHARED, fd, 0);
-            unsigned char *b = mmap(NULL, size - half, PROT_READ, MAP_SHARED, fd, (off_t)half);
-            if (a == MAP_FAILED || b == MAP_FAILED) die("mmap");
-            touch(a, half);
-            touch(b, size - half);
-            munmap(a, half); /* the second chunk is forgotten */
-        } else if (!strcmp(mode, "fork")) {
-            pid_t pid = fork();
-            if (pid == 0) {
-                unsigned char *p = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
-                if (p == MAP_FAILED) _exit(3);
-                touch(p, size);
-                _exit(0);
-            }
-            int status;
-            if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
-                WEXITSTATUS(status))
-                die("child");
-        } else {
-            fprintf(stderr, "leaky: unknown mode %s\n", mode);
-            return 2;
-        }
+        if (load_cycle(pg) != 0) return 2;
         close(fd);
         if (!strcmp(marker, "call"))
             wmt_rt_release(c);
-        else if (!strcmp(marker, "signal"))
+        else if (!strcmp(marker, "direct"))
+            leaky_release();
+        else if (!strcmp(marker, "thread")) {
+            pthread_t th;
+            pthread_create(&th, NULL, release_thread, NULL);
+            pthread_join(th, NULL);
+        } else if (!strcmp(marker, "signal"))
             raise(SIGUSR1);
+        if (strcmp(marker, "direct") && strcmp(marker, "thread")) {
+            free(heap_weights);
+            heap_weights = NULL;
+        }
     }
     return 0;
 }

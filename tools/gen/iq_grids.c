@@ -1,10 +1,10 @@
 /*
  * iq_grids.c: writes src/convert/iq_grids.c, the codebook grids of the IQ1/IQ2/IQ3 types, from
- * llama.cpp's compiled ggml library (the npm peer that bench/peer.sh installs).
+ * llama.cpp's compiled ggml library (the npm peer that scripts/peer.sh installs).
  *
  * Usage: wm_gen_iq_grids OUT.c   (run by `make iq-grids`; never part of a normal build)
- * The peer is found as the tests find it (tools/gen/iq_extract.h: $WM_PEER_LIB, $WM_PEER_DIR, or
- * bench/peers/ under the source tree).
+ * The peer is found as the tests find it (tests/oracle/: $WM_PEER_DIR, or where scripts/peer.sh
+ * installs it).
  *
  * Sections: the peer (dlopen, its version); writing the tables; main.
  *
@@ -53,7 +53,7 @@ static int peer_open(peer *p) {
     snprintf(path, sizeof path, "%s/libggml-base.so", dir);
     p->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!p->lib) {
-        fprintf(stderr, "wm_gen_iq_grids: %s (install the peer with bench/peer.sh)\n", dlerror());
+        fprintf(stderr, "wm_gen_iq_grids: %s (install the peer with scripts/peer.sh)\n", dlerror());
         return -1;
     }
     const char *(*version)(void), *(*commit)(void);

@@ -1,11 +1,13 @@
 /*
- * wmtrace.h: what libwmtrace.so (the interposer, tools/trace/wmtrace.c) and `weightmap trace`
- * (tools/trace.c) share: the environment variables, the layout of the stats block at the start
- * of the trace file, and the event lines appended after it.
+ * wmtrace.h: what libwmtrace.so (the interposer: tools/trace/wmtrace.c and the files beside it)
+ * and `weightmap trace` (tools/trace/cmd.c and the files beside it) share: the environment
+ * variables, the layout of the stats block at the start of the trace file, and the event lines
+ * appended after it.
  *
  * The trace file: the tracer creates it, sized to exactly sizeof(wmtrace_stats); the traced
- * process maps that block MAP_SHARED and keeps its per-thread allocation figures there (so they
- * survive _exit and signals), and appends one text line per event with write(2) (O_APPEND):
+ * process maps that block MAP_SHARED and keeps its per-thread allocation figures and its loads
+ * there (so they survive _exit and signals), and appends one text line per event with write(2)
+ * (O_APPEND):
  *
  *     T_NS TID TYPE FIELDS...
  *
@@ -13,15 +15,29 @@
  *     X GEN PID                          a process image starts tracing (exec makes a new one)
  *     F FIDX SIZE KIND PATH              a weight file is seen for the first time (KIND gguf,
  *                                        safetensors or named)
- *     O FIDX                             the file is opened (one load)
+ *     O FIDX                             the file is opened
  *     M ID FIDX ADDR LEN OFF PROT FLAGS  a mapping of a weight file (hex ADDR, decimal rest)
  *     U ID BYTES LEFT                    BYTES of mapping ID unmapped, LEFT of it still mapped
  *     L ADDR LEN RC WEIGHT               mlock (WEIGHT 1 when it overlaps a weight mapping)
  *     K ADDR LEN RC WEIGHT               munlock
  *     A FLAGS RC / Z RC                  mlockall / munlockall
- *     R SOURCE                           the runtime released its model (SOURCE: the marker
- *                                        symbol's name, or SIGUSR1)
- *     S FOOTPRINT RSS                    footprint sample taken in the process at an event
+ *     B LOAD SPEC                        load LOAD (index in loads[]) begins: a load marker was
+ *                                        entered (SPEC its index), or SPEC -1: a weight file
+ *                                        was first touched since the last release
+ *     E LOAD END_NS                      load LOAD ends (its marker returned; or it began at a file
+ *                                        touch and a release began: END_NS, when its last weight
+ *                                        file was closed, if that came first)
+ *     r SPEC                             a release marker was entered
+ *     R SOURCE LOAD KEPT                 the release returned (SOURCE: the marker spec, or
+ *                                        SIGUSR1); LOAD the last load begun before it (-1 none),
+ *                                        KEPT the bytes of that load's malloc blocks still held
+ *     P FOOTPRINT RSS FILE LOCKED MAPS WMAPS MFREE
+ *                                        the process's figures now (at its start, at each load's
+ *                                        start and end, after each release, at exit): footprint
+ *                                        (RssAnon + VmSwap + RssShmem), VmRSS, RssFile, VmLck,
+ *                                        mappings in /proc/self/maps (0 at a load), live weight
+ *                                        mappings, and
+ *                                        the free bytes malloc holds (mallinfo2 fordblks)
  *     Q                                  the process image ran its destructors (normal exit)
  *     W TEXT                             a warning from the interposer
  */
@@ -31,14 +47,20 @@
 #include <stdint.h>
 
 /* Environment the tracer sets for the traced command. */
-#define WMTRACE_ENV_OUT "WMTRACE_OUT"       /* the trace file (required) */
-#define WMTRACE_ENV_PID "WMTRACE_PID"       /* only this process traces; others stay dormant */
-#define WMTRACE_ENV_FILES "WMTRACE_FILES"   /* extra weight files, separated by '\n' */
-#define WMTRACE_ENV_MARKER "WMTRACE_MARKER" /* a dynamic symbol whose return means "released" */
+#define WMTRACE_ENV_OUT "WMTRACE_OUT"     /* the trace file (required) */
+#define WMTRACE_ENV_PID "WMTRACE_PID"     /* only this process traces; others stay dormant */
+#define WMTRACE_ENV_FILES "WMTRACE_FILES" /* extra weight files, separated by '\n' */
+#define WMTRACE_ENV_MARKERS                                                                        \
+    "WMTRACE_MARKERS" /* marker specs, one a line: "L SPEC" (a load:                               \
+                         entry to return) or "R SPEC" (its return                                  \
+                         means "released"); SPEC is SYMBOL,                                        \
+                         OBJECT:SYMBOL or OBJECT+0xOFFSET */
 
-#define WMTRACE_MAGIC 0x3145434152544d57ull /* "WMTRACE1" */
-#define WMTRACE_VERSION 1
+#define WMTRACE_MAGIC 0x3245434152544d57ull /* "WMTRACE2" */
+#define WMTRACE_VERSION 2
 #define WMTRACE_MAX_THREADS 512
+#define WMTRACE_MAX_LOADS 256
+#define WMTRACE_MAX_SPECS 16
 /* Size classes of "held at exit": below 64 KiB, 64 KiB-1 MiB, 1-16 MiB, 16 MiB and more. */
 #define WMTRACE_CLASSES 4
 #define WMTRACE_BIG ((uint64_t)64 << 10) /* blocks from here on are tracked one by one */
@@ -49,16 +71,43 @@ typedef struct wmtrace_thread {
     uint64_t n_alloc;              /* malloc-family calls that returned memory */
     uint64_t bytes_alloc;          /* bytes asked for by them */
     uint64_t largest;              /* largest single allocation (bytes asked for) */
-    uint64_t largest_loading;      /* largest made while this thread was loading (see loader) */
+    uint64_t largest_loading;      /* largest made while a load was under way */
     int64_t held[WMTRACE_CLASSES]; /* bytes still held, by size class (class 0: net of the
                                        frees this thread made, small blocks are not tracked
                                        one by one) */
     uint64_t anon_maps;            /* anonymous mmaps made by this thread */
     uint64_t anon_largest;
-    int64_t anon_held;    /* anonymous mapped bytes this thread made still mapped */
-    uint64_t loader;      /* read from or mapped a weight file at least once */
-    uint64_t weight_read; /* bytes read from weight files */
+    int64_t anon_held;     /* anonymous mapped bytes this thread made still mapped */
+    uint64_t loader;       /* read from or mapped a weight file at least once */
+    uint64_t weight_read;  /* bytes read from weight files */
+    uint64_t freed_others; /* bytes of big blocks it freed that another thread allocated */
 } wmtrace_thread;
+
+/* One load: a load marker's call (entry to return), or, without load markers, the time from the
+ * first touch of a weight file after a release to the next release's start. Its malloc blocks
+ * (64 KiB and more, allocated by any thread while it was under way) are followed to their free:
+ * freed before it ended is scratch; held past its end is what the load built (weights, when the
+ * runtime reads them into malloc memory). */
+typedef struct wmtrace_load {
+    uint64_t begin_ns, end_ns; /* end_ns 0: not ended */
+    int64_t tid;               /* the thread it began on */
+    int64_t spec;              /* the load marker's spec index; -1: from the first file touch */
+    uint64_t blocks, bytes;    /* big blocks allocated while it was under way */
+    uint64_t scratch, scratch_largest, scratch_blocks; /* of them, freed before it ended */
+    uint64_t kept;                                     /* of them, held now */
+    uint64_t kept_at_end, kept_largest;                /* held when it ended; the largest block */
+    uint64_t freed_in_release; /* held past its end and freed while a release marker ran */
+    int64_t release_tid;       /* the thread that freed them (the last one) */
+    uint64_t freed_other;      /* held past its end and freed outside a release */
+} wmtrace_load;
+
+typedef struct wmtrace_spec {
+    char text[96];   /* as given */
+    uint64_t kind;   /* 'L' or 'R' */
+    uint64_t sites;  /* places it was hooked at (definitions in loaded objects) */
+    uint64_t hits;   /* calls seen */
+    char object[64]; /* the object of the first site (basename) */
+} wmtrace_spec;
 
 typedef struct wmtrace_stats {
     uint64_t magic, version, size;
@@ -67,10 +116,11 @@ typedef struct wmtrace_stats {
     uint64_t n_threads;       /* slots used in threads[] */
     uint64_t dropped_threads; /* threads beyond WMTRACE_MAX_THREADS (not counted) */
     uint64_t dropped_blocks;  /* big blocks the table had no room for (held figures miss them) */
-    uint64_t markers;         /* release markers seen */
-    uint64_t marker_patched;  /* call sites of the marker symbol redirected */
+    uint64_t markers;         /* releases seen */
     uint64_t tracer_bytes;    /* the interposer's own static tables (part of the footprint) */
-    char marker[64];
+    uint64_t n_specs, n_loads, dropped_loads;
+    wmtrace_spec specs[WMTRACE_MAX_SPECS];
+    wmtrace_load loads[WMTRACE_MAX_LOADS];
     wmtrace_thread threads[WMTRACE_MAX_THREADS];
 } wmtrace_stats;
 

@@ -1,98 +1,14 @@
 /*
- * weightmap.c: the command-line tool. Uses only the public header.
- *
- * Sections: output helpers (JSON strings, sizes); `info` (with `--as TYPE`, the sizes tensors
- * would take converted); `make-model` (tools/makemodel.c); command dispatch. Exit codes: 0
- * success, 1 the file or the run failed (one line on stderr: "weightmap: FILE: what is wrong"),
- * 2 usage error.
+ * info.c: `weightmap info FILE [--json] [--metadata] [--as TYPE]`: what is in a weight file, and
+ * with --as the sizes its tensors would take converted. One pass gathers the totals, then one
+ * walk over the sections drives either printer (text or JSON).
  */
 #include "cli.h"
 
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- output helpers ---- */
-
-void cli_json_string(FILE *out, const char *s, size_t n) {
-    fputc('"', out);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        switch (c) {
-        case '"': fputs("\\\"", out); break;
-        case '\\': fputs("\\\\", out); break;
-        case '\n': fputs("\\n", out); break;
-        case '\r': fputs("\\r", out); break;
-        case '\t': fputs("\\t", out); break;
-        default:
-            if (c < 0x20)
-                fprintf(out, "\\u%04x", c);
-            else
-                fputc(c, out);
-        }
-    }
-    fputc('"', out);
-}
-
-void cli_json_cstr(FILE *out, const char *s) { cli_json_string(out, s, strlen(s)); }
-
-const char *cli_bytes(uint64_t b, char buf[32]) {
-    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = (double)b;
-    int i = 0;
-    while (v >= 1024 && i < 4) {
-        v /= 1024;
-        i++;
-    }
-    if (i == 0)
-        snprintf(buf, 32, "%" PRIu64 " B", b);
-    else
-        snprintf(buf, 32, "%.1f %s", v, u[i]);
-    return buf;
-}
-
-int cli_fail(const wm_error *err) {
-    fprintf(stderr, "weightmap: %s\n", err->msg);
-    return 1;
-}
-
-int cli_usage(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("weightmap: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputs("\n(see weightmap --help)\n", stderr);
-    va_end(ap);
-    return 2;
-}
-
-wm_type cli_target_type(const char *name) {
-    wm_type t = wm_type_from_name(name);
-    return t != WM_TYPE_INVALID && wm_convert_supported(t, t) ? t : WM_TYPE_INVALID;
-}
-
-bool cli_parse_u64(const char *s, uint64_t *out) {
-    if (!s || !*s) return false;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 0);
-    if (errno || s[0] == '-') return false;
-    uint64_t mul = 1;
-    if (*end == 'K' || *end == 'k')
-        mul = 1024, end++;
-    else if (*end == 'M' || *end == 'm')
-        mul = 1024 * 1024, end++;
-    else if (*end == 'G' || *end == 'g')
-        mul = 1024ull * 1024 * 1024, end++;
-    if (*end == 'i' || *end == 'B') end++;
-    if (*end == 'B') end++;
-    if (*end) return false;
-    if (v > UINT64_MAX / mul) return false;
-    *out = v * mul;
-    return true;
-}
 
 /* ---- info ---- */
 
@@ -417,26 +333,24 @@ static void info_walk(const info_run *r, const info_printer *p) {
     p->section(r, INFO_END);
 }
 
-static int cmd_info(int argc, char **argv) {
+int cmd_info(int argc, char **argv) {
     static info_run r; /* 6 KiB of totals: not on the stack */
     memset(&r, 0, sizeof r);
     const char *as = NULL;
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0)
+    cli_args p;
+    cli_args_init(&p, "info", argc, argv);
+    for (int k; (k = cli_next(&p)) != CLI_END;) {
+        if (k == CLI_ERROR) return 2;
+        if (k == CLI_ARG) {
+            if (r.path) return cli_usage("info: one FILE only");
+            r.path = p.value;
+        } else if (cli_is(&p, "json")) {
             r.json = true;
-        else if (strcmp(argv[i], "--metadata") == 0)
+        } else if (cli_is(&p, "metadata")) {
             r.full = true;
-        else if (strcmp(argv[i], "--as") == 0) {
-            if (++i >= argc) return cli_usage("info: --as needs a type (" CLI_TARGETS ")");
-            as = argv[i];
-        } else if (strncmp(argv[i], "--as=", 5) == 0)
-            as = argv[i] + 5;
-        else if (argv[i][0] == '-')
-            return cli_usage("info: unknown option %s", argv[i]);
-        else if (!r.path)
-            r.path = argv[i];
-        else
-            return cli_usage("info: one FILE only");
+        } else if (cli_is(&p, "as")) {
+            as = p.value;
+        }
     }
     if (!r.path) return cli_usage("info: FILE missing");
     r.to = WM_TYPE_INVALID;
@@ -457,46 +371,4 @@ static int cmd_info(int argc, char **argv) {
     info_walk(&r, r.json ? &json_printer : &text_printer);
     wm_file_close(r.f);
     return 0;
-}
-
-/* ---- dispatch ---- */
-
-static void help(FILE *out) {
-    fputs(
-        "usage: weightmap COMMAND [ARGS]\n\n"
-        "  info FILE [--json] [--metadata] [--as f32|f16|bf16|f64]\n"
-        "                                       what is in a weight file; --as: sizes converted\n"
-        "  load FILE --mode M [options]         load, touch, release; figures per cycle\n"
-        "  check FILE [--cycles N] [--json]     every mode: is every byte returned?\n"
-        "  probe [--pid P] [--file F] [--json]  memory figures and weight-file regions\n"
-        "  make-model OUT --size BYTES [--seed N] [--format gguf|safetensors] [--shards N]\n"
-        "                                       a deterministic llama-shaped model\n"
-        "  demo                                 check on the built-in default model\n"
-        "  cat FILE TENSOR [--as f32|f16|bf16|f64]\n"
-        "                                       one tensor's bytes to stdout, converted if asked\n"
-        "  trace [--file F] [--cycles-marker SYM] [--json] [--svg OUT] -- CMD ARGS...\n"
-        "                                       any program's weight-memory lifecycle; verdicts\n"
-        "\nexit codes: 0 success, 1 the file or the run failed, 2 usage error\n",
-        out);
-}
-
-int main(int argc, char **argv) {
-    if (argc < 2) {
-        help(stderr);
-        return 2;
-    }
-    const char *cmd = argv[1];
-    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
-        help(stdout);
-        return 0;
-    }
-    if (!strcmp(cmd, "--version")) {
-        printf("weightmap %s\n", wm_version());
-        return 0;
-    }
-    if (!strcmp(cmd, "info")) return cmd_info(argc - 2, argv + 2);
-    if (!strcmp(cmd, "make-model")) return cmd_make_model(argc - 2, argv + 2);
-    for (const cli_command *c = cli_commands; c->name; c++)
-        if (!strcmp(cmd, c->name)) return c->fn(argc - 2, argv + 2);
-    return cli_usage("unknown command '%s'", cmd);
 }

@@ -20,34 +20,20 @@ typedef struct probe_args {
 
 static int parse_args(int argc, char **argv, probe_args *a) {
     memset(a, 0, sizeof *a);
-    for (int i = 0; i < argc; i++) { /* argv holds the arguments after "probe" */
-        const char *s = argv[i];
-        const char *val = NULL;
-        if (!strcmp(s, "--json")) {
+    cli_args p;
+    cli_args_init(&p, "probe", argc, argv);
+    for (int k; (k = cli_next(&p)) != CLI_END;) {
+        uint64_t v;
+        if (k == CLI_ERROR) return 2;
+        if (k == CLI_ARG) return cli_usage("probe: unexpected argument '%s'", p.value);
+        if (cli_is(&p, "json")) {
             a->json = true;
-            continue;
-        }
-        if (!strncmp(s, "--pid=", 6) || !strncmp(s, "--file=", 7)) {
-            val = strchr(s, '=') + 1;
-        } else if (!strcmp(s, "--pid") || !strcmp(s, "--file")) {
-            if (i + 1 >= argc) return cli_usage("probe: %s needs a value", s);
-            val = argv[++i];
-        } else if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
-            printf("usage: weightmap probe [--pid P] [--file F] [--json]\n"
-                   "  Memory figures of process P (default: this one) and every region of its\n"
-                   "  weight files (.gguf, .safetensors), or of the file F.\n");
-            exit(0);
-        } else {
-            return cli_usage("probe: unexpected argument '%s'", s);
-        }
-        if (s[2] == 'p') {
-            uint64_t v;
-            if (!cli_parse_u64(val, &v) || v == 0 || v > INT32_MAX)
-                return cli_usage("probe: --pid wants a process number, not '%s'", val);
+        } else if (cli_is(&p, "pid")) {
+            if (cli_value_u64(&p, &v)) return 2;
             a->pid = (int)v;
-        } else {
-            if (!*val) return cli_usage("probe: --file wants a path");
-            a->file = val;
+        } else if (cli_is(&p, "file")) {
+            if (!*p.value) return cli_bad_value(&p, "a path");
+            a->file = p.value;
         }
     }
     return 0;

@@ -1,8 +1,9 @@
 /*
  * iq_extract.h: llama.cpp's ggml library as an oracle (the "peer"), and the recovery of the IQ
  * codebook grids from its own dequantizers. Shared by the generator of src/convert/iq_grids.c
- * (tools/gen/iq_grids.c) and by tests/test_convert.c, which checks the committed grids against
- * the peer.
+ * (tools/gen/iq_grids.c), by tests/test_convert.c, which checks the committed grids against
+ * the peer, and by bench/convert.c; part of the oracle's support library (tests/oracle/, whose
+ * oracle.c says where the peer is).
  *
  * Sections: the peer (where it is installed, the layout of its type traits, a type's to_float);
  * the grids (one crafted block per group of entries, read back exactly).
@@ -14,6 +15,8 @@
  */
 #ifndef WM_IQ_EXTRACT_H
 #define WM_IQ_EXTRACT_H
+
+#include "oracle.h"
 
 #include <dlfcn.h>
 #include <stdbool.h>
@@ -47,15 +50,8 @@ typedef struct peer_traits { /* struct ggml_type_traits of ggml 0.23 (llama.cpp 
     void (*from_float_ref)(const float *x, void *y, int64_t k);
 } peer_traits;
 
-/* The folder holding libggml-base.so: $WM_PEER_LIB, else $WM_PEER_DIR (the name bench/ uses),
- * else where bench/peer.sh installs the npm package under the source tree. */
-static const char *peer_dir(void) {
-    const char *e = getenv("WM_PEER_LIB");
-    if (!e || !*e) e = getenv("WM_PEER_DIR");
-    return e && *e ? e
-                   : WM_SOURCE_DIR
-               "/bench/peers/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64";
-}
+/* The folder holding libggml-base.so (oracle.h). */
+static const char *peer_dir(void) { return wm_oracle_dir(); }
 
 /* A type's to_float from the traits, or the exported dequantize_row_<name> when the traits leave
  * it out (Q8_K); NULL when neither exists. */

@@ -1,5 +1,6 @@
 /*
- * makemodel.c: `weightmap make-model OUT --size BYTES [--seed N] [--format gguf|safetensors]`.
+ * makemodel.c: `weightmap make-model OUT --size BYTES [--seed N] [--format gguf|safetensors]
+ * [--shards N]`; demo makes its default model through cli_make_default_model.
  *
  * Writes a deterministic llama-shaped model that llama.cpp accepts: token_embd (F16), per block
  * attn_norm/ffn_norm (F32), attn_q/k/v/output (Q8_0), ffn_gate/up/down (Q4_0), output_norm
@@ -462,39 +463,50 @@ static void cut(const model_plan *p, uint32_t n, part *parts) {
     }
 }
 
-int cmd_make_model(int argc, char **argv) {
-    const char *out = NULL, *format = NULL;
-    uint64_t size = 0, seed = 0, shards = 0;
-    bool have_size = false;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--size") && i + 1 < argc) {
-            if (!cli_parse_u64(argv[++i], &size))
-                return cli_usage("make-model: bad --size '%s'", argv[i]);
-            have_size = true;
-        } else if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
-            if (!cli_parse_u64(argv[++i], &seed))
-                return cli_usage("make-model: bad --seed '%s'", argv[i]);
-        } else if (!strcmp(argv[i], "--format") && i + 1 < argc) {
-            format = argv[++i];
-        } else if (!strcmp(argv[i], "--shards") && i + 1 < argc) {
-            if (!cli_parse_u64(argv[++i], &shards) || shards < 1 || shards > 9999)
-                return cli_usage("make-model: bad --shards '%s' (1 to 9999)", argv[i]);
-        } else if (argv[i][0] == '-') {
-            return cli_usage("make-model: unknown option %s", argv[i]);
-        } else if (!out) {
-            out = argv[i];
-        } else {
-            return cli_usage("make-model: one OUT only");
+/* The set: OUT's stem + -0000K-of-0000N + extension for each part, and for safetensors the
+ * index. */
+static int write_set(const char *out, model_plan *p, bool st, uint32_t count, uint64_t seed) {
+    int rc = 0;
+    /* OUT's stem: without .gguf / .safetensors */
+    const char *ext = st ? ".safetensors" : ".gguf";
+    size_t n = strlen(out), el = strlen(ext);
+    size_t stem = n >= el && !strcmp(out + n - el, ext) ? n - el : n;
+    part *parts = calloc(count, sizeof *parts);
+    char **names = calloc(count, sizeof *names);
+    if (!parts || !names) rc = 1;
+    if (!rc) cut(p, count, parts);
+    for (uint32_t k = 0; k < count && !rc; k++) {
+        size_t cap = stem + el + 32;
+        if (!(names[k] = malloc(cap))) {
+            rc = 1;
+            break;
+        }
+        snprintf(names[k], cap, "%.*s-%05u-of-%05u%s", (int)stem, out, k + 1, count, ext);
+        rc = st ? write_safetensors(names[k], p, &parts[k], seed)
+                : write_gguf(names[k], p, &parts[k], seed);
+    }
+    if (!rc && st) {
+        size_t cap = stem + 32;
+        char *ipath = malloc(cap);
+        if (!ipath)
+            rc = 1;
+        else {
+            snprintf(ipath, cap, "%.*s.safetensors.index.json", (int)stem, out);
+            rc = write_index(ipath, p, parts, count, names);
+            free(ipath);
         }
     }
-    if (!out || !have_size) return cli_usage("make-model: OUT and --size BYTES are required");
-    if (!format) { /* by OUT's extension; GGUF otherwise */
-        size_t ol = strlen(out);
-        format = ol >= 12 && !strcmp(out + ol - 12, ".safetensors") ? "safetensors" : "gguf";
-    }
-    bool st = !strcmp(format, "safetensors");
-    if (!st && strcmp(format, "gguf") != 0)
-        return cli_usage("make-model: unknown --format '%s' (gguf or safetensors)", format);
+    if (names)
+        for (uint32_t k = 0; k < count; k++)
+            free(names[k]);
+    free(names);
+    free(parts);
+    return rc;
+}
+
+/* Writes the model: one file, or `shards` parts (and a safetensors index). 0, or 1 after one
+ * line on stderr. */
+static int make_model(const char *out, uint64_t size, uint64_t seed, bool st, uint64_t shards) {
     model_plan p = {0};
     if (!plan(size, st, &p)) {
         fprintf(stderr, "weightmap: %s: --size %llu is too small for a llama-shaped model\n", out,
@@ -514,41 +526,40 @@ int cmd_make_model(int argc, char **argv) {
         free(p.t);
         return rc;
     }
-    /* OUT's stem: without .gguf / .safetensors */
-    const char *ext = st ? ".safetensors" : ".gguf";
-    size_t n = strlen(out), el = strlen(ext);
-    size_t stem = n >= el && !strcmp(out + n - el, ext) ? n - el : n;
-    uint32_t count = (uint32_t)shards;
-    part *parts = calloc(count, sizeof *parts);
-    char **names = calloc(count, sizeof *names);
-    if (!parts || !names) rc = 1;
-    if (!rc) cut(&p, count, parts);
-    for (uint32_t k = 0; k < count && !rc; k++) {
-        size_t cap = stem + el + 32;
-        if (!(names[k] = malloc(cap))) {
-            rc = 1;
-            break;
-        }
-        snprintf(names[k], cap, "%.*s-%05u-of-%05u%s", (int)stem, out, k + 1, count, ext);
-        rc = st ? write_safetensors(names[k], &p, &parts[k], seed)
-                : write_gguf(names[k], &p, &parts[k], seed);
-    }
-    if (!rc && st) {
-        size_t cap = stem + 32;
-        char *ipath = malloc(cap);
-        if (!ipath)
-            rc = 1;
-        else {
-            snprintf(ipath, cap, "%.*s.safetensors.index.json", (int)stem, out);
-            rc = write_index(ipath, &p, parts, count, names);
-            free(ipath);
-        }
-    }
-    if (names)
-        for (uint32_t k = 0; k < count; k++)
-            free(names[k]);
-    free(names);
-    free(parts);
+    rc = write_set(out, &p, st, (uint32_t)shards, seed);
     free(p.t);
     return rc;
+}
+
+int cli_make_default_model(const char *path, uint64_t size) {
+    return make_model(path, size, 0, false, 0);
+}
+
+int cmd_make_model(int argc, char **argv) {
+    const char *out = NULL, *format = NULL;
+    uint64_t size = 0, seed = 0, shards = 0;
+    cli_args p;
+    cli_args_init(&p, "make-model", argc, argv);
+    for (int k; (k = cli_next(&p)) != CLI_END;) {
+        if (k == CLI_ERROR) return 2;
+        if (k == CLI_ARG) {
+            if (out) return cli_usage("make-model: one OUT only");
+            out = p.value;
+        } else if (cli_is(&p, "format")) {
+            format = p.value;
+        } else if ((cli_is(&p, "size") && cli_value_u64(&p, &size)) ||
+                   (cli_is(&p, "seed") && cli_value_u64(&p, &seed)) ||
+                   (cli_is(&p, "shards") && cli_value_u64(&p, &shards))) {
+            return 2;
+        }
+    }
+    if (!out || !size) return cli_usage("make-model: OUT and --size BYTES are required");
+    if (!format) { /* by OUT's extension; GGUF otherwise */
+        size_t ol = strlen(out);
+        format = ol >= 12 && !strcmp(out + ol - 12, ".safetensors") ? "safetensors" : "gguf";
+    }
+    bool st = !strcmp(format, "safetensors");
+    if (!st && strcmp(format, "gguf") != 0)
+        return cli_usage("make-model: bad --format '%s': expected gguf or safetensors", format);
+    return make_model(out, size, seed, st, shards);
 }

@@ -1,5 +1,6 @@
-# bench/gpu_env.sh: sourced by the GPU scripts (gpu.sh, python_gpu.sh, multigpu.sh). The GPU
-# machines lack some Debian packages the build needs and reach no registry: wm_gpu_env unpacks
+# scripts/gpu_env.sh: sourced by the GPU scripts (bench/gpu.sh, gpu_ab.sh, python_gpu.sh,
+# multigpu.sh). The GPU machines lack some Debian packages the build needs and reach no
+# registry: wm_gpu_env unpacks
 # the .deb files of folder $1 (fill it here with `apt-get download NAME...`; see each script)
 # into /tmp/wm-deps and points pkg-config and the loader at them when the machine has no
 # libcjson. It sets the arrays `cm` (CMake arguments) and `gen` (the generator: Ninja where

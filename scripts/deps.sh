@@ -2,13 +2,21 @@
 # deps.sh: installs the Debian packages the build and the tests need, when they are missing.
 # Called by every Makefile target, so a fresh Debian 12 machine needs nothing installed by hand.
 set -euo pipefail
-need=(cmake ninja-build gcc clang libclang-rt-14-dev llvm pkg-config libcjson-dev clang-format librsvg2-bin netpbm)
+need=(cmake ninja-build gcc clang libclang-rt-14-dev llvm pkg-config libcjson-dev clang-format librsvg2-bin netpbm
+      libzydis-dev)
 # `deps.sh python`: also what the Python package needs (python/; make python, make test-python):
 # Python's headers, setuptools and pip to build and install it, NumPy, PyTorch (CPU) and pytest
 # for its tests, and DLPack's header.
 if [ "${1:-}" = python ]; then
   need+=(python3-dev python3-setuptools python3-pip python3-numpy python3-torch python3-pytest
          libdlpack-dev)
+fi
+# `deps.sh arm64`: the AArch64 cross build and its tests (make arm64, make test-arm64): Debian's
+# cross compiler, qemu-user, and the :arm64 -dev libraries the build links (libcjson-dev:arm64,
+# which brings libc6:arm64, the loader qemu runs the tests with). Multiarch needs the arm64
+# architecture added to dpkg once, and the package lists fetched again after that.
+if [ "${1:-}" = arm64 ]; then
+  need+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user libcjson-dev:arm64)
 fi
 missing=()
 for p in "${need[@]}"; do
@@ -21,5 +29,8 @@ if [ "$(id -u)" -ne 0 ]; then
     echo "deps: missing packages (${missing[*]}) and not root: install them with apt-get" >&2; exit 1; fi
 else SUDO=; fi
 export DEBIAN_FRONTEND=noninteractive
+if [ "${1:-}" = arm64 ] && ! dpkg --print-foreign-architectures | grep -qx arm64; then
+  $SUDO dpkg --add-architecture arm64
+fi
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

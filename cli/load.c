@@ -1,9 +1,10 @@
 /*
- * load.c: `weightmap load`, `weightmap check` and `weightmap demo`.
+ * load.c: `weightmap load` and `weightmap check` (demo.c runs check too, through
+ * cli_check_file).
  *
  * Sections: one measured cycle (load, touch, figures, release, figures); the progress bar;
- * `load`; `check` (every mode, several cycles, the verdict "all memory returned"); `demo`
- * (check on the default model, made on first use).
+ * options; `load` (with --hold, the last model stays loaded until a signal); `check` (every
+ * mode, several cycles, the verdict "all memory returned").
  *
  * Figures: `loaded` are deltas from a baseline taken before the first load (footprint, resident)
  * or absolute figures of the weight file's regions (privatised, locked, file_regions);
@@ -13,9 +14,9 @@
 #include "cli.h"
 
 #include <inttypes.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -41,9 +42,15 @@ typedef struct load_args {
     const struct shard_paths *shards;
     wm_load_options opts;
     bool touch, json;
+    bool hold;        /* --hold: the last cycle waits for a signal before its release */
+    sigset_t signals; /* the signals --hold waits for, blocked from the start of the command */
     unsigned cycles;
     wm_convert_rule rules[8];
     int devices[WM_LEDGER_DEVICES]; /* --backend cuda:0,1 (opts.devices points here) */
+    wm_cuda_options cuda;           /* --registered, --direct, --pinned-budget (opts.cuda) */
+    bool cuda_set;
+    const cli_via *via; /* check --ggml: load, verify and release that way */
+    bool ggml;          /* check --ggml was given */
 } load_args;
 
 static double now_s(void) {
@@ -102,7 +109,7 @@ static int measure(const shard_paths *ps, figures *f, wm_error *err) {
         }
         f->file_regions += n;
     }
-    wm_ledger l;
+    wm_ledger l = WM_LEDGER_INIT;
     wm_ledger_get(&l);
     f->ledger_bytes = wm_ledger_bytes(&l);
     f->ledger_regions = wm_ledger_regions(&l);
@@ -159,6 +166,18 @@ static void touch_all(wm_model *m) {
     touch_sink += s;
 }
 
+/* --hold: says which process holds the model, then waits for SIGINT, SIGTERM or SIGUSR1. They
+ * were blocked before the first load (so the load's worker threads inherit the mask and none of
+ * them takes the signal): one sent before this point is pending, and sigwait returns at once. */
+static void hold(const load_args *a) {
+    FILE *o = a->json ? stderr : stdout;
+    fprintf(o, "pid %d holds %s loaded (mode %s); SIGINT, SIGTERM or SIGUSR1 releases it\n",
+            (int)getpid(), a->path, wm_mode_name(a->opts.mode));
+    fflush(o);
+    int sig;
+    sigwait(&a->signals, &sig);
+}
+
 static int run_cycles(const load_args *a, wm_file *f, cycle_result *res, unsigned cycles,
                       const figures *base, wm_error *err) {
     bar b = {.on = !a->json && isatty(1)};
@@ -167,22 +186,30 @@ static int run_cycles(const load_args *a, wm_file *f, cycle_result *res, unsigne
         b.t0 = now_s();
         o.progress = draw;
         o.progress_user = &b;
-        wm_model *m;
+        wm_model *own = NULL;
+        const wm_model *m = NULL;
+        void *handle = NULL;
         double t0 = now_s();
-        wm_status st = wm_model_load(f, &o, &m, err);
+        wm_status st =
+            a->via ? a->via->load(f, &o, &handle, &m, err) : wm_model_load(f, &o, &own, err);
         double t1 = now_s();
         bar_end(&b);
         if (st != WM_OK) return 1;
+        if (own) m = own;
         cycle_result *r = &res[c];
         r->load_seconds = t1 - t0;
-        if (a->touch) touch_all(m);
+        if (a->via && a->via->verify(handle, err)) {
+            a->via->release(handle);
+            return 1;
+        }
+        if (own && a->touch) touch_all(own);
         wm_model_stats_get(m, &r->stats);
         figures loaded;
         if (measure(a->shards, &loaded, err)) {
-            wm_model_release(m);
+            a->via ? a->via->release(handle) : wm_model_release(own);
             return 1;
         }
-        wm_ledger l;
+        wm_ledger l = WM_LEDGER_INIT;
         wm_ledger_get(&l);
         r->ledger_locked = l.cat[WM_LEDGER_LOCKED].current;
         (void)l;
@@ -191,14 +218,16 @@ static int run_cycles(const load_args *a, wm_file *f, cycle_result *res, unsigne
         r->privatised = loaded.privatised;
         r->locked = r->stats.locked_bytes;
         r->file_regions = loaded.file_regions;
-        wm_model_release(m);
+        if (a->hold && c + 1 == cycles) hold(a);
+        a->via ? a->via->release(handle) : wm_model_release(own);
         figures after;
         if (measure(a->shards, &after, err)) return 1;
         /* the open file's own header bytes are in base; the model must leave nothing */
         r->released_footprint = (int64_t)(after.footprint - base->footprint);
         r->ledger_bytes = after.ledger_bytes - base->ledger_bytes;
         r->ledger_regions = after.ledger_regions - base->ledger_regions;
-        r->released_regions = after.file_regions;
+        /* a header large enough to be mapped (file.c) is the open file's too, like its bytes */
+        r->released_regions = after.file_regions - base->file_regions;
     }
     return 0;
 }
@@ -238,38 +267,16 @@ static int parse_convert(load_args *a, const char *spec) {
     return 0;
 }
 
-/* "cpu", "cuda", "cuda:N" or "cuda:N,M,...": several devices fill opts.devices. */
+/* "cpu", "cuda", "cuda:N" or "cuda:N,M,..." (wm_backend_from_name): several devices fill
+ * opts.devices. */
 static int parse_backend(load_args *a, const char *v, const char *cmd) {
-    if (!strcmp(v, "cpu")) {
-        a->opts.backend = WM_BACKEND_CPU;
-        return 0;
-    }
-    if (strncmp(v, "cuda", 4) != 0)
-        return cli_usage("%s: unknown backend '%s' (cpu, cuda[:N[,M...]])", cmd, v);
-    a->opts.backend = WM_BACKEND_CUDA;
-    if (!v[4]) return 0;
-    if (v[4] != ':') return cli_usage("%s: bad --backend '%s'", cmd, v);
-    unsigned n = 0;
-    for (const char *p = v + 5;;) {
-        char num[16];
-        size_t len = strcspn(p, ",");
-        uint64_t d;
-        if (len == 0 || len >= sizeof num || n == WM_LEDGER_DEVICES)
-            return cli_usage("%s: bad --backend '%s'", cmd, v);
-        memcpy(num, p, len);
-        num[len] = 0;
-        if (!cli_parse_u64(num, &d) || d >= WM_LEDGER_DEVICES)
-            return cli_usage("%s: bad --backend '%s' (devices 0..%d)", cmd, v,
-                             WM_LEDGER_DEVICES - 1);
-        a->devices[n++] = (int)d;
-        if (!p[len]) break;
-        p += len + 1;
-    }
-    a->opts.device = a->devices[0];
-    if (n > 1) {
-        a->opts.devices = a->devices;
-        a->opts.n_devices = n;
-    }
+    wm_error err;
+    unsigned n;
+    if (wm_backend_from_name(v, &a->opts.backend, a->devices, WM_LEDGER_DEVICES, &n, &err))
+        return cli_usage("%s: bad --backend: %s", cmd, err.msg);
+    a->opts.device = n ? a->devices[0] : 0;
+    a->opts.devices = n > 1 ? a->devices : NULL;
+    a->opts.n_devices = n > 1 ? n : 0;
     return 0;
 }
 
@@ -284,79 +291,77 @@ static wm_status init_backend(const load_args *a, wm_error *err) {
     return WM_OK;
 }
 
-static int parse_common(load_args *a, int argc, char **argv, bool need_mode, const char *cmd) {
-    a->cycles = 1;
-    for (int i = 0; i < argc; i++) {
-        const char *s = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        uint64_t n;
-        if (!strcmp(s, "--mode") && v) {
-            a->opts.mode = wm_mode_from_name(v);
-            if (a->opts.mode == WM_MODE_NONE)
-                return cli_usage("%s: unknown mode '%s' (heap, mmap, mmap-private)", cmd, v);
-            i++;
-        } else if (!strcmp(s, "--lock")) {
+/* One option of load or check (p holds it); 0, or 2 after a usage error. */
+static int load_option(load_args *a, const cli_args *p) {
+    const char *v = p->value, *cmd = p->cmd->name;
+    uint64_t n;
+    if (cli_is(p, "mode")) {
+        a->opts.mode = wm_mode_from_name(v);
+        if (a->opts.mode == WM_MODE_NONE) return cli_bad_value(p, "heap, mmap or mmap-private");
+    } else if (cli_is(p, "lock")) {
+        if (!v || !strcmp(v, "required"))
             a->opts.lock = WM_LOCK_REQUIRED;
-        } else if (!strcmp(s, "--lock=best-effort")) {
+        else if (!strcmp(v, "best-effort"))
             a->opts.lock = WM_LOCK_BEST_EFFORT;
-        } else if (!strcmp(s, "--lock=required")) {
-            a->opts.lock = WM_LOCK_REQUIRED;
-        } else if (!strcmp(s, "--prefetch")) {
-            a->opts.prefetch = 1;
-        } else if (!strcmp(s, "--touch")) {
-            a->touch = true;
-        } else if (!strcmp(s, "--json")) {
-            a->json = true;
-        } else if (!strcmp(s, "--cycles") && v) {
-            if (!cli_parse_u64(v, &n) || n == 0 || n > 100000)
-                return cli_usage("%s: bad --cycles '%s'", cmd, v);
-            a->cycles = (unsigned)n;
-            i++;
-        } else if (!strcmp(s, "--threads") && v) {
-            if (!cli_parse_u64(v, &n) || n > 64) return cli_usage("%s: bad --threads '%s'", cmd, v);
-            a->opts.threads = (unsigned)n;
-            i++;
-        } else if (!strcmp(s, "--max-buffer") && v) {
-            if (!cli_parse_u64(v, &n)) return cli_usage("%s: bad --max-buffer '%s'", cmd, v);
-            a->opts.max_buffer_size = n;
-            i++;
-        } else if (!strcmp(s, "--pinned-budget") && v) {
-            if (!cli_parse_u64(v, &n) || !n)
-                return cli_usage("%s: bad --pinned-budget '%s'", cmd, v);
-            a->opts.pinned_budget = n;
-            i++;
-        } else if (!strcmp(s, "--convert") && v) {
-            int rc = parse_convert(a, v);
-            if (rc) return rc;
-            i++;
-        } else if (!strcmp(s, "--backend") && v) {
-            int rc = parse_backend(a, v, cmd);
-            if (rc) return rc;
-            i++;
-        } else if (!strcmp(s, "--placement") && v) {
-            if (!strcmp(v, "balance"))
-                a->opts.placement = WM_PLACE_BALANCE;
-            else if (!strcmp(v, "layers"))
-                a->opts.placement = WM_PLACE_LAYERS;
-            else
-                return cli_usage("%s: unknown placement '%s' (balance, layers)", cmd, v);
-            i++;
-        } else if (!strcmp(s, "--registered")) {
-            a->opts.cuda_registered = 1;
-        } else if (!strcmp(s, "--direct")) {
-            a->opts.direct_io = 1;
-        } else if (s[0] == '-') {
-            return cli_usage("%s: unknown option %s", cmd, s);
-        } else if (!a->path) {
-            a->path = s;
-        } else {
-            return cli_usage("%s: one FILE only", cmd);
+        else
+            return cli_bad_value(p, "best-effort or required");
+    } else if (cli_is(p, "prefetch")) {
+        a->opts.prefetch = 1;
+    } else if (cli_is(p, "touch")) {
+        a->touch = true;
+    } else if (cli_is(p, "json")) {
+        a->json = true;
+    } else if (cli_is(p, "hold")) {
+        a->hold = true;
+    } else if (cli_is(p, "ggml")) {
+        a->ggml = true;
+    } else if (cli_is(p, "cycles") || cli_is(p, "threads")) {
+        if (cli_value_u64(p, &n)) return 2;
+        *(cli_is(p, "cycles") ? &a->cycles : &a->opts.threads) = (unsigned)n;
+    } else if (cli_is(p, "max-buffer")) {
+        return cli_value_u64(p, &a->opts.max_buffer_size);
+    } else if (cli_is(p, "pinned-budget")) {
+        a->cuda_set = true;
+        return cli_value_u64(p, &a->cuda.pinned_budget);
+    } else if (cli_is(p, "convert")) {
+        return parse_convert(a, v);
+    } else if (cli_is(p, "backend")) {
+        return parse_backend(a, v, cmd);
+    } else if (cli_is(p, "placement")) {
+        if (!strcmp(v, "balance"))
+            a->opts.placement = WM_PLACE_BALANCE;
+        else if (!strcmp(v, "layers"))
+            a->opts.placement = WM_PLACE_LAYERS;
+        else
+            return cli_bad_value(p, "balance or layers");
+    } else if (cli_is(p, "registered")) {
+        a->cuda.registered = 1;
+        a->cuda_set = true;
+    } else if (cli_is(p, "direct")) {
+        a->cuda.direct_io = 1;
+        a->cuda_set = true;
+    }
+    return 0;
+}
+
+/* The arguments of load or check (the table lists which options each takes). */
+static int parse_common(load_args *a, int argc, char **argv, const char *cmd) {
+    cli_args p;
+    cli_args_init(&p, cmd, argc, argv);
+    for (int k; (k = cli_next(&p)) != CLI_END;) {
+        if (k == CLI_ERROR) return 2;
+        if (k == CLI_ARG) {
+            if (a->path) return cli_usage("%s: one FILE only", cmd);
+            a->path = p.value;
+            continue;
         }
+        int rc = load_option(a, &p);
+        if (rc) return rc;
     }
     if (!a->path) return cli_usage("%s: FILE missing", cmd);
-    if (need_mode && a->opts.mode == WM_MODE_NONE)
-        return cli_usage("%s: --mode is required (heap, mmap or mmap-private): there is no default",
-                         cmd);
+    a->opts.size = sizeof a->opts;
+    a->cuda.size = sizeof a->cuda;
+    if (a->cuda_set || a->opts.backend == WM_BACKEND_CUDA) a->opts.cuda = &a->cuda;
     return 0;
 }
 
@@ -389,10 +394,64 @@ static void final_figures(cycle_result *r, const figures *closed, const figures 
 
 /* ---- load ---- */
 
+/* load's report: the table, or one line of JSON. */
+static void load_report(const load_args *a, const cycle_result *res, uint64_t size, bool ok) {
+    if (a->json) {
+        printf("{\"file\": ");
+        cli_json_cstr(stdout, a->path);
+        printf(", \"size\": %" PRIu64 ", \"mode\": \"%s\", \"lock\": \"%s\", \"backend\": \"%s\", "
+               "\"threads\": %u, \"tensor_bytes\": %" PRIu64 ", \"buffers\": %u, \"ok\": %s, "
+               "\"cycles\": [",
+               size, wm_mode_name(a->opts.mode),
+               a->opts.lock == WM_LOCK_OFF        ? "off"
+               : a->opts.lock == WM_LOCK_REQUIRED ? "required"
+                                                  : "best-effort",
+               wm_backend_name(a->opts.backend), res[0].stats.threads, res[0].stats.tensor_bytes,
+               res[0].stats.buffers, ok ? "true" : "false");
+        for (unsigned c = 0; c < a->cycles; c++) {
+            printf("%s{\"cycle\": %u, \"load_seconds\": %.6f, \"committed\": %" PRIu64 ", ",
+                   c ? ", " : "", c + 1, res[c].load_seconds, res[c].stats.committed);
+            json_figs(stdout, &res[c]);
+            putchar('}');
+        }
+        printf("]}\n");
+    } else {
+        char b[8][32];
+        printf("%s: mode %s, %u buffer(s), %s of tensors, %u thread(s)\n", a->path,
+               wm_mode_name(a->opts.mode), res[0].stats.buffers,
+               cli_bytes(res[0].stats.tensor_bytes, b[0]), res[0].stats.threads);
+        printf("%5s %9s %9s | %11s %11s %11s %11s %7s | %11s %11s %7s\n", "cycle", "load s", "GB/s",
+               "footprint", "resident", "privatised", "locked", "regions", "left", "ledger",
+               "regions");
+        for (unsigned c = 0; c < a->cycles; c++) {
+            const cycle_result *r = &res[c];
+            printf("%5u %9.4f %9.2f | %11s %11s %11s %11s %7" PRIu64 " | %11s %11s %7" PRIu64 "\n",
+                   c + 1, r->load_seconds,
+                   (double)r->stats.tensor_bytes / (r->load_seconds > 0 ? r->load_seconds : 1) /
+                       1e9,
+                   sbytes(r->footprint, b[1]), sbytes(r->resident, b[2]),
+                   cli_bytes(r->privatised, b[3]), cli_bytes(r->locked, b[4]), r->file_regions,
+                   sbytes(r->released_footprint, b[5]), cli_bytes(r->ledger_bytes, b[6]),
+                   r->released_regions);
+        }
+        printf("%s\n", ok ? "all memory returned" : "MEMORY NOT RETURNED");
+    }
+}
+
 int cmd_load(int argc, char **argv) {
-    load_args a = {0};
-    int rc = parse_common(&a, argc, argv, true, "load");
+    load_args a = {.cycles = 1};
+    int rc = parse_common(&a, argc, argv, "load");
     if (rc) return rc;
+    if (a.opts.mode == WM_MODE_NONE)
+        return cli_usage("load: --mode is required (heap, mmap or mmap-private): there is no "
+                         "default");
+    if (a.hold) {
+        sigemptyset(&a.signals);
+        sigaddset(&a.signals, SIGINT);
+        sigaddset(&a.signals, SIGTERM);
+        sigaddset(&a.signals, SIGUSR1);
+        sigprocmask(SIG_BLOCK, &a.signals, NULL);
+    }
     wm_file *f;
     wm_error err;
     figures before_open;
@@ -428,53 +487,15 @@ int cmd_load(int argc, char **argv) {
     bool ok = true;
     for (unsigned c = 0; c < a.cycles; c++)
         ok = ok && cycle_ok(&res[c]);
-    if (a.json) {
-        printf("{\"file\": ");
-        cli_json_cstr(stdout, a.path);
-        printf(", \"size\": %" PRIu64 ", \"mode\": \"%s\", \"lock\": \"%s\", \"backend\": \"%s\", "
-               "\"threads\": %u, \"tensor_bytes\": %" PRIu64 ", \"buffers\": %u, \"ok\": %s, "
-               "\"cycles\": [",
-               size, wm_mode_name(a.opts.mode),
-               a.opts.lock == WM_LOCK_OFF        ? "off"
-               : a.opts.lock == WM_LOCK_REQUIRED ? "required"
-                                                 : "best-effort",
-               a.opts.backend == WM_BACKEND_CUDA ? "cuda" : "cpu", res[0].stats.threads,
-               res[0].stats.tensor_bytes, res[0].stats.buffers, ok ? "true" : "false");
-        for (unsigned c = 0; c < a.cycles; c++) {
-            printf("%s{\"cycle\": %u, \"load_seconds\": %.6f, \"committed\": %" PRIu64 ", ",
-                   c ? ", " : "", c + 1, res[c].load_seconds, res[c].stats.committed);
-            json_figs(stdout, &res[c]);
-            putchar('}');
-        }
-        printf("]}\n");
-    } else {
-        char b[8][32];
-        printf("%s: mode %s, %u buffer(s), %s of tensors, %u thread(s)\n", a.path,
-               wm_mode_name(a.opts.mode), res[0].stats.buffers,
-               cli_bytes(res[0].stats.tensor_bytes, b[0]), res[0].stats.threads);
-        printf("%5s %9s %9s | %11s %11s %11s %11s %7s | %11s %11s %7s\n", "cycle", "load s", "GB/s",
-               "footprint", "resident", "privatised", "locked", "regions", "left", "ledger",
-               "regions");
-        for (unsigned c = 0; c < a.cycles; c++) {
-            const cycle_result *r = &res[c];
-            printf("%5u %9.4f %9.2f | %11s %11s %11s %11s %7" PRIu64 " | %11s %11s %7" PRIu64 "\n",
-                   c + 1, r->load_seconds,
-                   (double)r->stats.tensor_bytes / (r->load_seconds > 0 ? r->load_seconds : 1) /
-                       1e9,
-                   sbytes(r->footprint, b[1]), sbytes(r->resident, b[2]),
-                   cli_bytes(r->privatised, b[3]), cli_bytes(r->locked, b[4]), r->file_regions,
-                   sbytes(r->released_footprint, b[5]), cli_bytes(r->ledger_bytes, b[6]),
-                   r->released_regions);
-        }
-        printf("%s\n", ok ? "all memory returned" : "MEMORY NOT RETURNED");
-    }
+    load_report(&a, res, size, ok);
     free(res);
     return ok ? 0 : 1;
 }
 
 /* ---- check ---- */
 
-static int check_file(const char *path, unsigned cycles, bool json, unsigned threads) {
+int cli_check_file(const char *path, unsigned cycles, bool json, unsigned threads,
+                   const cli_via *via) {
     static const wm_mode modes[] = {WM_MODE_HEAP, WM_MODE_MMAP, WM_MODE_MMAP_PRIVATE};
     enum { NM = 3 };
     wm_error err;
@@ -485,8 +506,7 @@ static int check_file(const char *path, unsigned cycles, bool json, unsigned thr
         paths_free(&sp);
         return 1;
     }
-    bool all_ok = true;
-    bool mode_ok[NM];
+    bool all_ok = true, mode_ok[NM];
     double best[NM];
     uint64_t size = 0, tensor_bytes = 0;
     size_t n_tensors = 0;
@@ -502,7 +522,8 @@ static int check_file(const char *path, unsigned cycles, bool json, unsigned thr
         size = wm_file_size(f);
         tensor_bytes = wm_file_tensor_bytes(f);
         n_tensors = wm_file_tensor_count(f);
-        load_args a = {.path = path, .shards = &sp, .touch = true, .json = json, .cycles = cycles};
+        load_args a = {.path = path, .shards = &sp, .touch = !via, .json = json, .cycles = cycles};
+        a.via = via;
         a.opts.mode = modes[k];
         a.opts.threads = threads;
         cycle_result *r = res + (size_t)k * cycles;
@@ -550,8 +571,9 @@ static int check_file(const char *path, unsigned cycles, bool json, unsigned thr
         printf("]}\n");
     } else {
         char b[8][32];
-        printf("%s: %s of tensors in %zu tensors, %u cycles per mode (best load time shown)\n\n",
-               path, cli_bytes(tensor_bytes, b[0]), n_tensors, cycles);
+        printf("%s: %s of tensors in %zu tensors, %u cycles per mode%s (best load time shown)\n\n",
+               path, cli_bytes(tensor_bytes, b[0]), n_tensors, cycles,
+               via ? ", through ggml (every tensor read back and compared)" : "");
         printf("%-13s %8s %8s | %11s %11s %11s %7s | %11s %9s %7s | %s\n", "mode", "load s", "GB/s",
                "footprint", "privatised", "locked", "regions", "left", "ledger", "regions",
                "verdict");
@@ -577,64 +599,10 @@ static int check_file(const char *path, unsigned cycles, bool json, unsigned thr
 }
 
 int cmd_check(int argc, char **argv) {
-    const char *path = NULL;
-    uint64_t cycles = 3, threads = 0;
-    bool json = false;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--json"))
-            json = true;
-        else if (!strcmp(argv[i], "--cycles") && i + 1 < argc) {
-            if (!cli_parse_u64(argv[++i], &cycles) || !cycles || cycles > 100000)
-                return cli_usage("check: bad --cycles '%s'", argv[i]);
-        } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
-            if (!cli_parse_u64(argv[++i], &threads) || threads > 64)
-                return cli_usage("check: bad --threads '%s'", argv[i]);
-        } else if (argv[i][0] == '-')
-            return cli_usage("check: unknown option %s", argv[i]);
-        else if (!path)
-            path = argv[i];
-        else
-            return cli_usage("check: one FILE only");
-    }
-    if (!path) return cli_usage("check: FILE missing");
-    return check_file(path, (unsigned)cycles, json, (unsigned)threads);
-}
-
-/* ---- demo ---- */
-
-int cmd_demo(int argc, char **argv) {
-    const char *model = NULL;
-    uint64_t cycles = 3;
-    bool json = false;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--model") && i + 1 < argc)
-            model = argv[++i];
-        else if (!strcmp(argv[i], "--json"))
-            json = true;
-        else if (!strcmp(argv[i], "--cycles") && i + 1 < argc) {
-            if (!cli_parse_u64(argv[++i], &cycles) || !cycles)
-                return cli_usage("demo: bad --cycles");
-        } else
-            return cli_usage("demo: unknown option %s", argv[i]);
-    }
-    char def[4096];
-    if (!model) {
-        const char *cache = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-        if (cache && *cache)
-            snprintf(def, sizeof def, "%s/weightmap", cache);
-        else
-            snprintf(def, sizeof def, "%s/.cache/weightmap", home && *home ? home : "/tmp");
-        mkdir(def, 0755);
-        size_t n = strlen(def);
-        snprintf(def + n, sizeof def - n, "/default-512M.gguf");
-        model = def;
-    }
-    struct stat st;
-    if (stat(model, &st) != 0) {
-        if (!json) fprintf(stderr, "weightmap: making the default model %s (512 MiB)\n", model);
-        char *args[] = {(char *)model, "--size", "512M", NULL};
-        int rc = cmd_make_model(3, args);
-        if (rc) return rc;
-    }
-    return check_file(model, (unsigned)cycles, json, 0);
+    load_args a = {.cycles = 3};
+    int rc = parse_common(&a, argc, argv, "check");
+    if (rc) return rc;
+    if (a.ggml && !&cli_ggml_via)
+        return cli_usage("check: --ggml needs the ggml bridge, which this build lacks (WM_GGML)");
+    return cli_check_file(a.path, a.cycles, a.json, a.opts.threads, a.ggml ? &cli_ggml_via : NULL);
 }

@@ -95,26 +95,22 @@ done:
 int cmd_cat(int argc, char **argv) {
     const char *path = NULL, *name = NULL, *as = NULL;
     bool force = false;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--force")) {
-            force = true;
-        } else if (!strcmp(argv[i], "--as")) {
-            if (++i >= argc) return cli_usage("cat: --as needs a type (" CLI_TARGETS ")");
-            as = argv[i];
-        } else if (!strncmp(argv[i], "--as=", 5)) {
-            as = argv[i] + 5;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            return cli_usage("cat: unknown option %s", argv[i]);
-        } else if (!path) {
-            path = argv[i];
-        } else if (!name) {
-            name = argv[i];
-        } else {
+    cli_args p;
+    cli_args_init(&p, "cat", argc, argv);
+    for (int k; (k = cli_next(&p)) != CLI_END;) {
+        if (k == CLI_ERROR) return 2;
+        if (k == CLI_ARG && !path)
+            path = p.value;
+        else if (k == CLI_ARG && !name)
+            name = p.value;
+        else if (k == CLI_ARG)
             return cli_usage("cat: FILE and TENSOR only");
-        }
+        else if (cli_is(&p, "force"))
+            force = true;
+        else if (cli_is(&p, "as"))
+            as = p.value;
     }
-    if (!path || !name)
-        return cli_usage("cat: usage: weightmap cat FILE TENSOR [--as f32|f16|bf16|f64] [--force]");
+    if (!path || !name) return cli_usage("cat: FILE and TENSOR are required");
     wm_type to = WM_TYPE_INVALID;
     if (as) {
         to = cli_target_type(as);

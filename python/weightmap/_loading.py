@@ -1,0 +1,90 @@
+"""weightmap.loading(): code written for safetensors (transformers' from_pretrained, or any
+that calls safe_open(..., device="cpu") and moves tensors itself) loads through weightmap,
+straight to a device.
+
+    with weightmap.loading(device="cuda:0"):
+        model = AutoModelForCausalLM.from_pretrained(path, device_map="cuda:0")
+
+While the block runs, safetensors.safe_open, safetensors.torch.safe_open and
+safetensors.torch.load_file (and every name another module bound to one of them, as
+`from safetensors import safe_open` does) are weightmap's, opening each file for PyTorch on
+`device` whatever device the caller asked for: its tensors are device memory already, so the
+consumer's own .to(device) is a no-op, and they are read once through the staged path. Opens
+for another framework go to the original functions. The names are put back when the block
+ends; the tensors stay valid, and their memory goes back when the last of them is deleted.
+The replacement is process-wide (every thread sees it); blocks may nest.
+"""
+import contextlib
+import sys
+import threading
+
+_patch_lock = threading.Lock()
+_NAMES = (("safetensors", "safe_open"), ("safetensors.torch", "safe_open"),
+          ("safetensors.torch", "load_file"))
+
+
+def _originals():
+    """{id(original): (original, kind)} for the safetensors functions that are importable."""
+    found = {}
+    for mod_name, attr in _NAMES:
+        mod = sys.modules.get(mod_name)
+        if mod is None:
+            try:
+                __import__(mod_name)
+            except ImportError:
+                continue
+            mod = sys.modules[mod_name]
+        fn = getattr(mod, attr, None)
+        if fn is not None:
+            found[id(fn)] = (fn, attr)
+    return found
+
+
+def _replacement(original, kind, device, mode):
+    from . import load_file, safe_open
+
+    if kind == "load_file":
+        def patched_load_file(filename, device_=None, **kw):
+            backend = kw.get("backend") if mode is None else None
+            return load_file(filename, device=device, mode=mode, backend=backend)
+        return patched_load_file
+
+    class patched_safe_open(safe_open):
+        def __init__(self, filename, framework="pt", device_=None, *args, **kw):
+            backend = kw.get("backend") if mode is None else None
+            super().__init__(filename, framework="pt", device=device, mode=mode,
+                             backend=backend)
+
+        def __new__(cls, filename, framework="pt", *args, **kw):
+            if framework not in ("pt", "torch", "pytorch"):
+                return original(filename, framework, *args, **kw)
+            return super().__new__(cls)
+
+    patched_safe_open.__name__ = "safe_open"
+    return patched_safe_open
+
+
+@contextlib.contextmanager
+def loading(device="cuda:0", mode=None):
+    """Within the block, safetensors' safe_open / load_file (wherever bound) are weightmap's,
+    loading every PyTorch open to `device` (default "cuda:0"; "cpu" too) in `mode` (None: the
+    device's default, heap through the staged path on CUDA, mmap-private on the CPU)."""
+    with _patch_lock:
+        originals = _originals()
+        swaps = {key: _replacement(fn, kind, device, mode) for key, (fn, kind) in originals.items()}
+        undo = []
+        for mod in list(sys.modules.values()):
+            d = getattr(mod, "__dict__", None)
+            if not isinstance(d, dict):
+                continue
+            for name, value in list(d.items()):
+                new = swaps.get(id(value))
+                if new is not None and originals[id(value)][0] is value:
+                    undo.append((d, name, value))
+                    d[name] = new
+    try:
+        yield
+    finally:
+        with _patch_lock:
+            for d, name, value in reversed(undo):
+                d[name] = value

@@ -1,0 +1,73 @@
+#!/bin/sh
+# check-layering.sh: the directions docs/ARCHITECTURE.md states, checked on the sources (a step
+# of `make test`, docs/TESTING.md; it reads the files only, in well under a second):
+#   1. src/format/ never calls up into src/file.c (the public getters): no function file.c
+#      defines is named in src/format/;
+#   2. only src/os/ includes operating-system headers: elsewhere in src/ an #include <...> names
+#      a C11 standard header, or a toolkit's (cJSON, CUDA, NCCL) or the compiler's (cpuid.h,
+#      immintrin.h, arm_neon.h);
+#   3. the CLI (cli/ and the tracer's command) and the Python extension use only the public
+#      header: no quoted include but their own headers and weightmap.h, nothing from src/;
+#   4. the tracer's interposer (tools/trace/, the files that are not the command) does not use
+#      the library at all;
+#   5. the ggml bridge (bridge/) uses only the public headers, and src/ includes no ggml header.
+# Usage: scripts/check-layering.sh   (exit 1 naming each breach)
+set -eu
+cd "$(dirname "$0")/.."
+rc=0
+breach() {
+  echo "check-layering: $*" >&2
+  rc=1
+}
+files() { git ls-files -co --exclude-standard -- "$@"; }
+
+# 1. format/ -> file.c
+for fn in $(grep -oE '^[a-z_][a-z0-9_ *]* \**(wm_[a-z0-9_]+)\(' src/file.c | sed -E 's/.*[ *](wm_[a-z0-9_]+)\($/\1/' | sort -u); do
+  hits=$(grep -nE "(^|[^A-Za-z0-9_])$fn[[:space:]]*\(" $(files 'src/format/*.c' 'src/format/*.h') || true)
+  [ -z "$hits" ] || breach "src/format/ calls $fn, which src/file.c defines: $hits"
+done
+
+# 2. OS headers outside src/os/
+std='assert|complex|ctype|errno|fenv|float|inttypes|iso646|limits|locale|math|setjmp|signal|stdalign|stdarg|stdatomic|stdbool|stddef|stdint|stdio|stdlib|stdnoreturn|string|tgmath|threads|time|uchar|wchar|wctype'
+toolkit='cjson/cJSON|cuda_runtime_api|cuda_runtime|nccl|cpuid|immintrin|arm_neon'
+for f in $(files 'src/*.c' 'src/*.h' | grep -v '^src/os/'); do
+  grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*<' "$f" |
+    grep -vE "<($std|$toolkit)\.h>" | while IFS= read -r line; do
+      echo "check-layering: $f:$line: an operating-system header outside src/os/" >&2
+      echo x
+    done | grep -q x && rc=1
+done
+
+# 3. the CLI and the Python extension: the public header only
+# (the tracer's command: its files that include cli.h, or tracer.h, its header that does)
+cmd_files=$(grep -lE '^#include "(cli|tracer)\.h"' $(files 'cli/*.c' 'tools/*.c' 'tools/trace/*.c' \
+  'tools/trace/*.h') || true)
+for f in $( (files 'cli/*.c' 'cli/*.h' 'python/*.c'; echo "$cmd_files") | sort -u); do
+  bad=$(grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$f" |
+    grep -vE '"(cli\.h|weightmap\.h|trace/wmtrace\.h|wmtrace\.h|tracer\.h|weightmap_ggml\.h)"' || true)
+  [ -z "$bad" ] || breach "$f includes what is not the public header: $bad"
+  bad=$(grep -nE '#[[:space:]]*include[[:space:]]*[<"](\.\./)*(src/|internal\.h|backend/|format/|os/)' "$f" || true)
+  [ -z "$bad" ] || breach "$f includes the library's insides: $bad"
+done
+
+# 4. the interposer: no library
+for f in $(files 'tools/trace/*.c' 'tools/trace/*.h'); do
+  case " $(echo $cmd_files) " in *" $f "*) continue ;; esac
+  bad=$(grep -nE '#[[:space:]]*include[[:space:]]*[<"](weightmap\.h|cli\.h)' "$f" || true)
+  [ -z "$bad" ] || breach "$f (the interposer) uses the library: $bad"
+done
+# 5. the ggml bridge: the public headers of weightmap and ggml only (its fault-injection test
+#    build, under #ifdef WM_GGML_FAULTS, also the library's fault table, os/os.h); and the core
+#    library never includes a ggml header
+for f in $(files 'bridge/*.c' 'bridge/*.h'); do
+  bad=$(awk '/^#[[:space:]]*ifdef[[:space:]]+WM_GGML_FAULTS/ { faults = 1 }
+    /^#[[:space:]]*(else|endif)/ { faults = 0 }
+    /^[[:space:]]*#[[:space:]]*include[[:space:]]*"/ {
+      if ($0 ~ /"(weightmap|weightmap_ggml)\.h"/) next
+      if (faults && $0 ~ /"os\/os\.h"/) next
+      print FILENAME ":" FNR ": " $0 }' "$f")
+  [ -z "$bad" ] || breach "the ggml bridge includes what is not a public header: $bad"
+done
+bad=$(grep -nE '#[[:space:]]*include[[:space:]]*[<"]ggml' $(files 'src/*.c' 'src/*.h') || true)
+[ -z "$bad" ] || breach "the library includes a ggml header: $bad"
+exit $rc

@@ -1,0 +1,287 @@
+/*
+ * cmd.c: `weightmap trace [--file F]... [--load-marker SPEC]... [--cycles-marker SPEC]... [--json]
+ * [--svg OUT] [--out REPORT] [--interval MS] -- CMD ARGS...`: runs CMD under libwmtrace.so
+ * (LD_PRELOAD) and reports its weight-memory lifecycle: per thread the malloc family, per load
+ * its scratch and what it kept, every mapping of a weight file, mlock, each release with the
+ * process's figures and their change from the release before; then the facts and the verdicts
+ * (docs/TRACE.md). Exit status: 1 when a rule is broken, else CMD's own (128+N when a signal N
+ * ended it), 2 usage. tracer.h says which file holds what.
+ *
+ * This file: arguments and finding the library; running CMD (footprint sampled from outside);
+ * cmd_trace.
+ */
+#include "tracer.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef WM_TRACE_LIBDIR
+#define WM_TRACE_LIBDIR "lib/weightmap"
+#endif
+
+/* ---- arguments, the library ---- */
+
+/* A marker spec of kind 'L' (load) or 'R' (release). */
+static int take_marker(trace_args *a, char kind, const char *v) {
+    if (a->n_markers == MAX_MARKERS) return cli_usage("trace: at most %d markers", MAX_MARKERS);
+    if (strlen(v) >= 90 || strchr(v, '\n'))
+        return cli_usage("trace: marker '%s': a name under 90 bytes", v);
+    static char buf[MAX_MARKERS][96];
+    snprintf(buf[a->n_markers], sizeof buf[0], "%c %s", kind, v);
+    a->markers[a->n_markers] = buf[a->n_markers];
+    a->n_markers++;
+    return -1;
+}
+
+/* The option just read (the table in cli/commands.c lists them, with --interval's range). */
+static int take_option(trace_args *a, const cli_args *p) {
+    const char *v = p->value;
+    if (cli_is(p, "json")) {
+        a->json = true;
+    } else if (cli_is(p, "file")) {
+        if (a->n_files == MAX_NAMED) return cli_usage("trace: at most %d --file", MAX_NAMED);
+        struct stat st;
+        if (stat(v, &st) != 0) {
+            fprintf(stderr, "weightmap: %s: %s\n", v, strerror(errno));
+            return 1;
+        }
+        a->files[a->n_files++] = v;
+    } else if (cli_is(p, "cycles-marker") || cli_is(p, "release-marker")) {
+        return take_marker(a, 'R', v);
+    } else if (cli_is(p, "load-marker")) {
+        return take_marker(a, 'L', v);
+    } else if (cli_is(p, "svg")) {
+        a->svg = v;
+    } else if (cli_is(p, "out")) {
+        a->out = v;
+    } else if (cli_is(p, "interval")) {
+        uint64_t ms;
+        if (cli_value_u64(p, &ms)) return 2;
+        a->interval_ms = (unsigned)ms;
+    }
+    return -1;
+}
+
+/* Options up to CMD (the first argument that is not one, or what follows "--"). */
+static int parse_args(int argc, char **argv, trace_args *a) {
+    memset(a, 0, sizeof *a);
+    a->interval_ms = 2;
+    cli_args p;
+    cli_args_init(&p, "trace", argc, argv);
+    for (int k; (k = cli_next(&p)) != CLI_END;) {
+        if (k == CLI_ERROR) return 2;
+        if (k == CLI_ARG) {
+            a->cmd = argv + p.i - 1;
+            return -1;
+        }
+        int rc = take_option(a, &p);
+        if (rc >= 0) return rc;
+    }
+    return cli_usage("trace: no command to run (weightmap trace [options] -- CMD ARGS...)");
+}
+
+/* libwmtrace.so: $WEIGHTMAP_TRACE_LIB, else next to this binary, else the install path relative
+ * to it (BINDIR/../LIBDIR/weightmap). */
+static bool find_lib(char out[PATH_MAX], size_t cap) {
+    const char *e = getenv("WEIGHTMAP_TRACE_LIB");
+    if (e && *e) {
+        snprintf(out, cap, "%s", e);
+        return access(out, R_OK) == 0;
+    }
+    char exe[PATH_MAX - 64 - sizeof WM_TRACE_LIBDIR];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return false;
+    exe[n] = 0;
+    char *slash = strrchr(exe, '/');
+    if (!slash) return false;
+    *slash = 0;
+    snprintf(out, cap, "%s/libwmtrace.so", exe);
+    if (access(out, R_OK) == 0) return true;
+    snprintf(out, cap, "%s/../%s/libwmtrace.so", exe, WM_TRACE_LIBDIR);
+    return access(out, R_OK) == 0;
+}
+
+/* ---- running the command ---- */
+
+static uint64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t kb_field(const char *buf, const char *key) {
+    const char *p = strstr(buf, key);
+    return p ? strtoull(p + strlen(key), NULL, 10) * 1024 : 0;
+}
+
+static bool read_small(const char *path, char *buf, size_t cap) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    size_t n = 0;
+    ssize_t r;
+    while (n + 1 < cap && (r = read(fd, buf + n, cap - 1 - n)) > 0)
+        n += (size_t)r;
+    close(fd);
+    buf[n] = 0;
+    return n > 0;
+}
+
+/* One footprint sample of the child from outside: RssAnon + VmSwap + RssShmem, and VmRSS, from
+ * /proc/PID/status (the kernel's counters; smaps_rollup would walk the child's page tables under
+ * its mmap lock every few milliseconds). */
+static void sample_child(trace *t) {
+    char path[64], buf[4096];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)t->pid);
+    /* A process that has exited (a zombie until waited for) has no memory lines: no sample. */
+    if (!read_small(path, buf, sizeof buf) || !strstr(buf, "\nRssAnon:")) return;
+    uint64_t fp = kb_field(buf, "\nRssAnon:") + kb_field(buf, "\nVmSwap:") +
+                  kb_field(buf, "\nRssShmem:"),
+             rss = kb_field(buf, "\nVmRSS:");
+    double when = (double)(mono_ns() - t->t0_ns) / 1e9;
+    GROW(t->samples, t->n_samples, t->cap_samples);
+    t->samples[t->n_samples++] = (tsample){.t = when, .footprint = fp, .rss = rss};
+}
+
+static int run_child(trace *t, const char *lib, const char *out) {
+    char named[MAX_NAMED * (PATH_MAX + 1) + 1] = "";
+    size_t nl = 0;
+    for (int i = 0; i < t->args.n_files; i++) {
+        char abs[PATH_MAX];
+        const char *p = realpath(t->args.files[i], abs) ? abs : t->args.files[i];
+        nl += (size_t)snprintf(named + nl, sizeof named - nl, "%s%s", i ? "\n" : "", p);
+    }
+    t->t0_ns = mono_ns();
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "weightmap: trace: fork: %s\n", strerror(errno));
+        return 1;
+    }
+    if (pid == 0) {
+        char pre[2 * PATH_MAX + 2], pidbuf[24];
+        const char *old = getenv("LD_PRELOAD");
+        snprintf(pre, sizeof pre, "%s%s%s", lib, old && *old ? " " : "", old ? old : "");
+        snprintf(pidbuf, sizeof pidbuf, "%d", (int)getpid());
+        setenv("LD_PRELOAD", pre, 1);
+        setenv(WMTRACE_ENV_OUT, out, 1);
+        setenv(WMTRACE_ENV_PID, pidbuf, 1);
+        if (nl) setenv(WMTRACE_ENV_FILES, named, 1);
+        char markers[MAX_MARKERS * 100] = "";
+        for (int i = 0, n = 0; i < t->args.n_markers; i++)
+            n += snprintf(markers + n, sizeof markers - (size_t)n, "%s%s", i ? "\n" : "",
+                          t->args.markers[i]);
+        if (t->args.n_markers) setenv(WMTRACE_ENV_MARKERS, markers, 1);
+        execvp(t->args.cmd[0], t->args.cmd);
+        fprintf(stderr, "weightmap: trace: %s: %s\n", t->args.cmd[0], strerror(errno));
+        _exit(127);
+    }
+    t->pid = pid;
+    /* While CMD runs the tracer takes no signal that the terminal sends to both. */
+    struct sigaction ign = {0}, old_int, old_quit;
+    ign.sa_handler = SIG_IGN;
+    sigaction(SIGINT, &ign, &old_int);
+    sigaction(SIGQUIT, &ign, &old_quit);
+    struct timespec nap = {0, (long)t->args.interval_ms * 1000000L};
+    for (;;) {
+        pid_t w = waitpid(pid, &t->status, WNOHANG);
+        if (w == pid) break;
+        if (w < 0 && errno != EINTR) {
+            fprintf(stderr, "weightmap: trace: waitpid: %s\n", strerror(errno));
+            return 1;
+        }
+        sample_child(t);
+        nanosleep(&nap, NULL);
+    }
+    t->t_end = (double)(mono_ns() - t->t0_ns) / 1e9;
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGQUIT, &old_quit, NULL);
+    return 0;
+}
+
+/* ---- reading the trace file ---- */
+
+/* The one release of a trace: what reading and judging it acquired (safe on a partial one). */
+static void trace_free(trace *t) {
+    if (t->st) munmap(t->st, sizeof(wmtrace_stats));
+    free(t->maps);
+    free(t->ev);
+    free(t->samples);
+    free(t->rel);
+    free(t->v);
+    memset(t, 0, sizeof *t);
+}
+
+static int traced_run(trace *t, const char *lib, const char *out, int fd);
+
+int cmd_trace(int argc, char **argv) {
+    trace t;
+    memset(&t, 0, sizeof t);
+    int rc = parse_args(argc, argv, &t.args);
+    if (rc >= 0) return rc;
+    char lib[PATH_MAX];
+    if (!find_lib(lib, sizeof lib)) {
+        fprintf(stderr,
+                "weightmap: trace: libwmtrace.so not found (next to the weightmap binary, in its "
+                "../" WM_TRACE_LIBDIR ", or $WEIGHTMAP_TRACE_LIB)\n");
+        return 1;
+    }
+    const char *tmp = getenv("TMPDIR");
+    char out[PATH_MAX];
+    snprintf(out, sizeof out, "%s/wmtrace-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    int fd = mkstemp(out);
+    if (fd < 0) {
+        fprintf(stderr, "weightmap: trace: %s: %s\n", out, strerror(errno));
+        return 1;
+    }
+    if (ftruncate(fd, (off_t)sizeof(wmtrace_stats)) != 0) {
+        fprintf(stderr, "weightmap: trace: %s: %s\n", out, strerror(errno));
+        close(fd);
+        unlink(out);
+        return 1;
+    }
+    fflush(NULL);
+    rc = traced_run(&t, lib, out, fd);
+    close(fd);
+    unlink(out);
+    trace_free(&t);
+    return rc;
+}
+
+/* Runs CMD, reads its trace, judges and reports; returns the exit status of `trace`. */
+static int traced_run(trace *t, const char *lib, const char *out, int fd) {
+    int rc = run_child(t, lib, out);
+    if (rc == 0) rc = trace_read(t, fd);
+    if (rc != 0) return rc;
+    if (t->st->magic != WMTRACE_MAGIC) {
+        /* 127: CMD could not be run, and the child said why. */
+        if (trace_exit_of(t->status) != 127)
+            fprintf(stderr,
+                    "weightmap: trace: %s did not load libwmtrace.so (a static binary, or "
+                    "setuid?); nothing was traced\n",
+                    t->args.cmd[0]);
+        return trace_exit_of(t->status) ? trace_exit_of(t->status) : 1;
+    }
+    trace_judge(t);
+    if (t->args.out && !freopen(t->args.out, "w", stdout)) {
+        fprintf(stderr, "weightmap: %s: %s\n", t->args.out, strerror(errno));
+        return 1;
+    }
+    if (t->args.json)
+        trace_report_json(t);
+    else
+        trace_report_text(t);
+    fflush(stdout);
+    for (int i = 0; i < t->n_v; i++)
+        if (t->v[i].rule)
+            fprintf(stderr, "weightmap: trace: rule %s: %s\n", t->v[i].rule, t->v[i].msg);
+    int svg_rc = t->args.svg ? trace_write_svg(t, t->args.svg) : 0;
+    return t->broken ? 1 : svg_rc ? 1 : trace_exit_of(t->status);
+}
