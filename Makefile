@@ -162,7 +162,8 @@ ARM64_EXCLUDE := ^(meter\.other_process|cli\.every_command_has_help|model\.heap_
 arm64:
 	@scripts/deps.sh arm64
 	@cmake -S . -B build-arm64 -G Ninja -DCMAKE_TOOLCHAIN_FILE=cmake/toolchain-aarch64.cmake \
-	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON -DWM_FAULT_INJECTION=ON -DWM_CUDA=OFF >/dev/null
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON -DWM_FAULT_INJECTION=ON -DWM_CUDA=OFF \
+	  -DWM_GGML=OFF >/dev/null
 	@cmake --build build-arm64
 
 test-arm64: arm64 peer
