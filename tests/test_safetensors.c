@@ -10,8 +10,6 @@
  */
 #include "wmtest.h"
 
-#include <cjson/cJSON.h>
-
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
@@ -443,7 +441,7 @@ WM_TEST(truncate_overall_and_mel) {
 /* ---- faults ---- */
 
 static void fault_sweep(const char *path) {
-    /* Every fault fails the open. At least: open, stat, two reads, allocations (cJSON's). */
+    /* Every fault fails the open. At least: open, stat, two reads, allocations (the tree's). */
     CHECK(wmt_open_fault_sweep(path, path, 0) >= 6);
 }
 
@@ -451,8 +449,8 @@ WM_TEST(faults_runai_test) { fault_sweep(wmt_fixture("safetensors/runai-test.saf
 WM_TEST(faults_overall) { fault_sweep(wmt_fixture("safetensors/hf-sample-overall.safetensors")); }
 WM_TEST(faults_empty) { fault_sweep(wmt_fixture("safetensors/runai-empty.safetensors")); }
 
-/* A header of 3,000 tensors: cJSON's nodes outgrow the first arena chunk, so faults land inside
- * cJSON's parse too (they must come back as WM_ENOMEM, not as bad JSON). */
+/* A header of 3,000 tensors: the tree's nodes outgrow the first arena chunk, so faults land inside
+ * the tree builder too (they must come back as WM_ENOMEM, not as bad JSON). */
 WM_TEST(faults_many_tensors) {
     wmt_buf h = {0};
     wmt_put(&h, "{", 1);
@@ -475,8 +473,8 @@ WM_TEST(faults_many_tensors) {
 
 /* ---- threads ---- */
 
-/* cJSON's hooks and error position are process-wide: opens on several threads at once must
- * still parse correctly and hold nothing afterwards (the parse lock, the per-thread arena). */
+/* Opens on several threads at once parse correctly and hold nothing afterwards (each thread's
+ * JSON arena is its own; the parser has no process-wide state). */
 static void *open_many(void *arg) {
     const char *path = arg;
     for (int i = 0; i < 200; i++) {
@@ -499,21 +497,4 @@ WM_TEST(concurrent_opens) {
         CHECK(r == NULL);
     }
     free(path);
-}
-
-/* A program's own cJSON calls stay on malloc and free: weightmap sets cJSON's global hooks only
- * for its own calls. A tree made before an open is freed after it, and one made after an open is
- * not counted in the library's ledger. */
-WM_TEST(program_cjson_untouched) {
-    cJSON *before = cJSON_Parse("{\"a\":[1,2,3]}");
-    CHECK(before != NULL);
-    wm_file *f = OPEN_OK(wmt_fixture("safetensors/runai-test.safetensors"));
-    wm_file_close(f);
-    cJSON *after = cJSON_Parse("{\"b\":\"x\"}");
-    CHECK(after != NULL);
-    CHECK_LEDGER_EMPTY();
-    cJSON_Delete(before);
-    cJSON_Delete(after);
-    char *txt = cJSON_PrintUnformatted(NULL);
-    CHECK(txt == NULL);
 }

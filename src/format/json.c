@@ -1,21 +1,21 @@
 /*
- * json.c: safetensors' JSON (json.h): cJSON through the counted allocator (a page-allocated
- * arena per read), a strict pre-scan of the text, and the walk's helpers (exact numbers, kinds,
- * a growable blob). The readers are safetensors.c (the header) and safetensors_index.c (the
- * index of a sharded checkpoint).
+ * json.c: safetensors' JSON (json.h): a strict pre-scan of the text, the tree builder over the
+ * same grammar (its nodes and strings in a page-allocated arena per read, through the counted
+ * allocator), a compact printer, and the walk's helpers (kinds, doubles, a growable blob). The
+ * readers are safetensors.c (the header) and safetensors_index.c (the index of a sharded
+ * checkpoint).
  *
- * Why a pre-scan before cJSON: cJSON accepts text that is not JSON (control bytes as white space,
- * a byte-order mark, numbers such as 01 or 1.), keeps both of two equal keys, reads every number
- * as a double (inexact above 2^53), and recurses once per nesting level. The pre-scan checks the
- * whole text as UTF-8 and every token against the JSON grammar, bounds the nesting depth before
- * cJSON recurses, refuses \u0000 (names are NUL-terminated here), and records the exact value of
- * every number token in document order. cJSON's tree keeps document order, so the walk takes each
- * number's exact value from that list as it meets the number. Duplicate keys are refused by the
- * readers' walks and by wm__file_index.
+ * Two passes. The pre-scan checks the whole text as UTF-8 and every token against the JSON
+ * grammar (no control bytes outside strings, no byte-order mark, no numbers such as 01 or 1.),
+ * bounds the nesting depth, and refuses \u0000 (names are NUL-terminated here), so that a bad
+ * token is named as such wherever it is. The builder then reads the structure (objects, arrays,
+ * members), decodes strings (escapes, \uXXXX with surrogate pairs to UTF-8; a lone surrogate is
+ * refused) and keeps every number's text and, for a plain integer that fits 64 bits, its exact
+ * value. Duplicate keys are refused by the readers' walks and by wm__file_index.
  */
 #include "json.h"
 
-#include <stdatomic.h>
+#include <locale.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,18 +30,14 @@ wm_status wm__json_err(wm_error *err, const char *path, uint64_t at, const char 
                    what);
 }
 
-/* ---- cJSON through the counted allocator ----
- * cJSON's hooks are global and its parser writes a global error position, so every call into
- * cJSON runs under one spin lock (headers parse in milliseconds), with our hooks set for the call
- * and cJSON's defaults (malloc and free) put back after it: a program that uses cJSON itself keeps
- * malloc'd trees outside our calls (it must not call cJSON on another thread during one).
- * While a header or an index is being read on a thread (wm__json_begin to wm__json_end), cJSON's
- * nodes and the reader's scratch come from an arena of page-allocated chunks (ledger: scratch) that
- * wm__json_end frees whole; cJSON's frees are no-ops then. Why: a header of N tensors makes about
- * 12N small nodes, and small blocks freed to malloc stay in the process (glibc keeps its heap top),
- * which `weightmap check` would report as memory not returned. Outside an arena the hooks use the
- * counted allocator. An allocation that fails marks the read as out of memory, so that it is
- * not reported as bad JSON. */
+/* ---- the arena ----
+ * While a header or an index is being read on a thread (wm__json_begin to wm__json_end), the
+ * tree's nodes and strings and the reader's scratch come from an arena of page-allocated chunks
+ * (ledger: scratch) that wm__json_end frees whole. Why: a header of N tensors makes about 12N
+ * small nodes, and small blocks freed to malloc stay in the process (glibc keeps its heap top),
+ * which `weightmap check` would report as memory not returned. Outside an arena, wm__json_alloc
+ * uses the counted allocator. An allocation that fails is reported as WM_ENOMEM, never as bad
+ * JSON. The arena is the thread's own (_Thread_local): reads on several threads share nothing. */
 
 #define ARENA_CHUNK ((size_t)64 * 1024)
 #define ARENA_MAX_CHUNK ((size_t)64 * 1024 * 1024)
@@ -52,10 +48,8 @@ typedef struct chunk {
     size_t size, used;
 } chunk;
 
-static _Thread_local bool json_oom;
 static _Thread_local bool arena_on;
 static _Thread_local chunk *arena; /* newest first */
-static atomic_flag json_lock = ATOMIC_FLAG_INIT;
 
 static void *arena_alloc(size_t n) {
     if (n > SIZE_MAX - ARENA_HDR - 15) return NULL;
@@ -79,10 +73,7 @@ static void *arena_alloc(size_t n) {
     return r;
 }
 
-void wm__json_begin(void) {
-    arena_on = true;
-    json_oom = false;
-}
+void wm__json_begin(void) { arena_on = true; }
 
 void wm__json_end(void) {
     while (arena) {
@@ -93,39 +84,7 @@ void wm__json_end(void) {
     arena_on = false;
 }
 
-void *wm__json_alloc(size_t n) {
-    void *p = arena_on ? arena_alloc(n) : wm__alloc(n);
-    if (!p) json_oom = true;
-    return p;
-}
-
-static void json_free(void *p) {
-    if (!arena_on) wm__free(p);
-}
-
-static void json_enter(void) {
-    while (atomic_flag_test_and_set_explicit(&json_lock, memory_order_acquire)) {
-    }
-    cJSON_Hooks h = {wm__json_alloc, json_free};
-    cJSON_InitHooks(&h);
-}
-
-static void json_leave(void) {
-    cJSON_InitHooks(NULL); /* malloc and free again */
-    atomic_flag_clear_explicit(&json_lock, memory_order_release);
-}
-
-/* Parses len bytes of text. Returns the tree, or NULL with *oom or *end (the error offset). */
-static cJSON *json_parse(const unsigned char *text, size_t len, size_t *end, bool *oom) {
-    json_enter();
-    const char *stop = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts((const char *)text, len, &stop, 0);
-    json_leave();
-    *oom = json_oom;
-    *end = stop ? (size_t)(stop - (const char *)text) : 0;
-    if (*end > len) *end = len;
-    return *oom ? NULL : root; /* the arena holds whatever was built */
-}
+void *wm__json_alloc(size_t n) { return arena_on ? arena_alloc(n) : wm__alloc(n); }
 
 /* ---- the pre-scan ---- */
 
@@ -169,20 +128,6 @@ static int hexval(unsigned char c) {
 
 static bool is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
 
-static bool push_num(wm__jscan *js, uint64_t u, bool exact) {
-    if (js->n == js->cap) {
-        size_t cap = js->cap ? js->cap * 2 : 64;
-        wm__jnum *v =
-            wm__json_alloc(cap * sizeof *v); /* arena: the old array stays until wm__json_end */
-        if (!v) return false;
-        if (js->n) memcpy(v, js->v, js->n * sizeof *v);
-        js->v = v;
-        js->cap = cap;
-    }
-    js->v[js->n++] = (wm__jnum){u, exact};
-    return true;
-}
-
 /* A JSON string from s[*ip] (its opening quote) to past its closing quote. */
 static wm_status scan_string(const unsigned char *s, size_t n, size_t *ip, uint64_t base,
                              const char *path, wm_error *err) {
@@ -222,10 +167,10 @@ static wm_status scan_string(const unsigned char *s, size_t n, size_t *ip, uint6
     return WM_OK;
 }
 
-/* A JSON number from s[*ip] to its end; its value goes to js (exact: a whole number that fits in
- * 64 bits). */
+/* A JSON number from s[*ip] to its end; v (when not NULL) gets its magnitude and whether it is a
+ * plain integer that fits 64 bits (exact when not negative, neg_int when negative). */
 static wm_status scan_number(const unsigned char *s, size_t n, size_t *ip, uint64_t base,
-                             const char *path, wm__jscan *js, wm_error *err) {
+                             const char *path, wm__jval *v, wm_error *err) {
     size_t at = *ip, i = *ip;
     unsigned char c = s[i];
     bool neg = c == '-', exact = true;
@@ -262,15 +207,18 @@ static wm_status scan_number(const unsigned char *s, size_t n, size_t *ip, uint6
         while (i < n && is_digit(s[i]))
             i++;
     }
-    if (!push_num(js, u, exact && !neg))
-        return wm__err(err, WM_ENOMEM, 0, "%s: out of memory scanning JSON", path);
+    if (v) {
+        v->u = u;
+        v->exact = exact && !neg;
+        v->neg_int = exact && neg;
+    }
     *ip = i;
     return WM_OK;
 }
 
 /* Checks s[0..n) token by token; `base` is the file offset of s[0] for messages. */
 static wm_status prescan(const unsigned char *s, size_t n, uint64_t base, const char *path,
-                         wm__jscan *js, wm_error *err) {
+                         wm_error *err) {
     size_t bad = utf8_bad(s, n);
     if (bad < n)
         return wm__json_err(err, path, base + bad, "the JSON text is not valid UTF-8 (byte 0x%02x)",
@@ -317,7 +265,7 @@ static wm_status prescan(const unsigned char *s, size_t n, uint64_t base, const 
         default: {
             if (c != '-' && !is_digit(c))
                 return wm__json_err(err, path, base + at, "unexpected byte 0x%02x: not JSON", c);
-            wm_status st = scan_number(s, n, &i, base, path, js, err);
+            wm_status st = scan_number(s, n, &i, base, path, NULL, err);
             if (st) return st;
         }
         }
@@ -325,57 +273,285 @@ static wm_status prescan(const unsigned char *s, size_t n, uint64_t base, const 
     return WM_OK;
 }
 
-/* Pre-scan, parse, and check that only white space follows the value. */
-wm_status wm__json_load(const unsigned char *s, size_t n, uint64_t base, const char *path,
-                        wm__jscan *js, cJSON **out, wm_error *err) {
-    *out = NULL;
-    wm_status st = prescan(s, n, base, path, js, err);
-    if (st) return st;
-    size_t end;
-    bool oom;
-    cJSON *root = json_parse(s, n, &end, &oom);
-    if (!root) {
-        if (oom) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory parsing JSON", path);
-        return wm__json_err(err, path, base + end, "not valid JSON");
+/* ---- the tree builder ----
+ * Runs on text the pre-scan passed: every token is well formed, so what is left to refuse is
+ * structure (a missing ':' or ',', a value missing, brackets that do not match) and a lone
+ * UTF-16 surrogate in a \u escape. The depth is checked again so the recursion stays bounded
+ * whatever the pre-scan counted. */
+
+typedef struct jb {
+    const unsigned char *s;
+    size_t n, i;
+    uint64_t base;
+    const char *path;
+    wm_error *err;
+} jb;
+
+static void skip_ws(jb *b) {
+    while (b->i < b->n &&
+           (b->s[b->i] == ' ' || b->s[b->i] == '\t' || b->s[b->i] == '\n' || b->s[b->i] == '\r'))
+        b->i++;
+}
+
+static wm_status not_valid(jb *b, size_t at, const char *what) {
+    return wm__json_err(b->err, b->path, b->base + at, "not valid JSON (%s)", what);
+}
+
+static wm_status no_memory(jb *b) {
+    return wm__err(b->err, WM_ENOMEM, 0, "%s: out of memory parsing JSON", b->path);
+}
+
+static unsigned hex4(const unsigned char *p) {
+    unsigned v = 0;
+    for (int k = 0; k < 4; k++)
+        v = v * 16 + (unsigned)hexval(p[k]);
+    return v;
+}
+
+static char *put_utf8(char *o, uint32_t cp) {
+    if (cp < 0x80) {
+        *o++ = (char)cp;
+    } else if (cp < 0x800) {
+        *o++ = (char)(0xc0 | cp >> 6);
+        *o++ = (char)(0x80 | (cp & 0x3f));
+    } else if (cp < 0x10000) {
+        *o++ = (char)(0xe0 | cp >> 12);
+        *o++ = (char)(0x80 | (cp >> 6 & 0x3f));
+        *o++ = (char)(0x80 | (cp & 0x3f));
+    } else {
+        *o++ = (char)(0xf0 | cp >> 18);
+        *o++ = (char)(0x80 | (cp >> 12 & 0x3f));
+        *o++ = (char)(0x80 | (cp >> 6 & 0x3f));
+        *o++ = (char)(0x80 | (cp & 0x3f));
     }
-    for (size_t i = end; i < n; i++)
+    return o;
+}
+
+/* One \uXXXX escape at s[*ip] (a surrogate pair takes two) to a code point. */
+static wm_status read_u_escape(jb *b, size_t *ip, uint32_t *cp) {
+    const unsigned char *s = b->s;
+    size_t at = *ip;
+    uint32_t hi = hex4(s + at + 2);
+    *ip += 6;
+    if (hi >= 0xdc00 && hi <= 0xdfff) return not_valid(b, at, "a lone UTF-16 low surrogate");
+    if (hi < 0xd800 || hi > 0xdbff) {
+        *cp = hi;
+        return WM_OK;
+    }
+    if (b->n - *ip < 6 || s[*ip] != '\\' || s[*ip + 1] != 'u')
+        return not_valid(b, at, "a lone UTF-16 high surrogate");
+    uint32_t lo = hex4(s + *ip + 2);
+    if (lo < 0xdc00 || lo > 0xdfff) return not_valid(b, at, "a lone UTF-16 high surrogate");
+    *ip += 6;
+    *cp = 0x10000 + ((hi - 0xd800) << 10) + (lo - 0xdc00);
+    return WM_OK;
+}
+
+/* The string at s[i] (its opening quote), decoded into the arena: *out, *len. */
+static wm_status build_string(jb *b, const char **out, size_t *len) {
+    const unsigned char *s = b->s;
+    size_t i = b->i + 1, end = i;
+    while (end < b->n && s[end] != '"')
+        end += s[end] == '\\' ? 2 : 1;
+    if (end >= b->n) return not_valid(b, b->i, "an unterminated string");
+    char *o = wm__json_alloc(end - i + 1), *start = o; /* decoded is never longer */
+    if (!o) return no_memory(b);
+    while (i < end) {
+        unsigned char c = s[i];
+        if (c != '\\') {
+            *o++ = (char)c;
+            i++;
+            continue;
+        }
+        unsigned char e = s[i + 1];
+        if (e == 'u') {
+            uint32_t cp = 0;
+            wm_status st = read_u_escape(b, &i, &cp);
+            if (st) return st;
+            o = put_utf8(o, cp);
+            continue;
+        }
+        *o++ = e == 'b'   ? '\b'
+               : e == 'f' ? '\f'
+               : e == 'n' ? '\n'
+               : e == 'r' ? '\r'
+               : e == 't' ? '\t'
+                          : (char)e;
+        i += 2;
+    }
+    *o = 0;
+    *out = start;
+    *len = (size_t)(o - start);
+    b->i = end + 1;
+    return WM_OK;
+}
+
+static wm_status build_value(jb *b, wm__jval *v, unsigned depth);
+
+/* The members of an object or the elements of an array, from past its opening bracket. */
+static wm_status build_list(jb *b, wm__jval *v, unsigned depth) {
+    bool obj = v->type == WM_JOBJECT;
+    unsigned char close = obj ? '}' : ']';
+    wm__jval **tail = &v->child;
+    skip_ws(b);
+    if (b->i < b->n && b->s[b->i] == close) {
+        b->i++;
+        return WM_OK;
+    }
+    for (;;) {
+        wm__jval *c = wm__json_alloc(sizeof *c);
+        if (!c) return no_memory(b);
+        memset(c, 0, sizeof *c);
+        skip_ws(b);
+        if (obj) {
+            size_t kl;
+            if (b->i >= b->n || b->s[b->i] != '"')
+                return not_valid(b, b->i, "a member name expected");
+            wm_status st = build_string(b, &c->key, &kl);
+            if (st) return st;
+            skip_ws(b);
+            if (b->i >= b->n || b->s[b->i] != ':') return not_valid(b, b->i, "':' expected");
+            b->i++;
+        }
+        wm_status st = build_value(b, c, depth + 1);
+        if (st) return st;
+        *tail = c;
+        tail = &c->next;
+        skip_ws(b);
+        if (b->i < b->n && b->s[b->i] == ',') {
+            b->i++;
+            continue;
+        }
+        if (b->i < b->n && b->s[b->i] == close) {
+            b->i++;
+            return WM_OK;
+        }
+        return not_valid(b, b->i, obj ? "',' or '}' expected" : "',' or ']' expected");
+    }
+}
+
+static wm_status build_value(jb *b, wm__jval *v, unsigned depth) {
+    skip_ws(b);
+    if (b->i >= b->n) return not_valid(b, b->i, "a value expected");
+    const unsigned char *s = b->s;
+    unsigned char c = s[b->i];
+    size_t at = b->i;
+    switch (c) {
+    case '{':
+    case '[':
+        if (depth >= WM_JSON_MAX_DEPTH) return not_valid(b, at, "nested too deep");
+        v->type = c == '{' ? WM_JOBJECT : WM_JARRAY;
+        b->i++;
+        return build_list(b, v, depth);
+    case '"': v->type = WM_JSTRING; return build_string(b, &v->str, &v->len);
+    case 't':
+    case 'f':
+    case 'n': {
+        const char *lit = c == 't' ? "true" : c == 'f' ? "false" : "null";
+        size_t l = strlen(lit);
+        if (b->n - at < l || memcmp(s + at, lit, l) != 0)
+            return not_valid(b, at, "a value expected");
+        v->type = c == 't' ? WM_JTRUE : c == 'f' ? WM_JFALSE : WM_JNULL;
+        b->i += l;
+        return WM_OK;
+    }
+    default:
+        if (c != '-' && !is_digit(c)) return not_valid(b, at, "a value expected");
+        v->type = WM_JNUMBER;
+        wm_status st = scan_number(s, b->n, &b->i, b->base, b->path, v, b->err);
+        v->str = (const char *)s + at;
+        v->len = b->i - at;
+        return st;
+    }
+}
+
+/* Pre-scan, build, and check that only white space follows the value. */
+wm_status wm__json_load(const unsigned char *s, size_t n, uint64_t base, const char *path,
+                        const wm__jval **out, wm_error *err) {
+    *out = NULL;
+    wm_status st = prescan(s, n, base, path, err);
+    if (st) return st;
+    jb b = {s, n, 0, base, path, err};
+    wm__jval *root = wm__json_alloc(sizeof *root);
+    if (!root) return no_memory(&b);
+    memset(root, 0, sizeof *root);
+    st = build_value(&b, root, 0);
+    if (st) return st;
+    for (size_t i = b.i; i < n; i++)
         if (s[i] != ' ' && s[i] != '\t' && s[i] != '\n' && s[i] != '\r')
             return wm__json_err(err, path, base + i, "trailing bytes after the JSON object");
     *out = root;
     return WM_OK;
 }
 
-char *wm__json_print(const cJSON *v) {
-    json_enter();
-    char *txt = cJSON_PrintUnformatted(v);
-    json_leave();
-    return txt;
-}
-
 /* ---- the walk ---- */
 
-const wm__jnum *wm__json_take_num(wm__jscan *js) {
-    return js->next < js->n ? &js->v[js->next++] : NULL;
+const char *wm__json_kind(const wm__jval *v) {
+    static const char *const kinds[] = {"null",   "boolean", "boolean", "number",
+                                        "string", "array",   "object"};
+    return kinds[v->type];
 }
 
-/* Steps the cursor over every number inside node (depth is bounded by the pre-scan). */
-void wm__json_skip_nums(wm__jscan *js, const cJSON *node) {
-    if (cJSON_IsNumber(node)) {
-        js->next++;
-        return;
+/* strtod reads the decimal point of the C library's locale (LC_NUMERIC): the '.' of the text is
+ * put in its place, in a copy. */
+bool wm__json_f64(const wm__jval *v, double *out) {
+    char small[64], *t = v->len < sizeof small ? small : wm__json_alloc(v->len + 1);
+    if (!t) return false;
+    memcpy(t, v->str, v->len);
+    t[v->len] = 0;
+    const char *dp = localeconv()->decimal_point;
+    char *dot = strchr(t, '.');
+    if (dot && dp && dp[0] && !dp[1]) *dot = dp[0];
+    *out = strtod(t, NULL);
+    return true;
+}
+
+static void print_string(wm__gbuf *b, const char *s) {
+    wm__gput(b, "\"", 1);
+    for (const char *p = s; *p; p++) {
+        unsigned char c = (unsigned char)*p;
+        const char *e = c == '"'    ? "\\\""
+                        : c == '\\' ? "\\\\"
+                        : c == '\b' ? "\\b"
+                        : c == '\f' ? "\\f"
+                        : c == '\n' ? "\\n"
+                        : c == '\r' ? "\\r"
+                        : c == '\t' ? "\\t"
+                                    : NULL;
+        char u[8];
+        if (!e && c < 0x20) {
+            snprintf(u, sizeof u, "\\u%04x", c);
+            e = u;
+        }
+        if (e)
+            wm__gput(b, e, strlen(e));
+        else
+            wm__gput(b, p, 1);
     }
-    if (cJSON_IsArray(node) || cJSON_IsObject(node))
-        for (const cJSON *c = node->child; c; c = c->next)
-            wm__json_skip_nums(js, c);
+    wm__gput(b, "\"", 1);
 }
 
-const char *wm__json_kind(const cJSON *v) {
-    if (cJSON_IsObject(v)) return "object";
-    if (cJSON_IsArray(v)) return "array";
-    if (cJSON_IsString(v)) return "string";
-    if (cJSON_IsNumber(v)) return "number";
-    if (cJSON_IsBool(v)) return "boolean";
-    return "null";
+/* Recursion is bounded by the tree's depth (WM_JSON_MAX_DEPTH). */
+void wm__json_print(wm__gbuf *b, const wm__jval *v) {
+    switch (v->type) {
+    case WM_JNULL: wm__gput(b, "null", 4); return;
+    case WM_JFALSE: wm__gput(b, "false", 5); return;
+    case WM_JTRUE: wm__gput(b, "true", 4); return;
+    case WM_JNUMBER: wm__gput(b, v->str, v->len); return;
+    case WM_JSTRING: print_string(b, v->str); return;
+    default: break;
+    }
+    bool obj = v->type == WM_JOBJECT;
+    wm__gput(b, obj ? "{" : "[", 1);
+    for (const wm__jval *c = v->child; c; c = c->next) {
+        if (c != v->child) wm__gput(b, ",", 1);
+        if (obj) {
+            print_string(b, c->key);
+            wm__gput(b, ":", 1);
+        }
+        wm__json_print(b, c);
+    }
+    wm__gput(b, obj ? "}" : "]", 1);
 }
 
 /* A growable byte buffer addressed by offsets (pointers are fixed up once it stops growing). */

@@ -62,63 +62,58 @@ typedef struct hdr {
     wm_file *f;
     const char *path;
     wm_error *err;
-    wm__jscan js;
     span *spans;
-    const cJSON **names; /* the member of each tensor */
+    const wm__jval **names; /* the member of each tensor */
 } hdr;
 
 /* One tensor member: dtype, shape (reversed into ggml order) and data_offsets; other fields are
  * ignored, as the reference does. */
-static wm_status parse_tensor(hdr *h, const cJSON *m, size_t ti) {
-    const char *name = m->string, *path = h->path;
+static wm_status parse_tensor(hdr *h, const wm__jval *m, size_t ti) {
+    const char *name = m->key, *path = h->path;
     wm__tensor *t = &h->f->tensors[ti];
-    if (!cJSON_IsObject(m))
+    if (m->type != WM_JOBJECT)
         return wm__json_err(h->err, path, 8, "tensor '%s' is a JSON %s, not an object", name,
                             wm__json_kind(m));
-    const cJSON *dt = NULL, *sh = NULL, *off = NULL;
+    const wm__jval *dt = NULL, *sh = NULL, *off = NULL;
     uint64_t dims[WM_MAX_DIMS], n_el = 1;
     size_t n_dims = 0;
     uint64_t ob[2] = {0, 0};
-    for (const cJSON *c = m->child; c; c = c->next) {
-        const char *k = c->string;
-        const cJSON **slot = !strcmp(k, "dtype")          ? &dt
-                             : !strcmp(k, "shape")        ? &sh
-                             : !strcmp(k, "data_offsets") ? &off
-                                                          : NULL;
-        if (!slot) {
-            wm__json_skip_nums(&h->js, c);
-            continue;
-        }
+    for (const wm__jval *c = m->child; c; c = c->next) {
+        const char *k = c->key;
+        const wm__jval **slot = !strcmp(k, "dtype")          ? &dt
+                                : !strcmp(k, "shape")        ? &sh
+                                : !strcmp(k, "data_offsets") ? &off
+                                                             : NULL;
+        if (!slot) continue;
         if (*slot)
             return wm__json_err(h->err, path, 8, "tensor '%s': field '%s' appears twice", name, k);
         *slot = c;
         if (slot == &dt) {
-            if (!cJSON_IsString(c))
+            if (c->type != WM_JSTRING)
                 return wm__json_err(h->err, path, 8,
                                     "tensor '%s': dtype is a JSON %s, not a string", name,
                                     wm__json_kind(c));
             continue;
         }
-        if (!cJSON_IsArray(c))
+        if (c->type != WM_JARRAY)
             return wm__json_err(h->err, path, 8, "tensor '%s': %s is a JSON %s, not an array", name,
                                 k, wm__json_kind(c));
         size_t j = 0;
-        for (const cJSON *e = c->child; e; e = e->next, j++) {
-            const wm__jnum *v = cJSON_IsNumber(e) ? wm__json_take_num(&h->js) : NULL;
-            if (!v || !v->exact)
+        for (const wm__jval *e = c->child; e; e = e->next, j++) {
+            if (e->type != WM_JNUMBER || !e->exact)
                 return wm__json_err(h->err, path, 8,
                                     "tensor '%s': %s[%zu] is not a non-negative integer that "
                                     "fits 64 bits",
                                     name, k, j);
             if (slot == &sh) {
-                if (j < WM_MAX_DIMS) dims[j] = v->u;
-                if (wm__mul_overflow_u64(n_el, v->u, &n_el))
+                if (j < WM_MAX_DIMS) dims[j] = e->u;
+                if (wm__mul_overflow_u64(n_el, e->u, &n_el))
                     return wm__json_err(h->err, path, 8,
                                         "tensor '%s': the element count of the shape "
                                         "overflows 64 bits",
                                         name);
             } else if (j < 2) {
-                ob[j] = v->u;
+                ob[j] = e->u;
             }
         }
         if (slot == &sh)
@@ -134,10 +129,9 @@ static wm_status parse_tensor(hdr *h, const cJSON *m, size_t ti) {
                                   : "data_offsets");
     const dtype_row *row = NULL;
     for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++)
-        if (!strcmp(dtypes[i].name, dt->valuestring)) row = &dtypes[i];
+        if (!strcmp(dtypes[i].name, dt->str)) row = &dtypes[i];
     if (!row)
-        return wm__json_err(h->err, path, 8, "tensor '%s': unknown dtype '%.40s'", name,
-                            dt->valuestring);
+        return wm__json_err(h->err, path, 8, "tensor '%s': unknown dtype '%.40s'", name, dt->str);
     if (row->type == WM_TYPE_INVALID)
         return wm__err(h->err, WM_EUNSUPPORTED, 0, "%s: tensor '%s': dtype %s is not supported",
                        path, name, row->name);
@@ -175,7 +169,7 @@ static wm_status check_layout(hdr *h, uint64_t data_start, uint64_t data_len) {
     const char *prev = NULL;
     for (size_t k = 0; k < f->n_tensors; k++) {
         const span *s = &h->spans[k];
-        const char *name = h->names[s->i]->string;
+        const char *name = h->names[s->i]->key;
         wm__tensor *t = &f->tensors[s->i];
         if (s->end < s->begin)
             return wm__json_err(h->err, h->path, data_start + s->begin,
@@ -221,30 +215,30 @@ static wm_status check_layout(hdr *h, uint64_t data_start, uint64_t data_len) {
 static void free_blob(void *p) { wm__free(p); }
 
 /* Everything after the JSON is parsed: members to tensors and metadata, names and values. */
-static wm_status parse_members(hdr *h, const cJSON *root, uint64_t hlen) {
+static wm_status parse_members(hdr *h, const wm__jval *root, uint64_t hlen) {
     wm_file *f = h->f;
     const char *path = h->path;
-    if (!cJSON_IsObject(root))
+    if (root->type != WM_JOBJECT)
         return wm__json_err(h->err, path, 8, "the header is a JSON %s, not an object",
                             wm__json_kind(root));
-    const cJSON *meta = NULL;
+    const wm__jval *meta = NULL;
     size_t n_members = 0;
-    for (const cJSON *m = root->child; m; m = m->next) {
+    for (const wm__jval *m = root->child; m; m = m->next) {
         n_members++;
-        if (strcmp(m->string, "__metadata__") != 0) continue;
+        if (strcmp(m->key, "__metadata__") != 0) continue;
         if (meta) return wm__json_err(h->err, path, 8, "__metadata__ appears twice");
         meta = m;
     }
     size_t nt = n_members - (meta ? 1 : 0), nk = 0;
-    if (meta && !cJSON_IsNull(meta)) {
-        if (!cJSON_IsObject(meta))
+    if (meta && meta->type != WM_JNULL) {
+        if (meta->type != WM_JOBJECT)
             return wm__json_err(h->err, path, 8,
                                 "__metadata__ is a JSON %s, not an object of strings",
                                 wm__json_kind(meta));
-        for (const cJSON *c = meta->child; c; c = c->next, nk++)
-            if (!cJSON_IsString(c))
+        for (const wm__jval *c = meta->child; c; c = c->next, nk++)
+            if (c->type != WM_JSTRING)
                 return wm__json_err(h->err, path, 8, "__metadata__ '%s' is a JSON %s, not a string",
-                                    c->string, wm__json_kind(c));
+                                    c->key, wm__json_kind(c));
     }
     if (nt) {
         f->tensors = wm__calloc(nt, sizeof *f->tensors);
@@ -259,11 +253,8 @@ static wm_status parse_members(hdr *h, const cJSON *root, uint64_t hlen) {
     f->n_tensors = nt;
     f->n_kv = nk;
     size_t ti = 0;
-    for (const cJSON *m = root->child; m; m = m->next) {
-        if (m == meta) {
-            wm__json_skip_nums(&h->js, m);
-            continue;
-        }
+    for (const wm__jval *m = root->child; m; m = m->next) {
+        if (m == meta) continue;
         wm_status st = parse_tensor(h, m, ti++);
         if (st) return st;
     }
@@ -276,17 +267,17 @@ static wm_status parse_members(hdr *h, const cJSON *root, uint64_t hlen) {
     wm__gput(&names, "", 1);
     size_t k = 0;
     if (nk)
-        for (const cJSON *c = meta->child; c; c = c->next, k++) {
+        for (const wm__jval *c = meta->child; c; c = c->next, k++) {
             wm__kv *kv = &f->kvs[k];
-            kv->key_off = (uint32_t)wm__gput_str(&names, c->string);
-            kv->key_len = (uint32_t)strlen(c->string);
+            kv->key_off = (uint32_t)wm__gput_str(&names, c->key);
+            kv->key_len = (uint32_t)strlen(c->key);
             kv->type = WM_VALUE_STRING;
             kv->lenw = 8;
-            kv->length = strlen(c->valuestring);
-            kv->val = (const unsigned char *)(uintptr_t)wm__gput_str(&vals, c->valuestring);
+            kv->length = c->len;
+            kv->val = (const unsigned char *)(uintptr_t)wm__gput_str(&vals, c->str);
         }
     for (size_t i = 0; i < nt; i++) {
-        const char *nm = h->names[i]->string;
+        const char *nm = h->names[i]->key;
         f->tensors[i].name_off = (uint32_t)wm__gput_str(&names, nm);
         f->tensors[i].name_len = (uint32_t)strlen(nm);
     }
@@ -341,7 +332,7 @@ wm_status wm__safetensors_parse(wm_file *f, wm_error *err) {
         return wm__err(err, WM_ENOMEM, 0, "%s: out of memory for a %llu-byte header", path,
                        (unsigned long long)hlen);
     hdr h = {.f = f, .path = path, .err = err};
-    cJSON *root = NULL;
+    const wm__jval *root = NULL;
     wm_status st;
     e = wm__os_pread(sh->fd, text, (size_t)hlen, 8, &got);
     if (e) {
@@ -354,7 +345,7 @@ wm_status wm__safetensors_parse(wm_file *f, wm_error *err) {
         goto done;
     }
     wm__json_begin();
-    st = wm__json_load(text, (size_t)hlen, 8, path, &h.js, &root, err);
+    st = wm__json_load(text, (size_t)hlen, 8, path, &root, err);
     if (!st) st = parse_members(&h, root, hlen);
     wm__json_end(); /* the tree, the number list, spans and names */
 done:

@@ -18,83 +18,90 @@ void wm__st_index_free(wm__st_index *ix) {
 
 /* One "metadata" value: strings, integers (u64 or i64), other numbers (f64), booleans; anything
  * else is kept as its compact JSON text. Returns the blob offset; sets the kv's type and length. */
-static size_t index_value(wm__gbuf *b, const cJSON *v, const wm__jnum *num, wm__kv *kv, bool *oom) {
+static size_t index_value(wm__gbuf *b, const wm__jval *v, wm__kv *kv, bool *oom) {
     kv->length = 1;
-    if (cJSON_IsString(v)) {
+    if (v->type == WM_JSTRING) {
         kv->type = WM_VALUE_STRING;
-        kv->length = strlen(v->valuestring);
-        return wm__gput_str(b, v->valuestring);
+        kv->length = v->len;
+        return wm__gput_str(b, v->str);
     }
-    if (cJSON_IsNumber(v)) {
-        if (num && num->exact) {
+    if (v->type == WM_JNUMBER) {
+        if (v->exact) {
             kv->type = WM_VALUE_U64;
-            return wm__gput(b, &num->u, 8);
+            return wm__gput(b, &v->u, 8);
         }
-        double d = v->valuedouble;
+        int64_t i;
+        if (v->neg_int && v->u && v->u <= (uint64_t)INT64_MAX + 1) {
+            i = (int64_t) - (v->u - 1) - 1; /* exact down to INT64_MIN */
+            kv->type = WM_VALUE_I64;
+            return wm__gput(b, &i, 8);
+        }
+        double d;
+        if (!wm__json_f64(v, &d)) {
+            *oom = true;
+            return 0;
+        }
         if (d >= -9007199254740992.0 && d < 0 && d == (double)(int64_t)d) {
-            int64_t i = (int64_t)d;
+            i = (int64_t)d;
             kv->type = WM_VALUE_I64;
             return wm__gput(b, &i, 8);
         }
         kv->type = WM_VALUE_F64;
         return wm__gput(b, &d, 8);
     }
-    if (cJSON_IsBool(v)) {
-        unsigned char t = cJSON_IsTrue(v) ? 1 : 0;
+    if (v->type == WM_JTRUE || v->type == WM_JFALSE) {
+        unsigned char t = v->type == WM_JTRUE;
         kv->type = WM_VALUE_BOOL;
         return wm__gput(b, &t, 1);
     }
-    char *txt = wm__json_print(v); /* in the arena */
-    if (!txt) {
-        *oom = true;
-        return 0;
-    }
+    size_t at = b->len;
+    wm__json_print(b, v);
     kv->type = WM_VALUE_STRING;
-    kv->length = strlen(txt);
-    return wm__gput_str(b, txt);
+    kv->length = b->len - at;
+    wm__gput(b, "", 1);
+    return at;
 }
 
 wm_status wm__safetensors_index_parse(const char *path, const unsigned char *text, size_t len,
                                       wm__st_index *ix, wm_error *err) {
     memset(ix, 0, sizeof *ix);
-    wm__jscan js = {0};
-    cJSON *root = NULL;
+    const wm__jval *root = NULL;
     wm__gbuf b = {0};
     bool oom = false;
     wm__json_begin();
-    wm_status st = wm__json_load(text, len, 0, path, &js, &root, err);
+    wm_status st = wm__json_load(text, len, 0, path, &root, err);
     if (st) goto fail;
-    if (!cJSON_IsObject(root)) {
+    if (root->type != WM_JOBJECT) {
         st = wm__json_err(err, path, 0, "the index is a JSON %s, not an object",
                           wm__json_kind(root));
         goto fail;
     }
-    const cJSON *wmap = NULL, *meta = NULL;
-    for (const cJSON *m = root->child; m; m = m->next) {
-        const cJSON **slot = !strcmp(m->string, "weight_map") ? &wmap
-                             : !strcmp(m->string, "metadata") ? &meta
+    const wm__jval *wmap = NULL, *meta = NULL;
+    for (const wm__jval *m = root->child; m; m = m->next) {
+        const wm__jval **slot = !strcmp(m->key, "weight_map") ? &wmap
+                                : !strcmp(m->key, "metadata") ? &meta
                                                               : NULL;
         if (!slot) continue;
         if (*slot) {
-            st = wm__json_err(err, path, 0, "'%s' appears twice", m->string);
+            st = wm__json_err(err, path, 0, "'%s' appears twice", m->key);
             goto fail;
         }
         *slot = m;
     }
-    if (!wmap || !cJSON_IsObject(wmap)) {
+    if (!wmap || wmap->type != WM_JOBJECT) {
         st = wm__json_err(err, path, 0, "the index has no weight_map object");
         goto fail;
     }
-    if (meta && !cJSON_IsObject(meta) && !cJSON_IsNull(meta)) {
+    if (meta && meta->type != WM_JOBJECT && meta->type != WM_JNULL) {
         st =
             wm__json_err(err, path, 0, "metadata is a JSON %s, not an object", wm__json_kind(meta));
         goto fail;
     }
     size_t n_map = 0, n_kv = 0;
-    for (const cJSON *c = wmap->child; c; c = c->next)
+    for (const wm__jval *c = wmap->child; c; c = c->next)
         n_map++;
-    if (meta && cJSON_IsObject(meta))
-        for (const cJSON *c = meta->child; c; c = c->next)
+    if (meta && meta->type == WM_JOBJECT)
+        for (const wm__jval *c = meta->child; c; c = c->next)
             n_kv++;
     if ((n_map && !(ix->map = wm__calloc(n_map, sizeof *ix->map))) ||
         (n_kv && !(ix->kvs = wm__calloc(n_kv, sizeof *ix->kvs)))) {
@@ -102,37 +109,29 @@ wm_status wm__safetensors_index_parse(const char *path, const unsigned char *tex
         goto fail;
     }
     wm__gput(&b, "", 1);
-    /* Members in document order, so that the number cursor stays in step. */
     size_t mi = 0, ki = 0;
-    for (const cJSON *m = root->child; m; m = m->next) {
+    for (const wm__jval *m = root->child; m; m = m->next) {
         if (m == wmap) {
-            for (const cJSON *c = m->child; c; c = c->next, mi++) {
-                if (!cJSON_IsString(c) || !c->valuestring[0]) {
+            for (const wm__jval *c = m->child; c; c = c->next, mi++) {
+                if (c->type != WM_JSTRING || !c->len) {
                     st = wm__json_err(err, path, 0,
                                       "weight_map: tensor '%s' maps to a JSON %s, not a file "
                                       "name",
-                                      c->string,
-                                      cJSON_IsString(c) ? "empty string" : wm__json_kind(c));
+                                      c->key,
+                                      c->type == WM_JSTRING ? "empty string" : wm__json_kind(c));
                     goto fail;
                 }
-                ix->map[mi][0] = (uint32_t)wm__gput_str(&b, c->string);
-                ix->map[mi][1] = (uint32_t)wm__gput_str(&b, c->valuestring);
+                ix->map[mi][0] = (uint32_t)wm__gput_str(&b, c->key);
+                ix->map[mi][1] = (uint32_t)wm__gput_str(&b, c->str);
             }
         } else if (m == meta && n_kv) {
-            for (const cJSON *c = m->child; c; c = c->next, ki++) {
+            for (const wm__jval *c = m->child; c; c = c->next, ki++) {
                 wm__kv *kv = &ix->kvs[ki];
-                const wm__jnum *num = NULL;
-                if (cJSON_IsNumber(c))
-                    num = wm__json_take_num(&js);
-                else
-                    wm__json_skip_nums(&js, c);
-                kv->key_off = (uint32_t)wm__gput_str(&b, c->string);
-                kv->key_len = (uint32_t)strlen(c->string);
+                kv->key_off = (uint32_t)wm__gput_str(&b, c->key);
+                kv->key_len = (uint32_t)strlen(c->key);
                 kv->lenw = 8;
-                kv->val = (const unsigned char *)(uintptr_t)index_value(&b, c, num, kv, &oom);
+                kv->val = (const unsigned char *)(uintptr_t)index_value(&b, c, kv, &oom);
             }
-        } else {
-            wm__json_skip_nums(&js, m);
         }
     }
     if (oom || b.oom || b.len > UINT32_MAX) {
