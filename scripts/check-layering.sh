@@ -4,13 +4,16 @@
 #   1. src/format/ never calls up into src/file.c (the public getters): no function file.c
 #      defines is named in src/format/;
 #   2. only src/os/ includes operating-system headers: elsewhere in src/ an #include <...> names
-#      a C11 standard header, or a toolkit's (cJSON, CUDA, NCCL) or the compiler's (cpuid.h,
+#      a C11 standard header, or a toolkit's (CUDA, NCCL) or the compiler's (cpuid.h,
 #      immintrin.h, arm_neon.h);
 #   3. the CLI (cli/ and the tracer's command) and the Python extension use only the public
 #      header: no quoted include but their own headers and weightmap.h, nothing from src/;
 #   4. the tracer's interposer (tools/trace/, the files that are not the command) does not use
 #      the library at all;
-#   5. the ggml bridge (bridge/) uses only the public headers, and src/ includes no ggml header.
+#   5. the ggml bridge (bridge/) uses only the public headers, and src/ includes no ggml header;
+#   6. the library, the CLI and the Python extension parse JSON with src/format/json.c only: none
+#      of them names cJSON (whose allocation hooks and error position are process-wide; the
+#      built libraries are checked too, by the ctest entry safetensors.no_cjson_symbols).
 # Usage: scripts/check-layering.sh   (exit 1 naming each breach)
 set -eu
 cd "$(dirname "$0")/.."
@@ -29,7 +32,7 @@ done
 
 # 2. OS headers outside src/os/
 std='assert|complex|ctype|errno|fenv|float|inttypes|iso646|limits|locale|math|setjmp|signal|stdalign|stdarg|stdatomic|stdbool|stddef|stdint|stdio|stdlib|stdnoreturn|string|tgmath|threads|time|uchar|wchar|wctype'
-toolkit='cjson/cJSON|cuda_runtime_api|cuda_runtime|nccl|cpuid|immintrin|arm_neon'
+toolkit='cuda_runtime_api|cuda_runtime|nccl|cpuid|immintrin|arm_neon'
 for f in $(files 'src/*.c' 'src/*.h' | grep -v '^src/os/'); do
   grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*<' "$f" |
     grep -vE "<($std|$toolkit)\.h>" | while IFS= read -r line; do
@@ -70,4 +73,8 @@ for f in $(files 'bridge/*.c' 'bridge/*.h'); do
 done
 bad=$(grep -nE '#[[:space:]]*include[[:space:]]*[<"]ggml' $(files 'src/*.c' 'src/*.h') || true)
 [ -z "$bad" ] || breach "the library includes a ggml header: $bad"
+
+# 6. no cJSON in the library, the CLI or the Python extension
+bad=$(grep -niE 'cjson' $(files 'src/*.c' 'src/*.h' 'cli/*.c' 'cli/*.h' 'python/*.c') || true)
+[ -z "$bad" ] || breach "cJSON named where json.c is the parser: $bad"
 exit $rc
