@@ -259,11 +259,9 @@ typedef enum wm_format { WM_FORMAT_GGUF = 1, WM_FORMAT_SAFETENSORS = 2 } wm_form
  * Returns WM_OK and *out, or: WM_EINVAL (NULL path or out), WM_ENOENT (no such file), WM_EPERM,
  * WM_EIO, WM_ENOMEM, WM_EFORMAT (not a weight file, or a malformed one: err names the offset
  * and field). On failure nothing is held (ledger unchanged, no descriptor left open).
- * Thread safety: any number of files may be opened concurrently. safetensors headers are parsed
- * with cJSON, whose allocation hooks and error position are process-global: weightmap sets the
- * hooks for the duration of its own parse only (under its own lock), so a program must not use
- * cJSON on another thread during a wm_file_open of a safetensors file or index (GGUF files do
- * not touch cJSON). */
+ * Thread safety: any number of files may be opened concurrently, on any threads. Parsing a
+ * header (GGUF or safetensors JSON) uses no process-wide state: no locks, no global hooks, no
+ * library state a program shares; a program may use any JSON library of its own meanwhile. */
 WM_API wm_status wm_file_open(const char *path, wm_file **out, wm_error *err);
 /* Closes a file opened by wm_file_open: the caller's hold on it ends. Accepts NULL. A model
  * loaded from the file holds it too: closing before releasing is safe, the file (its

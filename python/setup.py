@@ -1,7 +1,7 @@
 """setup.py of the weightmap Python package: builds the extension with the project's CMake (the C
 library statically, then python/_weightmap.c against it, in ../build-py/) and installs the
 package. Offline and with Debian's own tools (python3-setuptools, python3-dev, libdlpack-dev,
-cmake, ninja-build, libcjson-dev):
+cmake, ninja-build, pkg-config):
 
     /usr/bin/python3 -m pip install --no-build-isolation --no-deps --break-system-packages ./python
 

@@ -2,6 +2,8 @@
 # deps.sh: installs the Debian packages the build and the tests need, when they are missing.
 # Called by every Makefile target, so a fresh Debian 12 machine needs nothing installed by hand.
 set -euo pipefail
+# (libcjson-dev: only test_trace.c, which reads the trace tool's JSON reports with it; the library
+# has its own JSON parser.)
 need=(cmake ninja-build gcc clang libclang-rt-14-dev llvm pkg-config libcjson-dev clang-format librsvg2-bin netpbm
       libzydis-dev)
 # `deps.sh python`: also what the Python package needs (python/; make python, make test-python):

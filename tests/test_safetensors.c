@@ -340,6 +340,17 @@ WM_TEST(out_of_order_offsets) {
     wm_file_close(f);
 }
 
+/* Escapes in names decode to UTF-8: a \u escape pair (a UTF-16 surrogate pair) to one 4-byte
+ * character, \u00e9 to two bytes, \/ and \t to their characters. */
+WM_TEST(escaped_names_decode_to_utf8) {
+    const char *h = "{\"caf\\u00e9.\\ud83d\\ude00\\/\\t\":{\"dtype\":\"U8\",\"shape\":[1],"
+                    "\"data_offsets\":[0,1]}}";
+    wm_file *f = OPEN_OK(st_write("escaped.safetensors", h, 1));
+    size_t i;
+    CHECK_STATUS(wm_file_find_tensor(f, "caf\xc3\xa9.\xf0\x9f\x98\x80/\t", &i), WM_OK);
+    wm_file_close(f);
+}
+
 /* Names are any UTF-8; a file need not end in .safetensors to be recognised by content. */
 WM_TEST(utf8_names_and_detection) {
     const char *h = "{\"caf\xc3\xa9.\xf0\x9f\x98\x80\":{\"dtype\":\"U8\",\"shape\":[1],\"data_"

@@ -365,7 +365,8 @@ WM_TEST(st_index_metadata_kinds) {
     const char *ip = wmt_tmp("k.safetensors.index.json");
     const char *txt =
         "{\"metadata\": {\"total_size\": 18446744073709551615, \"neg\": -3, \"f\": 0.5,"
-        " \"b\": true, \"o\": {\"x\": [1, 2]}, \"s\": \"str\"},"
+        " \"b\": true, \"o\": {\"x\": [1, 2]}, \"s\": \"str\", \"min\": -9223372036854775808,"
+        " \"nested\": [null, false, \"q\\\"\\n\\u0001\\u00e9\", {}, [], -1.5e3]},"
         " \"weight_map\": {\"a\": \"k-00001-of-00001.safetensors\"}}";
     wmt_write_file(ip, txt, strlen(txt));
     wm_file *f = OPEN_OK(ip);
@@ -384,6 +385,13 @@ WM_TEST(st_index_metadata_kinds) {
     CHECK(b == 1);
     CHECK_STATUS(wm_file_get_string(f, "o", &s), WM_OK);
     CHECK(s.len == 11 && memcmp(s.ptr, "{\"x\":[1,2]}", 11) == 0);
+    CHECK_STATUS(wm_file_get_i64(f, "min", &i), WM_OK); /* exact, not through a double */
+    CHECK(i == INT64_MIN);
+    /* Compact text: escapes as JSON needs them, UTF-8 as is, numbers as written. */
+    const char *want = "[null,false,\"q\\\"\\n\\u0001\xc3\xa9\",{},[],-1.5e3]";
+    CHECK_STATUS(wm_file_get_string(f, "nested", &s), WM_OK);
+    CHECK_MSG(s.len == strlen(want) && memcmp(s.ptr, want, s.len) == 0, "nested: %.*s", (int)s.len,
+              s.ptr);
     CHECK_STATUS(wm_file_get_string(f, "s", &s), WM_OK);
     CHECK_EQ(wm_file_shard_count(f), 1);
     wm_file_close(f);
