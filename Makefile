@@ -158,11 +158,12 @@ test-python-asan: python-build
 # then checks the AArch64 CLI's `cat --as f32|f16|bf16` against llama.cpp's own dequantizers (the
 # x86-64 peer, in build-test's test_convert). RelWithDebInfo with fault injection, as test-normal;
 # no CUDA backend (no toolkit for the target).
-ARM64_EXCLUDE := ^(meter\.other_process|cli\.every_command_has_help|model\.heap_cycles_leave_malloc_at_baseline|types\.table_matches_ggml|shards\.gguf_split_loads_in_llama_cpp)$$
+ARM64_EXCLUDE := ^(meter\.other_process|meter\.cli_probe|cli\.every_command_has_help|model\.heap_cycles_leave_malloc_at_baseline|types\.table_matches_ggml|shards\.gguf_split_loads_in_llama_cpp)$$
 arm64:
 	@scripts/deps.sh arm64
 	@cmake -S . -B build-arm64 -G Ninja -DCMAKE_TOOLCHAIN_FILE=cmake/toolchain-aarch64.cmake \
-	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON -DWM_FAULT_INJECTION=ON -DWM_CUDA=OFF >/dev/null
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON -DWM_FAULT_INJECTION=ON -DWM_CUDA=OFF \
+	  -DWM_GGML=OFF >/dev/null
 	@cmake --build build-arm64
 
 test-arm64: arm64 peer

@@ -10,6 +10,8 @@
  *        parse --make-vocab OUT [N_TOKENS]
  *        parse --process CLI [-n N] [--peer DIR] FILE
  *        parse --peer-once DIR FILE
+ *        parse --safetensors [-n N] FILE...
+ *        parse --make-st OUT [N_TENSORS]
  *   -n N          iterations per side and file (default 50)
  *   --peer DIR    llama.cpp's library folder (default: what scripts/peer.sh installs)
  *   FILE...       GGUF files (default: the vocab fixtures and stories260K.gguf)
@@ -19,6 +21,11 @@
  *   --process     whole processes instead: `CLI info FILE` against a process that dlopens
  *                 llama.cpp, parses FILE once and exits (`parse --peer-once`), alternating, each
  *                 timed from spawn to exit
+ *   --safetensors weightmap alone on safetensors files (no peer): open+close timed n times, with
+ *                 the ledger's heap and scratch peaks of one open (the JSON parse's memory)
+ *   --make-st     writes a safetensors file of N_TENSORS llama-named F16 tensors of 2x2 elements
+ *                 and a __metadata__ of 64 entries (default 100000 tensors, about 9 MB of JSON),
+ *                 deterministic
  */
 #include "peer.h"
 
@@ -221,6 +228,82 @@ static int make_vocab(const char *out, uint32_t n) {
     return 0;
 }
 
+/* ---- safetensors headers ---- */
+
+static int make_st(const char *out, uint32_t n) {
+    char *json = NULL;
+    size_t len = 0;
+    FILE *j = open_memstream(&json, &len);
+    if (!j) return 1;
+    fputs("{\"__metadata__\":{", j);
+    for (int k = 0; k < 64; k++)
+        fprintf(j, "%s\"key.%d\":\"value \\u00e9 %d\"", k ? "," : "", k, k * 7919);
+    fputs("}", j);
+    for (uint32_t i = 0; i < n; i++)
+        fprintf(j,
+                ",\"model.layers.%u.mlp.w%u.weight\":{\"dtype\":\"F16\",\"shape\":[2,2],"
+                "\"data_offsets\":[%llu,%llu]}",
+                i / 8, i % 8, (unsigned long long)i * 8, (unsigned long long)i * 8 + 8);
+    fputs("}", j);
+    fclose(j);
+    FILE *o = fopen(out, "wb");
+    if (!o) {
+        perror(out);
+        free(json);
+        return 1;
+    }
+    put_u64(o, (uint64_t)len);
+    put(o, json, len);
+    static const unsigned char zero[8];
+    for (uint32_t i = 0; i < n; i++)
+        put(o, zero, 8);
+    free(json);
+    if (fclose(o) != 0) {
+        perror(out);
+        return 1;
+    }
+    return 0;
+}
+
+static int st_bench(int n, const char **files, size_t n_files) {
+    char machine[512];
+    bench_machine_line(machine, sizeof machine);
+    printf("## parse: safetensors\n\nopen+close, %d iterations per file, warm page cache, one "
+           "thread. weightmap %s.\nMachine: %s.\n\n",
+           n, wm_version(), machine);
+    printf("| file | header bytes | tensors | ms: median (p10-p90) | heap peak | scratch peak |\n"
+           "|---|---:|---:|---:|---:|---:|\n");
+    double *t = calloc((size_t)n, sizeof *t);
+    if (!t) return 1;
+    int rc = 0;
+    for (size_t i = 0; i < n_files && rc == 0; i++) {
+        wm_error err;
+        wm_file *f = NULL;
+        wm_ledger_reset_peaks();
+        if (wm_file_open(files[i], &f, &err) != WM_OK) {
+            fprintf(stderr, "parse: weightmap cannot open %s: %s\n", files[i], err.msg);
+            rc = 1;
+            break;
+        }
+        wm_ledger l;
+        wm_ledger_get(&l);
+        uint64_t hlen = wm_file_data_offset(f) - 8;
+        size_t nt = wm_file_tensor_count(f);
+        wm_file_close(f);
+        for (int k = 0; k < n && rc == 0; k++)
+            if ((t[k] = time_weightmap(files[i], NULL)) < 0) rc = 1;
+        if (rc) break;
+        bench_stats s = bench_stats_of(t, (size_t)n);
+        const char *slash = strrchr(files[i], '/');
+        printf("| %s | %llu | %zu | %.3f (%.3f-%.3f) | %.1f KiB | %.1f KiB |\n",
+               slash ? slash + 1 : files[i], (unsigned long long)hlen, nt, s.median, s.p10, s.p90,
+               (double)l.cat[WM_LEDGER_HEAP].peak / 1024.0,
+               (double)l.cat[WM_LEDGER_SCRATCH].peak / 1024.0);
+    }
+    free(t);
+    return rc;
+}
+
 /* ---- whole processes ---- */
 
 extern char **environ;
@@ -306,14 +389,18 @@ static int process_bench(const char *self, const char *cli, const char *peer_dir
 static void usage(void) {
     fprintf(stderr, "usage: parse [-n N] [--peer DIR] [FILE...]\n"
                     "       parse --make-vocab OUT [N_TOKENS]\n"
-                    "       parse --process CLI [-n N] [--peer DIR] FILE\n");
+                    "       parse --process CLI [-n N] [--peer DIR] FILE\n"
+                    "       parse --safetensors [-n N] FILE...\n"
+                    "       parse --make-st OUT [N_TENSORS]\n");
 }
 
 int main(int argc, char **argv) {
     if (argc >= 3 && strcmp(argv[1], "--make-vocab") == 0)
         return make_vocab(argv[2], argc >= 4 ? (uint32_t)strtoul(argv[3], NULL, 10) : 262144u);
     if (argc == 4 && strcmp(argv[1], "--peer-once") == 0) return peer_once(argv[2], argv[3]);
-    int n = 50;
+    if (argc >= 3 && strcmp(argv[1], "--make-st") == 0)
+        return make_st(argv[2], argc >= 4 ? (uint32_t)strtoul(argv[3], NULL, 10) : 100000u);
+    int n = 50, st_only = 0;
     const char *peer_dir = NULL, *cli = NULL;
     const char **files = calloc((size_t)argc + N_DEFAULT, sizeof *files);
     char(*fixture)[4096] = calloc(N_DEFAULT, sizeof *fixture);
@@ -328,6 +415,8 @@ int main(int argc, char **argv) {
             }
         } else if (strcmp(argv[i], "--peer") == 0 && i + 1 < argc) {
             peer_dir = argv[++i];
+        } else if (strcmp(argv[i], "--safetensors") == 0) {
+            st_only = 1;
         } else if (strcmp(argv[i], "--process") == 0 && i + 1 < argc) {
             cli = argv[++i];
         } else if (argv[i][0] == '-') {
@@ -343,6 +432,13 @@ int main(int argc, char **argv) {
             return 2;
         }
         return process_bench(argv[0], cli, peer_dir, files[0], n);
+    }
+    if (st_only) {
+        int rc = n_files ? st_bench(n, files, n_files) : 2;
+        if (!n_files) usage();
+        free(files);
+        free(fixture);
+        return rc;
     }
     if (n_files == 0)
         for (size_t i = 0; i < N_DEFAULT; i++)

@@ -260,8 +260,10 @@ typedef enum wm_format { WM_FORMAT_GGUF = 1, WM_FORMAT_SAFETENSORS = 2 } wm_form
  * WM_EIO, WM_ENOMEM, WM_EFORMAT (not a weight file, or a malformed one: err names the offset
  * and field). On failure nothing is held (ledger unchanged, no descriptor left open).
  * Thread safety: any number of files may be opened concurrently. safetensors headers are parsed
- * with cJSON, whose allocation hooks are process-global: weightmap sets them for the duration of
- * its own parse only, so a program must not use cJSON on another thread during wm_file_open. */
+ * with cJSON, whose allocation hooks and error position are process-global: weightmap sets the
+ * hooks for the duration of its own parse only (under its own lock), so a program must not use
+ * cJSON on another thread during a wm_file_open of a safetensors file or index (GGUF files do
+ * not touch cJSON). */
 WM_API wm_status wm_file_open(const char *path, wm_file **out, wm_error *err);
 /* Closes a file opened by wm_file_open: the caller's hold on it ends. Accepts NULL. A model
  * loaded from the file holds it too: closing before releasing is safe, the file (its

@@ -166,8 +166,8 @@ struct wm_file {
 wm_status wm__gguf_parse(wm_file *f, wm_error *err);
 wm_status wm__safetensors_parse(wm_file *f, wm_error *err);
 
-/* A parsed *.safetensors.index.json (safetensors.c). Every string lies NUL-terminated in blob:
- * map[i] holds the blob offsets of a tensor name and of its shard's file name; kvs are the
+/* A parsed *.safetensors.index.json (safetensors_index.c). Every string lies NUL-terminated in
+ * blob: map[i] holds the blob offsets of a tensor name and of its shard's file name; kvs are the
  * "metadata" entries (key_off into blob, val into blob). */
 typedef struct wm__st_index {
     char *blob;

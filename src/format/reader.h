@@ -1,11 +1,12 @@
 /*
- * reader.h: a bounded little-endian reader over a byte buffer, the GGUF parser's (gguf.c; the
- * safetensors reader parses JSON text instead).
+ * reader.h: a bounded little-endian reader over a byte buffer: the GGUF parser's (gguf.c is its
+ * one user; safetensors has 8 binary bytes, read directly, and then JSON, json.c's job).
  *
  * The buffer may hold only a prefix of the file. A read that runs past the buffer while the file
- * has more bytes sets `need_more` (the driver grows the buffer and parses again); a read past the
- * end of the file itself is a format error. Every read checks the bytes left before it touches
- * memory, so no count or length from the file is used unchecked.
+ * has more bytes sets `need_more`; growing the buffer and parsing again is the caller's loop
+ * (gguf.c's header read), not a helper here. A read past the end of the file itself is a format
+ * error. Every read checks the bytes left before it touches memory, so no count or length from
+ * the file is used unchecked.
  */
 #ifndef WM_READER_H
 #define WM_READER_H

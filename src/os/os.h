@@ -1,5 +1,17 @@
 /*
- * os.h: the whole operating-system contract of weightmap. Only src/os/ names an OS.
+ * os.h: the whole operating-system contract of weightmap. Only src/os/ names an OS or includes
+ * an OS header; everything above this file is written against it alone.
+ *
+ * The files behind it, chosen by CMake from CMAKE_SYSTEM_NAME (CMakeLists.txt):
+ *   unix.c   what POSIX gives every Unix: files, pread, mappings, pages, threads, clocks,
+ *            shared libraries. unix.h is what it offers the OS file below.
+ *   linux.c  what only Linux has: /proc (the process figures, reopening through /proc/self/fd),
+ *            O_DIRECT, madvise beyond POSIX (populate, transparent huge pages), the raw mlock,
+ *            glibc's malloc_trim, the CPU's features (the auxiliary vector).
+ *   fault.c  fault injection (fault.h), for every OS.
+ * A port writes one file in linux.c's place (darwin.c for macOS) and fills every call below;
+ * each says what Darwin would use. What an OS lacks is said in wm_os_caps, not by #ifdef above
+ * this layer: a call it cannot make returns ENOSYS (or, for a hint, EINVAL).
  *
  * Rules that hold for every function here:
  *   - A function that can fail returns 0 or a positive errno value; it never sets errno for the
@@ -15,6 +27,7 @@
 #ifndef WM_OS_H
 #define WM_OS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -39,6 +52,25 @@ typedef enum wm_os_call {
     WM_OS_ANY = WM_OS_CALL_COUNT /* fault.h: match a call of any kind */
 } wm_os_call;
 
+/* ---- what this OS can do ----
+ * Fixed for the build (the OS file fills it); a kernel that is older than the OS file expects
+ * still refuses a call at run time (EINVAL for advice, for instance), and callers handle that. */
+typedef struct wm_os_caps {
+    const char *name;   /* "linux" */
+    bool reopen;        /* wm__os_reopen gives an open file of its own (Linux: /proc/self/fd) */
+    bool direct_io;     /* wm__os_reopen_direct can succeed (Linux: O_DIRECT) */
+    bool populate;      /* WM_OS_ADV_POPULATE_READ/WRITE exist (Linux 5.14+) */
+    bool huge_pages;    /* WM_OS_ADV_HUGEPAGE exists (Linux: transparent huge pages) */
+    bool process_info;  /* wm__os_process_info and wm__os_file_regions work */
+    bool other_process; /* ... also for another process's pid, not only 0 */
+} wm_os_caps;
+/* Darwin: reopen via fcntl(F_GETPATH) then open(); direct_io via F_NOCACHE on that descriptor
+ * (no alignment rule, so WM_OS_DIRECT_ALIGN still holds); populate and huge_pages false;
+ * process_info and other_process true (task_info, proc_pid_rusage: the same user). */
+const wm_os_caps *wm__os_caps(void);
+
+/* ---- files ---- */
+
 typedef struct wm_os_stat {
     uint64_t size;
     uint64_t dev;
@@ -46,29 +78,27 @@ typedef struct wm_os_stat {
     int is_regular;
 } wm_os_stat;
 
-/* Files. */
+/* open(path, O_RDONLY | O_CLOEXEC), retried on EINTR (unix.c; Darwin the same). */
 int wm__os_open_read(const char *path, int *fd_out);
-/* open(path, O_RDONLY | O_CLOEXEC | extra), retried on EINTR, with no fault check: the one
- * open of this layer, under the checked calls (0 or an errno). */
-int wm__os_open_raw(const char *path, int extra, int *fd_out);
-/* A second descriptor of the file open as `fd`, read-only with O_DIRECT (through /proc/self/fd,
- * so it is the same file even if its path was replaced since). EINVAL where the file system
- * has no direct I/O. Reads through it must be aligned to WM_OS_DIRECT_ALIGN in file offset,
- * length and memory. */
-int wm__os_reopen_direct(int fd, int *fd_out);
 /* A second descriptor of the file open as `fd`, read-only, with an open file of its own (so
- * that threads reading through their own descriptors share no reference count); through
- * /proc/self/fd, so it is the same file even if its path was replaced since. */
+ * that threads reading through their own descriptors share no reference count); the same file
+ * even if its path was replaced since. Linux: /proc/self/fd/N. Darwin: fcntl(F_GETPATH), then
+ * open and a check that dev and inode agree. ENOSYS where caps.reopen is false. */
 int wm__os_reopen(int fd, int *fd_out);
+/* As wm__os_reopen, for reads that bypass the page cache. Linux: O_DIRECT; EINVAL where the
+ * file system has no direct I/O. Reads through it must be aligned to WM_OS_DIRECT_ALIGN in file
+ * offset, length and memory. Darwin: fcntl(F_NOCACHE, 1) on the reopened descriptor. */
+int wm__os_reopen_direct(int fd, int *fd_out);
 #define WM_OS_DIRECT_ALIGN 4096u
 void wm__os_close(int fd);
+/* fstat / stat (unix.c; Darwin the same). */
 int wm__os_stat(int fd, wm_os_stat *out);
 int wm__os_stat_path(const char *path, wm_os_stat *out);
 /* Reads len bytes at off, retrying short reads and EINTR. *got is the count read; less than len
- * only at end of file (returns 0 then). */
+ * only at end of file (returns 0 then). pread (unix.c; Darwin the same). */
 int wm__os_pread(int fd, void *buf, size_t len, uint64_t off, size_t *got);
 
-/* Mappings of a file. */
+/* ---- mappings of a file (mmap, unix.c; Darwin the same) ---- */
 typedef enum wm_os_map_kind {
     WM_OS_MAP_SHARED_RO = 1, /* MAP_SHARED, PROT_READ */
     WM_OS_MAP_PRIVATE_RW = 2 /* MAP_PRIVATE, PROT_READ|PROT_WRITE */
@@ -77,15 +107,18 @@ typedef enum wm_os_map_kind {
 int wm__os_map(int fd, uint64_t off, size_t len, wm_os_map_kind kind, void **out);
 void wm__os_unmap(void *addr, size_t len);
 
-/* Anonymous, page-aligned, zeroed memory straight from the OS (never malloc). */
+/* Anonymous, page-aligned, zeroed memory straight from the OS, never malloc (mmap MAP_ANONYMOUS,
+ * unix.c; Darwin the same). */
 int wm__os_pages_alloc(size_t len, void **out);
 void wm__os_pages_free(void *addr, size_t len);
 
-/* Locking and advice. */
+/* ---- locking (linux.c: the raw system calls; Darwin: mlock, munlock, getrlimit) ---- */
 int wm__os_lock(void *addr, size_t len);
 void wm__os_unlock(void *addr, size_t len);
 int wm__os_memlock_limit(uint64_t *soft_out); /* RLIMIT_MEMLOCK soft limit; UINT64_MAX = none */
 
+/* ---- advice (linux.c: madvise; Darwin: madvise with MADV_WILLNEED and MADV_SEQUENTIAL, EINVAL
+ * for the rest, as caps says) ---- */
 typedef enum wm_os_advice {
     WM_OS_ADV_POPULATE_READ = 1, /* prefault readable pages, privatising nothing */
     WM_OS_ADV_WILLNEED,
@@ -96,7 +129,8 @@ typedef enum wm_os_advice {
 /* Advice is a hint: EINVAL for an advice the kernel lacks is returned, callers decide. */
 int wm__os_advise(void *addr, size_t len, wm_os_advice advice);
 
-/* Threads (worker threads live only for the duration of one call). */
+/* ---- threads (pthreads, unix.c; Darwin the same) ----
+ * Worker threads live only for the duration of one call. */
 /* A worker thread. Its stack is anonymous memory the thread owns (not glibc's stack cache,
  * which keeps the stacks of joined threads resident): joining unmaps it. */
 #define WM_OS_THREAD_STACK ((size_t)256 * 1024)
@@ -107,11 +141,12 @@ typedef struct wm_os_thread {
 } wm_os_thread;
 int wm__os_thread_start(wm_os_thread *t, void *(*fn)(void *), void *arg);
 void wm__os_thread_join(wm_os_thread *t);
-/* Runs fn(arg) inside the OS's per-task scope (an autorelease pool on Darwin; nothing here). */
+/* Runs fn(arg) inside the OS's per-task scope (nothing on Linux; Darwin: an autorelease pool,
+ * objc_autoreleasePoolPush/Pop, so that Metal objects made on a worker are freed with it). */
 void wm__os_task_scope(void (*fn)(void *), void *arg);
 
 /* A mutex and a condition variable, for handing work between the threads of one call. The
- * storage is opaque (posix.c checks that a pthread object fits). Only init can fail (counted
+ * storage is opaque (unix.c checks that a pthread object fits). Only init can fail (counted
  * as THREAD); destroy only what init made. */
 typedef struct wm_os_mutex {
     _Alignas(16) unsigned char opaque[64];
@@ -129,31 +164,68 @@ void wm__os_cond_wait(wm_os_cond *c, wm_os_mutex *m);
 void wm__os_cond_signal(wm_os_cond *c);
 void wm__os_cond_broadcast(wm_os_cond *c);
 
-/* /proc (Linux): opens /proc/PID/NAME for reading (pid 0 = this process), and reads it
- * sequentially. wm__os_read reads at most len bytes, retrying EINTR; *got is 0 at end of file.
- * Open faults count as OPEN, reads as PREAD. */
-int wm__os_proc_open(int pid, const char *name, int *fd_out);
-int wm__os_read(int fd, void *buf, size_t len, size_t *got);
-/* The device number that stat() reports for a "major:minor" pair as /proc/PID/maps prints it. */
-uint64_t wm__os_dev_id(unsigned major, unsigned minor);
+/* ---- the memory figures of a process (src/meter.c turns them into the public API) ----
+ * pid 0 is this process. On failure the call returns an errno (ENOENT or ESRCH: no such
+ * process; EACCES or EPERM: not allowed to inspect it; ENOSYS: caps.process_info is false) and
+ * fills *why: the source the OS read (for messages: "/proc/123/status") and, where the OS
+ * answered but without the figure, a sentence saying so (then the errno is ENOENT).
+ * Linux: /proc/PID/status and smaps_rollup, smaps; opens count as OPEN, reads as PREAD; no
+ * allocation (one stack buffer streams each file). Darwin (docs/PORTING.md): task_info
+ * (TASK_VM_INFO: phys_footprint, resident_size), proc_pid_rusage for another process, and
+ * proc_pidinfo(PROC_PIDREGIONPATHINFO) walked region by region for the file regions. */
+typedef struct wm_os_why {
+    char source[96];
+    const char *detail; /* static text, or NULL: the errno says it */
+} wm_os_why;
 
-/* Hands the free memory of every malloc arena back to the OS (glibc's malloc_trim; nothing
- * elsewhere). The CUDA backend calls it after its worker threads are gone: the runtime mallocs
- * per-thread state in them, and what it frees would otherwise stay in their arenas. */
+typedef struct wm_os_process_info {
+    uint64_t footprint; /* what the process costs: private anonymous + swapped + shared memory */
+    uint64_t resident;  /* every resident page */
+    uint64_t file_resident; /* resident pages of files */
+    uint64_t locked;        /* locked bytes */
+    uint64_t committed;     /* the data segment: heap and private mappings */
+} wm_os_process_info;
+int wm__os_process_info(int pid, wm_os_process_info *out, wm_os_why *why);
+
+/* One mapping of a file in a process, with its figures. */
+typedef struct wm_os_region {
+    uint64_t start, end, offset; /* virtual addresses; file offset of start */
+    uint64_t dev, ino;           /* the file, as wm__os_stat reports it */
+    char perms[5];               /* "r--s", "rw-p", ... */
+    char path[256];              /* the path as the OS names it (Linux: with " (deleted)"),
+                                    truncated */
+    char name_tail[33];          /* the last bytes of the file's name (without any mark of a
+                                    deleted file), however long the path */
+    uint64_t rss, privatised, private_dirty, locked; /* resident, copied from the file into
+                                    private memory, privately dirtied, locked */
+} wm_os_region;
+/* Calls each(user, r) for every file-backed mapping of process pid, in address order, once its
+ * figures are read; a nonzero return from `each` stops the walk and is returned. */
+int wm__os_file_regions(int pid, int (*each)(void *user, const wm_os_region *r), void *user,
+                        wm_os_why *why);
+
+/* ---- the rest ---- */
+
+/* Hands the free memory of every malloc arena back to the OS (linux.c: glibc's malloc_trim;
+ * Darwin: malloc_zone_pressure_relief(NULL, 0)). The CUDA backend calls it after its worker
+ * threads are gone: the runtime mallocs per-thread state in them, and what it frees would
+ * otherwise stay in their arenas. */
 void wm__os_heap_trim(void);
 
-/* A shared library loaded once and kept until exit (dlopen with RTLD_NOW | RTLD_LOCAL; never
- * closed: libraries such as NCCL keep threads). Each name of names[0 .. n) is tried in turn;
- * *out is the handle, or NULL with *why set to the loader's last message (static storage).
- * wm__os_symbol: the address of `name` in it, or NULL. */
+/* A shared library loaded once and kept until exit (dlopen with RTLD_NOW | RTLD_LOCAL, unix.c;
+ * Darwin the same; never closed: libraries such as NCCL keep threads). Each name of
+ * names[0 .. n) is tried in turn; *out is the handle, or NULL with *why set to the loader's last
+ * message (static storage). wm__os_symbol: the address of `name` in it, or NULL. */
 void wm__os_library(const char *const *names, size_t n, void **out, const char **why);
 void *wm__os_symbol(void *library, const char *name);
 
+/* sysconf and clock_gettime (unix.c; Darwin the same). */
 size_t wm__os_page_size(void);
 unsigned wm__os_cpu_count(void);
 double wm__os_now(void); /* monotonic seconds */
 
-/* ---- the CPU (cpu.c) ---- */
+/* ---- the CPU (linux.c; Darwin: 1 on arm64, where sysctlbyname("hw.optional.neon") says so) ----
+ */
 
 /* Non-zero when the CPU runs AArch64 Advanced SIMD (NEON): the HWCAP_ASIMD bit of the auxiliary
  * vector on Linux and Android (getauxval(AT_HWCAP)); 0 on any other architecture or system. */

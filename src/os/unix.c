@@ -1,28 +1,31 @@
 /*
- * posix.c: the POSIX half of os.h: files, pread, mappings, pages, locks, threads and clocks.
- * Linux-only calls (madvise advice beyond POSIX) live in linux.c.
+ * unix.c: the POSIX half of os.h, for every Unix: files, pread, mappings, anonymous pages,
+ * threads, mutexes, clocks and shared libraries. Nothing here is Linux's: what is (/proc,
+ * O_DIRECT, madvise beyond POSIX, the raw mlock) lives in linux.c, and a Darwin port links
+ * this file unchanged beside its darwin.c. The one name outside POSIX.1-2008 is
+ * _SC_NPROCESSORS_ONLN, which Linux, the BSDs and Darwin all have.
  *
  * Every fallible function first asks wm__fault_hit() so tests can fail it (fault.h).
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
+#include "unix.h"
 #include "os.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
+#ifndef MAP_STACK
+#define MAP_STACK 0 /* a hint where it exists (Linux, the BSDs); Darwin has none */
+#endif
+
 /* ---- files ---- */
 
-int wm__os_open_raw(const char *path, int extra, int *fd_out) {
+int wm__unix_open(const char *path, int extra, int *fd_out) {
     int fd;
     do {
         fd = open(path, O_RDONLY | O_CLOEXEC | extra);
@@ -34,22 +37,27 @@ int wm__os_open_raw(const char *path, int extra, int *fd_out) {
 
 int wm__os_open_read(const char *path, int *fd_out) {
     int e = wm__fault_hit(WM_OS_OPEN);
-    return e ? e : wm__os_open_raw(path, 0, fd_out);
+    return e ? e : wm__unix_open(path, 0, fd_out);
 }
-
-static int reopen(int fd, int extra, int *fd_out) {
-    int e = wm__fault_hit(WM_OS_OPEN);
-    if (e) return e;
-    char path[48];
-    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
-    return wm__os_open_raw(path, extra, fd_out);
-}
-
-int wm__os_reopen_direct(int fd, int *fd_out) { return reopen(fd, O_DIRECT, fd_out); }
-int wm__os_reopen(int fd, int *fd_out) { return reopen(fd, 0, fd_out); }
 
 void wm__os_close(int fd) {
-    if (fd >= 0) close(fd); /* EINTR on close: the descriptor is gone on Linux; do not retry */
+    /* EINTR on close: the descriptor is gone on Linux and Darwin alike; do not retry */
+    if (fd >= 0) close(fd);
+}
+
+int wm__unix_read(int fd, void *buf, size_t len, size_t *got) {
+    *got = 0;
+    for (;;) {
+        int e = wm__fault_hit(WM_OS_PREAD);
+        if (e == EINTR) continue;
+        if (e) return e;
+        ssize_t n = read(fd, buf, len);
+        if (n >= 0) {
+            *got = (size_t)n;
+            return 0;
+        }
+        if (errno != EINTR) return errno;
+    }
 }
 
 /* fstat(fd), or stat(path) where path is not NULL. */
@@ -76,7 +84,7 @@ int wm__os_pread(int fd, void *buf, size_t len, uint64_t off, size_t *got) {
         if (e == EINTR) continue; /* an injected EINTR is retried like a real one */
         if (e) return e;
         size_t want = len - done;
-        if (want > ((size_t)1 << 30)) want = (size_t)1 << 30; /* Linux caps one read at ~2 GiB */
+        if (want > ((size_t)1 << 30)) want = (size_t)1 << 30; /* Linux caps a read at ~2 GiB */
         ssize_t n = pread(fd, (char *)buf + done, want, (off_t)(off + done));
         if (n < 0) {
             if (errno == EINTR) continue;
@@ -121,26 +129,6 @@ void wm__os_pages_free(void *addr, size_t len) {
     if (addr && len) munmap(addr, len);
 }
 
-int wm__os_lock(void *addr, size_t len) {
-    int e = wm__fault_hit(WM_OS_LOCK);
-    if (e) return e;
-    /* The raw system call: AddressSanitizer's interceptor makes mlock() a silent no-op, and the
-     * sanitizer builds must lock what the others lock. */
-    if (syscall(SYS_mlock, addr, len) != 0) return errno;
-    return 0;
-}
-
-void wm__os_unlock(void *addr, size_t len) {
-    if (addr && len) syscall(SYS_munlock, addr, len);
-}
-
-int wm__os_memlock_limit(uint64_t *soft_out) {
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0) return errno;
-    *soft_out = rl.rlim_cur == RLIM_INFINITY ? UINT64_MAX : (uint64_t)rl.rlim_cur;
-    return 0;
-}
-
 /* ---- threads ---- */
 
 int wm__os_thread_start(wm_os_thread *t, void *(*fn)(void *), void *arg) {
@@ -172,8 +160,6 @@ void wm__os_thread_join(wm_os_thread *t) {
     t->stack = NULL;
 }
 
-void wm__os_task_scope(void (*fn)(void *), void *arg) { fn(arg); }
-
 _Static_assert(sizeof(pthread_mutex_t) <= sizeof(((wm_os_mutex *)0)->opaque) &&
                    _Alignof(pthread_mutex_t) <= 16,
                "pthread_mutex_t does not fit wm_os_mutex");
@@ -200,6 +186,19 @@ void wm__os_cond_destroy(wm_os_cond *c) { pthread_cond_destroy(pcond(c)); }
 void wm__os_cond_wait(wm_os_cond *c, wm_os_mutex *m) { pthread_cond_wait(pcond(c), pmutex(m)); }
 void wm__os_cond_signal(wm_os_cond *c) { pthread_cond_signal(pcond(c)); }
 void wm__os_cond_broadcast(wm_os_cond *c) { pthread_cond_broadcast(pcond(c)); }
+
+/* ---- shared libraries ---- */
+
+void wm__os_library(const char *const *names, size_t n, void **out, const char **why) {
+    *out = NULL;
+    *why = "no library name";
+    for (size_t i = 0; i < n && !*out; i++) {
+        *out = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if (!*out) *why = dlerror();
+    }
+}
+
+void *wm__os_symbol(void *library, const char *name) { return dlsym(library, name); }
 
 /* ---- misc ---- */
 
