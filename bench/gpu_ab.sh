@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/gpu_ab.sh: one GPU, two trees, one run: the staged load of a base tree against this
-# working tree on the same model, alternating, plus this tree's CUDA and multi tests, ceilings
-# and tensor-parallel ranks, old against new as well (bench/RESULTS.md, multigpu).
+# working tree on the same model, alternating, the ceilings and tensor-parallel ranks, old against
+# new as well (bench/RESULTS.md, multigpu), then this tree's CUDA and multi tests.
 #
 # Usage (on this machine, then in one device call):
 #   mkdir .ab-base && git archive BASE CMakeLists.txt cmake include src tools bench THIRD_PARTY.md \
@@ -25,8 +25,6 @@ build() { # SRC DIR TARGETS... (the base without its tests: only its bench is us
 }
 build "$BASE" /tmp/ab-old bench_gpu
 build . build-multigpu bench_gpu weightmap_cli test_cuda test_multi
-(cd build-multigpu && timeout 200 ctest -L '^(cuda|multi)$' -j4 --timeout 150 --output-on-failure 2>&1 |
-    grep -E "tests passed|Failed|FAIL" | head -20)
 mkdir -p /tmp/wm-gpu-models
 M=/tmp/wm-gpu-models/ab-$SIZE.gguf
 [ -f "$M" ] || build-multigpu/weightmap make-model "$M" --size "$SIZE" >/dev/null
@@ -52,3 +50,6 @@ if [ "$RANKS" != 0 ]; then
     timeout 200 build-multigpu/bench/gpu ranks "$M" --ranks 2 --repeat 5
 fi
 timeout 100 build-multigpu/weightmap load "$M" --mode heap --backend cuda --cycles 3 | tail -2
+# The tests last, so that the measurements above run on a quiet machine.
+(cd build-multigpu && timeout 200 ctest -L '^(cuda|multi)$' -j4 --timeout 150 --output-on-failure 2>&1 |
+    grep -E "tests passed|Failed|FAIL" | head -20)
