@@ -1,8 +1,10 @@
 /*
  * cuda_mock.c: a stand-in for the few CUDA runtime calls src/backend/cuda.c makes, built into
- * the library instead of the runtime with -DWM_CUDA_MOCK=ON, so that the backend's logic (the
- * window plan, slot reuse, registration, release, fault paths) runs and is checked on a machine
- * without a GPU. It is strict where the real runtime is, and stricter where that finds bugs:
+ * the library instead of the runtime with -DWM_CUDA_MOCK=ON, so that the staged pipeline every
+ * device backend shares (src/backend/staged.c, staged_load.c: the window plan, slot reuse,
+ * registration, release, fault paths) runs through cuda.c's device operations and is checked on
+ * a machine without a GPU. It is strict where the real runtime is, and stricter where that finds
+ * bugs:
  *   - "device memory" is malloc'd; cudaMemGetInfo reports a fixed total minus what is held;
  *   - copies are queued on their stream and only run when an event recorded after them, or
  *     the stream, is synchronised, so a slot refilled before its event has passed delivers

@@ -1,6 +1,7 @@
 /*
  * backend.h: the model object and the backend contract. A backend is one row of the table in
- * backends.c (CPU in cpu.c, CUDA in cuda.c); host.h has the host-side tools they share.
+ * backends.c (CPU in cpu.c, CUDA in cuda.c); host.h has the host-side tools they share, staged.h
+ * the staged pipeline a device backend loads through (it writes a table of device operations).
  *
  * src/model.c builds a load plan: tensors ordered by (shard, offset), grouped into chunks of at
  * most max_buffer_size bytes (no tensor straddles two), each tensor placed at an offset inside
@@ -61,8 +62,10 @@ typedef struct wm__backend wm__backend;
 
 struct wm_model {
     wm_file *file;
-    wm_load_options opts;        /* copy; convert rules, devices and callbacks are not kept;
-                                    opts.cuda points to `cuda` */
+    wm_load_options opts;        /* copy, for the load only: convert rules, devices, select and
+                                    the plan's callbacks (place_tensor, tp_split) are cleared;
+                                    progress and progress_user stay (the readers report through
+                                    them during the load); opts.cuda points to `cuda` */
     wm_cuda_options cuda;        /* the CUDA options, zero-extended: defaults when none given */
     int devs[WM_LEDGER_DEVICES]; /* the devices (opts.devices, or opts.device alone) */
     unsigned n_devs;

@@ -2,8 +2,9 @@
  * host.c: the host-side tools of every backend (host.h): counted regions (file mappings and
  * anonymous pages), locking, and the parallel reader.
  *
- * Sections: threads; regions; locking; descriptors of a reading thread; the parallel reader; jobs
- * for a packed chunk.
+ * Sections: threads; regions; locking; descriptors of a reading thread; reading (exact reads and
+ * reading threads, which the staged pipeline's readers use too); the parallel reader; jobs for a
+ * packed chunk.
  */
 #include "host.h"
 
@@ -138,6 +139,54 @@ void wm__fds_close(wm__fds *fds) {
     *fds = (wm__fds){0};
 }
 
+/* ---- reading ---- */
+
+wm_status wm__read_at(wm_model *m, int fd, uint32_t shard, void *buf, size_t len, uint64_t off,
+                      size_t need, uint32_t tensor, const char *how, wm_error *err) {
+    const wm__shard *sh = &m->file->shards[shard];
+    size_t got;
+    int e = wm__os_pread(fd, buf, len, off, &got);
+    if (e)
+        return wm__err(err, wm__status_io(e), e, "%s: reading %zu bytes at offset %llu%s: %s",
+                       sh->path, len, (unsigned long long)off, how, wm__errno_text(e));
+    atomic_fetch_add(&m->bytes_read, got);
+    if (got < need)
+        return wm__err(err, WM_EFORMAT, 0,
+                       "%s: tensor '%s' at offset %llu: the file ends %zu bytes early (it is "
+                       "shorter than its header says)",
+                       sh->path, m->file->names + m->file->tensors[tensor].name_off,
+                       (unsigned long long)off, need - got);
+    return WM_OK;
+}
+
+static void *crew_main(void *arg) {
+    const wm__crew *crew = arg;
+    wm__os_task_scope(crew->fn, crew->arg);
+    return NULL;
+}
+
+wm_status wm__crew_start(wm_model *m, wm__crew *crew, unsigned n, wm_error *err) {
+    for (unsigned t = 0; t < n; t++) {
+        wm_os_thread *th = &crew->th[crew->started];
+        int e = wm__os_thread_start(th, crew_main, crew);
+        if (e)
+            return wm__err(err, WM_ENOMEM, e, "%s: cannot start worker thread %u: %s",
+                           m->file->path, t + 1, wm__errno_text(e));
+        wm__ledger_acquire(WM_LEDGER_SCRATCH, th->stack_len);
+        crew->started++;
+    }
+    return WM_OK;
+}
+
+void wm__crew_join(wm__crew *crew) {
+    for (unsigned t = 0; t < crew->started; t++) {
+        size_t len = crew->th[t].stack_len;
+        wm__os_thread_join(&crew->th[t]);
+        wm__ledger_release(WM_LEDGER_SCRATCH, len);
+    }
+    crew->started = 0;
+}
+
 /* ---- the parallel reader ---- */
 
 typedef struct run_ctx {
@@ -173,23 +222,9 @@ typedef struct worker_own {
  * error or a file shorter than its header says. */
 static bool read_part(run_ctx *c, const worker_own *w, const wm__job *j, unsigned char *buf,
                       uint64_t off, size_t len) {
-    const wm__shard *sh = &c->m->file->shards[j->shard];
     wm_error e;
-    size_t got;
-    int errn = wm__os_pread(wm__fds_get(&w->fds, c->m->file, j->shard), buf, len, off, &got);
-    if (errn) {
-        wm__err(&e, wm__status_io(errn), errn, "%s: reading %zu bytes at offset %llu: %s", sh->path,
-                len, (unsigned long long)off, wm__errno_text(errn));
-        fail_run(c, &e);
-        return false;
-    }
-    atomic_fetch_add(&c->m->bytes_read, got);
-    if (got != len) {
-        wm__err(&e, WM_EFORMAT, 0,
-                "%s: tensor '%s' at offset %llu: the file ends %zu bytes early (it is shorter than "
-                "its header says)",
-                sh->path, c->m->file->names + c->m->file->tensors[j->tensor].name_off,
-                (unsigned long long)off, len - got);
+    int fd = wm__fds_get(&w->fds, c->m->file, j->shard);
+    if (wm__read_at(c->m, fd, j->shard, buf, len, off, len, j->tensor, "", &e)) {
         fail_run(c, &e);
         return false;
     }
@@ -278,10 +313,6 @@ static void work(run_ctx *c, bool main) {
 }
 
 static void work_scope(void *arg) { work(arg, false); }
-static void *worker(void *arg) {
-    wm__os_task_scope(work_scope, arg);
-    return NULL;
-}
 
 wm_status wm__run_jobs(wm_model *m, const wm__job *jobs, size_t n, unsigned flags, wm_error *err) {
     if (n == 0) return WM_OK;
@@ -308,25 +339,11 @@ wm_status wm__run_jobs(wm_model *m, const wm__job *jobs, size_t n, unsigned flag
         c.scratch_each = (biggest_convert + page - 1) / page * page;
     }
     wm_os_thread th[WM__MAX_THREADS];
-    unsigned started = 0;
-    for (unsigned t = 1; t < threads; t++) {
-        int e = wm__os_thread_start(&th[started], worker, &c);
-        if (e) {
-            wm_error ferr;
-            wm__err(&ferr, WM_ENOMEM, e, "%s: cannot start worker thread %u: %s", m->file->path, t,
-                    wm__errno_text(e));
-            fail_run(&c, &ferr);
-            break;
-        }
-        wm__ledger_acquire(WM_LEDGER_SCRATCH, th[started].stack_len);
-        started++;
-    }
+    wm__crew crew = {.fn = work_scope, .arg = &c, .th = th};
+    wm_error ferr;
+    if (threads > 1 && wm__crew_start(m, &crew, threads - 1, &ferr)) fail_run(&c, &ferr);
     work(&c, true);
-    for (unsigned t = 0; t < started; t++) {
-        size_t len = th[t].stack_len;
-        wm__os_thread_join(&th[t]);
-        wm__ledger_release(WM_LEDGER_SCRATCH, len);
-    }
+    wm__crew_join(&crew);
     if (atomic_load(&c.failed)) {
         if (err) *err = c.first;
         return c.first.code;

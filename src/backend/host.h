@@ -56,6 +56,30 @@ int wm__fds_get(const wm__fds *fds, const wm_file *f, uint32_t shard);
 /* Closes what wm__fds_open opened; accepts an empty table; leaves it empty. */
 void wm__fds_close(wm__fds *fds);
 
+/* ---- reading ---- */
+
+/* Reads len bytes of shard `shard` at off into buf through fd (wm__fds_get), adding what came
+ * to m->bytes_read. At least `need` bytes must come (a direct read may cover past the end of
+ * the file); fewer is WM_EFORMAT naming `tensor`, the file shorter than its header says. `how`
+ * is said after the offset in a read error (" (direct)", or ""); the error's os_errno is the
+ * read's errno. Any thread. */
+wm_status wm__read_at(wm_model *m, int fd, uint32_t shard, void *buf, size_t len, uint64_t off,
+                      size_t need, uint32_t tensor, const char *how, wm_error *err);
+
+/* Reading threads that run fn(arg) inside the OS task scope, their stacks counted as scratch
+ * while they live. The caller owns the crew (th: room for the threads) until wm__crew_join. */
+typedef struct wm__crew {
+    void (*fn)(void *);
+    void *arg;
+    wm_os_thread *th;
+    unsigned started;
+} wm__crew;
+/* Starts n threads (crew->started counts them); a thread that cannot start is WM_ENOMEM and no
+ * more are started. */
+wm_status wm__crew_start(wm_model *m, wm__crew *crew, unsigned n, wm_error *err);
+/* Joins and uncounts every started thread; leaves started 0. */
+void wm__crew_join(wm__crew *crew);
+
 /* ---- the parallel reader ---- */
 
 /* A piece of work for the parallel reader: read len bytes of a shard at file_off into dst,

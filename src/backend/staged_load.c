@@ -1,0 +1,386 @@
+/*
+ * staged_load.c: a device load through the staged pipeline (staged.h): the window plan, the
+ * pipeline's size within the pinned budget, what it reads from (the ring, O_DIRECT descriptors,
+ * or the registered path's shared mappings), the device buffers, and release. staged.c runs the
+ * pipe set up here.
+ *
+ * Windows are aligned file ranges (so registered windows never share a page); a tensor that
+ * crosses a window boundary is copied in pieces. When a load returns, its host memory is gone:
+ * the model holds device memory only.
+ *
+ * Sections: tuning; the window plan; sizing; sources; filling; buffers, release and pointers.
+ */
+#include "staged_pipe.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#define DEFAULT_BUDGET ((uint64_t)256 << 20)
+#define MAX_WINDOW ((size_t)64 << 20)
+#define MIN_WINDOW ((size_t)1 << 20)
+
+/* ---- tuning ---- */
+
+/* The defaults are what measured fastest on an H200 host (16 CPUs; bench/RESULTS.md, gpu):
+ * 4 MiB staged windows, two per reader. The readers fault the ring in while the loading thread
+ * pins it, so a bigger window costs no serial faulting; it still means fewer, larger copies to
+ * overlap. A registered window costs one registration, so there bigger is better (up to
+ * MAX_WINDOW). bench/gpu.c changes them through wm__cuda_tune (cuda_tune.h), to measure. */
+wm__staged_tuning wm__staged_tuning_now = {(size_t)4 << 20, 2, false, false};
+
+static _Atomic(void *) last_ring; /* test hook: base of the last staged ring */
+
+void *wm__staged_last_ring(void) { return atomic_load(&last_ring); }
+
+/* Windows are kept within [MIN_WINDOW, MAX_WINDOW], slots within [1, WM__STAGED_MAX_SLOTS]. */
+void wm__staged_tune(size_t wsize, unsigned slots, unsigned flags) {
+    wm__staged_tuning *t = &wm__staged_tuning_now;
+    if (wsize)
+        t->window = wsize < MIN_WINDOW ? MIN_WINDOW : wsize > MAX_WINDOW ? MAX_WINDOW : wsize;
+    if (slots) t->slots = slots > WM__STAGED_MAX_SLOTS ? WM__STAGED_MAX_SLOTS : slots;
+    t->serial_ring = (flags & WM__STAGED_SERIAL_RING) != 0;
+    t->no_reap = (flags & WM__STAGED_NO_REAP) != 0;
+}
+
+/* ---- the window plan ---- */
+
+static int by_window(const void *a, const void *b) {
+    const wm__piece *x = a, *y = b;
+    if (x->shard != y->shard) return x->shard < y->shard ? -1 : 1;
+    if (x->window != y->window) return x->window < y->window ? -1 : 1;
+    if (x->off != y->off) return x->off < y->off ? -1 : 1;
+    return x->tensor < y->tensor ? -1 : x->tensor > y->tensor;
+}
+
+static int by_turn(const void *a, const void *b) {
+    const wm__window *x = a, *y = b;
+    if (x->seq != y->seq) return x->seq < y->seq ? -1 : 1;
+    if (x->device != y->device) return x->device < y->device ? -1 : 1;
+    return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/* With several devices, windows take turns by device (the first window of each device, then
+ * the second of each, ...), so that every device's link is busy from the start: in file order,
+ * a placement by layers or bytes would fill one device after the other. */
+static void interleave(const wm_model *m, const wm__piece *ps, wm__window *ws, size_t nw) {
+    if (m->n_devs <= 1) return;
+    uint64_t seq[WM_LEDGER_DEVICES] = {0};
+    for (size_t k = 0; k < nw; k++) {
+        const wm__place *p = &m->place[ps[ws[k].first].tensor];
+        ws[k].device = m->chunks[p->chunk].device;
+        ws[k].seq = seq[ws[k].device]++;
+    }
+    qsort(ws, nw, sizeof *ws, by_turn);
+}
+
+/* Cuts every tensor segment at multiples of `wsize` (file offsets) and groups the pieces by
+ * window. */
+static wm_status plan_windows(const wm_model *m, size_t wsize, wm__piece **pieces_out,
+                              wm__window **windows_out, size_t *n_windows, wm_error *err) {
+    const wm_file *f = m->file;
+    size_t n = 0, cap = f->n_tensors + 16;
+    wm__piece *ps = wm__alloc(cap * sizeof *ps);
+    wm__window *ws = NULL;
+    if (!ps) goto nomem;
+    for (size_t k = 0; k < f->n_tensors; k++) {
+        uint32_t i = m->order[k];
+        const wm__tensor *t = &f->tensors[i];
+        const wm__place *p = &m->place[i];
+        for (uint64_t row = 0; row < p->rows && p->seg_bytes; row++) {
+            uint64_t seg = t->offset + p->src_off + row * p->src_stride;
+            uint64_t seg_end = seg + p->seg_bytes;
+            size_t dst = p->dst_off + (size_t)(p->dst_lo + row * p->seg_bytes);
+            for (uint64_t off = seg; off < seg_end;) {
+                uint64_t w = off / wsize, wend = (w + 1) * wsize, end = seg_end;
+                if (end > wend) end = wend;
+                if (n == cap) {
+                    wm__piece *np = wm__realloc(ps, cap * 2 * sizeof *np);
+                    if (!np) goto nomem;
+                    ps = np;
+                    cap *= 2;
+                }
+                ps[n++] = (wm__piece){.off = off,
+                                      .len = (size_t)(end - off),
+                                      .tensor = i,
+                                      .shard = t->shard,
+                                      .window = w,
+                                      .dst = dst + (size_t)(off - seg)};
+                off = end;
+            }
+        }
+    }
+    qsort(ps, n, sizeof *ps, by_window);
+    size_t nw = 0;
+    for (size_t k = 0; k < n; k++)
+        if (k == 0 || ps[k].shard != ps[k - 1].shard || ps[k].window != ps[k - 1].window) nw++;
+    ws = wm__calloc(nw ? nw : 1, sizeof *ws);
+    if (!ws) goto nomem;
+    nw = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (k == 0 || ps[k].shard != ps[k - 1].shard || ps[k].window != ps[k - 1].window)
+            ws[nw++] = (wm__window){
+                .shard = ps[k].shard, .start = ps[k].off, .end = ps[k].off, .first = k};
+        wm__window *w = &ws[nw - 1];
+        if (w->count && ps[k].off != w->end) w->gaps = true;
+        if (ps[k].off + ps[k].len > w->end) w->end = ps[k].off + ps[k].len;
+        w->count++;
+        w->bytes += ps[k].len;
+    }
+    interleave(m, ps, ws, nw);
+    *pieces_out = ps;
+    *windows_out = ws;
+    *n_windows = nw;
+    return WM_OK;
+nomem:
+    wm__free(ps);
+    wm__free(ws);
+    return wm__err(err, WM_ENOMEM, 0, "%s: out of memory for the copy plan", f->path);
+}
+
+/* ---- sizing ---- */
+
+/* Workers and window size from the budget: `slots` (two) slots per worker, windows of at most
+ * the tuned window or MAX_WINDOW bytes (and not much more than the model needs), fewer workers
+ * rather than windows under MIN_WINDOW. */
+static wm_status size_pipe(const wm_model *m, const wm__staged_opts *o, unsigned *workers,
+                           size_t *wsize, wm_error *err) {
+    uint64_t budget = o->pinned_budget ? o->pinned_budget : DEFAULT_BUDGET;
+    size_t page = wm__os_page_size();
+    unsigned slots = wm__staged_tuning_now.slots;
+    if (budget < (uint64_t)slots * page)
+        return wm__err(err, WM_EINVAL, 0, "%s: pinned_budget %llu is below %u pages", m->file->path,
+                       (unsigned long long)budget, slots);
+    unsigned t = wm__load_threads(m);
+    /* By default one reader for every two CPUs (a core, where CPUs are hyperthreads), leaving
+     * the rest to the loading thread and the runtime's own threads: on an H200 host with 16
+     * CPUs, 8 readers loaded 8 GiB at 43-47 GB/s, 12 at 42-46 and 16 at 36-40 (bench/RESULTS.md).
+     */
+    if (!m->opts.threads && t >= 4) t = t / 2;
+    if (t > WM__STAGED_MAX_WORKERS) t = WM__STAGED_MAX_WORKERS;
+    if (t == 0) t = 1;
+    if (budget / ((uint64_t)slots * t) < MIN_WINDOW) {
+        uint64_t fit = budget / ((uint64_t)slots * MIN_WINDOW);
+        t = fit ? (unsigned)fit : 1;
+    }
+    uint64_t w = budget / ((uint64_t)slots * t);
+    uint64_t most = o->registered ? MAX_WINDOW : wm__staged_tuning_now.window;
+    if (w > most) w = most;
+    /* A small model needs no more staging than about one window per worker. */
+    uint64_t each = wm__align_up(m->stats.tensor_bytes / t + 1, page);
+    if (w > each) w = each;
+    *wsize = (size_t)(w / page * page);
+    *workers = t;
+    return WM_OK;
+}
+
+/* ---- sources ---- */
+
+/* Registered path: one shared read-only mapping per shard, over its tensor data. */
+static wm_status map_shards(wm_model *m, wm__region *maps, uint64_t *map_off, wm_error *err) {
+    size_t page = wm__os_page_size();
+    const wm_file *f = m->file;
+    for (uint32_t s = 0; s < f->n_shards; s++) {
+        uint64_t lo = UINT64_MAX, hi = 0;
+        for (size_t i = 0; i < f->n_tensors; i++) {
+            const wm__tensor *t = &f->tensors[i];
+            if (t->shard != s || t->nbytes == 0) continue;
+            if (t->offset < lo) lo = t->offset;
+            if (t->offset + t->nbytes > hi) hi = t->offset + t->nbytes;
+        }
+        if (hi == 0) continue;
+        map_off[s] = lo / page * page;
+        wm_status st = wm__region_map(m, s, map_off[s], (size_t)(hi - map_off[s]),
+                                      WM_OS_MAP_SHARED_RO, &maps[s], err);
+        if (st) return st;
+    }
+    return WM_OK;
+}
+
+/* What the pipeline reads from, held for one load: the registered path's shared mapping of
+ * each shard, or the staged path's ring (and, with direct_io, an O_DIRECT descriptor per shard,
+ * -1 where that shard is read buffered). sources_free is its one release. */
+typedef struct sources {
+    uint32_t n_shards;
+    wm__region ring;
+    wm__region *maps;
+    uint64_t *map_off;
+    int *direct_fd;
+} sources;
+
+static void sources_free(sources *s) {
+    wm__region_free(&s->ring);
+    for (uint32_t i = 0; s->maps && i < s->n_shards; i++)
+        wm__region_free(&s->maps[i]);
+    for (uint32_t i = 0; s->direct_fd && i < s->n_shards; i++)
+        wm__os_close(s->direct_fd[i]);
+    wm__free(s->maps);
+    wm__free(s->map_off);
+    wm__free(s->direct_fd);
+    *s = (sources){0};
+}
+
+/* On failure the caller runs sources_free on the half-built sources. */
+static wm_status sources_open(wm_model *m, bool registered, bool direct_io, size_t ring_len,
+                              sources *s, wm_error *err) {
+    const wm_file *f = m->file;
+    s->n_shards = f->n_shards;
+    if (registered) {
+        s->maps = wm__calloc(f->n_shards, sizeof *s->maps);
+        s->map_off = wm__calloc(f->n_shards, sizeof *s->map_off);
+        if (!s->maps || !s->map_off)
+            return wm__err(err, WM_ENOMEM, 0, "%s: out of memory", f->path);
+        return map_shards(m, s->maps, s->map_off, err);
+    }
+    if (direct_io) {
+        /* Where a shard's file system has no direct I/O (or the reopen fails at all), that
+         * shard is read buffered: the option asks for direct reads where possible. */
+        s->direct_fd = wm__alloc(f->n_shards * sizeof *s->direct_fd);
+        if (!s->direct_fd) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory", f->path);
+        for (uint32_t i = 0; i < f->n_shards; i++)
+            if (wm__os_reopen_direct(f->shards[i].fd, &s->direct_fd[i]) != 0) s->direct_fd[i] = -1;
+    }
+    wm_status st = wm__region_pages(m, ring_len, WM_LEDGER_SCRATCH, &s->ring, err);
+    if (st) return st;
+    /* Registration faults the whole ring in: huge pages make that a few hundred faults. */
+    wm__os_advise(s->ring.base, s->ring.len, WM_OS_ADV_HUGEPAGE); /* a hint: failure is harmless */
+    atomic_store(&last_ring, s->ring.base);
+    return WM_OK;
+}
+
+/* ---- filling ---- */
+
+/* Fills the device buffers through the pipeline. Everything it acquires (windows, slots,
+ * sources, the pipe's lock) is given back before it returns, on success as on failure:
+ * registrations first (wm__pipe_run's close), then host memory. */
+static wm_status fill_device(wm_model *m, wm__dev *dv, unsigned char **buf,
+                             const wm__staged_opts *o, wm_error *err) {
+    const char *path = m->file->path;
+    bool registered = o->registered;
+    wm__piece *pieces = NULL;
+    wm__window *wins = NULL;
+    size_t n_win = 0;
+    void *work = NULL; /* the slots, the pipe's queues and the reader threads */
+    sources src = {0};
+    wm__pipe p = {.m = m, .dv = dv, .buf = buf, .registered = registered};
+
+    unsigned n_workers = 1;
+    size_t wsize = 0;
+    wm_status st = size_pipe(m, o, &n_workers, &wsize, err);
+    if (!st) st = plan_windows(m, wsize, &pieces, &wins, &n_win, err);
+    if (st) goto out;
+    if (n_workers > n_win) n_workers = n_win ? (unsigned)n_win : 1;
+    /* Readers pread (staged, more than one thread); the registered path registers windows on
+     * the loading thread, so it has none. */
+    unsigned n_slots = n_workers * wm__staged_tuning_now.slots;
+    unsigned n_readers = registered || n_workers == 1 ? 0 : n_workers;
+    m->stats.threads = registered ? 1 : n_workers;
+    if (n_win == 0) goto out;
+
+    work = wm__calloc(1, n_slots * sizeof(wm__slot) + n_readers * sizeof(wm_os_thread) +
+                             3 * (size_t)n_slots * sizeof(unsigned));
+    if (!work) {
+        st = wm__err(err, WM_ENOMEM, 0, "%s: out of memory", path);
+        goto out;
+    }
+    wm_os_thread *readers = (wm_os_thread *)((wm__slot *)work + n_slots);
+    unsigned *queues = (unsigned *)(readers + n_readers);
+    st = wm__pipe_sync_init(&p, err);
+    if (!st) st = sources_open(m, registered, o->direct_io, (size_t)n_slots * wsize, &src, err);
+    if (st) goto out;
+
+    p.win = wins;
+    p.n_win = n_win;
+    p.pieces = pieces;
+    p.wsize = wsize;
+    p.ring = src.ring.base;
+    p.maps = src.maps;
+    p.map_off = src.map_off;
+    p.direct_fd = src.direct_fd;
+    p.slots = work;
+    p.n_slots = n_slots;
+    p.free_q = queues;
+    p.filled_q = queues + n_slots;
+    p.busy_q = queues + 2 * (size_t)n_slots;
+    for (size_t k = 0; k < n_win; k++)
+        p.total += wins[k].bytes;
+    p.own_fds = wm__fds_wanted(m);
+    st = wm__pipe_run(&p, readers, n_readers, err);
+out:
+    wm__pipe_sync_free(&p);
+    sources_free(&src);
+    wm__free(work);
+    wm__free(pieces);
+    wm__free(wins);
+    return st;
+}
+
+/* ---- buffers, release and pointers ---- */
+
+/* The load's state: one device buffer per chunk (NULL for an empty chunk). */
+typedef struct staged_state {
+    unsigned char **buf;
+    uint32_t n_buf; /* entries of buf filled so far (release frees [0, n_buf)) */
+} staged_state;
+
+/* Device memory: one buffer per chunk, counted as it is made. */
+static wm_status alloc_device(wm_model *m, wm__dev *dv, staged_state *ss, wm_error *err) {
+    if (!m->n_chunks) return WM_OK;
+    ss->buf = wm__calloc(m->n_chunks, sizeof *ss->buf);
+    if (!ss->buf) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory", m->file->path);
+    for (uint32_t c = 0; c < m->n_chunks; c++) {
+        size_t size = m->chunks[c].size;
+        unsigned d = m->chunks[c].device;
+        if (size) {
+            void *b = NULL;
+            int ce = dv->ops->alloc(dv, d, size, &b);
+            if (ce) {
+                char prefix[160];
+                snprintf(prefix, sizeof prefix,
+                         "%s: allocating %zu bytes for buffer %u on device %d", m->file->path, size,
+                         c, m->devs[d]);
+                return dv->ops->fail(dv, ce, prefix, err);
+            }
+            ss->buf[c] = b;
+            wm__ledger_device_acquire(m->devs[d], size);
+            m->stats.device_bytes += size;
+        }
+        ss->n_buf = c + 1;
+    }
+    return WM_OK;
+}
+
+wm_status wm__staged_load(wm_model *m, wm__dev *dv, const wm__staged_opts *o, wm_error *err) {
+    staged_state *ss = wm__calloc(1, sizeof *ss);
+    if (!ss) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory", m->file->path);
+    m->bctx = ss;
+    wm_status st = alloc_device(m, dv, ss, err);
+    if (!st) st = fill_device(m, dv, ss->buf, o, err);
+    return st;
+}
+
+void wm__staged_release(wm_model *m, wm__dev *dv) {
+    staged_state *ss = m->bctx;
+    if (!ss) return;
+    for (uint32_t c = 0; c < ss->n_buf; c++) {
+        if (!ss->buf[c]) continue;
+        unsigned d = m->chunks[c].device;
+        dv->ops->free(dv, d, ss->buf[c]);
+        wm__ledger_device_release(m->devs[d], m->chunks[c].size);
+        m->stats.device_bytes -= m->chunks[c].size;
+    }
+    wm__free(ss->buf);
+    wm__free(ss);
+    m->bctx = NULL;
+}
+
+unsigned char *const *wm__staged_buffers(const wm_model *m) {
+    const staged_state *ss = m->bctx;
+    return ss ? ss->buf : NULL;
+}
+
+uint64_t wm__staged_device_ptr(const wm_model *m, size_t t) {
+    const staged_state *ss = m->bctx;
+    const wm__place *p = &m->place[t];
+    if (!ss || p->chunk >= ss->n_buf || !ss->buf[p->chunk]) return 0;
+    return (uint64_t)(uintptr_t)(ss->buf[p->chunk] + p->dst_off);
+}
