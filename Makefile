@@ -153,7 +153,7 @@ test-python-asan: python-build
 
 # AArch64 (docs/PORTING.md, docs/TESTING.md): `make arm64` cross-builds the library, the CLI and
 # the tests into build-arm64/ with Debian's aarch64 toolchain (cmake/toolchain-aarch64.cmake;
-# scripts/deps.sh arm64 installs it, qemu-user and libcjson-dev:arm64); `make test-arm64` runs the
+# scripts/deps.sh arm64 installs it, qemu-user and libc6:arm64); `make test-arm64` runs the
 # ctest suite under qemu-user, less ARM64_EXCLUDE (what qemu cannot run, TESTING.md says why),
 # then checks the AArch64 CLI's `cat --as f32|f16|bf16` against llama.cpp's own dequantizers (the
 # x86-64 peer, in build-test's test_convert). RelWithDebInfo with fault injection, as test-normal;

@@ -2,9 +2,7 @@
 # deps.sh: installs the Debian packages the build and the tests need, when they are missing.
 # Called by every Makefile target, so a fresh Debian 12 machine needs nothing installed by hand.
 set -euo pipefail
-# (libcjson-dev: only test_trace.c, which reads the trace tool's JSON reports with it; the library
-# has its own JSON parser.)
-need=(cmake ninja-build gcc clang libclang-rt-14-dev llvm pkg-config libcjson-dev clang-format librsvg2-bin netpbm
+need=(cmake ninja-build gcc clang libclang-rt-14-dev llvm pkg-config clang-format librsvg2-bin netpbm
       libzydis-dev)
 # `deps.sh python`: also what the Python package needs (python/; make python, make test-python):
 # Python's headers, setuptools and pip to build and install it, NumPy, PyTorch (CPU) and pytest
@@ -14,11 +12,10 @@ if [ "${1:-}" = python ]; then
          libdlpack-dev)
 fi
 # `deps.sh arm64`: the AArch64 cross build and its tests (make arm64, make test-arm64): Debian's
-# cross compiler, qemu-user, and the :arm64 -dev libraries the build links (libcjson-dev:arm64,
-# which brings libc6:arm64, the loader qemu runs the tests with). Multiarch needs the arm64
+# cross compiler, qemu-user, and libc6:arm64, the loader and C library qemu runs the tests with. Multiarch needs the arm64
 # architecture added to dpkg once, and the package lists fetched again after that.
 if [ "${1:-}" = arm64 ]; then
-  need+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user libcjson-dev:arm64)
+  need+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user libc6:arm64)
 fi
 missing=()
 for p in "${need[@]}"; do

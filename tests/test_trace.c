@@ -7,9 +7,9 @@
  * read back pixel by pixel; llama.cpp's own loader (the npm peer) in read and mmap mode; and
  * weightmap's own CLI, which must come out clean.
  */
+#include "json_tree.h"
 #include "wmtest.h"
 
-#include <cjson/cJSON.h>
 #include <libgen.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -43,7 +43,7 @@ static const char *prog(const char *name) {
 }
 
 /* `weightmap trace --json --out FILE OPTS -- CMD`: the parsed report (exit code in *rc). */
-static cJSON *trace_json(const char *opts, const char *cmd, int *rc) {
+static jnode *trace_json(const char *opts, const char *cmd, int *rc) {
     char line[8192], *out;
     const char *report = wmt_tmp("report.json");
     unlink(report);
@@ -55,7 +55,7 @@ static cJSON *trace_json(const char *opts, const char *cmd, int *rc) {
     char *text = wmt_read_file(report, &n);
     text = realloc(text, n + 1);
     text[n] = 0;
-    cJSON *j = cJSON_Parse(text);
+    jnode *j = jparse(text);
     CHECK_MSG(j != NULL, "not JSON (exit %d): %.2000s", *rc, text);
     free(text);
     return j;
@@ -67,47 +67,44 @@ static const char *leaky(const char *mode, const char *file, int cycles, const c
     return buf;
 }
 
-static int count_rule(const cJSON *j, const char *rule) {
+static int count_rule(const jnode *j, const char *rule) {
     int n = 0;
-    const cJSON *v;
-    cJSON_ArrayForEach(v, cJSON_GetObjectItem(j, "verdicts")) {
-        if (!strcmp(cJSON_GetObjectItem(v, "rule")->valuestring, rule)) n++;
+    const jnode *v;
+    jforeach(v, jget(j, "verdicts")) {
+        if (!strcmp(jget(v, "rule")->str, rule)) n++;
     }
     return n;
 }
-static int n_items(const cJSON *j, const char *key) {
-    return cJSON_GetArraySize(cJSON_GetObjectItem(j, key));
-}
-static double num(const cJSON *o, const char *key) {
-    const cJSON *v = cJSON_GetObjectItem(o, key);
-    CHECK_MSG(v && cJSON_IsNumber(v), "no number %s", key);
-    return v->valuedouble;
+static int n_items(const jnode *j, const char *key) { return jsize(jget(j, key)); }
+static double num(const jnode *o, const char *key) {
+    const jnode *v = jget(o, key);
+    CHECK_MSG(v && jis(v, WM_JNUMBER), "no number %s", key);
+    return v->num;
 }
 
 /* How many places marker k (in the order given) was hooked at. */
-static double marker_sites(const cJSON *j, int k) {
-    const cJSON *m = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "markers"), k);
+static double marker_sites(const jnode *j, int k) {
+    const jnode *m = jitem(jget(j, "markers"), k);
     CHECK_MSG(m != NULL, "no marker %d", k);
     return num(m, "sites");
 }
 
 /* The messages of the facts, one string (for strstr). */
-static void facts_text(const cJSON *j, char *out, size_t cap) {
+static void facts_text(const jnode *j, char *out, size_t cap) {
     size_t n = 0;
     out[0] = 0;
-    const cJSON *f;
-    cJSON_ArrayForEach(f, cJSON_GetObjectItem(j, "facts")) {
-        n += (size_t)snprintf(out + n, cap - n, "%s\n",
-                              cJSON_GetObjectItem(f, "message")->valuestring);
+    const jnode *f;
+    jforeach(f, jget(j, "facts")) {
+        n += (size_t)snprintf(out + n, cap - n, "%s\n", jget(f, "message")->str);
         if (n >= cap) break;
     }
 }
 
 /* The string `field` of the first item of the array `key` in the report. */
-static const char *first_str(const cJSON *j, const char *key, const char *field) {
-    const cJSON *v = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, key), 0), field);
-    CHECK_MSG(v && cJSON_IsString(v), "no string %s[0].%s", key, field);
-    return v->valuestring;
+static const char *first_str(const jnode *j, const char *key, const char *field) {
+    const jnode *v = jget(jitem(jget(j, key), 0), field);
+    CHECK_MSG(v && jis(v, WM_JSTRING), "no string %s[0].%s", key, field);
+    return v->str;
 }
 
 /* Runs the command line `fmt` (printf-style) gives, its stdout dropped; returns its exit code. */
@@ -134,37 +131,37 @@ static void stderr_has(const char *needle) {
 
 /* The report of `weightmap trace OPTS` on leaky's `mode` over the fixture for `cycles` cycles
  * with `marker`; the trace must exit with `want_rc`. */
-static cJSON *leaky_json(const char *opts, const char *mode, int cycles, const char *marker,
+static jnode *leaky_json(const char *opts, const char *mode, int cycles, const char *marker,
                          int want_rc) {
     int rc;
-    cJSON *j = trace_json(opts, leaky(mode, FIXTURE, cycles, marker), &rc);
+    jnode *j = trace_json(opts, leaky(mode, FIXTURE, cycles, marker), &rc);
     CHECK_MSG(rc == want_rc, "leaky %s %d %s: exit %d, want %d", mode, cycles, marker, rc, want_rc);
     return j;
 }
 
 WM_TEST(clean_program_has_no_verdict) {
-    cJSON *j = leaky_json(MARKER, "clean", 3, "call", 0);
-    CHECK(cJSON_IsTrue(cJSON_GetObjectItem(j, "ok")));
+    jnode *j = leaky_json(MARKER, "clean", 3, "call", 0);
+    CHECK(jis(jget(j, "ok"), WM_JTRUE));
     CHECK_EQ(n_items(j, "verdicts"), 0);
     CHECK_EQ(n_items(j, "releases"), 3);
     CHECK_EQ(marker_sites(j, 0), 1); /* the definition in libwmtleakrt.so */
     CHECK_EQ(n_items(j, "mappings"), 3);
-    const cJSON *m;
-    cJSON_ArrayForEach(m, cJSON_GetObjectItem(j, "mappings")) {
-        CHECK(cJSON_IsNumber(cJSON_GetObjectItem(m, "unmapped")));
+    const jnode *m;
+    jforeach(m, jget(j, "mappings")) {
+        CHECK(jis(jget(m, "unmapped"), WM_JNUMBER));
         CHECK(num(m, "unmapped") >= num(m, "mapped"));
-        CHECK(cJSON_IsFalse(cJSON_GetObjectItem(m, "private")));
+        CHECK(jis(jget(m, "private"), WM_JFALSE));
     }
-    const cJSON *f = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "files"), 0);
+    const jnode *f = jitem(jget(j, "files"), 0);
     CHECK(f != NULL);
-    CHECK(strstr(cJSON_GetObjectItem(f, "path")->valuestring, "stories260K.gguf") != NULL);
+    CHECK(strstr(jget(f, "path")->str, "stories260K.gguf") != NULL);
     CHECK_EQ(num(f, "opens"), 3);
     CHECK_EQ(num(f, "live"), 0);
     /* The loader threads read the whole file each, through 32 KiB of malloc. */
     int loaders = 0;
-    const cJSON *t;
-    cJSON_ArrayForEach(t, cJSON_GetObjectItem(j, "threads")) {
-        if (!cJSON_IsTrue(cJSON_GetObjectItem(t, "loader"))) continue;
+    const jnode *t;
+    jforeach(t, jget(j, "threads")) {
+        if (!jis(jget(t, "loader"), WM_JTRUE)) continue;
         loaders++;
         CHECK(num(t, "largest_loading") <= 64 << 10);
         if (num(t, "anon_maps") == 0) continue; /* the main thread maps the file, no memory */
@@ -173,36 +170,36 @@ WM_TEST(clean_program_has_no_verdict) {
         CHECK(num(t, "weight_read") >= num(f, "size"));
     }
     CHECK(loaders >= 3);
-    cJSON_Delete(j);
+    jfree(j);
 }
 
 WM_TEST(scratch_in_malloc) {
     /* Each cycle's loader frees 1.6 MiB of heap blocks before the load ends; malloc keeps them. */
-    cJSON *j = leaky_json(MARKER, "scratch", 3, "call", 1);
+    jnode *j = leaky_json(MARKER, "scratch", 3, "call", 1);
     CHECK(count_rule(j, "scratch") >= 1);
     CHECK_EQ(n_items(j, "verdicts"), count_rule(j, "scratch"));
-    const cJSON *ld;
-    cJSON_ArrayForEach(ld, cJSON_GetObjectItem(j, "loads")) {
+    const jnode *ld;
+    jforeach(ld, jget(j, "loads")) {
         CHECK_EQ(num(ld, "scratch"), 16 * num(ld, "scratch_largest"));
         CHECK(num(ld, "scratch_largest") >= 100 << 10);
         CHECK_EQ(num(ld, "kept_at_end"), 0);
     }
-    cJSON_Delete(j);
+    jfree(j);
     stderr_has("weightmap: trace: rule scratch: release ");
     stderr_has("freed scratch stayed in the footprint");
 }
 
 WM_TEST(weights_in_malloc_are_not_scratch) {
     /* A load reads the file into one malloc'd buffer, held until the release frees it. */
-    cJSON *j = leaky_json("--load-marker load_cycle --cycles-marker leaky_release", "heap", 3,
+    jnode *j = leaky_json("--load-marker load_cycle --cycles-marker leaky_release", "heap", 3,
                           "direct", 0);
     CHECK_EQ(n_items(j, "verdicts"), 0);
     CHECK_EQ(n_items(j, "loads"), 3);
     CHECK_EQ(n_items(j, "releases"), 3);
-    const cJSON *f = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "files"), 0);
-    const cJSON *ld;
-    cJSON_ArrayForEach(ld, cJSON_GetObjectItem(j, "loads")) {
-        CHECK(cJSON_IsTrue(cJSON_GetObjectItem(ld, "marker")));
+    const jnode *f = jitem(jget(j, "files"), 0);
+    const jnode *ld;
+    jforeach(ld, jget(j, "loads")) {
+        CHECK(jis(jget(ld, "marker"), WM_JTRUE));
         CHECK_EQ(num(ld, "scratch"), 0);
         CHECK(num(ld, "kept_at_end") >= num(f, "size"));
         CHECK_EQ(num(ld, "freed_in_release"), num(ld, "kept_at_end"));
@@ -212,20 +209,18 @@ WM_TEST(weights_in_malloc_are_not_scratch) {
     facts_text(j, facts, sizeof facts);
     CHECK_MSG(strstr(facts, "load 3 (thread ") && strstr(facts, "weights in malloc memory"),
               "facts: %s", facts);
-    cJSON_Delete(j);
+    jfree(j);
 }
 
 WM_TEST(release_on_a_worker_with_signals_blocked) {
     /* leaky_release runs on a thread of its own that blocks every signal (SIGTRAP included, as
      * libuv's workers may): the marker still fires there, and the report names the thread. */
-    cJSON *j = leaky_json("--load-marker load_cycle --cycles-marker leaky_release", "heap", 3,
+    jnode *j = leaky_json("--load-marker load_cycle --cycles-marker leaky_release", "heap", 3,
                           "thread", 0);
     CHECK_EQ(n_items(j, "releases"), 3);
-    const cJSON *r, *ld = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "loads"), 0);
-    cJSON_ArrayForEach(r, cJSON_GetObjectItem(j, "releases")) {
-        CHECK(num(r, "tid") != num(ld, "tid"));
-    }
-    const cJSON *r1 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "releases"), 0);
+    const jnode *r, *ld = jitem(jget(j, "loads"), 0);
+    jforeach(r, jget(j, "releases")) { CHECK(num(r, "tid") != num(ld, "tid")); }
+    const jnode *r1 = jitem(jget(j, "releases"), 0);
     CHECK_EQ(num(ld, "release_tid"), num(r1, "tid")); /* that thread freed the weights */
     CHECK(num(ld, "freed_in_release") > 0);
     char facts[8192];
@@ -234,7 +229,7 @@ WM_TEST(release_on_a_worker_with_signals_blocked) {
         strstr(facts, "release 1 ran on thread ") &&
             strstr(facts, "of that load's malloc memory was freed by a release on that thread"),
         "facts: %s", facts);
-    cJSON_Delete(j);
+    jfree(j);
 }
 
 /* A marker by offset inside a named object (what a stripped object allows): leaky+0x..., the
@@ -248,108 +243,104 @@ WM_TEST(marker_by_offset_in_an_object) {
     CHECK_MSG(off != 0, "nm gives no address for leaky_release");
     char opts[256];
     snprintf(opts, sizeof opts, "--cycles-marker leaky+0x%llx", off);
-    cJSON *j = leaky_json(opts, "map", 3, "direct", 1);
+    jnode *j = leaky_json(opts, "map", 3, "direct", 1);
     CHECK_EQ(marker_sites(j, 0), 1);
     CHECK_EQ(n_items(j, "releases"), 3);
     CHECK_EQ(count_rule(j, "released"), 3);
-    cJSON_Delete(j);
+    jfree(j);
 }
 
 WM_TEST(executable_markers_leak_flagged_each_release) {
     /* load_cycle and leaky_release are internal to the executable and called directly. */
-    cJSON *j =
+    jnode *j =
         leaky_json("--load-marker load_cycle --cycles-marker leaky_release", "map", 3, "direct", 1);
     CHECK_EQ(marker_sites(j, 0), 1);
     CHECK_EQ(marker_sites(j, 1), 1);
-    CHECK(!strcmp(
-        cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "markers"), 1), "object")
-            ->valuestring,
-        "leaky"));
+    CHECK(!strcmp(jget(jitem(jget(j, "markers"), 1), "object")->str, "leaky"));
     CHECK_EQ(n_items(j, "releases"), 3);
     CHECK_EQ(n_items(j, "loads"), 3);
     CHECK_EQ(count_rule(j, "released"), 3);
-    const cJSON *v;
+    const jnode *v;
     int seen[4] = {0};
-    cJSON_ArrayForEach(v, cJSON_GetObjectItem(j, "verdicts")) {
+    jforeach(v, jget(j, "verdicts")) {
         int r;
-        if (!strcmp(cJSON_GetObjectItem(v, "rule")->valuestring, "released") &&
-            sscanf(cJSON_GetObjectItem(v, "message")->valuestring, "release %d", &r) == 1 &&
-            r >= 1 && r <= 3)
+        if (!strcmp(jget(v, "rule")->str, "released") &&
+            sscanf(jget(v, "message")->str, "release %d", &r) == 1 && r >= 1 && r <= 3)
             seen[r]++;
     }
     CHECK(seen[1] == 1 && seen[2] == 1 && seen[3] == 1); /* one at each release */
     CHECK(count_rule(j, "cycle") >= 1); /* a mapping more at every release: one line */
     int r = 0;
-    const cJSON *rel;
-    cJSON_ArrayForEach(rel, cJSON_GetObjectItem(j, "releases")) {
-        const cJSON *at = cJSON_GetObjectItem(rel, "at");
+    const jnode *rel;
+    jforeach(rel, jget(j, "releases")) {
+        const jnode *at = jget(rel, "at");
         CHECK_EQ(num(at, "weight_mappings"), ++r);
         CHECK(num(at, "footprint") > 0 && num(at, "resident") > 0 && num(at, "mappings") > 0);
     }
-    cJSON_Delete(j);
+    jfree(j);
 }
 
 WM_TEST(mapping_never_unmapped) {
-    cJSON *j = leaky_json(MARKER, "map", 3, "call", 1);
+    jnode *j = leaky_json(MARKER, "map", 3, "call", 1);
     CHECK_EQ(count_rule(j, "released"), 3);
     CHECK_EQ(count_rule(j, "loads"), 1); /* two live mappings of the same bytes after one load */
     CHECK_EQ(count_rule(j, "private"), 0);
     CHECK_EQ(count_rule(j, "scratch"), 0);
-    const cJSON *f = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "files"), 0);
+    const jnode *f = jitem(jget(j, "files"), 0);
     CHECK_EQ(num(f, "live"), 3);
-    cJSON_Delete(j);
+    jfree(j);
     /* Without a marker the end of the process is the release. */
     j = leaky_json("", "map", 1, "none", 1);
     CHECK_EQ(count_rule(j, "released"), 1);
     CHECK(strstr(first_str(j, "verdicts", "message"), "at the end of the process") != NULL);
-    cJSON_Delete(j);
+    jfree(j);
 }
 
 WM_TEST(private_writable_mapping) {
-    cJSON *j = leaky_json(MARKER, "private", 2, "call", 1);
+    jnode *j = leaky_json(MARKER, "private", 2, "call", 1);
     CHECK_EQ(count_rule(j, "private"), 2);
     CHECK_EQ(count_rule(j, "released"), 0);
-    const cJSON *m = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "mappings"), 0);
-    CHECK(cJSON_IsTrue(cJSON_GetObjectItem(m, "privatises_on_read")));
+    const jnode *m = jitem(jget(j, "mappings"), 0);
+    CHECK(jis(jget(m, "privatises_on_read"), WM_JTRUE));
     CHECK(strstr(first_str(j, "verdicts", "message"), "privatises on read") != NULL);
-    cJSON_Delete(j);
+    jfree(j);
 }
 
 WM_TEST(split_chunks_leaked) {
-    cJSON *j = leaky_json(MARKER, "split", 3, "call", 1);
+    jnode *j = leaky_json(MARKER, "split", 3, "call", 1);
     CHECK_EQ(count_rule(j, "released"), 3); /* the second chunk of each cycle */
     CHECK_EQ(n_items(j, "mappings"), 6);
-    const cJSON *m;
+    const jnode *m;
     int live = 0;
-    cJSON_ArrayForEach(m, cJSON_GetObjectItem(j, "mappings")) {
-        if (cJSON_IsNull(cJSON_GetObjectItem(m, "unmapped"))) {
+    jforeach(m, jget(j, "mappings")) {
+        if (jis(jget(m, "unmapped"), WM_JNULL)) {
             live++;
             CHECK(num(m, "offset") > 0); /* only the chunks past the first */
         }
     }
     CHECK_EQ(live, 3);
-    cJSON_Delete(j);
+    jfree(j);
 }
 
 WM_TEST(mlock_is_reported) {
-    cJSON *j = leaky_json(MARKER, "lock", 2, "call", 0);
+    jnode *j = leaky_json(MARKER, "lock", 2, "call", 0);
     CHECK(n_items(j, "locks") >= 2);
-    const cJSON *l = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "locks"), 0);
-    CHECK(!strcmp(cJSON_GetObjectItem(l, "call")->valuestring, "mlock"));
-    CHECK(cJSON_IsTrue(cJSON_GetObjectItem(l, "weight"))); /* it locks a weight mapping */
-    const cJSON *f = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "files"), 0);
+    const jnode *l = jitem(jget(j, "locks"), 0);
+    CHECK(!strcmp(jget(l, "call")->str, "mlock"));
+    CHECK(jis(jget(l, "weight"), WM_JTRUE)); /* it locks a weight mapping */
+    const jnode *f = jitem(jget(j, "files"), 0);
     CHECK_EQ(num(l, "length"), num(f, "size"));
-    cJSON_Delete(j);
+    jfree(j);
 }
 
 WM_TEST(sigusr1_is_a_release) {
-    cJSON *j = leaky_json("", "clean", 2, "signal", 0);
+    jnode *j = leaky_json("", "clean", 2, "signal", 0);
     CHECK_EQ(n_items(j, "releases"), 2);
     CHECK(!strcmp(first_str(j, "releases", "source"), "SIGUSR1"));
-    cJSON_Delete(j);
+    jfree(j);
     j = leaky_json("", "map", 2, "signal", 1);
     CHECK_EQ(count_rule(j, "released"), 2);
-    cJSON_Delete(j);
+    jfree(j);
 }
 
 WM_TEST(named_file) {
@@ -358,17 +349,17 @@ WM_TEST(named_file) {
     static unsigned char data[256 << 10];
     wmt_write_file(path, data, sizeof data);
     int rc;
-    cJSON *j = trace_json("", leaky("map", path, 1, "none"), &rc);
+    jnode *j = trace_json("", leaky("map", path, 1, "none"), &rc);
     CHECK_EQ(rc, 0);
     CHECK_EQ(n_items(j, "mappings"), 0);
-    cJSON_Delete(j);
+    jfree(j);
     char opts[4200];
     snprintf(opts, sizeof opts, "--file %s", path);
     j = trace_json(opts, leaky("map", path, 1, "none"), &rc);
     CHECK_EQ(rc, 1);
     CHECK_EQ(n_items(j, "mappings"), 1);
     CHECK(!strcmp(first_str(j, "files", "kind"), "named"));
-    cJSON_Delete(j);
+    jfree(j);
 }
 
 WM_TEST(exit_status_and_output_passed_on) {
@@ -377,10 +368,10 @@ WM_TEST(exit_status_and_output_passed_on) {
     CHECK_EQ(wmt_run(cmd, &out), 7); /* untraced */
     free(out);
     int rc;
-    cJSON *j = trace_json("", cmd, &rc);
+    jnode *j = trace_json("", cmd, &rc);
     CHECK_EQ(rc, 7);
     CHECK_EQ(num(j, "exit_status"), 7);
-    cJSON_Delete(j);
+    jfree(j);
     /* A signal: 128 + its number, as a shell reports it. */
     CHECK_EQ(run_rc("%s trace -- sh -c 'kill -TERM $$' >/dev/null", WM_CLI), 128 + 15);
     /* The program's own output comes first and unchanged. */
@@ -402,10 +393,10 @@ WM_TEST(usage_and_missing_library) {
 WM_TEST(fork_child_is_skipped) {
     /* The child's mapping (never unmapped, but gone with the child) is not the traced
      * process's: nothing recorded, no verdict, the parent's status. */
-    cJSON *j = leaky_json(MARKER, "fork", 2, "call", 0);
+    jnode *j = leaky_json(MARKER, "fork", 2, "call", 0);
     CHECK_EQ(n_items(j, "mappings"), 0);
     CHECK_EQ(n_items(j, "releases"), 2);
-    cJSON_Delete(j);
+    jfree(j);
 }
 
 WM_TEST(exec_in_place_traced_children_skipped) {
@@ -413,35 +404,34 @@ WM_TEST(exec_in_place_traced_children_skipped) {
     int rc;
     /* The traced process execs the leaking program: the new image is traced (same pid). */
     snprintf(cmd, sizeof cmd, "sh -c 'exec %s'", leaky("map", FIXTURE, 1, "none"));
-    cJSON *j = trace_json("", cmd, &rc);
+    jnode *j = trace_json("", cmd, &rc);
     CHECK_EQ(rc, 1);
     CHECK_EQ(count_rule(j, "released"), 1);
-    cJSON_Delete(j);
+    jfree(j);
     /* The traced shell starts it as a child: skipped (LD_PRELOAD reaches it, dormant). */
     snprintf(cmd, sizeof cmd, "sh -c '%s; true'", leaky("map", FIXTURE, 1, "none"));
     j = trace_json("", cmd, &rc);
     CHECK_EQ(rc, 0);
     CHECK_EQ(n_items(j, "mappings"), 0);
-    cJSON_Delete(j);
+    jfree(j);
 }
 
 WM_TEST(threads_free_each_others_blocks) {
     int rc;
-    cJSON *j = trace_json("", leaky("threads", "-", 0, "none"), &rc);
+    jnode *j = trace_json("", leaky("threads", "-", 0, "none"), &rc);
     CHECK_EQ(rc, 0);
     CHECK(n_items(j, "threads") >= 5);
-    const cJSON *t;
+    const jnode *t;
     uint64_t allocs = 0;
-    cJSON_ArrayForEach(t, cJSON_GetObjectItem(j, "threads")) {
-        const cJSON *held = cJSON_GetObjectItem(t, "held");
+    jforeach(t, jget(j, "threads")) {
+        const jnode *held = jget(t, "held");
         for (int c = 1; c < 4; c++) /* every big block was freed, some by another thread */
-            CHECK_MSG(cJSON_GetArrayItem(held, c)->valuedouble == 0,
-                      "thread %.0f holds %.0f in class %d", num(t, "tid"),
-                      cJSON_GetArrayItem(held, c)->valuedouble, c);
+            CHECK_MSG(jitem(held, c)->num == 0, "thread %.0f holds %.0f in class %d", num(t, "tid"),
+                      jitem(held, c)->num, c);
         allocs += (uint64_t)num(t, "allocs");
     }
     CHECK(allocs >= 4 * 3000 * 2 + 64);
-    cJSON_Delete(j);
+    jfree(j);
 }
 
 /* ---- the picture ---- */
@@ -485,11 +475,11 @@ WM_TEST(svg_renders) {
     snprintf(opts, sizeof opts, MARKER " --svg %s", svg);
     int rc;
     /* Cycle 1 of "split" leaks its second chunk: two bars, the first green, the second red. */
-    cJSON *j = trace_json(opts, leaky("split", FIXTURE, 1, "call"), &rc);
+    jnode *j = trace_json(opts, leaky("split", FIXTURE, 1, "call"), &rc);
     CHECK_EQ(rc, 1);
     int n_broken = n_items(j, "verdicts");
     CHECK_EQ(n_broken, 1);
-    cJSON_Delete(j);
+    jfree(j);
     int w = 0, h = 0;
     unsigned char *px = render(svg, &w, &h);
     CHECK_MSG(px != NULL, "%s does not render", svg);
@@ -557,38 +547,38 @@ static void llama_cycles(int load_mode) {
     char cmd[8192];
     snprintf(cmd, sizeof cmd, "%s %s %d 5 %s", prog("llama_driver"), PEER_LIB, load_mode, FIXTURE);
     int rc;
-    cJSON *j = trace_json("--cycles-marker llama_model_free", cmd, &rc);
+    jnode *j = trace_json("--cycles-marker llama_model_free", cmd, &rc);
     CHECK_EQ(num(j, "exit_status"), 0);
     CHECK_EQ(n_items(j, "releases"), 5); /* llama_model_free returned five times */
     CHECK_EQ(marker_sites(j, 0), 1);     /* its definition in libllama */
-    const cJSON *f = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "files"), 0);
+    const jnode *f = jitem(jget(j, "files"), 0);
     CHECK(f != NULL);
     CHECK(num(f, "opens") >= 5);
     CHECK_EQ(num(f, "live"), 0);
     CHECK_EQ(count_rule(j, "released"), 0);
     CHECK_EQ(count_rule(j, "private"), 0);
-    const cJSON *t0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "threads"), 0);
-    CHECK(cJSON_IsTrue(cJSON_GetObjectItem(t0, "loader")));
+    const jnode *t0 = jitem(jget(j, "threads"), 0);
+    CHECK(jis(jget(t0, "loader"), WM_JTRUE));
     if (load_mode == 1) {
         /* One shared read-only mapping per load, each gone before its llama_model_free returns. */
         CHECK_EQ(n_items(j, "mappings"), 5);
-        const cJSON *m;
-        cJSON_ArrayForEach(m, cJSON_GetObjectItem(j, "mappings")) {
-            CHECK(cJSON_IsFalse(cJSON_GetObjectItem(m, "private")));
-            CHECK(cJSON_IsNumber(cJSON_GetObjectItem(m, "unmapped")));
+        const jnode *m;
+        jforeach(m, jget(j, "mappings")) {
+            CHECK(jis(jget(m, "private"), WM_JFALSE));
+            CHECK(jis(jget(m, "unmapped"), WM_JNUMBER));
         }
     } else {
         /* Read mode maps nothing; its tensor buffer comes from malloc while loading, and is
          * held until the release: weights in malloc memory, not scratch. */
         CHECK_EQ(n_items(j, "mappings"), 0);
         CHECK(num(t0, "largest_loading") >= num(f, "size") / 2);
-        const cJSON *ld;
-        cJSON_ArrayForEach(ld, cJSON_GetObjectItem(j, "loads")) {
+        const jnode *ld;
+        jforeach(ld, jget(j, "loads")) {
             CHECK(num(ld, "kept_at_end") >= num(f, "size") / 2);
             CHECK(num(ld, "freed_in_release") >= num(f, "size") / 2);
         }
     }
-    cJSON_Delete(j);
+    jfree(j);
 }
 
 WM_TEST(llama_read_mode_5_cycles) { llama_cycles(0); }
@@ -605,34 +595,34 @@ static void llama_node_cycles(bool mmap_on) {
     snprintf(cmd, sizeof cmd, "node %s/tests/trace/app.mjs %s %s 3", WM_SOURCE_DIR, FIXTURE,
              mmap_on ? "on" : "off");
     int rc;
-    cJSON *j = trace_json("--load-marker llama_model_load_from_file --cycles-marker "
+    jnode *j = trace_json("--load-marker llama_model_load_from_file --cycles-marker "
                           "_ZN11llama_modelD2Ev --cycles-marker llama_model_free",
                           cmd, &rc);
     CHECK_MSG(rc == 0, "exit %d", rc);
     CHECK_EQ(n_items(j, "verdicts"), 0);
     for (int k = 0; k < 3; k++)
         CHECK_EQ(marker_sites(j, k), 1); /* each in index.node */
-    const cJSON *m2 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "markers"), 2);
+    const jnode *m2 = jitem(jget(j, "markers"), 2);
     CHECK_EQ(num(m2, "calls"), 0);
     CHECK_EQ(n_items(j, "loads"), 3);
     CHECK_EQ(n_items(j, "releases"), 3);
-    const cJSON *r;
-    cJSON_ArrayForEach(r, cJSON_GetObjectItem(j, "releases")) {
-        const cJSON *at = cJSON_GetObjectItem(r, "at");
+    const jnode *r;
+    jforeach(r, jget(j, "releases")) {
+        const jnode *at = jget(r, "at");
         CHECK(num(at, "footprint") > 0 && num(at, "resident") > 0 && num(at, "mappings") > 0);
         CHECK_EQ(num(at, "weight_mappings"), 0);
         CHECK_EQ(num(r, "load_kept"), 0); /* the load's malloc memory is back */
     }
-    const cJSON *f = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "files"), 0);
-    const cJSON *ld;
-    cJSON_ArrayForEach(ld, cJSON_GetObjectItem(j, "loads")) {
+    const jnode *f = jitem(jget(j, "files"), 0);
+    const jnode *ld;
+    jforeach(ld, jget(j, "loads")) {
         /* use_mmap off: the weights buffer is malloc memory held until the release, not scratch */
         if (!mmap_on) CHECK(num(ld, "kept_at_end") >= num(f, "size") * 0.9);
         if (!mmap_on) CHECK_EQ(num(ld, "freed_in_release"), num(ld, "kept_at_end"));
         CHECK(num(ld, "scratch") < num(f, "size") / 2);
     }
     CHECK_EQ(n_items(j, "mappings"), mmap_on ? 3 : 0);
-    cJSON_Delete(j);
+    jfree(j);
 }
 
 WM_TEST(llama_node_mmap_3_cycles) { llama_node_cycles(true); }
@@ -650,19 +640,19 @@ WM_TEST(weightmap_cli_is_clean) {
     for (int i = 0; i < 2; i++) {
         snprintf(cmd, sizeof cmd, "%s load %s --mode %s --cycles 3", WM_CLI, model, modes[i]);
         int rc;
-        cJSON *j = trace_json("", cmd, &rc);
+        jnode *j = trace_json("", cmd, &rc);
         CHECK_MSG(rc == 0, "mode %s: exit %d", modes[i], rc);
         CHECK_EQ(n_items(j, "verdicts"), 0);
-        const cJSON *f = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "files"), 0);
+        const jnode *f = jitem(jget(j, "files"), 0);
         CHECK(f != NULL); /* the tracer saw the model */
         CHECK_EQ(num(f, "live"), 0);
         CHECK_EQ(n_items(j, "mappings"), i == 1 ? 3 : 0);
-        const cJSON *t;
+        const jnode *t;
         int loaders = 0;
-        cJSON_ArrayForEach(t, cJSON_GetObjectItem(j, "threads")) {
-            if (cJSON_IsTrue(cJSON_GetObjectItem(t, "loader"))) loaders++;
+        jforeach(t, jget(j, "threads")) {
+            if (jis(jget(t, "loader"), WM_JTRUE)) loaders++;
         }
         CHECK(loaders >= 1);
-        cJSON_Delete(j);
+        jfree(j);
     }
 }
