@@ -13,9 +13,7 @@
 # Usage: bench/gpu.sh [SIZE]
 # Environment: OUT (folder for logs and results, default /tmp/wm-gpu-out), BUILD (build folder,
 # default build-gpu), MODELS (model folder, default /tmp/wm-gpu-models), DEPS (a folder of .deb
-# files of libcjson1, libcjson-dev, pkgconf, pkgconf-bin and libpkgconf3, unpacked and used when
-# the machine lacks pkg-config or libcjson; default .debs, git-ignored locally: fill it with
-# `apt-get download libcjson1 libcjson-dev pkgconf pkgconf-bin libpkgconf3`), SKIP_TESTS=1,
+# files unpacked by scripts/gpu_env.sh; the build needs none; default .debs), SKIP_TESTS=1,
 # REPEAT (default 5), TUNE=1 (also run the pipeline's tuning matrix), EXPLORE=1 (with TUNE=1:
 # also `bench/gpu register`, the no-copy design's figures).
 set -u

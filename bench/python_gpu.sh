@@ -11,7 +11,7 @@
 # Usage: bench/python_gpu.sh [SIZE]          (default 8G)
 # Environment: OUT (logs, default /tmp/wm-pygpu-out), BUILD (default build-gpu-py), MODELS
 # (default /tmp/wm-gpu-models), REPEAT (default 5), DEPS (a folder of .deb files unpacked when
-# the machine lacks them: libcjson1 libcjson-dev pkgconf pkgconf-bin libpkgconf3 libdlpack-dev;
+# the machine lacks them: libdlpack-dev;
 # default .debs-py, git-ignored; fill it with `apt-get download` of those names).
 set -u
 SIZE=${1:-8G}

@@ -9,7 +9,7 @@
 # Usage: bench/python_transformers.sh [GIB]             (default 8)
 # Environment: OUT (results, default /tmp/wm-tf-out), BUILD (default build-gpu-py), MODELS
 # (default /tmp/wm-tf-models), REPEAT (default 5), DEPS (a folder of .deb files unpacked when the
-# machine lacks them: libcjson1 libcjson-dev pkgconf pkgconf-bin libpkgconf3 libdlpack-dev;
+# machine lacks them: libdlpack-dev;
 # default .debs-py, git-ignored; fill it with `apt-get download` of those names).
 # SKIP_BENCH=1 stops after the checks and tests. Each stage has its own time limit and writes
 # its log to $OUT; the summary is $OUT/summary.txt.
