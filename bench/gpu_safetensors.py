@@ -15,13 +15,7 @@ import time
 import torch
 
 
-def footprint():
-    total = 0
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(("RssAnon:", "RssShmem:", "VmSwap:")):
-                total += int(line.split()[1]) * 1024
-    return total
+from hostmem import footprint  # RssAnon + RssShmem + VmSwap (bench/hostmem.py)
 
 
 def main():

@@ -25,39 +25,13 @@ import json
 import statistics
 import subprocess
 import sys
-import threading
 import time
 
 import torch
 
 import weightmap
 
-# RssAnon + RssShmem + VmSwap of this process: the same figure bench/gpu_safetensors.py (beside
-# this file, on sys.path when run as a script) and bench/gpu/common.c sample.
-from gpu_safetensors import footprint
-
-
-class Sampler:
-    """The footprint before a block and its peak while the block runs, sampled every 2 ms from a
-    thread."""
-
-    def __enter__(self):
-        self.before = self.peak = footprint()
-        self.stop = threading.Event()
-        self.th = threading.Thread(target=self._run)
-        self.th.start()
-        return self
-
-    def _run(self):
-        while not self.stop.is_set():
-            self.peak = max(self.peak, footprint())
-            time.sleep(0.002)
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        self.th.join()
-        self.peak = max(self.peak, footprint())
-        return False
+from hostmem import Sampler, footprint  # bench/hostmem.py, beside this file
 
 
 def run_weightmap(path, device):

@@ -28,7 +28,6 @@ import os
 import statistics
 import struct
 import sys
-import threading
 import time
 import traceback
 
@@ -39,36 +38,7 @@ import weightmap
 MiB = 1 << 20
 
 
-def footprint():
-    """RssAnon + RssShmem + VmSwap of this process (bytes), as bench/gpu_safetensors.py."""
-    total = 0
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(("RssAnon:", "RssShmem:", "VmSwap:")):
-                total += int(line.split()[1]) * 1024
-    return total
-
-
-class Sampler:
-    """The footprint before a block and its peak while it runs (a thread, every 2 ms)."""
-
-    def __enter__(self):
-        self.before = self.peak = footprint()
-        self.stop = threading.Event()
-        self.th = threading.Thread(target=self._run)
-        self.th.start()
-        return self
-
-    def _run(self):
-        while not self.stop.is_set():
-            self.peak = max(self.peak, footprint())
-            time.sleep(0.002)
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        self.th.join()
-        self.peak = max(self.peak, footprint())
-        return False
+from hostmem import Sampler, footprint  # bench/hostmem.py, beside this file
 
 
 def ledger_bytes():
