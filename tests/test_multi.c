@@ -80,22 +80,6 @@ static uint64_t expected_slice(const unsigned char *file, const wm_tensor_info *
     return t->shape[1] * part;
 }
 
-/* Bytes this process has read with read/pread (the kernel's rchar). The figure a read of
- * /proc/self/io shows does not count that read; `and_this_read` adds it, so that
- * rchar(false) - rchar(true) is exactly what was read between the two calls. */
-static uint64_t rchar(bool and_this_read) {
-    int fd = open("/proc/self/io", O_RDONLY);
-    CHECK(fd >= 0);
-    char buf[512];
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    CHECK(n > 0);
-    buf[n] = 0;
-    const char *p = strstr(buf, "rchar:");
-    CHECK(p != NULL);
-    return strtoull(p + 6, NULL, 10) + (and_this_read ? (uint64_t)n : 0);
-}
-
 /* Where a tensor's loaded bytes are read back from: host memory, or (CUDA) the device. */
 static void read_back(wm_model *m, size_t i, unsigned char *out, uint64_t n) {
     const void *h = wm_model_tensor_data(m, i);
@@ -137,10 +121,10 @@ static void tp_rank(const char *path, wm_load_options o, unsigned r, unsigned w)
         }
     }
     CHECK(split_whole > 0);
-    uint64_t before = rchar(true);
+    uint64_t before = wmt_rchar(true);
     wm_model *m = NULL;
     wm_status st = wm_model_load(f, &o, &m, &err);
-    uint64_t read_by_kernel = rchar(false) - before;
+    uint64_t read_by_kernel = wmt_rchar(false) - before;
     CHECK_MSG(st == WM_OK, "load rank %u/%u: %s", r, w, err.msg);
     wm_model_stats s = WM_MODEL_STATS_INIT;
     wm_model_stats_get(m, &s);

@@ -14,22 +14,6 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Bytes this process has read with read/pread (the kernel's rchar). The figure a read of
- * /proc/self/io shows does not count that read; `and_this_read` adds it, so that
- * rchar(false) - rchar(true) is exactly what was read between the two calls. */
-static uint64_t rchar(bool and_this_read) {
-    int fd = open("/proc/self/io", O_RDONLY);
-    CHECK(fd >= 0);
-    char buf[512];
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    CHECK(n > 0);
-    buf[n] = 0;
-    const char *p = strstr(buf, "rchar:");
-    CHECK(p != NULL);
-    return strtoull(p + 6, NULL, 10) + (and_this_read ? (uint64_t)n : 0);
-}
-
 static uint64_t heap_now(void) {
     wm_ledger l = WM_LEDGER_INIT;
     wm_ledger_get(&l);
@@ -63,11 +47,11 @@ WM_TEST(rows_of_one_tensor_hold_and_read_those_rows) {
     wm_tensor_select sel = {ti, 3, 7};
     wm_load_options o = {
         .size = sizeof o, .mode = WM_MODE_HEAP, .threads = 2, .select = &sel, .n_select = 1};
-    uint64_t heap0 = heap_now(), read0 = rchar(true);
+    uint64_t heap0 = heap_now(), read0 = wmt_rchar(true);
     wm_model *m = NULL;
     wm_error err;
     CHECK_MSG(wm_model_load(f, &o, &m, &err) == WM_OK, "%s", err.msg);
-    uint64_t read_by_kernel = rchar(false) - read0;
+    uint64_t read_by_kernel = wmt_rchar(false) - read0;
     wm_model_stats s = WM_MODEL_STATS_INIT;
     wm_model_stats_get(m, &s);
     CHECK_EQ(s.tensor_bytes, 4 * row);

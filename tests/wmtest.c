@@ -494,3 +494,19 @@ void wmt_gpu_lock(bool exclusive) {
     if (fd < 0 || flock(fd, exclusive ? LOCK_EX : LOCK_SH) != 0)
         wmt_fail(__FILE__, __LINE__, "cannot lock /tmp/weightmap-test-cuda.lock");
 }
+
+/* Bytes this process has read with read/pread (the kernel's rchar). The figure a read of
+ * /proc/self/io shows does not count that read; `and_this_read` adds it, so that
+ * wmt_rchar(false) - wmt_rchar(true) is exactly what was read between the two calls. */
+uint64_t wmt_rchar(bool and_this_read) {
+    int fd = open("/proc/self/io", O_RDONLY);
+    CHECK(fd >= 0);
+    char buf[512];
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    CHECK(n > 0);
+    buf[n] = 0;
+    const char *p = strstr(buf, "rchar:");
+    CHECK(p != NULL);
+    return strtoull(p + 6, NULL, 10) + (and_this_read ? (uint64_t)n : 0);
+}

@@ -220,4 +220,9 @@ void wmt_put_u64(wmt_buf *b, uint64_t v);
 void wmt_put_zeros(wmt_buf *b, size_t n);
 void wmt_buf_free(wmt_buf *b);
 
+/* Bytes this process has read with read/pread (the kernel's rchar, /proc/self/io); with
+ * `and_this_read` plus the read of /proc/self/io itself, so that wmt_rchar(false) -
+ * wmt_rchar(true) is exactly what was read between the two calls. */
+uint64_t wmt_rchar(bool and_this_read);
+
 #endif
