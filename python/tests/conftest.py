@@ -90,3 +90,14 @@ def cuda_device():
     except weightmap.Error:
         return None
     return "cuda:0"
+
+
+def device_or_skip():
+    """The device the tests run on: WM_TEST_DEVICE ("cpu" by default); a CUDA one skips the test
+    where this build or this machine has none."""
+    device = os.environ.get("WM_TEST_DEVICE", "cpu")
+    if device == "cpu":
+        return "cpu"
+    if cuda_device() is None:
+        pytest.skip("no CUDA backend or no GPU")
+    return device

@@ -13,20 +13,10 @@ import pytest
 import torch
 
 import weightmap
-from conftest import check_nothing_held
+from conftest import check_nothing_held, device_or_skip
 
 THREADS = 32
 ROUNDS = int(os.environ.get("WM_PY_STRESS_ROUNDS", "200"))
-DEVICE = os.environ.get("WM_TEST_DEVICE", "cpu")
-
-
-def device_or_skip():
-    if DEVICE == "cpu":
-        return "cpu"
-    from conftest import cuda_device
-    if cuda_device() is None:
-        pytest.skip("no CUDA backend or no GPU")
-    return DEVICE
 
 
 def reference(path):

@@ -14,21 +14,12 @@ import pytest
 import torch
 
 import weightmap
-from conftest import check_nothing_held, cli, fixture, held, maps_of
+from conftest import check_nothing_held, cli, device_or_skip, fixture, held, maps_of
 
 MODES = ["heap", "mmap", "mmap-private"]
 CYCLES = 20
 DEVICE = os.environ.get("WM_TEST_DEVICE", "cpu")
 PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
-def device_or_skip():
-    if DEVICE == "cpu":
-        return "cpu"
-    from conftest import cuda_device
-    if cuda_device() is None:
-        pytest.skip("no CUDA backend or no GPU")
-    return DEVICE
 
 
 def refused_on_device(path, mode, device):
