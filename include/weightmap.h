@@ -366,17 +366,17 @@ typedef enum wm_direct_io {
 
 /* Grows only at the end (see "the ABI promise"); size 0 is the 1.2 layout. */
 typedef struct wm_read_options {
-    uint32_t size;         /* sizeof(wm_read_options) as the caller knows it: WM_READ_OPTIONS_INIT */
-    unsigned threads;      /* reading threads, the caller's included; 0 = one per online CPU,
-                              at most 64 */
+    uint32_t size;    /* sizeof(wm_read_options) as the caller knows it: WM_READ_OPTIONS_INIT */
+    unsigned threads; /* reading threads, the caller's included; 0 = one per online CPU,
+                         at most 64 */
     wm_direct_io direct_io;
-    uint32_t flags;        /* WM_READ_SINK_SERIAL */
-    wm_read_sink_fn sink;  /* for items whose dst is NULL; called from the reading threads,
-                              concurrently for different pieces unless WM_READ_SINK_SERIAL */
+    uint32_t flags;       /* WM_READ_SINK_SERIAL */
+    wm_read_sink_fn sink; /* for items whose dst is NULL; called from the reading threads,
+                             concurrently for different pieces unless WM_READ_SINK_SERIAL */
     void *sink_user;
-    size_t window;         /* page-allocated staging for sink items, all threads together;
-                              0 = 64 MiB. Each thread's share is at least 1 MiB; an item read
-                              WM_READ_WHOLE takes a window of its own size while it is read */
+    size_t window;           /* page-allocated staging for sink items, all threads together;
+                                0 = 64 MiB. Each thread's share is at least 1 MiB; an item read
+                                WM_READ_WHOLE takes a window of its own size while it is read */
     wm_progress_fn progress; /* from the calling thread: bytes read so far, of all items */
     void *progress_user;
 } wm_read_options;

@@ -34,16 +34,17 @@ wm_status wm_file_read_tensors(const wm_file *file, const wm_read_item *items, s
         return wm__err(err, WM_EINVAL, 0, "wm_file_read_tensors: NULL file or items");
     wm_read_options o = WM_READ_OPTIONS_INIT;
     if (opts) {
-        wm_status st = wm__struct_in(&o, sizeof o, opts, WM__READ_OPTIONS_SIZE_1_2,
-                                     "wm_read_options", err);
+        wm_status st =
+            wm__struct_in(&o, sizeof o, opts, WM__READ_OPTIONS_SIZE_1_2, "wm_read_options", err);
         if (st) return st;
     }
     if (o.flags & ~WM_READ_SINK_SERIAL)
-        return wm__err(err, WM_EINVAL, 0, "%s: wm_read_options has unknown flags 0x%x",
-                       file->path, (unsigned)o.flags);
+        return wm__err(err, WM_EINVAL, 0, "%s: wm_read_options has unknown flags 0x%x", file->path,
+                       (unsigned)o.flags);
     if ((unsigned)o.direct_io > WM_DIRECT_ON)
-        return wm__err(err, WM_EINVAL, 0, "%s: wm_read_options.direct_io %d is none of AUTO, OFF, ON",
-                       file->path, (int)o.direct_io);
+        return wm__err(err, WM_EINVAL, 0,
+                       "%s: wm_read_options.direct_io %d is none of AUTO, OFF, ON", file->path,
+                       (int)o.direct_io);
     wm_status st = check_items(file, items, n, &o, err);
     if (st) return st;
     /* The engine reads through the file's descriptors and changes nothing of the file. */

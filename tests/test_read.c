@@ -91,8 +91,8 @@ typedef struct sink_rec {
     const wm_read_item *first;
     _Atomic size_t calls, largest;
     _Atomic int inside, most_inside;
-    int refuse_at;          /* the call (1-based) that returns non-zero; 0: none */
-    uint64_t scratch_peak;  /* the scratch ledger seen inside the calls, at most */
+    int refuse_at;         /* the call (1-based) that returns non-zero; 0: none */
+    uint64_t scratch_peak; /* the scratch ledger seen inside the calls, at most */
 } sink_rec;
 
 static int sink(void *user, const wm_read_item *item, uint64_t offset, const void *bytes,
@@ -266,8 +266,8 @@ WM_TEST(fault_sweep_sink) { sweep(true); }
 
 /* ---- refusals ---- */
 
-static void check_refused(wm_file *f, const wm_read_item *items, size_t n,
-                          const wm_read_options *o, wm_status want, const char *needle) {
+static void check_refused(wm_file *f, const wm_read_item *items, size_t n, const wm_read_options *o,
+                          wm_status want, const char *needle) {
     wm_ledger before = WM_LEDGER_INIT;
     wm_ledger_get(&before);
     wm_error err = {0};

@@ -388,8 +388,8 @@ static wm_status run_jobs(wm_model *m, const wm__job *jobs, size_t n, unsigned f
         c.serial = (sink->flags & WM_READ_SINK_SERIAL) != 0;
         int e = c.serial ? wm__os_mutex_init(&c.sink_lock) : 0;
         if (e)
-            return wm__err(err, WM_ENOMEM, e, "%s: cannot make the sink's lock: %s",
-                           m->file->path, wm__errno_text(e));
+            return wm__err(err, WM_ENOMEM, e, "%s: cannot make the sink's lock: %s", m->file->path,
+                           wm__errno_text(e));
     }
     atomic_init(&c.next, 0);
     atomic_init(&c.done, 0);
@@ -513,8 +513,9 @@ static size_t count_jobs(const wm_file *f, const wm_read_item *items, size_t n,
     size_t jobs = 0;
     for (size_t i = 0; i < n; i++) {
         uint64_t nb = f->tensors[items[i].tensor].nbytes;
-        if (nb) jobs += (size_t)((nb + item_piece(&items[i], nb, window_each) - 1) /
-                                 item_piece(&items[i], nb, window_each));
+        if (nb)
+            jobs += (size_t)((nb + item_piece(&items[i], nb, window_each) - 1) /
+                             item_piece(&items[i], nb, window_each));
     }
     return jobs;
 }
@@ -541,8 +542,8 @@ static void fill_jobs(const wm_file *f, const wm_read_item *items, size_t n, siz
     }
 }
 
-wm_status wm__read_items(wm_file *f, const wm_read_item *items, size_t n,
-                         const wm_read_options *o, wm_error *err) {
+wm_status wm__read_items(wm_file *f, const wm_read_item *items, size_t n, const wm_read_options *o,
+                         wm_error *err) {
     wm_model m;
     memset(&m, 0, sizeof m);
     m.file = f;

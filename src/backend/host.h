@@ -118,8 +118,8 @@ wm_status wm__run_jobs(wm_model *m, const wm__job *jobs, size_t n, unsigned flag
 /* wm_file_read_tensors (include/weightmap.h) on the same engine: the items' tensors read
  * straight into their destinations, or through page-allocated windows to o->sink, by the
  * reading threads of wm__run_jobs; `o` is the library's full-size copy, checked. */
-wm_status wm__read_items(wm_file *f, const wm_read_item *items, size_t n,
-                         const wm_read_options *o, wm_error *err);
+wm_status wm__read_items(wm_file *f, const wm_read_item *items, size_t n, const wm_read_options *o,
+                         wm_error *err);
 /* Builds the jobs that fill chunk `c` of a packed (heap or device-staged) layout into host memory
  * at base; the jobs are appended to *jobs (a counted allocation of *cap entries, *n used, that
  * the caller frees). */
