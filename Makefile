@@ -40,7 +40,9 @@ peer:
 	@scripts/peer-node.sh >/dev/null 2>&1 || echo "peer: @fugood/llama.node could not be installed; its trace tests will skip"
 
 # The ggml bridge (docs/GGML.md) and its tests need ggml: the peer's prebuilt ggml 0.23.0 with that
-# release's headers (scripts/ggml.sh, into bench/peers/ggml/; WM_GGML=AUTO finds it there).
+# release's headers (scripts/ggml.sh, into the npm cache outside the clone, linked as bench/peers/ggml/;
+# WM_GGML=AUTO finds it there). Every npm download goes through scripts/npm-cache.sh: one folder per
+# package@version in ${XDG_CACHE_HOME:-~/.cache}/weightmap/npm, so a fresh clone installs nothing twice.
 ggml: peer
 	@scripts/ggml.sh >/dev/null 2>&1 || echo "ggml: ggml could not be installed; the ggml bridge and its tests are not built"
 
@@ -99,7 +101,7 @@ test-tsan: deps
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 WM_STRESS_CYCLES=$(TSAN_STRESS_CYCLES) \
 	  $(CTEST) -L '^(stress|model|cuda|multi|trace_tsan)$$' -E '$(TSAN_EXCLUDE)'
 
-# Benchmarks against llama.cpp (bench/README.md): installs the peer into bench/peers/ if needed,
+# Benchmarks against llama.cpp (bench/README.md): installs the peer (npm cache) if needed,
 # then runs every bench executable with its defaults; a benchmark exits 77 to say "skipped".
 bench: build
 	@scripts/peer.sh >/dev/null
