@@ -59,7 +59,7 @@ MASKS = {
     "int": r"\d+",
     "pid": r"(?<=\bpid )\d+|(?<=\bprocess )\d+|(?<=\bthread )\d+",
     "addr": r"\b[0-9a-f]{8,16}\b",
-    "size": r"\b\d+(?:\.\d+)? (?:B|KiB|MiB|GiB|TiB)\b",
+    "size": r"(?:\b\d+(?:\.\d+)?|#) (?:B|KiB|MiB|GiB|TiB)\b",  # "#": a float mask came first
 }
 ELLIPSIS = "..."
 
