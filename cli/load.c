@@ -51,6 +51,7 @@ typedef struct load_args {
     bool cuda_set;
     const cli_via *via; /* check --ggml: load, verify and release that way */
     bool ggml;          /* check --ggml was given */
+    bool llama;         /* check --llama was given */
 } load_args;
 
 static double now_s(void) {
@@ -315,6 +316,8 @@ static int load_option(load_args *a, const cli_args *p) {
         a->hold = true;
     } else if (cli_is(p, "ggml")) {
         a->ggml = true;
+    } else if (cli_is(p, "llama")) {
+        a->llama = true;
     } else if (cli_is(p, "cycles") || cli_is(p, "threads")) {
         if (cli_value_u64(p, &n)) return 2;
         *(cli_is(p, "cycles") ? &a->cycles : &a->opts.threads) = (unsigned)n;
@@ -604,5 +607,9 @@ int cmd_check(int argc, char **argv) {
     if (rc) return rc;
     if (a.ggml && !&cli_ggml_via)
         return cli_usage("check: --ggml needs the ggml bridge, which this build lacks (WM_GGML)");
+    if (a.llama && !cli_check_llama)
+        return cli_usage("check: --llama needs the llama.cpp bridge, which this build lacks (WM_LLAMA)");
+    if (a.llama && a.ggml) return cli_usage("check: --ggml and --llama exclude each other");
+    if (a.llama) return cli_check_llama(a.path, a.cycles, a.json, a.opts.threads);
     return cli_check_file(a.path, a.cycles, a.json, a.opts.threads, a.ggml ? &cli_ggml_via : NULL);
 }
