@@ -94,6 +94,51 @@ const char *wmt_fixture(const char *rel) {
 
 const char *wmt_peer_dir(void) { return wm_oracle_dir(); }
 
+static int by_name(const void *a, const void *b) { return strcmp(a, b); }
+
+int wmt_peer_cpu_variants(char (*names)[32], int cap) {
+    DIR *d = opendir(wmt_peer_dir());
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)) && n < cap) {
+        size_t len = strlen(e->d_name);
+        if (strncmp(e->d_name, "libggml-cpu-", 12) || len < 16 || len - 15 >= sizeof names[0] ||
+            strcmp(e->d_name + len - 3, ".so"))
+            continue;
+        memcpy(names[n], e->d_name + 12, len - 15);
+        names[n++][len - 15] = 0;
+    }
+    if (d) closedir(d);
+    qsort(names, (size_t)n, sizeof names[0], by_name);
+    return n;
+}
+
+const char *wmt_peer_variant_dir(const char *variant) {
+    static char dir[600];
+    char want[64], from[1200], to[1200];
+    snprintf(dir, sizeof dir, "%s/ggml-cpu-%s", wmt_tmpdir(), variant);
+    snprintf(want, sizeof want, "libggml-cpu-%s.so", variant);
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+        wmt_fail(__FILE__, __LINE__, "mkdir %s: %s", dir, strerror(errno));
+    DIR *d = opendir(wmt_peer_dir());
+    if (!d) WM_SKIP("llama.cpp peer not installed (scripts/peer.sh installs it)");
+    struct dirent *e;
+    int found = 0;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        bool variant_lib = !strncmp(e->d_name, "libggml-cpu-", 12);
+        if (variant_lib && strcmp(e->d_name, want)) continue;
+        found += variant_lib;
+        snprintf(from, sizeof from, "%s/%s", wmt_peer_dir(), e->d_name);
+        snprintf(to, sizeof to, "%s/%s", dir, e->d_name);
+        if (symlink(from, to) != 0 && errno != EEXIST)
+            wmt_fail(__FILE__, __LINE__, "symlink %s: %s", to, strerror(errno));
+    }
+    closedir(d);
+    if (!found) wmt_fail(__FILE__, __LINE__, "the peer has no %s", want);
+    return dir;
+}
+
 const char *wmt_peer_lib(const char *name) {
     static char lib[4200];
     wm_oracle_path(lib, sizeof lib, name);

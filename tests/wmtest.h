@@ -88,6 +88,14 @@ const char *wmt_peer_dir(void);
 /* The path of the peer's library `name` in wmt_peer_dir() (static buffer); the case is skipped
  * (WM_SKIP) when it cannot be read there. */
 const char *wmt_peer_lib(const char *name);
+/* The CPU variants the peer ships (libggml-cpu-NAME.so in wmt_peer_dir(): "x64", "haswell",
+ * "zen4"...), sorted, up to cap; their count. */
+int wmt_peer_cpu_variants(char (*names)[32], int cap);
+/* A folder (in the case's temporary directory) of links to the peer's libraries with exactly one
+ * CPU variant, libggml-cpu-VARIANT.so, so that ggml_backend_load_all_from_path(folder) loads that
+ * one, or no CPU backend where this CPU cannot run it: a test pins the variant ("x64" runs on
+ * every x86-64) instead of taking the one this machine's CPU picks. Static buffer. */
+const char *wmt_peer_variant_dir(const char *variant);
 /* A fresh per-case temporary directory (removed by the runner after the case). */
 const char *wmt_tmpdir(void);
 /* Path inside the temporary directory. Returns a static rotating buffer (8 slots). */
