@@ -93,14 +93,15 @@ fuzz: fuzz-build
 # interceptors (mlock is a no-op under TSan) make meaningless; and the CUDA backend's pipeline
 # (reader threads and the loading thread) against the mock runtime, labels cuda and multi (two
 # mock devices, tensor-parallel slices); and the trace
-# tool's interposer hooks called from several threads (label trace_tsan, tests/trace/tsan_hooks.c).
+# tool's interposer hooks called from several threads (label trace_tsan, tests/trace/tsan_hooks.c);
+# and the probes' ABI test (label trace_abi) with the TSan build's CLI and interposer.
 TSAN_EXCLUDE := ^model\.(heap_footprint_is_tensor_bytes_and_returns|lock_.*)$$
 test-tsan: deps
 	@cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON -DCMAKE_C_COMPILER=clang \
 	  -DWM_FAULT_INJECTION=ON -DWM_CUDA_MOCK=ON -DWM_SANITIZE=thread >/dev/null
-	@cmake --build build-tsan --target test_stress test_model test_cuda test_multi weightmap_cli wmt_trace_tsan
+	@cmake --build build-tsan --target test_stress test_model test_cuda test_multi weightmap_cli wmt_trace_tsan test_trace
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 WM_STRESS_CYCLES=$(TSAN_STRESS_CYCLES) \
-	  $(CTEST) -L '^(stress|model|cuda|multi|trace_tsan)$$' -E '$(TSAN_EXCLUDE)'
+	  $(CTEST) -L '^(stress|model|cuda|multi|trace_tsan|trace_abi)$$' -E '$(TSAN_EXCLUDE)'
 
 # Benchmarks against llama.cpp (bench/README.md): installs the peer (npm cache) if needed,
 # then runs every bench executable with its defaults; a benchmark exits 77 to say "skipped".
