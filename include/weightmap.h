@@ -495,15 +495,33 @@ typedef wm_split (*wm_split_fn)(void *user, size_t index, const wm_tensor_info *
  * norms, the output head). Only 2-D tensors are split. `user` is unused. */
 WM_API wm_split wm_split_llama(void *user, size_t index, const wm_tensor_info *tensor);
 
+/* How the modes that read (heap; the CUDA staged path) read the file (wm_load_options.io).
+ * Whatever the policy, the bytes delivered are the file's: only the route differs, and the
+ * model's stats count bytes by route (wm_model_stats.read_direct, read_buffered). */
+typedef enum wm_io {
+    WM_IO_AUTO = 0,     /* the default: per range, bytes in the page cache are read through it
+                           (a copy from memory) and the rest with O_DIRECT (from the disk at its
+                           own speed, no readahead, leaving the page cache as it was), so a cold
+                           load runs at the disk's speed and a warm one at memory's; where the
+                           file system has no direct I/O, everything buffered */
+    WM_IO_BUFFERED = 1, /* every read through the page cache */
+    WM_IO_DIRECT = 2    /* every read with O_DIRECT where the file system allows it (buffered
+                           where it does not), even of bytes that are cached: for files that
+                           must not enter the page cache. wm_cuda_options.direct_io asks the same */
+} wm_io;
+
 /* Options of the CUDA backend, pointed to by wm_load_options.cuda (NULL: every default). Given
  * with another backend, the load fails with WM_EINVAL. Grows only at the end. */
 typedef struct wm_cuda_options {
     uint32_t size;  /* sizeof(wm_cuda_options) as the caller knows it: WM_CUDA_OPTIONS_INIT */
     int registered; /* register the mmap-mode mapping instead of staging */
     uint64_t pinned_budget; /* pinned staging bytes, 0 = 256 MiB */
-    int direct_io;          /* staged: read with O_DIRECT, past the page cache (for models
-                               larger than the memory that would cache them), where the file
-                               system allows it; buffered reads otherwise */
+    int direct_io;          /* staged: read everything with O_DIRECT, past the page cache,
+                               even what is cached (for models larger than the memory that would
+                               cache them), where the file system allows it; buffered reads
+                               otherwise. The same as wm_load_options.io = WM_IO_DIRECT; without
+                               it the default (WM_IO_AUTO) already reads what is not cached with
+                               O_DIRECT */
     /* Read once (staged path, one device per process; builds with NCCL): an ncclComm_t
      * whose ranks all load this file with the same options but their own tp_rank (its rank in
      * the communicator, of tp_world = its size). Each rank reads only its 1/tp_world byte range
@@ -564,6 +582,11 @@ typedef struct wm_load_options {
      * with tensor parallelism or read-once. */
     const wm_tensor_select *select;
     size_t n_select;
+    /* How the file is read (added in 1.1): WM_IO_AUTO (0, the default), WM_IO_BUFFERED or
+     * WM_IO_DIRECT; see wm_io. For the modes that read (heap, and the CUDA backend's staged
+     * path); another value, or BUFFERED or DIRECT with a mode that only maps the file (mmap,
+     * mmap-private, the registered CUDA path), or BUFFERED with cuda.direct_io, is WM_EINVAL. */
+    wm_io io;
 } wm_load_options;
 
 #define WM_LOAD_OPTIONS_INIT WM_SIZED_INIT(wm_load_options)
@@ -633,7 +656,12 @@ typedef struct wm_model_stats {
     uint64_t device_bytes; /* bytes of device memory */
     unsigned threads;      /* worker threads the load used */
     double load_seconds;   /* wall time of wm_model_load */
-    uint64_t bytes_read;   /* bytes the load read from the file with pread (0 for mappings) */
+    uint64_t bytes_read;   /* bytes the load read from the file with pread (0 for mappings;
+                              a direct read counts the aligned blocks it covered) */
+    /* Added in 1.1: the tensor bytes the load read by route (wm_io): with O_DIRECT, past the
+     * page cache, and through it. Their sum is the bytes asked of the file. */
+    uint64_t read_direct;
+    uint64_t read_buffered;
 } wm_model_stats;
 
 #define WM_MODEL_STATS_INIT WM_SIZED_INIT(wm_model_stats)

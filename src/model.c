@@ -146,6 +146,34 @@ static wm_status options_in(const char *path, const wm_load_options *in, wm_load
     return WM_OK;
 }
 
+/* The modes that read (heap, the CUDA staged path) read by opts.io, or always directly when
+ * the CUDA options ask for direct_io; the others map the file and read nothing. */
+static bool reads_file(const wm__backend *be, const wm_load_options *o) {
+    return o->mode == WM_MODE_HEAP || (!be->maps_file && !o->cuda->registered);
+}
+
+static wm_status check_io(const char *path, const wm__backend *be, const wm_load_options *o,
+                          wm_error *err) {
+    if ((unsigned)o->io > WM_IO_DIRECT)
+        return wm__err(err, WM_EINVAL, 0, "%s: unknown io policy %d", path, (int)o->io);
+    if (o->io != WM_IO_AUTO && !reads_file(be, o))
+        return wm__err(err, WM_EINVAL, 0,
+                       "%s: io %s applies to the modes that read the file (heap, the CUDA "
+                       "staged path); mode %s%s maps it",
+                       path, o->io == WM_IO_DIRECT ? "direct" : "buffered", wm_mode_name(o->mode),
+                       o->cuda->registered ? " (registered)" : "");
+    if (o->io == WM_IO_BUFFERED && o->cuda->direct_io)
+        return wm__err(err, WM_EINVAL, 0,
+                       "%s: io buffered and the CUDA option direct_io ask for opposite reads",
+                       path);
+    return WM_OK;
+}
+
+static wm_io read_policy(const wm__backend *be, const wm_load_options *o) {
+    if (!reads_file(be, o)) return WM_IO_BUFFERED; /* nothing is read: no direct descriptors */
+    return o->cuda->direct_io ? WM_IO_DIRECT : o->io;
+}
+
 /* The checks every backend shares; then the backend's own (its check slot). All of them run
  * before anything is acquired. */
 static wm_status check_options(const wm_file *f, const wm__backend *be, const wm_load_options *o,
@@ -171,6 +199,7 @@ static wm_status check_options(const wm_file *f, const wm__backend *be, const wm
         return wm__err(err, WM_EINVAL, 0, "%s: max_buffer_size %llu is below the page size", path,
                        (unsigned long long)o->max_buffer_size);
     wm_status st = check_devices(path, o, err);
+    if (!st) st = check_io(path, be, o, err);
     if (!st) st = check_tp(path, be, o, err);
     if (!st) st = check_select(f, be, o, err);
     if (st) return st;
@@ -182,6 +211,7 @@ static wm_status check_options(const wm_file *f, const wm__backend *be, const wm
 static void model_free(wm_model *m) {
     if (!m) return;
     m->backend->release(m); /* accepts a model it never loaded (bctx NULL) */
+    wm__reader_free(&m->rd);
     wm__free(m->order);
     wm__free(m->place);
     wm__free(m->chunks);
@@ -248,10 +278,15 @@ wm_status wm_model_load(wm_file *file, const wm_load_options *caller_opts, wm_mo
     if (st) goto fail;
     st = wm__plan_build(m, opts, err);
     if (st) goto fail;
+    st = wm__reader_init(&m->rd, file, read_policy(be, opts), err);
+    if (st) goto fail;
     st = be->load(m, err);
+    wm__reader_free(&m->rd); /* the direct descriptors live for the load only */
     if (st) goto fail;
     m->stats.load_seconds = wm__os_now() - t0;
-    m->stats.bytes_read = atomic_load(&m->bytes_read);
+    m->stats.bytes_read = atomic_load(&m->rd.bytes_read);
+    m->stats.read_direct = atomic_load(&m->rd.direct_bytes);
+    m->stats.read_buffered = atomic_load(&m->rd.buffered_bytes);
     *out = m;
     return WM_OK;
 fail:

@@ -141,24 +141,6 @@ void wm__fds_close(wm__fds *fds) {
 
 /* ---- reading ---- */
 
-wm_status wm__read_at(wm_model *m, int fd, uint32_t shard, void *buf, size_t len, uint64_t off,
-                      size_t need, uint32_t tensor, const char *how, wm_error *err) {
-    const wm__shard *sh = &m->file->shards[shard];
-    size_t got;
-    int e = wm__os_pread(fd, buf, len, off, &got);
-    if (e)
-        return wm__err(err, wm__status_io(e), e, "%s: reading %zu bytes at offset %llu%s: %s",
-                       sh->path, len, (unsigned long long)off, how, wm__errno_text(e));
-    atomic_fetch_add(&m->bytes_read, got);
-    if (got < need)
-        return wm__err(err, WM_EFORMAT, 0,
-                       "%s: tensor '%s' at offset %llu: the file ends %zu bytes early (it is "
-                       "shorter than its header says)",
-                       sh->path, m->file->names + m->file->tensors[tensor].name_off,
-                       (unsigned long long)off, need - got);
-    return WM_OK;
-}
-
 static void *crew_main(void *arg) {
     const wm__crew *crew = arg;
     wm__os_task_scope(crew->fn, crew->arg);
@@ -212,19 +194,25 @@ bool wm__progress(wm_model *m, uint64_t done, uint64_t total) {
     return m->opts.progress && m->opts.progress(m->opts.progress_user, done, total) != 0;
 }
 
-/* A worker's own: its descriptors and its staging. */
+/* A worker's own: its descriptors, its conversion scratch and its staging for direct reads. */
 typedef struct worker_own {
     wm__fds fds;
     unsigned char *scratch;
+    wm__stage stage;
 } worker_own;
 
 /* Reads [off, off + len) of the job's shard into buf; false (and the failure recorded) on an
  * error or a file shorter than its header says. */
-static bool read_part(run_ctx *c, const worker_own *w, const wm__job *j, unsigned char *buf,
-                      uint64_t off, size_t len) {
+static bool read_part(run_ctx *c, worker_own *w, const wm__job *j, unsigned char *buf, uint64_t off,
+                      size_t len) {
     wm_error e;
-    int fd = wm__fds_get(&w->fds, c->m->file, j->shard);
-    if (wm__read_at(c->m, fd, j->shard, buf, len, off, len, j->tensor, "", &e)) {
+    wm__read_req q = {.shard = j->shard,
+                      .fd = wm__fds_get(&w->fds, c->m->file, j->shard),
+                      .off = off,
+                      .len = len,
+                      .dst = buf,
+                      .tensor = j->tensor};
+    if (wm__read(&c->m->rd, &q, &w->stage, &e)) {
         fail_run(c, &e);
         return false;
     }
@@ -233,7 +221,7 @@ static bool read_part(run_ctx *c, const worker_own *w, const wm__job *j, unsigne
 
 /* A converting job: WM_CONVERT_STEP source bytes at a time (whole blocks), read into the
  * scratch and converted into the destination while they are still in the cache. */
-static bool convert_job(run_ctx *c, const worker_own *w, const wm__job *j) {
+static bool convert_job(run_ctx *c, worker_own *w, const wm__job *j) {
     unsigned char *scratch = w->scratch;
     size_t bb = wm_type_block_bytes(j->from), step = WM_CONVERT_STEP / bb * bb;
     uint64_t be = wm_type_block_elems(j->from);
@@ -258,7 +246,7 @@ static bool convert_job(run_ctx *c, const worker_own *w, const wm__job *j) {
     return true;
 }
 
-static bool do_job(run_ctx *c, const worker_own *w, const wm__job *j) {
+static bool do_job(run_ctx *c, worker_own *w, const wm__job *j) {
     if (j->from != j->to) {
         if (!convert_job(c, w, j)) return false;
     } else {
@@ -309,6 +297,7 @@ static void work(run_ctx *c, bool main) {
         }
     }
     wm__scratch_free(w.scratch, c->scratch_each);
+    wm__stage_free(&w.stage);
     wm__fds_close(&w.fds);
 }
 
