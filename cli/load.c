@@ -341,15 +341,15 @@ static int load_option(load_args *a, const cli_args *p) {
     } else if (cli_is(p, "direct")) {
         a->cuda.direct_io = 1;
         a->cuda_set = true;
-    } else if (cli_is(p, "io")) {
+    } else if (cli_is(p, "direct-io")) {
         if (!strcmp(v, "auto"))
-            a->opts.io = WM_IO_AUTO;
-        else if (!strcmp(v, "buffered"))
-            a->opts.io = WM_IO_BUFFERED;
-        else if (!strcmp(v, "direct"))
-            a->opts.io = WM_IO_DIRECT;
+            a->opts.direct_io = WM_DIRECT_AUTO;
+        else if (!strcmp(v, "off"))
+            a->opts.direct_io = WM_DIRECT_OFF;
+        else if (!strcmp(v, "on"))
+            a->opts.direct_io = WM_DIRECT_ON;
         else
-            return cli_bad_value(p, "auto, buffered or direct");
+            return cli_bad_value(p, "auto, off or on");
     }
     return 0;
 }

@@ -46,7 +46,8 @@ extern "C" {
  *     built against an older header keeps working with a newer library: no function is removed
  *     or changes its signature, no enum value changes meaning, and no struct field moves.
  *   - Public structs that cross the boundary by value or through a caller-owned pointer
- *     (wm_load_options, wm_cuda_options, wm_ledger, wm_model_stats) start with `uint32_t size`,
+ *     (wm_load_options, wm_cuda_options, wm_ledger, wm_model_stats, wm_read_options) start with
+ *     `uint32_t size`,
  *     the caller's sizeof, and only ever grow at the end. The library reads (or, for results,
  *     writes) only the first `size` bytes: fields a shorter, older struct lacks read as zero
  *     (their documented default), and results it has no room for are not written. A longer
@@ -74,9 +75,9 @@ extern "C" {
 #endif
 
 #define WM_VERSION_MAJOR 1
-#define WM_VERSION_MINOR 1
+#define WM_VERSION_MINOR 2
 #define WM_VERSION_PATCH 0
-#define WM_VERSION_STRING "1.1.0"
+#define WM_VERSION_STRING "1.2.0"
 /* MAJOR * 1000000 + MINOR * 1000 + PATCH, e.g. 1000000 for 1.0.0 (as wm_version_number). */
 #define WM_VERSION_NUMBER (WM_VERSION_MAJOR * 1000000 + WM_VERSION_MINOR * 1000 + WM_VERSION_PATCH)
 
@@ -317,6 +318,86 @@ WM_API wm_status wm_file_tensor(const wm_file *file, size_t index, wm_tensor_inf
 /* Finds a tensor by name (hash lookup). WM_ENOENT if absent. */
 WM_API wm_status wm_file_find_tensor(const wm_file *file, const char *name, size_t *index);
 
+/* ---------------------------------------------------------------------------------------------
+ * Reading tensors into memory the caller owns (added in 1.2)
+ *
+ * For a runtime that allocates its own weight buffers (llama.cpp's, through
+ * include/weightmap_llama.h) and wants weightmap's reader behind them: the bytes of each tensor
+ * go from the file straight into the caller's memory, or, for memory the CPU cannot write (a
+ * device buffer, a buffer that rearranges what it is given), through a bounded page-allocated
+ * window handed to a callback. Nothing is kept: when the call returns, every thread, window and
+ * job table it made is gone and the ledger is as it was.
+ * ------------------------------------------------------------------------------------------- */
+
+/* Progress: called from the loading thread with bytes done so far and the total. Return
+ * non-zero to cancel: the load then fails with WM_ECANCELED and holds nothing. */
+typedef int (*wm_progress_fn)(void *user, uint64_t bytes_done, uint64_t bytes_total);
+
+/* wm_read_item.flags: the sink receives the tensor's bytes in one call (offset 0, all nbytes),
+ * for a destination that takes a tensor only whole (ggml's CPU repack buffers). */
+#define WM_READ_WHOLE 1u
+
+/* One tensor to read. This struct never grows (the stride of an array of them is part of the
+ * ABI); per-item behaviour added later comes as flags. */
+typedef struct wm_read_item {
+    size_t tensor;  /* index in the file, as wm_file_tensor numbers them */
+    void *dst;      /* host memory of at least the tensor's nbytes, any alignment; NULL: the
+                       bytes go to wm_read_options.sink */
+    void *user;     /* the caller's, handed back with the item (sink) */
+    uint32_t flags; /* WM_READ_WHOLE; other bits must be 0 */
+} wm_read_item;
+
+/* Receives `len` bytes of `item`'s tensor starting `offset` bytes into it, in a window that is
+ * valid only during the call. Return 0 to go on; non-zero stops the read (WM_EDEVICE). */
+typedef int (*wm_read_sink_fn)(void *sink_user, const wm_read_item *item, uint64_t offset,
+                               const void *bytes, size_t len);
+
+/* How cold bytes are read (wm_read_options.direct_io). */
+typedef enum wm_direct_io {
+    WM_DIRECT_AUTO = 0, /* the library's choice: buffered reads of what the page cache holds;
+                           bytes it does not hold read with O_DIRECT where the file system
+                           allows it (see docs/ARCHITECTURE.md, the reading engine) */
+    WM_DIRECT_OFF = 1,  /* every read buffered */
+    WM_DIRECT_ON = 2    /* O_DIRECT wherever the file system allows it */
+} wm_direct_io;
+
+/* wm_read_options.flags: the sink is called by one thread at a time (reads stay parallel). */
+#define WM_READ_SINK_SERIAL 1u
+
+/* Grows only at the end (see "the ABI promise"); size 0 is the 1.2 layout. */
+typedef struct wm_read_options {
+    uint32_t size;    /* sizeof(wm_read_options) as the caller knows it: WM_READ_OPTIONS_INIT */
+    unsigned threads; /* reading threads, the caller's included; 0 = one per online CPU,
+                         at most 64 */
+    wm_direct_io direct_io;
+    uint32_t flags;       /* WM_READ_SINK_SERIAL */
+    wm_read_sink_fn sink; /* for items whose dst is NULL; called from the reading threads,
+                             concurrently for different pieces unless WM_READ_SINK_SERIAL */
+    void *sink_user;
+    size_t window;           /* page-allocated staging for sink items, all threads together;
+                                0 = 64 MiB. Each thread's share is at least 1 MiB; an item read
+                                WM_READ_WHOLE takes a window of its own size while it is read */
+    wm_progress_fn progress; /* from the calling thread: bytes read so far, of all items */
+    void *progress_user;
+} wm_read_options;
+
+#define WM_READ_OPTIONS_INIT WM_SIZED_INIT(wm_read_options)
+
+/* Reads the tensors items[0 .. n) names, each into item.dst or through opts->sink, in parallel
+ * (pieces of at most 8 MiB, opts->threads threads: the calling thread and workers that live
+ * only during the call, with stacks the library maps itself). The calling thread allocates
+ * nothing from malloc; the job table, the windows and the stacks are page-allocated (ledger:
+ * scratch) and given back before the call returns. Tensors of no bytes cost nothing. opts NULL:
+ * every default (then an item with dst NULL is WM_EINVAL).
+ * Returns WM_OK, or: WM_EINVAL (NULL file, items with n > 0, a tensor index out of range, a NULL
+ * dst without a sink, unknown flags, a bad options struct), WM_ENOMEM, WM_EIO (a read failed:
+ * err names the file, offset and tensor), WM_EFORMAT (the file is shorter than its header says),
+ * WM_ECANCELED (the progress callback asked), WM_EDEVICE (the sink returned non-zero). On
+ * failure some destinations may hold part of their bytes; nothing of the library's is held.
+ * Thread safety: as any reader of a wm_file (several calls on one file may run at once). */
+WM_API wm_status wm_file_read_tensors(const wm_file *file, const wm_read_item *items, size_t n,
+                                      const wm_read_options *opts, wm_error *err);
+
 /* Metadata value types; ids are GGUF's. */
 typedef enum wm_value_type {
     WM_VALUE_U8 = 0,
@@ -450,9 +531,7 @@ WM_API const char *wm_backend_name(wm_backend_kind backend);
 WM_API wm_status wm_backend_from_name(const char *spec, wm_backend_kind *backend, int *devices,
                                       unsigned max_devices, unsigned *n_devices, wm_error *err);
 
-/* Progress: called from the loading thread with bytes done so far and the total. Return
- * non-zero to cancel: the load then fails with WM_ECANCELED and holds nothing. */
-typedef int (*wm_progress_fn)(void *user, uint64_t bytes_done, uint64_t bytes_total);
+/* Progress (wm_progress_fn): declared with wm_file_read_tensors above. */
 
 /* Several devices (CUDA): how tensors are placed on opts.devices. Each tensor goes whole to one
  * device; a device's tensors lie in buffers of its own. */
@@ -495,21 +574,6 @@ typedef wm_split (*wm_split_fn)(void *user, size_t index, const wm_tensor_info *
  * norms, the output head). Only 2-D tensors are split. `user` is unused. */
 WM_API wm_split wm_split_llama(void *user, size_t index, const wm_tensor_info *tensor);
 
-/* How the modes that read (heap; the CUDA staged path) read the file (wm_load_options.io).
- * Whatever the policy, the bytes delivered are the file's: only the route differs, and the
- * model's stats count bytes by route (wm_model_stats.read_direct, read_buffered). */
-typedef enum wm_io {
-    WM_IO_AUTO = 0,     /* the default: per range, bytes in the page cache are read through it
-                           (a copy from memory) and the rest with O_DIRECT (from the disk at its
-                           own speed, no readahead, leaving the page cache as it was), so a cold
-                           load runs at the disk's speed and a warm one at memory's; where the
-                           file system has no direct I/O, everything buffered */
-    WM_IO_BUFFERED = 1, /* every read through the page cache */
-    WM_IO_DIRECT = 2    /* every read with O_DIRECT where the file system allows it (buffered
-                           where it does not), even of bytes that are cached: for files that
-                           must not enter the page cache. wm_cuda_options.direct_io asks the same */
-} wm_io;
-
 /* Options of the CUDA backend, pointed to by wm_load_options.cuda (NULL: every default). Given
  * with another backend, the load fails with WM_EINVAL. Grows only at the end. */
 typedef struct wm_cuda_options {
@@ -519,9 +583,9 @@ typedef struct wm_cuda_options {
     int direct_io;          /* staged: read everything with O_DIRECT, past the page cache,
                                even what is cached (for models larger than the memory that would
                                cache them), where the file system allows it; buffered reads
-                               otherwise. The same as wm_load_options.io = WM_IO_DIRECT; without
-                               it the default (WM_IO_AUTO) already reads what is not cached with
-                               O_DIRECT */
+                               otherwise. The same as wm_load_options.direct_io = WM_DIRECT_ON;
+                               without it the default (WM_DIRECT_AUTO) already reads what is not
+                               cached with O_DIRECT */
     /* Read once (staged path, one device per process; builds with NCCL): an ncclComm_t
      * whose ranks all load this file with the same options but their own tp_rank (its rank in
      * the communicator, of tp_world = its size). Each rank reads only its 1/tp_world byte range
@@ -582,11 +646,16 @@ typedef struct wm_load_options {
      * with tensor parallelism or read-once. */
     const wm_tensor_select *select;
     size_t n_select;
-    /* How the file is read (added in 1.1): WM_IO_AUTO (0, the default), WM_IO_BUFFERED or
-     * WM_IO_DIRECT; see wm_io. For the modes that read (heap, and the CUDA backend's staged
-     * path); another value, or BUFFERED or DIRECT with a mode that only maps the file (mmap,
-     * mmap-private, the registered CUDA path), or BUFFERED with cuda.direct_io, is WM_EINVAL. */
-    wm_io io;
+    /* How the file is read (added in 1.2; wm_direct_io): WM_DIRECT_AUTO (0, the default) reads
+     * what the page cache holds through it and the rest with O_DIRECT, per range, so a cold
+     * load runs at the disk's speed and a warm one at memory's; WM_DIRECT_OFF reads everything
+     * buffered; WM_DIRECT_ON everything with O_DIRECT, cached or not (for files that must not
+     * enter the page cache; cuda.direct_io asks the same). Whatever the route, the bytes are the
+     * file's; wm_model_stats.read_direct and read_buffered count them by route. For the modes
+     * that read (heap, and the CUDA backend's staged path); another value, or OFF or ON with a
+     * mode that only maps the file (mmap, mmap-private, the registered CUDA path), or OFF with
+     * cuda.direct_io, is WM_EINVAL. */
+    wm_direct_io direct_io;
 } wm_load_options;
 
 #define WM_LOAD_OPTIONS_INIT WM_SIZED_INIT(wm_load_options)
@@ -658,8 +727,8 @@ typedef struct wm_model_stats {
     double load_seconds;   /* wall time of wm_model_load */
     uint64_t bytes_read;   /* bytes the load read from the file with pread (0 for mappings;
                               a direct read counts the aligned blocks it covered) */
-    /* Added in 1.1: the tensor bytes the load read by route (wm_io): with O_DIRECT, past the
-     * page cache, and through it. Their sum is the bytes asked of the file. */
+    /* Added in 1.2: the tensor bytes the load read by route (wm_load_options.direct_io): with
+     * O_DIRECT, past the page cache, and through it. Their sum is the bytes asked of the file. */
     uint64_t read_direct;
     uint64_t read_buffered;
 } wm_model_stats;

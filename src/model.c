@@ -146,7 +146,7 @@ static wm_status options_in(const char *path, const wm_load_options *in, wm_load
     return WM_OK;
 }
 
-/* The modes that read (heap, the CUDA staged path) read by opts.io, or always directly when
+/* The modes that read (heap, the CUDA staged path) read by opts.direct_io, or always directly when
  * the CUDA options ask for direct_io; the others map the file and read nothing. */
 static bool reads_file(const wm__backend *be, const wm_load_options *o) {
     return o->mode == WM_MODE_HEAP || (!be->maps_file && !o->cuda->registered);
@@ -154,24 +154,25 @@ static bool reads_file(const wm__backend *be, const wm_load_options *o) {
 
 static wm_status check_io(const char *path, const wm__backend *be, const wm_load_options *o,
                           wm_error *err) {
-    if ((unsigned)o->io > WM_IO_DIRECT)
-        return wm__err(err, WM_EINVAL, 0, "%s: unknown io policy %d", path, (int)o->io);
-    if (o->io != WM_IO_AUTO && !reads_file(be, o))
+    if ((unsigned)o->direct_io > WM_DIRECT_ON)
+        return wm__err(err, WM_EINVAL, 0, "%s: unknown direct_io %d (AUTO, OFF or ON)", path,
+                       (int)o->direct_io);
+    if (o->direct_io != WM_DIRECT_AUTO && !reads_file(be, o))
         return wm__err(err, WM_EINVAL, 0,
-                       "%s: io %s applies to the modes that read the file (heap, the CUDA "
+                       "%s: direct_io %s applies to the modes that read the file (heap, the CUDA "
                        "staged path); mode %s%s maps it",
-                       path, o->io == WM_IO_DIRECT ? "direct" : "buffered", wm_mode_name(o->mode),
+                       path, o->direct_io == WM_DIRECT_ON ? "on" : "off", wm_mode_name(o->mode),
                        o->cuda->registered ? " (registered)" : "");
-    if (o->io == WM_IO_BUFFERED && o->cuda->direct_io)
+    if (o->direct_io == WM_DIRECT_OFF && o->cuda->direct_io)
         return wm__err(err, WM_EINVAL, 0,
-                       "%s: io buffered and the CUDA option direct_io ask for opposite reads",
+                       "%s: direct_io off and the CUDA option direct_io ask for opposite reads",
                        path);
     return WM_OK;
 }
 
-static wm_io read_policy(const wm__backend *be, const wm_load_options *o) {
-    if (!reads_file(be, o)) return WM_IO_BUFFERED; /* nothing is read: no direct descriptors */
-    return o->cuda->direct_io ? WM_IO_DIRECT : o->io;
+static wm_direct_io read_policy(const wm__backend *be, const wm_load_options *o) {
+    if (!reads_file(be, o)) return WM_DIRECT_OFF; /* nothing is read: no direct descriptors */
+    return o->cuda->direct_io ? WM_DIRECT_ON : o->direct_io;
 }
 
 /* The checks every backend shares; then the backend's own (its check slot). All of them run

@@ -1,6 +1,7 @@
 /*
- * test_cold.c: the reading engine (src/read.c) on the heap path: by default (WM_IO_AUTO) bytes
- * in the page cache are read buffered and the rest with O_DIRECT, without the caller choosing.
+ * test_cold.c: the reading engine (src/reader.c) on the heap path: by default (WM_DIRECT_AUTO)
+ * bytes in the page cache are read buffered and the rest with O_DIRECT, without the caller
+ * choosing.
  *
  * The file is made cold by the test itself (fdatasync, POSIX_FADV_DONTNEED) after it is opened
  * (the open's header read would warm its first pages), then one 1 MiB-aligned range is warmed
@@ -61,11 +62,11 @@ static void check_bytes(wm_model *m) {
     }
 }
 
-static wm_load_options heap_opts(unsigned threads, wm_io io) {
+static wm_load_options heap_opts(unsigned threads, wm_direct_io io) {
     wm_load_options o = WM_LOAD_OPTIONS_INIT;
     o.mode = WM_MODE_HEAP;
     o.threads = threads;
-    o.io = io;
+    o.direct_io = io;
     return o;
 }
 
@@ -90,7 +91,7 @@ WM_TEST(heap_cold_direct_warm_buffered) {
         uint64_t warm, cold, size = wm_file_size(f);
         split_bytes(f, WARM_OFF, WARM_OFF + WARM_LEN, &warm, &cold);
         wmt_make_cold(path, WARM_OFF, WARM_LEN);
-        wm_model_stats s = load_stats(f, heap_opts(threads, WM_IO_AUTO));
+        wm_model_stats s = load_stats(f, heap_opts(threads, WM_DIRECT_AUTO));
         CHECK_EQ(s.read_buffered, warm);
         CHECK_EQ(s.read_direct, cold);
         CHECK_EQ(wmt_cached_bytes(path, 0, WARM_OFF), 0);
@@ -108,25 +109,25 @@ WM_TEST(heap_io_policies) {
     wm_file *f = OPEN_OK(path);
     uint64_t total = wm_file_tensor_bytes(f), size = wm_file_size(f), data = wm_file_data_offset(f);
     wmt_make_cold(path, 0, 0);
-    wm_model_stats s = load_stats(f, heap_opts(2, WM_IO_BUFFERED));
+    wm_model_stats s = load_stats(f, heap_opts(2, WM_DIRECT_OFF));
     CHECK_EQ(s.read_direct, 0);
     CHECK_EQ(s.read_buffered, total);
     CHECK(wmt_cached_bytes(path, data, size - data) >= total);
-    s = load_stats(f, heap_opts(2, WM_IO_AUTO)); /* now warm */
+    s = load_stats(f, heap_opts(2, WM_DIRECT_AUTO)); /* now warm */
     CHECK_EQ(s.read_direct, 0);
     CHECK_EQ(s.read_buffered, total);
-    s = load_stats(f, heap_opts(2, WM_IO_DIRECT)); /* warm, but direct asked for */
+    s = load_stats(f, heap_opts(2, WM_DIRECT_ON)); /* warm, but direct asked for */
     CHECK_EQ(s.read_direct, total);
     CHECK_EQ(s.read_buffered, 0);
     wm_model *m = NULL;
     wm_error err;
-    wm_load_options o = heap_opts(2, WM_IO_DIRECT);
+    wm_load_options o = heap_opts(2, WM_DIRECT_ON);
     o.mode = WM_MODE_MMAP;
     CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EINVAL);
-    CHECK_MSG_HAS(err, "io direct");
-    o = heap_opts(2, (wm_io)7);
+    CHECK_MSG_HAS(err, "direct_io on");
+    o = heap_opts(2, (wm_direct_io)7);
     CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EINVAL);
-    CHECK_MSG_HAS(err, "unknown io");
+    CHECK_MSG_HAS(err, "unknown direct_io");
     CHECK(m == NULL);
     wm_file_close(f);
 }
@@ -139,7 +140,7 @@ WM_TEST(heap_cold_without_direct_reads_buffered) {
     uint64_t total = wm_file_tensor_bytes(f);
     wmt_make_cold(path, 0, 0);
     wm__fault_arm_sticky(WM_OS_OPEN, 1, EINVAL);
-    wm_model_stats s = load_stats(f, heap_opts(3, WM_IO_AUTO));
+    wm_model_stats s = load_stats(f, heap_opts(3, WM_DIRECT_AUTO));
     CHECK(wm__fault_injected() >= 1);
     wm__fault_reset();
     CHECK_EQ(s.read_direct, 0);
@@ -179,7 +180,7 @@ static void cold_check(void *user, const wmt_fault_run *r) {
  * checks) and leaves no O_DIRECT descriptor open. */
 WM_TEST(heap_cold_read_fails_midway) {
     const char *path = cold_file();
-    cold_run c = {.l = {.f = OPEN_OK(path), .o = heap_opts(3, WM_IO_AUTO), .use = use_bytes},
+    cold_run c = {.l = {.f = OPEN_OK(path), .o = heap_opts(3, WM_DIRECT_AUTO), .use = use_bytes},
                   .path = path};
     wmt_sweep s = {.what = "cold heap load",
                    .run = cold_load,

@@ -19,7 +19,7 @@
 #define WM_BACKEND_H
 
 #include "../internal.h"
-#include "../read.h"
+#include "../reader.h"
 
 #include <stdatomic.h>
 

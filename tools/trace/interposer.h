@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #define EXPORT __attribute__((visibility("default")))
@@ -118,6 +119,24 @@ void wt_warn(const char *text) HIDDEN;
 /* A P line: the process's figures now (the mappings counted when maps_too: a read of
  * /proc/self/maps, some 20 us for 100 mappings, is left out at loads' starts and ends). */
 void wt_point(bool maps_too) HIDDEN;
+
+/* ---- raw system calls (wmtrace.c) ----
+ * The interposer's own calls, past every hook. syscall(2) is variadic: each argument is read back
+ * as a long, so an int given where the kernel reads 64 bits leaves the upper half of its slot to
+ * chance (an int 0 as mmap's offset, its seventh word, goes on the stack; clang stores 4 bytes
+ * there and the kernel read the rest of a path as the offset). These take the kernel's types and
+ * pass every argument widened to long. */
+long wt_sys_openat(int dirfd, const char *path, int flags) HIDDEN;
+long wt_sys_close(int fd) HIDDEN;
+long wt_sys_read(int fd, void *buf, size_t n) HIDDEN;
+long wt_sys_write(int fd, const void *buf, size_t n) HIDDEN;
+long wt_sys_pread(int fd, void *buf, size_t n, off_t off) HIDDEN;
+long wt_sys_pwrite(int fd, const void *buf, size_t n, off_t off) HIDDEN;
+long wt_sys_fstat(int fd, struct stat *st) HIDDEN;
+long wt_sys_readlink(const char *path, char *buf, size_t n) HIDDEN;
+void *wt_sys_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) HIDDEN;
+long wt_sys_munmap(void *addr, size_t len) HIDDEN;
+long wt_sys_mprotect(void *addr, size_t len, int prot) HIDDEN;
 
 /* ---- the real functions (resolved in wmtrace.c) ---- */
 

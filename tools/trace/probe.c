@@ -24,7 +24,6 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -100,12 +99,12 @@ static unsigned char *near_page(uintptr_t addr) {
     for (int k = 1; k <= 96; k++) {
         long delta = (long)(k / 2) * (16l << 20) * (k % 2 ? 1 : -1);
         uintptr_t hint = ((addr & ~(uintptr_t)0xffff) + (uintptr_t)delta) & ~(uintptr_t)0xfff;
-        void *p = (void *)syscall(SYS_mmap, hint, 4096, PROT_READ | PROT_WRITE,
-                                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        void *p = wt_sys_mmap((void *)hint, 4096, PROT_READ | PROT_WRITE,
+                              MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (p == MAP_FAILED) continue;
         long d = (long)((uintptr_t)p - addr);
         if (d > -(1l << 31) + 8192 && d < (1l << 31) - 8192) return p;
-        syscall(SYS_munmap, p, 4096);
+        wt_sys_munmap(p, 4096);
     }
     return NULL;
 }
@@ -156,16 +155,16 @@ static const char *relocate(uintptr_t addr, size_t avail, unsigned char *ool, si
 /* Writes one byte of text: through /proc/self/mem (no change to the mapping), else by making the
  * page writable for the store. */
 static bool poke(uintptr_t addr, unsigned char byte) {
-    int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/mem", O_RDWR | O_CLOEXEC);
+    int fd = (int)wt_sys_openat(AT_FDCWD, "/proc/self/mem", O_RDWR | O_CLOEXEC);
     if (fd >= 0) {
-        long w = syscall(SYS_pwrite64, fd, &byte, 1, (off_t)addr);
-        syscall(SYS_close, fd);
+        long w = wt_sys_pwrite(fd, &byte, 1, (off_t)addr);
+        wt_sys_close(fd);
         if (w == 1) return true;
     }
     uintptr_t page = addr & ~(uintptr_t)4095;
-    if (syscall(SYS_mprotect, page, 4096, PROT_READ | PROT_WRITE | PROT_EXEC) != 0) return false;
+    if (wt_sys_mprotect((void *)page, 4096, PROT_READ | PROT_WRITE | PROT_EXEC) != 0) return false;
     *(volatile unsigned char *)addr = byte;
-    syscall(SYS_mprotect, page, 4096, PROT_READ | PROT_EXEC);
+    wt_sys_mprotect((void *)page, 4096, PROT_READ | PROT_EXEC);
     return true;
 }
 
@@ -191,11 +190,11 @@ int wt_probe_arm(uintptr_t addr, int kind, int spec, uint64_t size) {
     if (!why) why = relocate(addr, size && size < 15 ? size : 15, ool, &len);
     if (why) {
         wt_spin_unlock(&probe_lock);
-        if (ool) syscall(SYS_munmap, ool, 4096);
+        if (ool) wt_sys_munmap(ool, 4096);
         arm_failed(addr, spec, why);
         return -1;
     }
-    syscall(SYS_mprotect, ool, 4096, PROT_READ | PROT_EXEC);
+    wt_sys_mprotect(ool, 4096, PROT_READ | PROT_EXEC);
     probes[i] = (probe){addr, ool, kind, spec, 1};
     __atomic_store_n(&n_probes, i + 1, __ATOMIC_RELEASE);
     wt_spin_unlock(&probe_lock);

@@ -1,18 +1,19 @@
 /*
- * read.h: the reading engine. Every byte weightmap reads from a weight file into memory goes
- * through wm__read (read.c), whoever reads: the heap reader's workers (backend/host.c), the
- * staged pipeline's readers (backend/staged.c) and bulk reads into a caller's own memory. It
+ * reader.h: the reading engine. Every byte weightmap reads from a weight file into memory goes
+ * through wm__read (reader.c), whoever reads: the heap reader's workers (backend/host.c), the
+ * staged pipeline's readers (backend/staged.c) and wm_file_read_tensors (read.c, over host.c's
+ * wm__read_items: reads into a caller's own memory). It
  * needs no model: a reader context (wm__reader) over an open wm_file is all it uses, so a bridge
  * that reads tensors into a consumer's buffers calls it as the loads do.
  *
- * How a range is read is decided here, per range, by the I/O policy (wm_io):
- *   WM_IO_AUTO      what is in the page cache is read buffered (a copy from memory), what is not
- *                   with O_DIRECT (from the disk, past the page cache: no readahead, no second
- *                   copy, the disk's own speed); the page cache is asked per range
- *                   (wm__os_cached: cachestat on Linux), and a mixed range is halved until its
- *                   parts are one or the other (down to 256 KiB).
- *   WM_IO_BUFFERED  every read through the page cache.
- *   WM_IO_DIRECT    every read with O_DIRECT where the file system allows it.
+ * How a range is read is decided here, per range, by the I/O policy (wm_direct_io):
+ *   WM_DIRECT_AUTO  what is in the page cache is read buffered (a copy from memory), what is
+ *                   not with O_DIRECT (from the disk, past the page cache: no readahead, no
+ *                   second copy, the disk's own speed); the page cache is asked per range
+ *                   (wm__os_cached: cachestat on Linux), and a mixed range is halved until each
+ *                   part is one or the other (down to single 4 KiB blocks).
+ *   WM_DIRECT_OFF   every read through the page cache.
+ *   WM_DIRECT_ON    every read with O_DIRECT where the file system allows it.
  * O_DIRECT needs offset, length and memory aligned to WM_OS_DIRECT_ALIGN. A direct read lands
  * either in the destination itself, when it mirrors the file on that grid (wm__read_req.mirror:
  * the staged pipeline's slots), or in the calling thread's staging (wm__stage: page-allocated,
@@ -26,8 +27,8 @@
  * direct descriptors are opened once each, by whichever thread needs one first); a wm__stage
  * belongs to one thread.
  */
-#ifndef WM_READ_H
-#define WM_READ_H
+#ifndef WM_READER_H
+#define WM_READER_H
 
 #include "internal.h"
 
@@ -39,9 +40,10 @@
 
 typedef struct wm__reader {
     const wm_file *file;
-    wm_io io;
+    wm_direct_io io;
     _Atomic int *direct_fd;        /* per shard: -2 not opened yet, -1 none (read buffered), or the
-                                      O_DIRECT descriptor; NULL for WM_IO_BUFFERED */
+                                      O_DIRECT descriptor; NULL for WM_DIRECT_OFF */
+    size_t table_len;              /* bytes of pages under direct_fd (scratch) */
     atomic_bool direct_off;        /* a direct read was refused (EINVAL): buffered from then on */
     _Atomic uint64_t bytes_read;   /* bytes that came from the file (direct: the aligned cover) */
     _Atomic uint64_t direct_bytes; /* requested bytes read with O_DIRECT */
@@ -50,7 +52,7 @@ typedef struct wm__reader {
 
 /* A reader of `f` with policy `io`. WM_ENOMEM (nothing held) or WM_OK; wm__reader_free is its
  * release. Opens no descriptor: each shard's O_DIRECT one comes at its first direct read. */
-wm_status wm__reader_init(wm__reader *rd, const wm_file *f, wm_io io, wm_error *err);
+wm_status wm__reader_init(wm__reader *rd, const wm_file *f, wm_direct_io io, wm_error *err);
 /* Closes the direct descriptors and frees the table; accepts a zeroed or freed reader; leaves
  * the counters as they are (a load copies them into its stats after this). */
 void wm__reader_free(wm__reader *rd);
@@ -84,4 +86,4 @@ typedef struct wm__read_req {
  * (then a destination that does not mirror the file is read buffered). Any thread. */
 wm_status wm__read(wm__reader *rd, const wm__read_req *q, wm__stage *stage, wm_error *err);
 
-#endif /* WM_READ_H */
+#endif /* WM_READER_H */
