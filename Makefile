@@ -16,7 +16,7 @@ JOBS      ?= $(shell nproc)
 CTEST     := ctest --output-on-failure -j$(JOBS) --timeout 900
 DEMO_MODEL = build/default-model.gguf
 
-.PHONY: docs test-docs docs-build arm64 test-arm64 check-source all deps peer ggml build test test-normal test-asan test-cuda-mock demo install clean bench fuzz fuzz-build test-fuzz test-tsan iq-grids test-builds format format-check python python-build test-python test-python-asan
+.PHONY: docs test-docs docs-build arm64 test-arm64 check-source all deps peer ggml llama build test test-normal test-asan test-cuda-mock demo install clean bench fuzz fuzz-build test-fuzz test-tsan iq-grids test-builds format format-check python python-build test-python test-python-asan
 
 all: build
 
@@ -46,13 +46,19 @@ peer:
 ggml: peer
 	@scripts/ggml.sh >/dev/null 2>&1 || echo "ggml: ggml could not be installed; the ggml bridge and its tests are not built"
 
+# The llama.cpp bridge (docs/LLAMA.md) and its tests need llama.cpp: the peer's prebuilt llama.cpp
+# v0.4.0 with that release's headers (scripts/llama.sh, into the npm cache, linked as
+# bench/peers/llama/; WM_LLAMA=AUTO finds it there).
+llama: peer
+	@scripts/llama.sh >/dev/null 2>&1 || echo "llama: llama.cpp could not be installed; the llama.cpp bridge and its tests are not built"
+
 TEST_CONFIGURE = cmake -S . -B build-test -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON -DWM_FAULT_INJECTION=ON
-test-normal: deps peer ggml
+test-normal: deps peer ggml llama
 	@$(TEST_CONFIGURE) >/dev/null
 	@cmake --build build-test
 	cd build-test && $(CTEST)
 
-test-asan: deps ggml
+test-asan: deps ggml llama
 	@cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DWM_WERROR=ON -DCMAKE_C_COMPILER=clang \
 	  -DWM_FAULT_INJECTION=ON -DWM_SANITIZE=address,undefined >/dev/null
 	@cmake --build build-asan
@@ -93,14 +99,15 @@ fuzz: fuzz-build
 # interceptors (mlock is a no-op under TSan) make meaningless; and the CUDA backend's pipeline
 # (reader threads and the loading thread) against the mock runtime, labels cuda and multi (two
 # mock devices, tensor-parallel slices); and the trace
-# tool's interposer hooks called from several threads (label trace_tsan, tests/trace/tsan_hooks.c).
+# tool's interposer hooks called from several threads (label trace_tsan, tests/trace/tsan_hooks.c);
+# and the probes' ABI test (label trace_abi) with the TSan build's CLI and interposer.
 TSAN_EXCLUDE := ^model\.(heap_footprint_is_tensor_bytes_and_returns|lock_.*)$$
 test-tsan: deps
 	@cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON -DCMAKE_C_COMPILER=clang \
 	  -DWM_FAULT_INJECTION=ON -DWM_CUDA_MOCK=ON -DWM_SANITIZE=thread >/dev/null
-	@cmake --build build-tsan --target test_stress test_model test_cuda test_multi weightmap_cli wmt_trace_tsan
+	@cmake --build build-tsan --target test_stress test_model test_cuda test_multi weightmap_cli wmt_trace_tsan test_trace
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 WM_STRESS_CYCLES=$(TSAN_STRESS_CYCLES) \
-	  $(CTEST) -L '^(stress|model|cuda|multi|trace_tsan)$$' -E '$(TSAN_EXCLUDE)'
+	  $(CTEST) -L '^(stress|model|cuda|multi|trace_tsan|trace_abi)$$' -E '$(TSAN_EXCLUDE)'
 
 # Benchmarks against llama.cpp (bench/README.md): installs the peer (npm cache) if needed,
 # then runs every bench executable with its defaults; a benchmark exits 77 to say "skipped".
@@ -118,8 +125,15 @@ iq-grids: deps
 	@cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON >/dev/null
 	@cmake --build build --target iq-grids
 
+# `make install` builds build/ and installs it into PREFIX (default /usr/local), under DESTDIR when
+# given (a staging root, as packagers use): `make install PREFIX=$HOME/.local`, `make install
+# PREFIX=/usr DESTDIR=/tmp/pkgroot`. The installed tree is relocatable (RUNPATHs relative to
+# $ORIGIN, .pc and CMake files relative to themselves): it may be moved after the install.
+PREFIX  ?= /usr/local
+DESTDIR ?=
 install: build
-	cmake --install build
+	@cmake -S . -B build -DCMAKE_INSTALL_PREFIX="$(PREFIX)" >/dev/null
+	DESTDIR="$(DESTDIR)" cmake --install build --prefix "$(PREFIX)"
 
 # The Python package (python/; README.md "Python"). `make python` installs it for Debian's
 # /usr/bin/python3 with pip, offline (--no-build-isolation --no-deps: Debian's setuptools, no

@@ -90,7 +90,8 @@ typedef struct wt_thread_state {
     struct {
         void *ret;   /* the caller's return address */
         void **slot; /* where it was on the stack */
-        int probe;   /* the probe whose return this is */
+        int kind;    /* its probe's kind and spec (the probe's slot may serve another later) */
+        int spec;
         int64_t arg; /* what the entry recorded (the load's index) */
     } ret_stack[64]; /* the marker returns under way on this thread */
     int ret_depth;
