@@ -125,8 +125,15 @@ iq-grids: deps
 	@cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON >/dev/null
 	@cmake --build build --target iq-grids
 
+# `make install` builds build/ and installs it into PREFIX (default /usr/local), under DESTDIR when
+# given (a staging root, as packagers use): `make install PREFIX=$HOME/.local`, `make install
+# PREFIX=/usr DESTDIR=/tmp/pkgroot`. The installed tree is relocatable (RUNPATHs relative to
+# $ORIGIN, .pc and CMake files relative to themselves): it may be moved after the install.
+PREFIX  ?= /usr/local
+DESTDIR ?=
 install: build
-	cmake --install build
+	@cmake -S . -B build -DCMAKE_INSTALL_PREFIX="$(PREFIX)" >/dev/null
+	DESTDIR="$(DESTDIR)" cmake --install build --prefix "$(PREFIX)"
 
 # The Python package (python/; README.md "Python"). `make python` installs it for Debian's
 # /usr/bin/python3 with pip, offline (--no-build-isolation --no-deps: Debian's setuptools, no
