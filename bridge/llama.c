@@ -595,6 +595,30 @@ static wm_status make_items(load *l, wm_error *err) {
     return WM_OK;
 }
 
+/* llama.cpp's host buffers are fresh malloc'd memory: filling them faults a 4 KiB page at a
+ * time, which bounds a warm load (docs/DESIGN.md, "measured facts"). Each buffer an item reads
+ * into is advised huge pages first (the whole 2 MiB pages inside it: a hint on memory that the
+ * weights fill whole, which llama.cpp frees with the model). */
+static void advise_buffers(const load *l) {
+    const size_t huge = (size_t)2 << 20;
+    ggml_backend_buffer_t done[16];
+    size_t n_done = 0;
+    for (size_t i = 0; i < l->n_items; i++) {
+        if (!l->items[i].dst) continue;
+        ggml_backend_buffer_t b = ((struct ggml_tensor *)l->items[i].user)->buffer;
+        bool seen = false;
+        for (size_t k = 0; k < n_done; k++)
+            seen = seen || done[k] == b;
+        if (seen) continue;
+        if (n_done < sizeof done / sizeof *done) done[n_done++] = b;
+        uintptr_t lo = (uintptr_t)ggml_backend_buffer_get_base(b);
+        uintptr_t hi = lo + ggml_backend_buffer_get_size(b);
+        lo = (lo + huge - 1) / huge * huge;
+        hi = hi / huge * huge;
+        if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
+    }
+}
+
 /* The sink of the read: a window of a tensor's bytes into its buffer, by ggml's own upload. */
 static int to_buffer(void *user, const wm_read_item *item, uint64_t offset, const void *bytes,
                      size_t len) {
@@ -620,6 +644,7 @@ static wm_status read_all(load *l, wm_error *err) {
     ro.sink = to_buffer;
     ro.progress = on_progress;
     ro.progress_user = l;
+    advise_buffers(l);
     double t0 = now_s();
     wm_status st = wm_file_read_tensors(l->f, l->items, l->n_items, &ro, err);
     l->stats.seconds_read = now_s() - t0;
