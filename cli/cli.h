@@ -145,8 +145,15 @@ typedef struct cli_via {
     wm_status (*verify)(void *handle, wm_error *err);
     void (*release)(void *handle);
 } cli_via;
-/* cli/ggml.c's, in a build with the ggml bridge; a weak symbol, NULL (&cli_ggml_via) without. */
-extern const cli_via cli_ggml_via __attribute__((weak));
+/* cli/ggml.c's, in a build with the ggml bridge (CMake defines WM_CLI_GGML then); CLI_GGML_VIA
+ * is NULL without. Not a weak symbol: Mach-O's linker refuses an undefined one that no library
+ * defines. */
+#ifdef WM_CLI_GGML
+extern const cli_via cli_ggml_via;
+#define CLI_GGML_VIA (&cli_ggml_via)
+#else
+#define CLI_GGML_VIA ((const cli_via *)0)
+#endif
 /* check on `path`: every mode, `cycles` cycles, the verdict; exit status 0, 1. With `via`, the
  * loads go that way and each cycle verifies every tensor through it. */
 int cli_check_file(const char *path, unsigned cycles, bool json, unsigned threads,

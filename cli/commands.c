@@ -94,6 +94,7 @@ static const cli_option cat_opts[] = {
     END,
 };
 
+#ifdef WM_CLI_TRACE
 static const cli_option trace_opts[] = {
     TEXT("file", "F", "any GGUF or safetensors file over 1 MiB",
          "a weight file to follow (repeat for several)"),
@@ -108,6 +109,7 @@ static const cli_option trace_opts[] = {
     NUM("interval", 1, 10000, "2", "milliseconds between two footprint samples"),
     END,
 };
+#endif
 
 const cli_command cli_commands[] = {
     {"info", "FILE", "what is in a weight file: format, metadata, tensors, sizes",
@@ -143,6 +145,7 @@ const cli_command cli_commands[] = {
      demo_opts, "weightmap demo --size 64M --cycles 1", false, cmd_demo},
     {"cat", "FILE TENSOR", "one tensor's bytes to standard output, converted if asked", NULL,
      cat_opts, "weightmap cat model.gguf token_embd.weight --as f32 > embd.f32", false, cmd_cat},
+#ifdef WM_CLI_TRACE /* tools/trace/: Linux's (LD_PRELOAD, /proc; docs/PORTING.md for Darwin) */
     {"trace", "-- CMD ARGS...", "any program's weight-memory lifecycle, and the verdicts",
      "Runs CMD with libwmtrace.so preloaded and reports its weight-memory lifecycle: malloc\n"
      "per thread and per load (scratch, and what a load kept), every mapping of a weight\n"
@@ -155,5 +158,6 @@ const cli_command cli_commands[] = {
      "weightmap trace --load-marker wm_model_load --cycles-marker wm_model_release -- "
      "weightmap load m.gguf --mode heap",
      true, cmd_trace},
+#endif
     {NULL, NULL, NULL, NULL, NULL, NULL, false, NULL},
 };

@@ -602,7 +602,7 @@ int cmd_check(int argc, char **argv) {
     load_args a = {.cycles = 3};
     int rc = parse_common(&a, argc, argv, "check");
     if (rc) return rc;
-    if (a.ggml && !&cli_ggml_via)
+    if (a.ggml && !CLI_GGML_VIA)
         return cli_usage("check: --ggml needs the ggml bridge, which this build lacks (WM_GGML)");
-    return cli_check_file(a.path, a.cycles, a.json, a.opts.threads, a.ggml ? &cli_ggml_via : NULL);
+    return cli_check_file(a.path, a.cycles, a.json, a.opts.threads, a.ggml ? CLI_GGML_VIA : NULL);
 }

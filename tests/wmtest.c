@@ -20,7 +20,6 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -149,26 +148,6 @@ size_t wmt_copy_file(const char *from, const char *to) {
     return len;
 }
 
-int wmt_count_file_maps(const char *path) {
-    struct stat st;
-    if (stat(path, &st) != 0) wmt_fail(__FILE__, __LINE__, "stat %s: %s", path, strerror(errno));
-    FILE *f = fopen("/proc/self/maps", "r");
-    if (!f) wmt_fail(__FILE__, __LINE__, "open /proc/self/maps");
-    char line[1024];
-    int n = 0;
-    while (fgets(line, sizeof line, f)) {
-        unsigned long long lo, hi, off, ino;
-        unsigned maj, min;
-        char perms[8];
-        if (sscanf(line, "%llx-%llx %7s %llx %x:%x %llu", &lo, &hi, perms, &off, &maj, &min,
-                   &ino) == 7 &&
-            ino == (unsigned long long)st.st_ino && makedev(maj, min) == st.st_dev)
-            n++;
-    }
-    fclose(f);
-    return n;
-}
-
 wm_file *wmt_open_ok(const char *file, int line, const char *path) {
     wm_file *f = NULL;
     wm_error err = {0};
@@ -233,14 +212,26 @@ int wmt_cli(const char *args, char *out, size_t cap) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-int wmt_count_fds(void) {
-    DIR *d = opendir("/proc/self/fd");
-    if (!d) wmt_fail(__FILE__, __LINE__, "opendir /proc/self/fd: %s", strerror(errno));
-    int n = 0;
-    while (readdir(d))
-        n++;
-    closedir(d);
-    return n;
+/* The errnos tests inject and the OS layer returns (glibc's strerrorname_np is glibc's only). */
+const char *wmt_errno_name(int e) {
+    static const struct {
+        int e;
+        const char *name;
+    } names[] = {
+#define WMT_ERRNO(x) {x, #x}
+        WMT_ERRNO(EPERM),  WMT_ERRNO(ENOENT),     WMT_ERRNO(ESRCH),     WMT_ERRNO(EINTR),
+        WMT_ERRNO(EIO),    WMT_ERRNO(EBADF),      WMT_ERRNO(EAGAIN),    WMT_ERRNO(ENOMEM),
+        WMT_ERRNO(EACCES), WMT_ERRNO(EFAULT),     WMT_ERRNO(EBUSY),     WMT_ERRNO(EEXIST),
+        WMT_ERRNO(EINVAL), WMT_ERRNO(ENFILE),     WMT_ERRNO(EMFILE),    WMT_ERRNO(EFBIG),
+        WMT_ERRNO(ENOSPC), WMT_ERRNO(ERANGE),     WMT_ERRNO(ENOSYS),    WMT_ERRNO(EOVERFLOW),
+        WMT_ERRNO(ESTALE), WMT_ERRNO(EOPNOTSUPP), WMT_ERRNO(ETIMEDOUT),
+#undef WMT_ERRNO
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (names[i].e == e) return names[i].name;
+    static _Thread_local char other[24];
+    snprintf(other, sizeof other, "errno %d", e);
+    return other;
 }
 
 /* ---- fault sweeps ---- */
@@ -296,7 +287,7 @@ static void sweep_one(const wmt_sweep *s, const sweep_base *b, wm_os_call kind, 
                       uint64_t n, int errn, wmt_sweep_result *res) {
     char run[160];
     snprintf(run, sizeof run, "%s call %" PRIu64 " of %" PRIu64 " failed with %s",
-             kind == WM_OS_ANY ? "any" : wm__fault_call_name(kind), k, n, strerrorname_np(errn));
+             kind == WM_OS_ANY ? "any" : wm__fault_call_name(kind), k, n, wmt_errno_name(errn));
     wm_error err;
     memset(&err, 0, sizeof err);
     wm__fault_arm(kind, k, errn);
@@ -493,20 +484,4 @@ void wmt_gpu_lock(bool exclusive) {
     if (fd < 0) fd = open("/tmp/weightmap-test-cuda.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0666);
     if (fd < 0 || flock(fd, exclusive ? LOCK_EX : LOCK_SH) != 0)
         wmt_fail(__FILE__, __LINE__, "cannot lock /tmp/weightmap-test-cuda.lock");
-}
-
-/* Bytes this process has read with read/pread (the kernel's rchar). The figure a read of
- * /proc/self/io shows does not count that read; `and_this_read` adds it, so that
- * wmt_rchar(false) - wmt_rchar(true) is exactly what was read between the two calls. */
-uint64_t wmt_rchar(bool and_this_read) {
-    int fd = open("/proc/self/io", O_RDONLY);
-    CHECK(fd >= 0);
-    char buf[512];
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    CHECK(n > 0);
-    buf[n] = 0;
-    const char *p = strstr(buf, "rchar:");
-    CHECK(p != NULL);
-    return strtoull(p + 6, NULL, 10) + (and_this_read ? (uint64_t)n : 0);
 }

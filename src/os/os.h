@@ -219,6 +219,11 @@ void wm__os_heap_trim(void);
 void wm__os_library(const char *const *names, size_t n, void **out, const char **why);
 void *wm__os_symbol(void *library, const char *name);
 
+/* The words for errno value e, safe on any thread, or NULL for a value the OS has none for.
+ * linux.c: glibc's strerrordesc_np (static text). darwin.c: strerror_r into a buffer of the
+ * calling thread's own, valid until that thread's next call. */
+const char *wm__os_strerror(int e);
+
 /* sysconf and clock_gettime (unix.c; Darwin the same). */
 size_t wm__os_page_size(void);
 unsigned wm__os_cpu_count(void);
