@@ -46,7 +46,8 @@ extern "C" {
  *     built against an older header keeps working with a newer library: no function is removed
  *     or changes its signature, no enum value changes meaning, and no struct field moves.
  *   - Public structs that cross the boundary by value or through a caller-owned pointer
- *     (wm_load_options, wm_cuda_options, wm_ledger, wm_model_stats) start with `uint32_t size`,
+ *     (wm_load_options, wm_cuda_options, wm_ledger, wm_model_stats, wm_read_options) start with
+ *     `uint32_t size`,
  *     the caller's sizeof, and only ever grow at the end. The library reads (or, for results,
  *     writes) only the first `size` bytes: fields a shorter, older struct lacks read as zero
  *     (their documented default), and results it has no room for are not written. A longer
@@ -346,6 +347,86 @@ WM_API wm_status wm_file_tensor(const wm_file *file, size_t index, wm_tensor_inf
 /* Finds a tensor by name (hash lookup). WM_ENOENT if absent. */
 WM_API wm_status wm_file_find_tensor(const wm_file *file, const char *name, size_t *index);
 
+/* ---------------------------------------------------------------------------------------------
+ * Reading tensors into memory the caller owns (added in 1.2)
+ *
+ * For a runtime that allocates its own weight buffers (llama.cpp's, through
+ * include/weightmap_llama.h) and wants weightmap's reader behind them: the bytes of each tensor
+ * go from the file straight into the caller's memory, or, for memory the CPU cannot write (a
+ * device buffer, a buffer that rearranges what it is given), through a bounded page-allocated
+ * window handed to a callback. Nothing is kept: when the call returns, every thread, window and
+ * job table it made is gone and the ledger is as it was.
+ * ------------------------------------------------------------------------------------------- */
+
+/* Progress: called from the loading thread with bytes done so far and the total. Return
+ * non-zero to cancel: the load then fails with WM_ECANCELED and holds nothing. */
+typedef int (*wm_progress_fn)(void *user, uint64_t bytes_done, uint64_t bytes_total);
+
+/* wm_read_item.flags: the sink receives the tensor's bytes in one call (offset 0, all nbytes),
+ * for a destination that takes a tensor only whole (ggml's CPU repack buffers). */
+#define WM_READ_WHOLE 1u
+
+/* One tensor to read. This struct never grows (the stride of an array of them is part of the
+ * ABI); per-item behaviour added later comes as flags. */
+typedef struct wm_read_item {
+    size_t tensor;  /* index in the file, as wm_file_tensor numbers them */
+    void *dst;      /* host memory of at least the tensor's nbytes, any alignment; NULL: the
+                       bytes go to wm_read_options.sink */
+    void *user;     /* the caller's, handed back with the item (sink) */
+    uint32_t flags; /* WM_READ_WHOLE; other bits must be 0 */
+} wm_read_item;
+
+/* Receives `len` bytes of `item`'s tensor starting `offset` bytes into it, in a window that is
+ * valid only during the call. Return 0 to go on; non-zero stops the read (WM_EDEVICE). */
+typedef int (*wm_read_sink_fn)(void *sink_user, const wm_read_item *item, uint64_t offset,
+                               const void *bytes, size_t len);
+
+/* How cold bytes are read (wm_read_options.direct_io). */
+typedef enum wm_direct_io {
+    WM_DIRECT_AUTO = 0, /* the library's choice: buffered reads of what the page cache holds;
+                           bytes it does not hold read with O_DIRECT where the file system
+                           allows it (see docs/ARCHITECTURE.md, the reading engine) */
+    WM_DIRECT_OFF = 1,  /* every read buffered */
+    WM_DIRECT_ON = 2    /* O_DIRECT wherever the file system allows it */
+} wm_direct_io;
+
+/* wm_read_options.flags: the sink is called by one thread at a time (reads stay parallel). */
+#define WM_READ_SINK_SERIAL 1u
+
+/* Grows only at the end (see "the ABI promise"); size 0 is the 1.2 layout. */
+typedef struct wm_read_options {
+    uint32_t size;    /* sizeof(wm_read_options) as the caller knows it: WM_READ_OPTIONS_INIT */
+    unsigned threads; /* reading threads, the caller's included; 0 = one per online CPU,
+                         at most 64 */
+    wm_direct_io direct_io;
+    uint32_t flags;       /* WM_READ_SINK_SERIAL */
+    wm_read_sink_fn sink; /* for items whose dst is NULL; called from the reading threads,
+                             concurrently for different pieces unless WM_READ_SINK_SERIAL */
+    void *sink_user;
+    size_t window;           /* page-allocated staging for sink items, all threads together;
+                                0 = 64 MiB. Each thread's share is at least 1 MiB; an item read
+                                WM_READ_WHOLE takes a window of its own size while it is read */
+    wm_progress_fn progress; /* from the calling thread: bytes read so far, of all items */
+    void *progress_user;
+} wm_read_options;
+
+#define WM_READ_OPTIONS_INIT WM_SIZED_INIT(wm_read_options)
+
+/* Reads the tensors items[0 .. n) names, each into item.dst or through opts->sink, in parallel
+ * (pieces of at most 8 MiB, opts->threads threads: the calling thread and workers that live
+ * only during the call, with stacks the library maps itself). The calling thread allocates
+ * nothing from malloc; the job table, the windows and the stacks are page-allocated (ledger:
+ * scratch) and given back before the call returns. Tensors of no bytes cost nothing. opts NULL:
+ * every default (then an item with dst NULL is WM_EINVAL).
+ * Returns WM_OK, or: WM_EINVAL (NULL file, items with n > 0, a tensor index out of range, a NULL
+ * dst without a sink, unknown flags, a bad options struct), WM_ENOMEM, WM_EIO (a read failed:
+ * err names the file, offset and tensor), WM_EFORMAT (the file is shorter than its header says),
+ * WM_ECANCELED (the progress callback asked), WM_EDEVICE (the sink returned non-zero). On
+ * failure some destinations may hold part of their bytes; nothing of the library's is held.
+ * Thread safety: as any reader of a wm_file (several calls on one file may run at once). */
+WM_API wm_status wm_file_read_tensors(const wm_file *file, const wm_read_item *items, size_t n,
+                                      const wm_read_options *opts, wm_error *err);
+
 /* Metadata value types; ids are GGUF's. */
 typedef enum wm_value_type {
     WM_VALUE_U8 = 0,
@@ -479,9 +560,7 @@ WM_API const char *wm_backend_name(wm_backend_kind backend);
 WM_API wm_status wm_backend_from_name(const char *spec, wm_backend_kind *backend, int *devices,
                                       unsigned max_devices, unsigned *n_devices, wm_error *err);
 
-/* Progress: called from the loading thread with bytes done so far and the total. Return
- * non-zero to cancel: the load then fails with WM_ECANCELED and holds nothing. */
-typedef int (*wm_progress_fn)(void *user, uint64_t bytes_done, uint64_t bytes_total);
+/* Progress (wm_progress_fn): declared with wm_file_read_tensors above. */
 
 /* Several devices (CUDA): how tensors are placed on opts.devices. Each tensor goes whole to one
  * device; a device's tensors lie in buffers of its own. */

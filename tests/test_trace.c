@@ -656,3 +656,120 @@ WM_TEST(weightmap_cli_is_clean) {
         jfree(j);
     }
 }
+
+/* ---- the probes and the x86-64 ABI (tests/trace/abi.c) ---- */
+
+#define ABI_THREADS 4
+#define ABI_ROUNDS 30
+#define ABI_LIMIT "timeout -s KILL 60" /* a traced run that stalls fails, it does not hang */
+static const char *const abi_fns[] = {"abi_regs",    "abi_var", "abi_stack", "abi_small",
+                                      "abi_pair",    "abi_ld",  "abi_rz",    "abi_tail",
+                                      "abi_tail_to", "abi_rip", "abi_empty"};
+#define ABI_N_FNS (int)(sizeof abi_fns / sizeof abi_fns[0])
+
+/* The markers: the first two as load markers, the rest as release markers (each path of the
+ * entry and return hooks), the dlopen'ed object's function, and one that must be refused. */
+static void abi_markers(char *out, size_t cap) {
+    size_t n = 0;
+    for (int i = 0; i < ABI_N_FNS; i++)
+        n += (size_t)snprintf(out + n, cap - n, " --%s-marker %s", i < 2 ? "load" : "cycles",
+                              abi_fns[i]);
+    snprintf(out + n, cap - n, " --cycles-marker libwmtabi:abi_so_fn --cycles-marker abi_jrcxz");
+}
+
+/* abi-CC-OPT run untraced and traced: the same stdout, a normal exit, every call seen. */
+static void abi_variant(const char *variant) {
+    char exe[64], markers[2048], args[8192], out[2][4096];
+    snprintf(exe, sizeof exe, "abi-%s", variant);
+    snprintf(args, sizeof args, "%s %d %d %s", prog(exe), ABI_THREADS, ABI_ROUNDS,
+             prog("libwmtabi.so"));
+    CHECK_MSG(access(prog(exe), X_OK) == 0, "%s was not built", prog(exe));
+    for (int k = 0; k < 2; k++)
+        snprintf(out[k], sizeof out[k], "%s", wmt_tmp(k ? "traced.txt" : "untraced.txt"));
+    CHECK_EQ(run_rc("%s %s > %s", ABI_LIMIT, args, out[0]), 0);
+    abi_markers(markers, sizeof markers);
+    const char *report = wmt_tmp("report.json");
+    unlink(report);
+    int rc = run_rc("%s %s trace --json --out %s%s -- %s > %s", ABI_LIMIT, WM_CLI, report, markers,
+                    args, out[1]);
+    CHECK_MSG(rc != 137, "%s traced: killed after 60 s (a probe stalled it)", variant);
+    size_t n[2];
+    char *text[2];
+    for (int k = 0; k < 2; k++) {
+        text[k] = wmt_read_file(out[k], &n[k]);
+        text[k] = realloc(text[k], n[k] + 1);
+        text[k][n[k]] = 0;
+    }
+    CHECK_MSG(n[0] == n[1] && !memcmp(text[0], text[1], n[0]),
+              "%s: traced output differs\nuntraced:\n%s\ntraced (exit %d):\n%s", variant, text[0],
+              rc, text[1]);
+    CHECK(n[0] > 0 && strstr(text[0], "loader ") != NULL);
+    free(text[0]);
+    free(text[1]);
+    size_t jn;
+    char *jt = wmt_read_file(report, &jn);
+    jt = realloc(jt, jn + 1);
+    jt[jn] = 0;
+    jnode *j = jparse(jt);
+    CHECK_MSG(j != NULL, "%s: the report is not JSON: %.2000s", variant, jt);
+    free(jt);
+    CHECK_EQ(num(j, "exit_status"), 0);
+    CHECK(jis(jget(j, "normal_exit"), WM_JTRUE));
+    for (int i = 0; i < ABI_N_FNS; i++) {
+        CHECK_MSG(marker_sites(j, i) == 1, "%s: %s hooked at %g places", variant, abi_fns[i],
+                  marker_sites(j, i));
+        const jnode *m = jitem(jget(j, "markers"), i);
+        CHECK_MSG(num(m, "calls") == (ABI_THREADS + 1) * ABI_ROUNDS, "%s: %s seen %g times",
+                  variant, abi_fns[i], num(m, "calls"));
+    }
+    /* hooked again at each dlopen, forgotten at each dlclose: every call seen */
+    const jnode *so = jitem(jget(j, "markers"), ABI_N_FNS);
+    CHECK_EQ(num(so, "sites"), ABI_ROUNDS);
+    CHECK_EQ(num(so, "calls"), ABI_ROUNDS);
+    /* refused by name, the function left alone (its output is in the checksum above) */
+    const jnode *refused = jitem(jget(j, "markers"), ABI_N_FNS + 1);
+    CHECK_EQ(num(refused, "sites"), 0);
+    CHECK_EQ(num(refused, "calls"), 0);
+    int named = 0;
+    const jnode *w;
+    jforeach(w, jget(j, "warnings")) {
+        named += strstr(w->str, "marker abi_jrcxz") && strstr(w->str, "not hooked") &&
+                 strstr(w->str, "(jrcxz) is a relative branch");
+    }
+    CHECK_MSG(named == 1, "%s: %d warnings name the refused marker abi_jrcxz", variant, named);
+    jfree(j);
+}
+
+static void abi_compiler(const char *cc) {
+    const char *opts[] = {"O0", "O1", "O2", "O3", "cf"};
+    char v[32];
+    for (int i = 0; i < 5; i++) {
+        snprintf(v, sizeof v, "%s-%s", cc, opts[i]);
+        abi_variant(v);
+    }
+}
+
+WM_TEST(abi_probes_gcc) { abi_compiler("gcc"); }
+WM_TEST(abi_probes_clang) { abi_compiler("clang"); }
+
+/* The variants between them have every prologue shape the ABI test claims: endbr64 first, a
+ * push first, sub $imm,%rsp first, stores below rsp (the red zone), and a tail call as a jmp
+ * (abi --shapes reads its own functions' bytes). */
+WM_TEST(abi_prologue_shapes) {
+    const char *variants[] = {"gcc-O0",   "gcc-O1",   "gcc-O2",   "gcc-O3",   "gcc-cf",
+                              "clang-O0", "clang-O1", "clang-O2", "clang-O3", "clang-cf"};
+    const char *want[] = {" endbr64", " push", " sub_rsp", " redzone", " tailjmp"};
+    int seen[5] = {0};
+    for (int i = 0; i < 10; i++) {
+        char exe[64], cmd[4200], *out;
+        snprintf(exe, sizeof exe, "abi-%s", variants[i]);
+        snprintf(cmd, sizeof cmd, "%s --shapes", prog(exe));
+        CHECK_EQ(wmt_run(cmd, &out), 0);
+        CHECK_MSG(!strstr(out, "no symbol size"), "%s", out);
+        for (int k = 0; k < 5; k++)
+            seen[k] += strstr(out, want[k]) != NULL;
+        free(out);
+    }
+    for (int k = 0; k < 5; k++)
+        CHECK_MSG(seen[k] > 0, "no variant has the shape%s", want[k]);
+}
