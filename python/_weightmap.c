@@ -910,8 +910,9 @@ static PyTypeObject HandleType = {
     .tp_basicsize = sizeof(Handle),
     .tp_dealloc = (destructor)Handle_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Handle(path or [paths]): one open weight file or set (wm_file: a path as "
-              "wm_file_open opens it, a list as wm_file_open_paths) and, once loaded, its wm_model.",
+    .tp_doc =
+        "Handle(path or [paths]): one open weight file or set (wm_file: a path as "
+        "wm_file_open opens it, a list as wm_file_open_paths) and, once loaded, its wm_model.",
     .tp_methods = Handle_methods,
     .tp_getset = Handle_getset,
     .tp_new = Handle_new,
