@@ -151,6 +151,10 @@ typedef struct cli_via {
 } cli_via;
 /* cli/ggml.c's, in a build with the ggml bridge; a weak symbol, NULL (&cli_ggml_via) without. */
 extern const cli_via cli_ggml_via __attribute__((weak));
+/* check --llama (cli/llama.c, in a build with the llama.cpp bridge; weak, NULL without): `cycles`
+ * loads into llama.cpp through wm_llama_load, one decode step each, the verdict; exit 0 or 1. */
+int cli_check_llama(const char *path, unsigned cycles, bool json, unsigned threads)
+    __attribute__((weak));
 /* check on `path` (opened by cli_open with `set`): every mode, `cycles` cycles, the verdict;
  * exit status 0, 1. With `via`, the loads go that way and each cycle verifies every tensor
  * through it. */

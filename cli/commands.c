@@ -54,6 +54,9 @@ static const cli_option load_opts[] = {
     SIZE("pinned-budget", 1, "256M", "CUDA: pinned staging memory"),
     FLAG("registered", "CUDA, mmap modes: register the mapping instead of staging it"),
     FLAG("direct", "CUDA staged: read with O_DIRECT, past the page cache, where allowed"),
+    TEXT("direct-io", "auto|off|on", "auto",
+         "heap and CUDA staged: auto reads what the page cache holds through it and the rest "
+         "with O_DIRECT; off: all buffered; on: all O_DIRECT (as --direct)"),
     FLAG("hold", "after the last load, print this process's pid and keep the model loaded until "
                  "SIGINT, SIGTERM or SIGUSR1 (for probe --pid)"),
     FLAG("json", "JSON on one line instead of the table"),
@@ -67,6 +70,8 @@ static const cli_option check_opts[] = {
     FLAG("json", "JSON on one line instead of the table"),
     FLAG("ggml", "load through the ggml bridge and read every tensor back through ggml "
                  "(builds with it: WM_GGML)"),
+    FLAG("llama", "load into llama.cpp through the llama.cpp bridge, decode one token, free, "
+                  "and measure each cycle (builds with it: WM_LLAMA)"),
     END,
 };
 

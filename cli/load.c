@@ -52,6 +52,7 @@ typedef struct load_args {
     bool cuda_set;
     const cli_via *via; /* check --ggml: load, verify and release that way */
     bool ggml;          /* check --ggml was given */
+    bool llama;         /* check --llama was given */
 } load_args;
 
 static double now_s(void) {
@@ -204,6 +205,7 @@ static int run_cycles(const load_args *a, wm_file *f, cycle_result *res, unsigne
             return 1;
         }
         if (own && a->touch) touch_all(own);
+        r->stats = (wm_model_stats)WM_MODEL_STATS_INIT;
         wm_model_stats_get(m, &r->stats);
         figures loaded;
         if (measure(a->shards, &loaded, err)) {
@@ -318,6 +320,8 @@ static int load_option(load_args *a, const cli_args *p) {
         a->hold = true;
     } else if (cli_is(p, "ggml")) {
         a->ggml = true;
+    } else if (cli_is(p, "llama")) {
+        a->llama = true;
     } else if (cli_is(p, "cycles") || cli_is(p, "threads")) {
         if (cli_value_u64(p, &n)) return 2;
         *(cli_is(p, "cycles") ? &a->cycles : &a->opts.threads) = (unsigned)n;
@@ -343,6 +347,15 @@ static int load_option(load_args *a, const cli_args *p) {
     } else if (cli_is(p, "direct")) {
         a->cuda.direct_io = 1;
         a->cuda_set = true;
+    } else if (cli_is(p, "direct-io")) {
+        if (!strcmp(v, "auto"))
+            a->opts.direct_io = WM_DIRECT_AUTO;
+        else if (!strcmp(v, "off"))
+            a->opts.direct_io = WM_DIRECT_OFF;
+        else if (!strcmp(v, "on"))
+            a->opts.direct_io = WM_DIRECT_ON;
+        else
+            return cli_bad_value(p, "auto, off or on");
     }
     return 0;
 }
@@ -412,8 +425,10 @@ static void load_report(const load_args *a, const cycle_result *res, uint64_t si
                wm_backend_name(a->opts.backend), res[0].stats.threads, res[0].stats.tensor_bytes,
                res[0].stats.buffers, ok ? "true" : "false");
         for (unsigned c = 0; c < a->cycles; c++) {
-            printf("%s{\"cycle\": %u, \"load_seconds\": %.6f, \"committed\": %" PRIu64 ", ",
-                   c ? ", " : "", c + 1, res[c].load_seconds, res[c].stats.committed);
+            printf("%s{\"cycle\": %u, \"load_seconds\": %.6f, \"committed\": %" PRIu64
+                   ", \"read_direct\": %" PRIu64 ", \"read_buffered\": %" PRIu64 ", ",
+                   c ? ", " : "", c + 1, res[c].load_seconds, res[c].stats.committed,
+                   res[c].stats.read_direct, res[c].stats.read_buffered);
             json_figs(stdout, &res[c]);
             putchar('}');
         }
@@ -607,6 +622,13 @@ int cmd_check(int argc, char **argv) {
     if (rc) return rc;
     if (a.ggml && !&cli_ggml_via)
         return cli_usage("check: --ggml needs the ggml bridge, which this build lacks (WM_GGML)");
+    if (a.llama && !cli_check_llama)
+        return cli_usage(
+            "check: --llama needs the llama.cpp bridge, which this build lacks (WM_LLAMA)");
+    if (a.llama && a.ggml) return cli_usage("check: --ggml and --llama exclude each other");
+    if (a.llama && a.set)
+        return cli_usage("check: --llama opens FILE as wm_llama_load does; --set does not apply");
+    if (a.llama) return cli_check_llama(a.path, a.cycles, a.json, a.opts.threads);
     return cli_check_file(a.path, a.set, a.cycles, a.json, a.opts.threads,
                           a.ggml ? &cli_ggml_via : NULL);
 }

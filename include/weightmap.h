@@ -609,9 +609,12 @@ typedef struct wm_cuda_options {
     uint32_t size;  /* sizeof(wm_cuda_options) as the caller knows it: WM_CUDA_OPTIONS_INIT */
     int registered; /* register the mmap-mode mapping instead of staging */
     uint64_t pinned_budget; /* pinned staging bytes, 0 = 256 MiB */
-    int direct_io;          /* staged: read with O_DIRECT, past the page cache (for models
-                               larger than the memory that would cache them), where the file
-                               system allows it; buffered reads otherwise */
+    int direct_io;          /* staged: read everything with O_DIRECT, past the page cache,
+                               even what is cached (for models larger than the memory that would
+                               cache them), where the file system allows it; buffered reads
+                               otherwise. The same as wm_load_options.direct_io = WM_DIRECT_ON;
+                               without it the default (WM_DIRECT_AUTO) already reads what is not
+                               cached with O_DIRECT */
     /* Read once (staged path, one device per process; builds with NCCL): an ncclComm_t
      * whose ranks all load this file with the same options but their own tp_rank (its rank in
      * the communicator, of tp_world = its size). Each rank reads only its 1/tp_world byte range
@@ -672,6 +675,16 @@ typedef struct wm_load_options {
      * with tensor parallelism or read-once. */
     const wm_tensor_select *select;
     size_t n_select;
+    /* How the file is read (added in 1.2; wm_direct_io): WM_DIRECT_AUTO (0, the default) reads
+     * what the page cache holds through it and the rest with O_DIRECT, per range, so a cold
+     * load runs at the disk's speed and a warm one at memory's; WM_DIRECT_OFF reads everything
+     * buffered; WM_DIRECT_ON everything with O_DIRECT, cached or not (for files that must not
+     * enter the page cache; cuda.direct_io asks the same). Whatever the route, the bytes are the
+     * file's; wm_model_stats.read_direct and read_buffered count them by route. For the modes
+     * that read (heap, and the CUDA backend's staged path); another value, or OFF or ON with a
+     * mode that only maps the file (mmap, mmap-private, the registered CUDA path), or OFF with
+     * cuda.direct_io, is WM_EINVAL. */
+    wm_direct_io direct_io;
 } wm_load_options;
 
 #define WM_LOAD_OPTIONS_INIT WM_SIZED_INIT(wm_load_options)
@@ -741,7 +754,12 @@ typedef struct wm_model_stats {
     uint64_t device_bytes; /* bytes of device memory */
     unsigned threads;      /* worker threads the load used */
     double load_seconds;   /* wall time of wm_model_load */
-    uint64_t bytes_read;   /* bytes the load read from the file with pread (0 for mappings) */
+    uint64_t bytes_read;   /* bytes the load read from the file with pread (0 for mappings;
+                              a direct read counts the aligned blocks it covered) */
+    /* Added in 1.2: the tensor bytes the load read by route (wm_load_options.direct_io): with
+     * O_DIRECT, past the page cache, and through it. Their sum is the bytes asked of the file. */
+    uint64_t read_direct;
+    uint64_t read_buffered;
 } wm_model_stats;
 
 #define WM_MODEL_STATS_INIT WM_SIZED_INIT(wm_model_stats)

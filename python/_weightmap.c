@@ -490,11 +490,13 @@ static PyObject *Handle_stats(Handle *h, PyObject *unused) {
     wm_model_stats s = WM_MODEL_STATS_INIT;
     wm_model_stats_get(h->model, &s);
     return Py_BuildValue(
-        "{sKsIsKsKsKsKsKsIsd}", "tensor_bytes", (unsigned long long)s.tensor_bytes, "buffers",
+        "{sKsIsKsKsKsKsKsIsdsKsKsK}", "tensor_bytes", (unsigned long long)s.tensor_bytes, "buffers",
         s.buffers, "mapped_bytes", (unsigned long long)s.mapped_bytes, "heap_bytes",
         (unsigned long long)s.heap_bytes, "committed", (unsigned long long)s.committed,
         "locked_bytes", (unsigned long long)s.locked_bytes, "device_bytes",
-        (unsigned long long)s.device_bytes, "threads", s.threads, "load_seconds", s.load_seconds);
+        (unsigned long long)s.device_bytes, "threads", s.threads, "load_seconds", s.load_seconds,
+        "bytes_read", (unsigned long long)s.bytes_read, "read_direct",
+        (unsigned long long)s.read_direct, "read_buffered", (unsigned long long)s.read_buffered);
 }
 
 static PyObject *Handle_get_format(Handle *h, void *c) {

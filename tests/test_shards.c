@@ -1071,7 +1071,8 @@ struct peer_model_params {
     bool vocab_only, check_tensors, use_extra_bufts, no_host, no_alloc, load_mtp;
 };
 
-/* In a child process (llama.cpp's allocations stay out of this process and its leak check):
+/* In a child process (llama.cpp's allocations stay out of this process and its leak check), with
+ * the libraries of dir (a folder holding ggml's baseline CPU variant only: wmt_peer_variant_dir):
  * loads the one-file model and the set (by its first part), exits 0 when both load with the same
  * parameter count and size, 3 when the set is refused, 4 on a mismatch. */
 static int peer_load_pair(const char *dir, const char *single, const char *first_part) {
@@ -1118,7 +1119,7 @@ WM_TEST(gguf_split_loads_in_llama_cpp) {
     wmt_peer_lib("libllama.v0.4.0.so"); /* skips the case when the peer is not installed */
     const char *one = wmt_make_model("one.gguf", "--size 1M --seed 9");
     wmt_make_model("g.gguf", "--size 1M --seed 9 --shards 3");
-    int rc = peer_load_pair(wmt_peer_dir(), one, wmt_tmp("g-00001-of-00003.gguf"));
+    int rc = peer_load_pair(wmt_peer_variant_dir("x64"), one, wmt_tmp("g-00001-of-00003.gguf"));
     CHECK_MSG(rc == 0,
               "llama.cpp: %d (2: the one-file model failed, 3: the set was refused, 4: "
               "they differ)",
@@ -1126,6 +1127,6 @@ WM_TEST(gguf_split_loads_in_llama_cpp) {
 #ifndef PEER_NO_THROW
     /* The peer refuses the set without its last part, as we do. */
     CHECK(unlink(wmt_tmp("g-00003-of-00003.gguf")) == 0);
-    CHECK_EQ(peer_load_pair(wmt_peer_dir(), one, wmt_tmp("g-00001-of-00003.gguf")), 3);
+    CHECK_EQ(peer_load_pair(wmt_peer_variant_dir("x64"), one, wmt_tmp("g-00001-of-00003.gguf")), 3);
 #endif
 }

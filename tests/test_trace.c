@@ -541,13 +541,17 @@ WM_TEST(svg_renders) {
 
 /* ---- real runtimes ---- */
 
+/* llama.cpp with ggml's baseline CPU variant (libggml-cpu-x64.so, which every x86-64 runs) in a
+ * folder of its own, not the variant this machine's CPU would pick. */
 static void llama_cycles(int load_mode) {
     if (access(PEER_LIB "/libllama.v0.4.0.so", R_OK) != 0)
         WM_SKIP("llama.cpp's loader (npm peer) is not installed: make peer");
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, "%s %s %d 5 %s", prog("llama_driver"), PEER_LIB, load_mode, FIXTURE);
+    snprintf(cmd, sizeof cmd, "%s %s %d 5 %s", prog("llama_driver"), wmt_peer_variant_dir("x64"),
+             load_mode, FIXTURE);
     int rc;
     jnode *j = trace_json("--cycles-marker llama_model_free", cmd, &rc);
+    stderr_has("llama_driver: cpu variant x64\n");
     CHECK_EQ(num(j, "exit_status"), 0);
     CHECK_EQ(n_items(j, "releases"), 5); /* llama_model_free returned five times */
     CHECK_EQ(marker_sites(j, 0), 1);     /* its definition in libllama */
@@ -583,6 +587,45 @@ static void llama_cycles(int load_mode) {
 
 WM_TEST(llama_read_mode_5_cycles) { llama_cycles(0); }
 WM_TEST(llama_mmap_mode_5_cycles) { llama_cycles(1); }
+
+/* Every CPU variant of the peer that this CPU runs, each alone in its folder (so ggml loads it and
+ * no other), traced for two read-mode cycles: whichever variant a machine picks, the tracer is
+ * checked on it. The baseline (x64) runs everywhere, so the case never checks nothing; a variant
+ * this CPU cannot run loads no CPU backend (the driver's exit 4) and is named on stderr. */
+WM_TEST(llama_every_cpu_variant) {
+    if (access(PEER_LIB "/libllama.v0.4.0.so", R_OK) != 0)
+        WM_SKIP("llama.cpp's loader (npm peer) is not installed: make peer");
+    char names[32][32], cmd[8192], ran[1024] = "", not_here[1024] = "";
+    int n = wmt_peer_cpu_variants(names, 32), baseline = 0;
+    CHECK(n >= 1);
+    for (int i = 0; i < n; i++) {
+        const char *dir = wmt_peer_variant_dir(names[i]);
+        snprintf(cmd, sizeof cmd, "%s %s 0 2 %s", prog("llama_driver"), dir, FIXTURE);
+        int plain = run_rc("%s", cmd);
+        CHECK_MSG(plain == 0 || plain == 4, "%s untraced: exit %d", names[i], plain);
+        if (plain == 4) {
+            strncat(not_here, " ", sizeof not_here - strlen(not_here) - 1);
+            strncat(not_here, names[i], sizeof not_here - strlen(not_here) - 1);
+            continue;
+        }
+        int rc;
+        jnode *j = trace_json("--cycles-marker llama_model_free", cmd, &rc);
+        char want[64];
+        snprintf(want, sizeof want, "llama_driver: cpu variant %.31s\n", names[i]);
+        stderr_has(want);
+        CHECK_MSG(num(j, "exit_status") == 0, "%s traced: exit %g", names[i],
+                  num(j, "exit_status"));
+        CHECK_EQ(n_items(j, "releases"), 2);
+        CHECK_EQ(count_rule(j, "released"), 0);
+        jfree(j);
+        baseline += !strcmp(names[i], "x64");
+        strncat(ran, " ", sizeof ran - strlen(ran) - 1);
+        strncat(ran, names[i], sizeof ran - strlen(ran) - 1);
+    }
+    CHECK_MSG(baseline == 1, "the baseline variant x64 did not run (ran:%s)", ran);
+    fprintf(stderr, "traced with the CPU variants:%s; not runnable on this CPU:%s\n", ran,
+            not_here[0] ? not_here : " none");
+}
 
 /* llama.rn's Node twin: llama.cpp linked into one index.node, the model freed on a worker thread.
  * Its llama_model_free is exported but never called (the release inlines it as a virtual delete),

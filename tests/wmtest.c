@@ -19,6 +19,7 @@
 #include <stdarg.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
@@ -93,6 +94,51 @@ const char *wmt_fixture(const char *rel) {
 }
 
 const char *wmt_peer_dir(void) { return wm_oracle_dir(); }
+
+static int by_name(const void *a, const void *b) { return strcmp(a, b); }
+
+int wmt_peer_cpu_variants(char (*names)[32], int cap) {
+    DIR *d = opendir(wmt_peer_dir());
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)) && n < cap) {
+        size_t len = strlen(e->d_name);
+        if (strncmp(e->d_name, "libggml-cpu-", 12) || len < 16 || len - 15 >= sizeof names[0] ||
+            strcmp(e->d_name + len - 3, ".so"))
+            continue;
+        memcpy(names[n], e->d_name + 12, len - 15);
+        names[n++][len - 15] = 0;
+    }
+    if (d) closedir(d);
+    qsort(names, (size_t)n, sizeof names[0], by_name);
+    return n;
+}
+
+const char *wmt_peer_variant_dir(const char *variant) {
+    static char dir[600];
+    char want[64], from[1200], to[1200];
+    snprintf(dir, sizeof dir, "%s/ggml-cpu-%s", wmt_tmpdir(), variant);
+    snprintf(want, sizeof want, "libggml-cpu-%s.so", variant);
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+        wmt_fail(__FILE__, __LINE__, "mkdir %s: %s", dir, strerror(errno));
+    DIR *d = opendir(wmt_peer_dir());
+    if (!d) WM_SKIP("llama.cpp peer not installed (scripts/peer.sh installs it)");
+    struct dirent *e;
+    int found = 0;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        bool variant_lib = !strncmp(e->d_name, "libggml-cpu-", 12);
+        if (variant_lib && strcmp(e->d_name, want)) continue;
+        found += variant_lib;
+        snprintf(from, sizeof from, "%s/%s", wmt_peer_dir(), e->d_name);
+        snprintf(to, sizeof to, "%s/%s", dir, e->d_name);
+        if (symlink(from, to) != 0 && errno != EEXIST)
+            wmt_fail(__FILE__, __LINE__, "symlink %s: %s", to, strerror(errno));
+    }
+    closedir(d);
+    if (!found) wmt_fail(__FILE__, __LINE__, "the peer has no %s", want);
+    return dir;
+}
 
 const char *wmt_peer_lib(const char *name) {
     static char lib[4200];
@@ -528,6 +574,87 @@ uint64_t wmt_rchar(bool and_this_read) {
     const char *p = strstr(buf, "rchar:");
     CHECK(p != NULL);
     return strtoull(p + 6, NULL, 10) + (and_this_read ? (uint64_t)n : 0);
+}
+
+/* ---- the page cache ---- */
+
+const char *wmt_write_u8_tensors(const char *name, const uint64_t *sizes, size_t n) {
+    wmt_buf hdr = {0};
+    char item[160];
+    uint64_t off = 0;
+    wmt_put(&hdr, "{", 1);
+    for (size_t i = 0; i < n; i++) {
+        int len = snprintf(item, sizeof item,
+                           "%s\"t%zu\":{\"dtype\":\"U8\",\"shape\":[%" PRIu64
+                           "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}",
+                           i ? "," : "", i, sizes[i], off, off + sizes[i]);
+        wmt_put(&hdr, item, (size_t)len);
+        off += sizes[i];
+    }
+    wmt_put(&hdr, "}", 1);
+    const char *path = wmt_tmp(name);
+    FILE *fp = fopen(path, "wb");
+    CHECK_MSG(fp != NULL, "create %s", path);
+    uint64_t hlen = hdr.len;
+    CHECK(fwrite(&hlen, 8, 1, fp) == 1 && fwrite(hdr.p, 1, hdr.len, fp) == hdr.len);
+    unsigned char block[65536];
+    for (uint64_t k = 0; k < off;) {
+        size_t m = off - k < sizeof block ? (size_t)(off - k) : sizeof block;
+        for (size_t j = 0; j < m; j++)
+            block[j] = wmt_cold_byte(k + j);
+        CHECK(fwrite(block, 1, m, fp) == m);
+        k += m;
+    }
+    CHECK(fclose(fp) == 0);
+    wmt_buf_free(&hdr);
+    return path;
+}
+
+uint64_t wmt_cached_bytes(const char *path, uint64_t off, uint64_t len) {
+    int fd = open(path, O_RDONLY);
+    CHECK_MSG(fd >= 0, "open %s", path);
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), a = off / page * page;
+    uint64_t b = (off + len + page - 1) / page * page, n = 0;
+    if (b > a) {
+        void *p = mmap(NULL, (size_t)(b - a), PROT_READ, MAP_SHARED, fd, (off_t)a);
+        CHECK_MSG(p != MAP_FAILED, "map %s", path);
+        unsigned char *vec = malloc((size_t)((b - a) / page));
+        CHECK(vec && mincore(p, (size_t)(b - a), vec) == 0);
+        for (uint64_t i = 0; i < (b - a) / page; i++)
+            n += (vec[i] & 1) ? page : 0;
+        free(vec);
+        munmap(p, (size_t)(b - a));
+    }
+    close(fd);
+    return n;
+}
+
+void wmt_make_cold(const char *path, uint64_t warm_off, uint64_t warm_len) {
+    int fd = open(path, O_RDWR);
+    CHECK_MSG(fd >= 0, "open %s", path);
+    struct stat st;
+    CHECK(fstat(fd, &st) == 0);
+    CHECK(fdatasync(fd) == 0);
+    CHECK(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0);
+    int direct = open(path, O_RDONLY | O_DIRECT);
+    if (direct >= 0) close(direct);
+    if (direct < 0 || wmt_cached_bytes(path, 0, (uint64_t)st.st_size) != 0) {
+        close(fd);
+        WM_SKIP("this file system keeps the file's pages or has no O_DIRECT");
+    }
+    if (warm_len) {
+        CHECK(posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM) == 0);
+        unsigned char *buf = malloc((size_t)warm_len);
+        CHECK(buf && pread(fd, buf, (size_t)warm_len, (off_t)warm_off) == (ssize_t)warm_len);
+        free(buf);
+    }
+    close(fd);
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t wa = warm_off / page * page, wb = (warm_off + warm_len + page - 1) / page * page;
+    uint64_t want = warm_len ? wb - wa : 0;
+    if (wmt_cached_bytes(path, 0, (uint64_t)st.st_size) != want ||
+        (warm_len && wmt_cached_bytes(path, wa, wb - wa) != want))
+        WM_SKIP("the page cache did not take exactly the warmed pages (readahead)");
 }
 
 /* What a load holds (the ledger's current bytes by category) and what it read (rchar), from

@@ -88,6 +88,14 @@ const char *wmt_peer_dir(void);
 /* The path of the peer's library `name` in wmt_peer_dir() (static buffer); the case is skipped
  * (WM_SKIP) when it cannot be read there. */
 const char *wmt_peer_lib(const char *name);
+/* The CPU variants the peer ships (libggml-cpu-NAME.so in wmt_peer_dir(): "x64", "haswell",
+ * "zen4"...), sorted, up to cap; their count. */
+int wmt_peer_cpu_variants(char (*names)[32], int cap);
+/* A folder (in the case's temporary directory) of links to the peer's libraries with exactly one
+ * CPU variant, libggml-cpu-VARIANT.so, so that ggml_backend_load_all_from_path(folder) loads that
+ * one, or no CPU backend where this CPU cannot run it: a test pins the variant ("x64" runs on
+ * every x86-64) instead of taking the one this machine's CPU picks. Static buffer. */
+const char *wmt_peer_variant_dir(const char *variant);
 /* A fresh per-case temporary directory (removed by the runner after the case). */
 const char *wmt_tmpdir(void);
 /* Path inside the temporary directory. Returns a static rotating buffer (8 slots). */
@@ -137,6 +145,22 @@ void wmt_gpu_lock(bool exclusive);
 /* Open descriptors of this process (entries of /proc/self/fd): compare two counts to see whether
  * a call left one open. */
 int wmt_count_fds(void);
+
+/* ---- the page cache (cold and warm files, for the reading engine's tests) ----
+ * Measured by the test itself, not through the library: mincore over the test's own mapping. */
+
+/* A safetensors file of n U8 tensors "t0", "t1", ... of sizes[i] bytes, back to back (no
+ * alignment: the data starts right after the header, so tensors begin off any 4 KiB grid); byte
+ * k of the data is wmt_cold_byte(k). Returns its path (wmt_tmp's buffer). */
+const char *wmt_write_u8_tensors(const char *name, const uint64_t *sizes, size_t n);
+#define wmt_cold_byte(k) ((unsigned char)(((k)*2654435761u) >> 13))
+/* Writes the file back and drops it from the page cache (fdatasync, POSIX_FADV_DONTNEED); then
+ * warms [warm_off, warm_off + warm_len) of it (0, 0: nothing) with reads that start no
+ * readahead (POSIX_FADV_RANDOM). Skips the case (WM_SKIP) where this file system cannot drop
+ * its pages or has no O_DIRECT, or where the pages are not exactly as asked afterwards. */
+void wmt_make_cold(const char *path, uint64_t warm_off, uint64_t warm_len);
+/* Bytes of the file's pages over [off, off + len) in the page cache now. */
+uint64_t wmt_cached_bytes(const char *path, uint64_t off, uint64_t len);
 
 /* ---- fault sweeps (STYLE.md): count the calls of a scenario, then fail each in turn ----
  *

@@ -141,24 +141,6 @@ void wm__fds_close(wm__fds *fds) {
 
 /* ---- reading ---- */
 
-wm_status wm__read_at(wm_model *m, int fd, uint32_t shard, void *buf, size_t len, uint64_t off,
-                      size_t need, uint32_t tensor, const char *how, wm_error *err) {
-    const wm__shard *sh = &m->file->shards[shard];
-    size_t got;
-    int e = wm__os_pread(fd, buf, len, off, &got);
-    if (e)
-        return wm__err(err, wm__status_io(e), e, "%s: reading %zu bytes at offset %llu%s: %s",
-                       sh->path, len, (unsigned long long)off, how, wm__errno_text(e));
-    atomic_fetch_add(&m->bytes_read, got);
-    if (got < need)
-        return wm__err(err, WM_EFORMAT, 0,
-                       "%s: tensor '%s' at offset %llu: the file ends %zu bytes early (it is "
-                       "shorter than its header says)",
-                       sh->path, m->file->names + m->file->tensors[tensor].name_off,
-                       (unsigned long long)off, need - got);
-    return WM_OK;
-}
-
 static void *crew_main(void *arg) {
     const wm__crew *crew = arg;
     wm__os_task_scope(crew->fn, crew->arg);
@@ -218,22 +200,28 @@ bool wm__progress(wm_model *m, uint64_t done, uint64_t total) {
     return m->opts.progress && m->opts.progress(m->opts.progress_user, done, total) != 0;
 }
 
-/* A worker's own: its descriptors, its staging, and its window for the sink (made on the first
- * job that needs one). */
+/* A worker's own: its descriptors, its conversion scratch, its staging for direct reads and
+ * its window for the sink (each made on the first job that needs one). */
 typedef struct worker_own {
     wm__fds fds;
     unsigned char *scratch;
+    wm__stage stage;
     unsigned char *window;
     size_t window_len;
 } worker_own;
 
 /* Reads [off, off + len) of the job's shard into buf; false (and the failure recorded) on an
  * error or a file shorter than its header says. */
-static bool read_part(run_ctx *c, const worker_own *w, const wm__job *j, unsigned char *buf,
-                      uint64_t off, size_t len) {
+static bool read_part(run_ctx *c, worker_own *w, const wm__job *j, unsigned char *buf, uint64_t off,
+                      size_t len) {
     wm_error e;
-    int fd = wm__fds_get(&w->fds, c->m->file, j->shard);
-    if (wm__read_at(c->m, fd, j->shard, buf, len, off, len, j->tensor, "", &e)) {
+    wm__read_req q = {.shard = j->shard,
+                      .fd = wm__fds_get(&w->fds, c->m->file, j->shard),
+                      .off = off,
+                      .len = len,
+                      .dst = buf,
+                      .tensor = j->tensor};
+    if (wm__read(&c->m->rd, &q, &w->stage, &e)) {
         fail_run(c, &e);
         return false;
     }
@@ -242,7 +230,7 @@ static bool read_part(run_ctx *c, const worker_own *w, const wm__job *j, unsigne
 
 /* A converting job: WM_CONVERT_STEP source bytes at a time (whole blocks), read into the
  * scratch and converted into the destination while they are still in the cache. */
-static bool convert_job(run_ctx *c, const worker_own *w, const wm__job *j) {
+static bool convert_job(run_ctx *c, worker_own *w, const wm__job *j) {
     unsigned char *scratch = w->scratch;
     size_t bb = wm_type_block_bytes(j->from), step = WM_CONVERT_STEP / bb * bb;
     uint64_t be = wm_type_block_elems(j->from);
@@ -366,6 +354,7 @@ static void work(run_ctx *c, bool main) {
         }
     }
     wm__scratch_free(w.scratch, c->scratch_each);
+    wm__stage_free(&w.stage);
     wm__scratch_free(w.window, w.window_len);
     wm__fds_close(&w.fds);
 }
@@ -550,7 +539,6 @@ wm_status wm__read_items(wm_file *f, const wm_read_item *items, size_t n, const 
     m.opts.threads = o->threads;
     m.opts.progress = o->progress;
     m.opts.progress_user = o->progress_user;
-    atomic_init(&m.bytes_read, 0);
     size_t page = wm__os_page_size();
     unsigned threads = wm__load_threads(&m);
     size_t each = (o->window ? o->window : DEFAULT_WINDOW) / (threads ? threads : 1);
@@ -568,7 +556,9 @@ wm_status wm__read_items(wm_file *f, const wm_read_item *items, size_t n, const 
         return wm__err(err, WM_ENOMEM, e, "%s: allocating %zu bytes of read jobs: %s", f->path,
                        table, wm__errno_text(e));
     fill_jobs(f, items, n, each, p);
-    wm_status st = run_jobs(&m, p, nj, 0, o, each, err);
+    wm_status st = wm__reader_init(&m.rd, f, o->direct_io, err);
+    if (!st) st = run_jobs(&m, p, nj, 0, o, each, err);
+    wm__reader_free(&m.rd);
     wm__scratch_free(p, table);
     return st;
 }

@@ -58,13 +58,8 @@ void wm__fds_close(wm__fds *fds);
 
 /* ---- reading ---- */
 
-/* Reads len bytes of shard `shard` at off into buf through fd (wm__fds_get), adding what came
- * to m->bytes_read. At least `need` bytes must come (a direct read may cover past the end of
- * the file); fewer is WM_EFORMAT naming `tensor`, the file shorter than its header says. `how`
- * is said after the offset in a read error (" (direct)", or ""); the error's os_errno is the
- * read's errno. Any thread. */
-wm_status wm__read_at(wm_model *m, int fd, uint32_t shard, void *buf, size_t len, uint64_t off,
-                      size_t need, uint32_t tensor, const char *how, wm_error *err);
+/* Every read goes through the load's reader (m->rd, src/reader.h: buffered or direct per range,
+ * counted by route), from the threads below. */
 
 /* Reading threads that run fn(arg) inside the OS task scope, their stacks counted as scratch
  * while they live. The caller owns the crew (th: room for the threads) until wm__crew_join. */

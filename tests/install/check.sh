@@ -60,6 +60,13 @@ if ls "$libdir" | grep -q '^libweightmap_ggml\.so'; then
   grep -qF "libggml-base.so => $libdir/weightmap/" <<<"$l" && grep -qF "libweightmap.so.1 => $libdir/" <<<"$l" \
     || fail "the moved libweightmap_ggml.so does not find its libraries: $l"
 fi
+if ls "$libdir" | grep -q '^libweightmap_llama\.so'; then
+  l=$(libs "$libdir/libweightmap_llama.so")
+  grep -q "not found" <<<"$l" && fail "the moved libweightmap_llama.so does not find its libraries: $l"
+  for n in libweightmap.so.1 libllama libggml-base.so; do
+    grep -qF "$n" <<<"$l" || fail "libweightmap_llama.so does not link $n: $l"
+  done
+fi
 "$p/bin/weightmap" trace --out /dev/null -- true || fail "the moved CLI's trace"
 
 # 3. consumers of the moved prefix
