@@ -352,9 +352,18 @@ WM_TEST(help_gives_defaults_and_ranges) {
     free(out);
     /* the top-level usage lists every command's options */
     CHECK_EQ(run_cli(&out, "--help"), 0);
-    HAS(out, "check FILE [--cycles N] [--threads N] [--json]");
+    HAS(out, "check FILE [--set] [--cycles N] [--threads N] [--json]");
     HAS(out, "--mode heap|mmap|mmap-private");
     free(out);
+    /* --set on every command that opens FILE, with what it changes */
+    const char *set_cmds[4] = {"info", "load", "check", "cat"};
+    for (int i = 0; i < 4; i++) {
+        CHECK_EQ(run_cli(&out, "%s --help", set_cmds[i]), 0);
+        unwrap(out);
+        HAS(out, " --set a shard (or GGUF split part) opens its whole set; without it a shard is "
+                 "that file alone and an index is its set ");
+        free(out);
+    }
 }
 
 WM_TEST(options_take_equals_or_space) {
