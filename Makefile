@@ -16,7 +16,7 @@ JOBS      ?= $(shell nproc)
 CTEST     := ctest --output-on-failure -j$(JOBS) --timeout 900
 DEMO_MODEL = build/default-model.gguf
 
-.PHONY: arm64 test-arm64 darwin test-darwin check-source all deps peer ggml build test test-normal test-asan test-cuda-mock demo install clean bench fuzz fuzz-build test-fuzz test-tsan iq-grids test-builds format format-check python python-build test-python test-python-asan
+.PHONY: docs test-docs docs-build arm64 test-arm64 darwin test-darwin check-source all deps peer ggml llama build test test-normal test-asan test-cuda-mock demo install clean bench fuzz fuzz-build test-fuzz test-tsan iq-grids test-builds format format-check python python-build test-python test-python-asan
 
 all: build
 
@@ -31,7 +31,7 @@ demo: build
 	@test -f $(DEMO_MODEL) || build/weightmap make-model $(DEMO_MODEL) --size 512M
 	build/weightmap demo --model $(DEMO_MODEL)
 
-test: format-check check-source test-normal test-asan test-cuda-mock test-fuzz test-tsan test-builds test-python test-python-asan test-arm64 test-darwin
+test: format-check check-source test-normal test-asan test-cuda-mock test-fuzz test-tsan test-builds test-python test-python-asan test-docs test-arm64 test-darwin
 
 # The oracle tests (conversion and type table against llama.cpp's own ggml) need the npm peer;
 # without it (no registry) they report skipped and the committed reference checksums still run.
@@ -40,16 +40,25 @@ peer:
 	@scripts/peer-node.sh >/dev/null 2>&1 || echo "peer: @fugood/llama.node could not be installed; its trace tests will skip"
 
 # The ggml bridge (docs/GGML.md) and its tests need ggml: the peer's prebuilt ggml 0.23.0 with that
-# release's headers (scripts/ggml.sh, into bench/peers/ggml/; WM_GGML=AUTO finds it there).
+# release's headers (scripts/ggml.sh, into the npm cache outside the clone, linked as bench/peers/ggml/;
+# WM_GGML=AUTO finds it there). Every npm download goes through scripts/npm-cache.sh: one folder per
+# package@version in ${XDG_CACHE_HOME:-~/.cache}/weightmap/npm, so a fresh clone installs nothing twice.
 ggml: peer
 	@scripts/ggml.sh >/dev/null 2>&1 || echo "ggml: ggml could not be installed; the ggml bridge and its tests are not built"
 
-test-normal: deps peer ggml
-	@cmake -S . -B build-test -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON -DWM_FAULT_INJECTION=ON >/dev/null
+# The llama.cpp bridge (docs/LLAMA.md) and its tests need llama.cpp: the peer's prebuilt llama.cpp
+# v0.4.0 with that release's headers (scripts/llama.sh, into the npm cache, linked as
+# bench/peers/llama/; WM_LLAMA=AUTO finds it there).
+llama: peer
+	@scripts/llama.sh >/dev/null 2>&1 || echo "llama: llama.cpp could not be installed; the llama.cpp bridge and its tests are not built"
+
+TEST_CONFIGURE = cmake -S . -B build-test -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON -DWM_FAULT_INJECTION=ON
+test-normal: deps peer ggml llama
+	@$(TEST_CONFIGURE) >/dev/null
 	@cmake --build build-test
 	cd build-test && $(CTEST)
 
-test-asan: deps ggml
+test-asan: deps ggml llama
 	@cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DWM_WERROR=ON -DCMAKE_C_COMPILER=clang \
 	  -DWM_FAULT_INJECTION=ON -DWM_SANITIZE=address,undefined >/dev/null
 	@cmake --build build-asan
@@ -90,16 +99,17 @@ fuzz: fuzz-build
 # interceptors (mlock is a no-op under TSan) make meaningless; and the CUDA backend's pipeline
 # (reader threads and the loading thread) against the mock runtime, labels cuda and multi (two
 # mock devices, tensor-parallel slices); and the trace
-# tool's interposer hooks called from several threads (label trace_tsan, tests/trace/tsan_hooks.c).
+# tool's interposer hooks called from several threads (label trace_tsan, tests/trace/tsan_hooks.c);
+# and the probes' ABI test (label trace_abi) with the TSan build's CLI and interposer.
 TSAN_EXCLUDE := ^model\.(heap_footprint_is_tensor_bytes_and_returns|lock_.*)$$
 test-tsan: deps
 	@cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON -DCMAKE_C_COMPILER=clang \
 	  -DWM_FAULT_INJECTION=ON -DWM_CUDA_MOCK=ON -DWM_SANITIZE=thread >/dev/null
-	@cmake --build build-tsan --target test_stress test_model test_cuda test_multi weightmap_cli wmt_trace_tsan
+	@cmake --build build-tsan --target test_stress test_model test_cuda test_multi weightmap_cli wmt_trace_tsan test_trace
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 WM_STRESS_CYCLES=$(TSAN_STRESS_CYCLES) \
-	  $(CTEST) -L '^(stress|model|cuda|multi|trace_tsan)$$' -E '$(TSAN_EXCLUDE)'
+	  $(CTEST) -L '^(stress|model|cuda|multi|trace_tsan|trace_abi)$$' -E '$(TSAN_EXCLUDE)'
 
-# Benchmarks against llama.cpp (bench/README.md): installs the peer into bench/peers/ if needed,
+# Benchmarks against llama.cpp (bench/README.md): installs the peer (npm cache) if needed,
 # then runs every bench executable with its defaults; a benchmark exits 77 to say "skipped".
 bench: build
 	@scripts/peer.sh >/dev/null
@@ -115,8 +125,15 @@ iq-grids: deps
 	@cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON >/dev/null
 	@cmake --build build --target iq-grids
 
+# `make install` builds build/ and installs it into PREFIX (default /usr/local), under DESTDIR when
+# given (a staging root, as packagers use): `make install PREFIX=$HOME/.local`, `make install
+# PREFIX=/usr DESTDIR=/tmp/pkgroot`. The installed tree is relocatable (RUNPATHs relative to
+# $ORIGIN, .pc and CMake files relative to themselves): it may be moved after the install.
+PREFIX  ?= /usr/local
+DESTDIR ?=
 install: build
-	cmake --install build
+	@cmake -S . -B build -DCMAKE_INSTALL_PREFIX="$(PREFIX)" >/dev/null
+	DESTDIR="$(DESTDIR)" cmake --install build --prefix "$(PREFIX)"
 
 # The Python package (python/; README.md "Python"). `make python` installs it for Debian's
 # /usr/bin/python3 with pip, offline (--no-build-isolation --no-deps: Debian's setuptools, no
@@ -150,6 +167,24 @@ test-python-asan: python-build
 	cd python/tests && $(PY_TEST_ENV) PYTHONPATH=$(CURDIR)/build-py/asan/python WM_PY_STRESS_ROUNDS=40 \
 	  LD_PRELOAD=$$(clang -print-file-name=libclang_rt.asan-x86_64.so) ASAN_OPTIONS=detect_leaks=0 \
 	  UBSAN_OPTIONS=print_stacktrace=1 $(PYTHON) -m pytest -q -p no:cacheprovider
+
+# Docs that cannot drift (scripts/docrun.py says how; docs/TESTING.md "Docs that cannot drift"):
+# every code block of README.md and docs/*.md marked <!-- docrun ... --> runs, its commands on
+# build-test/ (`build/` in the page) and its Python on build-py/, and each command's output is
+# compared with the page, the numbers that vary masked; a block with a prompt and no marker
+# fails too. `make docs` writes what the commands print now into the pages (then read the diff);
+# `make test-docs` (part of `make test`) fails when a page and its commands disagree. First
+# tests/docs/selftest.sh checks that the checker itself fails on a drifted page.
+DOCS_PAGES = README.md $(sort $(wildcard docs/*.md))
+DOCS_RUN   = scripts/docrun.py --build build-test --python $(PYTHON) --pythonpath build-py/python
+docs-build: deps peer ggml python-build
+	@$(TEST_CONFIGURE) >/dev/null
+	@cmake --build build-test
+docs: docs-build
+	$(DOCS_RUN) --write $(DOCS_PAGES)
+test-docs: docs-build
+	tests/docs/selftest.sh
+	$(DOCS_RUN) $(DOCS_PAGES)
 
 # AArch64 (docs/PORTING.md, docs/TESTING.md): `make arm64` cross-builds the library, the CLI and
 # the tests into build-arm64/ with Debian's aarch64 toolchain (cmake/toolchain-aarch64.cmake;

@@ -3,8 +3,8 @@
 # and one markdown row per run (bench/RESULTS.md#trace, docs/TRACE.md "What runtimes showed"):
 #   llama.rn's Node twin (@fugood/llama.node, scripts/peer-node.sh; tests/trace/app.mjs), use_mmap
 #     on and off, markers llama_model_load_from_file and llama_model's base destructor;
-#   node-llama-cpp 3.21.1 (installed here into bench/peers/node-llama-cpp/ when missing: 83 MB,
-#     117 packages, install scripts off), useMmap on and off;
+#   node-llama-cpp 3.21.1 (installed into the npm cache outside the clone when missing,
+#     scripts/npm-cache.sh: 83 MB, 117 packages, install scripts off), useMmap on and off;
 #   llama.cpp's own loader (tests/trace/llama_driver, scripts/peer.sh), read and mmap mode;
 #   Python with Debian's torch (torch.load of a 64 MiB state dict) and with weightmap's package
 #     (load_file, mmap and heap; build-py/python from `make python-build`), bench/trace_python.py.
@@ -15,12 +15,10 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "$1" && pwd) gguf=$2 st=$3
 w="$build/weightmap" out="${TMPDIR:-/tmp}/wmtrace-runtimes"
 mkdir -p "$out"
-nlc="$root/bench/peers/node-llama-cpp"
-if [ ! -d "$nlc/node_modules/node-llama-cpp" ]; then
-  mkdir -p "$nlc" && (cd "$nlc" && { [ -f package.json ] || npm init -y >/dev/null; } &&
-    npm i -E --no-audit --no-fund --ignore-scripts --omit=optional node-llama-cpp@3.21.1 \
-      @node-llama-cpp/linux-x64@3.21.1 >&2)
-fi
+# its own set in the cache (not linked into bench/peers: peer.sh's link stays peer.sh's); the app
+# is written beside the set's node_modules, where its import finds the package
+nlc=$(WM_NPM_NO_LINK=1 "$root/scripts/npm-cache.sh" node-llama-cpp@3.21.1 @node-llama-cpp/linux-x64@3.21.1 \
+  -- --ignore-scripts --omit=optional)
 cat > "$nlc/app.mjs" <<'JS'
 import { getLlama } from 'node-llama-cpp';
 const [modelPath, mmap = 'on', cycles = '3'] = process.argv.slice(2);

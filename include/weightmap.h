@@ -46,7 +46,8 @@ extern "C" {
  *     built against an older header keeps working with a newer library: no function is removed
  *     or changes its signature, no enum value changes meaning, and no struct field moves.
  *   - Public structs that cross the boundary by value or through a caller-owned pointer
- *     (wm_load_options, wm_cuda_options, wm_ledger, wm_model_stats) start with `uint32_t size`,
+ *     (wm_load_options, wm_cuda_options, wm_ledger, wm_model_stats, wm_read_options) start with
+ *     `uint32_t size`,
  *     the caller's sizeof, and only ever grow at the end. The library reads (or, for results,
  *     writes) only the first `size` bytes: fields a shorter, older struct lacks read as zero
  *     (their documented default), and results it has no room for are not written. A longer
@@ -74,9 +75,9 @@ extern "C" {
 #endif
 
 #define WM_VERSION_MAJOR 1
-#define WM_VERSION_MINOR 1
+#define WM_VERSION_MINOR 2
 #define WM_VERSION_PATCH 0
-#define WM_VERSION_STRING "1.1.0"
+#define WM_VERSION_STRING "1.2.0"
 /* MAJOR * 1000000 + MINOR * 1000 + PATCH, e.g. 1000000 for 1.0.0 (as wm_version_number). */
 #define WM_VERSION_NUMBER (WM_VERSION_MAJOR * 1000000 + WM_VERSION_MINOR * 1000 + WM_VERSION_PATCH)
 
@@ -256,13 +257,41 @@ typedef enum wm_format { WM_FORMAT_GGUF = 1, WM_FORMAT_SAFETENSORS = 2 } wm_form
 /* Opens a weight file and parses its header: the tensor table and the metadata. Reads a bounded
  * number of times whatever the file's metadata holds; keeps the header bytes and references
  * metadata strings and arrays in place.
+ * A path to one file is that file alone, whatever its name: one shard of a sharded safetensors
+ * checkpoint (NAME-0000K-of-0000N.safetensors) opens that shard, with its own tensors, its own
+ * __metadata__ and its own size, as safetensors opens it (a consumer's loop over the shards
+ * reads and holds each byte once); one part of a GGUF split set opens that part. A path ending
+ * in ".safetensors.index.json" opens the set the index describes (see "Sharded checkpoints"
+ * below). wm_file_open_set opens the whole set a shard belongs to; wm_file_open_paths a list.
  * Returns WM_OK and *out, or: WM_EINVAL (NULL path or out), WM_ENOENT (no such file), WM_EPERM,
  * WM_EIO, WM_ENOMEM, WM_EFORMAT (not a weight file, or a malformed one: err names the offset
  * and field). On failure nothing is held (ledger unchanged, no descriptor left open).
  * Thread safety: any number of files may be opened concurrently, on any threads. Parsing a
  * header (GGUF or safetensors JSON) uses no process-wide state: no locks, no global hooks, no
- * library state a program shares; a program may use any JSON library of its own meanwhile. */
+ * library state a program shares; a program may use any JSON library of its own meanwhile.
+ * The CLI (`weightmap info|load|check|cat FILE`) opens FILE as this function does; with --set
+ * it opens as wm_file_open_set. */
 WM_API wm_status wm_file_open(const char *path, wm_file **out, wm_error *err);
+/* Opens the whole set that `path` belongs to, as one file (added in 1.2): any shard
+ * NAME-0000K-of-0000N.safetensors (through NAME.safetensors.index.json when it exists beside
+ * it, else shards 1 to N by name), the index itself, or any part NAME-0000K-of-0000N.gguf of a
+ * GGUF split set (split.no, split.count, split.tensors.count); a file that belongs to no set
+ * opens alone, as wm_file_open opens it (a GGUF file with split.count 0 or 1 is such a file,
+ * whatever its name). Every shard is opened and checked; see "Sharded checkpoints" below.
+ * Results, errors, thread safety and the state left on failure are wm_file_open's. The llama.cpp
+ * bridge opens GGUF split sets with it (llama.cpp loads a split set from its first part). */
+WM_API wm_status wm_file_open_set(const char *path, wm_file **out, wm_error *err);
+/* Opens the files paths[0 .. n) as one set, in that order: shard i is paths[i] (added in 1.2).
+ * The list is checked as a set is: every file of one format, none listed twice (the same file
+ * by device and inode, whatever its path), no tensor in two files, and for GGUF parts that carry
+ * split keys, split.count equal to n, split.no equal to the part's place in the list and
+ * split.tensors.count (part 0's) equal to the tensors of all parts. An index file is not a
+ * shard (WM_EINVAL: open it with wm_file_open). No index is read: metadata is paths[0]'s, and
+ * wm_file_path is paths[0]. A list of one is that file alone. The array and its strings are the
+ * caller's and are copied. Returns what wm_file_open returns, and WM_EINVAL for n 0, NULL
+ * paths or out, a NULL entry or a file listed twice. On failure nothing is held. */
+WM_API wm_status wm_file_open_paths(const char *const *paths, size_t n, wm_file **out,
+                                    wm_error *err);
 /* Closes a file opened by wm_file_open: the caller's hold on it ends. Accepts NULL. A model
  * loaded from the file holds it too: closing before releasing is safe, the file (its
  * descriptors, tensor table and metadata, as seen through wm_model_file) stays valid until its
@@ -285,14 +314,15 @@ WM_API uint32_t wm_file_alignment(const wm_file *file);
 /* Sum of every tensor's byte size. */
 WM_API uint64_t wm_file_tensor_bytes(const wm_file *file);
 
-/* Sharded checkpoints and split sets. wm_file_open on NAME.safetensors.index.json, on any shard
- * NAME-0000K-of-0000N.safetensors, or on any part NAME-0000K-of-0000N.gguf of a GGUF split set
- * (split.no, split.count, split.tensors.count) opens the whole set as one file: every shard is
- * opened and checked (a missing, extra or inconsistent shard fails with a message naming it),
- * tensors of all shards are listed together, and each tensor says in which shard its data lies.
- * For a set, wm_file_size is the sum of the shards' sizes, and the data offset, alignment and
- * version are those of shard 0; GGUF metadata is shard 0's; safetensors metadata is the index's
- * "metadata" followed by shard 0's __metadata__ (keys the index already has are skipped).
+/* Sharded checkpoints and split sets. A set opened as one file (wm_file_open on an index,
+ * wm_file_open_set, wm_file_open_paths) has every shard opened and checked (a missing, extra or
+ * inconsistent shard fails with a message naming it, a shard whose header disagrees with the
+ * index names the tensor and both shards), tensors of all shards listed together, and each
+ * tensor says in which shard its data lies. For a set, wm_file_size is the sum of the shards'
+ * sizes, and the data offset, alignment and version are those of shard 0; GGUF metadata is
+ * shard 0's; safetensors metadata is the index's "metadata" followed by shard 0's __metadata__
+ * (keys the index already has are skipped), or shard 0's alone without an index. Shards of an
+ * index are in the order of their file names, of a name NAME-0000K-of-0000N in K's order.
  * wm_file_shard_count: 1 for a single file (0 for NULL). wm_file_shard_path: the path of shard
  * `index` (borrowed; shard 0 is the file itself for a single file), NULL when out of range. */
 WM_API uint32_t wm_file_shard_count(const wm_file *file);
@@ -316,6 +346,86 @@ WM_API size_t wm_file_tensor_count(const wm_file *file);
 WM_API wm_status wm_file_tensor(const wm_file *file, size_t index, wm_tensor_info *out);
 /* Finds a tensor by name (hash lookup). WM_ENOENT if absent. */
 WM_API wm_status wm_file_find_tensor(const wm_file *file, const char *name, size_t *index);
+
+/* ---------------------------------------------------------------------------------------------
+ * Reading tensors into memory the caller owns (added in 1.2)
+ *
+ * For a runtime that allocates its own weight buffers (llama.cpp's, through
+ * include/weightmap_llama.h) and wants weightmap's reader behind them: the bytes of each tensor
+ * go from the file straight into the caller's memory, or, for memory the CPU cannot write (a
+ * device buffer, a buffer that rearranges what it is given), through a bounded page-allocated
+ * window handed to a callback. Nothing is kept: when the call returns, every thread, window and
+ * job table it made is gone and the ledger is as it was.
+ * ------------------------------------------------------------------------------------------- */
+
+/* Progress: called from the loading thread with bytes done so far and the total. Return
+ * non-zero to cancel: the load then fails with WM_ECANCELED and holds nothing. */
+typedef int (*wm_progress_fn)(void *user, uint64_t bytes_done, uint64_t bytes_total);
+
+/* wm_read_item.flags: the sink receives the tensor's bytes in one call (offset 0, all nbytes),
+ * for a destination that takes a tensor only whole (ggml's CPU repack buffers). */
+#define WM_READ_WHOLE 1u
+
+/* One tensor to read. This struct never grows (the stride of an array of them is part of the
+ * ABI); per-item behaviour added later comes as flags. */
+typedef struct wm_read_item {
+    size_t tensor;  /* index in the file, as wm_file_tensor numbers them */
+    void *dst;      /* host memory of at least the tensor's nbytes, any alignment; NULL: the
+                       bytes go to wm_read_options.sink */
+    void *user;     /* the caller's, handed back with the item (sink) */
+    uint32_t flags; /* WM_READ_WHOLE; other bits must be 0 */
+} wm_read_item;
+
+/* Receives `len` bytes of `item`'s tensor starting `offset` bytes into it, in a window that is
+ * valid only during the call. Return 0 to go on; non-zero stops the read (WM_EDEVICE). */
+typedef int (*wm_read_sink_fn)(void *sink_user, const wm_read_item *item, uint64_t offset,
+                               const void *bytes, size_t len);
+
+/* How cold bytes are read (wm_read_options.direct_io). */
+typedef enum wm_direct_io {
+    WM_DIRECT_AUTO = 0, /* the library's choice: buffered reads of what the page cache holds;
+                           bytes it does not hold read with O_DIRECT where the file system
+                           allows it (see docs/ARCHITECTURE.md, the reading engine) */
+    WM_DIRECT_OFF = 1,  /* every read buffered */
+    WM_DIRECT_ON = 2    /* O_DIRECT wherever the file system allows it */
+} wm_direct_io;
+
+/* wm_read_options.flags: the sink is called by one thread at a time (reads stay parallel). */
+#define WM_READ_SINK_SERIAL 1u
+
+/* Grows only at the end (see "the ABI promise"); size 0 is the 1.2 layout. */
+typedef struct wm_read_options {
+    uint32_t size;    /* sizeof(wm_read_options) as the caller knows it: WM_READ_OPTIONS_INIT */
+    unsigned threads; /* reading threads, the caller's included; 0 = one per online CPU,
+                         at most 64 */
+    wm_direct_io direct_io;
+    uint32_t flags;       /* WM_READ_SINK_SERIAL */
+    wm_read_sink_fn sink; /* for items whose dst is NULL; called from the reading threads,
+                             concurrently for different pieces unless WM_READ_SINK_SERIAL */
+    void *sink_user;
+    size_t window;           /* page-allocated staging for sink items, all threads together;
+                                0 = 64 MiB. Each thread's share is at least 1 MiB; an item read
+                                WM_READ_WHOLE takes a window of its own size while it is read */
+    wm_progress_fn progress; /* from the calling thread: bytes read so far, of all items */
+    void *progress_user;
+} wm_read_options;
+
+#define WM_READ_OPTIONS_INIT WM_SIZED_INIT(wm_read_options)
+
+/* Reads the tensors items[0 .. n) names, each into item.dst or through opts->sink, in parallel
+ * (pieces of at most 8 MiB, opts->threads threads: the calling thread and workers that live
+ * only during the call, with stacks the library maps itself). The calling thread allocates
+ * nothing from malloc; the job table, the windows and the stacks are page-allocated (ledger:
+ * scratch) and given back before the call returns. Tensors of no bytes cost nothing. opts NULL:
+ * every default (then an item with dst NULL is WM_EINVAL).
+ * Returns WM_OK, or: WM_EINVAL (NULL file, items with n > 0, a tensor index out of range, a NULL
+ * dst without a sink, unknown flags, a bad options struct), WM_ENOMEM, WM_EIO (a read failed:
+ * err names the file, offset and tensor), WM_EFORMAT (the file is shorter than its header says),
+ * WM_ECANCELED (the progress callback asked), WM_EDEVICE (the sink returned non-zero). On
+ * failure some destinations may hold part of their bytes; nothing of the library's is held.
+ * Thread safety: as any reader of a wm_file (several calls on one file may run at once). */
+WM_API wm_status wm_file_read_tensors(const wm_file *file, const wm_read_item *items, size_t n,
+                                      const wm_read_options *opts, wm_error *err);
 
 /* Metadata value types; ids are GGUF's. */
 typedef enum wm_value_type {
@@ -450,9 +560,7 @@ WM_API const char *wm_backend_name(wm_backend_kind backend);
 WM_API wm_status wm_backend_from_name(const char *spec, wm_backend_kind *backend, int *devices,
                                       unsigned max_devices, unsigned *n_devices, wm_error *err);
 
-/* Progress: called from the loading thread with bytes done so far and the total. Return
- * non-zero to cancel: the load then fails with WM_ECANCELED and holds nothing. */
-typedef int (*wm_progress_fn)(void *user, uint64_t bytes_done, uint64_t bytes_total);
+/* Progress (wm_progress_fn): declared with wm_file_read_tensors above. */
 
 /* Several devices (CUDA): how tensors are placed on opts.devices. Each tensor goes whole to one
  * device; a device's tensors lie in buffers of its own. */
@@ -501,9 +609,12 @@ typedef struct wm_cuda_options {
     uint32_t size;  /* sizeof(wm_cuda_options) as the caller knows it: WM_CUDA_OPTIONS_INIT */
     int registered; /* register the mmap-mode mapping instead of staging */
     uint64_t pinned_budget; /* pinned staging bytes, 0 = 256 MiB */
-    int direct_io;          /* staged: read with O_DIRECT, past the page cache (for models
-                               larger than the memory that would cache them), where the file
-                               system allows it; buffered reads otherwise */
+    int direct_io;          /* staged: read everything with O_DIRECT, past the page cache,
+                               even what is cached (for models larger than the memory that would
+                               cache them), where the file system allows it; buffered reads
+                               otherwise. The same as wm_load_options.direct_io = WM_DIRECT_ON;
+                               without it the default (WM_DIRECT_AUTO) already reads what is not
+                               cached with O_DIRECT */
     /* Read once (staged path, one device per process; builds with NCCL): an ncclComm_t
      * whose ranks all load this file with the same options but their own tp_rank (its rank in
      * the communicator, of tp_world = its size). Each rank reads only its 1/tp_world byte range
@@ -564,6 +675,16 @@ typedef struct wm_load_options {
      * with tensor parallelism or read-once. */
     const wm_tensor_select *select;
     size_t n_select;
+    /* How the file is read (added in 1.2; wm_direct_io): WM_DIRECT_AUTO (0, the default) reads
+     * what the page cache holds through it and the rest with O_DIRECT, per range, so a cold
+     * load runs at the disk's speed and a warm one at memory's; WM_DIRECT_OFF reads everything
+     * buffered; WM_DIRECT_ON everything with O_DIRECT, cached or not (for files that must not
+     * enter the page cache; cuda.direct_io asks the same). Whatever the route, the bytes are the
+     * file's; wm_model_stats.read_direct and read_buffered count them by route. For the modes
+     * that read (heap, and the CUDA backend's staged path); another value, or OFF or ON with a
+     * mode that only maps the file (mmap, mmap-private, the registered CUDA path), or OFF with
+     * cuda.direct_io, is WM_EINVAL. */
+    wm_direct_io direct_io;
 } wm_load_options;
 
 #define WM_LOAD_OPTIONS_INIT WM_SIZED_INIT(wm_load_options)
@@ -633,7 +754,12 @@ typedef struct wm_model_stats {
     uint64_t device_bytes; /* bytes of device memory */
     unsigned threads;      /* worker threads the load used */
     double load_seconds;   /* wall time of wm_model_load */
-    uint64_t bytes_read;   /* bytes the load read from the file with pread (0 for mappings) */
+    uint64_t bytes_read;   /* bytes the load read from the file with pread (0 for mappings;
+                              a direct read counts the aligned blocks it covered) */
+    /* Added in 1.2: the tensor bytes the load read by route (wm_load_options.direct_io): with
+     * O_DIRECT, past the page cache, and through it. Their sum is the bytes asked of the file. */
+    uint64_t read_direct;
+    uint64_t read_buffered;
 } wm_model_stats;
 
 #define WM_MODEL_STATS_INIT WM_SIZED_INIT(wm_model_stats)

@@ -10,7 +10,9 @@
 #      header: no quoted include but their own headers and weightmap.h, nothing from src/;
 #   4. the tracer's interposer (tools/trace/, the files that are not the command) does not use
 #      the library at all;
-#   5. the ggml bridge (bridge/) uses only the public headers, and src/ includes no ggml header;
+#   5. the bridges (bridge/: ggml, llama.cpp) use only the public headers (and bridge/'s own
+#      ggml_check.h, which uses only public headers itself), and src/ includes no ggml or
+#      llama.cpp header;
 #   6. the library, the CLI and the Python extension parse JSON with src/format/json.c only: none
 #      of them names cJSON (whose allocation hooks and error position are process-wide; the
 #      built libraries are checked too, by the ctest entry safetensors.no_cjson_symbols).
@@ -47,7 +49,7 @@ cmd_files=$(grep -lE '^#include "(cli|tracer)\.h"' $(files 'cli/*.c' 'tools/*.c'
   'tools/trace/*.h') || true)
 for f in $( (files 'cli/*.c' 'cli/*.h' 'python/*.c'; echo "$cmd_files") | sort -u); do
   bad=$(grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$f" |
-    grep -vE '"(cli\.h|weightmap\.h|trace/wmtrace\.h|wmtrace\.h|tracer\.h|weightmap_ggml\.h)"' || true)
+    grep -vE '"(cli\.h|weightmap\.h|trace/wmtrace\.h|wmtrace\.h|tracer\.h|weightmap_ggml\.h|weightmap_llama\.h)"' || true)
   [ -z "$bad" ] || breach "$f includes what is not the public header: $bad"
   bad=$(grep -nE '#[[:space:]]*include[[:space:]]*[<"](\.\./)*(src/|internal\.h|backend/|format/|os/)' "$f" || true)
   [ -z "$bad" ] || breach "$f includes the library's insides: $bad"
@@ -59,20 +61,20 @@ for f in $(files 'tools/trace/*.c' 'tools/trace/*.h'); do
   bad=$(grep -nE '#[[:space:]]*include[[:space:]]*[<"](weightmap\.h|cli\.h)' "$f" || true)
   [ -z "$bad" ] || breach "$f (the interposer) uses the library: $bad"
 done
-# 5. the ggml bridge: the public headers of weightmap and ggml only (its fault-injection test
-#    build, under #ifdef WM_GGML_FAULTS, also the library's fault table, os/os.h); and the core
-#    library never includes a ggml header
+# 5. the bridges: the public headers of weightmap, ggml and llama.cpp only (their fault-injection
+#    test builds, under #ifdef WM_GGML_FAULTS or WM_LLAMA_FAULTS, also the library's fault table,
+#    os/os.h); and the core library never includes a ggml or llama.cpp header
 for f in $(files 'bridge/*.c' 'bridge/*.h'); do
-  bad=$(awk '/^#[[:space:]]*ifdef[[:space:]]+WM_GGML_FAULTS/ { faults = 1 }
+  bad=$(awk '/^#[[:space:]]*ifdef[[:space:]]+WM_(GGML|LLAMA)_FAULTS/ { faults = 1 }
     /^#[[:space:]]*(else|endif)/ { faults = 0 }
     /^[[:space:]]*#[[:space:]]*include[[:space:]]*"/ {
-      if ($0 ~ /"(weightmap|weightmap_ggml)\.h"/) next
+      if ($0 ~ /"(weightmap|weightmap_ggml|weightmap_llama|ggml_check)\.h"/) next
       if (faults && $0 ~ /"os\/os\.h"/) next
       print FILENAME ":" FNR ": " $0 }' "$f")
-  [ -z "$bad" ] || breach "the ggml bridge includes what is not a public header: $bad"
+  [ -z "$bad" ] || breach "a bridge includes what is not a public header: $bad"
 done
-bad=$(grep -nE '#[[:space:]]*include[[:space:]]*[<"]ggml' $(files 'src/*.c' 'src/*.h') || true)
-[ -z "$bad" ] || breach "the library includes a ggml header: $bad"
+bad=$(grep -nE '#[[:space:]]*include[[:space:]]*[<"](ggml|gguf|llama)' $(files 'src/*.c' 'src/*.h') || true)
+[ -z "$bad" ] || breach "the library includes a ggml or llama.cpp header: $bad"
 
 # 6. no cJSON in the library, the CLI or the Python extension
 bad=$(grep -niE 'cjson' $(files 'src/*.c' 'src/*.h' 'cli/*.c' 'cli/*.h' 'python/*.c') || true)

@@ -1,6 +1,7 @@
 #!/bin/sh
-# ggml.sh: installs ggml for the bridge (include/weightmap_ggml.h, docs/GGML.md) into
-# bench/peers/ggml/ when it is missing, and prints that folder: include/ holds the headers of
+# ggml.sh: installs ggml for the bridge (include/weightmap_ggml.h, docs/GGML.md) into the npm
+# cache outside the clone when it is missing (scripts/npm-cache.sh --root, folder ggml@0.23.0,
+# linked as bench/peers/ggml, where WM_GGML=AUTO looks), and prints bench/peers/ggml: include/ holds the headers of
 # the release the peer's prebuilt libraries were built from, lib/ links to those libraries,
 # internal/ holds ggml's backend interface (ggml-backend-impl.h), which only the tests use.
 #   libraries: npm @node-llama-cpp/linux-x64@3.21.1 (scripts/peer.sh: libggml-base.so,
@@ -11,22 +12,39 @@
 # a second run finds the stamp and does nothing. Nothing of ggml is committed.
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
-dir="$here/bench/peers/ggml"
-want="node-llama-cpp@3.21.1 ggml 0.23.0 (include, internal)"
+link="$here/bench/peers/ggml"
+lib=$("$here/scripts/peer.sh")
+dir="$("$here/scripts/npm-cache.sh" --root)/ggml@0.23.0"
+want="node-llama-cpp@3.21.1 ggml 0.23.0 (include, internal) lib $lib"
+# bench/peers/ggml -> the cache (a folder an older ggml.sh made in the clone is replaced)
+link_it() {
+  [ -L "$link" ] && [ "$(readlink "$link")" = "$dir" ] && return 0
+  mkdir -p "$(dirname "$link")"
+  rm -rf "$link"
+  ln -s "$dir" "$link"
+}
 if [ -f "$dir/stamp" ] && [ "$(cat "$dir/stamp")" = "$want" ] && [ -f "$dir/include/ggml-backend.h" ] \
    && [ -f "$dir/lib/libggml-base.so" ]; then
-  echo "$dir"
+  link_it
+  echo "$link"
   exit 0
 fi
-lib=$("$here/scripts/peer.sh")
 command -v git >/dev/null 2>&1 || { echo "ggml.sh: git is not installed" >&2; exit 1; }
-echo "ggml.sh: fetching the headers of ggml 0.23.0 (node-llama-cpp@3.21.1) into $dir" >&2
-tmp="$here/bench/peers/ggml.tmp"
-rm -rf "$tmp"
-mkdir -p "$tmp"
+tgz=$("$here/scripts/npm-cache.sh" --pack node-llama-cpp@3.21.1)
+# one builder at a time (other clones share the cache); the winner's folder serves the rest
+if command -v flock >/dev/null 2>&1; then
+  exec 9>"$dir.lock"
+  flock 9
+  if [ -f "$dir/stamp" ] && [ "$(cat "$dir/stamp")" = "$want" ]; then
+    link_it
+    echo "$link"
+    exit 0
+  fi
+fi
+echo "ggml.sh: the headers of ggml 0.23.0 (node-llama-cpp@3.21.1) into $dir" >&2
+tmp=$(mktemp -d "$dir.tmp.XXXXXX")
 cd "$tmp"
-npm pack --silent node-llama-cpp@3.21.1 >/dev/null
-tar -xzf node-llama-cpp-3.21.1.tgz package/llama/gitRelease.bundle package/llama/llama.cpp.info.json
+tar -xzf "$tgz" package/llama/gitRelease.bundle package/llama/llama.cpp.info.json
 git clone -q --bare package/llama/gitRelease.bundle src.git
 mkdir tree
 git -C src.git archive HEAD ggml/include ggml/src/ggml-backend-impl.h ggml/CMakeLists.txt | tar -x -C tree
@@ -36,18 +54,21 @@ if [ "$ver" != "0.23.0" ]; then
   exit 1
 fi
 commit=$(git -C src.git rev-parse HEAD)
-rm -rf "$dir"
-mkdir -p "$dir/lib"
-mv tree/ggml/include "$dir/include"
-mkdir "$dir/internal"
-mv tree/ggml/src/ggml-backend-impl.h "$dir/internal/"
+out="$tmp/out"
+mkdir -p "$out/lib"
+mv tree/ggml/include "$out/include"
+mkdir "$out/internal"
+mv tree/ggml/src/ggml-backend-impl.h "$out/internal/"
 for f in "$lib"/libggml-base.so "$lib"/libggml.v0.4.0.so "$lib"/libggml-cpu-*.so; do
-  ln -s "$f" "$dir/lib/$(basename "$f")"
+  ln -s "$f" "$out/lib/$(basename "$f")"
 done
-ln -s libggml.v0.4.0.so "$dir/lib/libggml.so"
+ln -s libggml.v0.4.0.so "$out/lib/libggml.so"
 printf 'llama.cpp source: node-llama-cpp@3.21.1 llama/gitRelease.bundle, commit %s (%s)\n' \
-  "$commit" "$(cat package/llama/llama.cpp.info.json | tr -d ' \n')" > "$dir/SOURCE"
+  "$commit" "$(cat package/llama/llama.cpp.info.json | tr -d ' \n')" > "$out/SOURCE"
+echo "$want" > "$out/stamp"
 cd "$here"
+rm -rf "$dir"
+mv "$out" "$dir"
 rm -rf "$tmp"
-echo "$want" > "$dir/stamp"
-echo "$dir"
+link_it
+echo "$link"

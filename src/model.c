@@ -146,6 +146,35 @@ static wm_status options_in(const char *path, const wm_load_options *in, wm_load
     return WM_OK;
 }
 
+/* The modes that read (heap, the CUDA staged path) read by opts.direct_io, or always directly when
+ * the CUDA options ask for direct_io; the others map the file and read nothing. */
+static bool reads_file(const wm__backend *be, const wm_load_options *o) {
+    return o->mode == WM_MODE_HEAP || (!be->maps_file && !o->cuda->registered);
+}
+
+static wm_status check_io(const char *path, const wm__backend *be, const wm_load_options *o,
+                          wm_error *err) {
+    if ((unsigned)o->direct_io > WM_DIRECT_ON)
+        return wm__err(err, WM_EINVAL, 0, "%s: unknown direct_io %d (AUTO, OFF or ON)", path,
+                       (int)o->direct_io);
+    if (o->direct_io != WM_DIRECT_AUTO && !reads_file(be, o))
+        return wm__err(err, WM_EINVAL, 0,
+                       "%s: direct_io %s applies to the modes that read the file (heap, the CUDA "
+                       "staged path); mode %s%s maps it",
+                       path, o->direct_io == WM_DIRECT_ON ? "on" : "off", wm_mode_name(o->mode),
+                       o->cuda->registered ? " (registered)" : "");
+    if (o->direct_io == WM_DIRECT_OFF && o->cuda->direct_io)
+        return wm__err(err, WM_EINVAL, 0,
+                       "%s: direct_io off and the CUDA option direct_io ask for opposite reads",
+                       path);
+    return WM_OK;
+}
+
+static wm_direct_io read_policy(const wm__backend *be, const wm_load_options *o) {
+    if (!reads_file(be, o)) return WM_DIRECT_OFF; /* nothing is read: no direct descriptors */
+    return o->cuda->direct_io ? WM_DIRECT_ON : o->direct_io;
+}
+
 /* The checks every backend shares; then the backend's own (its check slot). All of them run
  * before anything is acquired. */
 static wm_status check_options(const wm_file *f, const wm__backend *be, const wm_load_options *o,
@@ -171,6 +200,7 @@ static wm_status check_options(const wm_file *f, const wm__backend *be, const wm
         return wm__err(err, WM_EINVAL, 0, "%s: max_buffer_size %llu is below the page size", path,
                        (unsigned long long)o->max_buffer_size);
     wm_status st = check_devices(path, o, err);
+    if (!st) st = check_io(path, be, o, err);
     if (!st) st = check_tp(path, be, o, err);
     if (!st) st = check_select(f, be, o, err);
     if (st) return st;
@@ -182,6 +212,7 @@ static wm_status check_options(const wm_file *f, const wm__backend *be, const wm
 static void model_free(wm_model *m) {
     if (!m) return;
     m->backend->release(m); /* accepts a model it never loaded (bctx NULL) */
+    wm__reader_free(&m->rd);
     wm__free(m->order);
     wm__free(m->place);
     wm__free(m->chunks);
@@ -255,10 +286,15 @@ wm_status wm_model_load(wm_file *file, const wm_load_options *caller_opts, wm_mo
     if (st) goto fail;
     st = wm__plan_build(m, opts, err);
     if (st) goto fail;
+    st = wm__reader_init(&m->rd, file, read_policy(be, opts), err);
+    if (st) goto fail;
     st = be->load(m, err);
+    wm__reader_free(&m->rd); /* the direct descriptors live for the load only */
     if (st) goto fail;
     m->stats.load_seconds = wm__os_now() - t0;
-    m->stats.bytes_read = atomic_load(&m->bytes_read);
+    m->stats.bytes_read = atomic_load(&m->rd.bytes_read);
+    m->stats.read_direct = atomic_load(&m->rd.direct_bytes);
+    m->stats.read_buffered = atomic_load(&m->rd.buffered_bytes);
     *out = m;
     return WM_OK;
 fail:

@@ -329,6 +329,34 @@ WM_TEST(row_range_alone_on_the_device) {
     check_nothing_held(path);
 }
 
+/* A consumer's loop over a set's shards, each loaded alone to the device: together they hold
+ * exactly the set's device bytes and regions and read what its load reads (test_shards.c has
+ * the CPU modes); with a shard's path opening its whole set they held four sets. */
+WM_TEST(four_shards_hold_the_set_once) {
+    NEED_GPU();
+    wmt_make_model("s.safetensors", "--size 4M --seed 3 --shards 4");
+    char buf[4][512];
+    const char *shards[4];
+    for (int k = 0; k < 4; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "s-%05d-of-00004.safetensors", k + 1);
+        snprintf(buf[k], sizeof buf[k], "%s", wmt_tmp(name));
+        shards[k] = buf[k];
+    }
+#if defined(WM_CUDA_MOCK)
+    uint64_t slack = 0;
+#else
+    uint64_t slack = 64u << 10; /* the runtime reads a few /proc and /sys files of its own */
+#endif
+    for (int reg = 0; reg < 2; reg++) {
+        wm_load_options o = cuda_opts(reg ? WM_MODE_MMAP : WM_MODE_HEAP);
+        cuda_o.registered = reg;
+        o.threads = 2;
+        wmt_shards_hold_the_set_once(wmt_tmp("s.safetensors.index.json"), shards, 4, o, slack);
+    }
+    check_nothing_held(shards[0]);
+}
+
 /* 20 cycles, alternating paths: device free memory back to its baseline, ledger 0, nothing
  * registered, no mapping of the file left. */
 WM_TEST(cycles_return_memory) {
@@ -537,6 +565,115 @@ WM_TEST(direct_io) {
     wm_file_close(f);
     CHECK_LEDGER_EMPTY();
     CHECK_EQ(direct_fds_of(path), 0);
+}
+
+/* ---- cold and warm (the reading engine, src/read.c, on the staged path) ---- */
+
+#define COLD_N 7
+#define COLD_TENSOR ((uint64_t)(3 << 20) + 12345) /* off the 4 KiB grid */
+#define WARM_OFF ((uint64_t)4 << 20)
+#define WARM_LEN ((uint64_t)8 << 20)
+
+static const char *cold_file(void) {
+    uint64_t sizes[COLD_N];
+    for (int i = 0; i < COLD_N; i++)
+        sizes[i] = COLD_TENSOR;
+    return wmt_write_u8_tensors("cold.safetensors", sizes, COLD_N);
+}
+
+/* Tensor bytes of f inside the warm range. */
+static uint64_t warm_bytes(const wm_file *f) {
+    uint64_t in = 0;
+    for (size_t i = 0; i < wm_file_tensor_count(f); i++) {
+        wm_tensor_info t;
+        CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
+        uint64_t a = t.offset > WARM_OFF ? t.offset : WARM_OFF;
+        uint64_t b =
+            t.offset + t.nbytes < WARM_OFF + WARM_LEN ? t.offset + t.nbytes : WARM_OFF + WARM_LEN;
+        in += b > a ? b - a : 0;
+    }
+    return in;
+}
+
+/* By default the staged readers read the windows that are not in the page cache with O_DIRECT
+ * into the ring's slots, and the cached one buffered: the model's counts by route are exactly
+ * the tensor bytes outside and inside the warm range, the device holds the file's bytes, and
+ * the cold pages are still out of the page cache afterwards. With 1 thread (the loading thread
+ * fills the slots) and 3 readers. */
+WM_TEST(cold_direct_warm_buffered) {
+    NEED_GPU();
+    const char *path = cold_file();
+    for (unsigned threads = 1; threads <= 3; threads += 2) {
+        wm_file *f = OPEN_OK(path);
+        uint64_t warm = warm_bytes(f), total = wm_file_tensor_bytes(f), size = wm_file_size(f);
+        wmt_make_cold(path, WARM_OFF, WARM_LEN);
+        wm_load_options o = cuda_opts(WM_MODE_HEAP);
+        o.threads = threads;
+        wm_model *m = NULL;
+        wm_error err;
+        wm_status st = wm_model_load(f, &o, &m, &err);
+        CHECK_MSG(st == WM_OK, "load: %s", err.msg);
+        wm_model_stats s = WM_MODEL_STATS_INIT;
+        wm_model_stats_get(m, &s);
+        CHECK_EQ(s.read_buffered, warm);
+        CHECK_EQ(s.read_direct, total - warm);
+        CHECK_EQ(wmt_cached_bytes(path, 0, WARM_OFF), 0);
+        CHECK_EQ(wmt_cached_bytes(path, WARM_OFF + WARM_LEN, size - WARM_OFF - WARM_LEN), 0);
+        check_bytes(m); /* reads the file itself: after the page cache was looked at */
+        wm_model_release(m);
+        wm_file_close(f);
+        CHECK_LEDGER_EMPTY();
+    }
+}
+
+typedef struct cold_run {
+    wmt_load_run l;
+    const char *path;
+    unsigned direct_failures;
+} cold_run;
+
+static wm_status cold_load(void *user, wm_error *err) {
+    cold_run *c = user;
+    wmt_make_cold(c->path, WARM_OFF, WARM_LEN);
+    wm_status st = wmt_load_release(&c->l, err);
+    if (st && strstr(err->msg, "(direct)")) c->direct_failures++;
+    return st;
+}
+
+static void cold_check(void *user, const wmt_fault_run *r) {
+    (void)user;
+    CHECK_MSG(r->st == WM_EIO, "read %llu of %llu: %s: %s", (unsigned long long)r->k,
+              (unsigned long long)r->n, wm_status_name(r->st), r->err->msg);
+    CHECK_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+/* Every read of a half-cold staged load failed in turn (direct and buffered): each load is
+ * refused with WM_EIO and holds nothing (ledger, descriptors, O_DIRECT ones included, mappings,
+ * no CUDA error left). */
+WM_TEST(cold_read_fails_midway) {
+    NEED_GPU();
+    const char *path = cold_file();
+    wm_error init_err;
+    CHECK_STATUS(wm_backend_init(WM_BACKEND_CUDA, 0, &init_err), WM_OK);
+    wm_load_options o = cuda_opts(WM_MODE_HEAP);
+    o.threads = 3;
+    cold_run c = {.l = {.f = OPEN_OK(path), .o = o, .use = check_bytes}, .path = path};
+    wmt_sweep s = {.what = "cold staged load",
+                   .run = cold_load,
+                   .check = cold_check,
+                   .user = &c,
+                   .path = path,
+                   .shown = "cold.safetensors",
+                   .must_hit = 1};
+    wmt_sweep_result res = {0};
+    wmt_sweep_count(&s, &res);
+    CHECK(res.counts[WM_OS_PREAD] >= 4);
+    int eio = EIO;
+    wmt_sweep_kind(&s, WM_OS_PREAD, res.counts[WM_OS_PREAD], &eio, 1, &res);
+    CHECK_EQ(res.failed, res.counts[WM_OS_PREAD]);
+    CHECK_MSG(c.direct_failures > 0, "no direct read failed");
+    wm_file_close(c.l.f);
+    CHECK_LEDGER_EMPTY();
 }
 
 /* Fails the k-th call of `kind` for every k of one load: each failure is clean (a status, a

@@ -54,3 +54,10 @@ wmt_malloc wmt_malloc_stats(void) {
     malloc_zone_statistics(NULL, &st);
     return (wmt_malloc){st.size_in_use, 0};
 }
+
+void wmt_make_cold(const char *path, uint64_t warm_off, uint64_t warm_len) {
+    (void)path;
+    (void)warm_off;
+    (void)warm_len;
+    WM_SKIP("Darwin has no call that drops one file's pages from the cache (purge(8) is root's)");
+}

@@ -1,7 +1,7 @@
 /*
- * wmtest_linux.c: the test helpers that read what only Linux shows (/proc/self: maps, fd, io)
- * and glibc's malloc statistics; wmtest_darwin.c is the same for Darwin. tests/CMakeLists.txt
- * links the one for the target.
+ * wmtest_linux.c: the test helpers that read what only Linux shows (/proc/self: maps, fd, io),
+ * glibc's malloc statistics, and a file made cold (POSIX_FADV_DONTNEED, O_DIRECT);
+ * wmtest_darwin.c is the same for Darwin. tests/CMakeLists.txt links the one for the target.
  */
 #include "wmtest.h"
 
@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <malloc.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -63,4 +64,32 @@ uint64_t wmt_rchar(bool and_this_read) {
 wmt_malloc wmt_malloc_stats(void) {
     struct mallinfo2 m = mallinfo2();
     return (wmt_malloc){m.uordblks, m.hblkhd};
+}
+
+void wmt_make_cold(const char *path, uint64_t warm_off, uint64_t warm_len) {
+    int fd = open(path, O_RDWR);
+    CHECK_MSG(fd >= 0, "open %s", path);
+    struct stat st;
+    CHECK(fstat(fd, &st) == 0);
+    CHECK(fdatasync(fd) == 0);
+    CHECK(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0);
+    int direct = open(path, O_RDONLY | O_DIRECT);
+    if (direct >= 0) close(direct);
+    if (direct < 0 || wmt_cached_bytes(path, 0, (uint64_t)st.st_size) != 0) {
+        close(fd);
+        WM_SKIP("this file system keeps the file's pages or has no O_DIRECT");
+    }
+    if (warm_len) {
+        CHECK(posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM) == 0);
+        unsigned char *buf = malloc((size_t)warm_len);
+        CHECK(buf && pread(fd, buf, (size_t)warm_len, (off_t)warm_off) == (ssize_t)warm_len);
+        free(buf);
+    }
+    close(fd);
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t wa = warm_off / page * page, wb = (warm_off + warm_len + page - 1) / page * page;
+    uint64_t want = warm_len ? wb - wa : 0;
+    if (wmt_cached_bytes(path, 0, (uint64_t)st.st_size) != want ||
+        (warm_len && wmt_cached_bytes(path, wa, wb - wa) != want))
+        WM_SKIP("the page cache did not take exactly the warmed pages (readahead)");
 }

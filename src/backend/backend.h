@@ -19,6 +19,7 @@
 #define WM_BACKEND_H
 
 #include "../internal.h"
+#include "../reader.h"
 
 #include <stdatomic.h>
 
@@ -79,7 +80,8 @@ struct wm_model {
     uint32_t n_chunks;
 
     wm_model_stats stats;
-    _Atomic uint64_t bytes_read; /* by every reader of the load (stats.bytes_read at its end) */
+    wm__reader rd; /* the load's reading engine (read.h): its policy, direct descriptors and
+                      counts (stats.bytes_read, read_direct, read_buffered at the load's end) */
 };
 
 /* Builds the plan (plan.c): order, place and chunks. On failure the caller frees what it holds

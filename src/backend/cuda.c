@@ -342,8 +342,7 @@ static wm_status cuda_load(wm_model *m, wm_error *err) {
     wm_status st = check_devices(m, &prev, err);
     wm__dev dv = {.ops = &cuda_ops, .m = m, .cur = -1};
     wm__staged_opts so = {.registered = m->cuda.registered != 0,
-                          .pinned_budget = m->cuda.pinned_budget,
-                          .direct_io = m->cuda.direct_io != 0};
+                          .pinned_budget = m->cuda.pinned_budget};
     if (!st) st = wm__staged_load(m, &dv, &so, err);
 #ifdef WM_HAVE_NCCL
     if (!st && m->cuda.nccl_comm) {

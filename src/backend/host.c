@@ -4,7 +4,7 @@
  *
  * Sections: threads; regions; locking; descriptors of a reading thread; reading (exact reads and
  * reading threads, which the staged pipeline's readers use too); the parallel reader; jobs for a
- * packed chunk.
+ * packed chunk; reading into the caller's memory (wm_file_read_tensors).
  */
 #include "host.h"
 
@@ -141,24 +141,6 @@ void wm__fds_close(wm__fds *fds) {
 
 /* ---- reading ---- */
 
-wm_status wm__read_at(wm_model *m, int fd, uint32_t shard, void *buf, size_t len, uint64_t off,
-                      size_t need, uint32_t tensor, const char *how, wm_error *err) {
-    const wm__shard *sh = &m->file->shards[shard];
-    size_t got;
-    int e = wm__os_pread(fd, buf, len, off, &got);
-    if (e)
-        return wm__err(err, wm__status_io(e), e, "%s: reading %zu bytes at offset %llu%s: %s",
-                       sh->path, len, (unsigned long long)off, how, wm__errno_text(e));
-    atomic_fetch_add(&m->bytes_read, got);
-    if (got < need)
-        return wm__err(err, WM_EFORMAT, 0,
-                       "%s: tensor '%s' at offset %llu: the file ends %zu bytes early (it is "
-                       "shorter than its header says)",
-                       sh->path, m->file->names + m->file->tensors[tensor].name_off,
-                       (unsigned long long)off, need - got);
-    return WM_OK;
-}
-
 static void *crew_main(void *arg) {
     const wm__crew *crew = arg;
     wm__os_task_scope(crew->fn, crew->arg);
@@ -201,6 +183,12 @@ typedef struct run_ctx {
     uint64_t total;
     _Atomic int failed;
     wm_error first; /* written once, by the thread that set failed */
+    /* wm__read_items: where jobs without a destination go, and each thread's window for them */
+    wm_read_sink_fn sink;
+    void *sink_user;
+    size_t window_each;
+    bool serial; /* sink calls one at a time, under sink_lock */
+    wm_os_mutex sink_lock;
 } run_ctx;
 
 static void fail_run(run_ctx *c, const wm_error *e) {
@@ -212,19 +200,28 @@ bool wm__progress(wm_model *m, uint64_t done, uint64_t total) {
     return m->opts.progress && m->opts.progress(m->opts.progress_user, done, total) != 0;
 }
 
-/* A worker's own: its descriptors and its staging. */
+/* A worker's own: its descriptors, its conversion scratch, its staging for direct reads and
+ * its window for the sink (each made on the first job that needs one). */
 typedef struct worker_own {
     wm__fds fds;
     unsigned char *scratch;
+    wm__stage stage;
+    unsigned char *window;
+    size_t window_len;
 } worker_own;
 
 /* Reads [off, off + len) of the job's shard into buf; false (and the failure recorded) on an
  * error or a file shorter than its header says. */
-static bool read_part(run_ctx *c, const worker_own *w, const wm__job *j, unsigned char *buf,
-                      uint64_t off, size_t len) {
+static bool read_part(run_ctx *c, worker_own *w, const wm__job *j, unsigned char *buf, uint64_t off,
+                      size_t len) {
     wm_error e;
-    int fd = wm__fds_get(&w->fds, c->m->file, j->shard);
-    if (wm__read_at(c->m, fd, j->shard, buf, len, off, len, j->tensor, "", &e)) {
+    wm__read_req q = {.shard = j->shard,
+                      .fd = wm__fds_get(&w->fds, c->m->file, j->shard),
+                      .off = off,
+                      .len = len,
+                      .dst = buf,
+                      .tensor = j->tensor};
+    if (wm__read(&c->m->rd, &q, &w->stage, &e)) {
         fail_run(c, &e);
         return false;
     }
@@ -233,7 +230,7 @@ static bool read_part(run_ctx *c, const worker_own *w, const wm__job *j, unsigne
 
 /* A converting job: WM_CONVERT_STEP source bytes at a time (whole blocks), read into the
  * scratch and converted into the destination while they are still in the cache. */
-static bool convert_job(run_ctx *c, const worker_own *w, const wm__job *j) {
+static bool convert_job(run_ctx *c, worker_own *w, const wm__job *j) {
     unsigned char *scratch = w->scratch;
     size_t bb = wm_type_block_bytes(j->from), step = WM_CONVERT_STEP / bb * bb;
     uint64_t be = wm_type_block_elems(j->from);
@@ -258,8 +255,56 @@ static bool convert_job(run_ctx *c, const worker_own *w, const wm__job *j) {
     return true;
 }
 
-static bool do_job(run_ctx *c, const worker_own *w, const wm__job *j) {
-    if (j->from != j->to) {
+/* A job for the sink: read into the thread's window (one of the job's size when it is bigger than
+ * the thread's share: a tensor asked for whole), then handed over. The window stays for the next
+ * job unless it was an item's own. */
+static bool sink_job(run_ctx *c, worker_own *w, const wm__job *j) {
+    const char *path = c->m->file->shards[j->shard].path;
+    const char *name = c->m->file->names + c->m->file->tensors[j->tensor].name_off;
+    if (w->window_len < j->len) {
+        size_t page = wm__os_page_size();
+        size_t len = (j->len > c->window_each ? j->len : c->window_each) + page - 1;
+        len = len / page * page;
+        wm__scratch_free(w->window, w->window_len);
+        w->window = NULL;
+        w->window_len = 0;
+        void *p;
+        int e = wm__scratch_alloc(len, &p);
+        if (e) {
+            wm_error err;
+            wm__err(&err, WM_ENOMEM, e, "%s: allocating a window of %zu bytes for tensor '%s': %s",
+                    path, len, name, wm__errno_text(e));
+            fail_run(c, &err);
+            return false;
+        }
+        w->window = p;
+        w->window_len = len;
+    }
+    if (!read_part(c, w, j, w->window, j->file_off, j->len)) return false;
+    if (c->serial) wm__os_mutex_lock(&c->sink_lock);
+    int rc = c->sink(c->sink_user, j->item, j->item_off, w->window, j->len);
+    if (c->serial) wm__os_mutex_unlock(&c->sink_lock);
+    if (w->window_len > c->window_each) {
+        wm__scratch_free(w->window, w->window_len);
+        w->window = NULL;
+        w->window_len = 0;
+    }
+    if (rc) {
+        wm_error err;
+        wm__err(&err, WM_EDEVICE, 0,
+                "%s: tensor '%s': the sink refused %zu bytes at offset %llu of the tensor (it "
+                "returned %d)",
+                path, name, j->len, (unsigned long long)j->item_off, rc);
+        fail_run(c, &err);
+        return false;
+    }
+    return true;
+}
+
+static bool do_job(run_ctx *c, worker_own *w, const wm__job *j) {
+    if (!j->dst) {
+        if (!sink_job(c, w, j)) return false;
+    } else if (j->from != j->to) {
         if (!convert_job(c, w, j)) return false;
     } else {
         if (c->populate && c->m->chunks[c->m->place[j->tensor].chunk].size < POPULATE_BELOW) {
@@ -309,18 +354,32 @@ static void work(run_ctx *c, bool main) {
         }
     }
     wm__scratch_free(w.scratch, c->scratch_each);
+    wm__stage_free(&w.stage);
+    wm__scratch_free(w.window, w.window_len);
     wm__fds_close(&w.fds);
 }
 
 static void work_scope(void *arg) { work(arg, false); }
 
-wm_status wm__run_jobs(wm_model *m, const wm__job *jobs, size_t n, unsigned flags, wm_error *err) {
+/* The reader, with the sink of wm__read_items (sink NULL: every job has a destination). */
+static wm_status run_jobs(wm_model *m, const wm__job *jobs, size_t n, unsigned flags,
+                          const wm_read_options *sink, size_t window_each, wm_error *err) {
     if (n == 0) return WM_OK;
     run_ctx c = {.m = m,
                  .jobs = jobs,
                  .n = n,
                  .populate = (flags & WM__JOBS_FRESH_PAGES) != 0,
-                 .own_fds = wm__fds_wanted(m)};
+                 .own_fds = m->place && wm__fds_wanted(m)};
+    if (sink) {
+        c.sink = sink->sink;
+        c.sink_user = sink->sink_user;
+        c.window_each = window_each;
+        c.serial = (sink->flags & WM_READ_SINK_SERIAL) != 0;
+        int e = c.serial ? wm__os_mutex_init(&c.sink_lock) : 0;
+        if (e)
+            return wm__err(err, WM_ENOMEM, e, "%s: cannot make the sink's lock: %s", m->file->path,
+                           wm__errno_text(e));
+    }
     atomic_init(&c.next, 0);
     atomic_init(&c.done, 0);
     atomic_init(&c.failed, 0);
@@ -344,11 +403,16 @@ wm_status wm__run_jobs(wm_model *m, const wm__job *jobs, size_t n, unsigned flag
     if (threads > 1 && wm__crew_start(m, &crew, threads - 1, &ferr)) fail_run(&c, &ferr);
     work(&c, true);
     wm__crew_join(&crew);
+    if (c.serial) wm__os_mutex_destroy(&c.sink_lock);
     if (atomic_load(&c.failed)) {
         if (err) *err = c.first;
         return c.first.code;
     }
     return WM_OK;
+}
+
+wm_status wm__run_jobs(wm_model *m, const wm__job *jobs, size_t n, unsigned flags, wm_error *err) {
+    return run_jobs(m, jobs, n, flags, NULL, 0, err);
 }
 
 /* Appends a job, growing the array (a counted allocation). */
@@ -415,4 +479,86 @@ wm_status wm__chunk_jobs(wm_model *m, uint32_t ci, unsigned char *base, wm__job 
         if (st) return st;
     }
     return WM_OK;
+}
+
+/* ---- reading into the caller's memory (wm_file_read_tensors) ----
+ * The same reader with no model: a model object on the stack that carries only the file, the
+ * threads and the progress callback (no plan, no chunks), and a job table of pages, so the
+ * calling thread takes nothing from malloc. Jobs with a destination are pieces of at most
+ * WM_JOB_BYTES; jobs for the sink are pieces of one thread's window share, or the whole tensor
+ * for WM_READ_WHOLE. */
+
+#define DEFAULT_WINDOW ((size_t)64 << 20)
+#define MIN_WINDOW_EACH ((size_t)1 << 20)
+
+static size_t item_piece(const wm_read_item *it, uint64_t nbytes, size_t window_each) {
+    if (it->dst) return WM_JOB_BYTES;
+    if (it->flags & WM_READ_WHOLE) return nbytes > SIZE_MAX ? SIZE_MAX : (size_t)nbytes;
+    return window_each;
+}
+
+static size_t count_jobs(const wm_file *f, const wm_read_item *items, size_t n,
+                         size_t window_each) {
+    size_t jobs = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t nb = f->tensors[items[i].tensor].nbytes;
+        if (nb)
+            jobs += (size_t)((nb + item_piece(&items[i], nb, window_each) - 1) /
+                             item_piece(&items[i], nb, window_each));
+    }
+    return jobs;
+}
+
+static void fill_jobs(const wm_file *f, const wm_read_item *items, size_t n, size_t window_each,
+                      wm__job *jobs) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        const wm__tensor *t = &f->tensors[items[i].tensor];
+        size_t piece = item_piece(&items[i], t->nbytes, window_each);
+        for (uint64_t off = 0; off < t->nbytes; off += piece) {
+            size_t len = t->nbytes - off < piece ? (size_t)(t->nbytes - off) : piece;
+            jobs[k++] = (wm__job){.shard = t->shard,
+                                  .file_off = t->offset + off,
+                                  .len = len,
+                                  .dst = items[i].dst ? (unsigned char *)items[i].dst + off : NULL,
+                                  .from = (wm_type)t->type,
+                                  .to = (wm_type)t->type,
+                                  .tensor = (uint32_t)items[i].tensor,
+                                  .rows = 1,
+                                  .item = &items[i],
+                                  .item_off = off};
+        }
+    }
+}
+
+wm_status wm__read_items(wm_file *f, const wm_read_item *items, size_t n, const wm_read_options *o,
+                         wm_error *err) {
+    wm_model m;
+    memset(&m, 0, sizeof m);
+    m.file = f;
+    m.opts.threads = o->threads;
+    m.opts.progress = o->progress;
+    m.opts.progress_user = o->progress_user;
+    size_t page = wm__os_page_size();
+    unsigned threads = wm__load_threads(&m);
+    size_t each = (o->window ? o->window : DEFAULT_WINDOW) / (threads ? threads : 1);
+    if (each < MIN_WINDOW_EACH) each = MIN_WINDOW_EACH;
+    if (each > WM_JOB_BYTES) each = WM_JOB_BYTES;
+    each = each / page * page;
+    size_t nj = count_jobs(f, items, n, each);
+    if (nj == 0) return WM_OK;
+    if (nj > SIZE_MAX / sizeof(wm__job) - page)
+        return wm__err(err, WM_ENOMEM, 0, "%s: %zu read jobs do not fit in memory", f->path, nj);
+    size_t table = (nj * sizeof(wm__job) + page - 1) / page * page;
+    void *p;
+    int e = wm__scratch_alloc(table, &p);
+    if (e)
+        return wm__err(err, WM_ENOMEM, e, "%s: allocating %zu bytes of read jobs: %s", f->path,
+                       table, wm__errno_text(e));
+    fill_jobs(f, items, n, each, p);
+    wm_status st = wm__reader_init(&m.rd, f, o->direct_io, err);
+    if (!st) st = run_jobs(&m, p, nj, 0, o, each, err);
+    wm__reader_free(&m.rd);
+    wm__scratch_free(p, table);
+    return st;
 }

@@ -58,13 +58,8 @@ void wm__fds_close(wm__fds *fds);
 
 /* ---- reading ---- */
 
-/* Reads len bytes of shard `shard` at off into buf through fd (wm__fds_get), adding what came
- * to m->bytes_read. At least `need` bytes must come (a direct read may cover past the end of
- * the file); fewer is WM_EFORMAT naming `tensor`, the file shorter than its header says. `how`
- * is said after the offset in a read error (" (direct)", or ""); the error's os_errno is the
- * read's errno. Any thread. */
-wm_status wm__read_at(wm_model *m, int fd, uint32_t shard, void *buf, size_t len, uint64_t off,
-                      size_t need, uint32_t tensor, const char *how, wm_error *err);
+/* Every read goes through the load's reader (m->rd, src/reader.h: buffered or direct per range,
+ * counted by route), from the threads below. */
 
 /* Reading threads that run fn(arg) inside the OS task scope, their stacks counted as scratch
  * while they live. The caller owns the crew (th: room for the threads) until wm__crew_join. */
@@ -90,11 +85,13 @@ typedef struct wm__job {
     uint32_t shard;
     uint64_t file_off;
     size_t len;
-    unsigned char *dst;
+    unsigned char *dst; /* NULL: the bytes go through a window to the sink (wm__read_items) */
     wm_type from, to;
     uint32_t tensor;
     uint64_t rows;
     uint64_t src_stride;
+    const wm_read_item *item; /* wm__read_items: the caller's item, and where the job's bytes */
+    uint64_t item_off;        /* start in its tensor */
 } wm__job;
 
 /* Source bytes a converting job reads and converts at a time, through page-allocated scratch of
@@ -113,6 +110,11 @@ typedef struct wm__job {
  * scratch while they live. Where jobs read rows (slices), each worker reads through
  * descriptors of its own (wm__fds) and the calling thread through the shards'. */
 wm_status wm__run_jobs(wm_model *m, const wm__job *jobs, size_t n, unsigned flags, wm_error *err);
+/* wm_file_read_tensors (include/weightmap.h) on the same engine: the items' tensors read
+ * straight into their destinations, or through page-allocated windows to o->sink, by the
+ * reading threads of wm__run_jobs; `o` is the library's full-size copy, checked. */
+wm_status wm__read_items(wm_file *f, const wm_read_item *items, size_t n, const wm_read_options *o,
+                         wm_error *err);
 /* Builds the jobs that fill chunk `c` of a packed (heap or device-staged) layout into host memory
  * at base; the jobs are appended to *jobs (a counted allocation of *cap entries, *n used, that
  * the caller frees). */

@@ -59,50 +59,35 @@ static void fail_pipe(wm__pipe *p, const wm_error *e) {
 
 /* ---- filling a slot ---- */
 
-/* A window with holes (tensor-parallel slices): each run of file-contiguous pieces is read on
- * its own, to its place in the slot (the slot mirrors the window's file range), so that only
- * the slices' bytes are read. */
-static wm_status read_runs(wm__pipe *p, const wm__fds *fds, wm__slot *s, const wm__window *win,
-                           wm_error *err) {
-    int fd = wm__fds_get(fds, p->m->file, win->shard);
-    for (size_t i = win->first; i < win->first + win->count;) {
-        uint64_t a = p->pieces[i].off, b = a + p->pieces[i].len;
-        uint32_t tensor = p->pieces[i].tensor;
-        for (i++; i < win->first + win->count && p->pieces[i].off == b; i++)
-            b += p->pieces[i].len;
-        size_t len = (size_t)(b - a);
-        wm_status st = wm__read_at(p->m, fd, win->shard, s->host + (a - win->start), len, a, len,
-                                   tensor, "", err);
-        if (st) return st;
-    }
-    s->src = s->host;
-    return WM_OK;
-}
-
-/* Staged: preads a window into its slot (readers run this). `fds`: the reading thread's
- * descriptors (wm__fds, NULL: the shards'), for the runs of windows with holes. With direct_io
- * the read goes through the shard's O_DIRECT descriptor and covers the window's aligned range
- * (windows are aligned file ranges of a multiple of WM_OS_DIRECT_ALIGN, so the cover fits the
- * page-aligned slot; past the end of the file a direct read is short, which is fine). A file
- * system that refuses a direct read (EINVAL) turns direct reads off for the rest of the load and
- * the window is read buffered. */
+/* Staged: preads a window into its slot (readers run this) through the load's reader (read.h),
+ * which reads each range buffered or with O_DIRECT by what the page cache holds (or by the
+ * policy the caller fixed). The slot mirrors the window's file range from the aligned block
+ * that holds its start (windows are aligned file ranges of a multiple of WM_OS_DIRECT_ALIGN, so
+ * every aligned cover fits the page-aligned slot), so a direct read lands in place. A window
+ * with holes (tensor-parallel slices) is read run by run (each run of file-contiguous pieces at
+ * its place in the slot), so that only the slices' bytes are read. `fds`: the reading thread's
+ * descriptors (wm__fds, NULL: the shards'). */
 static wm_status read_window(wm__pipe *p, const wm__fds *fds, wm__slot *s, const wm__window *win,
                              wm_error *err) {
-    if (win->gaps) return read_runs(p, fds, s, win, err);
-    const wm__shard *sh = &p->m->file->shards[win->shard];
-    bool direct = p->direct_fd && p->direct_fd[win->shard] >= 0 && !atomic_load(&p->direct_off);
-    int fd = direct ? p->direct_fd[win->shard] : sh->fd;
-    uint64_t a = direct ? win->start / WM_OS_DIRECT_ALIGN * WM_OS_DIRECT_ALIGN : win->start;
-    uint64_t b = direct ? wm__align_up(win->end, WM_OS_DIRECT_ALIGN) : win->end;
-    wm_status st =
-        wm__read_at(p->m, fd, win->shard, s->host, (size_t)(b - a), a, (size_t)(win->end - a),
-                    p->pieces[win->first].tensor, direct ? " (direct)" : "", err);
-    if (st && direct && err->os_errno == EINVAL) {
-        atomic_store(&p->direct_off, true);
-        return read_window(p, fds, s, win, err);
+    uint64_t base = win->start / WM_OS_DIRECT_ALIGN * WM_OS_DIRECT_ALIGN;
+    wm__read_req q = {
+        .shard = win->shard, .fd = wm__fds_get(fds, p->m->file, win->shard), .mirror = true};
+    size_t end = win->first + win->count;
+    for (size_t i = win->first; i < end;) {
+        uint64_t a = p->pieces[i].off, b = a + p->pieces[i].len;
+        q.tensor = p->pieces[i].tensor;
+        if (win->gaps)
+            for (i++; i < end && p->pieces[i].off == b; i++)
+                b += p->pieces[i].len;
+        else
+            b = win->end, i = end;
+        q.off = a;
+        q.len = (size_t)(b - a);
+        q.dst = s->host + (a - base);
+        wm_status st = wm__read(&p->m->rd, &q, NULL, err);
+        if (st) return st;
     }
-    if (st) return st;
-    s->src = s->host + (win->start - a);
+    s->src = s->host + (win->start - base);
     return WM_OK;
 }
 

@@ -4,7 +4,8 @@
  *
  * The pipeline gives every chunk of the plan (the packed layout) one device buffer and fills it
  * from the file through a ring of host slots: reader threads pread file windows into free slots
- * (host.c's reading tools: exact reads, descriptors of their own, counted threads); the loading
+ * (the load's reader, src/read.h: buffered or direct per range; host.c's descriptors of their
+ * own and counted threads); the loading
  * thread queues each window's copies to its tensors' devices, records an event per device after
  * them, and gives the slot back once the events have passed. Only the loading thread calls the
  * device operations. A device backend writes the table, not a pipeline: memory, host
@@ -75,7 +76,6 @@ struct wm__dev {
 typedef struct wm__staged_opts {
     bool registered;        /* mode mmap: copy from registered windows of the file's mapping */
     uint64_t pinned_budget; /* host bytes pinned at once (0: 256 MiB) */
-    bool direct_io;         /* staged: read through O_DIRECT descriptors where possible */
 } wm__staged_opts;
 
 /* Gives every chunk a device buffer (counted per device in the ledger) and fills it. The state

@@ -1,7 +1,8 @@
 /*
  * staged_load.c: a device load through the staged pipeline (staged.h): the window plan, the
- * pipeline's size within the pinned budget, what it reads from (the ring, O_DIRECT descriptors,
- * or the registered path's shared mappings), the device buffers, and release. staged.c runs the
+ * pipeline's size within the pinned budget, what it reads from (the ring, or the registered
+ * path's shared mappings; the load's reader, src/read.h, reads into the ring), the device
+ * buffers, and release. staged.c runs the
  * pipe set up here.
  *
  * Windows are aligned file ranges (so registered windows never share a page); a tensor that
@@ -197,31 +198,26 @@ static wm_status map_shards(wm_model *m, wm__region *maps, uint64_t *map_off, wm
 }
 
 /* What the pipeline reads from, held for one load: the registered path's shared mapping of
- * each shard, or the staged path's ring (and, with direct_io, an O_DIRECT descriptor per shard,
- * -1 where that shard is read buffered). sources_free is its one release. */
+ * each shard, or the staged path's ring. sources_free is its one release. */
 typedef struct sources {
     uint32_t n_shards;
     wm__region ring;
     wm__region *maps;
     uint64_t *map_off;
-    int *direct_fd;
 } sources;
 
 static void sources_free(sources *s) {
     wm__region_free(&s->ring);
     for (uint32_t i = 0; s->maps && i < s->n_shards; i++)
         wm__region_free(&s->maps[i]);
-    for (uint32_t i = 0; s->direct_fd && i < s->n_shards; i++)
-        wm__os_close(s->direct_fd[i]);
     wm__free(s->maps);
     wm__free(s->map_off);
-    wm__free(s->direct_fd);
     *s = (sources){0};
 }
 
 /* On failure the caller runs sources_free on the half-built sources. */
-static wm_status sources_open(wm_model *m, bool registered, bool direct_io, size_t ring_len,
-                              sources *s, wm_error *err) {
+static wm_status sources_open(wm_model *m, bool registered, size_t ring_len, sources *s,
+                              wm_error *err) {
     const wm_file *f = m->file;
     s->n_shards = f->n_shards;
     if (registered) {
@@ -230,14 +226,6 @@ static wm_status sources_open(wm_model *m, bool registered, bool direct_io, size
         if (!s->maps || !s->map_off)
             return wm__err(err, WM_ENOMEM, 0, "%s: out of memory", f->path);
         return map_shards(m, s->maps, s->map_off, err);
-    }
-    if (direct_io) {
-        /* Where a shard's file system has no direct I/O (or the reopen fails at all), that
-         * shard is read buffered: the option asks for direct reads where possible. */
-        s->direct_fd = wm__alloc(f->n_shards * sizeof *s->direct_fd);
-        if (!s->direct_fd) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory", f->path);
-        for (uint32_t i = 0; i < f->n_shards; i++)
-            if (wm__os_reopen_direct(f->shards[i].fd, &s->direct_fd[i]) != 0) s->direct_fd[i] = -1;
     }
     wm_status st = wm__region_pages(m, ring_len, WM_LEDGER_SCRATCH, &s->ring, err);
     if (st) return st;
@@ -285,7 +273,7 @@ static wm_status fill_device(wm_model *m, wm__dev *dv, unsigned char **buf,
     wm_os_thread *readers = (wm_os_thread *)((wm__slot *)work + n_slots);
     unsigned *queues = (unsigned *)(readers + n_readers);
     st = wm__pipe_sync_init(&p, err);
-    if (!st) st = sources_open(m, registered, o->direct_io, (size_t)n_slots * wsize, &src, err);
+    if (!st) st = sources_open(m, registered, (size_t)n_slots * wsize, &src, err);
     if (st) goto out;
 
     p.win = wins;
@@ -295,7 +283,6 @@ static wm_status fill_device(wm_model *m, wm__dev *dv, unsigned char **buf,
     p.ring = src.ring.base;
     p.maps = src.maps;
     p.map_off = src.map_off;
-    p.direct_fd = src.direct_fd;
     p.slots = work;
     p.n_slots = n_slots;
     p.free_q = queues;

@@ -69,9 +69,7 @@ typedef struct wm__pipe {
     unsigned char *ring;
     const wm__region *maps; /* registered: one shared mapping per shard */
     const uint64_t *map_off;
-    const int *direct_fd;   /* staged with direct_io: an O_DIRECT descriptor per shard, or -1 */
-    atomic_bool direct_off; /* a direct read was refused: buffered reads from then on */
-    bool own_fds;           /* rows to read: each reader reads through its own (wm__fds) */
+    bool own_fds; /* rows to read: each reader reads through its own (wm__fds) */
     wm__slot *slots;
     unsigned n_slots;
     void *streams[WM__STAGED_MAX_DEVS][WM__STAGED_MAX_STREAMS];

@@ -1,18 +1,19 @@
 /*
  * darwin.c: the half of os.h that only Darwin (macOS, iOS) has, beside unix.c: what this OS can
  * do (wm_os_caps); reopening a descriptor through fcntl(F_GETPATH), plain or uncached
- * (F_NOCACHE); pages from the Mach VM (vm_allocate, vm_deallocate); mlock; madvise; the per-task
- * scope (an Objective-C autorelease pool, through the runtime's C functions found at run time);
- * libmalloc's pressure relief; and the memory figures of a process from Mach and libproc:
- * task_info(TASK_VM_INFO) for this process (phys_footprint, the figure jetsam and Xcode's gauge
- * read), proc_pid_rusage for another, the regions of files from proc_pidinfo
- * (PROC_PIDREGIONPATHINFO), this process's locked and committed bytes from vm_region_recurse_64.
+ * (F_NOCACHE); what of a file is cached (mincore, unix.c's); pages from the Mach VM (vm_allocate,
+ * vm_deallocate); mlock; madvise; the per-task scope (an Objective-C autorelease pool, through the
+ * runtime's C functions found at run time); libmalloc's pressure relief; and the memory figures of
+ * a process from Mach and libproc: task_info(TASK_VM_INFO) for this process (phys_footprint, the
+ * figure jetsam and Xcode's gauge read), proc_pid_rusage for another, the regions of files from
+ * proc_pidinfo (PROC_PIDREGIONPATHINFO), this process's locked and committed bytes from
+ * vm_region_recurse_64.
  *
  * Built and linked for aarch64-macos in `make test` (Zig's toolchain; make darwin), never run
  * here: docs/PORTING.md says what a first run on a Mac must check, in order.
  *
- * Sections: capabilities; files; pages; locking; advice; errors; tasks and the heap; the figures
- * (Mach and libproc errors, regions, this process, another process); the CPU.
+ * Sections: capabilities; files; the page cache; pages; locking; advice; errors; tasks and the
+ * heap; the figures (Mach and libproc errors, regions, this process, another process); the CPU.
  */
 #include "os.h"
 #include "unix.h"
@@ -84,6 +85,18 @@ static int reopen(int fd, int nocache, int *fd_out) {
 
 int wm__os_reopen(int fd, int *fd_out) { return reopen(fd, 0, fd_out); }
 int wm__os_reopen_direct(int fd, int *fd_out) { return reopen(fd, 1, fd_out); }
+
+/* ---- the page cache ----
+ * unix.c's mincore over a transient mapping of the range. On Darwin a file's cached pages are
+ * its vnode's VM object (the unified buffer cache), and mincore answers from the object, not
+ * only from the pages the mapping itself faulted in: a page that a read() brought in counts, as
+ * vmtouch measures the cache on macOS. So a cold range goes to the F_NOCACHE descriptor and a
+ * warm one is read buffered, as on Linux (never run here: docs/PORTING.md, first run). */
+
+int wm__os_cached(int fd, uint64_t off, uint64_t len, uint64_t *cached_out) {
+    int e = wm__fault_hit(WM_OS_ADVISE);
+    return e ? e : wm__unix_cached(fd, off, len, cached_out);
+}
 
 /* ---- pages ----
  * Straight from the Mach VM: zero-filled, page-aligned (16 KiB on Apple silicon), returned to

@@ -1,15 +1,15 @@
 /*
  * linux.c: the half of os.h that only Linux has: what this OS can do (wm_os_caps); reopening a
- * descriptor through /proc/self/fd, plain or with O_DIRECT; anonymous pages (mmap
- * MAP_ANONYMOUS: Darwin's come from the Mach VM instead); mlock by raw system call;
- * madvise advice beyond POSIX; the words for an errno; the per-task scope (nothing here); glibc's
- * malloc_trim; and the memory figures of a process, read from /proc. MADV_POPULATE_READ
- * (Linux 5.14) prefaults a range without privatising a page of a private mapping, unlike
- * MAP_POPULATE or mlock, so it is the prefetch tool of every mapped mode.
+ * descriptor through /proc/self/fd, plain or with O_DIRECT; what of a file is in the page cache
+ * (cachestat); anonymous pages (mmap MAP_ANONYMOUS: Darwin's come from the Mach VM instead);
+ * mlock by raw system call; madvise advice beyond POSIX; the words for an errno; the per-task
+ * scope (nothing here); glibc's malloc_trim; and the memory figures of a process, read from
+ * /proc. MADV_POPULATE_READ (Linux 5.14) prefaults a range without privatising a page of a
+ * private mapping, unlike MAP_POPULATE or mlock, so it is the prefetch tool of every mapped mode.
  *
- * Sections: capabilities; files; pages; locking; advice; errors; tasks and the heap; /proc (a
- * bounded line reader, numbers in /proc lines, the process figures, the file regions, a process
- * under a user-mode emulator); the CPU's features (the auxiliary vector).
+ * Sections: capabilities; files; the page cache; pages; locking; advice; errors; tasks and the
+ * heap; /proc (a bounded line reader, numbers in /proc lines, the process figures, the file
+ * regions, a process under a user-mode emulator); the CPU's features (the auxiliary vector).
  */
 #include "os.h"
 #include "unix.h"
@@ -58,6 +58,40 @@ static int reopen(int fd, int extra, int *fd_out) {
 
 int wm__os_reopen_direct(int fd, int *fd_out) { return reopen(fd, O_DIRECT, fd_out); }
 int wm__os_reopen(int fd, int *fd_out) { return reopen(fd, 0, fd_out); }
+
+/* ---- the page cache ---- */
+
+/* cachestat(2) (Linux 6.5): the page cache's counts over a byte range, in one call and with no
+ * mapping. Its number is the same on every architecture (the unified syscall table). */
+#ifndef SYS_cachestat
+#define SYS_cachestat 451
+#endif
+struct cachestat_range {
+    uint64_t off, len;
+};
+struct cachestat_counts {
+    uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
+};
+
+int wm__os_cached(int fd, uint64_t off, uint64_t len, uint64_t *cached_out) {
+    int e = wm__fault_hit(WM_OS_ADVISE);
+    if (e) return e;
+    uint64_t page = wm__os_page_size(), a = off / page * page;
+    uint64_t b = (off + len + page - 1) / page * page;
+    struct cachestat_range r = {a, b - a};
+    struct cachestat_counts c;
+    /* len 0 means "to the end of the file" to cachestat: never asked for here. */
+    if (b > a && syscall(SYS_cachestat, fd, &r, &c, 0) == 0) {
+        *cached_out = c.nr_cache * page;
+        return 0;
+    }
+    if (b == a) {
+        *cached_out = 0;
+        return 0;
+    }
+    /* ENOSYS (before 6.5), EPERM (a seccomp filter): the portable way. */
+    return wm__unix_cached(fd, off, len, cached_out);
+}
 
 /* ---- pages ---- */
 

@@ -103,6 +103,19 @@ int wm__os_stat_path(const char *path, wm_os_stat *out);
  * only at end of file (returns 0 then). pread (unix.c; Darwin the same). */
 int wm__os_pread(int fd, void *buf, size_t len, uint64_t off, size_t *got);
 
+/* ---- the page cache ---- */
+
+/* How many bytes of the file open as fd are in the page cache now, over the whole pages that
+ * cover [off, off + len): *cached_out, a multiple of the page size, at most those pages' bytes.
+ * Nothing is read, faulted in or kept: a snapshot for choosing how to read a range (buffered,
+ * from memory; or with O_DIRECT, from the disk), never a promise. A hint for fault injection
+ * (ADVISE): callers treat a failure as "all cached" and read buffered.
+ * Linux: cachestat(2) (6.5+; one call for the range, ~1.5 us for 4 MiB of large folios), or
+ * where the kernel refuses it, unix.c's mincore. unix.c (POSIX): mincore(2) over a transient
+ * read-only shared mapping of the range, unmapped before returning (about 60x slower: a lookup
+ * per page). Darwin: unix.c's (mincore reports file pages there too). */
+int wm__os_cached(int fd, uint64_t off, uint64_t len, uint64_t *cached_out);
+
 /* ---- mappings of a file (mmap, unix.c; Darwin the same) ---- */
 typedef enum wm_os_map_kind {
     WM_OS_MAP_SHARED_RO = 1, /* MAP_SHARED, PROT_READ */

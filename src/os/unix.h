@@ -6,6 +6,7 @@
 #define WM_OS_UNIX_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* open(path, O_RDONLY | O_CLOEXEC | extra), retried on EINTR, with no fault check: the one open
  * of this layer, under the checked calls (0 or an errno). */
@@ -14,5 +15,9 @@ int wm__unix_open(const char *path, int extra, int *fd_out);
 /* read(fd, buf, len) once, retrying EINTR, each try first asking the fault table (PREAD; an
  * injected EINTR is retried like a real one). *got is 0 at end of file. */
 int wm__unix_read(int fd, void *buf, size_t len, size_t *got);
+
+/* wm__os_cached by POSIX alone (mincore over a transient mapping of the range), with no fault
+ * check: the fallback of an OS file whose own way is missing, and Darwin's whole answer. */
+int wm__unix_cached(int fd, uint64_t off, uint64_t len, uint64_t *cached_out);
 
 #endif /* WM_OS_UNIX_H */

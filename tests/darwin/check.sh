@@ -14,7 +14,8 @@
 #                object defines them
 #   figures      the dylib imports task_info, proc_pidinfo, proc_pid_rusage and
 #                vm_region_recurse_64, which darwin.c.o imports and where wm__os_process_info
-#                and wm__os_file_regions are defined
+#                and wm__os_file_regions are defined; wm__os_cached is darwin.c.o's, over
+#                unix.c.o's mincore
 #   no_malloc    of the library's objects only ledger.c.o (the counted allocator: blocks under
 #                one page, counted) imports malloc or free; none imports calloc, realloc,
 #                posix_memalign, aligned_alloc, valloc, strdup, a malloc_zone_* allocator or
@@ -92,6 +93,11 @@ figures)
   done
   defined_in _wm__os_process_info darwin.c.o
   defined_in _wm__os_file_regions darwin.c.o
+  # the page cache: darwin.c's wm__os_cached over unix.c's mincore
+  defined_in _wm__os_cached darwin.c.o
+  if member_imports darwin.c.o _wm__unix_cached && member_imports unix.c.o _mincore; then
+    ok "wm__os_cached calls unix.c's wm__unix_cached, which imports mincore"; else
+    fail "wm__os_cached is not darwin.c's over unix.c's mincore"; fi
   ;;
 no_malloc)
   banned='_calloc _realloc _reallocf _posix_memalign _aligned_alloc _valloc _strdup _strndup

@@ -1,55 +1,137 @@
 #!/usr/bin/env bash
-# Installs the build into a temporary prefix and builds programs against it: with pkg-config
-# (shared, and static from a prefix without the shared library), with find_package(weightmap),
-# and as C++; then against the build tree itself (its weightmap.pc, -Dweightmap_DIR=BUILD).
-# Each must run on a fixture. Last, a configure must say whether it found the CUDA toolkit.
+# The installed package as users get it (ctest install.consumers; docs/TESTING.md):
+#  1. `make install PREFIX=DIR DESTDIR=STAGE` passes both to `cmake --install`;
+#  2. a staged install (DESTDIR) is moved elsewhere: every RUNPATH in it is relative to $ORIGIN,
+#     no file in it names the source or the build tree (debug info aside), and the moved CLI
+#     runs: --version, info, check --ggml where the bridge is built (its libggml-base.so is
+#     installed with it), trace (its interposer found relative to the binary);
+#  3. consumers of the moved prefix: pkg-config shared (ldd: libweightmap.so.1 from the prefix)
+#     and static (weightmap-static.pc, the .so beside the archive: ldd shows no libweightmap),
+#     --static weightmap from a prefix that holds only the archive, find_package with both
+#     targets, find_package of the shared target with the CUDA toolkit hidden (and, in a CUDA
+#     build, COMPONENTS static refused naming the toolkit), C++; each runs on a fixture;
+#  4. the build tree as a package (its weightmap.pc, -Dweightmap_DIR=BUILD);
+#  5. configuring says whether it found the CUDA toolkit.
+# Usage: check.sh BUILD SOURCE FIXTURE.gguf
 set -euo pipefail
-bin=$1 src=$2 fixture=$3
+bin=$(cd "$1" && pwd) src=$(cd "$2" && pwd) fixture=$3
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-cmake --install "$bin" --prefix "$tmp/prefix" >/dev/null
-libdir=$(ls -d "$tmp"/prefix/lib*/ | head -1)
+fail() { echo "install: $*" >&2; exit 1; }
+libs() { ldd "$1" 2>&1 || true; } # all of ldd's output (a grep -q on its pipe would race pipefail)
+
+# 1. the Makefile's install target
+plan=$(make -n -C "$src" install PREFIX=/opt/wm-prefix DESTDIR=/wm-stage 2>/dev/null)
+grep -qF 'DESTDIR="/wm-stage" cmake --install build --prefix "/opt/wm-prefix"' <<<"$plan" \
+  || fail "make install does not pass PREFIX and DESTDIR to cmake --install: $plan"
+
+# 2. stage, move, inspect, run
+DESTDIR="$tmp/stage" cmake --install "$bin" --prefix /opt/weightmap >/dev/null
+test -x "$tmp/stage/opt/weightmap/bin/weightmap" || fail "DESTDIR was not honoured"
+mkdir -p "$tmp/moved"
+mv "$tmp/stage/opt/weightmap" "$tmp/moved/wm"
+p="$tmp/moved/wm"
+libdir=$(ls -d "$p"/lib*/ | head -1)
+libdir=${libdir%/}
+test -f "$p/include/weightmap.h"
+ls "$libdir" | grep -q '^libweightmap\.a$' || fail "no libweightmap.a"
+ls "$libdir" | grep -q '^libweightmap\.so' || fail "no libweightmap.so"
+while IFS= read -r f; do
+  file -b "$f" | grep -q '^ELF' || continue
+  rp=$(readelf -d "$f" | sed -n 's/.*(\(RUNPATH\|RPATH\)).*\[\(.*\)\]/\2/p')
+  for d in ${rp//:/ }; do
+    case "$d" in '$ORIGIN'*) ;; *) fail "$f: RUNPATH $d is not relative to \$ORIGIN" ;; esac
+  done
+  objcopy --strip-debug "$f" "$tmp/nodebug"
+  if grep -qaF -e "$src/" -e "$bin/" "$tmp/nodebug"; then
+    fail "$f names the source or build tree: $(strings "$tmp/nodebug" | grep -F -e "$src/" -e "$bin/" | head -3)"
+  fi
+done < <(find "$p" -type f)
+if grep -rlF -e "$src/" -e "$bin/" "$p/lib"*/pkgconfig "$p/lib"*/cmake; then
+  fail "a .pc or CMake file names the source or build tree"
+fi
+"$p/bin/weightmap" --version | grep -q '^weightmap [0-9]' || fail "the moved CLI does not start"
+"$p/bin/weightmap" info "$fixture" >/dev/null
+if ls "$libdir" | grep -q '^libweightmap_ggml\.so'; then
+  test -f "$libdir/weightmap/libggml-base.so" || fail "the bridge is installed without libggml-base.so"
+  "$p/bin/weightmap" check "$fixture" --ggml --cycles 1 | grep -q 'all memory returned' \
+    || fail "the moved CLI's check --ggml"
+  l=$(libs "$libdir/libweightmap_ggml.so")
+  grep -qF "libggml-base.so => $libdir/weightmap/" <<<"$l" && grep -qF "libweightmap.so.1 => $libdir/" <<<"$l" \
+    || fail "the moved libweightmap_ggml.so does not find its libraries: $l"
+fi
+if ls "$libdir" | grep -q '^libweightmap_llama\.so'; then
+  l=$(libs "$libdir/libweightmap_llama.so")
+  grep -q "not found" <<<"$l" && fail "the moved libweightmap_llama.so does not find its libraries: $l"
+  for n in libweightmap.so.1 libllama libggml-base.so; do
+    grep -qF "$n" <<<"$l" || fail "libweightmap_llama.so does not link $n: $l"
+  done
+fi
+"$p/bin/weightmap" trace --out /dev/null -- true || fail "the moved CLI's trace"
+
+# 3. consumers of the moved prefix
 export PKG_CONFIG_PATH="$libdir/pkgconfig"
-test -f "$tmp/prefix/include/weightmap.h"
-test -x "$tmp/prefix/bin/weightmap"
-ls "$libdir" | grep -q '^libweightmap\.a$'
-ls "$libdir" | grep -q '^libweightmap\.so'
-# the installed CLI finds its trace interposer (LIBDIR/weightmap/libwmtrace.so) and traces
-"$tmp/prefix/bin/weightmap" trace --out /dev/null -- true
-# pkg-config, shared
 cc -o "$tmp/pc" "$src/tests/install/consumer.c" $(pkg-config --cflags --libs weightmap) -Wl,-rpath,"$libdir"
-"$tmp/pc" "$fixture"
-# pkg-config, static: a prefix holding only libweightmap.a, linked with exactly what
-# `pkg-config --static --libs` gives (the CUDA runtime too, in a CUDA build)
-cp -a "$tmp/prefix" "$tmp/static"
+"$tmp/pc" "$fixture" >/dev/null
+grep -qF "libweightmap.so.1 => $libdir/" <<<"$(libs "$tmp/pc")" || fail "pkg-config shared: $(libs "$tmp/pc")"
+for flags in "" "--static"; do
+  cc -o "$tmp/pcs" "$src/tests/install/consumer.c" $(pkg-config $flags --cflags --libs weightmap-static)
+  "$tmp/pcs" "$fixture" >/dev/null
+  if grep -q libweightmap <<<"$(libs "$tmp/pcs")"; then
+    fail "pkg-config $flags weightmap-static linked libweightmap.so: $(libs "$tmp/pcs")"
+  fi
+done
+# a prefix holding only the archive: weightmap.pc's --static (Libs.private) is enough there
+cp -a "$p" "$tmp/static"
 rm -f "$tmp"/static/lib*/libweightmap.so*
-PKG_CONFIG_PATH=$(ls -d "$tmp"/static/lib*/ | head -1)pkgconfig
-cc -o "$tmp/pcs" "$src/tests/install/consumer.c" \
-   $(PKG_CONFIG_PATH=$PKG_CONFIG_PATH pkg-config --cflags --libs --static weightmap)
-"$tmp/pcs" "$fixture"
-if ldd "$tmp/pcs" | grep -q libweightmap; then echo "static consumer uses libweightmap.so" >&2; exit 1; fi
-# find_package, shared and static
-cmake -S "$src/tests/install" -B "$tmp/fp" -DCMAKE_PREFIX_PATH="$tmp/prefix" -DCMAKE_BUILD_RPATH="$libdir" >/dev/null
+cc -o "$tmp/pcs2" "$src/tests/install/consumer.c" \
+  $(PKG_CONFIG_PATH=$(ls -d "$tmp"/static/lib*/ | head -1)pkgconfig pkg-config --static --cflags --libs weightmap)
+"$tmp/pcs2" "$fixture" >/dev/null
+grep -q libweightmap <<<"$(libs "$tmp/pcs2")" && fail "the archive-only prefix linked a libweightmap.so"
+# find_package, both targets
+cmake -S "$src/tests/install" -B "$tmp/fp" -DCMAKE_PREFIX_PATH="$p" -DCMAKE_BUILD_RPATH="$libdir" >/dev/null
 cmake --build "$tmp/fp" >/dev/null
-"$tmp/fp/consumer" "$fixture"
-"$tmp/fp/consumer_static" "$fixture"
+"$tmp/fp/consumer" "$fixture" >/dev/null
+"$tmp/fp/consumer_static" "$fixture" >/dev/null
+grep -q libweightmap <<<"$(libs "$tmp/fp/consumer_static")" && fail "weightmap::weightmap_static linked libweightmap.so"
+# find_package with no CUDA toolkit to be found: the shared target needs none
+nocuda=(env -u CUDA_PATH -u CUDAToolkit_ROOT -u CUDACXX PATH="$(echo "$PATH" | tr ':' '\n' | grep -v cuda | paste -sd:)"
+        cmake -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON -DCMAKE_PREFIX_PATH="$p" -DCMAKE_BUILD_RPATH="$libdir")
+"${nocuda[@]}" -S "$src/tests/install" -B "$tmp/fpn" -DWM_CONSUMER_STATIC=OFF >/dev/null \
+  || fail "find_package(weightmap COMPONENTS shared) needs more than the shared library"
+cmake --build "$tmp/fpn" >/dev/null
+"$tmp/fpn/consumer" "$fixture" >/dev/null
+if grep -q cudart_static "$libdir/pkgconfig/weightmap-static.pc"; then
+  if "${nocuda[@]}" -S "$src/tests/install" -B "$tmp/fps" >"$tmp/fps.log" 2>&1; then
+    fail "COMPONENTS static configured in a CUDA build with the toolkit hidden"
+  fi
+  grep -q 'CUDA::cudart_static' "$tmp/fps.log" || { cat "$tmp/fps.log" >&2; fail "the refusal does not name the CUDA runtime"; }
+else
+  "${nocuda[@]}" -S "$src/tests/install" -B "$tmp/fps" >/dev/null
+  cmake --build "$tmp/fps" >/dev/null
+  "$tmp/fps/consumer_static" "$fixture" >/dev/null
+fi
 # C++
-c++ -std=c++11 -Wall -Wextra -Werror -o "$tmp/cxx" "$src/tests/install/consumer.cpp" -I"$tmp/prefix/include" -L"$libdir" -lweightmap -Wl,-rpath,"$libdir"
+c++ -std=c++11 -Wall -Wextra -Werror -o "$tmp/cxx" "$src/tests/install/consumer.cpp" -I"$p/include" \
+  -L"$libdir" -lweightmap -Wl,-rpath,"$libdir"
 "$tmp/cxx"
-# the build tree as a package: its weightmap.pc and -Dweightmap_DIR=BUILD
+
+# 4. the build tree as a package: its weightmap.pc and -Dweightmap_DIR=BUILD
 cc -o "$tmp/bt" "$src/tests/install/consumer.c" \
    $(PKG_CONFIG_PATH="$bin" pkg-config --cflags --libs weightmap) -Wl,-rpath,"$bin"
-"$tmp/bt" "$fixture"
+"$tmp/bt" "$fixture" >/dev/null
+cc -o "$tmp/bts" "$src/tests/install/consumer.c" $(PKG_CONFIG_PATH="$bin" pkg-config --cflags --libs weightmap-static)
+grep -q libweightmap <<<"$(libs "$tmp/bts")" && fail "the build tree's weightmap-static.pc linked libweightmap.so"
 cmake -S "$src/tests/install" -B "$tmp/btfp" -Dweightmap_DIR="$bin" -DCMAKE_BUILD_RPATH="$bin" >/dev/null
 cmake --build "$tmp/btfp" >/dev/null
-"$tmp/btfp/consumer" "$fixture"
-"$tmp/btfp/consumer_static" "$fixture"
-# configuring says whether it found the CUDA toolkit (on stderr, which the Makefile's quiet
+"$tmp/btfp/consumer" "$fixture" >/dev/null
+"$tmp/btfp/consumer_static" "$fixture" >/dev/null
+
+# 5. configuring says whether it found the CUDA toolkit (on stderr, which the Makefile's quiet
 # configures leave visible)
 cmake -S "$src" -B "$tmp/conf" -DWM_BUILD_TESTS=OFF -DWM_BUILD_CLI=OFF >/dev/null 2>"$tmp/conf.err"
 if ! grep -qE '^weightmap: CUDA (toolkit .* found|toolkit not found|backend)' "$tmp/conf.err"; then
-  echo "configure does not say whether it found CUDA:" >&2
   cat "$tmp/conf.err" >&2
-  exit 1
+  fail "configure does not say whether it found CUDA"
 fi
 echo "install ok"

@@ -3,7 +3,8 @@
 //
 //     node tests/trace/app.mjs MODEL [on|off] [CYCLES]
 //
-// The package is found in bench/peers/node_modules, or in $LLAMA_NODE_MODULES.
+// The package is found in bench/peers/node_modules (links into the npm cache that
+// scripts/npm-cache.sh keeps outside the clone), or in $LLAMA_NODE_MODULES.
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 

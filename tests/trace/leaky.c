@@ -53,13 +53,16 @@ static void die(const char *what) {
 static void *heap_weights, *pin;
 
 /* The "scratch" loader's scratch: 16 heap blocks of 100 KiB, freed before the load ends; the
- * small block after them keeps malloc from trimming them away. */
+ * small block after them keeps malloc from trimming them away. Each pointer escapes through
+ * `seen`, so that no compiler drops the malloc/free pairs (clang -O2 does). */
+static void *volatile seen;
 static void heap_scratch(void) {
     void *b[16];
     for (int i = 0; i < 16; i++) {
         b[i] = malloc(100u << 10);
         if (!b[i]) die("malloc");
         memset(b[i], 1, 100u << 10);
+        seen = b[i];
     }
     free(pin);
     pin = malloc(1000);

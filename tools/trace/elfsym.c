@@ -15,7 +15,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 static int find_debug(struct dl_phdr_info *info, size_t size, void *data) {
@@ -40,13 +39,13 @@ void *wt_r_debug_get(void) {
 
 int wt_elf_symbols(const char *path, void (*fn)(void *, const char *, uint64_t, uint64_t),
                    void *arg) {
-    int fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
+    int fd = (int)wt_sys_openat(AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return -1;
     struct stat st;
     void *m = MAP_FAILED;
-    if (syscall(SYS_fstat, fd, &st) == 0 && st.st_size >= (off_t)sizeof(ElfW(Ehdr)))
-        m = (void *)syscall(SYS_mmap, 0, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    syscall(SYS_close, fd);
+    if (wt_sys_fstat(fd, &st) == 0 && st.st_size >= (off_t)sizeof(ElfW(Ehdr)))
+        m = wt_sys_mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    wt_sys_close(fd);
     if (m == MAP_FAILED) return -1;
     size_t size = (size_t)st.st_size;
     const unsigned char *b = m;
@@ -75,7 +74,7 @@ int wt_elf_symbols(const char *path, void (*fn)(void *, const char *, uint64_t, 
     }
     rc = 0;
 done:
-    syscall(SYS_munmap, m, size);
+    wt_sys_munmap(m, size);
     return rc;
 }
 
@@ -131,7 +130,7 @@ static void scan_object(const struct link_map *lm, bool first, struct object *o)
     char exe[512];
     const char *name = base_name(path);
     if (first && !(lm->l_name && lm->l_name[0])) {
-        long n = syscall(SYS_readlinkat, AT_FDCWD, "/proc/self/exe", exe, sizeof exe - 1);
+        long n = wt_sys_readlink("/proc/self/exe", exe, sizeof exe - 1);
         exe[n > 0 ? n : 0] = 0;
         name = base_name(exe);
     }

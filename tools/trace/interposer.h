@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #define EXPORT __attribute__((visibility("default")))
@@ -89,7 +90,8 @@ typedef struct wt_thread_state {
     struct {
         void *ret;   /* the caller's return address */
         void **slot; /* where it was on the stack */
-        int probe;   /* the probe whose return this is */
+        int kind;    /* its probe's kind and spec (the probe's slot may serve another later) */
+        int spec;
         int64_t arg; /* what the entry recorded (the load's index) */
     } ret_stack[64]; /* the marker returns under way on this thread */
     int ret_depth;
@@ -118,6 +120,24 @@ void wt_warn(const char *text) HIDDEN;
 /* A P line: the process's figures now (the mappings counted when maps_too: a read of
  * /proc/self/maps, some 20 us for 100 mappings, is left out at loads' starts and ends). */
 void wt_point(bool maps_too) HIDDEN;
+
+/* ---- raw system calls (wmtrace.c) ----
+ * The interposer's own calls, past every hook. syscall(2) is variadic: each argument is read back
+ * as a long, so an int given where the kernel reads 64 bits leaves the upper half of its slot to
+ * chance (an int 0 as mmap's offset, its seventh word, goes on the stack; clang stores 4 bytes
+ * there and the kernel read the rest of a path as the offset). These take the kernel's types and
+ * pass every argument widened to long. */
+long wt_sys_openat(int dirfd, const char *path, int flags) HIDDEN;
+long wt_sys_close(int fd) HIDDEN;
+long wt_sys_read(int fd, void *buf, size_t n) HIDDEN;
+long wt_sys_write(int fd, const void *buf, size_t n) HIDDEN;
+long wt_sys_pread(int fd, void *buf, size_t n, off_t off) HIDDEN;
+long wt_sys_pwrite(int fd, const void *buf, size_t n, off_t off) HIDDEN;
+long wt_sys_fstat(int fd, struct stat *st) HIDDEN;
+long wt_sys_readlink(const char *path, char *buf, size_t n) HIDDEN;
+void *wt_sys_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) HIDDEN;
+long wt_sys_munmap(void *addr, size_t len) HIDDEN;
+long wt_sys_mprotect(void *addr, size_t len, int prot) HIDDEN;
 
 /* ---- the real functions (resolved in wmtrace.c) ---- */
 

@@ -13,7 +13,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 /* Mappings made by the program (weight files and anonymous), under a spin lock. */
@@ -44,7 +43,7 @@ static signed char fd_weight[FDS]; /* fd -> weight file index + 1 (atomic: the
 
 static bool is_weight_header(int fd, uint64_t size) {
     unsigned char h[16];
-    if (syscall(SYS_pread64, fd, h, sizeof h, (off_t)0) != (ssize_t)sizeof h) return false;
+    if (wt_sys_pread(fd, h, sizeof h, 0) != (long)sizeof h) return false;
     if (!memcmp(h, "GGUF", 4)) return true;
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--)
@@ -57,7 +56,7 @@ static bool is_weight_header(int fd, uint64_t size) {
  * safetensors header. */
 static int classify(int fd) {
     struct stat st;
-    if (fd < 0 || syscall(SYS_fstat, fd, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+    if (fd < 0 || wt_sys_fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
     for (int i = 0; i < __atomic_load_n(&n_files, __ATOMIC_ACQUIRE); i++)
         if (files[i].dev == (uint64_t)st.st_dev && files[i].ino == (uint64_t)st.st_ino)
             return i + 1;
@@ -67,9 +66,7 @@ static int classify(int fd) {
             kind = "named";
     if (!kind && st.st_size > (1 << 20) && is_weight_header(fd, (uint64_t)st.st_size)) {
         unsigned char m[4];
-        kind = syscall(SYS_pread64, fd, m, 4, (off_t)0) == 4 && !memcmp(m, "GGUF", 4)
-                   ? "gguf"
-                   : "safetensors";
+        kind = wt_sys_pread(fd, m, 4, 0) == 4 && !memcmp(m, "GGUF", 4) ? "gguf" : "safetensors";
     }
     if (!kind) return 0;
     wt_spin_lock(&file_lock);
@@ -90,7 +87,7 @@ static int classify(int fd) {
         for (int i = 0; i < ln; i++)
             link[14 + i] = digits[ln - 1 - i];
         link[14 + ln] = 0;
-        ssize_t pn = syscall(SYS_readlinkat, AT_FDCWD, link, path, sizeof path - 1);
+        long pn = wt_sys_readlink(link, path, sizeof path - 1);
         path[pn > 0 ? pn : 0] = 0;
         wt_begin(&l, 'F');
         wt_put_u(&l, (uint64_t)n_files);

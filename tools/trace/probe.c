@@ -18,13 +18,13 @@
 #include "interposer.h"
 
 #include <Zydis/Zydis.h>
+#include <cpuid.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <link.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -73,10 +73,14 @@ static void parse_specs(const char *s) {
 
 /* ---- the probe table ---- */
 
+/* A probe's page (within 2 GiB of the function, so RIP-relative operands reach): the displaced
+ * instruction and a jump back at 0, the entry stub at ENTRY_STUB (skip the red zone, push the
+ * probe's index, jump to wmtrace_probe_tramp: the SIGTRAP handler changes nothing but rip). */
 #define PROBES 128
+#define ENTRY_STUB 64
 typedef struct probe {
     uintptr_t addr;
-    unsigned char *ool; /* the displaced instruction, then a jump back (a page of its own) */
+    unsigned char *ool;
     int kind, spec, live;
 } probe;
 static probe probes[PROBES];
@@ -85,27 +89,49 @@ static volatile int probe_lock;
 static int trap_installed;
 static struct sigaction chained; /* the program's own SIGTRAP disposition */
 
+/* What the stubs save: every register the function or its caller can hold a value in. XSAVE of
+ * x87, SSE, AVX and AVX-512 state (and opmasks) where the OS enabled it, else FXSAVE. */
+unsigned wmtrace_xsave_size HIDDEN; /* bytes (a multiple of 64); 0: FXSAVE's 512 */
+uint64_t wmtrace_xsave_mask HIDDEN;
+
 void wmtrace_probe_tramp(void) HIDDEN;
 void wmtrace_probe_exit(void) HIDDEN;
 
 static int find_probe(uintptr_t at) {
     int n = __atomic_load_n(&n_probes, __ATOMIC_ACQUIRE);
     for (int i = 0; i < n; i++)
-        if (probes[i].addr == at && __atomic_load_n(&probes[i].live, __ATOMIC_ACQUIRE)) return i;
+        if (__atomic_load_n(&probes[i].live, __ATOMIC_ACQUIRE) &&
+            __atomic_load_n(&probes[i].addr, __ATOMIC_RELAXED) == at)
+            return i;
     return -1;
 }
 
+static void xsave_setup(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE)) return;
+    __cpuid_count(0xd, 0, a, b, c, d);
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    /* x87, SSE, AVX, AVX-512 opmasks and upper halves; not PKRU (restoring it is the program's
+     * business) nor AMX tiles (a restore of them traps for a process that never asked). */
+    wmtrace_xsave_mask = ((uint64_t)hi << 32 | lo) & 0xe7;
+    wmtrace_xsave_size = (b + 63) & ~63u;
+}
+
 /* A page for the out-of-line copy within 2 GiB of addr (RIP-relative operands reach it). */
+static bool near(const void *page, uintptr_t addr) {
+    long d = (long)((uintptr_t)page - addr);
+    return d > -(1l << 31) + 8192 && d < (1l << 31) - 8192;
+}
 static unsigned char *near_page(uintptr_t addr) {
     for (int k = 1; k <= 96; k++) {
         long delta = (long)(k / 2) * (16l << 20) * (k % 2 ? 1 : -1);
         uintptr_t hint = ((addr & ~(uintptr_t)0xffff) + (uintptr_t)delta) & ~(uintptr_t)0xfff;
-        void *p = (void *)syscall(SYS_mmap, hint, 4096, PROT_READ | PROT_WRITE,
-                                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        void *p = wt_sys_mmap((void *)hint, 4096, PROT_READ | PROT_WRITE,
+                              MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (p == MAP_FAILED) continue;
-        long d = (long)((uintptr_t)p - addr);
-        if (d > -(1l << 31) + 8192 && d < (1l << 31) - 8192) return p;
-        syscall(SYS_munmap, p, 4096);
+        if (near(p, addr)) return p;
+        wt_sys_munmap(p, 4096);
     }
     return NULL;
 }
@@ -116,14 +142,27 @@ static void put_abs_jmp(unsigned char *at, uintptr_t to) {
     memcpy(at + 6, &to, 8);
 }
 
+/* lea -128(%rsp),%rsp; push $idx; jmp *0(%rip) to the trampoline. */
+static void put_entry_stub(unsigned char *at, int idx) {
+    static const unsigned char lea[5] = {0x48, 0x8d, 0x64, 0x24, 0x80};
+    int32_t i = idx;
+    memcpy(at, lea, 5);
+    at[5] = 0x68;
+    memcpy(at + 6, &i, 4);
+    put_abs_jmp(at + 10, (uintptr_t)wmtrace_probe_tramp);
+}
+
 /* Writes the out-of-line copy of the instruction at addr into ool; its length in *len.
- * Returns NULL, or why it cannot be moved. */
+ * Returns NULL, or why it cannot be moved (the probe is then refused and the function left as
+ * it is). avail: the bytes of the function known to be there (its symbol's size, else 15). */
 static const char *relocate(uintptr_t addr, size_t avail, unsigned char *ool, size_t *len) {
+    static char why[96];
     ZydisDecoder dec;
     ZydisDecodedInstruction in;
     ZydisDecoderInit(&dec, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64);
     if (!ZYAN_SUCCESS(ZydisDecoderDecodeInstruction(&dec, NULL, (const void *)addr, avail, &in)))
-        return "its first instruction does not decode";
+        return "its first instruction does not decode (or runs past the function's end)";
+    const char *name = ZydisMnemonicGetString(in.mnemonic);
     *len = in.length;
     uintptr_t next = addr + in.length;
     bool rel_imm = in.raw.imm[0].is_relative;
@@ -139,9 +178,29 @@ static const char *relocate(uintptr_t addr, size_t avail, unsigned char *ool, si
         put_abs_jmp(ool + 16, next);
         return NULL;
     }
-    if (rel_imm) return "its first instruction is a conditional branch";
+    if (rel_imm) {
+        snprintf(why, sizeof why, "its first instruction (%s) is a relative branch", name);
+        return why;
+    }
+    switch (in.meta.category) {
+    case ZYDIS_CATEGORY_SYSCALL:
+    case ZYDIS_CATEGORY_SYSRET:
+    case ZYDIS_CATEGORY_SYSTEM:
+    case ZYDIS_CATEGORY_INTERRUPT:
+    case ZYDIS_CATEGORY_RET:
+        if (in.meta.category == ZYDIS_CATEGORY_RET && in.mnemonic == ZYDIS_MNEMONIC_RET) break;
+        snprintf(why, sizeof why, "its first instruction (%s) is not one of a prologue", name);
+        return why;
+    default: break;
+    }
+    bool rip_rel = in.attributes & ZYDIS_ATTRIB_IS_RELATIVE;
+    if (rip_rel && in.raw.disp.size != 32) {
+        snprintf(why, sizeof why, "its first instruction (%s) is relative to rip without a disp32",
+                 name);
+        return why;
+    }
     memcpy(ool, (const void *)addr, in.length);
-    if ((in.attributes & ZYDIS_ATTRIB_IS_RELATIVE) && in.raw.disp.size == 32) {
+    if (rip_rel) {
         int32_t disp;
         memcpy(&disp, ool + in.raw.disp.offset, 4);
         int64_t moved = (int64_t)disp + (int64_t)(addr - (uintptr_t)ool);
@@ -156,16 +215,16 @@ static const char *relocate(uintptr_t addr, size_t avail, unsigned char *ool, si
 /* Writes one byte of text: through /proc/self/mem (no change to the mapping), else by making the
  * page writable for the store. */
 static bool poke(uintptr_t addr, unsigned char byte) {
-    int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/mem", O_RDWR | O_CLOEXEC);
+    int fd = (int)wt_sys_openat(AT_FDCWD, "/proc/self/mem", O_RDWR | O_CLOEXEC);
     if (fd >= 0) {
-        long w = syscall(SYS_pwrite64, fd, &byte, 1, (off_t)addr);
-        syscall(SYS_close, fd);
+        long w = wt_sys_pwrite(fd, &byte, 1, (off_t)addr);
+        wt_sys_close(fd);
         if (w == 1) return true;
     }
     uintptr_t page = addr & ~(uintptr_t)4095;
-    if (syscall(SYS_mprotect, page, 4096, PROT_READ | PROT_WRITE | PROT_EXEC) != 0) return false;
+    if (wt_sys_mprotect((void *)page, 4096, PROT_READ | PROT_WRITE | PROT_EXEC) != 0) return false;
     *(volatile unsigned char *)addr = byte;
-    syscall(SYS_mprotect, page, 4096, PROT_READ | PROT_EXEC);
+    wt_sys_mprotect((void *)page, 4096, PROT_READ | PROT_EXEC);
     return true;
 }
 
@@ -176,6 +235,32 @@ static void arm_failed(uintptr_t addr, int spec, const char *why) {
     wt_warn(msg);
 }
 
+/* A free slot (a probe of an object that was unloaded, else a new one) and its page, near addr.
+ * Called with probe_lock held; *why says what failed. */
+static int take_slot(uintptr_t addr, const char **why) {
+    int i = 0, n = n_probes;
+    while (i < n && __atomic_load_n(&probes[i].live, __ATOMIC_ACQUIRE))
+        i++;
+    if (i == n && n >= PROBES) {
+        *why = "too many marker sites";
+        return -1;
+    }
+    if (i < n && !near(probes[i].ool, addr)) {
+        wt_sys_munmap(probes[i].ool, 4096);
+        probes[i].ool = NULL;
+    }
+    if (i == n || !probes[i].ool)
+        probes[i].ool = near_page(addr);
+    else
+        wt_sys_mprotect(probes[i].ool, 4096, PROT_READ | PROT_WRITE);
+    if (!probes[i].ool) {
+        *why = "no memory for its out-of-line copy";
+        return -1;
+    }
+    if (i == n) __atomic_store_n(&n_probes, n + 1, __ATOMIC_RELEASE);
+    return i;
+}
+
 int wt_probe_arm(uintptr_t addr, int kind, int spec, uint64_t size) {
     if (find_probe(addr) >= 0) return -1;
     if (*(const unsigned char *)addr == 0xcc) {
@@ -183,21 +268,24 @@ int wt_probe_arm(uintptr_t addr, int kind, int spec, uint64_t size) {
         return -1;
     }
     wt_spin_lock(&probe_lock);
-    int i = n_probes;
-    const char *why = i >= PROBES ? "too many marker sites" : NULL;
-    unsigned char *ool = why ? NULL : near_page(addr);
+    const char *why = NULL;
+    int i = take_slot(addr, &why);
     size_t len = 0;
-    if (!why && !ool) why = "no memory for its out-of-line copy";
-    if (!why) why = relocate(addr, size && size < 15 ? size : 15, ool, &len);
+    if (i >= 0) {
+        memset(probes[i].ool, 0xcc, 4096);
+        why = relocate(addr, size && size < 15 ? size : 15, probes[i].ool, &len);
+        put_entry_stub(probes[i].ool + ENTRY_STUB, i);
+        wt_sys_mprotect(probes[i].ool, 4096, PROT_READ | PROT_EXEC);
+    }
     if (why) {
         wt_spin_unlock(&probe_lock);
-        if (ool) syscall(SYS_munmap, ool, 4096);
         arm_failed(addr, spec, why);
         return -1;
     }
-    syscall(SYS_mprotect, ool, 4096, PROT_READ | PROT_EXEC);
-    probes[i] = (probe){addr, ool, kind, spec, 1};
-    __atomic_store_n(&n_probes, i + 1, __ATOMIC_RELEASE);
+    probes[i].kind = kind;
+    probes[i].spec = spec;
+    __atomic_store_n(&probes[i].addr, addr, __ATOMIC_RELAXED);
+    __atomic_store_n(&probes[i].live, 1, __ATOMIC_RELEASE);
     wt_spin_unlock(&probe_lock);
     if (!poke(addr, 0xcc)) {
         __atomic_store_n(&probes[i].live, 0, __ATOMIC_RELEASE);
@@ -212,62 +300,101 @@ size_t wt_tables_bytes_probe(void) {
            (size_t)__atomic_load_n(&n_probes, __ATOMIC_RELAXED) * 4096;
 }
 
-/* The object that held [lo, hi) is gone: its probes with it (its text is unmapped). */
+/* The object that held [lo, hi) is gone: its probes with it (its text is unmapped); their slots
+ * and pages serve the next probes armed. */
 void wt_probes_forget(uintptr_t lo, uintptr_t hi) {
-    for (int i = 0; i < __atomic_load_n(&n_probes, __ATOMIC_ACQUIRE); i++)
+    wt_spin_lock(&probe_lock);
+    for (int i = 0; i < n_probes; i++)
         if (probes[i].addr >= lo && probes[i].addr < hi)
             __atomic_store_n(&probes[i].live, 0, __ATOMIC_RELEASE);
+    wt_spin_unlock(&probe_lock);
 }
 
 /* ---- entry and return ---- */
 
-/* wmtrace_probe_tramp: entered from the SIGTRAP handler at a probed function's entry (the
- * arguments in their registers, the return address at 0(%rsp), the probe's index in r11). It
- * steps over the red zone, saves the argument registers (and rax: the vector count of a variadic
- * call; r10: the static chain), calls probe_enter(&return slot, index), restores them and jumps
- * where probe_enter said (the out-of-line copy). wmtrace_probe_exit: the hooked return lands
- * here; it keeps rax, rdx, xmm0 and xmm1 (the return registers) around probe_return(rsp), which
- * gives the caller's return address back. */
-__asm__(".text\n"
+/* The stubs run between a function's caller and the function, so they change no register at
+ * all: a compiler that sees both (gcc's -fipa-ra) keeps the caller's values in call-clobbered
+ * registers the callee does not touch (r10, r11, xmm8-15, ...), so "the ABI's argument registers"
+ * is not enough. WT_SAVE pushes the flags and every general register, then XSAVEs (else FXSAVEs)
+ * the vector and x87 state on the stack, 64-byte aligned; rbp keeps the pushed block (96 bytes).
+ *
+ * wmtrace_probe_tramp: reached from a probe's entry stub, the red zone skipped and the probe's
+ * index pushed, so the function's entry rsp E is 136 bytes above. It calls probe_enter(E (the
+ * return slot), index), puts what it returns (the out-of-line copy) at E-8, in the red zone
+ * below E (which no signal frame touches), restores everything, sets rsp back to E and jumps
+ * through E-8. wmtrace_probe_exit: the hooked return lands here with rsp R; it skips the red zone
+ * the same way, calls probe_return(R) and jumps to the caller's return address through R-8. */
+__asm__(".macro WT_SAVE\n"
+        "  pushfq\n"
+        "  push %rax\n  push %rcx\n  push %rdx\n  push %rsi\n  push %rdi\n  push %r8\n"
+        "  push %r9\n  push %r10\n  push %r11\n  push %rbx\n  push %rbp\n"
+        "  mov %rsp, %rbp\n"
+        "  mov wmtrace_xsave_size(%rip), %eax\n"
+        "  test %eax, %eax\n"
+        "  jz 1f\n"
+        "  sub %rax, %rsp\n"
+        "  and $-64, %rsp\n"
+        "  xor %eax, %eax\n"
+        "  mov %rax, 512(%rsp)\n  mov %rax, 520(%rsp)\n  mov %rax, 528(%rsp)\n"
+        "  mov %rax, 536(%rsp)\n  mov %rax, 544(%rsp)\n  mov %rax, 552(%rsp)\n"
+        "  mov %rax, 560(%rsp)\n  mov %rax, 568(%rsp)\n"
+        "  mov wmtrace_xsave_mask(%rip), %eax\n"
+        "  mov wmtrace_xsave_mask+4(%rip), %edx\n"
+        "  xsave64 (%rsp)\n"
+        "  jmp 2f\n"
+        "1:\n"
+        "  sub $512, %rsp\n"
+        "  and $-64, %rsp\n"
+        "  fxsave64 (%rsp)\n"
+        "2:\n"
+        ".endm\n"
+        ".macro WT_RESTORE\n"
+        "  mov wmtrace_xsave_size(%rip), %eax\n"
+        "  test %eax, %eax\n"
+        "  jz 1f\n"
+        "  mov wmtrace_xsave_mask(%rip), %eax\n"
+        "  mov wmtrace_xsave_mask+4(%rip), %edx\n"
+        "  xrstor64 (%rsp)\n"
+        "  jmp 2f\n"
+        "1:\n"
+        "  fxrstor64 (%rsp)\n"
+        "2:\n"
+        "  mov %rbp, %rsp\n"
+        "  pop %rbp\n  pop %rbx\n  pop %r11\n  pop %r10\n  pop %r9\n  pop %r8\n"
+        "  pop %rdi\n  pop %rsi\n  pop %rdx\n  pop %rcx\n  pop %rax\n"
+        "  popfq\n"
+        ".endm\n"
+        ".text\n"
         ".p2align 4\n"
         ".globl wmtrace_probe_tramp\n"
         ".hidden wmtrace_probe_tramp\n"
         ".type wmtrace_probe_tramp,@function\n"
         "wmtrace_probe_tramp:\n"
-        "  lea -128(%rsp), %rsp\n"
-        "  push %rdi\n  push %rsi\n  push %rdx\n  push %rcx\n"
-        "  push %r8\n  push %r9\n  push %rax\n  push %r10\n"
-        "  sub $136, %rsp\n"
-        "  movdqu %xmm0, 0(%rsp)\n  movdqu %xmm1, 16(%rsp)\n  movdqu %xmm2, 32(%rsp)\n"
-        "  movdqu %xmm3, 48(%rsp)\n  movdqu %xmm4, 64(%rsp)\n  movdqu %xmm5, 80(%rsp)\n"
-        "  movdqu %xmm6, 96(%rsp)\n  movdqu %xmm7, 112(%rsp)\n"
-        "  lea 328(%rsp), %rdi\n"
-        "  mov %r11, %rsi\n"
+        "  WT_SAVE\n"
+        "  lea 232(%rbp), %rdi\n"
+        "  mov 96(%rbp), %rsi\n"
         "  call wmtrace_probe_enter\n"
-        "  mov %rax, %r11\n"
-        "  movdqu 0(%rsp), %xmm0\n  movdqu 16(%rsp), %xmm1\n  movdqu 32(%rsp), %xmm2\n"
-        "  movdqu 48(%rsp), %xmm3\n  movdqu 64(%rsp), %xmm4\n  movdqu 80(%rsp), %xmm5\n"
-        "  movdqu 96(%rsp), %xmm6\n  movdqu 112(%rsp), %xmm7\n"
-        "  add $136, %rsp\n"
-        "  pop %r10\n  pop %rax\n  pop %r9\n  pop %r8\n"
-        "  pop %rcx\n  pop %rdx\n  pop %rsi\n  pop %rdi\n"
-        "  lea 128(%rsp), %rsp\n"
-        "  jmp *%r11\n"
+        "  mov %rax, 224(%rbp)\n"
+        "  WT_RESTORE\n"
+        "  lea 136(%rsp), %rsp\n"
+        "  jmp *-8(%rsp)\n"
         ".size wmtrace_probe_tramp, .-wmtrace_probe_tramp\n"
         ".p2align 4\n"
         ".globl wmtrace_probe_exit\n"
         ".hidden wmtrace_probe_exit\n"
         ".type wmtrace_probe_exit,@function\n"
         "wmtrace_probe_exit:\n"
-        "  sub $8, %rsp\n  push %rax\n  push %rdx\n  sub $40, %rsp\n"
-        "  movdqu %xmm0, 0(%rsp)\n  movdqu %xmm1, 16(%rsp)\n"
-        "  lea 64(%rsp), %rdi\n"
+        "  lea -128(%rsp), %rsp\n"
+        "  WT_SAVE\n"
+        "  lea 224(%rbp), %rdi\n"
         "  call wmtrace_probe_return\n"
-        "  mov %rax, 56(%rsp)\n"
-        "  movdqu 0(%rsp), %xmm0\n  movdqu 16(%rsp), %xmm1\n"
-        "  add $40, %rsp\n  pop %rdx\n  pop %rax\n"
-        "  ret\n"
-        ".size wmtrace_probe_exit, .-wmtrace_probe_exit\n");
+        "  mov %rax, 216(%rbp)\n"
+        "  WT_RESTORE\n"
+        "  lea 128(%rsp), %rsp\n"
+        "  jmp *-8(%rsp)\n"
+        ".size wmtrace_probe_exit, .-wmtrace_probe_exit\n"
+        ".purgem WT_SAVE\n"
+        ".purgem WT_RESTORE\n");
 
 void *wmtrace_probe_enter(void **slot, long idx) HIDDEN;
 void *wmtrace_probe_return(void **rsp) HIDDEN;
@@ -329,7 +456,8 @@ void *wmtrace_probe_enter(void **slot, long idx) {
     if (d < (int)(sizeof wt_tl.ret_stack / sizeof wt_tl.ret_stack[0])) {
         wt_tl.ret_stack[d].ret = *slot;
         wt_tl.ret_stack[d].slot = slot;
-        wt_tl.ret_stack[d].probe = (int)idx;
+        wt_tl.ret_stack[d].kind = p->kind;
+        wt_tl.ret_stack[d].spec = p->spec;
         wt_tl.ret_stack[d].arg = arg;
         wt_tl.ret_depth = d + 1;
         *slot = (void *)wmtrace_probe_exit;
@@ -352,12 +480,11 @@ void *wmtrace_probe_return(void **rsp) {
         d--;
     wt_tl.ret_depth = d;
     void *ret = wt_tl.ret_stack[d].ret;
-    const probe *p = &probes[wt_tl.ret_stack[d].probe];
     if (wt_active && wt_stats) {
-        if (p->kind == 'L') {
+        if (wt_tl.ret_stack[d].kind == 'L') {
             wt_load_end((int)wt_tl.ret_stack[d].arg);
         } else {
-            released(wt_stats->specs[p->spec].text);
+            released(wt_stats->specs[wt_tl.ret_stack[d].spec].text);
             __atomic_fetch_sub(&wt_releasing, 1, __ATOMIC_ACQ_REL);
         }
     }
@@ -372,8 +499,7 @@ static void on_trap(int sig, siginfo_t *si, void *ctx) {
     ucontext_t *uc = ctx;
     int i = find_probe((uintptr_t)uc->uc_mcontext.gregs[REG_RIP] - 1);
     if (i >= 0) {
-        uc->uc_mcontext.gregs[REG_R11] = i;
-        uc->uc_mcontext.gregs[REG_RIP] = (greg_t)(uintptr_t)wmtrace_probe_tramp;
+        uc->uc_mcontext.gregs[REG_RIP] = (greg_t)(uintptr_t)(probes[i].ool + ENTRY_STUB);
         return;
     }
     /* Not ours: the program's own handler, or what the default would have done. */
@@ -393,6 +519,7 @@ static void on_trap(int sig, siginfo_t *si, void *ctx) {
 void wt_probes_start(const char *specs) {
     parse_specs(specs);
     if (!wt_n_specs) return;
+    xsave_setup();
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = on_trap;

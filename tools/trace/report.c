@@ -298,5 +298,11 @@ void trace_report_json(const trace *t) {
             printf("}");
         }
     }
+    printf("],\"warnings\":[");
+    for (int i = 0, n = 0; i < t->n_ev; i++) {
+        if (t->ev[i].type != 'W') continue;
+        printf("%s", n++ ? "," : "");
+        cli_json_cstr(stdout, t->ev[i].text);
+    }
     printf("]}\n");
 }

@@ -58,7 +58,7 @@ typedef struct tevent {
     int64_t tid;
     uint64_t a, b, c;
     int64_t rc;
-    char text[96];
+    char text[256]; /* a warning whole (it names the marker and why) */
 } tevent;
 
 /* The process's figures at a point (P lines; outside samples have footprint and rss only). */

@@ -91,7 +91,7 @@ void wt_end(wt_line *l) {
     l->b[l->n++] = '\n';
     if (wt_out_fd >= 0) {
         int e = errno;
-        ssize_t w = syscall(SYS_write, wt_out_fd, l->b, l->n);
+        long w = wt_sys_write(wt_out_fd, l->b, l->n);
         (void)w;
         errno = e;
     }
@@ -103,16 +103,52 @@ void wt_warn(const char *text) {
     wt_end(&l);
 }
 
+/* ---- raw system calls ---- */
+
+long wt_sys_openat(int dirfd, const char *path, int flags) {
+    return syscall(SYS_openat, (long)dirfd, (long)(uintptr_t)path, (long)flags, 0L);
+}
+long wt_sys_close(int fd) { return syscall(SYS_close, (long)fd); }
+long wt_sys_read(int fd, void *buf, size_t n) {
+    return syscall(SYS_read, (long)fd, (long)(uintptr_t)buf, (long)n);
+}
+long wt_sys_write(int fd, const void *buf, size_t n) {
+    return syscall(SYS_write, (long)fd, (long)(uintptr_t)buf, (long)n);
+}
+long wt_sys_pread(int fd, void *buf, size_t n, off_t off) {
+    return syscall(SYS_pread64, (long)fd, (long)(uintptr_t)buf, (long)n, (long)off);
+}
+long wt_sys_pwrite(int fd, const void *buf, size_t n, off_t off) {
+    return syscall(SYS_pwrite64, (long)fd, (long)(uintptr_t)buf, (long)n, (long)off);
+}
+long wt_sys_fstat(int fd, struct stat *st) {
+    return syscall(SYS_fstat, (long)fd, (long)(uintptr_t)st);
+}
+long wt_sys_readlink(const char *path, char *buf, size_t n) {
+    return syscall(SYS_readlinkat, (long)AT_FDCWD, (long)(uintptr_t)path, (long)(uintptr_t)buf,
+                   (long)n);
+}
+void *wt_sys_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
+    return (void *)syscall(SYS_mmap, (long)(uintptr_t)addr, (long)len, (long)prot, (long)flags,
+                           (long)fd, (long)off);
+}
+long wt_sys_munmap(void *addr, size_t len) {
+    return syscall(SYS_munmap, (long)(uintptr_t)addr, (long)len);
+}
+long wt_sys_mprotect(void *addr, size_t len, int prot) {
+    return syscall(SYS_mprotect, (long)(uintptr_t)addr, (long)len, (long)prot);
+}
+
 /* ---- the process's figures ---- */
 
 /* Reads a /proc file of this process into buf (raw syscalls); calls each(chunk) when given, for
  * files larger than buf. Returns the bytes of the last chunk. */
 static size_t read_proc(const char *path, char *buf, size_t cap, uint64_t *newlines) {
-    int fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
+    int fd = (int)wt_sys_openat(AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return 0;
     size_t n = 0;
     for (;;) {
-        ssize_t r = syscall(SYS_read, fd, buf + n, cap - 1 - n);
+        long r = wt_sys_read(fd, buf + n, cap - 1 - n);
         if (r <= 0) break;
         if (newlines) {
             for (ssize_t i = 0; i < r; i++)
@@ -122,7 +158,7 @@ static size_t read_proc(const char *path, char *buf, size_t cap, uint64_t *newli
         n += (size_t)r;
         if (n + 1 >= cap) break;
     }
-    syscall(SYS_close, fd);
+    wt_sys_close(fd);
     buf[n] = 0;
     return n;
 }
@@ -222,16 +258,16 @@ static void on_sigusr1(int sig) {
 
 /* Maps the shared block of the trace file `out` and starts this image's figures. */
 static bool open_stats(const char *out) {
-    int fd = (int)syscall(SYS_openat, AT_FDCWD, out, O_RDWR | O_APPEND | O_CLOEXEC);
+    int fd = (int)wt_sys_openat(AT_FDCWD, out, O_RDWR | O_APPEND | O_CLOEXEC);
     if (fd < 0) return false;
     int hi = fcntl(fd, F_DUPFD_CLOEXEC, 900);
     if (hi >= 0) {
-        syscall(SYS_close, fd);
+        wt_sys_close(fd);
         fd = hi;
     }
     void *m = wt_r_mmap(NULL, sizeof(wmtrace_stats), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (m == MAP_FAILED) {
-        syscall(SYS_close, fd);
+        wt_sys_close(fd);
         return false;
     }
     wt_out_fd = fd;

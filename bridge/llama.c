@@ -1,0 +1,727 @@
+/*
+ * llama.c: the llama.cpp bridge (include/weightmap_llama.h; docs/LLAMA.md). Public API only, of
+ * weightmap (weightmap.h) and of llama.cpp v0.4.0 and its ggml (llama.h, ggml.h, ggml-backend.h,
+ * gguf.h).
+ *
+ * A load: weightmap's open and the checks ggml would abort on (ggml_check.h), all before
+ * llama.cpp is called; the file's metadata and tensor table copied into a gguf_context;
+ * llama_model_init_from_user, whose callback only records each tensor llama.cpp made (so that
+ * the reads run afterwards, all in parallel, rather than one tensor at a time inside the
+ * callback); each recorded tensor checked against the file and given a destination (its host
+ * memory, or the window: ggml_backend_tensor_set); one wm_file_read_tensors for all; the
+ * model handed over. Every failure after the model exists frees it with llama_model_free. The
+ * bridge's own memory (the record, the read items, the metadata's staging, the override
+ * patterns) is page-allocated and unmapped before the call returns, so no allocator cache
+ * keeps it; what llama.cpp and gguf allocate is theirs.
+ *
+ * Sections: fault points; pages; options; metadata; repacked weights; the record; the load.
+ */
+#include "weightmap_llama.h"
+
+#include "ggml_check.h"
+
+#include <ggml-backend.h>
+#include <gguf.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <time.h>
+
+/* ---- fault points ----
+ * The test build (WM_LLAMA_FAULTS, linked with the library's fault table) fails the bridge's own
+ * allocations and llama.cpp's constructors as the library fails its calls (src/os/fault.h). */
+#ifdef WM_LLAMA_FAULTS
+#include "os/os.h"
+#define FAULT(kind) (wm__fault_hit(WM_OS_##kind) != 0)
+#else
+#define FAULT(kind) 0
+#endif
+
+/* ---- pages ---- */
+
+static void *pages(size_t len) {
+    if (FAULT(ALLOC)) return NULL;
+    void *p = mmap(NULL, len ? len : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void pages_free(void *p, size_t len) {
+    if (p) munmap(p, len ? len : 1);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- options ---- */
+
+/* The caller's sized options into a full-size copy (its first `size` bytes, zeros after); a
+ * longer struct that sets a byte this bridge does not know is refused. */
+static wm_status copy_sized(void *dst, size_t full, const void *src, const char *what,
+                            wm_error *err) {
+    memset(dst, 0, full);
+    if (!src) return WM_OK;
+    uint32_t n;
+    memcpy(&n, src, sizeof n);
+    if (n < sizeof n)
+        return fail(err, WM_EINVAL, "%s: size %u is smaller than its size field", what, n);
+    for (size_t k = full; k < n; k++)
+        if (((const unsigned char *)src)[k])
+            return fail(err, WM_EINVAL,
+                        "%s: size %u sets a field past the %zu bytes this bridge knows (byte %zu)",
+                        what, n, full, k);
+    memcpy(dst, src, n < full ? n : full);
+    return WM_OK;
+}
+
+/* ---- metadata: the file's entries and tensor table as a gguf_context ---- */
+
+/* Bytes of one number of GGUF type t; 0 for one that is not a number. */
+static size_t value_size(wm_value_type t) {
+    switch (t) {
+    case WM_VALUE_U8:
+    case WM_VALUE_I8:
+    case WM_VALUE_BOOL: return 1;
+    case WM_VALUE_U16:
+    case WM_VALUE_I16: return 2;
+    case WM_VALUE_U32:
+    case WM_VALUE_I32:
+    case WM_VALUE_F32: return 4;
+    case WM_VALUE_U64:
+    case WM_VALUE_I64:
+    case WM_VALUE_F64: return 8;
+    default: return 0;
+    }
+}
+
+/* A numeric array entry copied element by element into pages of its GGUF type. */
+static wm_status set_num_array(struct gguf_context *g, const wm_file *f, size_t i, const wm_kv *kv,
+                               wm_error *err) {
+    size_t es = value_size(kv->elem_type);
+    if (es == 0 || kv->length > SIZE_MAX / es)
+        return fail(err, WM_EFORMAT, "%s: metadata '%s' is an array of %s, which GGUF lacks",
+                    wm_file_path(f), kv->key, wm_value_type_name(kv->elem_type));
+    size_t len = (size_t)kv->length * es;
+    unsigned char *buf = pages(len);
+    if (!buf)
+        return fail(err, WM_ENOMEM, "%s: out of memory for metadata '%s'", wm_file_path(f),
+                    kv->key);
+    wm_status st = WM_OK;
+    for (uint64_t e = 0; !st && e < kv->length; e++) {
+        unsigned char *p = buf + e * es;
+        uint64_t u = 0;
+        int64_t s = 0;
+        double d = 0;
+        switch (kv->elem_type) {
+        case WM_VALUE_F32:
+        case WM_VALUE_F64:
+            st = wm_file_array_f64(f, i, e, &d);
+            if (kv->elem_type == WM_VALUE_F32) {
+                float x = (float)d;
+                memcpy(p, &x, 4);
+            } else {
+                memcpy(p, &d, 8);
+            }
+            break;
+        case WM_VALUE_I8:
+        case WM_VALUE_I16:
+        case WM_VALUE_I32:
+        case WM_VALUE_I64:
+            st = wm_file_array_i64(f, i, e, &s);
+            memcpy(p, &s, es); /* little-endian: the low bytes */
+            break;
+        default:
+            st = wm_file_array_u64(f, i, e, &u);
+            memcpy(p, &u, es);
+            break;
+        }
+    }
+    if (!st) gguf_set_arr_data(g, kv->key, (enum gguf_type)kv->elem_type, buf, (size_t)kv->length);
+    pages_free(buf, len);
+    return st ? fail(err, WM_EFORMAT, "%s: metadata '%s' could not be read (%s)", wm_file_path(f),
+                     kv->key, wm_status_name(st))
+              : WM_OK;
+}
+
+/* A string array entry: NUL-terminated copies and their pointers, in pages. */
+static wm_status set_str_array(struct gguf_context *g, const wm_file *f, size_t i, const wm_kv *kv,
+                               wm_error *err) {
+    wm_array_iter it;
+    wm_string s;
+    size_t bytes = 0;
+    wm_status st = wm_file_array_iter(f, i, &it);
+    while (!st && (st = wm_array_iter_next(&it, &s)) == WM_OK)
+        bytes += s.len + 1;
+    if (st != WM_ERANGE)
+        return fail(err, WM_EFORMAT, "%s: metadata '%s' could not be read", wm_file_path(f),
+                    kv->key);
+    size_t n = (size_t)kv->length, len = n * sizeof(char *) + bytes;
+    unsigned char *buf = pages(len);
+    if (!buf)
+        return fail(err, WM_ENOMEM, "%s: out of memory for metadata '%s'", wm_file_path(f),
+                    kv->key);
+    const char **ptrs = (const char **)(void *)buf;
+    char *text = (char *)(buf + n * sizeof(char *));
+    wm_file_array_iter(f, i, &it);
+    for (size_t e = 0; e < n && wm_array_iter_next(&it, &s) == WM_OK; e++) {
+        memcpy(text, s.ptr, s.len);
+        text[s.len] = 0;
+        ptrs[e] = text;
+        text += s.len + 1;
+    }
+    gguf_set_arr_str(g, kv->key, ptrs, n);
+    pages_free(buf, len);
+    return WM_OK;
+}
+
+/* A scalar entry, of the same GGUF type. */
+static wm_status set_scalar(struct gguf_context *g, const wm_file *f, size_t i, const wm_kv *kv,
+                            wm_error *err) {
+    uint64_t u = 0;
+    int64_t s = 0;
+    double d = 0;
+    int b = 0;
+    wm_string str;
+    wm_status st = WM_OK;
+    switch (kv->type) {
+    case WM_VALUE_U8: st = wm_file_kv_u64(f, i, &u), gguf_set_val_u8(g, kv->key, (uint8_t)u); break;
+    case WM_VALUE_U16:
+        st = wm_file_kv_u64(f, i, &u), gguf_set_val_u16(g, kv->key, (uint16_t)u);
+        break;
+    case WM_VALUE_U32:
+        st = wm_file_kv_u64(f, i, &u), gguf_set_val_u32(g, kv->key, (uint32_t)u);
+        break;
+    case WM_VALUE_U64: st = wm_file_kv_u64(f, i, &u), gguf_set_val_u64(g, kv->key, u); break;
+    case WM_VALUE_I8: st = wm_file_kv_i64(f, i, &s), gguf_set_val_i8(g, kv->key, (int8_t)s); break;
+    case WM_VALUE_I16:
+        st = wm_file_kv_i64(f, i, &s), gguf_set_val_i16(g, kv->key, (int16_t)s);
+        break;
+    case WM_VALUE_I32:
+        st = wm_file_kv_i64(f, i, &s), gguf_set_val_i32(g, kv->key, (int32_t)s);
+        break;
+    case WM_VALUE_I64: st = wm_file_kv_i64(f, i, &s), gguf_set_val_i64(g, kv->key, s); break;
+    case WM_VALUE_F32: st = wm_file_kv_f64(f, i, &d), gguf_set_val_f32(g, kv->key, (float)d); break;
+    case WM_VALUE_F64: st = wm_file_kv_f64(f, i, &d), gguf_set_val_f64(g, kv->key, d); break;
+    case WM_VALUE_BOOL:
+        st = wm_file_get_bool(f, kv->key, &b), gguf_set_val_bool(g, kv->key, b != 0);
+        break;
+    case WM_VALUE_STRING: {
+        st = wm_file_kv_string(f, i, &str);
+        char *c = st ? NULL : pages(str.len + 1);
+        if (!st && !c)
+            return fail(err, WM_ENOMEM, "%s: out of memory for metadata '%s'", wm_file_path(f),
+                        kv->key);
+        if (c) {
+            memcpy(c, str.ptr, str.len);
+            c[str.len] = 0;
+            gguf_set_val_str(g, kv->key, c);
+            pages_free(c, str.len + 1);
+        }
+        break;
+    }
+    default:
+        return fail(err, WM_EFORMAT, "%s: metadata '%s' has type %d, which GGUF lacks",
+                    wm_file_path(f), kv->key, (int)kv->type);
+    }
+    return st ? fail(err, WM_EFORMAT, "%s: metadata '%s' could not be read (%s)", wm_file_path(f),
+                     kv->key, wm_status_name(st))
+              : WM_OK;
+}
+
+/* A tensor's description for gguf_add_tensor (name, type, ne and ggml's strides; no data). */
+static void add_tensor(struct gguf_context *g, const char *name, const wm_tensor_info *ti) {
+    struct ggml_tensor t;
+    memset(&t, 0, sizeof t);
+    t.type = (enum ggml_type)ti->type;
+    for (int d = 0; d < GGML_MAX_DIMS; d++)
+        t.ne[d] = (int64_t)ti->shape[d];
+    t.nb[0] = ggml_type_size(t.type);
+    t.nb[1] = t.nb[0] * (size_t)(t.ne[0] / ggml_blck_size(t.type));
+    for (int d = 2; d < GGML_MAX_DIMS; d++)
+        t.nb[d] = t.nb[d - 1] * (size_t)t.ne[d - 1];
+    ggml_set_name(&t, name);
+    gguf_add_tensor(g, &t);
+}
+
+/* The gguf_context llama.cpp reads the model from: every metadata entry with its GGUF type, and
+ * every tensor's description (with output.weight as token_embd.weight's twin where the file ties
+ * the output head to the embedding). Nested arrays are refused (GGUF has none that ggml reads). */
+static wm_status make_metadata(const wm_file *f, struct gguf_context **out, wm_error *err) {
+    *out = NULL;
+    struct gguf_context *g = FAULT(DEVICE) ? NULL : gguf_init_empty();
+    if (!g) return fail(err, WM_ENOMEM, "%s: gguf_init_empty failed", wm_file_path(f));
+    wm_status st = WM_OK;
+    for (size_t i = 0; !st && i < wm_file_metadata_count(f); i++) {
+        wm_kv kv;
+        wm_file_metadata(f, i, &kv);
+        if (kv.type != WM_VALUE_ARRAY)
+            st = set_scalar(g, f, i, &kv, err);
+        else if (kv.elem_type == WM_VALUE_STRING)
+            st = set_str_array(g, f, i, &kv, err);
+        else if (kv.elem_type == WM_VALUE_ARRAY)
+            st = fail(err, WM_EFORMAT,
+                      "%s: metadata '%s' is an array of arrays, which ggml's GGUF "
+                      "reader refuses",
+                      wm_file_path(f), kv.key);
+        else
+            st = set_num_array(g, f, i, &kv, err);
+    }
+    for (size_t i = 0; !st && i < wm_file_tensor_count(f); i++) {
+        wm_tensor_info ti;
+        wm_file_tensor(f, i, &ti);
+        add_tensor(g, ti.name, &ti);
+    }
+    size_t e;
+    if (!st && wm_file_find_tensor(f, "output.weight", &e) != WM_OK &&
+        wm_file_find_tensor(f, "token_embd.weight", &e) == WM_OK) {
+        wm_tensor_info ti;
+        wm_file_tensor(f, e, &ti);
+        add_tensor(g, "output.weight", &ti);
+    }
+    if (st) {
+        gguf_free(g);
+        return st;
+    }
+    *out = g;
+    return WM_OK;
+}
+
+/* ---- repacked weights (llama.cpp's extra buffer types) ----
+ * llama_model_init_from_user turns params.use_extra_bufts off. Where the caller's params leave
+ * it on and the model runs on the CPU, each matrix weight goes back to the first of the CPU
+ * device's extra buffer types that takes its matrix product (llama.cpp's own rule for a weight
+ * used by GGML_OP_MUL_MAT), through a tensor_buft_override per buffer type whose pattern names
+ * exactly those tensors. */
+
+#define MAX_EXTRA 8
+
+typedef struct extras {
+    ggml_backend_dev_t cpu;
+    ggml_backend_buffer_type_t buft[MAX_EXTRA];
+    size_t n;
+} extras;
+
+static void cpu_extras(extras *x) {
+    memset(x, 0, sizeof *x);
+    x->cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+    if (!x->cpu) return;
+    ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(x->cpu);
+    void *sym =
+        reg ? ggml_backend_reg_get_proc_address(reg, "ggml_backend_dev_get_extra_bufts") : NULL;
+    ggml_backend_dev_get_extra_bufts_t get = NULL;
+    if (sym) memcpy(&get, &sym, sizeof get); /* a proc address is a function's */
+    ggml_backend_buffer_type_t *list = get ? get(x->cpu) : NULL;
+    for (; list && *list && x->n < MAX_EXTRA; list++)
+        x->buft[x->n++] = *list;
+}
+
+static bool is_extra(const extras *x, ggml_backend_buffer_type_t buft) {
+    for (size_t k = 0; k < x->n; k++)
+        if (x->buft[k] == buft) return true;
+    return false;
+}
+
+/* Whether the model's layers stay on the CPU: no GPU among its devices, or no layer offloaded. */
+static bool runs_on_cpu(const struct llama_model_params *p) {
+    if (p->n_gpu_layers == 0) return true;
+    if (p->devices) {
+        for (ggml_backend_dev_t *d = p->devices; *d; d++) {
+            enum ggml_backend_dev_type t = ggml_backend_dev_type(*d);
+            if (t == GGML_BACKEND_DEVICE_TYPE_GPU || t == GGML_BACKEND_DEVICE_TYPE_IGPU)
+                return false;
+        }
+        return true;
+    }
+    for (size_t i = 0; i < ggml_backend_dev_count(); i++) {
+        enum ggml_backend_dev_type t = ggml_backend_dev_type(ggml_backend_dev_get(i));
+        if (t == GGML_BACKEND_DEVICE_TYPE_GPU || t == GGML_BACKEND_DEVICE_TYPE_IGPU) return false;
+    }
+    return true;
+}
+
+static bool ends_with(const char *s, const char *tail) {
+    size_t n = strlen(s), m = strlen(tail);
+    return n >= m && memcmp(s + n - m, tail, m) == 0;
+}
+
+/* The weights llama.cpp multiplies by (GGML_OP_MUL_MAT in its tensor table) in llama-family
+ * models: the output head and each layer's attention and feed-forward matrices. */
+static bool matmul_weight(const wm_tensor_info *ti, const char *name) {
+    static const char *const layer[] = {
+        ".attn_q.weight",      ".attn_k.weight",   ".attn_v.weight", ".attn_qkv.weight",
+        ".attn_output.weight", ".ffn_gate.weight", ".ffn_up.weight", ".ffn_down.weight"};
+    if (ti->n_dims != 2) return false;
+    if (strcmp(name, "output.weight") == 0) return true;
+    if (strncmp(name, "blk.", 4) != 0) return false;
+    for (size_t k = 0; k < sizeof layer / sizeof *layer; k++)
+        if (ends_with(name, layer[k])) return true;
+    return false;
+}
+
+/* Whether buffer type `buft` of the CPU device takes a matrix product by this weight (the
+ * device is asked with a product of 512 columns over a weight in an empty buffer of it). */
+static bool takes_matmul(const extras *x, ggml_backend_buffer_type_t buft,
+                         const wm_tensor_info *ti) {
+    struct ggml_init_params ip = {.mem_size = ggml_tensor_overhead() * 4, .no_alloc = true};
+    struct ggml_context *ctx = ggml_init(ip);
+    if (!ctx) return false;
+    int64_t ne[GGML_MAX_DIMS];
+    for (int d = 0; d < GGML_MAX_DIMS; d++)
+        ne[d] = (int64_t)ti->shape[d];
+    struct ggml_tensor *w = ggml_new_tensor(ctx, (enum ggml_type)ti->type, GGML_MAX_DIMS, ne);
+    struct ggml_tensor *b = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, ne[0], 512, ne[2], ne[3]);
+    struct ggml_tensor *op = ggml_mul_mat(ctx, w, b);
+    ggml_backend_buffer_t buf = ggml_backend_buft_alloc_buffer(buft, 0);
+    bool ok = false;
+    if (buf) {
+        w->buffer = buf;
+        ok = ggml_backend_dev_supports_op(x->cpu, op);
+        ggml_backend_buffer_free(buf);
+    }
+    ggml_free(ctx);
+    return ok;
+}
+
+/* The override list: the caller's, then one entry per extra buffer type with its tensors'
+ * names as one anchored alternation, then the terminator; in pages (*mem, *mem_len). */
+typedef struct overrides {
+    struct llama_model_tensor_buft_override *list;
+    void *mem;
+    size_t mem_len;
+} overrides;
+
+static size_t caller_overrides(const struct llama_model_params *p) {
+    size_t n = 0;
+    while (p->tensor_buft_overrides && p->tensor_buft_overrides[n].pattern)
+        n++;
+    return n;
+}
+
+/* Which extra buffer type (index) takes file tensor i, or -1. */
+static int pick_extra(const extras *x, const wm_file *f, size_t i, const char *name) {
+    wm_tensor_info ti;
+    wm_file_tensor(f, i, &ti);
+    if (!matmul_weight(&ti, name)) return -1;
+    for (size_t k = 0; k < x->n; k++)
+        if (takes_matmul(x, x->buft[k], &ti)) return (int)k;
+    return -1;
+}
+
+static wm_status make_overrides(const wm_file *f, const struct llama_model_params *p,
+                                const extras *x, overrides *ov, wm_error *err) {
+    memset(ov, 0, sizeof *ov);
+    size_t nt = wm_file_tensor_count(f), nc = caller_overrides(p), text = 0;
+    for (size_t i = 0; i < nt; i++) {
+        wm_tensor_info ti;
+        wm_file_tensor(f, i, &ti);
+        text += 2 * strlen(ti.name) + 1;
+    }
+    text += 2 * sizeof "output.weight" + x->n * 8;
+    size_t list = (nc + x->n + 1) * sizeof *ov->list;
+    ov->mem_len = list + text;
+    ov->mem = pages(ov->mem_len);
+    if (!ov->mem)
+        return fail(err, WM_ENOMEM, "%s: out of memory for buffer overrides", wm_file_path(f));
+    ov->list = ov->mem;
+    memcpy(ov->list, p->tensor_buft_overrides ? p->tensor_buft_overrides : ov->list,
+           nc * sizeof *ov->list);
+    char *out = (char *)ov->mem + list;
+    size_t n = nc;
+    for (size_t k = 0; k < x->n; k++) {
+        char *pat = out;
+        size_t names = 0;
+        *out++ = '^', *out++ = '(';
+        for (size_t i = 0; i < nt + 1; i++) {
+            size_t idx = i;
+            const char *name = "output.weight";
+            if (i < nt) {
+                wm_tensor_info ti;
+                wm_file_tensor(f, i, &ti);
+                name = ti.name;
+            } else if (wm_file_find_tensor(f, name, &idx) == WM_OK ||
+                       wm_file_find_tensor(f, "token_embd.weight", &idx) != WM_OK) {
+                continue; /* the output head's twin of the embedding only where the file has none */
+            }
+            if (pick_extra(x, f, idx, name) != (int)k) continue;
+            if (names++) *out++ = '|';
+            for (const char *c = name; *c; c++) {
+                if (*c == '.') *out++ = '\\';
+                *out++ = *c;
+            }
+        }
+        *out++ = ')', *out++ = '$', *out++ = 0;
+        if (names) ov->list[n++] = (struct llama_model_tensor_buft_override){pat, x->buft[k]};
+    }
+    ov->list[n] = (struct llama_model_tensor_buft_override){NULL, NULL};
+    return WM_OK;
+}
+
+/* ---- the record: the tensors llama.cpp made, in the order it asked ---- */
+
+typedef struct record {
+    struct ggml_tensor **t;
+    size_t n, cap;
+    bool out_of_memory;
+} record;
+
+static void record_free(record *r) {
+    pages_free(r->t, r->cap * sizeof *r->t);
+    memset(r, 0, sizeof *r);
+}
+
+/* llama_model_init_from_user's set_tensor_data: only noted here (the reads come after, all at
+ * once). The callback cannot fail a load, so running out of room is remembered and the model
+ * refused afterwards. */
+static void on_tensor(struct ggml_tensor *t, void *user) {
+    record *r = user;
+    if (r->n == r->cap) {
+        size_t cap = r->cap ? r->cap * 2 : 512;
+        struct ggml_tensor **grown = pages(cap * sizeof *grown);
+        if (!grown) {
+            r->out_of_memory = true;
+            return;
+        }
+        if (r->n) memcpy(grown, r->t, r->n * sizeof *grown);
+        pages_free(r->t, r->cap * sizeof *r->t);
+        r->t = grown;
+        r->cap = cap;
+    }
+    r->t[r->n++] = t;
+}
+
+/* ---- the load ---- */
+
+typedef struct load {
+    const wm_file *f;
+    const char *path;
+    wm_llama_options o;
+    struct llama_model_params p;
+    extras x;
+    record rec;
+    wm_read_item *items;
+    size_t n_items, items_len;
+    bool serial; /* some buffer is on a device other than the CPU: one upload at a time */
+    wm_llama_stats stats;
+} load;
+
+/* Bytes of a tensor llama.cpp asks for but the file lacks, where leaving it out would compute
+ * the same: a bias added (zeros) or rope frequency factors divided by (ones). */
+static bool neutral_value(const struct ggml_tensor *t, float *value) {
+    const char *name = ggml_get_name(t);
+    if (t->type != GGML_TYPE_F32) return false;
+    if (ends_with(name, ".bias")) return *value = 0.0f, true;
+    if (strstr(name, "rope_freqs") || strstr(name, "rope_factors")) return *value = 1.0f, true;
+    return false;
+}
+
+static wm_status fill_neutral(load *l, struct ggml_tensor *t, wm_error *err) {
+    float v;
+    if (!neutral_value(t, &v))
+        return fail(err, WM_EFORMAT,
+                    "%s: llama.cpp asks for tensor '%s' (%s), which the file lacks and which has "
+                    "no neutral value",
+                    l->path, ggml_get_name(t), ggml_type_name(t->type));
+    size_t nb = ggml_nbytes(t);
+    float *buf = pages(nb);
+    if (!buf)
+        return fail(err, WM_ENOMEM, "%s: out of memory filling tensor '%s'", l->path,
+                    ggml_get_name(t));
+    for (size_t k = 0; k < nb / sizeof *buf; k++)
+        buf[k] = v;
+    ggml_backend_tensor_set(t, buf, 0, nb);
+    pages_free(buf, nb);
+    l->stats.filled++;
+    return WM_OK;
+}
+
+/* The file tensor that fills `t` (output.weight: token_embd.weight where the file has no head);
+ * its type and shape must be t's. */
+static wm_status match_tensor(const load *l, const struct ggml_tensor *t, size_t *index,
+                              wm_error *err) {
+    const char *name = ggml_get_name(t);
+    if (wm_file_find_tensor(l->f, name, index) != WM_OK &&
+        (strcmp(name, "output.weight") != 0 ||
+         wm_file_find_tensor(l->f, "token_embd.weight", index) != WM_OK))
+        return WM_ENOENT;
+    wm_tensor_info ti;
+    wm_file_tensor(l->f, *index, &ti);
+    bool same = (int)ti.type == (int)t->type && ti.nbytes == ggml_nbytes(t);
+    for (int d = 0; d < GGML_MAX_DIMS; d++)
+        same = same && (int64_t)ti.shape[d] == t->ne[d];
+    if (!same)
+        return fail(err, WM_EFORMAT,
+                    "%s: tensor '%s' is %s [%" PRIu64 ", %" PRIu64 ", %" PRIu64 ", %" PRIu64
+                    "] in the file; the model expects %s [%" PRId64 ", %" PRId64 ", %" PRId64
+                    ", %" PRId64 "]",
+                    l->path, name, wm_type_name(ti.type), ti.shape[0], ti.shape[1], ti.shape[2],
+                    ti.shape[3], ggml_type_name(t->type), t->ne[0], t->ne[1], t->ne[2], t->ne[3]);
+    return WM_OK;
+}
+
+/* One read item per recorded tensor that the file holds (others filled); each read in place
+ * into host memory or through the window. */
+static wm_status make_items(load *l, wm_error *err) {
+    l->items_len = (l->rec.n ? l->rec.n : 1) * sizeof *l->items;
+    l->items = pages(l->items_len);
+    if (!l->items)
+        return fail(err, WM_ENOMEM, "%s: out of memory for %zu read items", l->path, l->rec.n);
+    for (size_t i = 0; i < l->rec.n; i++) {
+        struct ggml_tensor *t = l->rec.t[i];
+        size_t index = 0;
+        wm_status st = match_tensor(l, t, &index, err);
+        if (st == WM_ENOENT)
+            st = fill_neutral(l, t, err);
+        else if (!st && ggml_nbytes(t)) {
+            wm_read_item *it = &l->items[l->n_items++];
+            ggml_backend_buffer_t buf = t->buffer;
+            ggml_backend_buffer_type_t buft = buf ? ggml_backend_buffer_get_type(buf) : NULL;
+            *it = (wm_read_item){.tensor = index, .user = t};
+            if (buf && ggml_backend_buffer_is_host(buf) && l->o.upload != WM_LLAMA_UPLOAD_WINDOW) {
+                it->dst = t->data;
+                l->stats.in_place++;
+            } else {
+                l->stats.windowed++;
+                if (buft && is_extra(&l->x, buft)) it->flags = WM_READ_WHOLE, l->stats.repacked++;
+                ggml_backend_dev_t dev = buft ? ggml_backend_buft_get_device(buft) : NULL;
+                if (dev && ggml_backend_dev_type(dev) != GGML_BACKEND_DEVICE_TYPE_CPU)
+                    l->serial = true;
+            }
+        }
+        if (st) return st;
+    }
+    return WM_OK;
+}
+
+/* The sink of the read: a window of a tensor's bytes into its buffer, by ggml's own upload. */
+static int to_buffer(void *user, const wm_read_item *item, uint64_t offset, const void *bytes,
+                     size_t len) {
+    (void)user;
+    if (FAULT(DEVICE)) return 1;
+    ggml_backend_tensor_set(item->user, bytes, (size_t)offset, len);
+    return 0;
+}
+
+/* llama.cpp's progress callback, fed with the bytes read. */
+static int on_progress(void *user, uint64_t done, uint64_t total) {
+    const load *l = user;
+    float f = total ? (float)done / (float)total : 1.0f;
+    return l->p.progress_callback && !l->p.progress_callback(f, l->p.progress_callback_user_data);
+}
+
+static wm_status read_all(load *l, wm_error *err) {
+    wm_read_options ro = WM_READ_OPTIONS_INIT;
+    ro.threads = l->o.threads;
+    ro.direct_io = l->o.direct_io;
+    ro.window = l->o.window;
+    ro.flags = l->serial ? WM_READ_SINK_SERIAL : 0;
+    ro.sink = to_buffer;
+    ro.progress = on_progress;
+    ro.progress_user = l;
+    double t0 = now_s();
+    wm_status st = wm_file_read_tensors(l->f, l->items, l->n_items, &ro, err);
+    l->stats.seconds_read = now_s() - t0;
+    for (size_t i = 0; !st && i < l->n_items; i++) {
+        wm_tensor_info ti;
+        wm_file_tensor(l->f, l->items[i].tensor, &ti);
+        l->stats.bytes_read += ti.nbytes;
+    }
+    if (!st && l->p.progress_callback)
+        l->p.progress_callback(1.0f, l->p.progress_callback_user_data);
+    return st;
+}
+
+/* Before llama.cpp is called: a GGUF file whose every tensor ggml can hold. */
+static wm_status check_file(const wm_file *f, wm_error *err) {
+    if (wm_file_format(f) != WM_FORMAT_GGUF)
+        return fail(err, WM_EFORMAT, "%s: llama.cpp loads GGUF files; this one is %s",
+                    wm_file_path(f), wm_format_name(wm_file_format(f)));
+    for (size_t i = 0; i < wm_file_tensor_count(f); i++) {
+        wm_tensor_info ti;
+        wm_status st = wm_file_tensor(f, i, &ti);
+        if (!st) st = check_tensor(wm_file_path(f), ti.name, ti.type, ti.shape, ti.nbytes, err);
+        if (st) return st;
+    }
+    return WM_OK;
+}
+
+/* llama.cpp's model over the file's metadata, its buffers allocated, the tensors recorded. */
+static wm_status make_model(load *l, struct llama_model **model, wm_error *err) {
+    struct gguf_context *g = NULL;
+    overrides ov = {0};
+    wm_status st = make_metadata(l->f, &g, err);
+    bool repack = l->o.repack != WM_LLAMA_REPACK_OFF && l->p.use_extra_bufts && runs_on_cpu(&l->p);
+    if (repack) cpu_extras(&l->x);
+    if (!st && l->x.n) st = make_overrides(l->f, &l->p, &l->x, &ov, err);
+    if (!st) {
+        struct llama_model_params p = l->p;
+        if (ov.list) p.tensor_buft_overrides = ov.list;
+        double t0 = now_s();
+        *model = FAULT(DEVICE) ? NULL : llama_model_init_from_user(g, on_tensor, &l->rec, p);
+        l->stats.seconds_model = now_s() - t0;
+        if (!*model)
+            st = fail(err, WM_EDEVICE,
+                      "%s: llama.cpp refused the model (llama_model_init_from_user; "
+                      "its log says why)",
+                      l->path);
+        else if (l->rec.out_of_memory)
+            st = fail(err, WM_ENOMEM, "%s: out of memory recording llama.cpp's tensors", l->path);
+    }
+    pages_free(ov.mem, ov.mem_len);
+    if (g) gguf_free(g);
+    return st;
+}
+
+wm_status wm_llama_load_file(const wm_file *file, const struct llama_model_params *params,
+                             const wm_llama_options *opts, struct llama_model **out,
+                             wm_error *err) {
+    if (out) *out = NULL;
+    if (!file || !out) return fail(err, WM_EINVAL, "wm_llama_load_file: NULL file or out");
+    load l;
+    memset(&l, 0, sizeof l);
+    l.f = file;
+    l.path = wm_file_path(file);
+    wm_status st = copy_sized(&l.o, sizeof l.o, opts, "wm_llama_options", err);
+    if (!st && (unsigned)l.o.repack > WM_LLAMA_REPACK_OFF)
+        st = fail(err, WM_EINVAL, "%s: wm_llama_options.repack %d is none of AUTO, OFF", l.path,
+                  (int)l.o.repack);
+    if (!st && (unsigned)l.o.upload > WM_LLAMA_UPLOAD_WINDOW)
+        st = fail(err, WM_EINVAL, "%s: wm_llama_options.upload %d is none of AUTO, WINDOW", l.path,
+                  (int)l.o.upload);
+    if (!st) st = check_file(file, err);
+    if (st) return st;
+    l.p = params ? *params : llama_model_default_params();
+    l.stats.size = sizeof l.stats;
+    struct llama_model *model = NULL;
+    st = make_model(&l, &model, err);
+    if (!st) st = make_items(&l, err);
+    if (!st) st = read_all(&l, err);
+    l.stats.tensors = l.rec.n;
+    record_free(&l.rec);
+    pages_free(l.items, l.items_len);
+    if (st) {
+        if (model) llama_model_free(model);
+        return st;
+    }
+    if (l.o.stats && l.o.stats->size > sizeof(uint32_t)) {
+        uint32_t n = l.o.stats->size;
+        memcpy((char *)l.o.stats + sizeof n, (char *)&l.stats + sizeof n,
+               (n < sizeof l.stats ? n : sizeof l.stats) - sizeof n);
+    }
+    *out = model;
+    return WM_OK;
+}
+
+wm_status wm_llama_load(const char *path, const struct llama_model_params *params,
+                        const wm_llama_options *opts, struct llama_model **out, wm_error *err) {
+    if (out) *out = NULL;
+    if (!path || !out) return fail(err, WM_EINVAL, "wm_llama_load: NULL path or out");
+    wm_file *f = NULL;
+    wm_status st = wm_file_open(path, &f, err);
+    if (st) return st;
+    st = wm_llama_load_file(f, params, opts, out, err);
+    wm_file_close(f);
+    return st;
+}

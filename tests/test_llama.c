@@ -1,0 +1,399 @@
+/*
+ * test_llama.c: the llama.cpp bridge (include/weightmap_llama.h) against the stock prebuilt
+ * llama.cpp v0.4.0 (npm @node-llama-cpp/linux-x64@3.21.1, with the headers scripts/llama.sh
+ * puts beside it). What a runtime sees: the same greedy tokens and the same first logits, bit
+ * for bit, through wm_llama_load as through llama_model_load_from_file in its read and mmap
+ * modes, for real quantizations of stories260K and a make-model file, with every tensor read in
+ * place and with every tensor forced through the window and ggml_backend_tensor_set (the path
+ * of a device buffer, which this CPU-only build has none of); llama.cpp's extra buffer types
+ * (repacked weights) as its own loader chooses them; load/free cycles that leave no ledger byte
+ * and no mapping; every failure, injected or from a cut or crafted file, holds nothing, and a
+ * file weightmap refuses never reaches llama.cpp (it logs not one line).
+ */
+#include "gguf_builder.h"
+#include "weightmap_llama.h"
+#include "wmtest.h"
+
+#include <errno.h>
+#include <ggml-backend.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- llama.cpp, once per process ---- */
+
+/* What llama.cpp logged since the last reset: how many lines, and the lines that give a model
+ * buffer's size by buffer type ("CPU_REPACK model buffer size = ..."). */
+static _Atomic int log_lines;
+static char buffer_lines[4096];
+
+static void on_log(enum ggml_log_level level, const char *text, void *user) {
+    (void)level, (void)user;
+    atomic_fetch_add(&log_lines, 1);
+    const char *p = strstr(text, "model buffer size");
+    if (p) {
+        size_t n = strlen(buffer_lines);
+        snprintf(buffer_lines + n, sizeof buffer_lines - n, "%s", text);
+    }
+}
+
+static void reset_log(void) {
+    atomic_store(&log_lines, 0);
+    buffer_lines[0] = 0;
+}
+
+static void setup(void) {
+    static bool done;
+    if (done) return;
+    done = true;
+    llama_log_set(on_log, NULL);
+    ggml_backend_load_all_from_path(WM_LLAMA_LIBDIR);
+    llama_backend_init();
+}
+
+static struct llama_model_params cpu_params(void) {
+    struct llama_model_params p = llama_model_default_params();
+    p.n_gpu_layers = 0;
+    return p;
+}
+
+/* ---- decoding ---- */
+
+#define N_TOKENS 24
+
+typedef struct decoded {
+    llama_token tokens[N_TOKENS];
+    float *first; /* the logits after BOS (malloc'd) */
+    int n_vocab;
+    char buffers[4096]; /* the buffer-size lines of the load, other than the plain CPU buffer */
+} decoded;
+
+/* Greedy decoding from BOS, one token at a time. */
+static void greedy(struct llama_model *m, decoded *d) {
+    const struct llama_vocab *v = llama_model_get_vocab(m);
+    d->n_vocab = llama_vocab_n_tokens(v);
+    d->first = malloc((size_t)d->n_vocab * sizeof(float));
+    struct llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = 64;
+    cp.n_batch = 64;
+    cp.n_threads = 1; /* ggml's workers spin while they wait: two tests at once on two cores
+                         would take minutes, and the results do not depend on it */
+    cp.n_threads_batch = 1;
+    struct llama_context *ctx = llama_init_from_model(m, cp);
+    CHECK(ctx != NULL);
+    llama_token tok = llama_vocab_bos(v);
+    for (int i = 0; i < N_TOKENS; i++) {
+        struct llama_batch b = llama_batch_get_one(&tok, 1);
+        CHECK_EQ(llama_decode(ctx, b), 0);
+        const float *lg = llama_get_logits_ith(ctx, -1);
+        if (i == 0) memcpy(d->first, lg, (size_t)d->n_vocab * sizeof(float));
+        int best = 0;
+        for (int k = 1; k < d->n_vocab; k++)
+            if (lg[k] > lg[best]) best = k;
+        d->tokens[i] = tok = best;
+    }
+    llama_free(ctx);
+}
+
+/* The buffer lines of the last load that name a buffer type other than the plain CPU one. */
+static void keep_buffers(decoded *d) {
+    d->buffers[0] = 0;
+    for (char *line = strtok(buffer_lines, "\n"); line; line = strtok(NULL, "\n")) {
+        const char *name = strstr(line, "=");
+        if (strstr(line, " CPU model buffer size") || strstr(line, "CPU_Mapped model")) continue;
+        size_t n = strlen(d->buffers);
+        snprintf(d->buffers + n, sizeof d->buffers - n, "%s\n", name ? line : line);
+    }
+}
+
+static void by_llama(const char *path, int load_mode, decoded *d) {
+    struct llama_model_params p = cpu_params();
+    p.load_mode = load_mode;
+    reset_log();
+    struct llama_model *m = llama_model_load_from_file(path, p);
+    CHECK_MSG(m != NULL, "llama.cpp did not load %s (mode %d)", path, load_mode);
+    keep_buffers(d);
+    greedy(m, d);
+    llama_model_free(m);
+}
+
+static void by_bridge(const char *path, wm_llama_upload upload, wm_llama_stats *s, decoded *d) {
+    struct llama_model_params p = cpu_params();
+    wm_llama_options o = WM_LLAMA_OPTIONS_INIT;
+    o.threads = 2;
+    o.upload = upload;
+    o.stats = s;
+    struct llama_model *m = NULL;
+    wm_error err;
+    reset_log();
+    CHECK_MSG(wm_llama_load(path, &p, &o, &m, &err) == WM_OK, "%s", err.msg);
+    keep_buffers(d);
+    CHECK_LEDGER_EMPTY();
+    CHECK_EQ(wmt_count_file_maps(path), 0);
+    greedy(m, d);
+    llama_model_free(m);
+}
+
+static void same(const decoded *a, const decoded *b, const char *what) {
+    CHECK_EQ(a->n_vocab, b->n_vocab);
+    for (int i = 0; i < N_TOKENS; i++)
+        CHECK_MSG(a->tokens[i] == b->tokens[i], "%s: token %d is %d, not %d", what, i, a->tokens[i],
+                  b->tokens[i]);
+    CHECK_MSG(memcmp(a->first, b->first, (size_t)a->n_vocab * sizeof(float)) == 0,
+              "%s: the first logits differ", what);
+}
+
+/* Greedy tokens and first logits: the bridge (in place, and windowed) equals llama.cpp's read
+ * and mmap modes; the extra buffer types are the same as llama.cpp's read mode chose. */
+static void tokens_equal(const char *path) {
+    setup();
+    decoded rd, mm, wm, win;
+    wm_llama_stats s = WM_LLAMA_STATS_INIT, sw = WM_LLAMA_STATS_INIT;
+    by_llama(path, 0, &rd);
+    by_llama(path, 1, &mm);
+    by_bridge(path, WM_LLAMA_UPLOAD_AUTO, &s, &wm);
+    by_bridge(path, WM_LLAMA_UPLOAD_WINDOW, &sw, &win);
+    same(&mm, &rd, "llama.cpp mmap vs read");
+    same(&wm, &rd, "wm_llama_load vs llama.cpp read");
+    same(&win, &rd, "wm_llama_load windowed vs llama.cpp read");
+    CHECK_MSG(strcmp(wm.buffers, rd.buffers) == 0, "extra buffers: bridge\n%s\nllama.cpp\n%s",
+              wm.buffers, rd.buffers);
+    CHECK_EQ(s.tensors, s.in_place + s.windowed + s.filled);
+    CHECK_EQ(s.windowed, s.repacked);
+    CHECK_EQ(sw.in_place, 0);
+    CHECK_EQ(sw.windowed + sw.filled, sw.tensors);
+    fprintf(stderr,
+            "%s: %zu tensors (%zu in place, %zu windowed, %zu repacked, %zu filled), %llu "
+            "bytes; tokens:",
+            path, s.tensors, s.in_place, s.windowed, s.repacked, s.filled,
+            (unsigned long long)s.bytes_read);
+    for (int i = 0; i < 8; i++)
+        fprintf(stderr, " %d", wm.tokens[i]);
+    fprintf(stderr, "\nbuffers other than CPU:\n%s", rd.buffers);
+    free(rd.first), free(mm.first), free(wm.first), free(win.first);
+}
+
+WM_TEST(tokens_equal_f32) { tokens_equal(wmt_fixture("gguf/stories260K.gguf")); }
+WM_TEST(tokens_equal_q4_0) { tokens_equal(wmt_fixture("gguf/stories260K-q4_0.gguf")); }
+WM_TEST(tokens_equal_q8_0) { tokens_equal(wmt_fixture("gguf/stories260K-q8_0.gguf")); }
+WM_TEST(tokens_equal_q4_k_m) { tokens_equal(wmt_fixture("gguf/stories260K-q4_k_m.gguf")); }
+WM_TEST(tokens_equal_make_model) { tokens_equal(wmt_make_model("m.gguf", "--size 24M")); }
+
+/* ---- cycles ---- */
+
+WM_TEST(cycles_leave_nothing) {
+    setup();
+    const char *path = wmt_fixture("gguf/stories260K-q8_0.gguf");
+    struct llama_model_params p = cpu_params();
+    for (int c = 0; c < 20; c++) {
+        struct llama_model *m = NULL;
+        wm_error err;
+        CHECK_MSG(wm_llama_load(path, &p, NULL, &m, &err) == WM_OK, "cycle %d: %s", c, err.msg);
+        CHECK_LEDGER_EMPTY();
+        CHECK_EQ(wmt_count_file_maps(path), 0);
+        llama_model_free(m);
+        CHECK_EQ(wmt_count_file_maps(path), 0);
+    }
+}
+
+/* ---- failures hold nothing ---- */
+
+typedef struct sweep_run {
+    wm_file *f;
+    wm_llama_options o;
+} sweep_run;
+
+static wm_status sweep_once(void *user, wm_error *err) {
+    sweep_run *r = user;
+    struct llama_model_params p = cpu_params();
+    struct llama_model *m = (struct llama_model *)(uintptr_t)1;
+    wm_status st = wm_llama_load_file(r->f, &p, &r->o, &m, err);
+    if (st) {
+        CHECK(m == NULL);
+        return st;
+    }
+    llama_model_free(m);
+    return WM_OK;
+}
+
+static void sweep_check(void *user, const wmt_fault_run *r) {
+    (void)user;
+    if (r->st == WM_OK) return;
+    CHECK_MSG(r->st == WM_EIO || r->st == WM_ENOMEM || r->st == WM_EDEVICE,
+              "call %llu of %llu failed: %s (%s)", (unsigned long long)r->k,
+              (unsigned long long)r->n, wm_status_name(r->st), r->err->msg);
+}
+
+static void sweep(wm_llama_upload upload) {
+    setup();
+    const char *path = wmt_fixture("gguf/stories260K-q4_0.gguf");
+    sweep_run run = {.f = OPEN_OK(path), .o = WM_LLAMA_OPTIONS_INIT};
+    run.o.threads = 2;
+    run.o.upload = upload;
+    wmt_sweep s = {.what = "wm_llama_load_file",
+                   .run = sweep_once,
+                   .check = sweep_check,
+                   .user = &run,
+                   .path = path,
+                   .shown = "stories260K-q4_0.gguf"};
+    static const int errs[] = {EIO, ENOMEM};
+    wmt_sweep_result res = {0};
+    wmt_sweep_any(&s, errs, 2, &res);
+    CHECK(res.counts[WM_OS_ALLOC] >= 3 && res.counts[WM_OS_DEVICE] >= 2);
+    CHECK(res.failed > 0);
+    fprintf(stderr, "%llu calls (%llu allocations, %llu device), %llu faulted runs, %llu failed\n",
+            (unsigned long long)res.counts[WM_OS_ANY], (unsigned long long)res.counts[WM_OS_ALLOC],
+            (unsigned long long)res.counts[WM_OS_DEVICE], (unsigned long long)res.runs,
+            (unsigned long long)res.failed);
+    wm_file_close(run.f);
+}
+
+WM_TEST(fault_sweep_in_place) { sweep(WM_LLAMA_UPLOAD_AUTO); }
+WM_TEST(fault_sweep_windowed) { sweep(WM_LLAMA_UPLOAD_WINDOW); }
+
+/* A refusal: the status, *out NULL, err naming the file and `needle`, nothing held; `silent`:
+ * llama.cpp was never called (it logged nothing). */
+static void check_refused(const char *path, wm_status want, const char *needle, bool silent) {
+    setup();
+    struct llama_model_params p = cpu_params();
+    struct llama_model *m = (struct llama_model *)(uintptr_t)1;
+    wm_error err = {0};
+    reset_log();
+    CHECK_STATUS(wm_llama_load(path, &p, NULL, &m, &err), want);
+    CHECK(m == NULL);
+    CHECK_MSG_HAS(err, needle);
+    if (silent) CHECK_EQ(atomic_load(&log_lines), 0);
+    CHECK_LEDGER_EMPTY();
+    CHECK_EQ(wmt_count_file_maps(path), 0);
+    fprintf(stderr, "refused: %s\n", err.msg);
+}
+
+WM_TEST(truncated_file_refused_before_llama) {
+    const char *src = wmt_fixture("gguf/stories260K-q8_0.gguf");
+    const char *path = wmt_tmp("cut.gguf");
+    size_t size = wmt_copy_file(src, path);
+    CHECK(truncate(path, (off_t)(size - 4096)) == 0);
+    check_refused(path, WM_EFORMAT, "cut.gguf", true);
+}
+
+/* Bytes of `path` with the first `from` (of n bytes) after `after` replaced by `to`. */
+static const char *patched(const char *src, const char *name, const char *after, const void *from,
+                           const void *to, size_t n) {
+    size_t len;
+    unsigned char *b = wmt_read_file(src, &len);
+    unsigned char *at = memmem(b, len, after, strlen(after));
+    CHECK(at != NULL);
+    unsigned char *hit = memmem(at, len - (size_t)(at - b), from, n);
+    CHECK(hit != NULL);
+    memcpy(hit, to, n);
+    const char *path = wmt_tmp(name);
+    wmt_write_file(path, b, len);
+    free(b);
+    return path;
+}
+
+/* A tensor whose two dimensions are swapped (same bytes, so the file is sound): llama.cpp's
+ * user path would take it; the bridge refuses it naming both shapes, and frees the model. */
+WM_TEST(crafted_shape_refused) {
+    const char *src = wmt_fixture("gguf/stories260K.gguf");
+    uint64_t from[2] = {64, 172}, to[2] = {172, 64};
+    const char *path = patched(src, "shape.gguf", "blk.0.ffn_gate.weight", from, to, sizeof from);
+    check_refused(path, WM_EFORMAT, "tensor 'blk.0.ffn_gate.weight' is f32 [172, 64", false);
+}
+
+/* A tensor of a type ggml removed (4, Q4_2): refused by weightmap before llama.cpp is called. */
+WM_TEST(crafted_type_refused_before_llama) {
+    const char *src = wmt_fixture("gguf/stories260K-q8_0.gguf");
+    uint64_t dims[2] = {64, 64};
+    size_t len;
+    unsigned char *b = wmt_read_file(src, &len);
+    unsigned char *at = memmem(b, len, "blk.0.attn_q.weight", 19);
+    CHECK(at != NULL);
+    unsigned char *ne = memmem(at, 64, dims, sizeof dims);
+    CHECK(ne != NULL);
+    uint32_t removed = 4;
+    memcpy(ne + sizeof dims, &removed, 4); /* the type follows the dimensions */
+    const char *path = wmt_tmp("type.gguf");
+    wmt_write_file(path, b, len);
+    free(b);
+    check_refused(path, WM_EFORMAT, "type.gguf", true);
+}
+
+WM_TEST(not_gguf_refused_before_llama) {
+    check_refused(wmt_fixture("safetensors/hf-sample-f.safetensors"), WM_EFORMAT,
+                  "llama.cpp loads GGUF files", true);
+}
+
+WM_TEST(model_rule_is_llama_cpps) {
+    /* a sound GGUF file that is no model (llama.cpp wants llama.context_length) */
+    check_refused(wmt_fixture("gguf/ratchet-test.gguf"), WM_EDEVICE, "llama.cpp refused", false);
+}
+
+WM_TEST(refusals_of_arguments) {
+    setup();
+    struct llama_model *m = (struct llama_model *)(uintptr_t)1;
+    wm_error err;
+    CHECK_STATUS(wm_llama_load(NULL, NULL, NULL, &m, &err), WM_EINVAL);
+    CHECK(m == NULL);
+    CHECK_STATUS(wm_llama_load("x.gguf", NULL, NULL, NULL, &err), WM_EINVAL);
+    wm_llama_options o = WM_LLAMA_OPTIONS_INIT;
+    o.repack = (wm_llama_repack)5;
+    CHECK_STATUS(wm_llama_load(wmt_fixture("gguf/stories260K.gguf"), NULL, &o, &m, &err),
+                 WM_EINVAL);
+    CHECK_MSG_HAS(err, "repack 5");
+    struct {
+        wm_llama_options o;
+        uint64_t later;
+    } longer = {.o = WM_LLAMA_OPTIONS_INIT, .later = 1};
+    longer.o.size = sizeof longer;
+    CHECK_STATUS(wm_llama_load(wmt_fixture("gguf/stories260K.gguf"), NULL, &longer.o, &m, &err),
+                 WM_EINVAL);
+    CHECK_MSG_HAS(err, "sets a field past");
+    CHECK_LEDGER_EMPTY();
+}
+
+/* The progress callback as llama.cpp's loader calls it, and a false from it cancels. */
+static bool stop_at_half(float f, void *user) {
+    *(float *)user = f;
+    return f < 0.5f;
+}
+
+WM_TEST(progress_cancels) {
+    setup();
+    const char *path = wmt_make_model("m.gguf", "--size 24M");
+    struct llama_model_params p = cpu_params();
+    float last = -1;
+    p.progress_callback = stop_at_half;
+    p.progress_callback_user_data = &last;
+    wm_llama_options o = WM_LLAMA_OPTIONS_INIT;
+    o.threads = 1;
+    struct llama_model *m = NULL;
+    wm_error err;
+    CHECK_STATUS(wm_llama_load(path, &p, &o, &m, &err), WM_ECANCELED);
+    CHECK(m == NULL);
+    CHECK(last >= 0.5f && last < 1.0f);
+    CHECK_LEDGER_EMPTY();
+}
+
+/* ---- weightmap check --llama ---- */
+
+WM_TEST(cli_check_llama_fixtures) {
+    static const char *const files[] = {"stories260K.gguf", "stories260K-q4_0.gguf",
+                                        "stories260K-q8_0.gguf", "stories260K-q4_k_m.gguf"};
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        char args[1024], out[8192];
+        char rel[64];
+        snprintf(rel, sizeof rel, "gguf/%s", files[i]);
+        snprintf(args, sizeof args, "check --llama '%s' --cycles 2", wmt_fixture(rel));
+        int rc = wmt_cli(args, out, sizeof out);
+        CHECK_MSG(rc == 0 && strstr(out, "all memory returned") && strstr(out, "' Once'"),
+                  "check --llama %s: exit %d\n%s", files[i], rc, out);
+    }
+    char out[4096];
+    snprintf(out, sizeof out, "check --llama '%s' --json --cycles 1",
+             wmt_fixture("gguf/stories260K.gguf"));
+    char json[4096];
+    CHECK_EQ(wmt_cli(out, json, sizeof json), 0);
+    CHECK(strstr(json, "\"via\": \"llama\", \"ok\": true") != NULL);
+    CHECK_EQ(wmt_cli("check --llama --ggml x.gguf", out, sizeof out), 2);
+}

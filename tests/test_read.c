@@ -1,0 +1,357 @@
+/*
+ * test_read.c: wm_file_read_tensors, reading tensors into memory the caller owns. Every byte
+ * lands as it is in the file, once (the kernel's rchar), in destinations of any alignment; the
+ * sink path hands over windows no larger than each thread's share (or the whole tensor, asked
+ * for whole), one call at a time when asked; the call takes nothing from the counted allocator
+ * (whose small blocks are malloc's) and leaves the ledger as it was; every refusal, a cut file,
+ * a sink that refuses, a cancel and a fault at each OS call leave nothing held.
+ */
+#include "wmtest.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Every tensor of f, each into malloc'd memory one byte past an aligned start (any alignment). */
+typedef struct host_set {
+    wm_read_item *items;
+    unsigned char **mem;
+    size_t n;
+} host_set;
+
+static host_set host_items(const wm_file *f) {
+    host_set h = {.n = wm_file_tensor_count(f)};
+    h.items = calloc(h.n, sizeof *h.items);
+    h.mem = calloc(h.n, sizeof *h.mem);
+    for (size_t i = 0; i < h.n; i++) {
+        wm_tensor_info t;
+        CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
+        h.mem[i] = malloc(t.nbytes + 1);
+        h.items[i] = (wm_read_item){.tensor = i, .dst = h.mem[i] + 1};
+    }
+    return h;
+}
+
+static void host_free(host_set *h) {
+    for (size_t i = 0; i < h->n; i++)
+        free(h->mem[i]);
+    free(h->mem);
+    free(h->items);
+}
+
+/* Each item's bytes equal the file's at the tensor's offset. */
+static void check_equal_file(const wm_file *f, const char *path, const host_set *h) {
+    size_t len;
+    unsigned char *file = wmt_read_file(path, &len);
+    for (size_t i = 0; i < h->n; i++) {
+        wm_tensor_info t;
+        CHECK_STATUS(wm_file_tensor(f, h->items[i].tensor, &t), WM_OK);
+        CHECK_MSG(memcmp(h->items[i].dst, file + t.offset, t.nbytes) == 0,
+                  "tensor '%s' differs from the file", t.name);
+    }
+    free(file);
+}
+
+static uint64_t scratch_now(void) {
+    wm_ledger l = WM_LEDGER_INIT;
+    wm_ledger_get(&l);
+    return l.cat[WM_LEDGER_SCRATCH].current;
+}
+
+WM_TEST(host_destinations_get_the_file_bytes_once) {
+    const char *path = wmt_make_model("m.gguf", "--size 24M");
+    wm_file *f = OPEN_OK(path);
+    host_set h = host_items(f);
+    wm_ledger before = WM_LEDGER_INIT;
+    wm_ledger_get(&before);
+    wm_read_options o = WM_READ_OPTIONS_INIT;
+    o.threads = 3;
+    wm_error err;
+    uint64_t r0 = wmt_rchar(true);
+    CHECK_MSG(wm_file_read_tensors(f, h.items, h.n, &o, &err) == WM_OK, "%s", err.msg);
+    CHECK_EQ(wmt_rchar(false) - r0, wm_file_tensor_bytes(f));
+    wm_ledger after = WM_LEDGER_INIT;
+    wm_ledger_get(&after);
+    CHECK_EQ(wm_ledger_bytes(&after), wm_ledger_bytes(&before));
+    CHECK_EQ(wm_ledger_regions(&after), wm_ledger_regions(&before));
+    CHECK(after.cat[WM_LEDGER_SCRATCH].total > before.cat[WM_LEDGER_SCRATCH].total); /* jobs */
+    check_equal_file(f, path, &h);
+    host_free(&h);
+    wm_file_close(f);
+}
+
+/* ---- the sink ---- */
+
+typedef struct sink_rec {
+    const wm_file *f;
+    unsigned char **mem; /* by item index */
+    const wm_read_item *first;
+    _Atomic size_t calls, largest;
+    _Atomic int inside, most_inside;
+    int refuse_at;         /* the call (1-based) that returns non-zero; 0: none */
+    uint64_t scratch_peak; /* the scratch ledger seen inside the calls, at most */
+} sink_rec;
+
+static int sink(void *user, const wm_read_item *item, uint64_t offset, const void *bytes,
+                size_t len) {
+    sink_rec *s = user;
+    int in = atomic_fetch_add(&s->inside, 1) + 1;
+    int most = atomic_load(&s->most_inside);
+    while (in > most && !atomic_compare_exchange_weak(&s->most_inside, &most, in)) {
+    }
+    size_t calls = atomic_fetch_add(&s->calls, 1) + 1;
+    size_t big = atomic_load(&s->largest);
+    while (len > big && !atomic_compare_exchange_weak(&s->largest, &big, len)) {
+    }
+    memcpy(s->mem[item - s->first] + offset, bytes, len);
+    /* a moment inside, so that calls from other threads overlap where they may */
+    for (volatile int k = 0; k < 20000; k++) {
+    }
+    atomic_fetch_sub(&s->inside, 1);
+    return s->refuse_at && calls == (size_t)s->refuse_at;
+}
+
+/* All tensors through the sink (dst NULL), copied by it into h's memory. */
+static void sink_setup(const wm_file *f, host_set *h, sink_rec *s, uint32_t flags) {
+    *h = host_items(f);
+    for (size_t i = 0; i < h->n; i++) {
+        h->items[i].dst = NULL;
+        h->items[i].flags = flags;
+    }
+    *s = (sink_rec){.f = f, .mem = h->mem, .first = h->items};
+    for (size_t i = 0; i < h->n; i++)
+        h->mem[i] += 1;
+}
+
+static void sink_done(host_set *h) {
+    for (size_t i = 0; i < h->n; i++) {
+        h->mem[i] -= 1;
+        h->items[i].dst = h->mem[i] + 1;
+    }
+}
+
+WM_TEST(sink_gets_windows_of_the_thread_share) {
+    const char *path = wmt_make_model("m.gguf", "--size 24M");
+    wm_file *f = OPEN_OK(path);
+    host_set h;
+    sink_rec s;
+    sink_setup(f, &h, &s, 0);
+    wm_read_options o = WM_READ_OPTIONS_INIT;
+    o.threads = 2;
+    o.window = (size_t)4 << 20; /* 2 MiB a thread */
+    o.sink = sink;
+    o.sink_user = &s;
+    wm_error err;
+    CHECK_MSG(wm_file_read_tensors(f, h.items, h.n, &o, &err) == WM_OK, "%s", err.msg);
+    CHECK(atomic_load(&s.largest) <= ((size_t)2 << 20));
+    CHECK(atomic_load(&s.calls) > h.n); /* the big tensors came in several pieces */
+    CHECK_EQ(scratch_now(), 0);
+    sink_done(&h);
+    check_equal_file(f, path, &h);
+    host_free(&h);
+    wm_file_close(f);
+}
+
+WM_TEST(sink_whole_items_come_in_one_call) {
+    const char *path = wmt_make_model("m.gguf", "--size 24M");
+    wm_file *f = OPEN_OK(path);
+    host_set h;
+    sink_rec s;
+    sink_setup(f, &h, &s, WM_READ_WHOLE);
+    size_t with_bytes = 0;
+    uint64_t largest = 0;
+    for (size_t i = 0; i < h.n; i++) {
+        wm_tensor_info t;
+        wm_file_tensor(f, i, &t);
+        with_bytes += t.nbytes > 0;
+        if (t.nbytes > largest) largest = t.nbytes;
+    }
+    CHECK(largest > ((size_t)1 << 20));
+    wm_read_options o = WM_READ_OPTIONS_INIT;
+    o.threads = 2;
+    o.window = (size_t)2 << 20;
+    o.sink = sink;
+    o.sink_user = &s;
+    wm_error err;
+    CHECK_MSG(wm_file_read_tensors(f, h.items, h.n, &o, &err) == WM_OK, "%s", err.msg);
+    CHECK_EQ(atomic_load(&s.calls), with_bytes);
+    CHECK_EQ(atomic_load(&s.largest), largest);
+    CHECK_EQ(scratch_now(), 0);
+    sink_done(&h);
+    check_equal_file(f, path, &h);
+    host_free(&h);
+    wm_file_close(f);
+}
+
+WM_TEST(sink_serial_is_one_call_at_a_time) {
+    const char *path = wmt_make_model("m.gguf", "--size 24M");
+    wm_file *f = OPEN_OK(path);
+    int most[2];
+    for (int serial = 0; serial < 2; serial++) {
+        host_set h;
+        sink_rec s;
+        sink_setup(f, &h, &s, 0);
+        wm_read_options o = WM_READ_OPTIONS_INIT;
+        o.threads = 4;
+        o.window = (size_t)4 << 20;
+        o.flags = serial ? WM_READ_SINK_SERIAL : 0;
+        o.sink = sink;
+        o.sink_user = &s;
+        wm_error err;
+        CHECK_MSG(wm_file_read_tensors(f, h.items, h.n, &o, &err) == WM_OK, "%s", err.msg);
+        most[serial] = atomic_load(&s.most_inside);
+        sink_done(&h);
+        check_equal_file(f, path, &h);
+        host_free(&h);
+    }
+    CHECK_EQ(most[1], 1);
+    fprintf(stderr, "sink calls at once: %d without WM_READ_SINK_SERIAL, %d with it\n", most[0],
+            most[1]);
+    wm_file_close(f);
+}
+
+/* ---- nothing from malloc, nothing kept ---- */
+
+typedef struct read_run {
+    wm_file *f;
+    host_set h;
+    wm_read_options o;
+} read_run;
+
+static wm_status read_once(void *user, wm_error *err) {
+    read_run *r = user;
+    return wm_file_read_tensors(r->f, r->h.items, r->h.n, &r->o, err);
+}
+
+/* The clean run's calls: pages (the job table, the stacks, the windows) and reads, and not one
+ * block of the counted allocator, the only way the library reaches malloc. Then every call
+ * failed in turn: the documented statuses and nothing held. */
+static void sweep(bool with_sink) {
+    const char *path = wmt_make_model("m.gguf", "--size 12M");
+    read_run r = {.f = OPEN_OK(path), .o = WM_READ_OPTIONS_INIT};
+    r.h = host_items(r.f);
+    sink_rec s;
+    if (with_sink) {
+        host_free(&r.h);
+        sink_setup(r.f, &r.h, &s, 0);
+        r.o.sink = sink;
+        r.o.sink_user = &s;
+    }
+    r.o.threads = 3;
+    wmt_sweep sw = {.what = "wm_file_read_tensors",
+                    .run = read_once,
+                    .check = wmt_check_io_status,
+                    .user = &r,
+                    .shown = "m.gguf"};
+    wmt_sweep_result res = {0};
+    wmt_sweep_count(&sw, &res);
+    CHECK_EQ(res.counts[WM_OS_ALLOC], 0);
+    CHECK(res.counts[WM_OS_PAGES] >= 1 && res.counts[WM_OS_PREAD] >= 2);
+    static const int errs[] = {EIO, ENOMEM};
+    wmt_sweep_any(&sw, errs, 2, &res);
+    CHECK(res.failed > 0);
+    fprintf(stderr, "%llu calls, %llu faulted runs, %llu failed\n",
+            (unsigned long long)res.counts[WM_OS_ANY], (unsigned long long)res.runs,
+            (unsigned long long)res.failed);
+    if (with_sink) sink_done(&r.h);
+    host_free(&r.h);
+    wm_file_close(r.f);
+}
+
+WM_TEST(fault_sweep_host) { sweep(false); }
+WM_TEST(fault_sweep_sink) { sweep(true); }
+
+/* ---- refusals ---- */
+
+static void check_refused(wm_file *f, const wm_read_item *items, size_t n, const wm_read_options *o,
+                          wm_status want, const char *needle) {
+    wm_ledger before = WM_LEDGER_INIT;
+    wm_ledger_get(&before);
+    wm_error err = {0};
+    CHECK_STATUS(wm_file_read_tensors(f, items, n, o, &err), want);
+    CHECK_EQ(err.code, want);
+    CHECK_MSG_HAS(err, needle);
+    wm_ledger after = WM_LEDGER_INIT;
+    wm_ledger_get(&after);
+    CHECK_EQ(wm_ledger_bytes(&after), wm_ledger_bytes(&before));
+}
+
+WM_TEST(refusals_name_the_item) {
+    const char *path = wmt_fixture("gguf/stories260K.gguf");
+    wm_file *f = OPEN_OK(path);
+    unsigned char buf[64];
+    wm_read_item bad_index = {.tensor = 48, .dst = buf};
+    check_refused(f, &bad_index, 1, NULL, WM_EINVAL, "names tensor 48; the file has 48");
+    wm_read_item no_dst = {.tensor = 0};
+    check_refused(f, &no_dst, 1, NULL, WM_EINVAL, "has no destination");
+    wm_read_item flags = {.tensor = 0, .dst = buf, .flags = 0x8};
+    check_refused(f, &flags, 1, NULL, WM_EINVAL, "unknown flags 0x8");
+    wm_read_options o = WM_READ_OPTIONS_INIT;
+    o.flags = 0x10;
+    wm_read_item ok = {.tensor = 0, .dst = buf};
+    check_refused(f, &ok, 1, &o, WM_EINVAL, "wm_read_options has unknown flags");
+    o.flags = 0;
+    o.direct_io = (wm_direct_io)7;
+    check_refused(f, &ok, 1, &o, WM_EINVAL, "direct_io 7");
+    /* a newer caller's longer struct that sets a field this library does not know */
+    struct {
+        wm_read_options o;
+        uint64_t later;
+    } longer = {.o = WM_READ_OPTIONS_INIT, .later = 1};
+    longer.o.size = sizeof longer;
+    check_refused(f, &ok, 1, &longer.o, WM_EINVAL, "sets a field past");
+    CHECK_STATUS(wm_file_read_tensors(NULL, &ok, 1, NULL, NULL), WM_EINVAL);
+    CHECK_STATUS(wm_file_read_tensors(f, NULL, 1, NULL, NULL), WM_EINVAL);
+    CHECK_STATUS(wm_file_read_tensors(f, NULL, 0, NULL, NULL), WM_OK);
+    wm_file_close(f);
+}
+
+WM_TEST(sink_refusal_is_edevice) {
+    const char *path = wmt_make_model("m.gguf", "--size 8M");
+    wm_file *f = OPEN_OK(path);
+    host_set h;
+    sink_rec s;
+    sink_setup(f, &h, &s, 0);
+    s.refuse_at = 3;
+    wm_read_options o = WM_READ_OPTIONS_INIT;
+    o.threads = 2;
+    o.sink = sink;
+    o.sink_user = &s;
+    check_refused(f, h.items, h.n, &o, WM_EDEVICE, "the sink refused");
+    CHECK_EQ(scratch_now(), 0);
+    sink_done(&h);
+    host_free(&h);
+    wm_file_close(f);
+}
+
+static int cancel_at_once(void *user, uint64_t done, uint64_t total) {
+    (void)user, (void)done, (void)total;
+    return 1;
+}
+
+WM_TEST(cancel_is_ecanceled) {
+    const char *path = wmt_make_model("m.gguf", "--size 8M");
+    wm_file *f = OPEN_OK(path);
+    host_set h = host_items(f);
+    wm_read_options o = WM_READ_OPTIONS_INIT;
+    o.threads = 2;
+    o.progress = cancel_at_once;
+    check_refused(f, h.items, h.n, &o, WM_ECANCELED, "canceled");
+    host_free(&h);
+    wm_file_close(f);
+}
+
+WM_TEST(file_cut_after_open_is_eformat) {
+    const char *src = wmt_make_model("m.gguf", "--size 8M");
+    const char *path = wmt_tmp("cut.gguf");
+    size_t size = wmt_copy_file(src, path);
+    wm_file *f = OPEN_OK(path);
+    CHECK(truncate(path, (off_t)(size - 100)) == 0);
+    host_set h = host_items(f);
+    check_refused(f, h.items, h.n, NULL, WM_EFORMAT, "shorter than its header says");
+    host_free(&h);
+    wm_file_close(f);
+}
