@@ -620,16 +620,16 @@ int cmd_check(int argc, char **argv) {
     load_args a = {.cycles = 3};
     int rc = parse_common(&a, argc, argv, "check");
     if (rc) return rc;
-    if (a.ggml && !CLI_GGML_VIA)
+    if (a.ggml && !CLI_HAVE_GGML)
         return cli_usage("check: --ggml needs the ggml bridge, which this build lacks: run "
                          "scripts/ggml.sh (or make ggml), then configure again (WM_GGML=AUTO)");
-    if (a.llama && !CLI_CHECK_LLAMA)
+    if (a.llama && !CLI_HAVE_LLAMA)
         return cli_usage("check: --llama needs the llama.cpp bridge, which this build lacks: run "
                          "scripts/llama.sh (or make llama), then configure again (WM_LLAMA=AUTO)");
     if (a.llama && a.ggml) return cli_usage("check: --ggml and --llama exclude each other");
     if (a.llama && a.set)
         return cli_usage("check: --llama opens FILE as wm_llama_load does; --set does not apply");
-    if (a.llama) return CLI_CHECK_LLAMA(a.path, a.cycles, a.json, a.opts.threads);
+    if (a.llama) return cli_check_llama(a.path, a.cycles, a.json, a.opts.threads);
     return cli_check_file(a.path, a.set, a.cycles, a.json, a.opts.threads,
                           a.ggml ? CLI_GGML_VIA : NULL);
 }
