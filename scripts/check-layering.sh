@@ -49,7 +49,7 @@ cmd_files=$(grep -lE '^#include "(cli|tracer)\.h"' $(files 'cli/*.c' 'tools/*.c'
   'tools/trace/*.h') || true)
 for f in $( (files 'cli/*.c' 'cli/*.h' 'python/*.c'; echo "$cmd_files") | sort -u); do
   bad=$(grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$f" |
-    grep -vE '"(cli\.h|weightmap\.h|trace/wmtrace\.h|wmtrace\.h|tracer\.h|weightmap_ggml\.h)"' || true)
+    grep -vE '"(cli\.h|weightmap\.h|trace/wmtrace\.h|wmtrace\.h|tracer\.h|weightmap_ggml\.h|weightmap_llama\.h)"' || true)
   [ -z "$bad" ] || breach "$f includes what is not the public header: $bad"
   bad=$(grep -nE '#[[:space:]]*include[[:space:]]*[<"](\.\./)*(src/|internal\.h|backend/|format/|os/)' "$f" || true)
   [ -z "$bad" ] || breach "$f includes the library's insides: $bad"

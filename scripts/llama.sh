@@ -3,8 +3,11 @@
 # docs/LLAMA.md) into the npm cache outside the clone when it is missing
 # (scripts/npm-cache.sh --root, folder llama@0.4.0, linked as bench/peers/llama, where
 # WM_LLAMA=AUTO looks), and prints bench/peers/llama:
-#   include/  llama.h and llama-cpp.h (the source's include/) with ggml's headers beside them
-#             (ggml/include: llama.h includes ggml.h, ggml-cpu.h, ggml-backend.h, ggml-opt.h)
+#   include/  llama.h and llama-cpp.h (the source's include/)
+#   ggml-include/  ggml's headers of the same source (ggml/include: llama.h includes ggml.h,
+#             ggml-cpu.h, ggml-backend.h, ggml-opt.h), a folder of their own so that a program
+#             that also has scripts/ggml.sh's copy of them on its include path (the CLI with both
+#             bridges) finds one copy of each, not two
 #   lib/      links to the prebuilt libraries of npm @node-llama-cpp/linux-x64@3.21.1
 #             (scripts/peer.sh): libllama.so -> libllama.v0.4.0.so, libggml-base.so,
 #             libggml.so -> libggml.v0.4.0.so, and the libggml-cpu-*.so variants
@@ -19,7 +22,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 link="$here/bench/peers/llama"
 lib=$("$here/scripts/peer.sh")
 dir="$("$here/scripts/npm-cache.sh" --root)/llama@0.4.0"
-want="node-llama-cpp@3.21.1 llama.cpp v0.4.0 ggml 0.23.0 (include) lib $lib"
+want="node-llama-cpp@3.21.1 llama.cpp v0.4.0 ggml 0.23.0 (include, ggml-include) lib $lib"
 link_it() {
   [ -L "$link" ] && [ "$(readlink "$link")" = "$dir" ] && return 0
   mkdir -p "$(dirname "$link")"
@@ -28,6 +31,7 @@ link_it() {
 }
 ready() {
   [ -f "$dir/stamp" ] && [ "$(cat "$dir/stamp")" = "$want" ] && [ -f "$dir/include/llama.h" ] \
+    && [ -f "$dir/ggml-include/ggml.h" ] \
     && [ -f "$dir/lib/libllama.so" ]
 }
 if ready; then
@@ -67,7 +71,7 @@ commit=$(git -C src.git rev-parse HEAD)
 out="$tmp/out"
 mkdir -p "$out/lib"
 mv tree/include "$out/include"
-cp tree/ggml/include/*.h "$out/include/"
+mv tree/ggml/include "$out/ggml-include"
 for f in "$lib"/libggml-base.so "$lib"/libggml.v0.4.0.so "$lib"/libllama.v0.4.0.so "$lib"/libggml-cpu-*.so; do
   ln -s "$f" "$out/lib/$(basename "$f")"
 done

@@ -162,12 +162,14 @@ WM_TEST(all_types_equal_ggml) {
 
 /* ---- compute on ggml's CPU backend ---- */
 
+/* ggml's baseline CPU variant (libggml-cpu-x64.so, alone in a folder: wmt_peer_variant_dir),
+ * which every x86-64 runs, not the one this machine's CPU would pick. */
 static ggml_backend_t cpu_backend(void) {
     static int loaded;
-    if (!loaded) ggml_backend_load_all_from_path(wmt_peer_dir());
+    if (!loaded) ggml_backend_load_all_from_path(wmt_peer_variant_dir("x64"));
     loaded = 1;
     ggml_backend_dev_t dev = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
-    CHECK_MSG(dev != NULL, "ggml found no CPU backend in %s", wmt_peer_dir());
+    CHECK_MSG(dev != NULL, "ggml found no CPU backend (x64) in %s", wmt_peer_variant_dir("x64"));
     ggml_backend_t be = ggml_backend_dev_init(dev, NULL);
     CHECK(be != NULL);
     /* one thread: the machine's cores are shared, and results do not depend on it */

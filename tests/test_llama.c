@@ -374,3 +374,26 @@ WM_TEST(progress_cancels) {
     CHECK(last >= 0.5f && last < 1.0f);
     CHECK_LEDGER_EMPTY();
 }
+
+/* ---- weightmap check --llama ---- */
+
+WM_TEST(cli_check_llama_fixtures) {
+    static const char *const files[] = {"stories260K.gguf", "stories260K-q4_0.gguf",
+                                        "stories260K-q8_0.gguf", "stories260K-q4_k_m.gguf"};
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        char args[1024], out[8192];
+        char rel[64];
+        snprintf(rel, sizeof rel, "gguf/%s", files[i]);
+        snprintf(args, sizeof args, "check --llama '%s' --cycles 2", wmt_fixture(rel));
+        int rc = wmt_cli(args, out, sizeof out);
+        CHECK_MSG(rc == 0 && strstr(out, "all memory returned") && strstr(out, "' Once'"),
+                  "check --llama %s: exit %d\n%s", files[i], rc, out);
+    }
+    char out[4096];
+    snprintf(out, sizeof out, "check --llama '%s' --json --cycles 1",
+             wmt_fixture("gguf/stories260K.gguf"));
+    char json[4096];
+    CHECK_EQ(wmt_cli(out, json, sizeof json), 0);
+    CHECK(strstr(json, "\"via\": \"llama\", \"ok\": true") != NULL);
+    CHECK_EQ(wmt_cli("check --llama --ggml x.gguf", out, sizeof out), 2);
+}

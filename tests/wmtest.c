@@ -95,6 +95,51 @@ const char *wmt_fixture(const char *rel) {
 
 const char *wmt_peer_dir(void) { return wm_oracle_dir(); }
 
+static int by_name(const void *a, const void *b) { return strcmp(a, b); }
+
+int wmt_peer_cpu_variants(char (*names)[32], int cap) {
+    DIR *d = opendir(wmt_peer_dir());
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)) && n < cap) {
+        size_t len = strlen(e->d_name);
+        if (strncmp(e->d_name, "libggml-cpu-", 12) || len < 16 || len - 15 >= sizeof names[0] ||
+            strcmp(e->d_name + len - 3, ".so"))
+            continue;
+        memcpy(names[n], e->d_name + 12, len - 15);
+        names[n++][len - 15] = 0;
+    }
+    if (d) closedir(d);
+    qsort(names, (size_t)n, sizeof names[0], by_name);
+    return n;
+}
+
+const char *wmt_peer_variant_dir(const char *variant) {
+    static char dir[600];
+    char want[64], from[1200], to[1200];
+    snprintf(dir, sizeof dir, "%s/ggml-cpu-%s", wmt_tmpdir(), variant);
+    snprintf(want, sizeof want, "libggml-cpu-%s.so", variant);
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+        wmt_fail(__FILE__, __LINE__, "mkdir %s: %s", dir, strerror(errno));
+    DIR *d = opendir(wmt_peer_dir());
+    if (!d) WM_SKIP("llama.cpp peer not installed (scripts/peer.sh installs it)");
+    struct dirent *e;
+    int found = 0;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        bool variant_lib = !strncmp(e->d_name, "libggml-cpu-", 12);
+        if (variant_lib && strcmp(e->d_name, want)) continue;
+        found += variant_lib;
+        snprintf(from, sizeof from, "%s/%s", wmt_peer_dir(), e->d_name);
+        snprintf(to, sizeof to, "%s/%s", dir, e->d_name);
+        if (symlink(from, to) != 0 && errno != EEXIST)
+            wmt_fail(__FILE__, __LINE__, "symlink %s: %s", to, strerror(errno));
+    }
+    closedir(d);
+    if (!found) wmt_fail(__FILE__, __LINE__, "the peer has no %s", want);
+    return dir;
+}
+
 const char *wmt_peer_lib(const char *name) {
     static char lib[4200];
     wm_oracle_path(lib, sizeof lib, name);
@@ -170,13 +215,21 @@ int wmt_count_file_maps(const char *path) {
     return n;
 }
 
-wm_file *wmt_open_ok(const char *file, int line, const char *path) {
+static wm_file *open_ok(wmt_opener open, const char *file, int line, const char *path) {
     wm_file *f = NULL;
     wm_error err = {0};
-    wm_status st = wm_file_open(path, &f, &err);
+    wm_status st = open(path, &f, &err);
     if (st != WM_OK || !f)
         wmt_fail(file, line, "open %s returned %s: %s", path, wm_status_name(st), err.msg);
     return f;
+}
+
+wm_file *wmt_open_ok(const char *file, int line, const char *path) {
+    return open_ok(wm_file_open, file, line, path);
+}
+
+wm_file *wmt_open_set_ok(const char *file, int line, const char *path) {
+    return open_ok(wm_file_open_set, file, line, path);
 }
 
 const char *wmt_make_model(const char *name, const char *args) {
@@ -348,14 +401,18 @@ void wmt_sweep_any(const wmt_sweep *s, const int *errs, int n_errs, wmt_sweep_re
     wmt_sweep_kind(s, WM_OS_ANY, res->counts[WM_OS_ANY], errs, n_errs, res);
 }
 
-wm_status wmt_open_close(void *path, wm_error *err) {
+wm_status wmt_open_close_by(wmt_opener open, const char *path, wm_error *err) {
     wm_file *f = (wm_file *)(uintptr_t)1; /* must be overwritten */
-    wm_status st = wm_file_open(path, &f, err);
+    wm_status st = open(path, &f, err);
     if (st == WM_OK)
         wm_file_close(f);
     else if (f != NULL)
-        wmt_fail(__FILE__, __LINE__, "%s: *out is not NULL after a failed open", (char *)path);
+        wmt_fail(__FILE__, __LINE__, "%s: *out is not NULL after a failed open", path);
     return st;
+}
+
+wm_status wmt_open_close(void *path, wm_error *err) {
+    return wmt_open_close_by(wm_file_open, path, err);
 }
 
 wm_status wmt_load_release(void *load_run, wm_error *err) {
@@ -382,10 +439,12 @@ void wmt_check_io_status(void *user, const wmt_fault_run *r) {
 typedef struct open_sweep {
     char path[1024], shown[1024]; /* copies: the caller's may be wmt_fixture's static buffer */
     int advice_harmless;
+    wmt_opener open;
 } open_sweep;
 
 static wm_status open_sweep_run(void *user, wm_error *err) {
-    return wmt_open_close(((open_sweep *)user)->path, err);
+    const open_sweep *o = user;
+    return wmt_open_close_by(o->open, o->path, err);
 }
 
 static void open_fault_check(void *user, const wmt_fault_run *r) {
@@ -406,7 +465,12 @@ static void open_fault_check(void *user, const wmt_fault_run *r) {
 }
 
 uint64_t wmt_open_fault_sweep(const char *path, const char *shown, int advice_harmless) {
-    open_sweep o = {.advice_harmless = advice_harmless};
+    return wmt_open_fault_sweep_by(wm_file_open, path, shown, advice_harmless);
+}
+
+uint64_t wmt_open_fault_sweep_by(wmt_opener open, const char *path, const char *shown,
+                                 int advice_harmless) {
+    open_sweep o = {.advice_harmless = advice_harmless, .open = open};
     snprintf(o.path, sizeof o.path, "%s", path);
     snprintf(o.shown, sizeof o.shown, "%s", shown ? shown : "");
     wmt_sweep s = {.what = o.path,
@@ -591,4 +655,105 @@ void wmt_make_cold(const char *path, uint64_t warm_off, uint64_t warm_len) {
     if (wmt_cached_bytes(path, 0, (uint64_t)st.st_size) != want ||
         (warm_len && wmt_cached_bytes(path, wa, wb - wa) != want))
         WM_SKIP("the page cache did not take exactly the warmed pages (readahead)");
+}
+
+/* What a load holds (the ledger's current bytes by category) and what it read (rchar), from
+ * before it to after it. */
+typedef struct held {
+    wm_ledger before, after;
+    uint64_t rchar0, read;
+} held;
+
+static void held_start(held *h) {
+    h->before = (wm_ledger)WM_LEDGER_INIT;
+    wm_ledger_get(&h->before);
+    h->rchar0 = wmt_rchar(true);
+}
+
+static void held_stop(held *h) {
+    h->read = wmt_rchar(false) - h->rchar0;
+    h->after = (wm_ledger)WM_LEDGER_INIT;
+    wm_ledger_get(&h->after);
+}
+
+static uint64_t held_cat(const held *h, wm_ledger_category c) {
+    return h->after.cat[c].current - h->before.cat[c].current;
+}
+
+static uint64_t held_regions(const held *h, wm_ledger_category c) {
+    return h->after.cat[c].regions - h->before.cat[c].regions;
+}
+
+void wmt_shards_hold_the_set_once(const char *set_path, const char *const *shards, size_t n,
+                                  wm_load_options o, uint64_t slack) {
+    CHECK(n >= 2 && n <= 16);
+    wm_error err;
+    wm_file *set = wmt_open_ok(__FILE__, __LINE__, set_path);
+    CHECK_EQ(wm_file_shard_count(set), n);
+    wm_model *m = NULL;
+    held hs;
+    held_start(&hs);
+    CHECK_MSG(wm_model_load(set, &o, &m, &err) == WM_OK, "%s: %s", set_path, err.msg);
+    held_stop(&hs);
+    wm_model_stats ss = WM_MODEL_STATS_INIT;
+    wm_model_stats_get(m, &ss);
+    wm_model_release(m);
+    uint64_t set_bytes = wm_file_tensor_bytes(set);
+    wm_file_close(set);
+
+    wm_file *f[16];
+    wm_model *ms[16];
+    uint64_t sum_bytes = 0, sum_heap = 0, sum_read = 0;
+    for (size_t i = 0; i < n; i++) {
+        f[i] = wmt_open_ok(__FILE__, __LINE__, shards[i]);
+        CHECK_EQ(wm_file_shard_count(f[i]), 1);
+        sum_bytes += wm_file_tensor_bytes(f[i]);
+    }
+    CHECK_EQ(sum_bytes, set_bytes);
+    held h4;
+    held_start(&h4);
+    for (size_t i = 0; i < n; i++)
+        CHECK_MSG(wm_model_load(f[i], &o, &ms[i], &err) == WM_OK, "%s: %s", shards[i], err.msg);
+    held_stop(&h4);
+    for (size_t i = 0; i < n; i++) {
+        wm_model_stats s = WM_MODEL_STATS_INIT;
+        wm_model_stats_get(ms[i], &s);
+        sum_heap += s.heap_bytes;
+        sum_read += s.bytes_read;
+    }
+    /* Mappings, locks, registrations and device memory: exactly the set's, region for region. */
+    static const wm_ledger_category exact[] = {WM_LEDGER_MAP_SHARED, WM_LEDGER_MAP_PRIVATE,
+                                               WM_LEDGER_PINNED, WM_LEDGER_LOCKED,
+                                               WM_LEDGER_DEVICE};
+    for (size_t k = 0; k < sizeof exact / sizeof exact[0]; k++) {
+        wm_ledger_category c = exact[k];
+        CHECK_MSG(held_cat(&h4, c) == held_cat(&hs, c),
+                  "%s: %zu shards hold %llu bytes, the set %llu", wm_ledger_category_name(c), n,
+                  (unsigned long long)held_cat(&h4, c), (unsigned long long)held_cat(&hs, c));
+        CHECK_EQ(held_regions(&h4, c), held_regions(&hs, c));
+    }
+    /* Heap: the tensor pages exactly the set's; besides them each model's tables, which hold a
+     * subset of the set's tensors and so are no larger than the set model's. */
+    CHECK_EQ(sum_heap, ss.heap_bytes);
+    uint64_t tables_set = held_cat(&hs, WM_LEDGER_HEAP) - ss.heap_bytes;
+    uint64_t tables_4 = held_cat(&h4, WM_LEDGER_HEAP) - sum_heap;
+    CHECK_MSG(tables_4 <= n * tables_set,
+              "heap besides the tensors: %llu for %zu shards, %llu for the set",
+              (unsigned long long)tables_4, n, (unsigned long long)tables_set);
+    /* Read once: the library's count exactly the set's; the kernel's the same bytes (plus at
+     * most `slack` a load). */
+    CHECK_EQ(sum_read, ss.bytes_read);
+    CHECK_MSG(hs.read >= ss.bytes_read && hs.read - ss.bytes_read <= slack,
+              "the set's load: the kernel counted %llu bytes read, the library %llu",
+              (unsigned long long)hs.read, (unsigned long long)ss.bytes_read);
+    CHECK_MSG(h4.read >= sum_read && h4.read - sum_read <= slack * n,
+              "%zu shards: the kernel counted %llu bytes read, the library %llu", n,
+              (unsigned long long)h4.read, (unsigned long long)sum_read);
+    for (size_t i = 0; i < n; i++) {
+        wm_model_release(ms[i]);
+        wm_file_close(f[i]);
+    }
+    CHECK_LEDGER_EMPTY();
+    for (size_t i = 0; i < n; i++)
+        CHECK_EQ(wmt_count_file_maps(shards[i]), 0);
 }

@@ -88,6 +88,14 @@ const char *wmt_peer_dir(void);
 /* The path of the peer's library `name` in wmt_peer_dir() (static buffer); the case is skipped
  * (WM_SKIP) when it cannot be read there. */
 const char *wmt_peer_lib(const char *name);
+/* The CPU variants the peer ships (libggml-cpu-NAME.so in wmt_peer_dir(): "x64", "haswell",
+ * "zen4"...), sorted, up to cap; their count. */
+int wmt_peer_cpu_variants(char (*names)[32], int cap);
+/* A folder (in the case's temporary directory) of links to the peer's libraries with exactly one
+ * CPU variant, libggml-cpu-VARIANT.so, so that ggml_backend_load_all_from_path(folder) loads that
+ * one, or no CPU backend where this CPU cannot run it: a test pins the variant ("x64" runs on
+ * every x86-64) instead of taking the one this machine's CPU picks. Static buffer. */
+const char *wmt_peer_variant_dir(const char *variant);
 /* A fresh per-case temporary directory (removed by the runner after the case). */
 const char *wmt_tmpdir(void);
 /* Path inside the temporary directory. Returns a static rotating buffer (8 slots). */
@@ -106,6 +114,11 @@ int wmt_count_file_maps(const char *path);
  * caller closes the file. */
 #define OPEN_OK(path) wmt_open_ok(__FILE__, __LINE__, (path))
 wm_file *wmt_open_ok(const char *file, int line, const char *path);
+/* A way to open a file: wm_file_open, wm_file_open_set, or a case's own. */
+typedef wm_status (*wmt_opener)(const char *path, wm_file **out, wm_error *err);
+/* The same through wm_file_open_set (the whole set of a shard or split part). */
+#define OPEN_SET_OK(path) wmt_open_set_ok(__FILE__, __LINE__, (path))
+wm_file *wmt_open_set_ok(const char *file, int line, const char *path);
 
 /* Writes a model with the CLI's make-model (`args`: its options) into the case's temporary
  * folder as `name`; returns its path (wmt_tmp's buffer). */
@@ -202,6 +215,8 @@ void wmt_sweep_kind(const wmt_sweep *s, wm_os_call kind, uint64_t n, const int *
 void wmt_sweep_any(const wmt_sweep *s, const int *errs, int n_errs, wmt_sweep_result *res);
 /* The usual scenario: wm_file_open(user, a path), then close; a failure leaves *out NULL. */
 wm_status wmt_open_close(void *path, wm_error *err);
+/* The same with `open` instead of wm_file_open. */
+wm_status wmt_open_close_by(wmt_opener open, const char *path, wm_error *err);
 
 /* The load scenario: loads `f` with `o`; on success `use` (when set) reads the model, which is
  * then released; a failed load must leave the out-pointer NULL. `user` of wmt_sweep is the
@@ -223,6 +238,10 @@ void wmt_check_io_status(void *user, const wmt_fault_run *r);
  * for EIO, and under EIO exactly the failed allocations give WM_ENOMEM; the open succeeds only
  * when the failed call was advice and `advice_harmless` is set. Returns the clean open's calls. */
 uint64_t wmt_open_fault_sweep(const char *path, const char *shown, int advice_harmless);
+/* The same sweep over another way to open (wm_file_open_set, or a function of the case's own
+ * that opens a list and ignores `path`; `path` is then a file no region may map afterwards). */
+uint64_t wmt_open_fault_sweep_by(wmt_opener open, const char *path, const char *shown,
+                                 int advice_harmless);
 
 /* A growable byte buffer for hand-built files. */
 typedef struct wmt_buf {
@@ -240,5 +259,14 @@ void wmt_buf_free(wmt_buf *b);
  * `and_this_read` plus the read of /proc/self/io itself, so that wmt_rchar(false) -
  * wmt_rchar(true) is exactly what was read between the two calls. */
 uint64_t wmt_rchar(bool and_this_read);
+
+/* A consumer's loop over the shards of a set: loads the set (opened at `set_path`: its index)
+ * with `o` and releases it, then opens shards[0 .. n) each alone (wm_file_open) and loads them
+ * all at once with `o`. Together they must hold what the set held, exactly, in the mapping,
+ * lock and device categories of the ledger (bytes and regions) and in heap tensor pages, and
+ * read what it read (the library's bytes_read exactly; the kernel's rchar within `slack` bytes a
+ * load: 0 but on a real CUDA runtime, which reads a few files of its own). Then nothing held. */
+void wmt_shards_hold_the_set_once(const char *set_path, const char *const *shards, size_t n,
+                                  wm_load_options o, uint64_t slack);
 
 #endif

@@ -6,8 +6,10 @@
  *
  * LOAD_MODE is llama.cpp's own: 0 reads into buffers, 1 maps the file. llama_model_free is
  * called through the pointer dlsym gives, so `--cycles-marker llama_model_free` sees each free.
- * Prints one line on stderr: the cycles and the seconds spent inside llama_model_load_from_file
- * (with LLAMA_DRIVER_CYCLES set in the environment, also one line per cycle before it).
+ * Prints on stderr the CPU variant ggml loaded from LIBDIR ("llama_driver: cpu variant zen4";
+ * exit 4 when none loads: a folder holding one variant this CPU cannot run), then one line: the
+ * cycles and the seconds spent inside llama_model_load_from_file (with LLAMA_DRIVER_CYCLES set in
+ * the environment, also one line per cycle before it).
  * No llama.cpp header is used: the few prototypes are declared here from its public API
  * (llama.cpp v0.4.0, the layout checked against llama_model_default_params in
  * ../shared/peers/llama-harness.c).
@@ -51,6 +53,24 @@ static void quiet_log(int level, const char *text, void *user) {
     (void)user;
 }
 
+/* The CPU variant ggml_backend_load_all_from_path loaded (libggml-cpu-NAME.so, the one mapped
+ * now: the others it tried are unloaded again), into name; false when none was. */
+static bool cpu_variant(char *name, size_t cap) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[4096];
+    bool found = false;
+    while (f && !found && fgets(line, sizeof line, f)) {
+        char *p = strstr(line, "/libggml-cpu-");
+        if (!p) continue;
+        p += 13;
+        size_t n = strcspn(p, ".\n");
+        snprintf(name, cap, "%.*s", (int)n, p);
+        found = true;
+    }
+    if (f) fclose(f);
+    return found;
+}
+
 static double now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -69,6 +89,12 @@ int main(int argc, char **argv) {
     void (*load_all)(const char *) =
         (void (*)(const char *))sym(g, "ggml_backend_load_all_from_path");
     load_all(dir);
+    char variant[64];
+    if (!cpu_variant(variant, sizeof variant)) {
+        fprintf(stderr, "llama_driver: no CPU backend loads from %s on this CPU\n", dir);
+        return 4;
+    }
+    fprintf(stderr, "llama_driver: cpu variant %s\n", variant);
     void *l = lib(dir, "libllama.v0.4.0.so");
     void (*log_set)(void (*)(int, const char *, void *), void *) =
         (void (*)(void (*)(int, const char *, void *), void *))sym(l, "llama_log_set");
