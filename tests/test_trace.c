@@ -251,6 +251,49 @@ WM_TEST(marker_by_offset_in_an_object) {
     jfree(j);
 }
 
+/* A marker by offset inside a stripped shared object: libwmtleakrt.so has no .symtab (the build
+ * strips it), so its internal rt_drop has no name there; nm gives its offset in the unstripped
+ * copy, and libwmtleakrt+0xOFFSET hooks it in the object leaky loads. */
+WM_TEST(marker_by_offset_in_a_stripped_object) {
+    char cmd[4200], *out, lib[4096];
+    snprintf(lib, sizeof lib, "%s", prog("libwmtleakrt.so"));
+    snprintf(cmd, sizeof cmd, "readelf -S -W %s | grep -c '[.]symtab' || true", lib);
+    CHECK_EQ(wmt_run(cmd, &out), 0);
+    CHECK_MSG(atoi(out) == 0, "%s has a .symtab: not stripped", lib);
+    free(out);
+    snprintf(cmd, sizeof cmd, "nm %s | awk '$3 == \"rt_drop\" {print $1}'",
+             prog("libwmtleakrt.unstripped.so"));
+    CHECK_EQ(wmt_run(cmd, &out), 0);
+    unsigned long long off = strtoull(out, NULL, 16);
+    free(out);
+    CHECK_MSG(off != 0, "nm gives no address for rt_drop");
+    char opts[256];
+    snprintf(opts, sizeof opts, "--cycles-marker libwmtleakrt+0x%llx --cycles-marker rt_drop", off);
+    jnode *j = leaky_json(opts, "map", 3, "call", 1);
+    CHECK_EQ(marker_sites(j, 0), 1);
+    const jnode *m = jitem(jget(j, "markers"), 0);
+    CHECK(!strcmp(jget(m, "object")->str, "libwmtleakrt.so"));
+    CHECK_EQ(num(m, "calls"), 3);
+    CHECK_EQ(marker_sites(j, 1), 0); /* by name: nowhere, the object is stripped */
+    CHECK_EQ(n_items(j, "releases"), 3);
+    CHECK_EQ(count_rule(j, "released"), 3);
+    jfree(j);
+    /* An offset outside the object's code (its ELF header; past its end) is refused by name,
+     * never written to: the program runs as untraced. */
+    j = leaky_json("--cycles-marker libwmtleakrt+0x10 --cycles-marker libwmtleakrt+0x7fffff00",
+                   "map", 1, "call", 1);
+    CHECK_EQ(marker_sites(j, 0), 0);
+    CHECK_EQ(marker_sites(j, 1), 0);
+    int refused = 0;
+    const jnode *w;
+    jforeach(w, jget(j, "warnings")) {
+        refused += strstr(w->str, "marker libwmtleakrt+0x") &&
+                   strstr(w->str, "is not in the code of libwmtleakrt.so") != NULL;
+    }
+    CHECK_EQ(refused, 2);
+    jfree(j);
+}
+
 WM_TEST(executable_markers_leak_flagged_each_release) {
     /* load_cycle and leaky_release are internal to the executable and called directly. */
     jnode *j =
