@@ -20,8 +20,9 @@
 #              disk), T x B-byte reads, best of the grid; again at the end
 #   cold       each loader in its own process, ROUNDS rounds, the shards' pages dropped before
 #              each (POSIX_FADV_DONTNEED), after an untimed load of a small checkpoint; then the
-#              CLI's staged load of the set cold with 8, 16 and 32 readers, and with
-#              --direct-io off (every read buffered: what the staged path did before)
+#              CLI's staged load of the set cold with its default readers (0: one per CPU when
+#              most of the file is cold), 8 and 32, and with --direct-io off (every read
+#              buffered: what the staged path did before)
 #   pretrained cold from_pretrained plain and inside loading(), ROUNDS rounds each
 #   warm-tf    warm from_pretrained plain / loading() / loading(ahead=False) / the files alone
 #              (weightmap.load_file of the index), alternating, ROUNDS + 2 rounds, every state
@@ -133,8 +134,8 @@ fi
 # ---- cold, the CLI's staged load: readers, and auto against off (buffered, the old default) ----
 cli_json() { "$PY" -c "import json,sys; d=json.load(sys.stdin); c=d['cycles'][0]; print(json.dumps(dict(stage='$1', io='$2', threads=$3, round=${4:-0}, cycle=c['cycle'], seconds=c['load_seconds'], gbps=d['tensor_bytes']/c['load_seconds']/1e9, read_direct=c['read_direct'], read_buffered=c['read_buffered'], ok=d['ok'])))"; }
 if room 60 "cold CLI"; then
-    say "cold, the CLI's staged load of the set: --threads 8/16/32, and --direct-io off"
-    for cfg in "8 auto" "16 auto" "32 auto" "8 off"; do
+    say "cold, the CLI's staged load of the set: the default readers (one per CPU when cold), 8, 32, and --direct-io off"
+    for cfg in "0 auto" "8 auto" "32 auto" "0 off"; do
         set -- $cfg
         $L drop "$INDEX"
         timeout 60 build-gpu-py/weightmap load "$INDEX" --mode heap --backend cuda:0 --threads $1 \
