@@ -234,8 +234,8 @@ format: deps
 format-check: deps
 	clang-format --dry-run -Werror $(FORMAT_FILES)
 
-# Every build folder a target here makes (build-py/ and build-trace/ are the Python binding's and
-# the trace tool's).
-BUILD_DIRS := build build-arm64 build-test build-asan build-cuda-mock build-fuzz build-tsan build-types build-py build-trace
+# Every build folder a target here makes (build-py/ is the Python binding's; the trace tool and
+# its test programs are in every build with the CLI and the tests, build/ included).
+BUILD_DIRS := build build-arm64 build-test build-asan build-cuda-mock build-fuzz build-tsan build-types build-py
 clean:
 	rm -rf $(BUILD_DIRS)

@@ -600,3 +600,17 @@ WM_TEST(check_without_a_bridge_names_its_script) {
         free(err);
     }
 }
+
+/* trace --file with a file that does not exist says that --file wants one that does (a script
+ * that writes its own model makes it first: docs/TRACE.md's recipe), exit 1, before any run. */
+WM_TEST(trace_file_must_exist_says_so) {
+    char *out;
+    const char *p = wmt_tmp("not-yet.pt");
+    CHECK_EQ(run_cli(&out, "trace --file %s -- true", p), 1);
+    CHECK_EQ(out[0], 0);
+    free(out);
+    char *err = wmt_stderr_text();
+    HAS(err, "--file names a file that exists before the program starts");
+    HAS(err, p);
+    free(err);
+}
