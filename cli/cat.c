@@ -94,7 +94,7 @@ done:
 
 int cmd_cat(int argc, char **argv) {
     const char *path = NULL, *name = NULL, *as = NULL;
-    bool force = false;
+    bool force = false, set = false;
     cli_args p;
     cli_args_init(&p, "cat", argc, argv);
     for (int k; (k = cli_next(&p)) != CLI_END;) {
@@ -107,6 +107,8 @@ int cmd_cat(int argc, char **argv) {
             return cli_usage("cat: FILE and TENSOR only");
         else if (cli_is(&p, "force"))
             force = true;
+        else if (cli_is(&p, "set"))
+            set = true;
         else if (cli_is(&p, "as"))
             as = p.value;
     }
@@ -122,7 +124,7 @@ int cmd_cat(int argc, char **argv) {
 
     wm_error err = {0};
     wm_file *f = NULL;
-    if (wm_file_open(path, &f, &err) != WM_OK) return cli_fail(&err);
+    if (cli_open(path, set, &f, &err) != WM_OK) return cli_fail(&err);
     int rc = 1;
     size_t idx;
     wm_tensor_info t;

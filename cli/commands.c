@@ -14,10 +14,18 @@
     { name, CLI_TEXT, value, false, false, 0, 0, def, help }
 #define NUM(name, lo, hi, def, help)                                                               \
     { name, CLI_NUM, "N", false, false, lo, hi, def, help }
+#define NUM_AS(name, value, lo, hi, def, help)                                                     \
+    { name, CLI_NUM, value, false, false, lo, hi, def, help }
 #define SIZE(name, lo, def, help)                                                                  \
     { name, CLI_SIZE, "BYTES", false, false, lo, UINT64_MAX, def, help }
 
+/* --set, the same on every command that opens a FILE. */
+#define SET_OPT                                                                                    \
+    FLAG("set", "a shard (or GGUF split part) opens its whole set; without it a shard is that "    \
+                "file alone and an index is its set")
+
 static const cli_option info_opts[] = {
+    SET_OPT,
     FLAG("json", "JSON on one line instead of the table"),
     FLAG("metadata", "every metadata value in full (long strings and arrays are cut otherwise)"),
     TEXT("as", "TYPE", NULL,
@@ -31,6 +39,7 @@ static const cli_option info_opts[] = {
 static const cli_option load_opts[] = {
     {"mode", CLI_TEXT, "heap|mmap|mmap-private", false, true, 0, 0, NULL,
      "how the weights come into memory: read into the heap, mapped shared, mapped private"},
+    SET_OPT,
     {"lock", CLI_TEXT, "best-effort|required", true, false, 0, 0, "off; --lock alone: required",
      "mlock the weights; best-effort goes on without the lock where it is refused"},
     FLAG("prefetch", "mmap modes: read the data in at load (MADV_POPULATE_READ)"),
@@ -57,6 +66,7 @@ static const cli_option load_opts[] = {
 };
 
 static const cli_option check_opts[] = {
+    SET_OPT,
     NUM("cycles", 1, CYCLES_MAX, "3", "cycles per mode"),
     NUM("threads", 0, 64, "0: one per online CPU", THREADS_HELP),
     FLAG("json", "JSON on one line instead of the table"),
@@ -94,11 +104,13 @@ static const cli_option make_model_opts[] = {
 };
 
 static const cli_option cat_opts[] = {
+    SET_OPT,
     TEXT("as", "TYPE", "as stored", "convert the tensor to TYPE (" CLI_TARGETS ")"),
     FLAG("force", "write binary to a terminal too"),
     END,
 };
 
+#ifdef WM_CLI_TRACE
 static const cli_option trace_opts[] = {
     TEXT("file", "F", "any GGUF or safetensors file over 1 MiB",
          "a weight file to follow (repeat for several)"),
@@ -110,25 +122,27 @@ static const cli_option trace_opts[] = {
     FLAG("json", "the report as JSON"),
     TEXT("svg", "OUT", NULL, "also a picture of the footprint, loads, releases and mappings"),
     TEXT("out", "REPORT", "standard output", "write the report to this file"),
-    NUM("interval", 1, 10000, "2", "milliseconds between two footprint samples"),
+    NUM_AS("interval", "MS", 1, 10000, "2", "milliseconds between two footprint samples"),
     END,
 };
+#endif
 
 const cli_command cli_commands[] = {
     {"info", "FILE", "what is in a weight file: format, metadata, tensors, sizes",
-     "What is in FILE (GGUF, safetensors, or a sharded set through its first part or its\n"
-     "index): the format, every metadata entry, every tensor (type, shape, offset, bytes) and\n"
-     "the totals by type.",
+     "What is in FILE (GGUF, safetensors, a sharded set through its index, or with --set the\n"
+     "whole set of any shard or split part; a shard alone is that file): the format, every\n"
+     "metadata entry, every tensor (type, shape, offset, bytes) and the totals by type.",
      info_opts, "weightmap info model.gguf --as f16", false, cmd_info},
     {"load", "FILE", "load, touch and release FILE; what each cycle cost and gave back",
      "Loads FILE with the mode given (there is no default), releases it, and prints per cycle\n"
      "the load time and the memory figures loaded and after the release: the footprint,\n"
      "privatised and locked bytes, the regions that map the file, and the library's ledger,\n"
-     "which must read 0. Exit 1 when memory is not returned.",
+     "which must read 0. Exit 1 when memory is not returned. FILE opens as info opens it.",
      load_opts, "weightmap load model.gguf --mode heap --cycles 3 --threads 0", false, cmd_load},
     {"check", "FILE", "every mode in turn: is every byte returned?",
      "load in every mode (heap, mmap, mmap-private), several cycles each, and one verdict:\n"
-     "\"all memory returned\", or the rows marked LEAK and exit 1.",
+     "\"all memory returned\", or the rows marked LEAK and exit 1. FILE opens as info opens\n"
+     "it.",
      check_opts, "weightmap check model.gguf --cycles 5", false, cmd_check},
     {"probe", "", "a process's memory figures and every region of its weight files",
      "The memory figures of a process (footprint, resident, file resident, locked, committed)\n"
@@ -146,8 +160,12 @@ const cli_command cli_commands[] = {
      "missing: $XDG_CACHE_HOME/weightmap, else $HOME/.cache/weightmap, else\n"
      "$TMPDIR/weightmap-cache-UID), or on --model PATH.",
      demo_opts, "weightmap demo --size 64M --cycles 1", false, cmd_demo},
-    {"cat", "FILE TENSOR", "one tensor's bytes to standard output, converted if asked", NULL,
+    {"cat", "FILE TENSOR", "one tensor's bytes to standard output, converted if asked",
+     "TENSOR's bytes, as stored or converted (--as), to standard output. FILE opens as info\n"
+     "opens it: a shard is that file alone, an index its set, and with --set a shard or split\n"
+     "part its whole set.",
      cat_opts, "weightmap cat model.gguf token_embd.weight --as f32 > embd.f32", false, cmd_cat},
+#ifdef WM_CLI_TRACE /* tools/trace/: Linux's (LD_PRELOAD, /proc; docs/PORTING.md for Darwin) */
     {"trace", "-- CMD ARGS...", "any program's weight-memory lifecycle, and the verdicts",
      "Runs CMD with libwmtrace.so preloaded and reports its weight-memory lifecycle: malloc\n"
      "per thread and per load (scratch, and what a load kept), every mapping of a weight\n"
@@ -160,5 +178,6 @@ const cli_command cli_commands[] = {
      "weightmap trace --load-marker wm_model_load --cycles-marker wm_model_release -- "
      "weightmap load m.gguf --mode heap",
      true, cmd_trace},
+#endif
     {NULL, NULL, NULL, NULL, NULL, NULL, false, NULL},
 };

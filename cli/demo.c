@@ -84,5 +84,5 @@ int cmd_demo(int argc, char **argv) {
         int rc = cli_make_default_model(model, size);
         if (rc) return rc;
     }
-    return cli_check_file(model, (unsigned)cycles, json, 0, NULL);
+    return cli_check_file(model, false, (unsigned)cycles, json, 0, NULL);
 }

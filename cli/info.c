@@ -337,6 +337,7 @@ int cmd_info(int argc, char **argv) {
     static info_run r; /* 6 KiB of totals: not on the stack */
     memset(&r, 0, sizeof r);
     const char *as = NULL;
+    bool set = false;
     cli_args p;
     cli_args_init(&p, "info", argc, argv);
     for (int k; (k = cli_next(&p)) != CLI_END;) {
@@ -348,6 +349,8 @@ int cmd_info(int argc, char **argv) {
             r.json = true;
         } else if (cli_is(&p, "metadata")) {
             r.full = true;
+        } else if (cli_is(&p, "set")) {
+            set = true;
         } else if (cli_is(&p, "as")) {
             as = p.value;
         }
@@ -363,7 +366,7 @@ int cmd_info(int argc, char **argv) {
         r.to_name = wm_type_name(r.to);
     }
     wm_error err;
-    if (wm_file_open(r.path, &r.f, &err) != WM_OK) return cli_fail(&err);
+    if (cli_open(r.path, set, &r.f, &err) != WM_OK) return cli_fail(&err);
     r.out = stdout;
     r.nt = wm_file_tensor_count(r.f);
     r.nk = wm_file_metadata_count(r.f);

@@ -42,6 +42,7 @@ typedef struct load_args {
     const struct shard_paths *shards;
     wm_load_options opts;
     bool touch, json;
+    bool set;         /* --set: a shard opens its whole set (cli_open) */
     bool hold;        /* --hold: the last cycle waits for a signal before its release */
     sigset_t signals; /* the signals --hold waits for, blocked from the start of the command */
     unsigned cycles;
@@ -74,9 +75,9 @@ static void paths_free(shard_paths *ps) {
     ps->n = 0;
 }
 
-static int paths_collect(const char *path, shard_paths *ps, wm_error *err) {
+static int paths_collect(const char *path, bool set, shard_paths *ps, wm_error *err) {
     wm_file *f;
-    if (wm_file_open(path, &f, err) != WM_OK) return 1;
+    if (cli_open(path, set, &f, err) != WM_OK) return 1;
     unsigned n = wm_file_shard_count(f);
     ps->path = calloc(n ? n : 1, sizeof *ps->path);
     for (unsigned i = 0; ps->path && i < n; i++) {
@@ -297,7 +298,9 @@ static wm_status init_backend(const load_args *a, wm_error *err) {
 static int load_option(load_args *a, const cli_args *p) {
     const char *v = p->value, *cmd = p->cmd->name;
     uint64_t n;
-    if (cli_is(p, "mode")) {
+    if (cli_is(p, "set")) {
+        a->set = true;
+    } else if (cli_is(p, "mode")) {
         a->opts.mode = wm_mode_from_name(v);
         if (a->opts.mode == WM_MODE_NONE) return cli_bad_value(p, "heap, mmap or mmap-private");
     } else if (cli_is(p, "lock")) {
@@ -473,9 +476,9 @@ int cmd_load(int argc, char **argv) {
     /* A device runtime's own memory stays until exit: start it before the first figures. */
     if (init_backend(&a, &err) != WM_OK) return cli_fail(&err);
     shard_paths sp = {0};
-    if (paths_collect(a.path, &sp, &err)) return cli_fail(&err);
+    if (paths_collect(a.path, a.set, &sp, &err)) return cli_fail(&err);
     a.shards = &sp;
-    if (measure(&sp, &before_open, &err) || wm_file_open(a.path, &f, &err) != WM_OK) {
+    if (measure(&sp, &before_open, &err) || cli_open(a.path, a.set, &f, &err) != WM_OK) {
         paths_free(&sp);
         return cli_fail(&err);
     }
@@ -509,13 +512,13 @@ int cmd_load(int argc, char **argv) {
 
 /* ---- check ---- */
 
-int cli_check_file(const char *path, unsigned cycles, bool json, unsigned threads,
+int cli_check_file(const char *path, bool set, unsigned cycles, bool json, unsigned threads,
                    const cli_via *via) {
     static const wm_mode modes[] = {WM_MODE_HEAP, WM_MODE_MMAP, WM_MODE_MMAP_PRIVATE};
     enum { NM = 3 };
     wm_error err;
     shard_paths sp = {0};
-    if (paths_collect(path, &sp, &err)) return cli_fail(&err);
+    if (paths_collect(path, set, &sp, &err)) return cli_fail(&err);
     cycle_result *res = calloc((size_t)NM * cycles, sizeof *res);
     if (!res) {
         paths_free(&sp);
@@ -529,7 +532,7 @@ int cli_check_file(const char *path, unsigned cycles, bool json, unsigned thread
         /* Each mode: open, cycles, close; `released` is measured with the file closed. */
         figures before_open, base, closed;
         wm_file *f;
-        if (measure(&sp, &before_open, &err) || wm_file_open(path, &f, &err) != WM_OK) {
+        if (measure(&sp, &before_open, &err) || cli_open(path, set, &f, &err) != WM_OK) {
             free(res);
             paths_free(&sp);
             return cli_fail(&err);
@@ -617,11 +620,16 @@ int cmd_check(int argc, char **argv) {
     load_args a = {.cycles = 3};
     int rc = parse_common(&a, argc, argv, "check");
     if (rc) return rc;
-    if (a.ggml && !&cli_ggml_via)
-        return cli_usage("check: --ggml needs the ggml bridge, which this build lacks (WM_GGML)");
-    if (a.llama && !cli_check_llama)
-        return cli_usage("check: --llama needs the llama.cpp bridge, which this build lacks (WM_LLAMA)");
+    if (a.ggml && !CLI_HAVE_GGML)
+        return cli_usage("check: --ggml needs the ggml bridge, which this build lacks: run "
+                         "scripts/ggml.sh (or make ggml), then configure again (WM_GGML=AUTO)");
+    if (a.llama && !CLI_HAVE_LLAMA)
+        return cli_usage("check: --llama needs the llama.cpp bridge, which this build lacks: run "
+                         "scripts/llama.sh (or make llama), then configure again (WM_LLAMA=AUTO)");
     if (a.llama && a.ggml) return cli_usage("check: --ggml and --llama exclude each other");
+    if (a.llama && a.set)
+        return cli_usage("check: --llama opens FILE as wm_llama_load does; --set does not apply");
     if (a.llama) return cli_check_llama(a.path, a.cycles, a.json, a.opts.threads);
-    return cli_check_file(a.path, a.cycles, a.json, a.opts.threads, a.ggml ? &cli_ggml_via : NULL);
+    return cli_check_file(a.path, a.set, a.cycles, a.json, a.opts.threads,
+                          a.ggml ? CLI_GGML_VIA : NULL);
 }

@@ -183,6 +183,10 @@ const char *cli_bytes(uint64_t b, char buf[32]) {
     return buf;
 }
 
+wm_status cli_open(const char *path, bool set, wm_file **out, wm_error *err) {
+    return set ? wm_file_open_set(path, out, err) : wm_file_open(path, out, err);
+}
+
 wm_type cli_target_type(const char *name) {
     wm_type t = wm_type_from_name(name);
     return t != WM_TYPE_INVALID && wm_convert_supported(t, t) ? t : WM_TYPE_INVALID;

@@ -257,13 +257,41 @@ typedef enum wm_format { WM_FORMAT_GGUF = 1, WM_FORMAT_SAFETENSORS = 2 } wm_form
 /* Opens a weight file and parses its header: the tensor table and the metadata. Reads a bounded
  * number of times whatever the file's metadata holds; keeps the header bytes and references
  * metadata strings and arrays in place.
+ * A path to one file is that file alone, whatever its name: one shard of a sharded safetensors
+ * checkpoint (NAME-0000K-of-0000N.safetensors) opens that shard, with its own tensors, its own
+ * __metadata__ and its own size, as safetensors opens it (a consumer's loop over the shards
+ * reads and holds each byte once); one part of a GGUF split set opens that part. A path ending
+ * in ".safetensors.index.json" opens the set the index describes (see "Sharded checkpoints"
+ * below). wm_file_open_set opens the whole set a shard belongs to; wm_file_open_paths a list.
  * Returns WM_OK and *out, or: WM_EINVAL (NULL path or out), WM_ENOENT (no such file), WM_EPERM,
  * WM_EIO, WM_ENOMEM, WM_EFORMAT (not a weight file, or a malformed one: err names the offset
  * and field). On failure nothing is held (ledger unchanged, no descriptor left open).
  * Thread safety: any number of files may be opened concurrently, on any threads. Parsing a
  * header (GGUF or safetensors JSON) uses no process-wide state: no locks, no global hooks, no
- * library state a program shares; a program may use any JSON library of its own meanwhile. */
+ * library state a program shares; a program may use any JSON library of its own meanwhile.
+ * The CLI (`weightmap info|load|check|cat FILE`) opens FILE as this function does; with --set
+ * it opens as wm_file_open_set. */
 WM_API wm_status wm_file_open(const char *path, wm_file **out, wm_error *err);
+/* Opens the whole set that `path` belongs to, as one file (added in 1.2): any shard
+ * NAME-0000K-of-0000N.safetensors (through NAME.safetensors.index.json when it exists beside
+ * it, else shards 1 to N by name), the index itself, or any part NAME-0000K-of-0000N.gguf of a
+ * GGUF split set (split.no, split.count, split.tensors.count); a file that belongs to no set
+ * opens alone, as wm_file_open opens it (a GGUF file with split.count 0 or 1 is such a file,
+ * whatever its name). Every shard is opened and checked; see "Sharded checkpoints" below.
+ * Results, errors, thread safety and the state left on failure are wm_file_open's. The llama.cpp
+ * bridge opens GGUF split sets with it (llama.cpp loads a split set from its first part). */
+WM_API wm_status wm_file_open_set(const char *path, wm_file **out, wm_error *err);
+/* Opens the files paths[0 .. n) as one set, in that order: shard i is paths[i] (added in 1.2).
+ * The list is checked as a set is: every file of one format, none listed twice (the same file
+ * by device and inode, whatever its path), no tensor in two files, and for GGUF parts that carry
+ * split keys, split.count equal to n, split.no equal to the part's place in the list and
+ * split.tensors.count (part 0's) equal to the tensors of all parts. An index file is not a
+ * shard (WM_EINVAL: open it with wm_file_open). No index is read: metadata is paths[0]'s, and
+ * wm_file_path is paths[0]. A list of one is that file alone. The array and its strings are the
+ * caller's and are copied. Returns what wm_file_open returns, and WM_EINVAL for n 0, NULL
+ * paths or out, a NULL entry or a file listed twice. On failure nothing is held. */
+WM_API wm_status wm_file_open_paths(const char *const *paths, size_t n, wm_file **out,
+                                    wm_error *err);
 /* Closes a file opened by wm_file_open: the caller's hold on it ends. Accepts NULL. A model
  * loaded from the file holds it too: closing before releasing is safe, the file (its
  * descriptors, tensor table and metadata, as seen through wm_model_file) stays valid until its
@@ -286,14 +314,15 @@ WM_API uint32_t wm_file_alignment(const wm_file *file);
 /* Sum of every tensor's byte size. */
 WM_API uint64_t wm_file_tensor_bytes(const wm_file *file);
 
-/* Sharded checkpoints and split sets. wm_file_open on NAME.safetensors.index.json, on any shard
- * NAME-0000K-of-0000N.safetensors, or on any part NAME-0000K-of-0000N.gguf of a GGUF split set
- * (split.no, split.count, split.tensors.count) opens the whole set as one file: every shard is
- * opened and checked (a missing, extra or inconsistent shard fails with a message naming it),
- * tensors of all shards are listed together, and each tensor says in which shard its data lies.
- * For a set, wm_file_size is the sum of the shards' sizes, and the data offset, alignment and
- * version are those of shard 0; GGUF metadata is shard 0's; safetensors metadata is the index's
- * "metadata" followed by shard 0's __metadata__ (keys the index already has are skipped).
+/* Sharded checkpoints and split sets. A set opened as one file (wm_file_open on an index,
+ * wm_file_open_set, wm_file_open_paths) has every shard opened and checked (a missing, extra or
+ * inconsistent shard fails with a message naming it, a shard whose header disagrees with the
+ * index names the tensor and both shards), tensors of all shards listed together, and each
+ * tensor says in which shard its data lies. For a set, wm_file_size is the sum of the shards'
+ * sizes, and the data offset, alignment and version are those of shard 0; GGUF metadata is
+ * shard 0's; safetensors metadata is the index's "metadata" followed by shard 0's __metadata__
+ * (keys the index already has are skipped), or shard 0's alone without an index. Shards of an
+ * index are in the order of their file names, of a name NAME-0000K-of-0000N in K's order.
  * wm_file_shard_count: 1 for a single file (0 for NULL). wm_file_shard_path: the path of shard
  * `index` (borrowed; shard 0 is the file itself for a single file), NULL when out of range. */
 WM_API uint32_t wm_file_shard_count(const wm_file *file);

@@ -125,32 +125,75 @@ static void handle_maybe_release(Handle *h) {
     if (h->closed && h->views == 0 && h->busy == 0) handle_release(h);
 }
 
+/* Opens `spec`: a path (str, bytes or os.PathLike) with wm_file_open, or a list or tuple of them
+ * as one set with wm_file_open_paths. The GIL is released while the library opens. On success
+ * *shown is the path messages name (the first of a list), a new reference. */
+static wm_status open_spec(PyObject *spec, wm_file **file, PyObject **shown, wm_error *err,
+                           int *py_error) {
+    *py_error = 1;
+    int is_list = PyList_Check(spec) || PyTuple_Check(spec);
+    PyObject *seq = is_list ? PySequence_Fast(spec, "paths") : NULL;
+    Py_ssize_t n = is_list ? (seq ? PySequence_Fast_GET_SIZE(seq) : -1) : 1;
+    if (n < 0) return WM_EINVAL;
+    if (is_list && n == 0) {
+        Py_DECREF(seq);
+        PyErr_SetString(PyExc_ValueError, "an empty list of files: a set needs at least one");
+        return WM_EINVAL;
+    }
+    PyObject **bytes = PyMem_Calloc((size_t)n, sizeof *bytes);
+    const char **paths = PyMem_Calloc((size_t)n, sizeof *paths);
+    wm_status st = WM_EINVAL;
+    Py_ssize_t got = 0;
+    if (!bytes || !paths) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (; got < n; got++) {
+        PyObject *item = is_list ? PySequence_Fast_GET_ITEM(seq, got) : spec;
+        if (!PyUnicode_FSConverter(item, &bytes[got])) goto done;
+        paths[got] = PyBytes_AS_STRING(bytes[got]);
+    }
+    *py_error = 0;
+    Py_BEGIN_ALLOW_THREADS st = is_list ? wm_file_open_paths(paths, (size_t)n, file, err)
+                                        : wm_file_open(paths[0], file, err);
+    Py_END_ALLOW_THREADS if (st == WM_OK) {
+        *shown = PyUnicode_DecodeFSDefault(paths[0]);
+        if (*shown == NULL) {
+            wm_file_close(*file);
+            *py_error = 1;
+            st = WM_ENOMEM;
+        }
+    }
+done:
+    for (Py_ssize_t i = 0; i < got; i++)
+        Py_DECREF(bytes[i]);
+    PyMem_Free(bytes);
+    PyMem_Free(paths);
+    Py_XDECREF(seq);
+    return st;
+}
+
 static PyObject *Handle_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"path", NULL};
-    PyObject *path_obj = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&", kwlist, PyUnicode_FSConverter, &path_obj))
-        return NULL;
-    const char *path = PyBytes_AS_STRING(path_obj);
+    PyObject *spec = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O", kwlist, &spec)) return NULL;
     wm_file *file = NULL;
+    PyObject *shown = NULL;
     wm_error err = {0};
-    wm_status st;
-    Py_BEGIN_ALLOW_THREADS st = wm_file_open(path, &file, &err);
-    Py_END_ALLOW_THREADS if (st != WM_OK) {
-        Py_DECREF(path_obj);
-        return raise_wm(st, &err);
-    }
+    int py_error;
+    wm_status st = open_spec(spec, &file, &shown, &err, &py_error);
+    if (st != WM_OK) return py_error ? NULL : raise_wm(st, &err);
     Handle *h = (Handle *)type->tp_alloc(type, 0);
     if (h == NULL) {
         wm_file_close(file);
-        Py_DECREF(path_obj);
+        Py_DECREF(shown);
         return NULL;
     }
     h->file = file;
-    h->path = PyUnicode_DecodeFSDefault(path);
+    h->path = shown;
     h->lock = PyThread_allocate_lock();
-    Py_DECREF(path_obj);
-    if (h->path == NULL || h->lock == NULL) {
-        if (!PyErr_Occurred()) PyErr_NoMemory();
+    if (h->lock == NULL) {
+        PyErr_NoMemory();
         Py_DECREF(h);
         return NULL;
     }
@@ -869,7 +912,9 @@ static PyTypeObject HandleType = {
     .tp_basicsize = sizeof(Handle),
     .tp_dealloc = (destructor)Handle_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Handle(path): one open weight file (wm_file) and, once loaded, its wm_model.",
+    .tp_doc =
+        "Handle(path or [paths]): one open weight file or set (wm_file: a path as "
+        "wm_file_open opens it, a list as wm_file_open_paths) and, once loaded, its wm_model.",
     .tp_methods = Handle_methods,
     .tp_getset = Handle_getset,
     .tp_new = Handle_new,

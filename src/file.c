@@ -1,8 +1,9 @@
 /*
  * file.c: the wm_file object's public face: open and close, and every getter. The open path runs
- * one way, downwards: wm_file_open -> format/shards.c (a set of files, or one) ->
- * format/open.c (one file: open, detect, parse) -> format/gguf.c or safetensors.c ->
- * format/index.c (the name and key index). Nothing below calls back up into this file.
+ * one way, downwards: wm_file_open, wm_file_open_set, wm_file_open_paths -> format/shards.c (a
+ * set of files, or one) -> format/open.c (one file: open, detect, parse) -> format/gguf.c or
+ * safetensors.c -> format/index.c (the name and key index). Nothing below calls back up into
+ * this file.
  *
  * Sections: open, close and references; file and tensor getters; metadata getters (scalars
  * converted on read, strings and arrays referenced in the header buffer).
@@ -16,17 +17,41 @@
 
 /* ---- open, close and references ---- */
 
-/* Every path goes to shards.c: an index or a shard name opens the whole set there, any other
- * file is opened alone (format/open.c). */
+/* Every open that succeeded ends here: the caller's hold on the file shards.c made. */
+static wm_status opened(wm_file *f, wm_file **out) {
+    atomic_init(&f->refs, 1); /* the caller's */
+    *out = f;
+    return WM_OK;
+}
+
+/* Every path goes to shards.c: an index opens its set there, any other path the file alone
+ * (format/open.c); wm_file_open_set asks for the whole set of a shard or split part too. */
 wm_status wm_file_open(const char *path, wm_file **out, wm_error *err) {
     if (out) *out = NULL;
     if (!path || !out) return wm__err(err, WM_EINVAL, 0, "wm_file_open: NULL path or out");
     wm_file *f;
-    wm_status st = wm__shards_open(path, &f, err);
-    if (st) return st;
-    atomic_init(&f->refs, 1); /* the caller's */
-    *out = f;
-    return WM_OK;
+    wm_status st = wm__shards_open(path, false, &f, err);
+    return st ? st : opened(f, out);
+}
+
+wm_status wm_file_open_set(const char *path, wm_file **out, wm_error *err) {
+    if (out) *out = NULL;
+    if (!path || !out) return wm__err(err, WM_EINVAL, 0, "wm_file_open_set: NULL path or out");
+    wm_file *f;
+    wm_status st = wm__shards_open(path, true, &f, err);
+    return st ? st : opened(f, out);
+}
+
+wm_status wm_file_open_paths(const char *const *paths, size_t n, wm_file **out, wm_error *err) {
+    if (out) *out = NULL;
+    if (!paths || !n || !out)
+        return wm__err(err, WM_EINVAL, 0, "wm_file_open_paths: %s",
+                       !out     ? "NULL out"
+                       : !paths ? "NULL paths"
+                                : "an empty list");
+    wm_file *f;
+    wm_status st = wm__shards_open_list(paths, n, &f, err);
+    return st ? st : opened(f, out);
 }
 
 wm_file *wm__file_ref(wm_file *f) {

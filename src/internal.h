@@ -165,6 +165,11 @@ struct wm_file {
  * caller runs wm__file_free on the half-built file. */
 wm_status wm__gguf_parse(wm_file *f, wm_error *err);
 wm_status wm__safetensors_parse(wm_file *f, wm_error *err);
+/* What a file that is neither GGUF nor safetensors is, from its first n bytes (sniff.c): true with
+ * "it is KIND; WHAT TO DO" in out (a PyTorch checkpoint, a pickle, a Git LFS pointer, JSON, HTML,
+ * ONNX, ...), false when the bytes say nothing known. Pure; allocates nothing. */
+#define WM__SNIFF_BYTES 512
+bool wm__sniff_foreign(const unsigned char *head, size_t n, char *out, size_t cap);
 
 /* A parsed *.safetensors.index.json (safetensors_index.c). Every string lies NUL-terminated in
  * blob: map[i] holds the blob offsets of a tensor name and of its shard's file name; kvs are the
@@ -181,11 +186,13 @@ wm_status wm__safetensors_index_parse(const char *path, const unsigned char *tex
                                       wm__st_index *out, wm_error *err);
 void wm__st_index_free(wm__st_index *ix);
 
-/* The open path, downwards (file.c says why): wm_file_open -> wm__shards_open (shards.c: a
- * sharded safetensors checkpoint or a GGUF split set whole, any other file alone) ->
- * wm__file_open_one (open.c: one file, parsed and indexed) -> the parsers above ->
+/* The open path, downwards (file.c says why): wm_file_open, wm_file_open_set ->
+ * wm__shards_open (shards.c: an index's set; with whole_set, the whole set of any shard or split
+ * part too; any other file alone), wm_file_open_paths -> wm__shards_open_list (shards.c: a list
+ * as one set) -> wm__file_open_one (open.c: one file, parsed and indexed) -> the parsers above ->
  * wm__file_index (index.c). */
-wm_status wm__shards_open(const char *path, wm_file **out, wm_error *err);
+wm_status wm__shards_open(const char *path, bool whole_set, wm_file **out, wm_error *err);
+wm_status wm__shards_open_list(const char *const *paths, size_t n, wm_file **out, wm_error *err);
 wm_status wm__file_open_one(const char *path, wm_file **out, wm_error *err);
 /* Builds the name and key hash tables, refusing duplicates (index.c). */
 wm_status wm__file_index(wm_file *f, wm_error *err);

@@ -329,6 +329,34 @@ WM_TEST(row_range_alone_on_the_device) {
     check_nothing_held(path);
 }
 
+/* A consumer's loop over a set's shards, each loaded alone to the device: together they hold
+ * exactly the set's device bytes and regions and read what its load reads (test_shards.c has
+ * the CPU modes); with a shard's path opening its whole set they held four sets. */
+WM_TEST(four_shards_hold_the_set_once) {
+    NEED_GPU();
+    wmt_make_model("s.safetensors", "--size 4M --seed 3 --shards 4");
+    char buf[4][512];
+    const char *shards[4];
+    for (int k = 0; k < 4; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "s-%05d-of-00004.safetensors", k + 1);
+        snprintf(buf[k], sizeof buf[k], "%s", wmt_tmp(name));
+        shards[k] = buf[k];
+    }
+#if defined(WM_CUDA_MOCK)
+    uint64_t slack = 0;
+#else
+    uint64_t slack = 64u << 10; /* the runtime reads a few /proc and /sys files of its own */
+#endif
+    for (int reg = 0; reg < 2; reg++) {
+        wm_load_options o = cuda_opts(reg ? WM_MODE_MMAP : WM_MODE_HEAP);
+        cuda_o.registered = reg;
+        o.threads = 2;
+        wmt_shards_hold_the_set_once(wmt_tmp("s.safetensors.index.json"), shards, 4, o, slack);
+    }
+    check_nothing_held(shards[0]);
+}
+
 /* 20 cycles, alternating paths: device free memory back to its baseline, ledger 0, nothing
  * registered, no mapping of the file left. */
 WM_TEST(cycles_return_memory) {

@@ -17,6 +17,8 @@
  *
  * Read once (NCCL): W ranks in W processes together read the model 1.0x, each checks every
  * tensor on its device; against tests/nccl_mock.c in CI and against NCCL on GPU hosts.
+ *
+ * Files open with wm_file_open_set: the cases on sets name a part ("s-00002-of-00003.gguf").
  */
 #include "cuda_mock.h" /* wm__cuda_mock_violations, in -DWM_CUDA_MOCK=ON builds */
 #include "wmtest.h"
@@ -102,7 +104,7 @@ static void read_back(wm_model *m, size_t i, unsigned char *out, uint64_t n) {
 static void tp_rank(const char *path, wm_load_options o, unsigned r, unsigned w) {
     wm_file *f;
     wm_error err;
-    CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
+    CHECK_STATUS(wm_file_open_set(path, &f, &err), WM_OK);
     shard_bytes file;
     shards_read(f, &file);
     o.tp_rank = r;
@@ -238,7 +240,7 @@ WM_TEST(tp_refusals_name_the_tensor_and_hold_nothing) {
     const char *path = wmt_make_model("m.gguf", "--size 8M --format gguf");
     wm_file *f;
     wm_error err;
-    CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
+    CHECK_STATUS(wm_file_open_set(path, &f, &err), WM_OK);
     wm_model *m = (wm_model *)(uintptr_t)1;
     /* 256 columns of q8_0 (32 a block) do not split into 16 parts of whole blocks. */
     wm_load_options o = {.mode = WM_MODE_HEAP, .tp_world = 16, .tp_split = split_everything_last};
@@ -296,7 +298,7 @@ WM_TEST(tp_heap_fault_sweep) {
 static uint64_t opens_of_load(const char *path, wm_load_options o, unsigned *threads) {
     wm_file *f;
     wm_error err;
-    CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
+    CHECK_STATUS(wm_file_open_set(path, &f, &err), WM_OK);
     int fds = wmt_count_fds();
     wm__fault_reset();
     wm_model *m;
@@ -390,7 +392,7 @@ static wm_load_options two_devices(wm_mode mode, wm_placement placement) {
 static size_t load_two(const char *path, wm_placement placement, wm_mode mode) {
     wm_file *f;
     wm_error err;
-    CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
+    CHECK_STATUS(wm_file_open_set(path, &f, &err), WM_OK);
     shard_bytes file;
     shards_read(f, &file);
     wm_load_options o = two_devices(mode, placement);
@@ -517,7 +519,7 @@ WM_TEST(device_refusals) {
     const char *path = wmt_make_model("m.gguf", "--size 8M --format gguf");
     wm_file *f;
     wm_error err;
-    CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
+    CHECK_STATUS(wm_file_open_set(path, &f, &err), WM_OK);
     int twice[2] = {1, 1}, far[2] = {0, 40}, missing[2] = {0, 15};
     wm_load_options o = {
         .mode = WM_MODE_HEAP, .backend = WM_BACKEND_CUDA, .devices = twice, .n_devices = 2};
@@ -706,7 +708,7 @@ static int read_once_rank(const char *path, const ncclUniqueId *id_in, const int
     unsigned char *file = file_bytes(path);
     wm_file *f;
     wm_error err;
-    CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
+    CHECK_STATUS(wm_file_open_set(path, &f, &err), WM_OK);
     wm_load_options o = {
         .mode = WM_MODE_HEAP,
         .backend = WM_BACKEND_CUDA,
@@ -748,7 +750,7 @@ static int read_once_rank(const char *path, const ncclUniqueId *id_in, const int
 static uint64_t tensor_bytes(const char *path) {
     wm_file *f;
     wm_error err;
-    CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
+    CHECK_STATUS(wm_file_open_set(path, &f, &err), WM_OK);
     uint64_t n = 0;
     for (size_t i = 0; i < wm_file_tensor_count(f); i++) {
         wm_tensor_info t;
@@ -833,7 +835,7 @@ static void read_once_refusal_cases(void) {
     CHECK_EQ(ncclCommInitRank(&comm, 1, id, 0), ncclSuccess);
     wm_file *f;
     wm_error err;
-    CHECK_STATUS(wm_file_open(path, &f, &err), WM_OK);
+    CHECK_STATUS(wm_file_open_set(path, &f, &err), WM_OK);
     wm_model *m;
     /* The communicator is rank 0 of 1; the load says rank 1 of 2. */
     wm_load_options o = {.mode = WM_MODE_HEAP,

@@ -21,7 +21,6 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -195,33 +194,21 @@ size_t wmt_copy_file(const char *from, const char *to) {
     return len;
 }
 
-int wmt_count_file_maps(const char *path) {
-    struct stat st;
-    if (stat(path, &st) != 0) wmt_fail(__FILE__, __LINE__, "stat %s: %s", path, strerror(errno));
-    FILE *f = fopen("/proc/self/maps", "r");
-    if (!f) wmt_fail(__FILE__, __LINE__, "open /proc/self/maps");
-    char line[1024];
-    int n = 0;
-    while (fgets(line, sizeof line, f)) {
-        unsigned long long lo, hi, off, ino;
-        unsigned maj, min;
-        char perms[8];
-        if (sscanf(line, "%llx-%llx %7s %llx %x:%x %llu", &lo, &hi, perms, &off, &maj, &min,
-                   &ino) == 7 &&
-            ino == (unsigned long long)st.st_ino && makedev(maj, min) == st.st_dev)
-            n++;
-    }
-    fclose(f);
-    return n;
-}
-
-wm_file *wmt_open_ok(const char *file, int line, const char *path) {
+static wm_file *open_ok(wmt_opener open, const char *file, int line, const char *path) {
     wm_file *f = NULL;
     wm_error err = {0};
-    wm_status st = wm_file_open(path, &f, &err);
+    wm_status st = open(path, &f, &err);
     if (st != WM_OK || !f)
         wmt_fail(file, line, "open %s returned %s: %s", path, wm_status_name(st), err.msg);
     return f;
+}
+
+wm_file *wmt_open_ok(const char *file, int line, const char *path) {
+    return open_ok(wm_file_open, file, line, path);
+}
+
+wm_file *wmt_open_set_ok(const char *file, int line, const char *path) {
+    return open_ok(wm_file_open_set, file, line, path);
 }
 
 const char *wmt_make_model(const char *name, const char *args) {
@@ -279,14 +266,26 @@ int wmt_cli(const char *args, char *out, size_t cap) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-int wmt_count_fds(void) {
-    DIR *d = opendir("/proc/self/fd");
-    if (!d) wmt_fail(__FILE__, __LINE__, "opendir /proc/self/fd: %s", strerror(errno));
-    int n = 0;
-    while (readdir(d))
-        n++;
-    closedir(d);
-    return n;
+/* The errnos tests inject and the OS layer returns (glibc's strerrorname_np is glibc's only). */
+const char *wmt_errno_name(int e) {
+    static const struct {
+        int e;
+        const char *name;
+    } names[] = {
+#define WMT_ERRNO(x) {x, #x}
+        WMT_ERRNO(EPERM),  WMT_ERRNO(ENOENT),     WMT_ERRNO(ESRCH),     WMT_ERRNO(EINTR),
+        WMT_ERRNO(EIO),    WMT_ERRNO(EBADF),      WMT_ERRNO(EAGAIN),    WMT_ERRNO(ENOMEM),
+        WMT_ERRNO(EACCES), WMT_ERRNO(EFAULT),     WMT_ERRNO(EBUSY),     WMT_ERRNO(EEXIST),
+        WMT_ERRNO(EINVAL), WMT_ERRNO(ENFILE),     WMT_ERRNO(EMFILE),    WMT_ERRNO(EFBIG),
+        WMT_ERRNO(ENOSPC), WMT_ERRNO(ERANGE),     WMT_ERRNO(ENOSYS),    WMT_ERRNO(EOVERFLOW),
+        WMT_ERRNO(ESTALE), WMT_ERRNO(EOPNOTSUPP), WMT_ERRNO(ETIMEDOUT),
+#undef WMT_ERRNO
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (names[i].e == e) return names[i].name;
+    static _Thread_local char other[24];
+    snprintf(other, sizeof other, "errno %d", e);
+    return other;
 }
 
 /* ---- fault sweeps ---- */
@@ -342,7 +341,7 @@ static void sweep_one(const wmt_sweep *s, const sweep_base *b, wm_os_call kind, 
                       uint64_t n, int errn, wmt_sweep_result *res) {
     char run[160];
     snprintf(run, sizeof run, "%s call %" PRIu64 " of %" PRIu64 " failed with %s",
-             kind == WM_OS_ANY ? "any" : wm__fault_call_name(kind), k, n, strerrorname_np(errn));
+             kind == WM_OS_ANY ? "any" : wm__fault_call_name(kind), k, n, wmt_errno_name(errn));
     wm_error err;
     memset(&err, 0, sizeof err);
     wm__fault_arm(kind, k, errn);
@@ -393,14 +392,18 @@ void wmt_sweep_any(const wmt_sweep *s, const int *errs, int n_errs, wmt_sweep_re
     wmt_sweep_kind(s, WM_OS_ANY, res->counts[WM_OS_ANY], errs, n_errs, res);
 }
 
-wm_status wmt_open_close(void *path, wm_error *err) {
+wm_status wmt_open_close_by(wmt_opener open, const char *path, wm_error *err) {
     wm_file *f = (wm_file *)(uintptr_t)1; /* must be overwritten */
-    wm_status st = wm_file_open(path, &f, err);
+    wm_status st = open(path, &f, err);
     if (st == WM_OK)
         wm_file_close(f);
     else if (f != NULL)
-        wmt_fail(__FILE__, __LINE__, "%s: *out is not NULL after a failed open", (char *)path);
+        wmt_fail(__FILE__, __LINE__, "%s: *out is not NULL after a failed open", path);
     return st;
+}
+
+wm_status wmt_open_close(void *path, wm_error *err) {
+    return wmt_open_close_by(wm_file_open, path, err);
 }
 
 wm_status wmt_load_release(void *load_run, wm_error *err) {
@@ -427,10 +430,12 @@ void wmt_check_io_status(void *user, const wmt_fault_run *r) {
 typedef struct open_sweep {
     char path[1024], shown[1024]; /* copies: the caller's may be wmt_fixture's static buffer */
     int advice_harmless;
+    wmt_opener open;
 } open_sweep;
 
 static wm_status open_sweep_run(void *user, wm_error *err) {
-    return wmt_open_close(((open_sweep *)user)->path, err);
+    const open_sweep *o = user;
+    return wmt_open_close_by(o->open, o->path, err);
 }
 
 static void open_fault_check(void *user, const wmt_fault_run *r) {
@@ -451,7 +456,12 @@ static void open_fault_check(void *user, const wmt_fault_run *r) {
 }
 
 uint64_t wmt_open_fault_sweep(const char *path, const char *shown, int advice_harmless) {
-    open_sweep o = {.advice_harmless = advice_harmless};
+    return wmt_open_fault_sweep_by(wm_file_open, path, shown, advice_harmless);
+}
+
+uint64_t wmt_open_fault_sweep_by(wmt_opener open, const char *path, const char *shown,
+                                 int advice_harmless) {
+    open_sweep o = {.advice_harmless = advice_harmless, .open = open};
     snprintf(o.path, sizeof o.path, "%s", path);
     snprintf(o.shown, sizeof o.shown, "%s", shown ? shown : "");
     wmt_sweep s = {.what = o.path,
@@ -541,22 +551,6 @@ void wmt_gpu_lock(bool exclusive) {
         wmt_fail(__FILE__, __LINE__, "cannot lock /tmp/weightmap-test-cuda.lock");
 }
 
-/* Bytes this process has read with read/pread (the kernel's rchar). The figure a read of
- * /proc/self/io shows does not count that read; `and_this_read` adds it, so that
- * wmt_rchar(false) - wmt_rchar(true) is exactly what was read between the two calls. */
-uint64_t wmt_rchar(bool and_this_read) {
-    int fd = open("/proc/self/io", O_RDONLY);
-    CHECK(fd >= 0);
-    char buf[512];
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    CHECK(n > 0);
-    buf[n] = 0;
-    const char *p = strstr(buf, "rchar:");
-    CHECK(p != NULL);
-    return strtoull(p + 6, NULL, 10) + (and_this_read ? (uint64_t)n : 0);
-}
-
 /* ---- the page cache ---- */
 
 const char *wmt_write_u8_tensors(const char *name, const uint64_t *sizes, size_t n) {
@@ -600,7 +594,7 @@ uint64_t wmt_cached_bytes(const char *path, uint64_t off, uint64_t len) {
         void *p = mmap(NULL, (size_t)(b - a), PROT_READ, MAP_SHARED, fd, (off_t)a);
         CHECK_MSG(p != MAP_FAILED, "map %s", path);
         unsigned char *vec = malloc((size_t)((b - a) / page));
-        CHECK(vec && mincore(p, (size_t)(b - a), vec) == 0);
+        CHECK(vec && mincore(p, (size_t)(b - a), (void *)vec) == 0); /* Darwin: char * */
         for (uint64_t i = 0; i < (b - a) / page; i++)
             n += (vec[i] & 1) ? page : 0;
         free(vec);
@@ -610,30 +604,103 @@ uint64_t wmt_cached_bytes(const char *path, uint64_t off, uint64_t len) {
     return n;
 }
 
-void wmt_make_cold(const char *path, uint64_t warm_off, uint64_t warm_len) {
-    int fd = open(path, O_RDWR);
-    CHECK_MSG(fd >= 0, "open %s", path);
-    struct stat st;
-    CHECK(fstat(fd, &st) == 0);
-    CHECK(fdatasync(fd) == 0);
-    CHECK(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0);
-    int direct = open(path, O_RDONLY | O_DIRECT);
-    if (direct >= 0) close(direct);
-    if (direct < 0 || wmt_cached_bytes(path, 0, (uint64_t)st.st_size) != 0) {
-        close(fd);
-        WM_SKIP("this file system keeps the file's pages or has no O_DIRECT");
+/* What a load holds (the ledger's current bytes by category) and what it read (rchar), from
+ * before it to after it. */
+typedef struct held {
+    wm_ledger before, after;
+    uint64_t rchar0, read;
+} held;
+
+static void held_start(held *h) {
+    h->before = (wm_ledger)WM_LEDGER_INIT;
+    wm_ledger_get(&h->before);
+    h->rchar0 = wmt_rchar(true);
+}
+
+static void held_stop(held *h) {
+    h->read = wmt_rchar(false) - h->rchar0;
+    h->after = (wm_ledger)WM_LEDGER_INIT;
+    wm_ledger_get(&h->after);
+}
+
+static uint64_t held_cat(const held *h, wm_ledger_category c) {
+    return h->after.cat[c].current - h->before.cat[c].current;
+}
+
+static uint64_t held_regions(const held *h, wm_ledger_category c) {
+    return h->after.cat[c].regions - h->before.cat[c].regions;
+}
+
+void wmt_shards_hold_the_set_once(const char *set_path, const char *const *shards, size_t n,
+                                  wm_load_options o, uint64_t slack) {
+    CHECK(n >= 2 && n <= 16);
+    wm_error err;
+    wm_file *set = wmt_open_ok(__FILE__, __LINE__, set_path);
+    CHECK_EQ(wm_file_shard_count(set), n);
+    wm_model *m = NULL;
+    held hs;
+    held_start(&hs);
+    CHECK_MSG(wm_model_load(set, &o, &m, &err) == WM_OK, "%s: %s", set_path, err.msg);
+    held_stop(&hs);
+    wm_model_stats ss = WM_MODEL_STATS_INIT;
+    wm_model_stats_get(m, &ss);
+    wm_model_release(m);
+    uint64_t set_bytes = wm_file_tensor_bytes(set);
+    wm_file_close(set);
+
+    wm_file *f[16];
+    wm_model *ms[16];
+    uint64_t sum_bytes = 0, sum_heap = 0, sum_read = 0;
+    for (size_t i = 0; i < n; i++) {
+        f[i] = wmt_open_ok(__FILE__, __LINE__, shards[i]);
+        CHECK_EQ(wm_file_shard_count(f[i]), 1);
+        sum_bytes += wm_file_tensor_bytes(f[i]);
     }
-    if (warm_len) {
-        CHECK(posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM) == 0);
-        unsigned char *buf = malloc((size_t)warm_len);
-        CHECK(buf && pread(fd, buf, (size_t)warm_len, (off_t)warm_off) == (ssize_t)warm_len);
-        free(buf);
+    CHECK_EQ(sum_bytes, set_bytes);
+    held h4;
+    held_start(&h4);
+    for (size_t i = 0; i < n; i++)
+        CHECK_MSG(wm_model_load(f[i], &o, &ms[i], &err) == WM_OK, "%s: %s", shards[i], err.msg);
+    held_stop(&h4);
+    for (size_t i = 0; i < n; i++) {
+        wm_model_stats s = WM_MODEL_STATS_INIT;
+        wm_model_stats_get(ms[i], &s);
+        sum_heap += s.heap_bytes;
+        sum_read += s.bytes_read;
     }
-    close(fd);
-    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-    uint64_t wa = warm_off / page * page, wb = (warm_off + warm_len + page - 1) / page * page;
-    uint64_t want = warm_len ? wb - wa : 0;
-    if (wmt_cached_bytes(path, 0, (uint64_t)st.st_size) != want ||
-        (warm_len && wmt_cached_bytes(path, wa, wb - wa) != want))
-        WM_SKIP("the page cache did not take exactly the warmed pages (readahead)");
+    /* Mappings, locks, registrations and device memory: exactly the set's, region for region. */
+    static const wm_ledger_category exact[] = {WM_LEDGER_MAP_SHARED, WM_LEDGER_MAP_PRIVATE,
+                                               WM_LEDGER_PINNED, WM_LEDGER_LOCKED,
+                                               WM_LEDGER_DEVICE};
+    for (size_t k = 0; k < sizeof exact / sizeof exact[0]; k++) {
+        wm_ledger_category c = exact[k];
+        CHECK_MSG(held_cat(&h4, c) == held_cat(&hs, c),
+                  "%s: %zu shards hold %llu bytes, the set %llu", wm_ledger_category_name(c), n,
+                  (unsigned long long)held_cat(&h4, c), (unsigned long long)held_cat(&hs, c));
+        CHECK_EQ(held_regions(&h4, c), held_regions(&hs, c));
+    }
+    /* Heap: the tensor pages exactly the set's; besides them each model's tables, which hold a
+     * subset of the set's tensors and so are no larger than the set model's. */
+    CHECK_EQ(sum_heap, ss.heap_bytes);
+    uint64_t tables_set = held_cat(&hs, WM_LEDGER_HEAP) - ss.heap_bytes;
+    uint64_t tables_4 = held_cat(&h4, WM_LEDGER_HEAP) - sum_heap;
+    CHECK_MSG(tables_4 <= n * tables_set,
+              "heap besides the tensors: %llu for %zu shards, %llu for the set",
+              (unsigned long long)tables_4, n, (unsigned long long)tables_set);
+    /* Read once: the library's count exactly the set's; the kernel's the same bytes (plus at
+     * most `slack` a load). */
+    CHECK_EQ(sum_read, ss.bytes_read);
+    CHECK_MSG(hs.read >= ss.bytes_read && hs.read - ss.bytes_read <= slack,
+              "the set's load: the kernel counted %llu bytes read, the library %llu",
+              (unsigned long long)hs.read, (unsigned long long)ss.bytes_read);
+    CHECK_MSG(h4.read >= sum_read && h4.read - sum_read <= slack * n,
+              "%zu shards: the kernel counted %llu bytes read, the library %llu", n,
+              (unsigned long long)h4.read, (unsigned long long)sum_read);
+    for (size_t i = 0; i < n; i++) {
+        wm_model_release(ms[i]);
+        wm_file_close(f[i]);
+    }
+    CHECK_LEDGER_EMPTY();
+    for (size_t i = 0; i < n; i++)
+        CHECK_EQ(wmt_count_file_maps(shards[i]), 0);
 }

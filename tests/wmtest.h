@@ -107,13 +107,19 @@ void *wmt_read_file(const char *path, size_t *len);
 /* Copies the file `from` to `to` (created or replaced); returns its size. */
 size_t wmt_copy_file(const char *from, const char *to);
 /* Number of regions of this process that map `path` (matched by device and inode, from
- * /proc/self/maps). */
+ * /proc/self/maps; Darwin: proc_pidinfo's regions). wmtest_linux.c or wmtest_darwin.c, with
+ * wmt_count_fds and wmt_rchar. */
 int wmt_count_file_maps(const char *path);
 
 /* Opens `path`, which must succeed (else the case fails, naming the file and the status); the
  * caller closes the file. */
 #define OPEN_OK(path) wmt_open_ok(__FILE__, __LINE__, (path))
 wm_file *wmt_open_ok(const char *file, int line, const char *path);
+/* A way to open a file: wm_file_open, wm_file_open_set, or a case's own. */
+typedef wm_status (*wmt_opener)(const char *path, wm_file **out, wm_error *err);
+/* The same through wm_file_open_set (the whole set of a shard or split part). */
+#define OPEN_SET_OK(path) wmt_open_set_ok(__FILE__, __LINE__, (path))
+wm_file *wmt_open_set_ok(const char *file, int line, const char *path);
 
 /* Writes a model with the CLI's make-model (`args`: its options) into the case's temporary
  * folder as `name`; returns its path (wmt_tmp's buffer). */
@@ -137,8 +143,8 @@ int wmt_cli(const char *args, char *out, size_t cap);
  * other GPU case holds it shared, until it exits. */
 void wmt_gpu_lock(bool exclusive);
 
-/* Open descriptors of this process (entries of /proc/self/fd): compare two counts to see whether
- * a call left one open. */
+/* Open descriptors of this process (entries of /proc/self/fd; Darwin: PROC_PIDLISTFDS): compare
+ * two counts to see whether a call left one open. */
 int wmt_count_fds(void);
 
 /* ---- the page cache (cold and warm files, for the reading engine's tests) ----
@@ -152,7 +158,9 @@ const char *wmt_write_u8_tensors(const char *name, const uint64_t *sizes, size_t
 /* Writes the file back and drops it from the page cache (fdatasync, POSIX_FADV_DONTNEED); then
  * warms [warm_off, warm_off + warm_len) of it (0, 0: nothing) with reads that start no
  * readahead (POSIX_FADV_RANDOM). Skips the case (WM_SKIP) where this file system cannot drop
- * its pages or has no O_DIRECT, or where the pages are not exactly as asked afterwards. */
+ * its pages or has no O_DIRECT, or where the pages are not exactly as asked afterwards.
+ * wmtest_linux.c; Darwin has no user call that drops a file's cached pages (purge(8) is root's
+ * and whole-system): the case is skipped there. */
 void wmt_make_cold(const char *path, uint64_t warm_off, uint64_t warm_len);
 /* Bytes of the file's pages over [off, off + len) in the page cache now. */
 uint64_t wmt_cached_bytes(const char *path, uint64_t off, uint64_t len);
@@ -210,6 +218,8 @@ void wmt_sweep_kind(const wmt_sweep *s, wm_os_call kind, uint64_t n, const int *
 void wmt_sweep_any(const wmt_sweep *s, const int *errs, int n_errs, wmt_sweep_result *res);
 /* The usual scenario: wm_file_open(user, a path), then close; a failure leaves *out NULL. */
 wm_status wmt_open_close(void *path, wm_error *err);
+/* The same with `open` instead of wm_file_open. */
+wm_status wmt_open_close_by(wmt_opener open, const char *path, wm_error *err);
 
 /* The load scenario: loads `f` with `o`; on success `use` (when set) reads the model, which is
  * then released; a failed load must leave the out-pointer NULL. `user` of wmt_sweep is the
@@ -231,6 +241,10 @@ void wmt_check_io_status(void *user, const wmt_fault_run *r);
  * for EIO, and under EIO exactly the failed allocations give WM_ENOMEM; the open succeeds only
  * when the failed call was advice and `advice_harmless` is set. Returns the clean open's calls. */
 uint64_t wmt_open_fault_sweep(const char *path, const char *shown, int advice_harmless);
+/* The same sweep over another way to open (wm_file_open_set, or a function of the case's own
+ * that opens a list and ignores `path`; `path` is then a file no region may map afterwards). */
+uint64_t wmt_open_fault_sweep_by(wmt_opener open, const char *path, const char *shown,
+                                 int advice_harmless);
 
 /* A growable byte buffer for hand-built files. */
 typedef struct wmt_buf {
@@ -246,7 +260,28 @@ void wmt_buf_free(wmt_buf *b);
 
 /* Bytes this process has read with read/pread (the kernel's rchar, /proc/self/io); with
  * `and_this_read` plus the read of /proc/self/io itself, so that wmt_rchar(false) -
- * wmt_rchar(true) is exactly what was read between the two calls. */
+ * wmt_rchar(true) is exactly what was read between the two calls. Darwin has no such count:
+ * the case is skipped there. */
 uint64_t wmt_rchar(bool and_this_read);
+
+/* What malloc holds for the process: in_use, the bytes of live blocks (glibc: mallinfo2's
+ * uordblks, Darwin: malloc_zone_statistics' size_in_use over every zone); mapped, those of
+ * blocks glibc mapped apart (hblkhd; 0 on Darwin, whose in_use counts them). */
+typedef struct wmt_malloc {
+    size_t in_use, mapped;
+} wmt_malloc;
+wmt_malloc wmt_malloc_stats(void);
+
+/* The errno's name ("EIO"), or "errno N" for one the table lacks (static storage for those). */
+const char *wmt_errno_name(int e);
+
+/* A consumer's loop over the shards of a set: loads the set (opened at `set_path`: its index)
+ * with `o` and releases it, then opens shards[0 .. n) each alone (wm_file_open) and loads them
+ * all at once with `o`. Together they must hold what the set held, exactly, in the mapping,
+ * lock and device categories of the ledger (bytes and regions) and in heap tensor pages, and
+ * read what it read (the library's bytes_read exactly; the kernel's rchar within `slack` bytes a
+ * load: 0 but on a real CUDA runtime, which reads a few files of its own). Then nothing held. */
+void wmt_shards_hold_the_set_once(const char *set_path, const char *const *shards, size_t n,
+                                  wm_load_options o, uint64_t slack);
 
 #endif

@@ -70,11 +70,11 @@ def cli(*args, **kw):
 @pytest.fixture(scope="session")
 def made(tmp_path_factory):
     """A 6 MiB llama-shaped model made by the CLI, as GGUF, safetensors, a 2-shard safetensors
-    set (opened by its index) and a 2-part GGUF split set (opened by its second part)."""
+    set (opened by its index) and a 2-part GGUF split set (opened as the list of its parts)."""
     d = tmp_path_factory.mktemp("models")
     out = {"gguf": str(d / "m.gguf"), "safetensors": str(d / "m.safetensors"),
            "shards": str(d / "s.safetensors.index.json"),
-           "gguf_split": str(d / "g-00002-of-00002.gguf")}
+           "gguf_split": [str(d / "g-00001-of-00002.gguf"), str(d / "g-00002-of-00002.gguf")]}
     cli("make-model", out["gguf"], "--size", "6M")
     cli("make-model", out["safetensors"], "--size", "6M", "--format", "safetensors")
     cli("make-model", str(d / "s.safetensors"), "--size", "6M", "--format", "safetensors",

@@ -74,7 +74,9 @@ def test_every_tensor_matches_the_cli_bytes(made):
             names = f.keys()
             assert len(names) > 10
             for name in names[:: max(1, len(names) // 8)]:
-                assert raw_bytes(f.get_tensor(name)) == cli("cat", made[kind], name), (kind, name)
+                # the CLI opens the set of a list's first part with --set
+                where = [made[kind]] if isinstance(made[kind], str) else ["--set", made[kind][0]]
+                assert raw_bytes(f.get_tensor(name)) == cli("cat", *where, name), (kind, name)
             assert len(f.shards()) == (2 if kind in ("shards", "gguf_split") else 1)
 
 

@@ -264,7 +264,7 @@ class safe_open:
         self._prefetch = bool(prefetch)
         self._threads = int(threads)
         self._fw = _Framework(self._framework_name, read_only=(mode == "mmap"))
-        self._h = _c.Handle(_os.fspath(filename))
+        self._h = _c.Handle(_paths(filename))
 
     # -- the context manager and the lifecycle --
     def __enter__(self):
@@ -423,6 +423,14 @@ class safe_open:
 
     def _dtype_name(self, info):
         return self._delivered_type(info).upper()
+
+
+def _paths(filename):
+    """What Handle opens: one path (a shard is that shard, an index its set), or a list or tuple
+    of paths opened as one set."""
+    if isinstance(filename, (list, tuple)):
+        return [_os.fspath(p) for p in filename]
+    return _os.fspath(filename)
 
 
 def _maker(export):

@@ -1,16 +1,22 @@
 /*
  * shards.c: sets of files opened as one wm_file: sharded safetensors checkpoints (an index
  * NAME.safetensors.index.json whose weight_map names the shard of every tensor, or shards named
- * NAME-0000K-of-0000N.safetensors) and GGUF split sets (NAME-0000K-of-0000N.gguf carrying
- * split.no, split.count and split.tensors.count).
+ * NAME-0000K-of-0000N.safetensors), GGUF split sets (NAME-0000K-of-0000N.gguf carrying
+ * split.no, split.count and split.tensors.count) and explicit lists of files.
+ *
+ * Which paths open a set: an index always does (wm_file_open); a shard's or a part's name does
+ * only when the whole set is asked for (wm_file_open_set), since a path to one shard is that
+ * shard (safetensors' rule: a consumer's loop over the shards must hold each byte once); a list
+ * is a set by being one (wm_file_open_paths).
  *
  * Sections: shard names (recognising them, building sibling paths); reading the index; merging
  * parsed shards into one file (each shard keeps its own descriptor, tensors say their shard);
- * safetensors sets; GGUF split sets; the entry point and the shard getters.
+ * safetensors sets; GGUF split sets; explicit lists; the entry points.
  *
  * Every shard is parsed as a file of its own by wm__file_open_one, so each gets the full checks
  * of its format; the set checks come on top: every shard present and of the right kind, no
- * tensor in two shards, and the index or the split keys agreeing with what the shards hold.
+ * tensor in two shards, no file twice, and the index or the split keys agreeing with what the
+ * shards hold.
  */
 #include "../internal.h"
 
@@ -307,14 +313,15 @@ static void set_free(set *s) {
     wm__st_index_free(&s->ix);
 }
 
-/* Opens one shard into s->sub[i]; a missing shard is named as such. */
+/* Opens one shard into s->sub[i]; a missing shard is named as such, with why it was looked for
+ * (`by`; NULL: the open's own message, which names the path). `want` 0: either format. */
 static wm_status open_shard(set *s, uint32_t i, const char *spath, wm_format want, const char *by) {
     wm_status st = wm__file_open_one(spath, &s->sub[i], s->err);
-    if (st == WM_ENOENT)
+    if (st == WM_ENOENT && by)
         return wm__err(s->err, WM_ENOENT, s->err ? s->err->os_errno : 0,
                        "%s: shard %s (%s) is missing", s->path, spath, by);
     if (st) return st;
-    if (s->sub[i]->format != want)
+    if (want && s->sub[i]->format != want)
         return wm__err(s->err, WM_EFORMAT, 0, "%s: shard %s is a %s file, not %s", s->path, spath,
                        wm_format_name(s->sub[i]->format), wm_format_name(want));
     return WM_OK;
@@ -474,6 +481,18 @@ static wm_status open_st_index(const char *user_path, const char *index_path, wm
         st = open_shard(&s, (uint32_t)i, spath, WM_FORMAT_SAFETENSORS, "named by the index");
         if (st) goto done;
     }
+    if (user_path != index_path) {
+        /* A shard's path opens the index beside it: that index must name the shard. */
+        const char *base = strrchr(user_path, '/');
+        base = base ? base + 1 : user_path;
+        if (!bsearch(&base, names, nn, sizeof *names, str_cmp)) {
+            st = wm__err(err, WM_EFORMAT, 0,
+                         "%s: the index beside it, %s, does not name this shard in its "
+                         "weight_map",
+                         user_path, index_path);
+            goto done;
+        }
+    }
     st = check_weight_map(&s, names, index_path);
 done:
     wm__free(spath);
@@ -550,14 +569,47 @@ static wm_status split_key(const wm_file *f, const char *key, uint64_t *v, bool 
     return WM_OK;
 }
 
+/* The split keys of a GGUF set of s->n parts, each open: every part says split.count `count`
+ * and its own place (split.no k - 1 for the k-th), and part 0's split.tensors.count is the
+ * tensors of all parts. `place` says what gives a part its place ("the name", "the list"). */
+static wm_status check_split(set *s, uint64_t count, const char *place) {
+    wm_error *err = s->err;
+    wm_status st;
+    bool present;
+    for (uint32_t k = 1; k <= s->n; k++) {
+        const wm_file *f = s->sub[k - 1];
+        uint64_t c, no;
+        if ((st = split_key(f, "split.count", &c, &present, err))) return st;
+        if (!present || c != count)
+            return wm__err(err, WM_EFORMAT, 0, "%s: split.count is %s%llu in this part, %llu in %s",
+                           f->path, present ? "" : "missing, not ",
+                           (unsigned long long)(present ? c : count), (unsigned long long)count,
+                           s->path);
+        if ((st = split_key(f, "split.no", &no, &present, err))) return st;
+        if (!present || no != k - 1)
+            return wm__err(err, WM_EFORMAT, 0,
+                           "%s: split.no is %s%llu, but %s makes it part %u (split.no %u)", f->path,
+                           present ? "" : "missing, not ",
+                           (unsigned long long)(present ? no : k - 1), place, k, k - 1);
+    }
+    uint64_t want, have = 0;
+    if ((st = split_key(s->sub[0], "split.tensors.count", &want, &present, err))) return st;
+    for (uint32_t i = 0; i < s->n; i++)
+        have += s->sub[i]->n_tensors;
+    if (!present || want != have)
+        return wm__err(err, WM_EFORMAT, 0,
+                       "%s: split.tensors.count is %s%llu, but the %u parts hold %llu tensors",
+                       s->sub[0]->path, present ? "" : "missing, not ", (unsigned long long)want,
+                       s->n, (unsigned long long)have);
+    return WM_OK;
+}
+
 /* `first` is the file the caller named, already open; it becomes shard split.no of the set. */
 static wm_status open_gguf_split(const char *path, wm_file *first, uint64_t count, wm_file **out,
                                  wm_error *err) {
     set s = {.path = path, .err = err};
     wm_status st;
     shard_name sn;
-    uint64_t no;
-    bool present;
     if (!parse_shard_name(path, ".gguf", &sn)) {
         st = wm__err(err, WM_EFORMAT, 0,
                      "%s: split.count is %llu, but the name does not end in "
@@ -582,58 +634,80 @@ static wm_status open_gguf_split(const char *path, wm_file *first, uint64_t coun
     }
     s.sub[sn.k - 1] = first;
     first = NULL;
-    for (unsigned k = 1; k <= sn.n; k++) {
-        if (!s.sub[k - 1]) {
-            st = open_sibling(&s, &sn, k, WM_FORMAT_GGUF, "split.count says there are that many");
-            if (st) goto done;
-        }
-        const wm_file *f = s.sub[k - 1];
-        uint64_t c;
-        if ((st = split_key(f, "split.count", &c, &present, err))) goto done;
-        if (!present || c != count) {
-            st =
-                wm__err(err, WM_EFORMAT, 0, "%s: split.count is %s%llu in this part, %llu in %s",
-                        f->path, present ? "" : "missing, not ",
-                        (unsigned long long)(present ? c : count), (unsigned long long)count, path);
+    for (unsigned k = 1; k <= sn.n; k++)
+        if (!s.sub[k - 1] &&
+            (st = open_sibling(&s, &sn, k, WM_FORMAT_GGUF, "split.count says there are that many")))
             goto done;
-        }
-        if ((st = split_key(f, "split.no", &no, &present, err))) goto done;
-        if (!present || no != k - 1) {
-            st = wm__err(err, WM_EFORMAT, 0,
-                         "%s: split.no is %s%llu, but the name makes it part %u "
-                         "(split.no %u)",
-                         f->path, present ? "" : "missing, not ",
-                         (unsigned long long)(present ? no : k - 1), k, k - 1);
-            goto done;
-        }
-    }
-    uint64_t want, have = 0;
-    if ((st = split_key(s.sub[0], "split.tensors.count", &want, &present, err))) goto done;
-    for (uint32_t i = 0; i < s.n; i++)
-        have += s.sub[i]->n_tensors;
-    if (!present || want != have) {
-        st = wm__err(err, WM_EFORMAT, 0,
-                     "%s: split.tensors.count is %s%llu, but the %u parts hold "
-                     "%llu tensors",
-                     s.sub[0]->path, present ? "" : "missing, not ", (unsigned long long)want, s.n,
-                     (unsigned long long)have);
-    }
+    st = check_split(&s, count, "the name");
 done:
     wm__file_free(first);
     return set_finish(&s, st, out);
 }
 
-/* ---- entry point and getters ---- */
+/* ---- explicit lists ---- */
 
-wm_status wm__shards_open(const char *path, wm_file **out, wm_error *err) {
+typedef struct fref {
+    uint64_t dev, ino;
+    uint32_t i;
+} fref;
+
+static int fref_cmp(const void *a, const void *b) {
+    const fref *x = a, *y = b;
+    if (x->dev != y->dev) return x->dev < y->dev ? -1 : 1;
+    if (x->ino != y->ino) return x->ino < y->ino ? -1 : 1;
+    return (x->i > y->i) - (x->i < y->i);
+}
+
+/* No file twice in a list, by device and inode (two paths to one file would alias its bytes and
+ * its tensors, and hold it twice). */
+static wm_status check_distinct(set *s) {
+    fref *r = wm__alloc(s->n * sizeof *r);
+    if (!r) return wm__err(s->err, WM_ENOMEM, 0, "%s: out of memory", s->path);
+    for (uint32_t i = 0; i < s->n; i++)
+        r[i] = (fref){s->sub[i]->shards[0].st.dev, s->sub[i]->shards[0].st.ino, i};
+    qsort(r, s->n, sizeof *r, fref_cmp);
+    wm_status st = WM_OK;
+    for (uint32_t i = 1; i < s->n && !st; i++)
+        if (r[i - 1].dev == r[i].dev && r[i - 1].ino == r[i].ino)
+            st = wm__err(s->err, WM_EINVAL, 0,
+                         "%s: listed twice, as paths[%u] and paths[%u] (%s): a set holds each "
+                         "file once",
+                         s->sub[r[i - 1].i]->path, r[i - 1].i, r[i].i, s->sub[r[i].i]->path);
+    wm__free(r);
+    return st;
+}
+
+/* The list's checks after each file opened alone: one format, each file once, and for GGUF
+ * parts that carry split keys, the keys of a set of exactly these parts in this order. */
+static wm_status check_list(set *s) {
+    for (uint32_t i = 1; i < s->n; i++)
+        if (s->sub[i]->format != s->sub[0]->format)
+            return wm__err(s->err, WM_EFORMAT, 0, "%s: a %s file, in a list whose first (%s) is %s",
+                           s->sub[i]->path, wm_format_name(s->sub[i]->format), s->path,
+                           wm_format_name(s->sub[0]->format));
+    wm_status st = check_distinct(s);
+    if (st || s->sub[0]->format != WM_FORMAT_GGUF) return st;
+    for (uint32_t i = 0; i < s->n; i++) {
+        uint64_t count;
+        bool present;
+        if ((st = split_key(s->sub[i], "split.count", &count, &present, s->err))) return st;
+        if (present && count > 1) return check_split(s, s->n, "the list");
+    }
+    return WM_OK;
+}
+
+/* ---- entry points ---- */
+
+wm_status wm__shards_open(const char *path, bool whole_set, wm_file **out, wm_error *err) {
     *out = NULL;
     if (ends_with(path, ST_INDEX_EXT)) return open_st_index(path, path, out, err);
     shard_name sn;
-    if (parse_shard_name(path, ST_EXT, &sn)) return open_st_shards(path, &sn, out, err);
+    if (whole_set && parse_shard_name(path, ST_EXT, &sn))
+        return open_st_shards(path, &sn, out, err);
     wm_file *f;
     wm_status st = wm__file_open_one(path, &f, err);
     if (st) return st;
-    if (f->format == WM_FORMAT_GGUF) {
+    if (whole_set && f->format == WM_FORMAT_GGUF) {
         uint64_t count;
         bool present;
         st = split_key(f, "split.count", &count, &present, err);
@@ -645,4 +719,31 @@ wm_status wm__shards_open(const char *path, wm_file **out, wm_error *err) {
     }
     *out = f;
     return WM_OK;
+}
+
+wm_status wm__shards_open_list(const char *const *paths, size_t n, wm_file **out, wm_error *err) {
+    *out = NULL;
+    if (n > MAX_SHARDS)
+        return wm__err(err, WM_EINVAL, 0, "wm_file_open_paths: %zu files are more than %u", n,
+                       MAX_SHARDS);
+    for (size_t i = 0; i < n; i++) {
+        if (!paths[i])
+            return wm__err(err, WM_EINVAL, 0, "wm_file_open_paths: paths[%zu] is NULL", i);
+        if (ends_with(paths[i], ST_INDEX_EXT))
+            return wm__err(err, WM_EINVAL, 0,
+                           "%s: an index is not a shard: open the set it describes with "
+                           "wm_file_open, or list its shards",
+                           paths[i]);
+    }
+    if (n == 1) return wm__file_open_one(paths[0], out, err);
+    set s = {.path = paths[0], .err = err};
+    wm_status st = WM_OK;
+    if (!(s.sub = wm__calloc(n, sizeof *s.sub)))
+        st = wm__err(err, WM_ENOMEM, 0, "%s: out of memory", paths[0]);
+    for (uint32_t i = 0; i < n && !st; i++) {
+        s.n = i + 1;
+        st = open_shard(&s, i, paths[i], 0, NULL);
+    }
+    if (!st) st = check_list(&s);
+    return set_finish(&s, st, out);
 }

@@ -200,12 +200,14 @@ static void wmf_walk_file(const wm_file *f) {
 
 /* ---- faults ---- */
 
-/* Opens `path`, reads every tensor and key, closes; a failed open must leave *out NULL and a
- * message, and either way the ledger must be empty afterwards (else abort: a leak is a crash). */
-static void wmf_open_walk_close(const char *path) {
+/* Opens `path` with `open` (wm_file_open, wm_file_open_set), reads every tensor and key,
+ * closes; a failed open must leave *out NULL and a message, and either way the ledger must be
+ * empty afterwards (else abort: a leak is a crash). */
+static void wmf_open_with_walk_close(wm_status (*open)(const char *, wm_file **, wm_error *),
+                                     const char *path) {
     wm_file *f = NULL;
     wm_error err;
-    wm_status st = wm_file_open(path, &f, &err);
+    wm_status st = open(path, &f, &err);
     if (st == WM_OK) {
         wmf_walk_file(f);
         wm_file_close(f);
@@ -215,6 +217,14 @@ static void wmf_open_walk_close(const char *path) {
         abort();
     }
     wmf_check_ledger_empty("wm_file_open/wm_file_close");
+}
+
+/* The same through wm_file_open (a path is that file; an index, its set). */
+static void wmf_open_walk_close(const char *path) { wmf_open_with_walk_close(wm_file_open, path); }
+
+/* The same through wm_file_open_set (a shard's or a split part's path, its whole set). */
+static void wmf_open_set_walk_close(const char *path) {
+    wmf_open_with_walk_close(wm_file_open_set, path);
 }
 
 /* Runs fn(ctx), which must check the ledger itself; then, when the build has fault injection,

@@ -3,7 +3,8 @@
  * opened through wm_file_open (which dispatches by content, so inputs that look like safetensors
  * reach that reader too), walked through every getter, closed. An input that holds the key
  * "split.count" is also opened as part 1 of a two-part split set, "x-00001-of-00002.gguf" in a
- * private folder whose part 2 is a small valid part (split.no 1, split.count 2, no tensors).
+ * private folder whose part 2 is a small valid part (split.no 1, split.count 2, no tensors),
+ * through wm_file_open_set (the whole set of a part).
  * Fails on any sanitizer report, on an open that succeeds with inconsistent answers or fails
  * without saying why, and when the ledger is not empty afterwards (also with one OS call or
  * allocation failed, see wmf_with_faults).
@@ -15,6 +16,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static void open_walk_close(const char *path) { wmf_open_walk_close(path); }
 
 static void run_path(void *path) { open_walk_close(path); }
+
+static void run_set_path(void *path) { wmf_open_set_walk_close(path); }
 
 /* Part 2 of the split set: GGUF v3, no tensors, split.no = 1 and split.count = 2 (u16). */
 static void put_part2(void) {
@@ -54,7 +57,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         char part1[400];
         snprintf(part1, sizeof part1, "%s", wmf_put_file("x-00001-of-00002.gguf", data, size));
-        wmf_with_faults(run_path, part1, data, size);
+        wmf_with_faults(run_set_path, part1, data, size);
     }
     return 0;
 }

@@ -5,9 +5,9 @@
  * model-00002-of-00002.safetensors with "c"), so an index may name shards that exist (and then
  * agree or disagree with them) or shards that do not. Opened, walked, closed; the ledger must be
  * empty afterwards (also with one OS call or allocation failed, see wmf_with_faults). Inputs whose
- * length is a multiple of 4 are also opened through a shard's name, which finds the index next to
- * it; those of length 1 modulo 4 through a shard's name with the index removed (the reader then
- * opens every K-of-N sibling).
+ * length is a multiple of 4 are also opened through a shard's name with wm_file_open_set, which
+ * finds the index next to it; those of length 1 modulo 4 through a shard's name with the index
+ * removed (the reader then opens every K-of-N sibling).
  */
 #include "fuzz_common.h"
 
@@ -38,6 +38,9 @@ static void make_shards(void) {
 
 static void run_path(void *path) { wmf_open_walk_close(path); }
 
+/* A shard's path opens its whole set (through the index beside it, or by the names). */
+static void run_set_path(void *path) { wmf_open_set_walk_close(path); }
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static int ready;
     if (!ready) {
@@ -48,10 +51,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     snprintf(index, sizeof index, "%s", wmf_put_file("model.safetensors.index.json", data, size));
     snprintf(shard, sizeof shard, "%s/model-00002-of-00002.safetensors", wmf_dir());
     wmf_with_faults(run_path, index, data, size);
-    if (size % 4 == 0) wmf_with_faults(run_path, shard, data, size);
+    if (size % 4 == 0) wmf_with_faults(run_set_path, shard, data, size);
     if (size % 4 == 1) {
         unlink(index);
-        wmf_with_faults(run_path, shard, data, size);
+        wmf_with_faults(run_set_path, shard, data, size);
     }
     return 0;
 }
