@@ -10,7 +10,7 @@
  * figure shows the model's bytes still in the footprint after every release; the second says
  * whether any of them is still in use (1 MiB of allocator fragmentation allowed: SLACK). The
  * verdict is on the ledger, the mappings and the second figure. Built only where the bridge is
- * (cli_check_llama is a weak symbol that load.c finds NULL otherwise). llama.cpp's log is
+ * (CMake defines WM_CLI_LLAMA then; cli.h's CLI_HAVE_LLAMA is 0 otherwise). llama.cpp's log is
  * silenced; WM_LLAMA_LOG=1 lets it through.
  */
 #include "cli.h"
