@@ -140,7 +140,9 @@ install: build
 # other registry), into /usr/local (--break-system-packages: PEP 668 refuses any pip install into
 # the system python otherwise; /usr/local is the place Debian leaves to local installs). Its
 # setup.py builds with this CMake in build-py/ (the static library, then python/_weightmap.c).
-# test-python builds build-py/ and runs python/tests with pytest on that build, not an install.
+# test-python builds build-py/ and runs python/tests with pytest on that build, not an install;
+# then tests/install/wheel.sh builds the wheel (pip wheel ./python, offline), installs it into
+# fresh venvs and imports it there, and pip-installs ./python into a venv.
 PYTHON  ?= /usr/bin/python3
 PY_TEST_ENV = PYTHONPATH=$(CURDIR)/build-py/python WM_CLI=$(CURDIR)/build-py/weightmap PYTHONDONTWRITEBYTECODE=1
 python:
@@ -155,6 +157,7 @@ python-build:
 
 test-python: python-build
 	cd python/tests && $(PY_TEST_ENV) $(PYTHON) -m pytest -q -p no:cacheprovider
+	tests/install/wheel.sh $(PYTHON) $(CURDIR)/build-py
 
 # The same tests on the extension and the library built with clang under ASan+UBSan
 # (build-py/asan/), the sanitizer's runtime preloaded into Debian's python3 (leak detection off:
@@ -231,8 +234,8 @@ format: deps
 format-check: deps
 	clang-format --dry-run -Werror $(FORMAT_FILES)
 
-# Every build folder a target here makes (build-py/ and build-trace/ are the Python binding's and
-# the trace tool's).
-BUILD_DIRS := build build-arm64 build-test build-asan build-cuda-mock build-fuzz build-tsan build-types build-py build-trace
+# Every build folder a target here makes (build-py/ is the Python binding's; the trace tool and
+# its test programs are in every build with the CLI and the tests, build/ included).
+BUILD_DIRS := build build-arm64 build-test build-asan build-cuda-mock build-fuzz build-tsan build-types build-py
 clean:
 	rm -rf $(BUILD_DIRS)

@@ -10,7 +10,8 @@
                              must be identical, the tensors on DEVICE, and after `del model` the
                              ledger must read 0. One JSON line per model; exit 1 on any mismatch
   write-llama DIR GIB        a llama-shaped bf16 checkpoint of at least GIB GiB (config.json from
-                             LlamaConfig, two shards and an index; values random, made on the GPU)
+                             LlamaConfig, --shards N shards (2) and an index; values random, made
+                             on the GPU)
   bench DIR [--repeat N]     from_pretrained(DIR, device_map="cuda:0") plain and inside
                              weightmap.loading(device="cuda:0"), alternating, after a warm-up
                              round each; time to a synchronised model, host footprint peak above
@@ -223,8 +224,9 @@ def cmd_write_llama(args):
     shapes = llama_shapes(layers, h, i, c["vocab"], kv)
     os.makedirs(args.dir, exist_ok=True)
     device = "cuda:0" if torch.cuda.is_available() else "cpu"
-    half = len(shapes) // 2
-    parts = [shapes[:half], shapes[half:]]
+    n = max(1, args.shards)
+    cut = [len(shapes) * k // n for k in range(n + 1)]
+    parts = [shapes[cut[k]:cut[k + 1]] for k in range(n)]
     weight_map, total = {}, 0
     for k, part in enumerate(parts):
         fname = f"model-{k + 1:05d}-of-{len(parts):05d}.safetensors"
@@ -323,6 +325,7 @@ def main():
     p.add_argument("dir")
     p.add_argument("gib", type=float)
     p.add_argument("--small", action="store_true", help="small dimensions (a CPU try-out)")
+    p.add_argument("--shards", type=int, default=2, help="files the tensors are cut into")
     p = sub.add_parser("bench")
     p.add_argument("dir")
     p.add_argument("--repeat", type=int, default=5)

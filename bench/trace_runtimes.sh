@@ -9,7 +9,8 @@
 #   Python with Debian's torch (torch.load of a 64 MiB state dict) and with weightmap's package
 #     (load_file, mmap and heap; build-py/python from `make python-build`), bench/trace_python.py.
 # Usage: bench/trace_runtimes.sh BUILD MODEL.gguf MODEL.safetensors   (BUILD: a build folder with
-# the tests, e.g. build-trace; the figures of each run in $TMPDIR/wmtrace-runtimes/)
+# the tests, e.g. build, which `make build` makes; the figures of each run in
+# $TMPDIR/wmtrace-runtimes/)
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "$1" && pwd) gguf=$2 st=$3

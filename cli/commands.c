@@ -14,6 +14,8 @@
     { name, CLI_TEXT, value, false, false, 0, 0, def, help }
 #define NUM(name, lo, hi, def, help)                                                               \
     { name, CLI_NUM, "N", false, false, lo, hi, def, help }
+#define NUM_AS(name, value, lo, hi, def, help)                                                     \
+    { name, CLI_NUM, value, false, false, lo, hi, def, help }
 #define SIZE(name, lo, def, help)                                                                  \
     { name, CLI_SIZE, "BYTES", false, false, lo, UINT64_MAX, def, help }
 
@@ -119,7 +121,7 @@ static const cli_option trace_opts[] = {
     FLAG("json", "the report as JSON"),
     TEXT("svg", "OUT", NULL, "also a picture of the footprint, loads, releases and mappings"),
     TEXT("out", "REPORT", "standard output", "write the report to this file"),
-    NUM("interval", 1, 10000, "2", "milliseconds between two footprint samples"),
+    NUM_AS("interval", "MS", 1, 10000, "2", "milliseconds between two footprint samples"),
     END,
 };
 

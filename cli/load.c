@@ -621,10 +621,11 @@ int cmd_check(int argc, char **argv) {
     int rc = parse_common(&a, argc, argv, "check");
     if (rc) return rc;
     if (a.ggml && !&cli_ggml_via)
-        return cli_usage("check: --ggml needs the ggml bridge, which this build lacks (WM_GGML)");
+        return cli_usage("check: --ggml needs the ggml bridge, which this build lacks: run "
+                         "scripts/ggml.sh (or make ggml), then configure again (WM_GGML=AUTO)");
     if (a.llama && !cli_check_llama)
-        return cli_usage(
-            "check: --llama needs the llama.cpp bridge, which this build lacks (WM_LLAMA)");
+        return cli_usage("check: --llama needs the llama.cpp bridge, which this build lacks: run "
+                         "scripts/llama.sh (or make llama), then configure again (WM_LLAMA=AUTO)");
     if (a.llama && a.ggml) return cli_usage("check: --ggml and --llama exclude each other");
     if (a.llama && a.set)
         return cli_usage("check: --llama opens FILE as wm_llama_load does; --set does not apply");

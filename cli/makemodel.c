@@ -75,6 +75,24 @@ static void add(model_plan *p, const char *name, wm_type type, uint64_t ne0, uin
 }
 
 /* Matrix types: Q8_0 and Q4_0 for GGUF; F16 for safetensors (st). */
+/* The bytes of a model of width e beyond its layers (embeddings, output, norms, tokenizer and
+ * header room), and of one layer. */
+static void width_bytes(uint32_t e, bool st, uint64_t *fixed, uint64_t *layer) {
+    const wm_type q8 = st ? WM_TYPE_F16 : WM_TYPE_Q8_0, q4 = st ? WM_TYPE_F16 : WM_TYPE_Q4_0;
+    uint32_t ff = (e * 8 / 3 + 255) / 256 * 256;
+    uint32_t vocab = e >= 1024 ? 32000 : e * 32;
+    *fixed = tbytes(WM_TYPE_F16, e, vocab) + tbytes(q8, e, vocab) + 4ull * e +
+             (uint64_t)vocab * 24 + 65536;
+    *layer = 4 * tbytes(q8, e, e) + 3 * tbytes(q4, e, ff) + 8ull * e;
+}
+
+/* The smallest --size plan() accepts: one layer of the narrowest width. */
+static uint64_t min_size(bool st) {
+    uint64_t fixed, layer;
+    width_bytes(64, st, &fixed, &layer);
+    return fixed + layer;
+}
+
 static bool plan(uint64_t size, bool st, model_plan *p) {
     static const uint32_t widths[] = {4096, 2048, 1024, 512, 256, 128, 64};
     const wm_type q8 = st ? WM_TYPE_F16 : WM_TYPE_Q8_0, q4 = st ? WM_TYPE_F16 : WM_TYPE_Q4_0;
@@ -82,9 +100,8 @@ static bool plan(uint64_t size, bool st, model_plan *p) {
         uint32_t e = widths[w];
         uint32_t ff = (e * 8 / 3 + 255) / 256 * 256;
         uint32_t vocab = e >= 1024 ? 32000 : e * 32;
-        uint64_t fixed = tbytes(WM_TYPE_F16, e, vocab) + tbytes(q8, e, vocab) + 4ull * e +
-                         (uint64_t)vocab * 24 + 65536;
-        uint64_t layer = 4 * tbytes(q8, e, e) + 3 * tbytes(q4, e, ff) + 8ull * e;
+        uint64_t fixed, layer;
+        width_bytes(e, st, &fixed, &layer);
         if (fixed + 2 * layer > size && e != 64) continue;
         uint64_t n_layer = size > fixed ? (size - fixed) / layer : 0;
         if (n_layer < 1) return false;
@@ -509,8 +526,12 @@ static int write_set(const char *out, model_plan *p, bool st, uint32_t count, ui
 static int make_model(const char *out, uint64_t size, uint64_t seed, bool st, uint64_t shards) {
     model_plan p = {0};
     if (!plan(size, st, &p)) {
-        fprintf(stderr, "weightmap: %s: --size %llu is too small for a llama-shaped model\n", out,
-                (unsigned long long)size);
+        char want[32];
+        fprintf(stderr,
+                "weightmap: %s: --size %llu is too small for a llama-shaped model: the smallest "
+                "%s model is %llu bytes (%s)\n",
+                out, (unsigned long long)size, st ? "safetensors" : "GGUF",
+                (unsigned long long)min_size(st), cli_bytes(min_size(st), want));
         return 1;
     }
     if (shards > p.n) {

@@ -5,8 +5,10 @@ cmake, ninja-build, pkg-config):
 
     /usr/bin/python3 -m pip install --no-build-isolation --no-deps --break-system-packages ./python
 
-which `make python` runs (README.md, "Python"). Environment: WM_BUILD_DIR (default ../build-py),
-WM_CMAKE_ARGS (more -D options, e.g. -DWM_CUDA=OFF).
+which `make python` runs (README.md, "Python"); into a venv `venv/bin/pip install
+--no-build-isolation --no-deps ./python`, a wheel `pip wheel --no-build-isolation --no-deps -w
+dist ./python` (docs/PYTHON.md). Environment: WM_BUILD_DIR (default ../build-py), WM_CMAKE_ARGS
+(more -D options, e.g. -DWM_CUDA=OFF).
 """
 import os
 import shlex

@@ -165,6 +165,11 @@ struct wm_file {
  * caller runs wm__file_free on the half-built file. */
 wm_status wm__gguf_parse(wm_file *f, wm_error *err);
 wm_status wm__safetensors_parse(wm_file *f, wm_error *err);
+/* What a file that is neither GGUF nor safetensors is, from its first n bytes (sniff.c): true with
+ * "it is KIND; WHAT TO DO" in out (a PyTorch checkpoint, a pickle, a Git LFS pointer, JSON, HTML,
+ * ONNX, ...), false when the bytes say nothing known. Pure; allocates nothing. */
+#define WM__SNIFF_BYTES 512
+bool wm__sniff_foreign(const unsigned char *head, size_t n, char *out, size_t cap);
 
 /* A parsed *.safetensors.index.json (safetensors_index.c). Every string lies NUL-terminated in
  * blob: map[i] holds the blob offsets of a tensor name and of its shard's file name; kvs are the

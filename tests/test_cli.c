@@ -538,3 +538,79 @@ WM_TEST(readme_shows_the_usage) {
     free(want.p);
     free(out);
 }
+
+/* A --size below the smallest llama-shaped model names that smallest size, exactly: it is made,
+ * and one byte less is refused (GGUF and safetensors). */
+WM_TEST(make_model_too_small_names_the_minimum) {
+    static const char *const formats[] = {"gguf", "safetensors"};
+    for (size_t i = 0; i < 2; i++) {
+        char *out;
+        const char *p = wmt_tmp(i ? "small.safetensors" : "small.gguf");
+        CHECK_EQ(run_cli(&out, "make-model %s --size 100K --format %s", p, formats[i]), 1);
+        free(out);
+        char *err = wmt_stderr_text();
+        HAS(err, "is too small for a llama-shaped model: the smallest ");
+        const char *at = strstr(err, " model is ");
+        CHECK(at != NULL);
+        unsigned long long min = strtoull(at + 10, NULL, 10);
+        free(err);
+        CHECK(min > 102400);
+        CHECK_EQ(run_cli(&out, "make-model %s --size %llu --format %s", p, min - 1, formats[i]), 1);
+        free(out);
+        CHECK_EQ(run_cli(&out, "make-model %s --size %llu --format %s", p, min, formats[i]), 0);
+        free(out);
+        wm_file_close(OPEN_OK(p));
+    }
+}
+
+/* cat writes binary to a terminal only when asked (--force): under a pseudo-terminal (script(1)
+ * gives one) it is a usage error naming --force; redirected, or with --force, it writes. */
+WM_TEST(cat_refuses_a_terminal_unless_forced) {
+    char *out, cmd[1024];
+    if (wmt_run("command -v script >/dev/null", &out) != 0) WM_SKIP("script(1) is not installed");
+    free(out);
+    const char *f = wmt_fixture("gguf/stories260K.gguf");
+    snprintf(cmd, sizeof cmd, "script -qec \"%s cat %s output_norm.weight\" /dev/null", WM_CLI, f);
+    CHECK_EQ(wmt_run(cmd, &out), 2);
+    HAS(out, "standard output is a terminal; redirect it or pass --force");
+    free(out);
+    snprintf(cmd, sizeof cmd,
+             "script -qec \"%s cat %s output_norm.weight --force\" /dev/null | wc -c", WM_CLI, f);
+    CHECK_EQ(wmt_run(cmd, &out), 0);
+    CHECK(strtoull(out, NULL, 10) >= 256); /* 64 f32 (a terminal may add carriage returns) */
+    free(out);
+    CHECK_EQ(run_cli(&out, "cat %s output_norm.weight | wc -c", f), 0);
+    CHECK_EQ(strtoull(out, NULL, 10), 256);
+    free(out);
+}
+
+/* check --ggml and --llama in a build without that bridge say how to get it (the script that
+ * installs it); in a build with it they run. */
+WM_TEST(check_without_a_bridge_names_its_script) {
+    static const char *const flag[] = {"ggml", "llama"};
+    for (size_t i = 0; i < 2; i++) {
+        char *out;
+        int rc = run_cli(&out, "check %s --%s --cycles 1", wmt_fixture("gguf/stories260K.gguf"),
+                         flag[i]);
+        free(out);
+        if (rc != 2) continue; /* the bridge is built */
+        char *err = wmt_stderr_text(), want[64];
+        snprintf(want, sizeof want, "run scripts/%s.sh", flag[i]);
+        HAS(err, want);
+        free(err);
+    }
+}
+
+/* trace --file with a file that does not exist says that --file wants one that does (a script
+ * that writes its own model makes it first: docs/TRACE.md's recipe), exit 1, before any run. */
+WM_TEST(trace_file_must_exist_says_so) {
+    char *out;
+    const char *p = wmt_tmp("not-yet.pt");
+    CHECK_EQ(run_cli(&out, "trace --file %s -- true", p), 1);
+    CHECK_EQ(out[0], 0);
+    free(out);
+    char *err = wmt_stderr_text();
+    HAS(err, "--file names a file that exists before the program starts");
+    HAS(err, p);
+    free(err);
+}

@@ -271,6 +271,49 @@ WM_TEST(peer_iq_kernels) {
     }
 }
 
+/* Scales that are not finite numbers, decided by ggml itself: every type with a half scale,
+ * each scale field set to each special half (quiet and signalling NaNs of both signs with
+ * payloads, infinities, zeros, subnormals, the largest half) in blocks whose other bytes are
+ * random, dequantized by the peer and by both of our paths, byte for byte. Where ggml writes an
+ * element's sign as a multiply by +-1.0 (the IQ2/IQ3 codebook types), its build flips a NaN's
+ * sign bit; our kernels flip it too (src/convert/dequant.c sgn, x86_quants.c iq_store8). */
+WM_TEST(peer_special_scales) {
+    NEED_PEER();
+    static const uint16_t sp[] = {0x7E00, 0xFE00, 0x7C01, 0xFC01, 0x7FFF, 0xFFFF,
+                                  0x7D55, 0xFEAA, 0x7C00, 0xFC00, 0x0000, 0x8000,
+                                  0x0001, 0x83FF, 0x7BFF, 0xFBFF, 0x3C00, 0xBC00};
+    enum { NS = sizeof sp / sizeof sp[0], PER = 8, NB = NS * PER };
+    static uint8_t blocks[NB * 292];
+    static float want[NB * 256], got[NB * 256];
+    int checked = 0;
+    for (int t = 0; t < 43; t++) {
+        const int *f = half_fields((wm_type)t);
+        const peer_traits *tr = peer.traits(t);
+        if (f[0] < 0 || !tr || !tr->blck_size || !peer_to_float(tr)) continue;
+        size_t bb = wm_type_block_bytes((wm_type)t), be = wm_type_block_elems((wm_type)t);
+        for (int which = 0; f[which] >= 0; which++) {
+            make_blocks((wm_type)t, NB, 4242u + (unsigned)t, blocks);
+            for (size_t b = 0; b < NB; b++)
+                put_half(blocks + b * bb + f[which], sp[b % NS]);
+            peer_to_float(tr)(blocks, want, (int64_t)(NB * be));
+            for (int scalar = 0; scalar < 2; scalar++) {
+                memset(got, 0xA5, NB * be * 4);
+                CHECK_STATUS(convert_path(scalar, (wm_type)t, WM_TYPE_F32, blocks, got, NB * be),
+                             WM_OK);
+                size_t at = first_diff(want, got, NB * be * 4);
+                CHECK_MSG(at == NB * be * 4,
+                          "%s (%s path), scale at byte %d = 0x%04x: element %zu: peer 0x%08x, "
+                          "ours 0x%08x",
+                          tr->type_name, scalar ? "portable" : "simd", f[which],
+                          sp[(at / 4 / be) % NS], at / 4, (unsigned)wm__f32_bits(want[at / 4]),
+                          (unsigned)wm__f32_bits(got[at / 4]));
+            }
+        }
+        checked++;
+    }
+    CHECK(checked >= 20);
+}
+
 /* Half and bfloat16: every 16-bit pattern widened, and random 32-bit patterns (NaNs, infinities,
  * subnormals included) narrowed, against ggml's rows, on both paths. */
 WM_TEST(peer_half_bfloat16) {

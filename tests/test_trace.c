@@ -11,6 +11,7 @@
 #include "wmtest.h"
 
 #include <libgen.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <string.h>
@@ -250,6 +251,49 @@ WM_TEST(marker_by_offset_in_an_object) {
     jfree(j);
 }
 
+/* A marker by offset inside a stripped shared object: libwmtleakrt.so has no .symtab (the build
+ * strips it), so its internal rt_drop has no name there; nm gives its offset in the unstripped
+ * copy, and libwmtleakrt+0xOFFSET hooks it in the object leaky loads. */
+WM_TEST(marker_by_offset_in_a_stripped_object) {
+    char cmd[4200], *out, lib[4096];
+    snprintf(lib, sizeof lib, "%s", prog("libwmtleakrt.so"));
+    snprintf(cmd, sizeof cmd, "readelf -S -W %s | grep -c '[.]symtab' || true", lib);
+    CHECK_EQ(wmt_run(cmd, &out), 0);
+    CHECK_MSG(atoi(out) == 0, "%s has a .symtab: not stripped", lib);
+    free(out);
+    snprintf(cmd, sizeof cmd, "nm %s | awk '$3 == \"rt_drop\" {print $1}'",
+             prog("libwmtleakrt.unstripped.so"));
+    CHECK_EQ(wmt_run(cmd, &out), 0);
+    unsigned long long off = strtoull(out, NULL, 16);
+    free(out);
+    CHECK_MSG(off != 0, "nm gives no address for rt_drop");
+    char opts[256];
+    snprintf(opts, sizeof opts, "--cycles-marker libwmtleakrt+0x%llx --cycles-marker rt_drop", off);
+    jnode *j = leaky_json(opts, "map", 3, "call", 1);
+    CHECK_EQ(marker_sites(j, 0), 1);
+    const jnode *m = jitem(jget(j, "markers"), 0);
+    CHECK(!strcmp(jget(m, "object")->str, "libwmtleakrt.so"));
+    CHECK_EQ(num(m, "calls"), 3);
+    CHECK_EQ(marker_sites(j, 1), 0); /* by name: nowhere, the object is stripped */
+    CHECK_EQ(n_items(j, "releases"), 3);
+    CHECK_EQ(count_rule(j, "released"), 3);
+    jfree(j);
+    /* An offset outside the object's code (its ELF header; past its end) is refused by name,
+     * never written to: the program runs as untraced. */
+    j = leaky_json("--cycles-marker libwmtleakrt+0x10 --cycles-marker libwmtleakrt+0x7fffff00",
+                   "map", 1, "call", 1);
+    CHECK_EQ(marker_sites(j, 0), 0);
+    CHECK_EQ(marker_sites(j, 1), 0);
+    int refused = 0;
+    const jnode *w;
+    jforeach(w, jget(j, "warnings")) {
+        refused += strstr(w->str, "marker libwmtleakrt+0x") &&
+                   strstr(w->str, "is not in the code of libwmtleakrt.so") != NULL;
+    }
+    CHECK_EQ(refused, 2);
+    jfree(j);
+}
+
 WM_TEST(executable_markers_leak_flagged_each_release) {
     /* load_cycle and leaky_release are internal to the executable and called directly. */
     jnode *j =
@@ -466,6 +510,147 @@ static void pixel(const unsigned char *px, int w, int x, int y, unsigned char rg
     memcpy(rgb, px + ((size_t)y * (size_t)w + (size_t)x) * 3, 3);
 }
 
+static int count_of(const char *text, const char *needle) {
+    int n = 0;
+    for (const char *at = strstr(text, needle); at; at = strstr(at + 1, needle))
+        n++;
+    return n;
+}
+
+/* How much of colour c a pixel has over the white background (0..1), or -1 when the pixel is
+ * not a blend of the two (another colour is there). */
+static double coverage(const unsigned char *p, const unsigned char c[3]) {
+    int ch = 0;
+    for (int k = 1; k < 3; k++)
+        if (255 - c[k] > 255 - c[ch]) ch = k;
+    double a = (255.0 - p[ch]) / (255.0 - c[ch]);
+    for (int k = 0; k < 3; k++)
+        if (fabs(p[k] - (255.0 - a * (255.0 - c[k]))) > 12) return -1;
+    return a;
+}
+
+/* The x (in the picture's units) of a vertical 1-px line of colour c over white in rows
+ * [y0, y1) and columns [x0, x1): the mean of the pixel centres weighted by their coverage. */
+static double line_x(const unsigned char *px, int w, const unsigned char c[3], int x0, int x1,
+                     int y0, int y1) {
+    double sum = 0, weight = 0;
+    for (int y = y0; y < y1; y++)
+        for (int x = x0 < 0 ? 0 : x0; x < x1 && x < w; x++) {
+            double a = coverage(px + ((size_t)y * (size_t)w + (size_t)x) * 3, c);
+            if (a > 0.05) {
+                sum += a * (x + 0.5);
+                weight += a;
+            }
+        }
+    CHECK_MSG(weight > 0, "no line of #%02x%02x%02x in x %d..%d, y %d..%d", c[0], c[1], c[2], x0,
+              x1, y0, y1);
+    return sum / weight;
+}
+
+/* The left edge of a bar of colour c in row y, right of `from`: its first solid pixel's column,
+ * less what of the pixel before it the bar covers (its antialiased edge). */
+static double bar_left(const unsigned char *px, int w, const unsigned char c[3], int from, int y) {
+    for (int x = from + 1; x < w; x++) {
+        const unsigned char *row = px + (size_t)y * (size_t)w * 3;
+        if (coverage(row + (size_t)x * 3, c) < 0.95) continue;
+        double a = coverage(row + (size_t)(x - 1) * 3, c);
+        return a > 0.02 && a < 0.95 ? x - a : x;
+    }
+    CHECK_MSG(0, "no bar of #%02x%02x%02x in row %d", c[0], c[1], c[2], y);
+    return -1;
+}
+
+/* The picture's clock, read from its own tick labels (`<text class="tick" x=X ...>V s`): the
+ * time at x. *per_px: the seconds one pixel spans. */
+static double svg_time_at(const char *text, double x, double *per_px) {
+    double x0 = 0, v0 = 0, x1 = 0, v1 = 0;
+    int n = 0;
+    for (const char *at = strstr(text, "<text class=\"tick\" x=\""); at;
+         at = strstr(at + 1, "<text class=\"tick\" x=\"")) {
+        double tx, tv;
+        const char *gt = strchr(at, '>');
+        CHECK(gt && sscanf(at, "<text class=\"tick\" x=\"%lf\"", &tx) == 1 &&
+              sscanf(gt + 1, "%lf s<", &tv) == 1);
+        if (!n++) x0 = tx, v0 = tv;
+        x1 = tx, v1 = tv;
+    }
+    CHECK_MSG(n >= 2 && x1 > x0, "%d ticks", n);
+    *per_px = (v1 - v0) / (x1 - x0);
+    return v0 + (x - x0) * *per_px;
+}
+
+static int i_maps(const jnode *j) { return n_items(j, "mappings"); }
+
+/* Read back from the rendered pixels: the release's dashed line and each bar's start sit at
+ * the times the report gives them (to a pixel), on the axis the picture labels. */
+static void svg_times_are_the_report(const jnode *j, const char *text, const unsigned char *px,
+                                     int w, int h) {
+    (void)h;
+    const unsigned char purple[3] = {0x94, 0x67, 0xbd};
+    double want = num(jitem(jget(j, "releases"), 0), "time"), per_px, lx;
+    const char *at = strstr(text, "<line class=\"release\" x1=\"");
+    CHECK(at && sscanf(at, "<line class=\"release\" x1=\"%lf\"", &lx) == 1);
+    /* rows 110..235: under the "release N" labels, above the axis */
+    double got =
+        svg_time_at(text, line_x(px, w, purple, (int)lx - 4, (int)lx + 5, 110, 236), &per_px);
+    CHECK_MSG(fabs(got - want) <= per_px, "the release is drawn at %.6f s, the report says %.6f s",
+              got, want);
+    CHECK_EQ(i_maps(j), count_of(text, "<rect class=\"map\""));
+    /* the bars start right of the chart's left edge (the labels are left of it) */
+    double chart_x0 = 0;
+    const char *axis = strstr(text, "<line x1=\"");
+    CHECK(axis && sscanf(axis, "<line x1=\"%lf\"", &chart_x0) == 1);
+    int i = 0;
+    for (at = strstr(text, "<rect class=\"map\""); at;
+         at = strstr(at + 1, "<rect class=\"map\""), i++) {
+        unsigned colour[3];
+        const char *fill = strstr(at, "fill=\"#");
+        CHECK(fill && sscanf(fill, "fill=\"#%2x%2x%2x", &colour[0], &colour[1], &colour[2]) == 3);
+        const unsigned char c[3] = {(unsigned char)colour[0], (unsigned char)colour[1],
+                                    (unsigned char)colour[2]};
+        double mapped = num(jitem(jget(j, "mappings"), i), "mapped");
+        got = svg_time_at(text, bar_left(px, w, c, (int)chart_x0, 270 + 16 * i + 6), &per_px);
+        CHECK_MSG(fabs(got - mapped) <= per_px,
+                  "mapping #%d is drawn from %.6f s, the report says %.6f s (%.6f s a pixel)", i,
+                  got, mapped, per_px);
+    }
+}
+
+/* No text is cut: the broken rules' lines put back together are the report's messages, whole,
+ * and nothing is drawn in the picture's last columns (text running past the edge would be). */
+static void svg_text_is_whole(const jnode *j, const char *text, const unsigned char *px, int w,
+                              int h) {
+    char joined[8192] = "", want[8192] = "";
+    for (const char *at = strstr(text, "class=\"rule\""); at;
+         at = strstr(at + 1, "class=\"rule\"")) {
+        const char *b = strchr(at, '>') + 1, *e = strstr(b, "</text>");
+        if (joined[0]) strncat(joined, " ", sizeof joined - strlen(joined) - 1);
+        for (; b < e && strlen(joined) + 2 < sizeof joined; b++) { /* the five entities back */
+            const char *ent[5][2] = {
+                {"&lt;", "<"}, {"&gt;", ">"}, {"&amp;", "&"}, {"&quot;", "\""}, {"&#39;", "'"}};
+            int k = 0;
+            while (k < 5 && strncmp(b, ent[k][0], strlen(ent[k][0])))
+                k++;
+            strncat(joined, k < 5 ? ent[k][1] : (char[]){*b, 0}, 1);
+            if (k < 5) b += strlen(ent[k][0]) - 1;
+        }
+    }
+    const jnode *v;
+    jforeach(v, jget(j, "verdicts")) {
+        size_t n = strlen(want);
+        snprintf(want + n, sizeof want - n, "%s%.6f s %s: %s", n ? " " : "", num(v, "time"),
+                 jget(v, "rule")->str, jget(v, "message")->str);
+    }
+    CHECK_MSG(!strcmp(joined, want), "the rules' lines say\n%s\nthe report says\n%s", joined, want);
+    for (int y = 0; y < h; y++)
+        for (int x = w - 3; x < w; x++) {
+            const unsigned char *p = px + ((size_t)y * (size_t)w + (size_t)x) * 3;
+            CHECK_MSG(p[0] == 255 && p[1] == 255 && p[2] == 255,
+                      "pixel (%d,%d) at the right edge is #%02x%02x%02x: text cut", x, y, p[0],
+                      p[1], p[2]);
+        }
+}
+
 WM_TEST(svg_renders) {
     if (system("command -v rsvg-convert >/dev/null && command -v pngtopnm >/dev/null") != 0)
         WM_SKIP(
@@ -479,17 +664,21 @@ WM_TEST(svg_renders) {
     CHECK_EQ(rc, 1);
     int n_broken = n_items(j, "verdicts");
     CHECK_EQ(n_broken, 1);
-    jfree(j);
     int w = 0, h = 0;
     unsigned char *px = render(svg, &w, &h);
     CHECK_MSG(px != NULL, "%s does not render", svg);
     CHECK_EQ(w, 960);
-    CHECK_EQ(h, 270 + 16 * 2 + 14 * n_broken + 30); /* bars, then one line per broken rule */
-    /* Each bar: its rect in the file; the pixel at its middle has its colour. */
     size_t n;
     char *text = wmt_read_file(svg, &n);
     text = realloc(text, n + 1);
     text[n] = 0;
+    svg_times_are_the_report(j, text, px, w, h);
+    svg_text_is_whole(j, text, px, w, h);
+    /* bars, then the broken rule's lines (wrapped), then the legend's */
+    int lines = count_of(text, "class=\"rule\"") + count_of(text, "class=\"legend\"");
+    CHECK_EQ(h, 270 + 16 * 2 + 14 * lines + 16);
+    jfree(j);
+    /* Each bar: its rect in the file; the pixel at its middle has its colour. */
     const char *want[2] = {"\x2c\xa0\x2c", "\xd6\x27\x28"}; /* #2ca02c returned, #d62728 leaked */
     const char *at = text;
     for (int i = 0; i < 2; i++) {
@@ -506,8 +695,6 @@ WM_TEST(svg_renders) {
         at++;
     }
     unsigned char rgb[3];
-    pixel(px, w, w - 2, 100, rgb); /* right margin: background */
-    CHECK(rgb[0] == 255 && rgb[1] == 255 && rgb[2] == 255);
     CHECK(strstr(text, "<polyline class=\"footprint\"") != NULL);
     CHECK(strstr(text, "<polyline class=\"resident\"") != NULL);
     CHECK(strstr(text, "<line class=\"release\"") != NULL);
@@ -537,6 +724,56 @@ WM_TEST(svg_renders) {
     wmt_write_file(broken, text, n / 2);
     CHECK(render(broken, &w, &h) == NULL);
     free(text);
+}
+
+/* A weight file with a long name: its bars' labels are whole in a margin as wide as they need
+ * (the picture widens; the chart keeps its 760 px), and the broken rules naming it wrap onto
+ * more lines, whole; the times read back from the pixels are still the report's. */
+WM_TEST(svg_long_names_widen_and_wrap) {
+    if (system("command -v rsvg-convert >/dev/null && command -v pngtopnm >/dev/null") != 0)
+        WM_SKIP(
+            "rsvg-convert or pngtopnm missing (tools/deps.sh installs librsvg2-bin and netpbm)");
+    const char *name = "a-weight-file-whose-name-is-much-longer-than-the-twenty-characters.gguf";
+    char path[1024], opts[4200], label[256];
+    snprintf(path, sizeof path, "%s", wmt_tmp(name));
+    wmt_copy_file(FIXTURE, path);
+    const char *svg = wmt_tmp("long.svg");
+    snprintf(opts, sizeof opts, MARKER " --svg %s", svg);
+    int rc, w = 0, h = 0;
+    jnode *j =
+        trace_json(opts, leaky("map", path, 3, "call"), &rc); /* a mapping leaked per cycle */
+    CHECK_EQ(rc, 1);
+    CHECK_EQ(n_items(j, "mappings"), 3);
+    unsigned char *px = render(svg, &w, &h);
+    CHECK_MSG(px != NULL, "%s does not render", svg);
+    size_t n;
+    char *text = wmt_read_file(svg, &n);
+    text = realloc(text, n + 1);
+    text[n] = 0;
+    svg_times_are_the_report(j, text, px, w, h);
+    svg_text_is_whole(j, text, px, w, h);
+    CHECK(w > 960);
+    double x0 = 0;
+    const char *axis = strstr(text, "<line x1=\"");
+    CHECK(axis && sscanf(axis, "<line x1=\"%lf\"", &x0) == 1 && x0 > 170);
+    for (int i = 0; i < 3; i++) {
+        snprintf(label, sizeof label, "<text class=\"maplabel\" x=\"4\" y=\"%d\">#%d %s</text>",
+                 280 + 16 * i, i, name);
+        CHECK_MSG(strstr(text, label) != NULL, "no whole label %s", label);
+        /* the label's pixels end left of the chart */
+        int right = 0;
+        for (int y = 270 + 16 * i; y < 282 + 16 * i; y++)
+            for (int x = 0; x < (int)x0; x++) {
+                const unsigned char *p = px + ((size_t)y * (size_t)w + (size_t)x) * 3;
+                if (p[0] < 128 && x > right) right = x;
+            }
+        CHECK_MSG(right > 200 && right < (int)x0 - 2, "label %d ends at x %d, the chart at %.1f", i,
+                  right, x0);
+    }
+    CHECK(count_of(text, "class=\"rule\"") > n_items(j, "verdicts")); /* some wrapped */
+    free(px);
+    free(text);
+    jfree(j);
 }
 
 /* ---- real runtimes ---- */

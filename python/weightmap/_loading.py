@@ -12,7 +12,10 @@ safetensors.torch.load_file (and every name another module bound to one of them,
 consumer's own .to(device) is a no-op, and they are read once through the staged path. Opens
 for another framework go to the original functions. The names are put back when the block
 ends; the tensors stay valid, and their memory goes back when the last of them is deleted.
-The replacement is process-wide (every thread sees it); blocks may nest.
+The replacement is process-wide (every thread sees it); blocks may nest. Where a load reads
+the file (CUDA, or mode "heap"), the first open of a shard of a sharded checkpoint starts the
+set's loads on a thread of the block (_prefetch.py): the next shards load while the consumer
+works on one.
 """
 import contextlib
 import sys
@@ -40,7 +43,7 @@ def _originals():
     return found
 
 
-def _replacement(original, kind, device, mode):
+def _replacement(original, kind, device, mode, ahead):
     from . import load_file, safe_open
 
     if kind == "load_file":
@@ -54,24 +57,51 @@ def _replacement(original, kind, device, mode):
             backend = kw.get("backend") if mode is None else None
             super().__init__(filename, framework="pt", device=device, mode=mode,
                              backend=backend)
+            if ahead is not None:
+                ahead.opened(self, filename)
 
         def __new__(cls, filename, framework="pt", *args, **kw):
             if framework not in ("pt", "torch", "pytorch"):
                 return original(filename, framework, *args, **kw)
             return super().__new__(cls)
 
+        # Where a handle would load (the whole model, or rows alone), it first takes over the
+        # model the block's loader thread loaded ahead for its file, if any (_prefetch.py).
+        def load(self):
+            if ahead is not None and not self._h.loaded:
+                ahead.claim(self)
+            return super().load()
+
+        def _part_of(self, info, index):
+            if ahead is not None and not self._h.loaded:
+                ahead.claim(self)
+            return super()._part_of(info, index)
+
     patched_safe_open.__name__ = "safe_open"
     return patched_safe_open
 
 
 @contextlib.contextmanager
-def loading(device="cuda:0", mode=None):
+def loading(device="cuda:0", mode=None, ahead=True):
     """Within the block, safetensors' safe_open / load_file (wherever bound) are weightmap's,
     loading every PyTorch open to `device` (default "cuda:0"; "cpu" too) in `mode` (None: the
-    device's default, heap through the staged path on CUDA, mmap-private on the CPU)."""
+    device's default, heap through the staged path on CUDA, mmap-private on the CPU).
+
+    With `ahead` (the default), where a load reads the file (a CUDA device, or mode "heap"), the
+    first open of a shard of a sharded checkpoint (its NAME.safetensors.index.json beside it)
+    starts loading every shard of the set on a thread of the block's own, one after the other
+    and while there is room for them, so that the next shards are on their way while the
+    consumer works on one; each shard is still read once (_prefetch.py)."""
+    from ._prefetch import Prefetcher
+    from . import _parse_device, _parse_mode, _c
+    backend, _ = _parse_device(device)
+    on_device = backend != _c.BACKEND_CPU
+    reads = on_device or _parse_mode(mode, None, on_device) == "heap"
+    pre = Prefetcher(device, mode) if ahead and reads else None
     with _patch_lock:
         originals = _originals()
-        swaps = {key: _replacement(fn, kind, device, mode) for key, (fn, kind) in originals.items()}
+        swaps = {key: _replacement(fn, kind, device, mode, pre)
+                 for key, (fn, kind) in originals.items()}
         undo = []
         for mod in list(sys.modules.values()):
             d = getattr(mod, "__dict__", None)
@@ -83,8 +113,10 @@ def loading(device="cuda:0", mode=None):
                     undo.append((d, name, value))
                     d[name] = new
     try:
-        yield
+        yield pre
     finally:
         with _patch_lock:
             for d, name, value in reversed(undo):
                 d[name] = value
+        if pre is not None:
+            pre.close()

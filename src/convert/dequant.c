@@ -336,7 +336,12 @@ static void dq_iq4_xs(const uint8_t *x, float *y, size_t nb) {
 
 /* ---- IQ codebook types (grids in iq_grids.c) ---- */
 
-static inline float sgn(uint8_t signs, int j) { return (signs >> j) & 1 ? -1.f : 1.f; }
+/* v with the sign of element j applied: negated (its sign bit flipped) when bit j of signs is
+ * set. ggml writes a multiply by +-1.0f, which its build compiles to this flip; the two agree on
+ * every value but a NaN (a scale that is NaN), where a multiply may keep the NaN's sign. The
+ * oracle (ggml's own libggml-base, tests/test_convert.c peer_special_scales) flips it, so the
+ * flip is written out here and in the SIMD kernels, whatever a compiler would do. */
+static inline float sgn(float v, uint8_t signs, int j) { return (signs >> j) & 1 ? -v : v; }
 static inline uint8_t gbyte64(const uint64_t *g, unsigned i, int j) {
     return (uint8_t)(g[i] >> (8 * j));
 }
@@ -356,7 +361,7 @@ static void dq_iq2_xxs(const uint8_t *x, float *y, size_t nb) {
                 const unsigned gi = (a0 >> (8 * l)) & 0xFF;
                 const uint8_t signs = wm__iq_ksign((a1 >> (7 * l)) & 127);
                 for (int j = 0; j < 8; j++)
-                    y[j] = db * (float)gbyte64(wm__iq2xxs_grid, gi, j) * sgn(signs, j);
+                    y[j] = sgn(db * (float)gbyte64(wm__iq2xxs_grid, gi, j), signs, j);
             }
         }
     }
@@ -375,7 +380,7 @@ static void dq_iq2_xs(const uint8_t *x, float *y, size_t nb) {
                 const uint16_t q = wm__rd16(x + 2 + 2 * (4 * ib + l));
                 const uint8_t signs = wm__iq_ksign(q >> 9);
                 for (int j = 0; j < 8; j++)
-                    y[j] = db[l / 2] * (float)gbyte64(wm__iq2xs_grid, q & 511, j) * sgn(signs, j);
+                    y[j] = sgn(db[l / 2] * (float)gbyte64(wm__iq2xs_grid, q & 511, j), signs, j);
             }
         }
     }
@@ -393,7 +398,7 @@ static void dq_iq2_s(const uint8_t *x, float *y, size_t nb) {
             for (int l = 0; l < 4; l++, y += 8) {
                 const unsigned gi = qs[l] | ((unsigned)(qh[ib] << (8 - 2 * l)) & 0x300u);
                 for (int j = 0; j < 8; j++)
-                    y[j] = db[l / 2] * (float)gbyte64(wm__iq2s_grid, gi, j) * sgn(signs[l], j);
+                    y[j] = sgn(db[l / 2] * (float)gbyte64(wm__iq2s_grid, gi, j), signs[l], j);
             }
         }
     }
@@ -411,9 +416,9 @@ static void dq_iq3_xxs(const uint8_t *x, float *y, size_t nb) {
             for (int l = 0; l < 4; l++, y += 8) {
                 const uint8_t signs = wm__iq_ksign((a >> (7 * l)) & 127);
                 for (int j = 0; j < 4; j++) {
-                    y[j] = db * (float)gbyte32(wm__iq3xxs_grid, qs[2 * l], j) * sgn(signs, j);
+                    y[j] = sgn(db * (float)gbyte32(wm__iq3xxs_grid, qs[2 * l], j), signs, j);
                     y[j + 4] =
-                        db * (float)gbyte32(wm__iq3xxs_grid, qs[2 * l + 1], j) * sgn(signs, j + 4);
+                        sgn(db * (float)gbyte32(wm__iq3xxs_grid, qs[2 * l + 1], j), signs, j + 4);
                 }
             }
         }
@@ -434,8 +439,8 @@ static void dq_iq3_s(const uint8_t *x, float *y, size_t nb) {
                     const unsigned g1 = qs[2 * l] | ((unsigned)(qh[h] << (8 - 2 * l)) & 256u);
                     const unsigned g2 = qs[2 * l + 1] | ((unsigned)(qh[h] << (7 - 2 * l)) & 256u);
                     for (int j = 0; j < 4; j++) {
-                        y[j] = db * (float)gbyte32(wm__iq3s_grid, g1, j) * sgn(signs[l], j);
-                        y[j + 4] = db * (float)gbyte32(wm__iq3s_grid, g2, j) * sgn(signs[l], j + 4);
+                        y[j] = sgn(db * (float)gbyte32(wm__iq3s_grid, g1, j), signs[l], j);
+                        y[j + 4] = sgn(db * (float)gbyte32(wm__iq3s_grid, g2, j), signs[l], j + 4);
                     }
                 }
             }

@@ -221,16 +221,15 @@ TARGET WM_X86_KERNEL(tq1_0) {
 
 /* ---- IQ codebook types ---- */
 
-/* Eight outputs from one packed grid entry (8 unsigned bytes): (db * g[j]) * (+-1.0), the sign
- * of lane j from bit j of `signs`. The sign is a multiply, as in the portable kernel (a NaN scale
- * keeps its sign through it, as the scalar code's does). */
+/* Eight outputs from one packed grid entry (8 unsigned bytes): db * g[j], its sign bit flipped
+ * where bit j of `signs` is set (an XOR, as the portable kernel's negation and ggml's build do:
+ * a NaN scale's sign flips too, where a multiply by -1.0 would keep it). */
 TARGET static inline void iq_store8(float *y, uint64_t g, __m256 db, unsigned signs) {
     const __m256i shift = _mm256_setr_epi32(31, 30, 29, 28, 27, 26, 25, 24),
                   top = _mm256_set1_epi32((int)0x80000000u);
-    const __m256 one = _mm256_set1_ps(1.0f);
     __m256 v = _mm256_mul_ps(db, u8x8_ps(_mm_cvtsi64_si128((long long)g)));
     __m256i bit = _mm256_and_si256(_mm256_sllv_epi32(_mm256_set1_epi32((int)signs), shift), top);
-    _mm256_storeu_ps(y, _mm256_mul_ps(v, _mm256_or_ps(_mm256_castsi256_ps(bit), one)));
+    _mm256_storeu_ps(y, _mm256_xor_ps(v, _mm256_castsi256_ps(bit)));
 }
 
 /* Eight IQ1 outputs: dl * (g[j] + delta), g a packed entry of signed bytes. */

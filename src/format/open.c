@@ -67,10 +67,12 @@ wm_status wm__file_open_one(const char *path, wm_file **out, wm_error *err) {
     }
     f->size = sh->st.size;
 
-    /* Format by content: "GGUF" magic; else a safetensors header (8-byte length then '{'),
-     * or a name that says safetensors; anything else goes to the GGUF reader, which names the
+    /* Format by content: "GGUF" magic; else a safetensors header (an 8-byte length that fits
+     * the file, then '{'); else what the first bytes say the file is, when they say (sniff.c:
+     * a PyTorch checkpoint, a Git LFS pointer, ...), refused naming it; else a name that says
+     * safetensors goes to that parser and anything else to the GGUF reader, which names the
      * bad magic. */
-    unsigned char head[9] = {0};
+    unsigned char head[WM__SNIFF_BYTES];
     size_t got = 0;
     e = wm__os_pread(sh->fd, head, sizeof head, 0, &got);
     if (e) {
@@ -79,8 +81,18 @@ wm_status wm__file_open_one(const char *path, wm_file **out, wm_error *err) {
         goto fail;
     }
     bool is_gguf = got >= 4 && memcmp(head, "GGUF", 4) == 0;
-    bool is_st = !is_gguf && ((got == 9 && head[8] == '{') || ends_with(path, ".safetensors") ||
-                              ends_with(path, ".json"));
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0 && got >= 8; i--)
+        hlen = hlen << 8 | head[i];
+    bool st_header = !is_gguf && got >= 9 && head[8] == '{' && hlen >= 2 && hlen <= f->size - 8;
+    bool st_name = ends_with(path, ".safetensors") || ends_with(path, ".json");
+    char kind[200];
+    if (!is_gguf && !st_header && wm__sniff_foreign(head, got, kind, sizeof kind)) {
+        st = wm__err(err, WM_EFORMAT, 0, "%s: at offset 0 (0x0): not a %s file: %s", path,
+                     st_name ? "safetensors" : "GGUF", kind);
+        goto fail;
+    }
+    bool is_st = !is_gguf && (st_header || (got >= 9 && head[8] == '{') || st_name);
     if (is_st) {
         f->format = WM_FORMAT_SAFETENSORS;
         st = wm__safetensors_parse(f, err);

@@ -51,7 +51,10 @@ static int take_option(trace_args *a, const cli_args *p) {
         if (a->n_files == MAX_NAMED) return cli_usage("trace: at most %d --file", MAX_NAMED);
         struct stat st;
         if (stat(v, &st) != 0) {
-            fprintf(stderr, "weightmap: %s: %s\n", v, strerror(errno));
+            fprintf(stderr,
+                    "weightmap: trace: --file %s: %s (--file names a file that exists before "
+                    "the program starts: make it first)\n",
+                    v, strerror(errno));
             return 1;
         }
         a->files[a->n_files++] = v;

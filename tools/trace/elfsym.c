@@ -78,6 +78,30 @@ done:
     return rc;
 }
 
+/* The bytes from vaddr to the end of the executable PT_LOAD segment of the ELF file at path that
+ * holds it; 0 when none does (an offset marker outside the object's code is refused, never
+ * dereferenced). Reads the program headers with pread: no mapping, no allocation. */
+uint64_t wt_elf_text_left(const char *path, uint64_t vaddr) {
+    int fd = (int)wt_sys_openat(AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ElfW(Ehdr) eh;
+    uint64_t left = 0;
+    if (wt_sys_pread(fd, &eh, sizeof eh, 0) == (long)sizeof eh &&
+        !memcmp(eh.e_ident, ELFMAG, SELFMAG) && eh.e_phentsize == sizeof(ElfW(Phdr))) {
+        for (int i = 0; i < eh.e_phnum && i < 256 && !left; i++) {
+            ElfW(Phdr) ph;
+            if (wt_sys_pread(fd, &ph, sizeof ph, (off_t)(eh.e_phoff + (uint64_t)i * sizeof ph)) !=
+                (long)sizeof ph)
+                break;
+            if (ph.p_type == PT_LOAD && (ph.p_flags & PF_X) && vaddr >= ph.p_vaddr &&
+                vaddr - ph.p_vaddr < ph.p_filesz)
+                left = ph.p_filesz - (vaddr - ph.p_vaddr);
+        }
+    }
+    wt_sys_close(fd);
+    return left;
+}
+
 /* ---- the scan ---- */
 
 #define OBJECTS 1024
@@ -139,7 +163,15 @@ static void scan_object(const struct link_map *lm, bool first, struct object *o)
     for (int k = 0; k < wt_n_specs; k++) {
         if (!object_matches(wt_specs[k].object, name)) continue;
         if (!wt_specs[k].symbol[0]) {
-            site(&sc, k, lm->l_addr + wt_specs[k].offset, 0);
+            uint64_t left = wt_elf_text_left(first ? "/proc/self/exe" : path, wt_specs[k].offset);
+            if (left) {
+                site(&sc, k, lm->l_addr + wt_specs[k].offset, left < 15 ? left : 15);
+            } else {
+                char msg[256];
+                snprintf(msg, sizeof msg, "marker %s not hooked: 0x%llx is not in the code of %s",
+                         wt_stats->specs[k].text, (unsigned long long)wt_specs[k].offset, name);
+                wt_warn(msg);
+            }
             continue;
         }
         sc.specs |= 1u << k;

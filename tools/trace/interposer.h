@@ -226,6 +226,9 @@ extern HIDDEN wt_spec wt_specs[WMTRACE_MAX_SPECS];
 extern HIDDEN int wt_n_specs;
 /* The dynamic linker's debugger interface (struct r_debug *): DT_DEBUG of the program. */
 void *wt_r_debug_get(void) HIDDEN;
+/* The bytes from vaddr to the end of the executable segment of the ELF file at path that holds
+ * it; 0: none does. */
+uint64_t wt_elf_text_left(const char *path, uint64_t vaddr) HIDDEN;
 /* Calls fn for each defined function symbol of the ELF file at path (no allocation). */
 int wt_elf_symbols(const char *path, void (*fn)(void *, const char *, uint64_t, uint64_t),
                    void *arg) HIDDEN;

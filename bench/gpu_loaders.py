@@ -1,0 +1,503 @@
+#!/usr/bin/env python3
+"""gpu_loaders.py: the loaders users pick to put safetensors weights on a GPU, side by side with
+weightmap on the same files (bench/gpu_loaders.sh drives it, one call on the GPU machine).
+
+  load LOADER INDEX [--rounds N] [--cold] [--warmup FILE]
+        one loader in this process: every tensor of the checkpoint INDEX lists (its shards) to
+        DEVICE, N timed rounds (after one untimed round on FILE, a small file, that sets the
+        loader and CUDA up); --cold: the shards' pages dropped from the page cache before each
+        round (fsync, POSIX_FADV_DONTNEED). Per round: seconds from the call to a synchronised
+        device, GB/s of tensor bytes; the first round's per-tensor checksums (see sums()).
+        LOADER: safetensors (safetensors.torch.load_file per shard), fastsafetensors
+        (SafeTensorsFileLoader, nogds), instanttensor (its safe_open over all shards),
+        weightmap (weightmap.load_file of the index: the set in one call), weightmap-shards
+        (weightmap.load_file per shard, as the serving stacks' loop).
+  disk INDEX [--threads T,...] [--block B,...] [--bytes N]
+        the disk's own limit: parallel O_DIRECT preads of the same shards (their pages dropped
+        first), T threads of B-byte reads each, over the first N bytes of the shards together
+        (default all); GB/s for every (T, B) and the best.
+  pretrained DIR KIND [--cold] [--rounds N]
+        from_pretrained(DIR, device_map=DEVICE), KIND plain or loading (inside
+        weightmap.loading(device=DEVICE)), N rounds in this process, cold or warm; checksums of
+        the first round's state dict; the ledger after `del model`.
+  warm DIR [--rounds N]
+        warm, in one process, alternating: from_pretrained plain, inside loading(), inside
+        loading(ahead=False), and the files alone (weightmap.load_file of the index); every
+        loaded state dict compared (torch.equal) with the plain one's.
+  drop INDEX
+        the shards' pages out of the page cache.
+  summary OUT
+        the table (Markdown) from OUT/*.jsonl, every loader's checksums compared with
+        safetensors', the ratios and the targets.
+
+Each command prints one JSON line per measurement.
+"""
+import argparse
+import gc
+import glob
+import json
+import mmap
+import os
+import statistics
+import sys
+import threading
+import time
+
+DEVICE = os.environ.get("WM_BENCH_DEVICE", "cuda:0")
+
+
+def emit(**kw):
+    print(json.dumps(kw), flush=True)
+
+
+def shards_of(index):
+    with open(index) as f:
+        files = sorted(set(json.load(f)["weight_map"].values()))
+    d = os.path.dirname(os.path.abspath(index))
+    return [os.path.join(d, x) for x in files]
+
+
+def tensor_bytes(files):
+    total = 0
+    for p in files:
+        with open(p, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(n))
+        total += sum(v["data_offsets"][1] - v["data_offsets"][0]
+                     for k, v in header.items() if k != "__metadata__")
+    return total
+
+
+def drop(files):
+    """The files' pages out of the page cache (written back first)."""
+    for p in files:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def sync():
+    import torch
+    if DEVICE.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def sums(tensors):
+    """{name: [sum, sum of every 3rd from the 2nd, sum of every 7th]} of each tensor's 32-bit (or
+    16- or 8-bit) words as int64, on the device: equal sums for equal bytes, and a tensor
+    misplaced, shifted or corrupted changes them."""
+    import torch
+    out = {}
+    for name, t in tensors.items():
+        b = t.detach().contiguous().view(-1).view(torch.uint8)
+        n = b.numel()
+        w = b.view(torch.int32) if n % 4 == 0 else b.view(torch.int16) if n % 2 == 0 else b
+        out[name] = [int(w.sum(dtype=torch.int64)), int(w[1::3].sum(dtype=torch.int64)),
+                     int(w[::7].sum(dtype=torch.int64))]
+    return out
+
+
+# ---- the loaders: each returns ({name: tensor on DEVICE}, what to call to let them go) ----
+
+def load_safetensors(index, files):
+    from safetensors.torch import load_file
+    out = {}
+    for f in files:
+        out.update(load_file(f, device=DEVICE))
+    return out, None
+
+
+def load_fastsafetensors(index, files):
+    from fastsafetensors import SafeTensorsFileLoader, SingleGroup
+    loader = SafeTensorsFileLoader(SingleGroup(), DEVICE, nogds=True)
+    loader.add_filenames({0: files})
+    fb = loader.copy_files_to_device()
+    out = {k: fb.get_tensor(k) for k in loader.get_keys()}
+
+    def close():
+        fb.close()
+        loader.close()
+    return out, close
+
+
+def load_instanttensor(index, files):
+    from instanttensor import safe_open
+    out = {}
+    dev = int(DEVICE.split(":")[1]) if ":" in DEVICE else 0
+    with safe_open(files, framework="pt", device=dev) as f:
+        for name, t in f.tensors():
+            out[name] = t.clone()      # the yielded tensor is its reused buffer
+    return out, None
+
+
+STATS = {}
+
+
+def load_weightmap(index, files):
+    import weightmap
+    f = weightmap.safe_open(index, device=DEVICE)
+    out = f.get_tensors()
+    STATS.update(f.stats() or {})
+    f.close()                         # released with the last view
+    return out, None
+
+
+def load_weightmap_shards(index, files):
+    import weightmap
+    out = {}
+    for f in files:
+        out.update(weightmap.load_file(f, device=DEVICE))
+    return out, None
+
+
+LOADERS = {"safetensors": load_safetensors, "fastsafetensors": load_fastsafetensors,
+           "instanttensor": load_instanttensor, "weightmap": load_weightmap,
+           "weightmap-shards": load_weightmap_shards}
+
+
+def release(out, close):
+    import torch
+    if close is not None:
+        close()
+    out.clear()
+    gc.collect()
+    sync()
+    if DEVICE.startswith("cuda"):
+        torch.cuda.empty_cache()
+
+
+def cmd_load(args):
+    import torch
+    files = shards_of(args.index)
+    nbytes = tensor_bytes(files)
+    torch.zeros(1, device=DEVICE)
+    if args.loader.startswith("weightmap") and DEVICE.startswith("cuda"):
+        import weightmap
+        weightmap.backend_init(DEVICE)
+    fn = LOADERS[args.loader]
+    if args.warmup:
+        wi = args.warmup
+        out, close = fn(wi, shards_of(wi))
+        release(out, close)
+    for r in range(args.rounds):
+        if args.cold:
+            drop(files)
+        gc.collect()
+        sync()
+        t0 = time.perf_counter()
+        out, close = fn(args.index, files)
+        sync()
+        secs = time.perf_counter() - t0
+        rec = dict(stage="load", loader=args.loader, scenario=args.scenario, round=r,
+                   seconds=secs, gbps=nbytes / secs / 1e9, bytes=nbytes, tensors=len(out))
+        if r == 0:
+            rec["sums"] = sums(out)
+        if args.loader.startswith("weightmap"):
+            import weightmap
+            led = weightmap.ledger()
+            rec["ledger_device_while_loaded"] = led["device"]["current"]
+            for k in ("read_direct", "read_buffered", "load_seconds"):
+                if k in STATS:
+                    rec[k] = STATS[k]
+        release(out, close)
+        if args.loader.startswith("weightmap"):
+            import weightmap
+            rec["ledger_after"] = weightmap.ledger()["bytes"]
+        emit(**rec)
+
+
+def cmd_disk(args):
+    files = shards_of(args.index)
+    sizes = [os.path.getsize(f) for f in files]
+    limit = args.bytes or sum(sizes)
+    best = 0.0
+    for threads in [int(x) for x in args.threads.split(",")]:
+        for block in [int(x) << 20 for x in args.block.split(",")]:
+            # blocks of every file, round robin over the files, the first `limit` bytes in all
+            work, left = [], limit
+            per = [s // block * block for s in sizes]
+            off = 0
+            while left > 0 and any(off < p for p in per):
+                for k, p in enumerate(per):
+                    if off < p and left > 0:
+                        work.append((k, off))
+                        left -= block
+                off += block
+            drop(files)
+            fds = [os.open(f, os.O_RDONLY | os.O_DIRECT) for f in files]
+            nxt = [0]
+            lock = threading.Lock()
+            done = [0] * threads
+
+            def run(i):
+                buf = mmap.mmap(-1, block)
+                while True:
+                    with lock:
+                        j = nxt[0]
+                        nxt[0] += 1
+                    if j >= len(work):
+                        break
+                    k, o = work[j]
+                    done[i] += os.preadv(fds[k], [buf], o)
+                buf.close()
+            ths = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
+            t0 = time.perf_counter()
+            for t in ths:
+                t.start()
+            for t in ths:
+                t.join()
+            secs = time.perf_counter() - t0
+            for fd in fds:
+                os.close(fd)
+            gbps = sum(done) / secs / 1e9
+            best = max(best, gbps)
+            emit(stage="disk", when=args.when, threads=threads, block_mib=block >> 20,
+                 bytes=sum(done), seconds=secs, gbps=gbps)
+    emit(stage="disk-best", when=args.when, gbps=best)
+
+
+def pretrained(path):
+    from transformers import AutoModelForCausalLM
+    return AutoModelForCausalLM.from_pretrained(path, device_map=DEVICE, dtype="auto")
+
+
+def ledger_bytes():
+    import weightmap
+    led = weightmap.ledger()
+    return led["bytes"] + led["regions"]
+
+
+def cmd_pretrained(args):
+    import torch
+    import weightmap
+    files = shards_of(os.path.join(args.dir, "model.safetensors.index.json"))
+    nbytes = tensor_bytes(files)
+    torch.zeros(1, device=DEVICE)
+    weightmap.backend_init(DEVICE)
+    import transformers  # noqa: F401 (imported before the clock starts)
+    for r in range(args.rounds):
+        if args.cold:
+            drop(files)
+        gc.collect()
+        sync()
+        t0 = time.perf_counter()
+        if args.kind == "plain":
+            model = pretrained(args.dir)
+        else:
+            with weightmap.loading(device=DEVICE, ahead=args.kind == "loading") as ahead:
+                model = pretrained(args.dir)
+        sync()
+        secs = time.perf_counter() - t0
+        rec = dict(stage="pretrained", kind=args.kind, cold=args.cold, round=r, seconds=secs,
+                   gbps=nbytes / secs / 1e9, bytes=nbytes)
+        if args.kind == "loading" and ahead is not None:
+            rec.update(loaded_ahead=ahead.loaded_ahead, claimed=ahead.claimed)
+        if r == 0:
+            rec["sums"] = sums(model.state_dict())
+        del model
+        gc.collect()
+        sync()
+        rec["ledger_after_del"] = ledger_bytes()
+        emit(**rec)
+
+
+def cmd_warm(args):
+    import torch
+    import weightmap
+    index = os.path.join(args.dir, "model.safetensors.index.json")
+    files = shards_of(index)
+    nbytes = tensor_bytes(files)
+    torch.zeros(1, device=DEVICE)
+    weightmap.backend_init(DEVICE)
+    import transformers  # noqa: F401
+
+    def plain():
+        return pretrained(args.dir)
+
+    def inside():
+        with weightmap.loading(device=DEVICE):
+            return pretrained(args.dir)
+
+    def inside_no_ahead():
+        with weightmap.loading(device=DEVICE, ahead=False):
+            return pretrained(args.dir)
+
+    def alone():
+        return weightmap.load_file(index, device=DEVICE)
+
+    kinds = {"plain": plain, "loading": inside, "loading-no-ahead": inside_no_ahead,
+             "files-alone": alone}
+    ref = {k: v.clone() for k, v in plain().state_dict().items()}
+    gc.collect()
+    for fn in kinds.values():            # warm-up round, not counted
+        m = fn()
+        del m
+        gc.collect()
+    names = list(kinds)
+    for r in range(args.rounds):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for kind in order:
+            gc.collect()
+            sync()
+            t0 = time.perf_counter()
+            m = kinds[kind]()
+            sync()
+            secs = time.perf_counter() - t0
+            sd = m if kind == "files-alone" else m.state_dict()
+            equal = sorted(sd) == sorted(ref) and all(
+                sd[k].dtype == ref[k].dtype and torch.equal(sd[k], ref[k]) for k in ref)
+            del m, sd
+            gc.collect()
+            sync()
+            emit(stage="warm", kind=kind, round=r, seconds=secs, gbps=nbytes / secs / 1e9,
+                 bytes=nbytes, equal=equal, ledger_after_del=ledger_bytes())
+
+
+# ---- the summary ----
+
+def median(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def listed(v, key, fmt="{:.2f}"):
+    return " ".join(fmt.format(r[key]) for r in v)
+
+
+def cmd_summary(args):
+    recs = []
+    for p in sorted(glob.glob(os.path.join(args.out, "*.jsonl"))):
+        with open(p) as f:
+            for line in f:
+                line = line.strip()
+                if line.startswith("{"):
+                    try:
+                        recs.append(json.loads(line))
+                    except ValueError:
+                        pass
+    disk = [r["gbps"] for r in recs if r.get("stage") == "disk-best"]
+    limit = max(disk) if disk else float("nan")
+    ref = next((r["sums"] for r in recs if r.get("stage") == "load" and
+                r["loader"] == "safetensors" and "sums" in r), None)
+
+    def verified(r):
+        if ref is None or "sums" not in r:
+            return "?"
+        return "yes" if r["sums"] == ref else "NO"
+
+    loads = {}
+    for r in recs:
+        if r.get("stage") == "load":
+            loads.setdefault((r["scenario"], r["loader"]), []).append(r)
+    print(f"disk limit (parallel O_DIRECT, best of each measurement): "
+          f"{', '.join(f'{x:.2f}' for x in disk)} GB/s; ceiling used: {limit:.2f} GB/s\n")
+    print("| scenario | loader | GB/s median | rounds (GB/s) | x disk limit | x safetensors | "
+          "x fastsafetensors | x InstantTensor | tensors equal safetensors' |")
+    print("|---|---|---:|---|---:|---:|---:|---:|---|")
+    med = {k: median([r["gbps"] for r in v]) for k, v in loads.items()}
+    for scen in ("tmpfs", "disk-warm", "cold"):
+        for loader in LOADERS:
+            v = loads.get((scen, loader))
+            if not v:
+                continue
+            m = med[(scen, loader)]
+
+            def ratio(peer):
+                p = med.get((scen, peer))
+                return f"{m / p:.2f}" if p else ""
+            first = next((r for r in v if "sums" in r), v[0])
+            if "read_direct" in first:
+                loader += f" (read direct: {first['read_direct'] / max(1, first['bytes']):.0%})"
+            print(f"| {scen} | {loader} | {m:.2f} | {listed(v, 'gbps')} | "
+                  f"{m / limit:.2f} | {ratio('safetensors')} | {ratio('fastsafetensors')} | "
+                  f"{ratio('instanttensor')} | {verified(first)} |")
+    pre = {}
+    for r in recs:
+        if r.get("stage") == "pretrained":
+            pre.setdefault((r["cold"], r["kind"]), []).append(r)
+    if pre:
+        print("\n| from_pretrained | GB/s median | seconds (rounds) | x disk limit | "
+              "state dict equals safetensors' | ledger after del |\n|---|---:|---|---:|---|---|")
+        for (cold, kind), v in sorted(pre.items()):
+            m = median([r["gbps"] for r in v])
+            first = next((r for r in v if "sums" in r), v[0])
+            ok = "?" if ref is None or "sums" not in first else (
+                "yes" if all(first["sums"].get(k) == s for k, s in ref.items()) and
+                len(first["sums"]) >= len(ref) else "NO")
+            print(f"| {'cold' if cold else 'warm'} {kind} | {m:.2f} | "
+                  f"{listed(v, 'seconds', '{:.3f}')} | "
+                  f"{m / limit if cold else float('nan'):.2f} | {ok} | "
+                  f"{max(r['ledger_after_del'] for r in v)} |")
+    cold_cli = [r for r in recs if r.get("stage") == "cli-cold"]
+    if cold_cli:
+        print("\n| CLI staged load of the set, cold (weightmap load --backend cuda:0, one cycle "
+              "each) | GB/s | x disk limit | bytes read direct |\n|---|---:|---:|---:|")
+        for r in cold_cli:
+            print(f"| --threads {r['threads']} --direct-io {r['io']} | {r['gbps']:.2f} | "
+                  f"{r['gbps'] / limit:.2f} | {r['read_direct']} |")
+    cli = {}
+    for r in recs:
+        if r.get("stage") == "cli-warm":
+            cli.setdefault(r["io"], []).append(r)
+    if cli:
+        off = median([r["gbps"] for r in cli.get("off", [])])
+        print("\n| CLI staged load of the set, warm (weightmap load --backend cuda:0 --cycles 5, "
+              "2 alternating rounds) | GB/s median | x --direct-io off | bytes read direct |\n"
+              "|---|---:|---:|---:|")
+        for io, v in cli.items():
+            m = median([r["gbps"] for r in v])
+            print(f"| --direct-io {io} | {m:.2f} | {m / off:.3f} | "
+                  f"{max(r['read_direct'] for r in v)} |")
+    warm = {}
+    for r in recs:
+        if r.get("stage") == "warm":
+            warm.setdefault(r["kind"], []).append(r)
+    if warm:
+        alone = median([r["gbps"] for r in warm.get("files-alone", [])])
+        print("\n| warm, one process, alternating | GB/s median | seconds (rounds) | "
+              "x the files alone | equal to plain | ledger after del |\n"
+              "|---|---:|---|---:|---|---|")
+        for kind, v in warm.items():
+            m = median([r["gbps"] for r in v])
+            print(f"| {kind} | {m:.2f} | {listed(v, 'seconds', '{:.3f}')} | "
+                  f"{m / alone:.2f} | {all(r['equal'] for r in v)} | "
+                  f"{max(r['ledger_after_del'] for r in v)} |")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("load")
+    p.add_argument("loader", choices=sorted(LOADERS))
+    p.add_argument("index")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--cold", action="store_true")
+    p.add_argument("--scenario", default="warm")
+    p.add_argument("--warmup")
+    p = sub.add_parser("disk")
+    p.add_argument("index")
+    p.add_argument("--threads", default="16,32")
+    p.add_argument("--block", default="4,16")
+    p.add_argument("--bytes", type=int, default=0)
+    p.add_argument("--when", default="before")
+    p = sub.add_parser("pretrained")
+    p.add_argument("dir")
+    p.add_argument("kind", choices=("plain", "loading", "loading-no-ahead"))
+    p.add_argument("--cold", action="store_true")
+    p.add_argument("--rounds", type=int, default=1)
+    p = sub.add_parser("warm")
+    p.add_argument("dir")
+    p.add_argument("--rounds", type=int, default=3)
+    p = sub.add_parser("drop")
+    p.add_argument("index")
+    p = sub.add_parser("summary")
+    p.add_argument("out")
+    args = ap.parse_args()
+    {"load": cmd_load, "disk": cmd_disk, "pretrained": cmd_pretrained, "warm": cmd_warm,
+     "drop": lambda a: drop(shards_of(a.index)), "summary": cmd_summary}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+"""weightmap.loading() loading a sharded checkpoint's next shards ahead (python/weightmap/
+_prefetch.py): the first open of a shard starts the set's loads on the block's own thread; the
+consumer's handles take those models over, so each byte is still read once (the kernel's rchar),
+the tensors equal the shards' own, the loads ahead stop where there is no room, what nobody
+claimed is closed at the block's end, and nothing is held after.
+
+The consumer is a stand-in for transformers' loop (a metadata-only open of the first shard, then
+each shard opened and every tensor taken), through stand-in safetensors modules (CI has neither
+safetensors nor transformers). WM_TEST_DEVICE=cuda:0 runs it on the GPU (the staged path); on
+the CPU in mode heap, the mode whose load reads the file.
+"""
+import json
+import os
+import sys
+import types
+
+import pytest
+import torch
+
+import weightmap
+from weightmap import _prefetch
+from conftest import check_nothing_held, cli
+
+DEVICE = os.environ.get("WM_TEST_DEVICE", "cpu")
+MODE = None if DEVICE != "cpu" else "heap"
+
+
+def rchar():
+    with open("/proc/self/io") as f:
+        return int(next(l for l in f if l.startswith("rchar:")).split()[1])
+
+
+@pytest.fixture
+def shard_set(tmp_path):
+    """A 3-shard set and its index, made by the CLI; the shards renamed part-a, -b, -c (and the
+    index rewritten), which also opens each shard alone where the package opens a whole set
+    from a shard named NAME-0000K-of-0000N."""
+    cli("make-model", str(tmp_path / "s.safetensors"), "--size", "12M", "--format",
+        "safetensors", "--shards", "3")
+    made = sorted(tmp_path.glob("s-*-of-00003.safetensors"))
+    names = {p.name: f"part-{'abc'[k]}.safetensors" for k, p in enumerate(made)}
+    for p in made:
+        p.rename(tmp_path / names[p.name])
+    index = tmp_path / "s.safetensors.index.json"
+    doc = json.loads(index.read_text())
+    doc["weight_map"] = {k: names[v] for k, v in doc["weight_map"].items()}
+    index.write_text(json.dumps(doc))
+    shards = [str(tmp_path / n) for n in sorted(names.values())]
+    with weightmap.safe_open(shards[0]) as f:
+        assert f.shards() == [shards[0]]
+    return shards
+
+
+@pytest.fixture
+def consumer(monkeypatch):
+    def original_safe_open(filename, framework, device="cpu"):
+        return ("original", framework)
+
+    st = types.ModuleType("safetensors")
+    st.safe_open = original_safe_open
+    st_torch = types.ModuleType("safetensors.torch")
+    st_torch.safe_open = original_safe_open
+    st_torch.load_file = lambda filename, device="cpu": "original"
+    mod = types.ModuleType("wm_test_ahead_consumer")
+    mod.safe_open = original_safe_open
+    for name, m in (("safetensors", st), ("safetensors.torch", st_torch),
+                    ("wm_test_ahead_consumer", mod)):
+        monkeypatch.setitem(sys.modules, name, m)
+    return mod
+
+
+def own_tensors(shards):
+    """Every tensor of each shard, loaded alone on the CPU (the reference), as bytes."""
+    out = {}
+    for s in shards:
+        with weightmap.safe_open(s, mode="heap") as f:
+            for k in f.keys():
+                out[k] = f.get_tensor(k).clone()
+    return out
+
+
+def consume(consumer, shards):
+    """transformers' pattern: the first shard's metadata, then each shard's tensors."""
+    with consumer.safe_open(shards[0], framework="pt", device="cpu") as f:
+        f.metadata()
+    got = {}
+    for s in shards:
+        with consumer.safe_open(s, framework="pt", device="cpu") as f:
+            for k in f.keys():
+                got[k] = f.get_tensor(k)
+    return got
+
+
+def test_next_shards_load_ahead_read_once(shard_set, consumer):
+    want = own_tensors(shard_set)
+    opens = []                                   # what an open alone reads (its header)
+    for s in shard_set:
+        r0 = rchar()
+        weightmap.safe_open(s).close()
+        opens.append(rchar() - r0)
+    index = os.path.join(os.path.dirname(shard_set[0]), "s.safetensors.index.json")
+    with weightmap.loading(device=DEVICE, mode=MODE) as ahead:
+        before = rchar()     # after the swap, whose walk over sys.modules may import lazily
+        got = consume(consumer, shard_set)
+        assert ahead.loaded_ahead == 3 and ahead.claimed == 3
+    read = rchar() - before
+    # every tensor byte once; the rest is what the opens read (the consumer's 4, the loader's
+    # 3) and the index; a shard read twice would be megabytes more
+    tensor_bytes = sum(t.numel() * t.element_size() for t in want.values())
+    most = tensor_bytes + 2 * sum(opens) + opens[0] + os.path.getsize(index) + 4096
+    assert tensor_bytes <= read <= most, (read, tensor_bytes, most)
+    assert sorted(got) == sorted(want)
+    for k, t in got.items():
+        assert t.device.type == torch.device(DEVICE).type
+        assert torch.equal(t.cpu(), want[k]), k
+    del got, t
+    check_nothing_held()
+
+
+def test_no_room_no_loads_ahead(shard_set, consumer, monkeypatch):
+    monkeypatch.setattr(_prefetch, "MARGIN", 1 << 62)
+    want = own_tensors(shard_set)
+    with weightmap.loading(device=DEVICE, mode=MODE) as ahead:
+        got = consume(consumer, shard_set)
+        assert ahead.loaded_ahead == 0 and ahead.claimed == 0
+    assert all(torch.equal(got[k].cpu(), want[k]) for k in want)
+    del got
+    check_nothing_held()
+
+
+def test_unclaimed_loads_are_closed_at_the_end(shard_set, consumer):
+    with weightmap.loading(device=DEVICE, mode=MODE) as ahead:
+        with consumer.safe_open(shard_set[0], framework="pt", device="cpu") as f:
+            t = f.get_tensor(f.keys()[0])
+    assert ahead.claimed == 1
+    assert weightmap.ledger()["bytes"] > 0           # t's model
+    del t
+    check_nothing_held()
+
+
+def test_mapped_modes_and_opt_out_load_nothing_ahead(shard_set, consumer):
+    if DEVICE == "cpu":
+        with weightmap.loading(device="cpu") as ahead:      # mmap-private: nothing to read
+            assert ahead is None
+    with weightmap.loading(device=DEVICE, mode=MODE, ahead=False) as ahead:
+        assert ahead is None
+        got = consume(consumer, shard_set)
+    del got
+    check_nothing_held()

@@ -1,0 +1,189 @@
+"""The shard sets' loads that weightmap.loading() starts ahead of the consumer (_loading.py).
+
+transformers' from_pretrained opens a sharded checkpoint's shards one after the other, and
+between two shards it does work of its own (building the model, assigning each shard's
+parameters). Loading each shard only when it is asked for puts every load on that path; here,
+the first open of any shard of a set (the files that a NAME.safetensors.index.json beside it
+lists) starts a loader thread that loads every shard of the set, in the order transformers asks
+for them (the sorted file names), one at a time, while the consumer goes on. When the consumer
+then needs a shard's tensors, its handle takes over the model already loaded (or waits for the
+load in flight) instead of loading again: each byte is still read once, and the tensors are the
+same views of the same memory.
+
+Bounds: one load at a time (one staging ring: the pinned budget of one load); a shard is loaded
+ahead only while the device (CUDA: torch.cuda.mem_get_info) or the host (heap mode on the CPU:
+MemAvailable) has room for it and a margin; past that the loader stops and the consumer loads
+what is left as it asks, as without the loader. A shard loaded ahead that nobody claims by the
+end of the block is closed then, so nothing is held that no tensor uses. A load that fails ahead
+is forgotten: the consumer loads that shard itself and sees the error where it would have.
+"""
+import json
+import os
+import threading
+
+MARGIN = 1 << 30     # room left free on the device (or the host) beyond a shard loaded ahead
+
+
+def _index_sets(directory):
+    """{realpath of a shard: [realpaths of its set's shards, sorted by name]} for every
+    *.safetensors.index.json in `directory`."""
+    sets = {}
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return sets
+    for name in names:
+        if not name.endswith(".safetensors.index.json"):
+            continue
+        try:
+            with open(os.path.join(directory, name)) as f:
+                weight_map = json.load(f).get("weight_map") or {}
+        except (OSError, ValueError, AttributeError):
+            continue
+        files = sorted({v for v in weight_map.values() if isinstance(v, str)})
+        shards = [os.path.realpath(os.path.join(directory, v)) for v in files]
+        if len(shards) > 1 and all(os.path.isfile(s) for s in shards):
+            for s in shards:
+                sets.setdefault(s, shards)
+    return sets
+
+
+def _room(device_index, on_device):
+    """Free bytes where a shard loaded ahead would go, or None when unknown."""
+    try:
+        if on_device:
+            import torch
+            return torch.cuda.mem_get_info(device_index)[0]
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except Exception:                # noqa: B902 (no figure: no loading ahead)
+        return None
+    return None
+
+
+class _Entry:
+    __slots__ = ("done", "obj", "claimed")
+
+    def __init__(self):
+        self.done = threading.Event()
+        self.obj = None          # the weightmap.safe_open loaded ahead, until claimed
+        self.claimed = False
+
+
+class Prefetcher:
+    """One loading() block's loads ahead: opened() is told of every open, claim() before a
+    handle loads, close() at the block's end."""
+
+    def __init__(self, device, mode):
+        from . import _parse_device, _c
+        self.device, self.mode = device, mode
+        backend, self.device_index = _parse_device(device)
+        self.on_device = backend != _c.BACKEND_CPU
+        self.lock = threading.Lock()
+        self.entries = {}        # realpath -> _Entry
+        self.queue = []          # realpaths to load ahead, in order
+        self.seen_dirs = set()
+        self.thread = None
+        self.stopping = False
+        self.loaded_ahead = 0    # shards loaded ahead (for tests and benchmarks)
+        self.claimed = 0         # of those, taken over by a consumer's handle
+
+    def opened(self, obj, filename):
+        """obj (a safe_open of the block) was opened on filename: the first open of a shard of a
+        set queues every shard of that set."""
+        try:
+            path = os.path.realpath(os.fspath(filename))
+        except TypeError:
+            return
+        obj._wm_ahead_path = path
+        directory = os.path.dirname(path)
+        with self.lock:
+            if self.stopping or directory in self.seen_dirs or path in self.entries:
+                return
+            self.seen_dirs.add(directory)
+        shards = _index_sets(directory).get(path)
+        if not shards:
+            return
+        with self.lock:
+            for s in shards:
+                if s not in self.entries:
+                    self.entries[s] = _Entry()
+                    self.queue.append(s)
+            if self.thread is None and self.queue and not self.stopping:
+                self.thread = threading.Thread(target=self._run, name="weightmap-ahead",
+                                               daemon=True)
+                self.thread.start()
+
+    def _run(self):
+        from . import safe_open
+        stop_rest = False
+        while True:
+            with self.lock:
+                if self.stopping or not self.queue:
+                    self.thread = None
+                    rest, self.queue = self.queue, []
+                    for p in rest:
+                        self.entries[p].done.set()
+                    return
+                path = self.queue.pop(0)
+                entry = self.entries[path]
+            try:
+                if not stop_rest:
+                    obj = safe_open(path, framework="pt", device=self.device, mode=self.mode)
+                    if len(obj.shards()) != 1:
+                        # This package opens a shard's whole set from one shard's path: loading
+                        # each ahead would read the set once per shard.
+                        obj.close()
+                        stop_rest = True
+                        continue
+                    need = sum(t[3] for t in obj._table()) + MARGIN
+                    room = _room(self.device_index, self.on_device)
+                    if room is None or room < need:
+                        obj.close()
+                        stop_rest = True       # the rest loads as the consumer asks
+                    else:
+                        obj.load()
+                        with self.lock:
+                            entry.obj = obj
+                            self.loaded_ahead += 1
+            except Exception:                  # noqa: B902 (the consumer loads it and sees why)
+                pass
+            finally:
+                entry.done.set()
+
+    def claim(self, target):
+        """Before target (a safe_open of the block) loads: if its file was loaded ahead (or is
+        being loaded), target takes that model over (waiting for it) and its own unloaded handle
+        is closed."""
+        path = target.__dict__.get("_wm_ahead_path")
+        with self.lock:
+            entry = self.entries.get(path)
+            if entry is None or entry.claimed:
+                return
+        entry.done.wait()
+        with self.lock:
+            if entry.claimed or entry.obj is None:
+                entry.claimed = True
+                return
+            entry.claimed = True
+            ahead, entry.obj = entry.obj, None
+            own, target._h = target._h, ahead._h
+            self.claimed += 1
+        own.close()
+
+    def close(self):
+        """The block ends: no more loads ahead; the ones nobody claimed are closed."""
+        with self.lock:
+            self.stopping = True
+            thread = self.thread
+        if thread is not None:
+            thread.join()
+        with self.lock:
+            left = [e.obj for e in self.entries.values() if e.obj is not None]
+            for e in self.entries.values():
+                e.obj = None
+                e.claimed = True
+        for obj in left:
+            obj.close()
