@@ -16,7 +16,7 @@ JOBS      ?= $(shell nproc)
 CTEST     := ctest --output-on-failure -j$(JOBS) --timeout 900
 DEMO_MODEL = build/default-model.gguf
 
-.PHONY: docs test-docs docs-build arm64 test-arm64 check-source all deps peer ggml llama build test test-normal test-asan test-cuda-mock demo install clean bench fuzz fuzz-build test-fuzz test-tsan iq-grids test-builds format format-check python python-build test-python test-python-asan
+.PHONY: docs test-docs docs-build arm64 test-arm64 darwin test-darwin check-source all deps peer ggml llama build test test-normal test-asan test-cuda-mock demo install clean bench fuzz fuzz-build test-fuzz test-tsan iq-grids test-builds format format-check python python-build test-python test-python-asan
 
 all: build
 
@@ -31,7 +31,7 @@ demo: build
 	@test -f $(DEMO_MODEL) || build/weightmap make-model $(DEMO_MODEL) --size 512M
 	build/weightmap demo --model $(DEMO_MODEL)
 
-test: format-check check-source test-normal test-asan test-cuda-mock test-fuzz test-tsan test-builds test-python test-python-asan test-docs test-arm64
+test: format-check check-source test-normal test-asan test-cuda-mock test-fuzz test-tsan test-builds test-python test-python-asan test-docs test-arm64 test-darwin
 
 # The oracle tests (conversion and type table against llama.cpp's own ggml) need the npm peer;
 # without it (no registry) they report skipped and the committed reference checksums still run.
@@ -180,7 +180,7 @@ test-python-asan: python-build
 # tests/docs/selftest.sh checks that the checker itself fails on a drifted page.
 DOCS_PAGES = README.md $(sort $(wildcard docs/*.md))
 DOCS_RUN   = scripts/docrun.py --build build-test --python $(PYTHON) --pythonpath build-py/python
-docs-build: deps peer ggml python-build
+docs-build: deps peer ggml llama python-build
 	@$(TEST_CONFIGURE) >/dev/null
 	@cmake --build build-test
 docs: docs-build
@@ -210,6 +210,29 @@ test-arm64: arm64 peer
 	@cmake --build build-test --target test_convert
 	cd build-test && WM_ARM64_CLI=$(CURDIR)/build-arm64/weightmap-emu $(CTEST) -R '^convert\.arm64_cli_matches_peer$$'
 
+# Darwin (docs/PORTING.md, docs/TESTING.md): `make darwin` cross-builds the library (static and
+# dylib), the CLI and the test programs for macOS on Apple silicon (aarch64-macos, macOS 11 on)
+# into build-darwin/, warnings as errors, with Zig's toolchain from npm (scripts/zig.sh installs
+# it into a cache outside the clone, keyed by its version; cmake/toolchain-darwin-arm64.cmake).
+# Nothing built there can run here: `make test-darwin` (a step of `make test`) runs ctest's label
+# darwin, the checks of what was built (tests/darwin/check.sh: imports, objects, strings, load
+# commands, read with llvm-nm and llvm-objdump). Where the toolchain cannot be had (no npm, no
+# registry) both say "skipped" and why, and succeed. RelWithDebInfo with fault injection, as
+# test-normal; no CUDA backend, no ggml bridge, no tracer (Linux's).
+DARWIN_SKIP = echo "darwin: skipped (Zig's toolchain could not be had: the line above says why)"
+darwin:
+	@scripts/deps.sh
+	@if zb=$$(scripts/zig.sh bin); then \
+	  cmake -S . -B build-darwin -G Ninja -DCMAKE_TOOLCHAIN_FILE=cmake/toolchain-darwin-arm64.cmake \
+	    -DWM_ZIG_BIN="$$zb" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON -DWM_FAULT_INJECTION=ON \
+	    -DWM_CUDA=OFF -DWM_GGML=OFF -Wno-dev >/dev/null && cmake --build build-darwin; \
+	else $(DARWIN_SKIP); fi
+
+test-darwin: darwin
+	@if [ -f build-darwin/CTestTestfile.cmake ] && scripts/zig.sh >/dev/null 2>&1; then \
+	  cd build-darwin && $(CTEST) -L '^darwin$$'; \
+	else $(DARWIN_SKIP); fi
+
 # The build users make (no options but the build type): Release, Debug, RelWithDebInfo and
 # MinSizeRel with gcc and with clang, each with -DWM_WERROR=ON so that a warning in any fails;
 # -DWM_FUZZ=ON with the tests on builds with clang and is refused at configure time with gcc.
@@ -236,6 +259,6 @@ format-check: deps
 
 # Every build folder a target here makes (build-py/ is the Python binding's; the trace tool and
 # its test programs are in every build with the CLI and the tests, build/ included).
-BUILD_DIRS := build build-arm64 build-test build-asan build-cuda-mock build-fuzz build-tsan build-types build-py
+BUILD_DIRS := build build-arm64 build-darwin build-test build-asan build-cuda-mock build-fuzz build-tsan build-types build-py
 clean:
 	rm -rf $(BUILD_DIRS)

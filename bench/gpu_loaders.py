@@ -435,7 +435,8 @@ def cmd_summary(args):
         print("\n| CLI staged load of the set, cold (weightmap load --backend cuda:0, one cycle "
               "each) | GB/s | x disk limit | bytes read direct |\n|---|---:|---:|---:|")
         for r in cold_cli:
-            print(f"| --threads {r['threads']} --direct-io {r['io']} | {r['gbps']:.2f} | "
+            print(f"| --threads {r['threads'] or 'default'} --direct-io {r['io']} | "
+                  f"{r['gbps']:.2f} | "
                   f"{r['gbps'] / limit:.2f} | {r['read_direct']} |")
     cli = {}
     for r in recs:

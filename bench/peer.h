@@ -3,9 +3,9 @@
  * measure against), a monotonic clock, percentiles, the process's memory figures and paths.
  *
  * The peer is the prebuilt llama.cpp v0.4.0 (commit 5b4ebc5, ggml 0.23.0) from the npm package
- * @node-llama-cpp/linux-x64@3.21.1, installed by scripts/peer.sh (into the npm cache, linked from bench/peers/). No llama.cpp
- * header ships with it, so the few types and prototypes used are declared here from the public
- * API of that release (ggml/include/gguf.h, include/llama.h).
+ * @node-llama-cpp/linux-x64@3.21.1, installed by scripts/peer.sh (into the npm cache, linked from
+ * bench/peers/). No llama.cpp header ships with it, so the few types and prototypes used are
+ * declared here from the public API of that release (ggml/include/gguf.h, include/llama.h).
  */
 #ifndef WM_BENCH_PEER_H
 #define WM_BENCH_PEER_H

@@ -149,12 +149,29 @@ typedef struct cli_via {
     wm_status (*verify)(void *handle, wm_error *err);
     void (*release)(void *handle);
 } cli_via;
-/* cli/ggml.c's, in a build with the ggml bridge; a weak symbol, NULL (&cli_ggml_via) without. */
-extern const cli_via cli_ggml_via __attribute__((weak));
-/* check --llama (cli/llama.c, in a build with the llama.cpp bridge; weak, NULL without): `cycles`
- * loads into llama.cpp through wm_llama_load, one decode step each, the verdict; exit 0 or 1. */
-int cli_check_llama(const char *path, unsigned cycles, bool json, unsigned threads)
-    __attribute__((weak));
+/* The optional ways of check, each built with its bridge: CMake defines WM_CLI_GGML or
+ * WM_CLI_LLAMA then, and CLI_HAVE_GGML / CLI_HAVE_LLAMA say so (1 or 0). Not weak symbols:
+ * Mach-O's linker refuses an undefined one that no library defines (the Darwin lane links the
+ * CLI). CLI_GGML_VIA: cli/ggml.c's way through the ggml bridge, or NULL. */
+#ifdef WM_CLI_GGML
+#define CLI_HAVE_GGML 1
+extern const cli_via cli_ggml_via;
+#define CLI_GGML_VIA (&cli_ggml_via)
+#else
+#define CLI_HAVE_GGML 0
+#define CLI_GGML_VIA ((const cli_via *)0)
+#endif
+/* check --llama (cli/llama.c, with the llama.cpp bridge): `cycles` loads into llama.cpp through
+ * wm_llama_load, one decode step each, the verdict; exit 0 or 1. Without the bridge a stand-in
+ * that is never reached (load.c refuses --llama first, on CLI_HAVE_LLAMA) and returns 2. */
+#ifdef WM_CLI_LLAMA
+#define CLI_HAVE_LLAMA 1
+int cli_check_llama(const char *path, unsigned cycles, bool json, unsigned threads);
+#else
+#define CLI_HAVE_LLAMA 0
+#define cli_check_llama(path, cycles, json, threads)                                               \
+    ((void)(path), (void)(cycles), (void)(json), (void)(threads), 2)
+#endif
 /* check on `path` (opened by cli_open with `set`): every mode, `cycles` cycles, the verdict;
  * exit status 0, 1. With `via`, the loads go that way and each cycle verifies every tensor
  * through it. */

@@ -110,6 +110,7 @@ static const cli_option cat_opts[] = {
     END,
 };
 
+#ifdef WM_CLI_TRACE
 static const cli_option trace_opts[] = {
     TEXT("file", "F", "any GGUF or safetensors file over 1 MiB",
          "a weight file to follow (repeat for several)"),
@@ -124,6 +125,7 @@ static const cli_option trace_opts[] = {
     NUM_AS("interval", "MS", 1, 10000, "2", "milliseconds between two footprint samples"),
     END,
 };
+#endif
 
 const cli_command cli_commands[] = {
     {"info", "FILE", "what is in a weight file: format, metadata, tensors, sizes",
@@ -163,6 +165,7 @@ const cli_command cli_commands[] = {
      "opens it: a shard is that file alone, an index its set, and with --set a shard or split\n"
      "part its whole set.",
      cat_opts, "weightmap cat model.gguf token_embd.weight --as f32 > embd.f32", false, cmd_cat},
+#ifdef WM_CLI_TRACE /* tools/trace/: Linux's (LD_PRELOAD, /proc; docs/PORTING.md for Darwin) */
     {"trace", "-- CMD ARGS...", "any program's weight-memory lifecycle, and the verdicts",
      "Runs CMD with libwmtrace.so preloaded and reports its weight-memory lifecycle: malloc\n"
      "per thread and per load (scratch, and what a load kept), every mapping of a weight\n"
@@ -175,5 +178,6 @@ const cli_command cli_commands[] = {
      "weightmap trace --load-marker wm_model_load --cycles-marker wm_model_release -- "
      "weightmap load m.gguf --mode heap",
      true, cmd_trace},
+#endif
     {NULL, NULL, NULL, NULL, NULL, NULL, false, NULL},
 };

@@ -3,7 +3,7 @@
  * (include/weightmap_ggml.h): each cycle loads with wm_ggml_load, reads every tensor back through
  * ggml (ggml_backend_tensor_get) and compares it with the file's bytes, then frees with
  * wm_ggml_free; load.c measures and judges the cycles as for any check. Built only where the
- * bridge is (cli_ggml_via is a weak symbol that load.c finds NULL otherwise).
+ * bridge is (CMake defines WM_CLI_GGML then; cli.h's CLI_GGML_VIA is NULL otherwise).
  */
 #include "cli.h"
 #include "weightmap_ggml.h"

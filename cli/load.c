@@ -620,10 +620,10 @@ int cmd_check(int argc, char **argv) {
     load_args a = {.cycles = 3};
     int rc = parse_common(&a, argc, argv, "check");
     if (rc) return rc;
-    if (a.ggml && !&cli_ggml_via)
+    if (a.ggml && !CLI_HAVE_GGML)
         return cli_usage("check: --ggml needs the ggml bridge, which this build lacks: run "
                          "scripts/ggml.sh (or make ggml), then configure again (WM_GGML=AUTO)");
-    if (a.llama && !cli_check_llama)
+    if (a.llama && !CLI_HAVE_LLAMA)
         return cli_usage("check: --llama needs the llama.cpp bridge, which this build lacks: run "
                          "scripts/llama.sh (or make llama), then configure again (WM_LLAMA=AUTO)");
     if (a.llama && a.ggml) return cli_usage("check: --ggml and --llama exclude each other");
@@ -631,5 +631,5 @@ int cmd_check(int argc, char **argv) {
         return cli_usage("check: --llama opens FILE as wm_llama_load does; --set does not apply");
     if (a.llama) return cli_check_llama(a.path, a.cycles, a.json, a.opts.threads);
     return cli_check_file(a.path, a.set, a.cycles, a.json, a.opts.threads,
-                          a.ggml ? &cli_ggml_via : NULL);
+                          a.ggml ? CLI_GGML_VIA : NULL);
 }

@@ -66,7 +66,6 @@ wm_status wm__status_from_errno(int e) {
 }
 
 const char *wm__errno_text(int e) {
-    /* strerrordesc_np is thread-safe and needs no buffer (glibc 2.32). */
-    const char *s = strerrordesc_np(e);
+    const char *s = wm__os_strerror(e);
     return s ? s : "unknown error";
 }

@@ -25,8 +25,8 @@ static wm_status os_err(wm_error *err, int e, int pid, const wm_os_why *why) {
                        pid);
     if (e == EACCES || e == EPERM)
         return wm__err(err, WM_EPERM, e,
-                       "%s: %s (reading another process needs ptrace access: same user or "
-                       "CAP_SYS_PTRACE)",
+                       "%s: %s (reading another process needs the same user or more: Linux's "
+                       "ptrace access, CAP_SYS_PTRACE; Darwin's same-user rule, or root)",
                        why->source, wm__errno_text(e));
     return wm__err(err, wm__status_io(e), e, "%s: %s", why->source, wm__errno_text(e));
 }

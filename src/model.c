@@ -221,7 +221,14 @@ static void model_free(wm_model *m) {
     wm__file_unref(f);
 }
 
-void wm_model_release(wm_model *m) { model_free(m); }
+static void model_free_task(void *m) { model_free(m); }
+
+/* A release may run on any thread, a caller's long-lived one included: inside the OS's task
+ * scope (Darwin: an autorelease pool), so that whatever a backend's release autoreleases is
+ * freed before this returns, not when that thread exits. */
+void wm_model_release(wm_model *m) {
+    if (m) wm__os_task_scope(model_free_task, m);
+}
 
 /* A file that changed size since it was opened cannot be trusted (a mapping past its end would
  * fault later). */

@@ -29,7 +29,7 @@ static bool unmapped(const void *p, size_t len) {
     unsigned char vec[64];
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     if (len / page > sizeof vec) len = sizeof vec * page;
-    return mincore((void *)p, len, vec) != 0 && errno == ENOMEM;
+    return mincore((void *)p, len, (void *)vec) != 0 && errno == ENOMEM; /* Darwin: char * */
 }
 
 /* Shrinking a page block keeps its address and bytes, unmaps the whole pages past its new end

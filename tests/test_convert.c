@@ -783,12 +783,14 @@ WM_TEST(cli_cat) {
         snprintf(cmd, sizeof cmd,
                  "script -qec \"'%s' cat '%s' output_norm.weight\" /dev/null >/dev/null 2>&1",
                  WM_CLI, path);
-        CHECK_EQ(WEXITSTATUS(system(cmd)), 2);
+        int rc = system(cmd);
+        CHECK_EQ(WEXITSTATUS(rc), 2);
         snprintf(
             cmd, sizeof cmd,
             "script -qec \"'%s' cat '%s' output_norm.weight --force\" /dev/null >/dev/null 2>&1",
             WM_CLI, path);
-        CHECK_EQ(WEXITSTATUS(system(cmd)), 0);
+        rc = system(cmd);
+        CHECK_EQ(WEXITSTATUS(rc), 0);
     }
     free(file);
     wm_file_close(f);

@@ -113,7 +113,7 @@ static void campaign_check(void *user, const wmt_fault_run *r) {
     const scenario *s = user;
     char what[128];
     snprintf(what, sizeof what, "%s call %llu of %llu failed with %s", wm__fault_call_name(r->kind),
-             (unsigned long long)r->k, (unsigned long long)r->n, strerrorname_np(r->errn));
+             (unsigned long long)r->k, (unsigned long long)r->n, wmt_errno_name(r->errn));
     if (r->st == WM_OK) {
         CHECK_MSG(s->got == s->sum, "%s: the load succeeded with other bytes", what);
         return;

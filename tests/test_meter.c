@@ -15,7 +15,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -23,7 +22,9 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#ifdef __linux__
 #include <sys/syscall.h>
+#endif
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -69,13 +70,25 @@ __attribute__((no_sanitize("address"))) static unsigned touch(const unsigned cha
 }
 
 /* mlock, mmap and the writes below bypass the sanitizers: AddressSanitizer turns mlock into a
- * no-op and writes shadow memory for each mapping it sees, which would change the figures. */
+ * no-op and writes shadow memory for each mapping it sees, which would change the figures.
+ * (Darwin's build, compiled without sanitizers, calls libSystem: it has no syscall(2) to
+ * speak of.) */
+#ifdef __linux__
 static int raw_mlock(const void *p, size_t n) { return (int)syscall(SYS_mlock, p, (long)n); }
 static unsigned char *raw_mmap(size_t n, int prot, int flags, int fd) {
     return (unsigned char *)syscall(SYS_mmap, (long)0, (long)n, (long)prot, (long)flags, (long)fd,
                                     (long)0);
 }
 static int raw_munlock(const void *p, size_t n) { return (int)syscall(SYS_munlock, p, (long)n); }
+static int raw_munmap(void *p, size_t n) { return (int)syscall(SYS_munmap, p, (long)n); }
+#else
+static int raw_mlock(const void *p, size_t n) { return mlock(p, n); }
+static unsigned char *raw_mmap(size_t n, int prot, int flags, int fd) {
+    return mmap(NULL, n, prot, flags, fd, 0);
+}
+static int raw_munlock(const void *p, size_t n) { return munlock(p, n); }
+static int raw_munmap(void *p, size_t n) { return munmap(p, n); }
+#endif
 
 __attribute__((no_sanitize("address"))) static void write_pages(unsigned char *p, size_t n) {
     for (size_t i = 0; i < n; i += page())
@@ -222,7 +235,7 @@ WM_TEST(anonymous_footprint) {
               "footprint grew by %" PRIu64 ", want %zu", d, n);
     CHECK(f1.resident >= f0.resident + n);
     CHECK(f1.committed >= f0.committed + n);
-    CHECK(syscall(SYS_munmap, p, (long)n) == 0);
+    CHECK(raw_munmap(p, n) == 0);
     wm_mem_figures f2 = figures(0);
     CHECK_MSG(f2.footprint <= f0.footprint + SLACK,
               "footprint %" PRIu64 " after unmap, was %" PRIu64, f2.footprint, f0.footprint);
@@ -238,7 +251,7 @@ WM_TEST(anonymous_footprint) {
     CHECK(f3.resident >= f2.resident + 256 * page());
     CHECK_MSG(f3.footprint <= f2.footprint + SLACK, "footprint grew by %" PRIu64,
               f3.footprint - f2.footprint);
-    CHECK(syscall(SYS_munmap, m, (long)(256 * page())) == 0);
+    CHECK(raw_munmap(m, 256 * page()) == 0);
 }
 
 static void *idle_thread(void *arg) { return arg; }
@@ -581,17 +594,17 @@ WM_TEST(no_allocation) {
     size_t n;
     CHECK_STATUS(wm_mem_figures_get(0, &f, NULL), WM_OK); /* first-use costs outside the library */
     wm_ledger_get(&l0);
-    struct mallinfo2 m0 = mallinfo2();
+    wmt_malloc m0 = wmt_malloc_stats();
     for (int i = 0; i < 10; i++) {
         CHECK_STATUS(wm_mem_figures_get(0, &f, NULL), WM_OK);
         CHECK_STATUS(wm_mem_file_regions(0, path, r, MAX_REGIONS, &n, NULL), WM_OK);
         CHECK_STATUS(wm_mem_file_regions(0, NULL, r, MAX_REGIONS, &n, NULL), WM_OK);
     }
-    struct mallinfo2 m1 = mallinfo2();
+    wmt_malloc m1 = wmt_malloc_stats();
     wm_ledger_get(&l1);
     CHECK_EQ(l1.cat[WM_LEDGER_HEAP].total, l0.cat[WM_LEDGER_HEAP].total);
-    CHECK_EQ(m1.uordblks, m0.uordblks);
-    CHECK_EQ(m1.hblkhd, m0.hblkhd);
+    CHECK_EQ(m1.in_use, m0.in_use);
+    CHECK_EQ(m1.mapped, m0.mapped);
 }
 
 /* ---- weightmap probe ---- */

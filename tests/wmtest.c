@@ -21,7 +21,6 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -195,26 +194,6 @@ size_t wmt_copy_file(const char *from, const char *to) {
     return len;
 }
 
-int wmt_count_file_maps(const char *path) {
-    struct stat st;
-    if (stat(path, &st) != 0) wmt_fail(__FILE__, __LINE__, "stat %s: %s", path, strerror(errno));
-    FILE *f = fopen("/proc/self/maps", "r");
-    if (!f) wmt_fail(__FILE__, __LINE__, "open /proc/self/maps");
-    char line[1024];
-    int n = 0;
-    while (fgets(line, sizeof line, f)) {
-        unsigned long long lo, hi, off, ino;
-        unsigned maj, min;
-        char perms[8];
-        if (sscanf(line, "%llx-%llx %7s %llx %x:%x %llu", &lo, &hi, perms, &off, &maj, &min,
-                   &ino) == 7 &&
-            ino == (unsigned long long)st.st_ino && makedev(maj, min) == st.st_dev)
-            n++;
-    }
-    fclose(f);
-    return n;
-}
-
 static wm_file *open_ok(wmt_opener open, const char *file, int line, const char *path) {
     wm_file *f = NULL;
     wm_error err = {0};
@@ -287,14 +266,26 @@ int wmt_cli(const char *args, char *out, size_t cap) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-int wmt_count_fds(void) {
-    DIR *d = opendir("/proc/self/fd");
-    if (!d) wmt_fail(__FILE__, __LINE__, "opendir /proc/self/fd: %s", strerror(errno));
-    int n = 0;
-    while (readdir(d))
-        n++;
-    closedir(d);
-    return n;
+/* The errnos tests inject and the OS layer returns (glibc's strerrorname_np is glibc's only). */
+const char *wmt_errno_name(int e) {
+    static const struct {
+        int e;
+        const char *name;
+    } names[] = {
+#define WMT_ERRNO(x) {x, #x}
+        WMT_ERRNO(EPERM),  WMT_ERRNO(ENOENT),     WMT_ERRNO(ESRCH),     WMT_ERRNO(EINTR),
+        WMT_ERRNO(EIO),    WMT_ERRNO(EBADF),      WMT_ERRNO(EAGAIN),    WMT_ERRNO(ENOMEM),
+        WMT_ERRNO(EACCES), WMT_ERRNO(EFAULT),     WMT_ERRNO(EBUSY),     WMT_ERRNO(EEXIST),
+        WMT_ERRNO(EINVAL), WMT_ERRNO(ENFILE),     WMT_ERRNO(EMFILE),    WMT_ERRNO(EFBIG),
+        WMT_ERRNO(ENOSPC), WMT_ERRNO(ERANGE),     WMT_ERRNO(ENOSYS),    WMT_ERRNO(EOVERFLOW),
+        WMT_ERRNO(ESTALE), WMT_ERRNO(EOPNOTSUPP), WMT_ERRNO(ETIMEDOUT),
+#undef WMT_ERRNO
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (names[i].e == e) return names[i].name;
+    static _Thread_local char other[24];
+    snprintf(other, sizeof other, "errno %d", e);
+    return other;
 }
 
 /* ---- fault sweeps ---- */
@@ -350,7 +341,7 @@ static void sweep_one(const wmt_sweep *s, const sweep_base *b, wm_os_call kind, 
                       uint64_t n, int errn, wmt_sweep_result *res) {
     char run[160];
     snprintf(run, sizeof run, "%s call %" PRIu64 " of %" PRIu64 " failed with %s",
-             kind == WM_OS_ANY ? "any" : wm__fault_call_name(kind), k, n, strerrorname_np(errn));
+             kind == WM_OS_ANY ? "any" : wm__fault_call_name(kind), k, n, wmt_errno_name(errn));
     wm_error err;
     memset(&err, 0, sizeof err);
     wm__fault_arm(kind, k, errn);
@@ -560,22 +551,6 @@ void wmt_gpu_lock(bool exclusive) {
         wmt_fail(__FILE__, __LINE__, "cannot lock /tmp/weightmap-test-cuda.lock");
 }
 
-/* Bytes this process has read with read/pread (the kernel's rchar). The figure a read of
- * /proc/self/io shows does not count that read; `and_this_read` adds it, so that
- * wmt_rchar(false) - wmt_rchar(true) is exactly what was read between the two calls. */
-uint64_t wmt_rchar(bool and_this_read) {
-    int fd = open("/proc/self/io", O_RDONLY);
-    CHECK(fd >= 0);
-    char buf[512];
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    CHECK(n > 0);
-    buf[n] = 0;
-    const char *p = strstr(buf, "rchar:");
-    CHECK(p != NULL);
-    return strtoull(p + 6, NULL, 10) + (and_this_read ? (uint64_t)n : 0);
-}
-
 /* ---- the page cache ---- */
 
 const char *wmt_write_u8_tensors(const char *name, const uint64_t *sizes, size_t n) {
@@ -619,7 +594,7 @@ uint64_t wmt_cached_bytes(const char *path, uint64_t off, uint64_t len) {
         void *p = mmap(NULL, (size_t)(b - a), PROT_READ, MAP_SHARED, fd, (off_t)a);
         CHECK_MSG(p != MAP_FAILED, "map %s", path);
         unsigned char *vec = malloc((size_t)((b - a) / page));
-        CHECK(vec && mincore(p, (size_t)(b - a), vec) == 0);
+        CHECK(vec && mincore(p, (size_t)(b - a), (void *)vec) == 0); /* Darwin: char * */
         for (uint64_t i = 0; i < (b - a) / page; i++)
             n += (vec[i] & 1) ? page : 0;
         free(vec);
@@ -627,34 +602,6 @@ uint64_t wmt_cached_bytes(const char *path, uint64_t off, uint64_t len) {
     }
     close(fd);
     return n;
-}
-
-void wmt_make_cold(const char *path, uint64_t warm_off, uint64_t warm_len) {
-    int fd = open(path, O_RDWR);
-    CHECK_MSG(fd >= 0, "open %s", path);
-    struct stat st;
-    CHECK(fstat(fd, &st) == 0);
-    CHECK(fdatasync(fd) == 0);
-    CHECK(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0);
-    int direct = open(path, O_RDONLY | O_DIRECT);
-    if (direct >= 0) close(direct);
-    if (direct < 0 || wmt_cached_bytes(path, 0, (uint64_t)st.st_size) != 0) {
-        close(fd);
-        WM_SKIP("this file system keeps the file's pages or has no O_DIRECT");
-    }
-    if (warm_len) {
-        CHECK(posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM) == 0);
-        unsigned char *buf = malloc((size_t)warm_len);
-        CHECK(buf && pread(fd, buf, (size_t)warm_len, (off_t)warm_off) == (ssize_t)warm_len);
-        free(buf);
-    }
-    close(fd);
-    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-    uint64_t wa = warm_off / page * page, wb = (warm_off + warm_len + page - 1) / page * page;
-    uint64_t want = warm_len ? wb - wa : 0;
-    if (wmt_cached_bytes(path, 0, (uint64_t)st.st_size) != want ||
-        (warm_len && wmt_cached_bytes(path, wa, wb - wa) != want))
-        WM_SKIP("the page cache did not take exactly the warmed pages (readahead)");
 }
 
 /* What a load holds (the ledger's current bytes by category) and what it read (rchar), from

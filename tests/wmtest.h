@@ -107,7 +107,8 @@ void *wmt_read_file(const char *path, size_t *len);
 /* Copies the file `from` to `to` (created or replaced); returns its size. */
 size_t wmt_copy_file(const char *from, const char *to);
 /* Number of regions of this process that map `path` (matched by device and inode, from
- * /proc/self/maps). */
+ * /proc/self/maps; Darwin: proc_pidinfo's regions). wmtest_linux.c or wmtest_darwin.c, with
+ * wmt_count_fds and wmt_rchar. */
 int wmt_count_file_maps(const char *path);
 
 /* Opens `path`, which must succeed (else the case fails, naming the file and the status); the
@@ -142,8 +143,8 @@ int wmt_cli(const char *args, char *out, size_t cap);
  * other GPU case holds it shared, until it exits. */
 void wmt_gpu_lock(bool exclusive);
 
-/* Open descriptors of this process (entries of /proc/self/fd): compare two counts to see whether
- * a call left one open. */
+/* Open descriptors of this process (entries of /proc/self/fd; Darwin: PROC_PIDLISTFDS): compare
+ * two counts to see whether a call left one open. */
 int wmt_count_fds(void);
 
 /* ---- the page cache (cold and warm files, for the reading engine's tests) ----
@@ -157,7 +158,9 @@ const char *wmt_write_u8_tensors(const char *name, const uint64_t *sizes, size_t
 /* Writes the file back and drops it from the page cache (fdatasync, POSIX_FADV_DONTNEED); then
  * warms [warm_off, warm_off + warm_len) of it (0, 0: nothing) with reads that start no
  * readahead (POSIX_FADV_RANDOM). Skips the case (WM_SKIP) where this file system cannot drop
- * its pages or has no O_DIRECT, or where the pages are not exactly as asked afterwards. */
+ * its pages or has no O_DIRECT, or where the pages are not exactly as asked afterwards.
+ * wmtest_linux.c; Darwin has no user call that drops a file's cached pages (purge(8) is root's
+ * and whole-system): the case is skipped there. */
 void wmt_make_cold(const char *path, uint64_t warm_off, uint64_t warm_len);
 /* Bytes of the file's pages over [off, off + len) in the page cache now. */
 uint64_t wmt_cached_bytes(const char *path, uint64_t off, uint64_t len);
@@ -257,8 +260,20 @@ void wmt_buf_free(wmt_buf *b);
 
 /* Bytes this process has read with read/pread (the kernel's rchar, /proc/self/io); with
  * `and_this_read` plus the read of /proc/self/io itself, so that wmt_rchar(false) -
- * wmt_rchar(true) is exactly what was read between the two calls. */
+ * wmt_rchar(true) is exactly what was read between the two calls. Darwin has no such count:
+ * the case is skipped there. */
 uint64_t wmt_rchar(bool and_this_read);
+
+/* What malloc holds for the process: in_use, the bytes of live blocks (glibc: mallinfo2's
+ * uordblks, Darwin: malloc_zone_statistics' size_in_use over every zone); mapped, those of
+ * blocks glibc mapped apart (hblkhd; 0 on Darwin, whose in_use counts them). */
+typedef struct wmt_malloc {
+    size_t in_use, mapped;
+} wmt_malloc;
+wmt_malloc wmt_malloc_stats(void);
+
+/* The errno's name ("EIO"), or "errno N" for one the table lacks (static storage for those). */
+const char *wmt_errno_name(int e);
 
 /* A consumer's loop over the shards of a set: loads the set (opened at `set_path`: its index)
  * with `o` and releases it, then opens shards[0 .. n) each alone (wm_file_open) and loads them

@@ -1,15 +1,15 @@
 /*
  * linux.c: the half of os.h that only Linux has: what this OS can do (wm_os_caps); reopening a
  * descriptor through /proc/self/fd, plain or with O_DIRECT; what of a file is in the page cache
- * (cachestat); mlock by raw system call;
- * madvise advice beyond POSIX; the per-task scope (nothing here); glibc's malloc_trim; and the
- * memory figures of a process, read from /proc.
- * MADV_POPULATE_READ (Linux 5.14) prefaults a range without privatising a page of a private
- * mapping, unlike MAP_POPULATE or mlock, so it is the prefetch tool of every mapped mode.
+ * (cachestat); anonymous pages (mmap MAP_ANONYMOUS: Darwin's come from the Mach VM instead);
+ * mlock by raw system call; madvise advice beyond POSIX; the words for an errno; the per-task
+ * scope (nothing here); glibc's malloc_trim; and the memory figures of a process, read from
+ * /proc. MADV_POPULATE_READ (Linux 5.14) prefaults a range without privatising a page of a
+ * private mapping, unlike MAP_POPULATE or mlock, so it is the prefetch tool of every mapped mode.
  *
- * Sections: capabilities; files; the page cache; locking; advice; tasks and the heap; /proc (a
- * bounded line reader, numbers in /proc lines, the process figures, the file regions, a process
- * under a user-mode emulator); the CPU's features (the auxiliary vector).
+ * Sections: capabilities; files; the page cache; pages; locking; advice; errors; tasks and the
+ * heap; /proc (a bounded line reader, numbers in /proc lines, the process figures, the file
+ * regions, a process under a user-mode emulator); the CPU's features (the auxiliary vector).
  */
 #include "os.h"
 #include "unix.h"
@@ -93,6 +93,22 @@ int wm__os_cached(int fd, uint64_t off, uint64_t len, uint64_t *cached_out) {
     return wm__unix_cached(fd, off, len, cached_out);
 }
 
+/* ---- pages ---- */
+
+int wm__os_pages_alloc(size_t len, void **out) {
+    int e = wm__fault_hit(WM_OS_PAGES);
+    if (e) return e;
+    if (len == 0) return EINVAL;
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return errno;
+    *out = p;
+    return 0;
+}
+
+void wm__os_pages_free(void *addr, size_t len) {
+    if (addr && len) munmap(addr, len);
+}
+
 /* ---- locking ---- */
 
 int wm__os_lock(void *addr, size_t len) {
@@ -134,6 +150,11 @@ int wm__os_advise(void *addr, size_t len, wm_os_advice advice) {
         if (errno != EINTR && errno != EAGAIN) return errno;
     }
 }
+
+/* ---- errors ---- */
+
+/* strerrordesc_np is thread-safe and needs no buffer (glibc 2.32). */
+const char *wm__os_strerror(int e) { return strerrordesc_np(e); }
 
 /* ---- tasks and the heap ---- */
 

@@ -3,15 +3,20 @@
  * an OS header; everything above this file is written against it alone.
  *
  * The files behind it, chosen by CMake from CMAKE_SYSTEM_NAME (CMakeLists.txt):
- *   unix.c   what POSIX gives every Unix: files, pread, mappings, pages, threads, clocks,
- *            shared libraries. unix.h is what it offers the OS file below.
+ *   unix.c   what POSIX gives every Unix: files, pread, mappings of files, threads (and their
+ *            stacks), clocks, shared libraries. unix.h is what it offers the OS file below.
  *   linux.c  what only Linux has: /proc (the process figures, reopening through /proc/self/fd),
- *            O_DIRECT, madvise beyond POSIX (populate, transparent huge pages), the raw mlock,
- *            glibc's malloc_trim, the CPU's features (the auxiliary vector).
+ *            O_DIRECT, anonymous pages (mmap), madvise beyond POSIX (populate, transparent huge
+ *            pages), the raw mlock, glibc's strerrordesc_np and malloc_trim, the CPU's features
+ *            (the auxiliary vector).
+ *   darwin.c what only Darwin has (macOS; iOS where its headers allow): F_GETPATH and
+ *            F_NOCACHE, pages from vm_allocate, the autorelease pool of the task scope, the
+ *            figures from task_info, proc_pid_rusage, proc_pidinfo, vm_region_recurse_64.
+ *            Built and checked for aarch64-macos in make test, not run here (docs/PORTING.md).
  *   fault.c  fault injection (fault.h), for every OS.
- * A port writes one file in linux.c's place (darwin.c for macOS) and fills every call below;
- * each says what Darwin would use. What an OS lacks is said in wm_os_caps, not by #ifdef above
- * this layer: a call it cannot make returns ENOSYS (or, for a hint, EINVAL).
+ * A port writes one file in linux.c's place and fills every call below; each says what Linux
+ * and Darwin use. What an OS lacks is said in wm_os_caps, not by #ifdef above this layer: a
+ * call it cannot make returns ENOSYS (or, for a hint, EINVAL).
  *
  * Rules that hold for every function here:
  *   - A function that can fail returns 0 or a positive errno value; it never sets errno for the
@@ -64,7 +69,7 @@ typedef struct wm_os_caps {
     bool process_info;  /* wm__os_process_info and wm__os_file_regions work */
     bool other_process; /* ... also for another process's pid, not only 0 */
 } wm_os_caps;
-/* Darwin: reopen via fcntl(F_GETPATH) then open(); direct_io via F_NOCACHE on that descriptor
+/* darwin.c: reopen via fcntl(F_GETPATH) then open(); direct_io via F_NOCACHE on that descriptor
  * (no alignment rule, so WM_OS_DIRECT_ALIGN still holds); populate and huge_pages false;
  * process_info and other_process true (task_info, proc_pid_rusage: the same user). */
 const wm_os_caps *wm__os_caps(void);
@@ -120,8 +125,8 @@ typedef enum wm_os_map_kind {
 int wm__os_map(int fd, uint64_t off, size_t len, wm_os_map_kind kind, void **out);
 void wm__os_unmap(void *addr, size_t len);
 
-/* Anonymous, page-aligned, zeroed memory straight from the OS, never malloc (mmap MAP_ANONYMOUS,
- * unix.c; Darwin the same). */
+/* Anonymous, page-aligned, zeroed memory straight from the OS, never malloc (linux.c: mmap
+ * MAP_ANONYMOUS; darwin.c: vm_allocate and vm_deallocate, tagged for vmmap). */
 int wm__os_pages_alloc(size_t len, void **out);
 void wm__os_pages_free(void *addr, size_t len);
 
@@ -155,7 +160,8 @@ typedef struct wm_os_thread {
 int wm__os_thread_start(wm_os_thread *t, void *(*fn)(void *), void *arg);
 void wm__os_thread_join(wm_os_thread *t);
 /* Runs fn(arg) inside the OS's per-task scope (nothing on Linux; Darwin: an autorelease pool,
- * objc_autoreleasePoolPush/Pop, so that Metal objects made on a worker are freed with it). */
+ * objc_autoreleasePoolPush/Pop found at run time, so that Metal objects made on a worker are
+ * freed with it). Every worker task runs in one, and so does wm_model_release. */
 void wm__os_task_scope(void (*fn)(void *), void *arg);
 
 /* A mutex and a condition variable, for handing work between the threads of one call. The
@@ -184,8 +190,10 @@ void wm__os_cond_broadcast(wm_os_cond *c);
  * answered but without the figure, a sentence saying so (then the errno is ENOENT).
  * Linux: /proc/PID/status and smaps_rollup, smaps; opens count as OPEN, reads as PREAD; no
  * allocation (one stack buffer streams each file). Darwin (docs/PORTING.md): task_info
- * (TASK_VM_INFO: phys_footprint, resident_size), proc_pid_rusage for another process, and
- * proc_pidinfo(PROC_PIDREGIONPATHINFO) walked region by region for the file regions. */
+ * (TASK_VM_INFO: phys_footprint, resident_size, external) and a vm_region_recurse_64 walk
+ * (locked, committed) for this process, proc_pid_rusage for another, and
+ * proc_pidinfo(PROC_PIDREGIONPATHINFO) walked region by region for the file regions; each
+ * query counts as PREAD; no allocation either. */
 typedef struct wm_os_why {
     char source[96];
     const char *detail; /* static text, or NULL: the errno says it */
@@ -231,6 +239,11 @@ void wm__os_heap_trim(void);
  * message (static storage). wm__os_symbol: the address of `name` in it, or NULL. */
 void wm__os_library(const char *const *names, size_t n, void **out, const char **why);
 void *wm__os_symbol(void *library, const char *name);
+
+/* The words for errno value e, safe on any thread, or NULL for a value the OS has none for.
+ * linux.c: glibc's strerrordesc_np (static text). darwin.c: strerror_r into a buffer of the
+ * calling thread's own, valid until that thread's next call. */
+const char *wm__os_strerror(int e);
 
 /* sysconf and clock_gettime (unix.c; Darwin the same). */
 size_t wm__os_page_size(void);

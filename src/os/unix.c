@@ -1,8 +1,8 @@
 /*
- * unix.c: the POSIX half of os.h, for every Unix: files, pread, mappings, anonymous pages,
- * threads, mutexes, clocks and shared libraries. Nothing here is Linux's: what is (/proc,
- * O_DIRECT, madvise beyond POSIX, the raw mlock) lives in linux.c, and a Darwin port links
- * this file unchanged beside its darwin.c. The one name outside POSIX.1-2008 is
+ * unix.c: the POSIX half of os.h, for every Unix: files, pread, mappings of files, threads
+ * (their stacks anonymous mappings), mutexes, clocks and shared libraries. Nothing here is Linux's:
+ * what is (/proc, O_DIRECT, madvise beyond POSIX, the raw mlock) lives in linux.c, and a Darwin
+ * port links this file unchanged beside its darwin.c. The one name outside POSIX.1-2008 is
  * _SC_NPROCESSORS_ONLN, which Linux, the BSDs and Darwin all have.
  *
  * Every fallible function first asks wm__fault_hit() so tests can fail it (fault.h).
@@ -97,7 +97,8 @@ int wm__os_pread(int fd, void *buf, size_t len, uint64_t off, size_t *got) {
     return 0;
 }
 
-/* ---- mappings and pages ---- */
+/* ---- mappings (anonymous pages are the OS file's: linux.c maps them, darwin.c asks the Mach
+ * VM) ---- */
 
 int wm__os_map(int fd, uint64_t off, size_t len, wm_os_map_kind kind, void **out) {
     int e = wm__fault_hit(WM_OS_MAP);
@@ -112,20 +113,6 @@ int wm__os_map(int fd, uint64_t off, size_t len, wm_os_map_kind kind, void **out
 }
 
 void wm__os_unmap(void *addr, size_t len) {
-    if (addr && len) munmap(addr, len);
-}
-
-int wm__os_pages_alloc(size_t len, void **out) {
-    int e = wm__fault_hit(WM_OS_PAGES);
-    if (e) return e;
-    if (len == 0) return EINVAL;
-    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return errno;
-    *out = p;
-    return 0;
-}
-
-void wm__os_pages_free(void *addr, size_t len) {
     if (addr && len) munmap(addr, len);
 }
 
