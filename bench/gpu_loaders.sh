@@ -72,14 +72,16 @@ NP=$(nproc)
 ( { cmake -S . -B build-gpu "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_FAULT_INJECTION=ON \
       "${cm[@]}" && cmake --build build-gpu -j"$NP" --target weightmap_cli test_cuda test_multi
   } >$W/build-c.txt 2>&1; echo "exit $?" >>$W/build-c.txt ) &
+# the checkpoint's writer imports weightmap: after the extension
 ( { cmake -S . -B build-gpu-py "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_PYTHON=ON \
       -DWM_BUILD_TESTS=OFF -DPython3_EXECUTABLE="$PY" -DWM_DLPACK_DIR=/tmp/wm-deps/usr/include \
       "${cm[@]}" && cmake --build build-gpu-py -j"$NP" --target wm_python weightmap_cli
-  } >$W/build-py.txt 2>&1; echo "exit $?" >>$W/build-py.txt ) &
-( PEERS=/tmp/peers timeout 240 bash "$PEERS_SRC/build.sh" >$W/peers.txt 2>&1; echo "exit $?" >>$W/peers.txt ) &
-( timeout 240 "$PY" bench/python_transformers.py write-llama "$CK" "$GIB" --shards 3 >$W/write.txt 2>&1 &&
+  } >$W/build-py.txt 2>&1; echo "exit $?" >>$W/build-py.txt
+  export PYTHONPATH=$PWD/build-gpu-py/python
+  timeout 240 "$PY" bench/python_transformers.py write-llama "$CK" "$GIB" --shards 3 >$W/write.txt 2>&1 &&
   timeout 60 "$PY" bench/python_transformers.py write-llama "$SMALL" 0.05 --small --shards 3 >>$W/write.txt 2>&1
   echo "exit $?" >>$W/write.txt ) &
+( PEERS=/tmp/peers timeout 240 bash "$PEERS_SRC/build.sh" >$W/peers.txt 2>&1; echo "exit $?" >>$W/peers.txt ) &
 wait
 for f in build-c build-py peers write; do echo "-- $f: $(tail -1 $W/$f.txt)"; done | tee -a "$LOG"
 grep -E "^(fastsafetensors|instanttensor):" $W/peers.txt | tee -a "$LOG"
