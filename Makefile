@@ -180,7 +180,7 @@ test-python-asan: python-build
 # tests/docs/selftest.sh checks that the checker itself fails on a drifted page.
 DOCS_PAGES = README.md $(sort $(wildcard docs/*.md))
 DOCS_RUN   = scripts/docrun.py --build build-test --python $(PYTHON) --pythonpath build-py/python
-docs-build: deps peer ggml python-build
+docs-build: deps peer ggml llama python-build
 	@$(TEST_CONFIGURE) >/dev/null
 	@cmake --build build-test
 docs: docs-build

@@ -16,6 +16,7 @@
 #include "cli.h"
 #include "weightmap_llama.h"
 
+#include <dlfcn.h>
 #include <ggml-backend.h>
 #include <inttypes.h>
 #include <malloc.h>
@@ -184,10 +185,31 @@ static void report(const char *path, const llama_cycle *cs, unsigned cycles, boo
                         : "MEMORY NOT RETURNED: see the rows marked LEAK");
 }
 
+/* ggml's CPU backends (libggml-cpu-*.so) lie beside libllama: in the build tree the folder
+ * scripts/llama.sh made, installed LIBDIR/weightmap/ (CMakeLists.txt installs them with the
+ * bridge). Asked of the loader (the folder libllama was loaded from), so that an installed tree
+ * that was moved still finds them. */
+static void load_backends(void) {
+    Dl_info info;
+    char dir[4096];
+    const char *slash;
+    void (*fn)(void) = llama_backend_init;
+    void *addr; /* a function's address as dladdr takes it (ISO C has no cast for that) */
+    memcpy(&addr, &fn, sizeof addr);
+    if (dladdr(addr, &info) && info.dli_fname && (slash = strrchr(info.dli_fname, '/')) &&
+        (size_t)(slash - info.dli_fname) < sizeof dir) {
+        memcpy(dir, info.dli_fname, (size_t)(slash - info.dli_fname));
+        dir[slash - info.dli_fname] = 0;
+        ggml_backend_load_all_from_path(dir);
+    } else {
+        ggml_backend_load_all();
+    }
+}
+
 int cli_check_llama(const char *path, unsigned cycles, bool json, unsigned threads) {
     const char *log = getenv("WM_LLAMA_LOG");
     if (!log || strcmp(log, "1") != 0) llama_log_set(quiet, NULL);
-    ggml_backend_load_all_from_path(WM_LLAMA_LIBDIR);
+    load_backends();
     llama_backend_init();
     llama_cycle *cs = calloc(cycles + 1, sizeof *cs);
     if (!cs) return 1;

@@ -404,8 +404,10 @@ typedef struct wm_read_options {
                              concurrently for different pieces unless WM_READ_SINK_SERIAL */
     void *sink_user;
     size_t window;           /* page-allocated staging for sink items, all threads together;
-                                0 = 64 MiB. Each thread's share is at least 1 MiB; an item read
-                                WM_READ_WHOLE takes a window of its own size while it is read */
+                                0 = 64 MiB. Each thread's share is at least 1 MiB and at most
+                                8 MiB; a thread that reads an item WM_READ_WHOLE grows its window
+                                to the item and keeps it until the call returns (at most
+                                threads x the largest whole item) */
     wm_progress_fn progress; /* from the calling thread: bytes read so far, of all items */
     void *progress_user;
 } wm_read_options;

@@ -8,7 +8,8 @@ lines between are allowed; the comment does not show when the page is rendered):
 
     <!-- docrun -->                      run the block, compare every command's output
     <!-- docrun mask=float,pid -->       ... with the numbers that vary masked (below)
-    <!-- docrun needs=peer -->           ... only where the peer is installed (else skipped)
+    <!-- docrun needs=peer -->           ... only where the peer is installed (else skipped);
+                                         also ggml, llama (the build has that bridge), python
     <!-- docrun pre="import weightmap" -->  hidden code run first (shell, or Python for >>>)
     <!-- docrun skip: GPU only -->       never run; the reason is printed in every run
 
@@ -322,13 +323,16 @@ def which_needs(attrs, env):
         elif need == "ggml":
             if not os.path.exists(os.path.join(env["WM_DOCS_BUILD"], "ggml_stories")):
                 return "the build has no ggml bridge (scripts/ggml.sh, then configure again)"
+        elif need == "llama":
+            if not os.path.exists(os.path.join(env["WM_DOCS_BUILD"], "libweightmap_llama.so")):
+                return "the build has no llama.cpp bridge (scripts/llama.sh, then configure again)"
         elif need == "python":
             if not env.get("WM_DOCS_PYTHONPATH"):
                 return "no Python extension given (--pythonpath; make test-docs gives build-py's)"
         elif need == "gpu":
             return "GPU only"
         else:
-            return "unknown need '%s'" % need
+            raise ValueError("unknown need '%s' (peer, ggml, llama, python, gpu)" % need)
     return None
 
 
@@ -407,7 +411,12 @@ def process(path, args, env, report):
             if "skip" in b.attrs:
                 report.append("%s: skipped: %s" % (b.where(), b.attrs["skip"]))
                 continue
-            why = which_needs(b.attrs, env)
+            try:
+                why = which_needs(b.attrs, env)
+            except ValueError as e:
+                report.append("%s: %s" % (b.where(), e))
+                ok = False
+                continue
             if why:
                 report.append("%s: skipped: %s" % (b.where(), why))
                 continue

@@ -3,8 +3,9 @@
 #  1. `make install PREFIX=DIR DESTDIR=STAGE` passes both to `cmake --install`;
 #  2. a staged install (DESTDIR) is moved elsewhere: every RUNPATH in it is relative to $ORIGIN,
 #     no file in it names the source or the build tree (debug info aside), and the moved CLI
-#     runs: --version, info, check --ggml where the bridge is built (its libggml-base.so is
-#     installed with it), trace (its interposer found relative to the binary);
+#     runs: --version, info, check --ggml and check --llama where the bridges are built (their
+#     libggml-base.so, libllama, libggml and ggml's CPU backends installed with them), trace
+#     (its interposer found relative to the binary);
 #  3. consumers of the moved prefix: pkg-config shared (ldd: libweightmap.so.1 from the prefix)
 #     and static (weightmap-static.pc, the .so beside the archive: ldd shows no libweightmap),
 #     --static weightmap from a prefix that holds only the archive, find_package with both
@@ -66,6 +67,10 @@ if ls "$libdir" | grep -q '^libweightmap_llama\.so'; then
   for n in libweightmap.so.1 libllama libggml-base.so; do
     grep -qF "$n" <<<"$l" || fail "libweightmap_llama.so does not link $n: $l"
   done
+  # the CLI's check --llama: libllama and ggml's CPU backends from LIB/weightmap/
+  ls "$libdir"/weightmap/libggml-cpu-*.so >/dev/null 2>&1 || fail "no ggml CPU backend installed"
+  "$p/bin/weightmap" check "$fixture" --llama --cycles 1 >"$tmp/llama.txt" 2>&1 \
+    || { cat "$tmp/llama.txt" >&2; fail "the moved CLI's check --llama"; }
 fi
 "$p/bin/weightmap" trace --out /dev/null -- true || fail "the moved CLI's trace"
 
