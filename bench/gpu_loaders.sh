@@ -154,6 +154,7 @@ if room 70 "warm from_pretrained"; then
     cat "$CK"/*.safetensors >/dev/null
     timeout 150 $L warm "$CK" --rounds $((ROUNDS + 2)) >$W/warm-tf.jsonl 2>$W/warm-tf.err
     grep -o '"kind": "[a-z-]*", "round": [0-9]*, "seconds": [0-9.]*' $W/warm-tf.jsonl | tee -a "$LOG"
+    grep '"warm-trace"' $W/warm-tf.jsonl | tee -a "$LOG"
     tail -2 $W/warm-tf.err | tee -a "$LOG"
     collect
 fi
@@ -163,7 +164,7 @@ if room $((40 + 25 * ROUNDS)) "cold from_pretrained"; then
     say "cold from_pretrained: plain and inside loading(), $ROUNDS rounds each"
     for kind in plain loading; do
         timeout $((40 + 30 * ROUNDS)) $L pretrained "$CK" $kind --cold --rounds "$ROUNDS" \
-            >$W/cold-tf-$kind.jsonl 2>$W/cold-tf-$kind.err
+            --warmup "$SMALL" >$W/cold-tf-$kind.jsonl 2>$W/cold-tf-$kind.err
         echo "$kind: $(grep -o '"seconds": [0-9.]*' $W/cold-tf-$kind.jsonl | paste -sd ' ') $(tail -1 $W/cold-tf-$kind.err)" | tee -a "$LOG"
     done
     collect

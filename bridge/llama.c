@@ -385,8 +385,12 @@ static bool takes_matmul(const extras *x, ggml_backend_buffer_type_t buft,
     return ok;
 }
 
-/* The override list: the caller's, then one entry per extra buffer type with its tensors'
- * names as one anchored alternation, then the terminator; in pages (*mem, *mem_len). */
+/* The override list: the caller's, then one entry per extra buffer type, then the terminator; in
+ * pages (*mem, *mem_len). llama.cpp compiles every pattern (std::regex) anew for each tensor it
+ * creates until one matches, so the patterns are kept few and short: a layer role (attn_q, ...)
+ * whose every tensor picks the same buffer type is one alternative for all layers; only a tensor
+ * that differs from the rest of its role is named (a pattern of every name, 150 tensors of a
+ * 64 MiB model, cost 16.5 MiB of malloc scratch in 164 blocks and 40 ms per load). */
 typedef struct overrides {
     struct llama_model_tensor_buft_override *list;
     void *mem;
@@ -400,7 +404,7 @@ static size_t caller_overrides(const struct llama_model_params *p) {
     return n;
 }
 
-/* Which extra buffer type (index) takes file tensor i, or -1. */
+/* Which extra buffer type (index) takes file tensor i (named `name`), or -1. */
 static int pick_extra(const extras *x, const wm_file *f, size_t i, const char *name) {
     wm_tensor_info ti;
     wm_file_tensor(f, i, &ti);
@@ -410,50 +414,110 @@ static int pick_extra(const extras *x, const wm_file *f, size_t i, const char *n
     return -1;
 }
 
+/* The role of a layer tensor "blk.N.ROLE.weight" (its bytes ROLE, n of them), or NULL. */
+static const char *layer_role(const char *name, size_t *n) {
+    if (strncmp(name, "blk.", 4) != 0) return NULL;
+    const char *r = name + 4;
+    while (*r >= '0' && *r <= '9')
+        r++;
+    if (r == name + 4 || *r != '.' || !ends_with(r, ".weight")) return NULL;
+    *n = strlen(r + 1) - strlen(".weight");
+    return r + 1;
+}
+
+/* For each role, the extra buffer type all its tensors pick (-1: they differ, or none). */
+#define MAX_ROLES 16
+typedef struct roles {
+    const char *name[MAX_ROLES];
+    size_t len[MAX_ROLES];
+    int pick[MAX_ROLES];
+    size_t n;
+} roles;
+
+static int role_index(roles *rs, const char *r, size_t n, bool add, int pick) {
+    for (size_t k = 0; k < rs->n; k++)
+        if (rs->len[k] == n && memcmp(rs->name[k], r, n) == 0) return (int)k;
+    if (!add || rs->n == MAX_ROLES) return -1;
+    rs->name[rs->n] = r, rs->len[rs->n] = n, rs->pick[rs->n] = pick;
+    return (int)rs->n++;
+}
+
+static void add_text(char **out, const char *s, size_t n, bool escape) {
+    for (size_t k = 0; k < n; k++) {
+        if (escape && s[k] == '.') *(*out)++ = '\\';
+        *(*out)++ = s[k];
+    }
+}
+
+/* The pattern of extra buffer type k: roles all of whose tensors pick it, the tensors that pick
+ * it alone, the output head. Returns the number of alternatives. */
+static size_t pattern_of(const wm_file *f, const int *pick, const roles *rs, int k, char **out) {
+    size_t alts = 0, nt = wm_file_tensor_count(f);
+    const char *begin = *out;
+    for (size_t r = 0; r < rs->n; r++) {
+        if (rs->pick[r] != k) continue;
+        add_text(out, alts ? "|" : "", alts ? 1 : 0, false);
+        add_text(out, "^blk\\.[0-9]+\\.", 14, false);
+        add_text(out, rs->name[r], rs->len[r], true);
+        add_text(out, "\\.weight$", 9, false);
+        alts++;
+    }
+    for (size_t i = 0; i <= nt; i++) {
+        if (pick[i] != k) continue;
+        wm_tensor_info ti = {.name = "output.weight"};
+        if (i < nt) wm_file_tensor(f, i, &ti);
+        size_t n;
+        const char *r = layer_role(ti.name, &n);
+        int ri = r ? role_index((roles *)rs, r, n, false, 0) : -1;
+        if (ri >= 0 && rs->pick[ri] == k) continue; /* its role's alternative has it */
+        add_text(out, alts ? "|^" : "^", alts ? 2 : 1, false);
+        add_text(out, ti.name, strlen(ti.name), true);
+        add_text(out, "$", 1, false);
+        alts++;
+    }
+    (void)begin;
+    *(*out)++ = 0;
+    return alts;
+}
+
 static wm_status make_overrides(const wm_file *f, const struct llama_model_params *p,
                                 const extras *x, overrides *ov, wm_error *err) {
     memset(ov, 0, sizeof *ov);
-    size_t nt = wm_file_tensor_count(f), nc = caller_overrides(p), text = 0;
+    size_t nt = wm_file_tensor_count(f), nc = caller_overrides(p), text = 64;
     for (size_t i = 0; i < nt; i++) {
         wm_tensor_info ti;
         wm_file_tensor(f, i, &ti);
-        text += 2 * strlen(ti.name) + 1;
+        text += 2 * strlen(ti.name) + 32;
     }
-    text += 2 * sizeof "output.weight" + x->n * 8;
-    size_t list = (nc + x->n + 1) * sizeof *ov->list;
-    ov->mem_len = list + text;
+    text += x->n * (MAX_ROLES * 160 + 64);
+    size_t list = (nc + x->n + 1) * sizeof *ov->list, picks = (nt + 1) * sizeof(int);
+    ov->mem_len = list + picks + text;
     ov->mem = pages(ov->mem_len);
     if (!ov->mem)
         return fail(err, WM_ENOMEM, "%s: out of memory for buffer overrides", wm_file_path(f));
     ov->list = ov->mem;
+    int *pick = (int *)(void *)((char *)ov->mem + list);
+    roles rs = {.n = 0};
+    size_t e;
+    bool twin = wm_file_find_tensor(f, "output.weight", &e) != WM_OK &&
+                wm_file_find_tensor(f, "token_embd.weight", &e) == WM_OK;
+    for (size_t i = 0; i <= nt; i++) {
+        wm_tensor_info ti = {.name = "output.weight"};
+        if (i < nt) wm_file_tensor(f, i, &ti);
+        pick[i] = i < nt ? pick_extra(x, f, i, ti.name) : twin ? pick_extra(x, f, e, ti.name) : -1;
+        size_t n;
+        const char *r = i < nt ? layer_role(ti.name, &n) : NULL;
+        int ri = r ? role_index(&rs, r, n, true, pick[i]) : -1;
+        if (ri >= 0 && rs.pick[ri] != pick[i]) rs.pick[ri] = -1; /* the role's tensors differ */
+    }
     memcpy(ov->list, p->tensor_buft_overrides ? p->tensor_buft_overrides : ov->list,
            nc * sizeof *ov->list);
-    char *out = (char *)ov->mem + list;
+    char *out = (char *)ov->mem + list + picks;
     size_t n = nc;
     for (size_t k = 0; k < x->n; k++) {
         char *pat = out;
-        size_t names = 0;
-        *out++ = '^', *out++ = '(';
-        for (size_t i = 0; i < nt + 1; i++) {
-            size_t idx = i;
-            const char *name = "output.weight";
-            if (i < nt) {
-                wm_tensor_info ti;
-                wm_file_tensor(f, i, &ti);
-                name = ti.name;
-            } else if (wm_file_find_tensor(f, name, &idx) == WM_OK ||
-                       wm_file_find_tensor(f, "token_embd.weight", &idx) != WM_OK) {
-                continue; /* the output head's twin of the embedding only where the file has none */
-            }
-            if (pick_extra(x, f, idx, name) != (int)k) continue;
-            if (names++) *out++ = '|';
-            for (const char *c = name; *c; c++) {
-                if (*c == '.') *out++ = '\\';
-                *out++ = *c;
-            }
-        }
-        *out++ = ')', *out++ = '$', *out++ = 0;
-        if (names) ov->list[n++] = (struct llama_model_tensor_buft_override){pat, x->buft[k]};
+        if (pattern_of(f, pick, &rs, (int)k, &out))
+            ov->list[n++] = (struct llama_model_tensor_buft_override){pat, x->buft[k]};
     }
     ov->list[n] = (struct llama_model_tensor_buft_override){NULL, NULL};
     return WM_OK;
@@ -595,6 +659,30 @@ static wm_status make_items(load *l, wm_error *err) {
     return WM_OK;
 }
 
+/* llama.cpp's host buffers are fresh malloc'd memory: filling them faults a 4 KiB page at a
+ * time, which bounds a warm load (docs/DESIGN.md, "measured facts"). Each buffer an item reads
+ * into is advised huge pages first (the whole 2 MiB pages inside it: a hint on memory that the
+ * weights fill whole, which llama.cpp frees with the model). */
+static void advise_buffers(const load *l) {
+    const size_t huge = (size_t)2 << 20;
+    ggml_backend_buffer_t done[16];
+    size_t n_done = 0;
+    for (size_t i = 0; i < l->n_items; i++) {
+        if (!l->items[i].dst) continue;
+        ggml_backend_buffer_t b = ((struct ggml_tensor *)l->items[i].user)->buffer;
+        bool seen = false;
+        for (size_t k = 0; k < n_done; k++)
+            seen = seen || done[k] == b;
+        if (seen) continue;
+        if (n_done < sizeof done / sizeof *done) done[n_done++] = b;
+        uintptr_t lo = (uintptr_t)ggml_backend_buffer_get_base(b);
+        uintptr_t hi = lo + ggml_backend_buffer_get_size(b);
+        lo = (lo + huge - 1) / huge * huge;
+        hi = hi / huge * huge;
+        if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
+    }
+}
+
 /* The sink of the read: a window of a tensor's bytes into its buffer, by ggml's own upload. */
 static int to_buffer(void *user, const wm_read_item *item, uint64_t offset, const void *bytes,
                      size_t len) {
@@ -620,6 +708,7 @@ static wm_status read_all(load *l, wm_error *err) {
     ro.sink = to_buffer;
     ro.progress = on_progress;
     ro.progress_user = l;
+    advise_buffers(l);
     double t0 = now_s();
     wm_status st = wm_file_read_tensors(l->f, l->items, l->n_items, &ro, err);
     l->stats.seconds_read = now_s() - t0;

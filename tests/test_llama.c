@@ -397,3 +397,39 @@ WM_TEST(cli_check_llama_fixtures) {
     CHECK(strstr(json, "\"via\": \"llama\", \"ok\": true") != NULL);
     CHECK_EQ(wmt_cli("check --llama --ggml x.gguf", out, sizeof out), 2);
 }
+
+/* ---- cold files ---- */
+
+/* A cold model loads through the bridge with O_DIRECT (the reading engine's default, AUTO):
+ * the bulk of the file stays out of the page cache (tensors under 64 KiB are read buffered by
+ * design, src/reader.c), and the tokens are those of a warm load. The file is made cold after it
+ * is opened, as in test_cold.c: the open's own header reads start the kernel's readahead. */
+WM_TEST(cold_file_loads_direct) {
+    setup();
+    const char *path = wmt_make_model("m.gguf", "--size 24M");
+    decoded warm, cold;
+    wm_llama_stats s = WM_LLAMA_STATS_INIT;
+    by_bridge(path, WM_LLAMA_UPLOAD_AUTO, &s, &warm);
+    for (int repack = 0; repack < 2; repack++) {
+        wm_file *f = OPEN_OK(path);
+        uint64_t size = wm_file_size(f), data = wm_file_data_offset(f);
+        wmt_make_cold(path, 0, 0);
+        struct llama_model_params p = cpu_params();
+        wm_llama_options o = WM_LLAMA_OPTIONS_INIT;
+        o.threads = 2;
+        o.repack = repack ? WM_LLAMA_REPACK_AUTO : WM_LLAMA_REPACK_OFF;
+        struct llama_model *m = NULL;
+        wm_error err;
+        CHECK_MSG(wm_llama_load_file(f, &p, &o, &m, &err) == WM_OK, "%s", err.msg);
+        wm_file_close(f);
+        uint64_t cached = wmt_cached_bytes(path, data, size - data);
+        CHECK_MSG(cached < (size - data) / 8,
+                  "%llu of %llu bytes of the cold model came into the page cache",
+                  (unsigned long long)cached, (unsigned long long)(size - data));
+        greedy(m, &cold);
+        llama_model_free(m);
+        same(&cold, &warm, "cold vs warm");
+        free(cold.first);
+    }
+    free(warm.first);
+}

@@ -355,3 +355,58 @@ WM_TEST(file_cut_after_open_is_eformat) {
     host_free(&h);
     wm_file_close(f);
 }
+
+/* ---- cold bytes go direct, for free ----
+ * The reads go through the reading engine's policy (src/reader.h): with the default
+ * (WM_DIRECT_AUTO) a cold file is read with O_DIRECT and stays out of the page cache (but for
+ * the tensors under 64 KiB, read buffered by design); WM_DIRECT_OFF reads the cold file through the
+ * page cache, which then holds it. Measured by the test itself (mincore), not through the library.
+ */
+WM_TEST(cold_file_read_direct_by_default) {
+    const char *path = wmt_make_model("m.gguf", "--size 24M");
+    wm_file *f = OPEN_OK(path);
+    uint64_t size = wm_file_size(f), data = wm_file_data_offset(f);
+    for (int pass = 0; pass < 2; pass++) {
+        host_set h = host_items(f);
+        wmt_make_cold(path, 0, 0);
+        wm_read_options o = WM_READ_OPTIONS_INIT;
+        o.threads = 2;
+        o.direct_io = pass ? WM_DIRECT_OFF : WM_DIRECT_AUTO;
+        wm_error err;
+        CHECK_MSG(wm_file_read_tensors(f, h.items, h.n, &o, &err) == WM_OK, "%s", err.msg);
+        uint64_t cached = wmt_cached_bytes(path, data, size - data);
+        if (pass == 0) /* tensors under 64 KiB are read buffered by design (src/reader.c) */
+            CHECK_MSG(cached < wm_file_tensor_bytes(f) / 8,
+                      "auto: %llu bytes of the cold file came into the page cache",
+                      (unsigned long long)cached);
+        else
+            CHECK_MSG(cached >= wm_file_tensor_bytes(f) / 2,
+                      "off: only %llu bytes in the page cache", (unsigned long long)cached);
+        check_equal_file(f, path, &h);
+        host_free(&h);
+        CHECK_EQ(scratch_now(), 0);
+    }
+    wm_file_close(f);
+}
+
+/* The sink path too: a cold file's windows come from direct reads. */
+WM_TEST(cold_file_sink_direct_by_default) {
+    const char *path = wmt_make_model("m.gguf", "--size 12M");
+    wm_file *f = OPEN_OK(path);
+    uint64_t size = wm_file_size(f), data = wm_file_data_offset(f);
+    host_set h;
+    sink_rec s;
+    sink_setup(f, &h, &s, 0);
+    wmt_make_cold(path, 0, 0);
+    wm_read_options o = WM_READ_OPTIONS_INIT;
+    o.threads = 2;
+    o.sink = sink;
+    o.sink_user = &s;
+    wm_error err;
+    CHECK_MSG(wm_file_read_tensors(f, h.items, h.n, &o, &err) == WM_OK, "%s", err.msg);
+    CHECK(wmt_cached_bytes(path, data, size - data) < wm_file_tensor_bytes(f) / 8);
+    sink_done(&h);
+    check_equal_file(f, path, &h);
+    host_free(&h);
+    wm_file_close(f);
+}

@@ -825,6 +825,63 @@ static void llama_cycles(int load_mode) {
 WM_TEST(llama_read_mode_5_cycles) { llama_cycles(0); }
 WM_TEST(llama_mmap_mode_5_cycles) { llama_cycles(1); }
 
+/* The llama.cpp bridge (tests/trace/wm_llama_driver: wm_llama_load, then llama_model_free)
+ * beside llama.cpp's own loader in read and mmap mode, 5 cycles of the same model each, with
+ * ggml's baseline CPU variant and with the variant this CPU picks from the whole peer folder.
+ * stories260K: all three clean. A 64 MiB make-model file: the bridge maps nothing, and its loads
+ * free no more malloc scratch than llama.cpp's mmap mode (its model construction and the
+ * gguf_context the API takes, which the bridge keeps; the same on every variant), while read
+ * mode also frees its read buffers for the tensors of non-host (repack) buffers, where the
+ * variant has them. Returns the largest scratch of a load. */
+static double traced_scratch(const char *cmd, bool bridge, int *verdicts) {
+    int rc;
+    jnode *j = trace_json("--cycles-marker llama_model_free", cmd, &rc);
+    CHECK_EQ(num(j, "exit_status"), 0);
+    CHECK_EQ(n_items(j, "releases"), 5);
+    CHECK_EQ(count_rule(j, "released"), 0);
+    CHECK_EQ(count_rule(j, "private"), 0);
+    CHECK_EQ(count_rule(j, "loads"), 0);
+    if (bridge) CHECK_EQ(n_items(j, "mappings"), 0);
+    double most = 0;
+    const jnode *ld;
+    jforeach(ld, jget(j, "loads")) {
+        if (num(ld, "scratch") > most) most = num(ld, "scratch");
+    }
+    *verdicts = n_items(j, "verdicts");
+    jfree(j);
+    return most;
+}
+
+WM_TEST(llama_bridge_5_cycles) {
+    if (access(PEER_LIB "/libllama.v0.4.0.so", R_OK) != 0)
+        WM_SKIP("llama.cpp's loader (npm peer) is not installed: make peer");
+    if (access(prog("wm_llama_driver"), X_OK) != 0)
+        WM_SKIP("the llama.cpp bridge is not built (WM_LLAMA, scripts/llama.sh)");
+    char m64[4096], cmd[8192], dirs[2][4096];
+    snprintf(m64, sizeof m64, "%s", wmt_make_model("m64.gguf", "--size 64M"));
+    snprintf(dirs[0], sizeof dirs[0], "%s", wmt_peer_variant_dir("x64"));
+    snprintf(dirs[1], sizeof dirs[1], "%s", PEER_LIB);
+    const char *models[2] = {FIXTURE, m64};
+    for (int d = 0; d < 2; d++)
+        for (int k = 0; k < 2; k++) {
+            int v_wm, v_read, v_mmap;
+            snprintf(cmd, sizeof cmd, "%s %s 5 %s", prog("wm_llama_driver"), dirs[d], models[k]);
+            double wm = traced_scratch(cmd, true, &v_wm);
+            snprintf(cmd, sizeof cmd, "%s %s 0 5 %s", prog("llama_driver"), dirs[d], models[k]);
+            double rd = traced_scratch(cmd, false, &v_read);
+            snprintf(cmd, sizeof cmd, "%s %s 1 5 %s", prog("llama_driver"), dirs[d], models[k]);
+            double mm = traced_scratch(cmd, false, &v_mmap);
+            fprintf(stderr,
+                    "%s, %s: largest scratch of a load: bridge %.0f, llama.cpp read %.0f, mmap "
+                    "%.0f bytes; verdicts %d, %d, %d\n",
+                    d ? "this CPU's variant" : "x64", models[k], wm, rd, mm, v_wm, v_read, v_mmap);
+            CHECK_MSG(wm <= mm + 65536,
+                      "the bridge's load freed %.0f bytes of scratch, llama.cpp's mmap mode %.0f",
+                      wm, mm);
+            if (k == 0) CHECK(wm == 0 && v_wm == 0);
+        }
+}
+
 /* Every CPU variant of the peer that this CPU runs, each alone in its folder (so ggml loads it and
  * no other), traced for two read-mode cycles: whichever variant a machine picks, the tracer is
  * checked on it. The baseline (x64) runs everywhere, so the case never checks nothing; a variant
@@ -942,9 +999,9 @@ WM_TEST(weightmap_cli_is_clean) {
 #define ABI_THREADS 4
 #define ABI_ROUNDS 30
 #define ABI_LIMIT "timeout -s KILL 60" /* a traced run that stalls fails, it does not hang */
-static const char *const abi_fns[] = {"abi_regs",    "abi_var", "abi_stack", "abi_small",
-                                      "abi_pair",    "abi_ld",  "abi_rz",    "abi_tail",
-                                      "abi_tail_to", "abi_rip", "abi_empty"};
+static const char *const abi_fns[] = {"abi_regs", "abi_var",     "abi_stack", "abi_small",
+                                      "abi_pair", "abi_ld",      "abi_vec",   "abi_rz",
+                                      "abi_tail", "abi_tail_to", "abi_rip",   "abi_empty"};
 #define ABI_N_FNS (int)(sizeof abi_fns / sizeof abi_fns[0])
 
 /* The markers: the first two as load markers, the rest as release markers (each path of the

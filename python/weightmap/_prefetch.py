@@ -20,6 +20,7 @@ is forgotten: the consumer loads that shard itself and sees the error where it w
 import json
 import os
 import threading
+import time
 
 MARGIN = 1 << 30     # room left free on the device (or the host) beyond a shard loaded ahead
 
@@ -89,6 +90,12 @@ class Prefetcher:
         self.stopping = False
         self.loaded_ahead = 0    # shards loaded ahead (for tests and benchmarks)
         self.claimed = 0         # of those, taken over by a consumer's handle
+        # (time.perf_counter(), what, file name) of every open, load ahead and take-over: where
+        # the consumer's time goes (bench/gpu_loaders.py prints it)
+        self.events = []
+
+    def _event(self, what, path):
+        self.events.append((time.perf_counter(), what, os.path.basename(path)))
 
     def opened(self, obj, filename):
         """obj (a safe_open of the block) was opened on filename: the first open of a shard of a
@@ -98,6 +105,7 @@ class Prefetcher:
         except TypeError:
             return
         obj._wm_ahead_path = path
+        self._event("open", path)
         directory = os.path.dirname(path)
         with self.lock:
             if self.stopping or directory in self.seen_dirs or path in self.entries:
@@ -144,7 +152,9 @@ class Prefetcher:
                         obj.close()
                         stop_rest = True       # the rest loads as the consumer asks
                     else:
+                        self._event("load", path)
                         obj.load()
+                        self._event("loaded", path)
                         with self.lock:
                             entry.obj = obj
                             self.loaded_ahead += 1
@@ -162,7 +172,9 @@ class Prefetcher:
             entry = self.entries.get(path)
             if entry is None or entry.claimed:
                 return
+        self._event("wait", path)
         entry.done.wait()
+        self._event("took", path)
         with self.lock:
             if entry.claimed or entry.obj is None:
                 entry.claimed = True

@@ -1,0 +1,412 @@
+/*
+ * llama.c: the llama.cpp bridge (include/weightmap_llama.h) against llama.cpp's own loader, in
+ * one run (docs/LLAMA.md, bench/RESULTS.md "llama"):
+ *
+ *   load    time to loaded of a >= 1 GiB make-model file, warm and cold (cold: fdatasync and
+ *           POSIX_FADV_DONTNEED on the file before each run, checked with mincore): wm_llama_load
+ *           against llama_model_load_from_file in its read (0), mmap (1) and direct-I/O (4)
+ *           modes, beside the limits measured in the same run: parallel O_DIRECT preads of the
+ *           tensor data from a cold file (the disk's own speed) and parallel buffered preads
+ *           of it from a warm one into memory faulted in beforehand (the memory's).
+ *   decode  tokens/s of greedy decoding (BOS, then 32 tokens, n_threads = nproc) of q4_0 and
+ *           q8_0 models (made once from the make-model file with llama.cpp's own quantizer,
+ *           llama_model_quantize) loaded by llama.cpp itself (its extra buffer types: the CPU's
+ *           repacked weights) and through the bridge with and without them.
+ *
+ * Every measurement runs in a child process of its own (fork), in rounds whose order rotates.
+ *
+ *     build/bench/llama [-r ROUNDS] [--load-only | --decode-only] [MODEL]
+ *
+ * MODEL defaults to bench-llama-1200M.gguf in the working folder, made with
+ * `weightmap make-model ... --size 1200M` (the CLI beside this program's folder) when missing.
+ */
+#include "peer.h"
+#include "weightmap_llama.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ggml-backend.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MAX_ROUNDS 16
+#define DECODE_TOKENS 32
+#define BLOCK ((size_t)8 << 20)
+
+static void quiet(enum ggml_log_level level, const char *text, void *user) {
+    (void)level, (void)text, (void)user;
+}
+
+static void llama_init(void) {
+    llama_log_set(quiet, NULL);
+    ggml_backend_load_all_from_path(WM_LLAMA_LIBDIR);
+    llama_backend_init();
+}
+
+static int ncpu(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+/* ---- the page cache ---- */
+
+static uint64_t cached_bytes(const char *path) {
+    int fd = open(path, O_RDONLY);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) return 0;
+    size_t len = (size_t)st.st_size, page = 4096, n = (len + page - 1) / page;
+    void *p = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    unsigned char *v = malloc(n);
+    uint64_t c = 0;
+    if (p != MAP_FAILED && v && mincore(p, len, v) == 0)
+        for (size_t i = 0; i < n; i++)
+            c += (v[i] & 1) ? page : 0;
+    if (p != MAP_FAILED) munmap(p, len);
+    free(v);
+    return c;
+}
+
+static void make_cold(const char *path) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return;
+    fdatasync(fd);
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    close(fd);
+}
+
+static void make_warm(const char *path) {
+    int fd = open(path, O_RDONLY);
+    char *b = malloc(BLOCK);
+    while (fd >= 0 && b && read(fd, b, BLOCK) > 0) {
+    }
+    free(b);
+    if (fd >= 0) close(fd);
+}
+
+/* ---- the limits: parallel preads of [lo, hi) ---- */
+
+typedef struct slice {
+    int fd;
+    uint64_t lo, hi;
+    unsigned char *dst; /* NULL: a block buffer of the thread's own */
+} slice;
+
+static void *read_slice(void *arg) {
+    slice *s = arg;
+    unsigned char *own = s->dst ? NULL : aligned_alloc(4096, BLOCK);
+    for (uint64_t off = s->lo; off < s->hi; off += BLOCK) {
+        size_t n = s->hi - off < BLOCK ? (size_t)(s->hi - off) : BLOCK;
+        size_t want = own ? (n + 4095) / 4096 * 4096 : n;
+        if (pread(s->fd, own ? own : s->dst + (off - s->lo), want, (off_t)off) < (ssize_t)n) break;
+    }
+    free(own);
+    return NULL;
+}
+
+/* ms to read [data, size) with `threads` threads: direct (each thread's own block) or buffered
+ * into one region, faulted in beforehand or (fresh) advised huge pages and faulted by the reads
+ * (what any loader that fills memory it has just allocated pays: the kernel zeroes each page). */
+static double preads(const char *path, uint64_t data, uint64_t size, int threads, bool direct,
+                     bool fresh) {
+    int fd = open(path, O_RDONLY | (direct ? O_DIRECT : 0));
+    if (fd < 0) return -1;
+    data = data / 4096 * 4096;
+    unsigned char *mem = NULL;
+    if (!direct) {
+        mem = mmap(NULL, size - data, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (!fresh) memset(mem, 1, size - data);
+    }
+    pthread_t th[64];
+    slice s[64];
+    uint64_t per = ((size - data) / (uint64_t)threads + BLOCK - 1) / BLOCK * BLOCK;
+    double t0 = bench_now_ms();
+    if (fresh) madvise(mem, size - data, MADV_HUGEPAGE);
+    for (int t = 0; t < threads; t++) {
+        uint64_t lo = data + (uint64_t)t * per, hi = lo + per < size ? lo + per : size;
+        s[t] = (slice){fd, lo < size ? lo : size, hi, mem ? mem + (lo - data) : NULL};
+        pthread_create(&th[t], NULL, read_slice, &s[t]);
+    }
+    for (int t = 0; t < threads; t++)
+        pthread_join(th[t], NULL);
+    double ms = bench_now_ms() - t0;
+    if (mem) munmap(mem, size - data);
+    close(fd);
+    return ms;
+}
+
+/* ---- contenders ---- */
+
+enum { C_WM, C_READ, C_MMAP, C_DIRECT, C_DISK, C_MEM, C_FRESH, N_LOAD };
+static const char *const load_names[N_LOAD] = {"wm_llama_load",
+                                               "llama.cpp read (load_mode 0)",
+                                               "llama.cpp mmap (load_mode 1)",
+                                               "llama.cpp direct I/O (load_mode 4)",
+                                               "O_DIRECT preads (the disk)",
+                                               "buffered preads into faulted memory",
+                                               "buffered preads into fresh MADV_HUGEPAGE memory"};
+
+static double load_once(int c, const char *path, uint64_t data, uint64_t size) {
+    if (c == C_DISK) return preads(path, data, size, ncpu(), true, false);
+    if (c == C_MEM) return preads(path, data, size, ncpu(), false, false);
+    if (c == C_FRESH) return preads(path, data, size, ncpu(), false, true);
+    llama_init();
+    struct llama_model_params p = llama_model_default_params();
+    p.n_gpu_layers = 0;
+    struct llama_model *m = NULL;
+    double t0 = bench_now_ms();
+    if (c == C_WM) {
+        wm_error err;
+        if (wm_llama_load(path, &p, NULL, &m, &err) != WM_OK) {
+            fprintf(stderr, "llama: %s\n", err.msg);
+            return -1;
+        }
+    } else {
+        p.load_mode = c == C_READ ? 0 : c == C_MMAP ? 1 : 4;
+        m = llama_model_load_from_file(path, p);
+    }
+    double ms = bench_now_ms() - t0;
+    if (!m) return -1;
+    llama_model_free(m);
+    return ms;
+}
+
+/* Runs fn in a child; returns what it wrote (a double) or -1. */
+typedef double (*child_fn)(const void *arg);
+static double in_child(child_fn fn, const void *arg) {
+    int pfd[2];
+    if (pipe(pfd) != 0) return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(pfd[0]);
+        double v = fn(arg);
+        if (write(pfd[1], &v, sizeof v) != (ssize_t)sizeof v) _exit(1);
+        _exit(0);
+    }
+    close(pfd[1]);
+    double v = -1;
+    if (read(pfd[0], &v, sizeof v) != (ssize_t)sizeof v) v = -1;
+    close(pfd[0]);
+    int status;
+    waitpid(pid, &status, 0);
+    return v;
+}
+
+typedef struct load_arg {
+    int c;
+    const char *path;
+    uint64_t data, size;
+} load_arg;
+
+static double load_child(const void *arg) {
+    const load_arg *a = arg;
+    return load_once(a->c, a->path, a->data, a->size);
+}
+
+static void print_load(const char *path, uint64_t bytes, double v[2][N_LOAD][MAX_ROUNDS],
+                       int rounds) {
+    bench_stats s[2][N_LOAD];
+    for (int w = 0; w < 2; w++)
+        for (int c = 0; c < N_LOAD; c++)
+            s[w][c] = bench_stats_of(v[w][c], (size_t)rounds);
+    printf("\n#### load: %s (%.1f MiB of tensor data), median (p10-p90) of %d rounds\n\n", path,
+           (double)bytes / 1048576.0, rounds);
+    printf(
+        "| contender | warm ms | warm GB/s | cold ms | cold GB/s |\n|---|---:|---:|---:|---:|\n");
+    for (int c = 0; c < N_LOAD; c++) {
+        if (c == C_MEM || c == C_FRESH) {
+            printf("| %s | %.1f (%.1f-%.1f) | %.2f | - | - |\n", load_names[c], s[0][c].median,
+                   s[0][c].p10, s[0][c].p90, (double)bytes / s[0][c].median / 1e6);
+            continue;
+        }
+        if (c == C_DISK) {
+            printf("| %s | - | - | %.1f (%.1f-%.1f) | %.2f |\n", load_names[c], s[1][c].median,
+                   s[1][c].p10, s[1][c].p90, (double)bytes / s[1][c].median / 1e6);
+            continue;
+        }
+        printf("| %s | %.1f (%.1f-%.1f) | %.2f | %.1f (%.1f-%.1f) | %.2f |\n", load_names[c],
+               s[0][c].median, s[0][c].p10, s[0][c].p90, (double)bytes / s[0][c].median / 1e6,
+               s[1][c].median, s[1][c].p10, s[1][c].p90, (double)bytes / s[1][c].median / 1e6);
+    }
+    double warm = s[0][C_READ].median / s[0][C_WM].median;
+    double cold = s[1][C_DISK].median / s[1][C_WM].median;
+    printf("\n- warm: wm_llama_load %.2fx llama.cpp's read mode (target >= 2x: %s), %.2fx its "
+           "mmap mode, %.2fx its direct-I/O mode; %.2fx the fresh-memory limit, %.2fx the "
+           "faulted-memory one\n",
+           warm, warm >= 2 ? "met" : "NOT met", s[0][C_MMAP].median / s[0][C_WM].median,
+           s[0][C_DIRECT].median / s[0][C_WM].median, s[0][C_FRESH].median / s[0][C_WM].median,
+           s[0][C_MEM].median / s[0][C_WM].median);
+    printf("- cold: wm_llama_load %.2fx the disk (target >= 0.95x: %s); llama.cpp read %.2fx, "
+           "mmap %.2fx, direct I/O %.2fx of the disk\n",
+           cold, cold >= 0.95 ? "met" : "NOT met", s[1][C_DISK].median / s[1][C_READ].median,
+           s[1][C_DISK].median / s[1][C_MMAP].median, s[1][C_DISK].median / s[1][C_DIRECT].median);
+}
+
+static void bench_load(const char *path, int rounds) {
+    wm_file *f;
+    wm_error err;
+    if (wm_file_open(path, &f, &err) != WM_OK) {
+        fprintf(stderr, "llama: %s\n", err.msg);
+        exit(1);
+    }
+    load_arg a = {.path = path, .data = wm_file_data_offset(f), .size = wm_file_size(f)};
+    uint64_t bytes = wm_file_tensor_bytes(f);
+    wm_file_close(f);
+    static double v[2][N_LOAD][MAX_ROUNDS];
+    uint64_t worst_cached = 0;
+    for (int r = 0; r < rounds; r++)
+        for (int k = 0; k < N_LOAD; k++) {
+            int c = (k + r) % N_LOAD;
+            for (int w = 0; w < 2; w++) {
+                if ((c == C_DISK && !w) || ((c == C_MEM || c == C_FRESH) && w)) continue;
+                if (w) {
+                    make_cold(path);
+                    uint64_t cached = cached_bytes(path);
+                    if (cached > worst_cached) worst_cached = cached;
+                } else {
+                    make_warm(path);
+                }
+                a.c = c;
+                v[w][c][r] = in_child(load_child, &a);
+                fprintf(stderr, "round %d %s %s: %.1f ms\n", r + 1, load_names[c],
+                        w ? "cold" : "warm", v[w][c][r]);
+            }
+        }
+    print_load(path, bytes, v, rounds);
+    printf("- cold runs: at most %llu bytes of the file in the page cache after the drop "
+           "(mincore)\n",
+           (unsigned long long)worst_cached);
+}
+
+/* ---- decode ---- */
+
+enum { D_READ, D_WM, D_WM_NOREPACK, N_DECODE };
+static const char *const decode_names[N_DECODE] = {
+    "llama.cpp's own load (read, extra buffer types)", "wm_llama_load (repack kept)",
+    "wm_llama_load, repack off (WM_LLAMA_REPACK_OFF)"};
+
+typedef struct decode_arg {
+    int c;
+    const char *path;
+} decode_arg;
+
+static double decode_child(const void *arg) {
+    const decode_arg *a = arg;
+    llama_init();
+    struct llama_model_params p = llama_model_default_params();
+    p.n_gpu_layers = 0;
+    p.load_mode = 0;
+    struct llama_model *m = NULL;
+    if (a->c == D_READ) {
+        m = llama_model_load_from_file(a->path, p);
+    } else {
+        wm_llama_options o = WM_LLAMA_OPTIONS_INIT;
+        o.repack = a->c == D_WM ? WM_LLAMA_REPACK_AUTO : WM_LLAMA_REPACK_OFF;
+        wm_llama_load(a->path, &p, &o, &m, NULL);
+    }
+    if (!m) return -1;
+    struct llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = 128;
+    cp.n_batch = 128;
+    cp.n_threads = cp.n_threads_batch = ncpu();
+    struct llama_context *ctx = llama_init_from_model(m, cp);
+    const struct llama_vocab *v = llama_model_get_vocab(m);
+    int nv = llama_vocab_n_tokens(v);
+    llama_token tok = llama_vocab_bos(v);
+    double t0 = 0;
+    for (int i = 0; i <= DECODE_TOKENS; i++) {
+        if (i == 1) t0 = bench_now_ms(); /* the first step warms the graph */
+        struct llama_batch b = llama_batch_get_one(&tok, 1);
+        if (llama_decode(ctx, b) != 0) return -1;
+        const float *lg = llama_get_logits_ith(ctx, -1);
+        int best = 0;
+        for (int k = 1; k < nv; k++)
+            if (lg[k] > lg[best]) best = k;
+        tok = best;
+    }
+    double tps = DECODE_TOKENS / ((bench_now_ms() - t0) / 1000.0);
+    llama_free(ctx);
+    llama_model_free(m);
+    return tps;
+}
+
+static void bench_decode(const char *model, int rounds) {
+    static const struct {
+        const char *name;
+        enum llama_ftype ftype;
+    } q[] = {{"q4_0", LLAMA_FTYPE_MOSTLY_Q4_0}, {"q8_0", LLAMA_FTYPE_MOSTLY_Q8_0}};
+    for (size_t k = 0; k < 2; k++) {
+        char out[4096];
+        snprintf(out, sizeof out, "%.*s-%s.gguf", (int)(strlen(model) - 5), model, q[k].name);
+        if (access(out, R_OK) != 0) {
+            llama_init();
+            llama_model_quantize_params qp = llama_model_quantize_default_params();
+            qp.ftype = q[k].ftype;
+            qp.allow_requantize = true;
+            qp.nthread = ncpu();
+            if (llama_model_quantize(model, out, &qp) != 0) {
+                fprintf(stderr, "llama: quantizing %s to %s failed\n", model, q[k].name);
+                exit(1);
+            }
+        }
+        double v[N_DECODE][MAX_ROUNDS];
+        for (int r = 0; r < rounds; r++)
+            for (int j = 0; j < N_DECODE; j++) {
+                int c = (j + r) % N_DECODE;
+                decode_arg a = {c, out};
+                make_warm(out);
+                v[c][r] = in_child(decode_child, &a);
+                fprintf(stderr, "round %d %s %s: %.2f tokens/s\n", r + 1, q[k].name,
+                        decode_names[c], v[c][r]);
+            }
+        printf(
+            "\n#### decode: %s, greedy from BOS, %d tokens, %d threads; tokens/s, median "
+            "(p10-p90) of %d rounds\n\n| load | tokens/s | / llama.cpp's own |\n|---|---:|---:|\n",
+            out, DECODE_TOKENS, ncpu(), rounds);
+        bench_stats s[N_DECODE];
+        for (int c = 0; c < N_DECODE; c++)
+            s[c] = bench_stats_of(v[c], (size_t)rounds);
+        for (int c = 0; c < N_DECODE; c++)
+            printf("| %s | %.2f (%.2f-%.2f) | %.3fx |\n", decode_names[c], s[c].median, s[c].p10,
+                   s[c].p90, s[c].median / s[D_READ].median);
+    }
+}
+
+int main(int argc, char **argv) {
+    int rounds = 3;
+    bool load = true, decode = true;
+    const char *model = "bench-llama-1200M.gguf";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-r") && i + 1 < argc)
+            rounds = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--load-only"))
+            decode = false;
+        else if (!strcmp(argv[i], "--decode-only"))
+            load = false;
+        else
+            model = argv[i];
+    }
+    if (rounds < 1 || rounds > MAX_ROUNDS) rounds = 3;
+    if (access(model, R_OK) != 0) {
+        char cli[4096], cmd[8192];
+        snprintf(cli, sizeof cli, "%s", argv[0]);
+        char *slash = strrchr(cli, '/');
+        if (slash) *slash = 0;
+        snprintf(cmd, sizeof cmd, "'%s/../weightmap' make-model '%s' --size 1200M >/dev/null", cli,
+                 model);
+        fprintf(stderr, "llama: making %s\n", model);
+        if (system(cmd) != 0) return 1;
+    }
+    char machine[512];
+    bench_machine_line(machine, sizeof machine);
+    printf("> %s\n", machine);
+    if (load) bench_load(model, rounds);
+    if (decode) bench_decode(model, rounds);
+    return 0;
+}

@@ -1,0 +1,56 @@
+/*
+ * wm_llama_driver.c: llama.cpp models loaded through the llama.cpp bridge (wm_llama_load,
+ * include/weightmap_llama.h) and freed by llama_model_free, in cycles, for `weightmap trace`
+ * (tests/test_trace.c, bench/RESULTS.md "llama"); the twin of llama_driver.c, which loads with
+ * llama.cpp's own loader:
+ *
+ *     wm_llama_driver LIBDIR CYCLES MODEL
+ *
+ * LIBDIR is the folder llama.cpp's backends are loaded from (ggml_backend_load_all_from_path).
+ * Prints one line on stderr: the cycles and the seconds spent inside wm_llama_load.
+ */
+#define _GNU_SOURCE
+#include "weightmap_llama.h"
+
+#include <ggml-backend.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static void quiet(enum ggml_log_level level, const char *text, void *user) {
+    (void)level, (void)text, (void)user;
+}
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 4) {
+        fprintf(stderr, "usage: wm_llama_driver LIBDIR CYCLES MODEL\n");
+        return 2;
+    }
+    int cycles = atoi(argv[2]);
+    llama_log_set(quiet, NULL);
+    ggml_backend_load_all_from_path(argv[1]);
+    llama_backend_init();
+    struct llama_model_params p = llama_model_default_params();
+    p.n_gpu_layers = 0;
+    double in_load = 0;
+    for (int c = 0; c < cycles; c++) {
+        struct llama_model *m = NULL;
+        wm_error err;
+        double t0 = now();
+        if (wm_llama_load(argv[3], &p, NULL, &m, &err) != WM_OK) {
+            fprintf(stderr, "wm_llama_driver: %s\n", err.msg);
+            return 1;
+        }
+        in_load += now() - t0;
+        llama_model_free(m);
+    }
+    llama_backend_free();
+    fprintf(stderr, "wm_llama_driver: %d cycles, %.6f s in wm_llama_load\n", cycles, in_load);
+    return 0;
+}
