@@ -30,6 +30,7 @@
 #include <dlpack/dlpack.h>
 #include <weightmap.h>
 
+#include <errno.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -37,18 +38,23 @@
  * errors
  * ------------------------------------------------------------------------------------------- */
 
-static PyObject *Error;               /* weightmap.Error(Exception): every failure of the library */
+static PyObject *Error; /* weightmap.Error(safetensors.SafetensorError, else Exception): all */
 static PyObject *FormatError;         /* (Error, ValueError): WM_EFORMAT, a malformed file */
 static PyObject *NotFoundError;       /* (Error, FileNotFoundError): WM_ENOENT on a path */
 static PyObject *TensorNotFoundError; /* (Error, KeyError): no such tensor */
 static PyObject *ClosedError;         /* (Error, ValueError): the handle was closed */
+static PyObject *ArgumentError;       /* (Error, ValueError): a bad argument */
+static PyObject *SliceError;          /* (Error, IndexError): an index a slice cannot take */
 
 /* Raises the class that fits `status` with `msg`, and sets on the exception `status` (the name,
  * "WM_EFORMAT"), `code` (the number) and `os_errno`. Returns NULL, for `return raise_status(..)`.
  */
 static PyObject *raise_status(PyObject *cls, wm_status status, int os_errno, const char *msg) {
     if (cls == NULL) {
-        cls = status == WM_EFORMAT ? FormatError : status == WM_ENOENT ? NotFoundError : Error;
+        cls = status == WM_EFORMAT  ? FormatError
+              : status == WM_ENOENT ? NotFoundError
+              : status == WM_EINVAL ? ArgumentError
+                                    : Error;
     }
     PyObject *exc = PyObject_CallFunction(cls, "s", msg && msg[0] ? msg : wm_strerror(status));
     if (exc == NULL) return NULL;
@@ -125,6 +131,25 @@ static void handle_maybe_release(Handle *h) {
     if (h->closed && h->views == 0 && h->busy == 0) handle_release(h);
 }
 
+/* safetensors' words for a file that is not there, "No such file or directory: PATH", for a
+ * path the caller named (the library's "PATH: cannot open: ..." with ENOENT); a missing shard
+ * of an index keeps the library's message, which names the index and the shard. */
+static void missing_file_message(const char *const *paths, size_t n, wm_error *err) {
+    if (err->os_errno != ENOENT) return;
+    for (size_t i = 0; i < n; i++) {
+        size_t len = strlen(paths[i]);
+        if (strncmp(err->msg, paths[i], len) == 0 &&
+            strncmp(err->msg + len, ": cannot open", 13) == 0) {
+            static const char words[] = "No such file or directory: ";
+            size_t room = sizeof err->msg - (sizeof words - 1) - 1;
+            memcpy(err->msg, words, sizeof words - 1);
+            memcpy(err->msg + sizeof words - 1, paths[i], len < room ? len : room);
+            err->msg[sizeof words - 1 + (len < room ? len : room)] = 0;
+            return;
+        }
+    }
+}
+
 /* Opens `spec`: a path (str, bytes or os.PathLike) with wm_file_open, or a list or tuple of them
  * as one set with wm_file_open_paths. The GIL is released while the library opens. On success
  * *shown is the path messages name (the first of a list), a new reference. */
@@ -137,7 +162,7 @@ static wm_status open_spec(PyObject *spec, wm_file **file, PyObject **shown, wm_
     if (n < 0) return WM_EINVAL;
     if (is_list && n == 0) {
         Py_DECREF(seq);
-        PyErr_SetString(PyExc_ValueError, "an empty list of files: a set needs at least one");
+        PyErr_SetString(ArgumentError, "an empty list of files: a set needs at least one");
         return WM_EINVAL;
     }
     PyObject **bytes = PyMem_Calloc((size_t)n, sizeof *bytes);
@@ -156,7 +181,8 @@ static wm_status open_spec(PyObject *spec, wm_file **file, PyObject **shown, wm_
     *py_error = 0;
     Py_BEGIN_ALLOW_THREADS st = is_list ? wm_file_open_paths(paths, (size_t)n, file, err)
                                         : wm_file_open(paths[0], file, err);
-    Py_END_ALLOW_THREADS if (st == WM_OK) {
+    Py_END_ALLOW_THREADS if (st == WM_ENOENT) missing_file_message(paths, (size_t)n, err);
+    if (st == WM_OK) {
         *shown = PyUnicode_DecodeFSDefault(paths[0]);
         if (*shown == NULL) {
             wm_file_close(*file);
@@ -395,7 +421,7 @@ static int load_options(Handle *h, const char *mode_name, int lock, int backend,
     *opts = (wm_load_options)WM_LOAD_OPTIONS_INIT;
     opts->mode = wm_mode_from_name(mode_name);
     if (opts->mode == WM_MODE_NONE) {
-        PyErr_Format(PyExc_ValueError, "mode must be 'mmap', 'heap' or 'mmap-private', not '%s'",
+        PyErr_Format(ArgumentError, "mode must be 'mmap', 'heap' or 'mmap-private', not '%s'",
                      mode_name);
         return 0;
     }
@@ -407,7 +433,7 @@ static int load_options(Handle *h, const char *mode_name, int lock, int backend,
     if (to_name == NULL) return 1;
     wm_type to = wm_type_from_name(to_name);
     if (to == WM_TYPE_INVALID) {
-        PyErr_Format(PyExc_ValueError, "unknown dtype '%s'", to_name);
+        PyErr_Format(ArgumentError, "unknown dtype '%s'", to_name);
         return 0;
     }
     size_t n_rules = 0;
@@ -633,8 +659,7 @@ static PyObject *export_new(Handle *h, Part *part, wm_model *model, size_t index
         int width = e->dtype.bits;
         if (bits != -1 && bits != width) {
             Py_DECREF(e);
-            return PyErr_Format(PyExc_ValueError, "reinterpretation keeps the width (%d bits)",
-                                width);
+            return PyErr_Format(ArgumentError, "reinterpretation keeps the width (%d bits)", width);
         }
         e->dtype.code = (uint8_t)code;
     }
@@ -650,7 +675,7 @@ static PyObject *Handle_export(Handle *h, PyObject *args, PyObject *kw) {
     if (!handle_usable(h)) return NULL;
     if (h->model == NULL) return PyErr_Format(Error, "%U: not loaded", h->path);
     if (index < 0 || (size_t)index >= wm_file_tensor_count(h->file))
-        return PyErr_Format(PyExc_ValueError, "tensor index %zd out of range", index);
+        return PyErr_Format(ArgumentError, "tensor index %zd out of range", index);
     return export_new(h, NULL, h->model, (size_t)index, code, bits);
 }
 
@@ -671,7 +696,7 @@ static PyObject *Handle_load_part(Handle *h, PyObject *args, PyObject *kw) {
         return NULL;
     if (!handle_usable(h)) return NULL;
     if (index < 0 || (size_t)index >= wm_file_tensor_count(h->file))
-        return PyErr_Format(PyExc_ValueError, "tensor index %zd out of range", index);
+        return PyErr_Format(ArgumentError, "tensor index %zd out of range", index);
     wm_load_options opts;
     if (!load_options(h, mode_name, lock, backend, device, NULL, 0, threads, NULL, &opts))
         return NULL;
@@ -839,7 +864,7 @@ static PyObject *Export_get_shape(Export *e, void *c) {
 static PyObject *Export_recode(Export *e, PyObject *arg) {
     long code = PyLong_AsLong(arg);
     if (code == -1 && PyErr_Occurred()) return NULL;
-    if (code < 0 || code > 255) return PyErr_Format(PyExc_ValueError, "bad type code %ld", code);
+    if (code < 0 || code > 255) return PyErr_Format(ArgumentError, "bad type code %ld", code);
     Export *r = PyObject_New(Export, &ExportType);
     if (r == NULL) return NULL;
     r->handle = (Handle *)Py_NewRef(e->handle);
@@ -1047,7 +1072,7 @@ static PyObject *mod_backend_from_name(PyObject *self, PyObject *arg) {
     unsigned n = 0;
     wm_error err = {0};
     if (wm_backend_from_name(spec, &kind, dev, 1, &n, &err) != WM_OK) {
-        PyErr_SetString(PyExc_ValueError, err.msg);
+        PyErr_SetString(ArgumentError, err.msg);
         return NULL;
     }
     return Py_BuildValue("(ii)", (int)kind, dev[0]);
@@ -1117,43 +1142,69 @@ static int add_type(PyObject *m, const char *name, PyObject *obj) {
     return 0;
 }
 
+/* The base of weightmap.Error: safetensors' SafetensorError when safetensors is importable (so
+ * that code written for safetensors catches weightmap's errors with `except SafetensorError`),
+ * else Exception. A new reference. */
+static PyObject *error_base(void) {
+    PyObject *st = PyImport_ImportModule("safetensors");
+    PyObject *cls = st ? PyObject_GetAttrString(st, "SafetensorError") : NULL;
+    Py_XDECREF(st);
+    if (cls && PyType_Check(cls) &&
+        PyType_IsSubtype((PyTypeObject *)cls, (PyTypeObject *)PyExc_Exception))
+        return cls;
+    PyErr_Clear(); /* not installed (or a stand-in without the class): Exception */
+    Py_XDECREF(cls);
+    return Py_NewRef(PyExc_Exception);
+}
+
+/* A subclass of Error and of `also` (a builtin exception), named weightmap.NAME. */
+static PyObject *error_class(const char *name, const char *doc, PyObject *also) {
+    if (Error == NULL) return NULL;
+    PyObject *bases = PyTuple_Pack(2, Error, also);
+    PyObject *cls = bases ? PyErr_NewExceptionWithDoc(name, doc, bases, NULL) : NULL;
+    Py_XDECREF(bases);
+    return cls;
+}
+
 PyMODINIT_FUNC PyInit__weightmap(void) {
     if (PyType_Ready(&HandleType) < 0 || PyType_Ready(&ExportType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL) return NULL;
+    PyObject *base = error_base();
     Error = PyErr_NewExceptionWithDoc(
         "weightmap.Error",
-        "A failure of the weightmap library. str() is the library's message (file, offset, "
-        "field); .status is the status name ('WM_EFORMAT'), .code its number, .os_errno the "
-        "errno behind it (0 when none).",
-        PyExc_Exception, NULL);
-    PyObject *b1 = Error ? PyTuple_Pack(2, Error, PyExc_ValueError) : NULL;
-    PyObject *b2 = Error ? PyTuple_Pack(2, Error, PyExc_FileNotFoundError) : NULL;
-    PyObject *b3 = Error ? PyTuple_Pack(2, Error, PyExc_KeyError) : NULL;
-    PyObject *b4 = Error ? PyTuple_Pack(2, Error, PyExc_ValueError) : NULL;
-    FormatError =
-        b1 ? PyErr_NewExceptionWithDoc("weightmap.FormatError",
-                                       "A malformed or unsupported file (WM_EFORMAT).", b1, NULL)
-           : NULL;
-    NotFoundError = b2 ? PyErr_NewExceptionWithDoc("weightmap.NotFoundError",
-                                                   "No such file (WM_ENOENT).", b2, NULL)
-                       : NULL;
-    TensorNotFoundError = b3 ? PyErr_NewExceptionWithDoc("weightmap.TensorNotFoundError",
-                                                         "No tensor of that name.", b3, NULL)
-                             : NULL;
-    Py_XDECREF(b1);
-    Py_XDECREF(b2);
-    ClosedError =
-        b4 ? PyErr_NewExceptionWithDoc("weightmap.ClosedError",
-                                       "The handle was closed (also a ValueError).", b4, NULL)
-           : NULL;
-    Py_XDECREF(b3);
-    Py_XDECREF(b4);
+        "A failure of the weightmap library, and every error the package raises of its own. str() "
+        "is the message (the library's names the file, the offset and the field); .status is the "
+        "status name ('WM_EFORMAT'), .code its number, .os_errno the errno behind it (0 when "
+        "none). A subclass of safetensors.SafetensorError where safetensors is installed.",
+        base, NULL);
+    int from_safetensors = base != PyExc_Exception;
+    Py_DECREF(base);
+    FormatError = error_class("weightmap.FormatError",
+                              "A malformed or unsupported file (WM_EFORMAT); also a ValueError.",
+                              PyExc_ValueError);
+    NotFoundError =
+        error_class("weightmap.NotFoundError",
+                    "No such file (WM_ENOENT); also a FileNotFoundError.", PyExc_FileNotFoundError);
+    TensorNotFoundError = error_class("weightmap.TensorNotFoundError",
+                                      "No tensor of that name; also a KeyError.", PyExc_KeyError);
+    ClosedError = error_class("weightmap.ClosedError", "The handle was closed; also a ValueError.",
+                              PyExc_ValueError);
+    ArgumentError = error_class("weightmap.ArgumentError",
+                                "A bad argument (a mode, device, dtype, framework, ... that is not "
+                                "one); also a ValueError.",
+                                PyExc_ValueError);
+    SliceError = error_class("weightmap.SliceError",
+                             "An index a slice cannot take (out of range, or a form the "
+                             "framework's indexer refuses); also an IndexError.",
+                             PyExc_IndexError);
     if (add_type(m, "Handle", (PyObject *)&HandleType) ||
         add_type(m, "Export", (PyObject *)&ExportType) || add_type(m, "Error", Error) ||
         add_type(m, "FormatError", FormatError) || add_type(m, "NotFoundError", NotFoundError) ||
         add_type(m, "TensorNotFoundError", TensorNotFoundError) ||
-        add_type(m, "ClosedError", ClosedError) ||
+        add_type(m, "ClosedError", ClosedError) || add_type(m, "ArgumentError", ArgumentError) ||
+        add_type(m, "SliceError", SliceError) ||
+        PyModule_AddIntConstant(m, "ERROR_IS_SAFETENSORS", from_safetensors) ||
         PyModule_AddIntConstant(m, "BACKEND_CPU", WM_BACKEND_CPU) ||
         PyModule_AddIntConstant(m, "BACKEND_CUDA", WM_BACKEND_CUDA) ||
         PyModule_AddIntConstant(m, "LOCK_REQUIRED", WM_LOCK_REQUIRED) ||

@@ -60,6 +60,25 @@ static unsigned char *map_file(const char *path, size_t off_pages, size_t n_page
     return p;
 }
 
+/* What the figures name as their source in messages (wm_os_why: src/os/linux.c, darwin.c):
+ * for another process's figures, its figures when refused, its regions, and this process. */
+#ifdef __APPLE__
+#define SOURCE_FIGURES "proc_pid_rusage(RUSAGE_INFO_V0) (pid %d)"
+#define SOURCE_FIGURES_REFUSED "proc_pid_rusage(RUSAGE_INFO_V0) (pid %d)"
+#define SOURCE_REGIONS "proc_pidinfo(PROC_PIDREGIONPATHINFO) (pid %d)"
+#define SOURCE_SELF "(this process)"
+#else
+#define SOURCE_FIGURES "/proc/%d/status"
+#define SOURCE_FIGURES_REFUSED "/proc/%d/smaps_rollup"
+#define SOURCE_REGIONS "/proc/%d/smaps"
+#define SOURCE_SELF "/proc/self/"
+#endif
+static const char *source(const char *fmt, int pid) {
+    static char s[128];
+    snprintf(s, sizeof s, fmt, pid);
+    return s;
+}
+
 /* Reads a byte of each page; not instrumented, so no sanitizer shadow memory is touched. */
 __attribute__((no_sanitize("address"))) static unsigned touch(const unsigned char *p,
                                                               size_t n_pages) {
@@ -359,16 +378,16 @@ WM_TEST(other_process) {
     reap(pid, ready[0], hold[1]);
 }
 
-/* A process that does not exist: WM_ENOENT naming the /proc file; a negative one: WM_EINVAL. */
+/* A process that does not exist: WM_ENOENT naming what was read; a negative one: WM_EINVAL. */
 WM_TEST(missing_process) {
     wm_mem_figures f;
     wm_file_region r[1];
     size_t n = 99;
     wm_error err = {0};
     CHECK_STATUS(wm_mem_figures_get(INT_MAX, &f, &err), WM_ENOENT);
-    CHECK_MSG_HAS(err, "/proc/2147483647/status");
+    CHECK_MSG_HAS(err, source(SOURCE_FIGURES, INT_MAX));
     CHECK_STATUS(wm_mem_file_regions(INT_MAX, NULL, r, 1, &n, &err), WM_ENOENT);
-    CHECK_MSG_HAS(err, "/proc/2147483647/smaps");
+    CHECK_MSG_HAS(err, source(SOURCE_REGIONS, INT_MAX));
     CHECK_EQ(n, 99); /* out-parameters are written only on success */
 
     pid_t pid = fork(); /* a process that existed a moment ago */
@@ -385,7 +404,7 @@ WM_TEST(missing_process) {
     CHECK_MSG_HAS(err, "absent.gguf");
 }
 
-/* A process we may not inspect: WM_EPERM naming the /proc file. As root, a child that drops to
+/* A process we may not inspect: WM_EPERM naming what was read. As root, a child that drops to
  * nobody probes this process; otherwise this process probes pid 1. */
 WM_TEST(forbidden_process) {
     if (getuid() != 0) {
@@ -394,7 +413,7 @@ WM_TEST(forbidden_process) {
         wm_status st = wm_mem_figures_get(1, &f, &err);
         if (st == WM_OK) WM_SKIP("pid 1 is inspectable by this user");
         CHECK_STATUS(st, WM_EPERM);
-        CHECK_MSG_HAS(err, "/proc/1/smaps_rollup");
+        CHECK_MSG_HAS(err, source(SOURCE_FIGURES_REFUSED, 1));
         return;
     }
     int out[2];
@@ -423,11 +442,8 @@ WM_TEST(forbidden_process) {
     int status;
     CHECK(waitpid(pid, &status, 0) == pid);
     CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
-    char want[64];
-    snprintf(want, sizeof want, "/proc/%d/smaps_rollup", (int)target);
-    CHECK_MSG_HAS(err[0], want);
-    snprintf(want, sizeof want, "/proc/%d/smaps", (int)target);
-    CHECK_MSG_HAS(err[1], want);
+    CHECK_MSG_HAS(err[0], source(SOURCE_FIGURES_REFUSED, (int)target));
+    CHECK_MSG_HAS(err[1], source(SOURCE_REGIONS, (int)target));
 }
 
 /* With no path, every region of a .gguf or .safetensors file, whatever its name holds
@@ -552,7 +568,7 @@ static void meter_fault_check(void *user, const wmt_fault_run *r) {
     const meter_call *c = user;
     CHECK_MSG(r->st == WM_EIO, "call %" PRIu64 " of %" PRIu64 ": %s", r->k, r->n,
               wm_status_name(r->st));
-    CHECK(strstr(r->err->msg, "/proc/self/") || strstr(r->err->msg, c->path));
+    CHECK(strstr(r->err->msg, SOURCE_SELF) || strstr(r->err->msg, c->path));
 }
 
 WM_TEST(fault_sweep) {
@@ -664,7 +680,9 @@ WM_TEST(cli_probe) {
     CHECK_EQ(wmt_cli("probe --json", out, sizeof out), 0);
     check_has(out, "\"file_regions\": [");
     CHECK_EQ(wmt_cli("probe --pid 2147483647", out, sizeof out), 1);
-    check_has(out, "weightmap: /proc/2147483647/status: ");
+    char missing[160];
+    snprintf(missing, sizeof missing, "weightmap: %s: ", source(SOURCE_FIGURES, INT_MAX));
+    check_has(out, missing);
     snprintf(args, sizeof args, "probe --file '%s'", wmt_tmp("absent.gguf"));
     CHECK_EQ(wmt_cli(args, out, sizeof out), 1);
     check_has(out, "absent.gguf: ");

@@ -24,16 +24,18 @@
 
 /* ---- helpers ---- */
 
-/* Regions of this process that map a file of the case's folder. */
+/* Regions of this process that map a weight file of the case's folder (the library's meter:
+ * every region of a .gguf or .safetensors file, wm_mem_file_regions). */
 static int tmp_maps(void) {
-    FILE *m = fopen("/proc/self/maps", "r");
-    CHECK(m != NULL);
-    char line[1200];
-    int n = 0;
-    while (fgets(line, sizeof line, m))
-        if (strstr(line, wmt_tmpdir())) n++;
-    fclose(m);
-    return n;
+    wm_file_region r[64];
+    size_t n = 0;
+    wm_error err;
+    CHECK_MSG(wm_mem_file_regions(0, NULL, r, 64, &n, &err) == WM_OK, "%s", err.msg);
+    CHECK(n <= 64);
+    int mine = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strstr(r[i].path, wmt_tmpdir())) mine++;
+    return mine;
 }
 
 /* Opening with `open` fails with `want`, the message holds n1 and n2 (each NULL for none), and

@@ -999,9 +999,9 @@ WM_TEST(weightmap_cli_is_clean) {
 #define ABI_THREADS 4
 #define ABI_ROUNDS 30
 #define ABI_LIMIT "timeout -s KILL 60" /* a traced run that stalls fails, it does not hang */
-static const char *const abi_fns[] = {"abi_regs",    "abi_var", "abi_stack", "abi_small",
-                                      "abi_pair",    "abi_ld",  "abi_rz",    "abi_tail",
-                                      "abi_tail_to", "abi_rip", "abi_empty"};
+static const char *const abi_fns[] = {"abi_regs", "abi_var",     "abi_stack", "abi_small",
+                                      "abi_pair", "abi_ld",      "abi_vec",   "abi_rz",
+                                      "abi_tail", "abi_tail_to", "abi_rip",   "abi_empty"};
 #define ABI_N_FNS (int)(sizeof abi_fns / sizeof abi_fns[0])
 
 /* The markers: the first two as load markers, the rest as release markers (each path of the

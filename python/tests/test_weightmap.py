@@ -310,10 +310,18 @@ def test_unconsumed_export_holds_nothing_after_close(made):
 # ---- errors carry the C message and leave nothing behind ----------------------------------------
 
 def test_missing_file(tmp_path):
+    """safetensors' words for it, exactly (its suite checks them), and the status."""
     missing = str(tmp_path / "nope.safetensors")
-    with pytest.raises(weightmap.NotFoundError, match="nope.safetensors: cannot open") as e:
+    with pytest.raises(weightmap.NotFoundError) as e:
         weightmap.safe_open(missing)
+    assert str(e.value) == f"No such file or directory: {missing}"
     assert isinstance(e.value, FileNotFoundError) and e.value.status == "WM_ENOENT"
+    with pytest.raises(FileNotFoundError) as e:
+        weightmap.safe_open("notafile", framework="pt")
+    assert str(e.value) == "No such file or directory: notafile"
+    with pytest.raises(FileNotFoundError) as e:      # one file of a list
+        weightmap.safe_open([fixture("safetensors/hf-sample-f.safetensors"), missing])
+    assert str(e.value) == f"No such file or directory: {missing}"
     with pytest.raises(FileNotFoundError):
         weightmap.load_file(missing)
 
@@ -363,9 +371,34 @@ def test_bad_arguments(made):
         with pytest.raises(weightmap.Error, match="m.gguf") as e:
             f.load()
         assert e.value.status == "WM_EINVAL"
-    with weightmap.safe_open(path, mode="mmap", dtype="f16") as f:
-        with pytest.raises(weightmap.Error, match="conversion on load needs mode heap"):
-            f.get_tensor(f.keys()[0])
+    # dtype= with a mode that cannot convert, or on a device: refused at open, not at the
+    # first get_tensor; every refusal is an ArgumentError (a ValueError and a weightmap.Error)
+    with pytest.raises(weightmap.ArgumentError, match="needs mode 'heap' .* not 'mmap'") as e:
+        weightmap.safe_open(path, mode="mmap", dtype="f16")
+    assert isinstance(e.value, ValueError) and isinstance(e.value, weightmap.Error)
+    with pytest.raises(weightmap.ArgumentError, match="not 'mmap-private'"):
+        weightmap.safe_open(path, backend="mmap", dtype="f16")
+    with pytest.raises(weightmap.ArgumentError, match="needs device 'cpu'"):
+        weightmap.safe_open(path, device="cuda:0", dtype="f32")
+    for bad in ({"mode": "mlock"}, {"lock": "yes"}, {"framework": "tf"}, {"device": "gpu0"},
+                {"dtype": "int4"}, {"backend": "direct"}):
+        with pytest.raises(weightmap.ArgumentError):
+            weightmap.safe_open(path, **bad)
+
+
+def test_dtype_without_mode_picks_heap():
+    """safe_open(q4_0.gguf, dtype="f32") without mode=: mode heap, every tensor converted (the
+    CLI's --as f32 bytes), nothing held after."""
+    path = fixture("gguf/stories260K-q4_0.gguf")
+    with weightmap.safe_open(path, framework="pt", dtype="f32") as f:
+        assert f.mode == "heap"
+        t = f.get_tensor("blk.0.attn_q.weight")
+        assert t.dtype == torch.float32 and tuple(t.shape) == (64, 64)
+        assert raw_bytes(t) == cli("cat", path, "blk.0.attn_q.weight", "--as", "f32")
+        del t
+    d = weightmap.load_file(path, dtype=torch.float16)
+    assert d["blk.0.attn_q.weight"].dtype == torch.float16
+    del d
 
 
 def test_device_names():

@@ -25,15 +25,20 @@ the default on CUDA devices, where every mode stages through pinned memory).
 import os as _os
 
 from . import _weightmap as _c
-from ._weightmap import ClosedError, Error, FormatError, NotFoundError, TensorNotFoundError
+from ._weightmap import (ArgumentError, ClosedError, Error, FormatError, NotFoundError,
+                         SliceError, TensorNotFoundError)
 from ._loading import loading
 
 __all__ = ["safe_open", "load_file", "loading", "ledger", "file_regions", "mem_figures",
            "backend_init", "Error", "SafetensorError", "FormatError", "NotFoundError",
-           "TensorNotFoundError", "ClosedError", "MODES", "BACKENDS"]
+           "TensorNotFoundError", "ClosedError", "ArgumentError", "SliceError", "MODES",
+           "BACKENDS"]
 __version__ = _c.version()
 
-SafetensorError = Error    # safetensors' name for its errors: the same class
+# safetensors' name for its errors: the same class. Where safetensors is installed, Error is a
+# subclass of safetensors.SafetensorError itself, so `except safetensors.SafetensorError` catches
+# every error this package raises (the module says which: _c.ERROR_IS_SAFETENSORS).
+SafetensorError = Error
 MODES = ("mmap-private", "mmap", "heap")
 # safetensors 0.8's backend= names and the mode each is here: its "mmap" maps the file
 # copy-on-write (writable tensors, the file untouched), its "pread" reads into private memory.
@@ -82,7 +87,8 @@ def _parse_device(device):
     try:
         return _c.backend_from_name(d)     # the C library's parser (wm_backend_from_name)
     except ValueError as e:
-        raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', not {device!r} ({e})") from None
+        raise ArgumentError(f"device must be 'cpu', 'cuda' or 'cuda:N', not {device!r} ({e})") \
+            from None
 
 
 def _parse_dtype(dtype):
@@ -90,7 +96,7 @@ def _parse_dtype(dtype):
         return None
     name = str(dtype).rsplit(".", 1)[-1].lower()   # torch.float16, numpy.float32, "F16"
     if name not in _DTYPES:
-        raise ValueError(f"dtype must be one of f32, f16, bf16, f64 (or their torch/numpy "
+        raise ArgumentError(f"dtype must be one of f32, f16, bf16, f64 (or their torch/numpy "
                          f"names), not {dtype!r}")
     return _DTYPES[name]
 
@@ -191,6 +197,86 @@ def _rows_of(index, shape, pt):
     return lo, hi, (slice(0, hi - lo, step),) + rest
 
 
+def _np_index(index, shape):
+    """safetensors' indexer for framework "np", on a tensor of `shape`: ints (negative ones
+    counted from the end), slices with steps, and an empty list (no rows); its errors, as
+    SliceError, in its words. Returns the index for NumPy to apply. Beyond what safetensors
+    takes: negative slice bounds (Python's meaning), `...` and None (NumPy's)."""
+    if isinstance(index, list):
+        if index:
+            raise SliceError("Non empty lists are not implemented")
+        return (slice(0, 0),)
+    items = index if isinstance(index, tuple) else (index,)
+    n_dims = sum(1 for x in items if x is not None and x is not Ellipsis)
+    if sum(1 for x in items if x is Ellipsis) > 1:
+        raise SliceError("an index can only have a single ellipsis ('...')")
+    expanded, used = [], 0
+    for x in items:                      # each item with the dimension it indexes (None: none)
+        if x is Ellipsis:
+            width = max(0, len(shape) - n_dims)
+            expanded += [(slice(None), used + k) for k in range(width)]
+            used += width
+        elif x is None:
+            expanded.append((None, None))
+        else:
+            expanded.append((x, used))
+            used += 1
+    out, shown = [], []
+    for x, d in expanded:                # safetensors' first pass: each item to an indexer
+        if x is None:
+            out.append(None)
+            continue
+        size = shape[d] if d < len(shape) else 0
+        if isinstance(x, slice):
+            step = 1 if x.step is None else _int(x.step, d)
+            if step <= 0:
+                raise SliceError(f"Invalid step {step} for dimension {d}: steps must be "
+                                 f"greater than zero")
+            start = None if x.start is None else _bound(_int(x.start, d), size)
+            stop = None if x.stop is None else _bound(_int(x.stop, d), size)
+            out.append(slice(start, stop, step))
+            shown.append(("" if start is None else str(start)) + ":" +
+                         ("" if stop is None else str(stop)) + ("" if step == 1 else f":{step}"))
+        else:
+            i = _int(x, d)
+            if i < 0:
+                if i + size < 0:
+                    raise SliceError(f"Invalid index {i} for dimension {d} of size {size}")
+                i += size
+            out.append(i)
+            shown.append(str(i))
+    where = f"Error during slicing [{', '.join(shown)}] with shape {list(shape)}:"
+    if used > len(shape):
+        raise SliceError(f"{where} more slicing indexes than dimensions in tensor")
+    for (x, d), y in reversed(list(zip(expanded, out))):   # its bounds check, innermost first
+        if x is None:
+            continue
+        size = shape[d]
+        if isinstance(y, int):
+            lo, hi = y, y + 1
+        else:
+            lo = 0 if y.start is None else y.start
+            hi = size if y.stop is None else y.stop
+        if lo > size or hi > size or (isinstance(y, int) and lo >= size):
+            asked = lo if lo >= size and (isinstance(y, int) or lo > size) else hi - 1
+            raise SliceError(f"{where} index {asked} out of bounds for tensor dimension #{d} "
+                             f"of size {size}")
+    return tuple(out)
+
+
+def _int(x, d):
+    if isinstance(x, bool) or not hasattr(x, "__index__"):
+        raise SliceError(f"Unsupported index {x!r} for dimension {d}: ints, slices, '...', "
+                         f"None and an empty list are")
+    return int(x.__index__())
+
+
+def _bound(b, size):
+    """A slice bound as safetensors reads it; a negative one (which it cannot take) as Python
+    reads it, counted from the end and clamped at 0."""
+    return b if b >= 0 else max(0, b + size)
+
+
 class _Slice:
     """What get_slice() returns: the tensor's shape and dtype without touching its data, and
     indexing (``[...]``) as PyTorch (or NumPy) indexes the whole tensor. In modes heap and on
@@ -211,19 +297,31 @@ class _Slice:
 
     def __getitem__(self, index):
         owner = self._owner
-        part = owner._part_of(self._info, index)
-        if part is not None:
-            return part
-        return owner.get_tensor(self._name)[index]
+        if owner._framework_name == "np":
+            # safetensors' own indexer and its words; what it takes, NumPy then applies
+            index = _np_index(index, owner._delivered_shape(self._info))
+        try:
+            part = owner._part_of(self._info, index)
+            if part is not None:
+                return part
+            return owner.get_tensor(self._name)[index]
+        except Error:
+            raise
+        except IndexError as e:       # the framework's own words, as a weightmap.Error too
+            raise SliceError(str(e)) from None
+        except ValueError as e:       # torch: a negative step
+            raise ArgumentError(str(e)) from None
 
 
 class safe_open:
     """safe_open(filename, framework="pt", device="cpu", *, backend=None, mode=None, lock=None,
     dtype=None)
 
-    Opens a safetensors or GGUF file, a safetensors index (NAME.safetensors.index.json) or any
-    shard of a shard set, as safetensors.safe_open does, and reads its header; the tensors are
-    loaded by `mode` at the first tensor asked for. A context manager: leaving it calls close().
+    Opens a safetensors or GGUF file as safetensors.safe_open does (a path to one shard of a
+    sharded checkpoint is that shard alone: its tensors, its metadata), a shard set through its
+    index (NAME.safetensors.index.json), or a list or tuple of files as one set (a GGUF split set
+    as the list of its parts, in order), and reads the header; the tensors are loaded by `mode`
+    at the first tensor asked for. A context manager: leaving it calls close().
     Safe to use from any number of threads: the load runs once, the others wait for it.
 
     framework  "pt" (PyTorch tensors) or "np" (NumPy arrays)
@@ -235,30 +333,47 @@ class safe_open:
                write faults), "heap" (private memory read with pread; the default on CUDA)
     lock       None, "required" (mlock every byte or fail) or "best-effort"
     dtype      None, or "f32"/"f16"/"bf16"/"f64" (or torch/numpy dtypes): convert every tensor
-               whose type converts (GGUF quantized blocks included) on load; needs mode "heap"
-               and device "cpu". Without it, quantized GGUF tensors come as their raw blocks
+               whose type converts (GGUF quantized blocks included) on load, into private
+               memory: without mode= it picks "heap"; another mode or a device other than
+               "cpu" raises ArgumentError (a ValueError) here. Without it, quantized GGUF tensors come as their raw blocks
                (uint8, shape (..., bytes of a row)).
 
     Tensors view the loaded memory without a copy and keep it alive; close() gives everything
-    back as soon as no tensor is alive. Failures raise weightmap.Error (alias SafetensorError)
-    or its subclasses FormatError, NotFoundError (a FileNotFoundError), TensorNotFoundError (a
-    KeyError) and ClosedError (a ValueError), with the library's message; bad arguments raise
-    ValueError or TypeError.
+    back as soon as no tensor is alive. Every error raised is a weightmap.Error (alias
+    SafetensorError; a subclass of safetensors.SafetensorError where safetensors is installed):
+    FormatError (also a ValueError), NotFoundError (a FileNotFoundError; a missing file says
+    "No such file or directory: PATH", as safetensors), TensorNotFoundError (a KeyError),
+    ClosedError (a ValueError), ArgumentError (a ValueError: a bad argument), SliceError (an
+    IndexError: an index a slice cannot take), with the library's message; an argument of the
+    wrong Python type raises Python's own TypeError.
     """
 
     def __init__(self, filename, framework="pt", device="cpu", *, backend=None, mode=None,
                  lock=None, dtype=None, prefetch=False, threads=0):
         if framework not in _FRAMEWORKS:
-            raise ValueError(f"framework must be 'pt' or 'np', not {framework!r}")
+            raise ArgumentError(f"framework must be 'pt' or 'np', not {framework!r}")
         self._backend, self._device = _parse_device(device)
         on_device = self._backend != _c.BACKEND_CPU
+        to = _parse_dtype(dtype)
+        if to is not None:
+            # Conversion happens on load, into private memory: dtype= without mode= picks heap
+            # (decided: not an error at the first get_tensor); any other mode, or a device, is
+            # refused here, at open.
+            if on_device:
+                raise ArgumentError(f"dtype={dtype!r} converts on load on the CPU: it needs "
+                                    f"device 'cpu', not {device!r}")
+            if mode is None and backend is None:
+                mode = "heap"
         mode = _parse_mode(mode, backend, on_device)
+        if to is not None and mode != "heap":
+            raise ArgumentError(f"dtype={dtype!r} converts on load, which needs mode 'heap' "
+                                f"(or no mode), not {mode!r}")
         if lock not in _LOCKS:
-            raise ValueError(f"lock must be None, 'required' or 'best-effort', not {lock!r}")
+            raise ArgumentError(f"lock must be None, 'required' or 'best-effort', not {lock!r}")
         self._framework_name = _FRAMEWORKS[framework]
         if self._framework_name == "np" and on_device:
-            raise ValueError("framework 'np' needs device 'cpu' (NumPy arrays live in host memory)")
-        self._to = _parse_dtype(dtype)
+            raise ArgumentError("framework 'np' needs device 'cpu' (NumPy arrays live in host memory)")
+        self._to = to
         self._mode = mode
         self._lock = _LOCKS[lock]
         self._prefetch = bool(prefetch)
@@ -442,14 +557,14 @@ def _maker(export):
 def _parse_mode(mode, backend, on_device):
     if backend is not None:
         if backend not in BACKENDS:
-            raise ValueError(f"backend must be 'mmap' or 'pread', not {backend!r}")
+            raise ArgumentError(f"backend must be 'mmap' or 'pread', not {backend!r}")
         if mode is not None and mode != BACKENDS[backend]:
-            raise ValueError(f"backend {backend!r} is mode {BACKENDS[backend]!r}, not {mode!r}")
+            raise ArgumentError(f"backend {backend!r} is mode {BACKENDS[backend]!r}, not {mode!r}")
         mode = BACKENDS[backend]
     if mode is None:
         return "heap" if on_device else "mmap-private"
     if not isinstance(mode, str) or mode not in MODES:
-        raise ValueError(f"mode must be 'mmap', 'heap' or 'mmap-private', not {mode!r}")
+        raise ArgumentError(f"mode must be 'mmap', 'heap' or 'mmap-private', not {mode!r}")
     if on_device and mode == "mmap-private":
         return "heap"   # a device holds its own copy: every mode stages through pinned memory
     return mode

@@ -371,7 +371,8 @@ static bool safe_shard_name(const char *name) {
 }
 
 /* Checks every shard's tensors against the weight_map: none extra, none missing, each in the
- * shard the index names. */
+ * shard the index names. Shards are named as the index names them (relative to its folder, which
+ * the message's first path gives), so that a message of two shards fits. */
 static wm_status check_weight_map(set *s, const char *const *shard_names, const char *index_path) {
     size_t n = s->ix.n_map;
     mref *r = n ? wm__alloc(n * sizeof *r) : NULL;
@@ -394,12 +395,12 @@ static wm_status check_weight_map(set *s, const char *const *shard_names, const 
                 st = wm__err(s->err, WM_EFORMAT, 0,
                              "%s: shard %s holds tensor '%s', which the index "
                              "does not list",
-                             index_path, f->path, key.tensor);
+                             index_path, shard_names[k], key.tensor);
             else if (strcmp(hit->shard, shard_names[k]) != 0)
                 st = wm__err(s->err, WM_EFORMAT, 0,
                              "%s: tensor '%s' is in shard %s, but the index "
                              "puts it in %s",
-                             index_path, key.tensor, f->path, hit->shard);
+                             index_path, key.tensor, shard_names[k], hit->shard);
             else
                 matched++;
         }
@@ -413,7 +414,7 @@ static wm_status check_weight_map(set *s, const char *const *shard_names, const 
                 st = wm__err(s->err, WM_EFORMAT, 0,
                              "%s: tensor '%s' is listed for shard %s, which "
                              "does not hold it",
-                             index_path, r[i].tensor, s->sub[sh - shard_names]->path);
+                             index_path, r[i].tensor, *sh);
         }
         if (!st)
             st = wm__err(s->err, WM_EFORMAT, 0,

@@ -30,7 +30,8 @@
 #   task_scope   darwin.c.o names objc_autoreleasePoolPush and objc_autoreleasePoolPop as
 #                strings and imports dlsym, and nothing imports an objc_ symbol: the pool is
 #                found at run time; the dylib, the CLI and the tests link libSystem alone (no
-#                libobjc, no Foundation)
+#                libobjc, no Foundation); host.c.o (the workers) and model.c.o (the release)
+#                call wm__os_task_scope
 #   probe        the CLI's probe.c.o calls wm_mem_figures_get and wm_mem_file_regions;
 #                meter.c.o defines them over wm__os_process_info and wm__os_file_regions; and
 #                the CLI imports the Darwin calls behind those (task_info, proc_pidinfo,
@@ -143,6 +144,11 @@ task_scope)
     if echo "$strs" | grep -q "$s"; then ok "darwin.c.o names $s"; else fail "darwin.c.o does not name $s"; fi
   done
   if member_imports darwin.c.o _dlsym; then ok "darwin.c.o imports dlsym"; else fail "darwin.c.o does not import dlsym"; fi
+  # where a scope is opened: each worker's task (host.c) and every release (model.c)
+  for m in host.c.o model.c.o; do
+    if member_imports $m _wm__os_task_scope; then ok "$m runs its work in wm__os_task_scope"; else
+      fail "$m does not call wm__os_task_scope"; fi
+  done
   for f in "$dylib" "$cli" "$build"/tests/test_*; do
     [ -f "$f" ] || continue
     if imports "$f" | grep -q '^_objc_'; then fail "$(basename "$f") imports $(imports "$f" | grep '^_objc_' | tr '\n' ' ')"; fi

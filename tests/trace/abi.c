@@ -5,10 +5,11 @@
  * below rsp (the red zone), a tail call as a jmp. Every function below is a marker in the test.
  * Between them they take every kind of x86-64 SysV argument (six integer and eight vector
  * registers, stack words of both classes, structs by value in registers and in memory, a long
- * double, a variadic call with al set) and return every kind of result (rax, rax:rdx, xmm0:xmm1,
- * st0, a struct through the hidden pointer). The callers are in the same file, so gcc's
- * -fipa-ra keeps their own values in call-clobbered registers that it knows the callee leaves
- * alone: a probe that changes any register changes what this program prints.
+ * double, whole vector registers (both halves), a 128-bit integer, floats packed two to a
+ * register, a variadic call with al set) and return every kind of result (rax, rax:rdx,
+ * xmm0:xmm1, a whole xmm0, st0, a struct through the hidden pointer). The callers are in the same
+ * file, so gcc's -fipa-ra keeps their own values in call-clobbered registers that it knows the
+ * callee leaves alone: a probe that changes any register changes what this program prints.
  *
  *     abi THREADS ROUNDS LIB   THREADS threads (and main) call every function ROUNDS times
  *                              while one more thread dlopens LIB (libwmtabi.so), calls its
@@ -47,6 +48,11 @@ struct pair {
     double x, y;
 }; /* xmm0:xmm1 */
 
+struct f3 {
+    float a, b, c;
+}; /* SSE: a and b packed in one register, c in the next */
+typedef double v2d __attribute__((vector_size(16))); /* a whole xmm register */
+
 int abi_global = 7;
 
 NOINLINE double abi_regs(long a, long b, long c, long d, long e, long f, double x0, double x1,
@@ -77,6 +83,17 @@ NOINLINE struct pair abi_pair(double a, double b, float c) {
 }
 
 NOINLINE long double abi_ld(long double x, int k) { return x * k + 0.25L; }
+
+/* Eight whole vector registers (both halves of each xmm), a ninth vector on the stack, a
+ * 128-bit integer in a register pair, three floats packed two to a register; returns a whole
+ * xmm0. */
+NOINLINE v2d abi_vec(v2d a, v2d b, v2d c, v2d d, v2d e, v2d f, v2d g, v2d h, v2d on_stack,
+                     __int128 wide, struct f3 t) {
+    v2d r = a * 1.5 + b - c * 0.25 + d * e - f + g * h + on_stack;
+    r[0] += (double)(long)(wide >> 64) + t.a + t.c;
+    r[1] += (double)(long)wide + t.b;
+    return r;
+}
 
 NOINLINE double abi_var(int n, ...) {
     va_list ap;
@@ -152,6 +169,11 @@ static uint64_t one_round(long t, int r) {
     long double ld = abi_ld((long double)k / 3, r);
     double ldd = (double)ld;
     MIX(h, ldd);
+    v2d va = {k, 0.5}, vb = {1.25, -k}, vc = {r, 3}, vd = {7, 0.125};
+    __int128 wide = ((__int128)k << 64) | (unsigned long)(r + 9);
+    v2d vr = abi_vec(va, vb, vc, vd, va + vb, vb * vc, vc - vd, vd + va, va * vd, wide,
+                     (struct f3){0.5f, (float)r, -1.5f});
+    MIX(h, vr);
     d = abi_var(10, 1L, 2.0, k, 4.0, 5L, 6.0, 7L, 8.0, 9L, (double)r);
     MIX(h, d);
     long v[3] = {k, r, 3};
@@ -245,6 +267,7 @@ int main(int argc, char **argv) {
         SHAPE(abi_small);
         SHAPE(abi_pair);
         SHAPE(abi_ld);
+        SHAPE(abi_vec);
         SHAPE(abi_var);
         SHAPE(abi_rz);
         SHAPE(abi_tail);

@@ -3,14 +3,16 @@
  * and its return, however it is called (through a PLT, directly inside one object, from any
  * thread).
  *
- * A probe writes int3 over the first byte of the function. The SIGTRAP handler only points the
- * thread at wmtrace_probe_tramp (with the probe's index in r11, a scratch register no call
- * passes anything in); the trampoline saves the argument registers, calls probe_enter in normal
- * context (which records the entry and swaps the return address for wmtrace_probe_exit), restores
- * them and jumps to the probe's out-of-line copy of the displaced instruction (decoded by Zydis,
- * RIP-relative operands and relative jumps and calls rewritten), which jumps back to the second
- * instruction. On return, wmtrace_probe_exit records it and returns to the caller with the return
- * registers untouched. docs/TRACE.md says what this cannot see.
+ * A probe writes int3 over the first byte of the function. The SIGTRAP handler changes nothing
+ * but the thread's rip: it points it at the probe's entry stub (in the probe's page, beside the
+ * out-of-line copy of the displaced instruction), which skips the red zone, pushes the probe's
+ * index and jumps to wmtrace_probe_tramp. The trampoline saves every register (flags, general
+ * registers, XSAVE state), calls probe_enter in normal context (which records the entry and swaps
+ * the return address for wmtrace_probe_exit), restores everything and jumps to the copy (decoded
+ * by Zydis, RIP-relative operands and relative jumps and calls rewritten), which jumps back to
+ * the second instruction. On return, wmtrace_probe_exit saves and restores the same way around
+ * probe_return and jumps to the caller. An instruction that cannot be moved is refused by name
+ * and the function left alone. docs/TRACE.md says what this cannot see.
  *
  * Sections: specs; the probe table and arming; entry and return; the signal calls (a program's
  * own SIGTRAP handler is chained behind ours, and SIGTRAP is never blocked while probes are set).
@@ -323,12 +325,16 @@ void wt_probes_forget(uintptr_t lo, uintptr_t hi) {
  * return slot), index), puts what it returns (the out-of-line copy) at E-8, in the red zone
  * below E (which no signal frame touches), restores everything, sets rsp back to E and jumps
  * through E-8. wmtrace_probe_exit: the hooked return lands here with rsp R; it skips the red zone
- * the same way, calls probe_return(R) and jumps to the caller's return address through R-8. */
+ * the same way, calls probe_return(R) and jumps to the caller's return address through R-8.
+ * Their unwind tables (.cfi) let a debugger walk from a hook through the trampoline to the
+ * function's caller; the exit stub's says the caller is unknown there (it is in wt_tl), so a
+ * backtrace stops at it instead of reading a stack word as a return address. */
 __asm__(".macro WT_SAVE\n"
-        "  pushfq\n"
-        "  push %rax\n  push %rcx\n  push %rdx\n  push %rsi\n  push %rdi\n  push %r8\n"
-        "  push %r9\n  push %r10\n  push %r11\n  push %rbx\n  push %rbp\n"
-        "  mov %rsp, %rbp\n"
+        "  pushfq\n  .cfi_adjust_cfa_offset 8\n"
+        "  .irp r, rax, rcx, rdx, rsi, rdi, r8, r9, r10, r11, rbx, rbp\n"
+        "  push %\\r\n  .cfi_adjust_cfa_offset 8\n"
+        "  .endr\n"
+        "  mov %rsp, %rbp\n  .cfi_def_cfa_register %rbp\n"
         "  mov wmtrace_xsave_size(%rip), %eax\n"
         "  test %eax, %eax\n"
         "  jz 1f\n"
@@ -359,10 +365,11 @@ __asm__(".macro WT_SAVE\n"
         "1:\n"
         "  fxrstor64 (%rsp)\n"
         "2:\n"
-        "  mov %rbp, %rsp\n"
-        "  pop %rbp\n  pop %rbx\n  pop %r11\n  pop %r10\n  pop %r9\n  pop %r8\n"
-        "  pop %rdi\n  pop %rsi\n  pop %rdx\n  pop %rcx\n  pop %rax\n"
-        "  popfq\n"
+        "  mov %rbp, %rsp\n  .cfi_def_cfa_register %rsp\n"
+        "  .irp r, rbp, rbx, r11, r10, r9, r8, rdi, rsi, rdx, rcx, rax\n"
+        "  pop %\\r\n  .cfi_adjust_cfa_offset -8\n"
+        "  .endr\n"
+        "  popfq\n  .cfi_adjust_cfa_offset -8\n"
         ".endm\n"
         ".text\n"
         ".p2align 4\n"
@@ -370,28 +377,35 @@ __asm__(".macro WT_SAVE\n"
         ".hidden wmtrace_probe_tramp\n"
         ".type wmtrace_probe_tramp,@function\n"
         "wmtrace_probe_tramp:\n"
+        "  .cfi_startproc\n"
+        "  .cfi_def_cfa %rsp, 144\n" /* the caller's rsp: E + 8; the return address at E */
+        "  .cfi_offset %rip, -8\n"
         "  WT_SAVE\n"
         "  lea 232(%rbp), %rdi\n"
         "  mov 96(%rbp), %rsi\n"
         "  call wmtrace_probe_enter\n"
         "  mov %rax, 224(%rbp)\n"
         "  WT_RESTORE\n"
-        "  lea 136(%rsp), %rsp\n"
+        "  lea 136(%rsp), %rsp\n  .cfi_adjust_cfa_offset -136\n"
         "  jmp *-8(%rsp)\n"
+        "  .cfi_endproc\n"
         ".size wmtrace_probe_tramp, .-wmtrace_probe_tramp\n"
         ".p2align 4\n"
         ".globl wmtrace_probe_exit\n"
         ".hidden wmtrace_probe_exit\n"
         ".type wmtrace_probe_exit,@function\n"
         "wmtrace_probe_exit:\n"
-        "  lea -128(%rsp), %rsp\n"
+        "  .cfi_startproc\n"
+        "  .cfi_undefined %rip\n" /* the caller's address is in wt_tl until probe_return */
+        "  lea -128(%rsp), %rsp\n  .cfi_adjust_cfa_offset 128\n"
         "  WT_SAVE\n"
         "  lea 224(%rbp), %rdi\n"
         "  call wmtrace_probe_return\n"
         "  mov %rax, 216(%rbp)\n"
         "  WT_RESTORE\n"
-        "  lea 128(%rsp), %rsp\n"
+        "  lea 128(%rsp), %rsp\n  .cfi_adjust_cfa_offset -128\n"
         "  jmp *-8(%rsp)\n"
+        "  .cfi_endproc\n"
         ".size wmtrace_probe_exit, .-wmtrace_probe_exit\n"
         ".purgem WT_SAVE\n"
         ".purgem WT_RESTORE\n");
