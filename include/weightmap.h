@@ -412,7 +412,8 @@ typedef struct wm_read_options {
                                 8 MiB; a thread that reads an item WM_READ_WHOLE grows its window
                                 to the item and keeps it until the call returns (at most
                                 threads x the largest whole item) */
-    wm_progress_fn progress; /* from the calling thread: bytes read so far, of all items */
+    wm_progress_fn progress; /* from the calling thread, after each piece it read and once at
+                                the end: bytes read so far, of all items; non-zero cancels */
     void *progress_user;
 } wm_read_options;
 

@@ -188,7 +188,8 @@ typedef struct run_ctx {
     wm_read_sink_fn sink;
     void *sink_user;
     size_t window_each;
-    bool serial; /* sink calls one at a time, under sink_lock */
+    bool serial;     /* sink calls one at a time, under sink_lock */
+    bool report_end; /* wm__read_items: progress once more at the end, from the calling thread */
     wm_os_mutex sink_lock;
 } run_ctx;
 
@@ -375,6 +376,7 @@ static wm_status run_jobs(wm_model *m, const wm__job *jobs, size_t n, unsigned f
         c.sink_user = sink->sink_user;
         c.window_each = window_each;
         c.serial = (sink->flags & WM_READ_SINK_SERIAL) != 0;
+        c.report_end = true;
         int e = c.serial ? wm__os_mutex_init(&c.sink_lock) : 0;
         if (e)
             return wm__err(err, WM_ENOMEM, e, "%s: cannot make the sink's lock: %s", m->file->path,
@@ -403,6 +405,13 @@ static wm_status run_jobs(wm_model *m, const wm__job *jobs, size_t n, unsigned f
     if (threads > 1 && wm__crew_start(m, &crew, threads - 1, &ferr)) fail_run(&c, &ferr);
     work(&c, true);
     wm__crew_join(&crew);
+    /* The calling thread reports progress after each job it did; where the workers took every
+     * job it did none, so the caller hears the end (and may still cancel) once more here. */
+    if (c.report_end && !atomic_load(&c.failed) && wm__progress(m, c.total, c.total)) {
+        wm_error e;
+        wm__err(&e, WM_ECANCELED, 0, "%s: read canceled by the progress callback", m->file->path);
+        fail_run(&c, &e);
+    }
     if (c.serial) wm__os_mutex_destroy(&c.sink_lock);
     if (atomic_load(&c.failed)) {
         if (err) *err = c.first;
