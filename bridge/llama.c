@@ -717,8 +717,6 @@ static wm_status read_all(load *l, wm_error *err) {
         wm_file_tensor(l->f, l->items[i].tensor, &ti);
         l->stats.bytes_read += ti.nbytes;
     }
-    if (!st && l->p.progress_callback)
-        l->p.progress_callback(1.0f, l->p.progress_callback_user_data);
     return st;
 }
 
