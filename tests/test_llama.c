@@ -404,7 +404,9 @@ WM_TEST(cli_check_llama_fixtures) {
 /* A cold model loads through the bridge with O_DIRECT (the reading engine's default, AUTO):
  * the bulk of the file stays out of the page cache (tensors under 64 KiB are read buffered by
  * design, src/reader.c), and the tokens are those of a warm load. The file is made cold after it
- * is opened, as in test_cold.c: the open's own header reads start the kernel's readahead. */
+ * is opened, as in test_cold.c: a file opened after it went cold loads mostly buffered (the
+ * open's header reads start the kernel's read-ahead, and the buffered reads of the cached part
+ * keep it going: bench/RESULTS.md, llama), which is the reading engine's to fix. */
 WM_TEST(cold_file_loads_direct) {
     setup();
     const char *path = wmt_make_model("m.gguf", "--size 8M");
