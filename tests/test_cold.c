@@ -184,6 +184,7 @@ WM_TEST(heap_cold_read_fails_midway) {
     cold_run c = {.l = {.f = OPEN_OK(path), .o = heap_opts(3, WM_DIRECT_AUTO), .use = use_bytes},
                   .path = path};
     wmt_sweep s = {.what = "cold heap load",
+                   .real_cache = 1, /* cold_load sets the page cache up each run */
                    .run = cold_load,
                    .check = cold_check,
                    .user = &c,
