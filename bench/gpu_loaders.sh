@@ -33,7 +33,11 @@
 # Every tensor of every loader is checked against safetensors' own load (per-tensor checksums on
 # the device: bench/gpu_loaders.py sums). Results: $OUT/summary.md (the tables), $OUT/all.jsonl
 # (every measurement), $OUT/log.txt, $OUT/tests.txt, $OUT/pytest.txt, $OUT/build.txt.
-# Environment: OUT (default /tmp/wm-loaders-out), ROUNDS (3), BUDGET (seconds, 560), SKIP_TESTS=1
+# Environment: OUT (default /tmp/wm-loaders-out), ROUNDS (3), BUDGET (seconds, 560), STAGES (the
+# stages to run, default all: tests disk cold cli-cold warm-tf cold-tf disk-warm
+# disk-warm-loaders tmpfs; disk-warm alone runs only the CLI's warm A/B; ahead-test, without
+# tests: python/tests/test_ahead.py alone on cuda:0), AB_ROUNDS
+# (the warm A/B's rounds, 2), DISK_THREADS (8,16,64), SKIP_TESTS=1
 # (no tests: a try-out of the measurements), DEPS (.deb
 # folder for scripts/gpu_env.sh: libdlpack-dev; default .debs-py), PEERS_SRC (.peers/gpu-loaders).
 set -u
@@ -56,6 +60,8 @@ left() { echo $((BUDGET - SECONDS)); }
 # room NEED: whether NEED seconds are left
 room() { [ "$(left)" -ge "$1" ] || { say "skipped: $2 (needs ${1}s, $(left)s left)"; return 1; }; }
 collect() { cat "$W"/*.jsonl >"$OUT/all.jsonl" 2>/dev/null; }
+STAGES=${STAGES:-tests disk cold cli-cold warm-tf cold-tf disk-warm disk-warm-loaders tmpfs}
+want() { case " $STAGES " in *" $1 "*) return 0;; esac; return 1; }
 
 say "machine"
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -102,7 +108,7 @@ L="$PY bench/gpu_loaders.py"
 LOADERS="safetensors fastsafetensors instanttensor weightmap"
 
 # ---- tests on the real runtime ----
-if [ "${SKIP_TESTS:-0}" != 1 ] && room 150 "tests"; then
+if want tests && [ "${SKIP_TESTS:-0}" != 1 ] && room 150 "tests"; then
     say "tests: ctest -L '^(cuda|multi)\$', pytest python/tests, test_ahead.py on cuda:0"
     (cd build-gpu && timeout 300 ctest -L '^(cuda|multi)$' -j4 --timeout 240 --output-on-failure) >$W/ctest.txt 2>&1 &
     (timeout 300 "$PY" -m pytest python/tests -q -p no:cacheprovider -rs >$W/pytest.txt 2>&1
@@ -115,16 +121,23 @@ if [ "${SKIP_TESTS:-0}" != 1 ] && room 150 "tests"; then
     grep -E "passed|failed|error|^exit" $W/pytest.txt | tail -6 | tee -a "$LOG"
 fi
 
+if want ahead-test && ! want tests; then
+    say "python/tests/test_ahead.py on cuda:0"
+    (cd python/tests && WM_TEST_DEVICE=cuda:0 timeout 120 "$PY" -m pytest -q -p no:cacheprovider \
+        test_ahead.py >$W/pytest.txt 2>&1; echo "exit $? (test_ahead.py on cuda:0)" >>$W/pytest.txt)
+    cp $W/pytest.txt "$OUT/pytest.txt"; tail -3 $W/pytest.txt | tee -a "$LOG"
+fi
+
 # ---- the disk's limit ----
 sync
-if room 40 "disk limit"; then
+if want disk && room 40 "disk limit"; then
     say "disk limit"
-    timeout 90 $L disk "$INDEX" --threads 8,16,64 --block 4,16 --bytes $((4 << 30)) --when before >$W/disk1.jsonl 2>>$LOG
+    timeout 90 $L disk "$INDEX" --threads ${DISK_THREADS:-8,16,64} --block 4,16 --bytes $((4 << 30)) --when before >$W/disk1.jsonl 2>>$LOG
     grep disk-best $W/disk1.jsonl | tee -a "$LOG"
 fi
 
 # ---- cold ----
-if room $((60 + 40 * ROUNDS)) "cold loaders"; then
+if want cold && room $((60 + 40 * ROUNDS)) "cold loaders"; then
     say "cold: $LOADERS, $ROUNDS rounds each"
     for ld in $LOADERS; do
         timeout $((30 + 30 * ROUNDS)) $L load $ld "$INDEX" --cold --scenario cold --rounds "$ROUNDS" \
@@ -136,7 +149,7 @@ fi
 
 # ---- cold, the CLI's staged load: readers, and auto against off (buffered, the old default) ----
 cli_json() { "$PY" -c "import json,sys; d=json.load(sys.stdin); c=d['cycles'][0]; print(json.dumps(dict(stage='$1', io='$2', threads=$3, round=${4:-0}, cycle=c['cycle'], seconds=c['load_seconds'], gbps=d['tensor_bytes']/c['load_seconds']/1e9, read_direct=c['read_direct'], read_buffered=c['read_buffered'], ok=d['ok'])))"; }
-if room 60 "cold CLI"; then
+if want cli-cold && room 60 "cold CLI"; then
     say "cold, the CLI's staged load of the set: the default readers (one per CPU when cold), 8, 32, and --direct-io off"
     for cfg in "0 auto" "8 auto" "32 auto" "0 off"; do
         set -- $cfg
@@ -149,37 +162,39 @@ if room 60 "cold CLI"; then
 fi
 
 # ---- warm from_pretrained (the overlap) ----
-if room 70 "warm from_pretrained"; then
+if want warm-tf && room 70 "warm from_pretrained"; then
     say "warm from_pretrained: plain, loading(), loading(ahead=False), the files alone"
     cat "$CK"/*.safetensors >/dev/null
     timeout 150 $L warm "$CK" --rounds $((ROUNDS + 2)) >$W/warm-tf.jsonl 2>$W/warm-tf.err
     grep -o '"kind": "[a-z-]*", "round": [0-9]*, "seconds": [0-9.]*' $W/warm-tf.jsonl | tee -a "$LOG"
+    grep '"warm-trace"' $W/warm-tf.jsonl | tee -a "$LOG"
     tail -2 $W/warm-tf.err | tee -a "$LOG"
     collect
 fi
 
 # ---- cold from_pretrained ----
-if room $((40 + 25 * ROUNDS)) "cold from_pretrained"; then
+if want cold-tf && room $((40 + 25 * ROUNDS)) "cold from_pretrained"; then
     say "cold from_pretrained: plain and inside loading(), $ROUNDS rounds each"
     for kind in plain loading; do
         timeout $((40 + 30 * ROUNDS)) $L pretrained "$CK" $kind --cold --rounds "$ROUNDS" \
-            >$W/cold-tf-$kind.jsonl 2>$W/cold-tf-$kind.err
+            --warmup "$SMALL" >$W/cold-tf-$kind.jsonl 2>$W/cold-tf-$kind.err
         echo "$kind: $(grep -o '"seconds": [0-9.]*' $W/cold-tf-$kind.jsonl | paste -sd ' ') $(tail -1 $W/cold-tf-$kind.err)" | tee -a "$LOG"
     done
     collect
 fi
 
 # ---- warm on the disk ----
-if room 60 "warm disk loaders"; then
+if want disk-warm && room 60 "warm disk loaders"; then
     say "warm on the disk: $LOADERS; the CLI's --direct-io auto against off"
     cat "$CK"/*.safetensors >/dev/null
-    for ld in $LOADERS; do
+    want disk-warm-loaders || LD_WARM=
+    for ld in ${LD_WARM-$LOADERS}; do
         [ "$(left)" -ge 20 ] || break
         timeout $((20 + 15 * ROUNDS)) $L load $ld "$INDEX" --scenario disk-warm --rounds "$ROUNDS" \
             --warmup "$WARM" >$W/warm-$ld.jsonl 2>$W/warm-$ld.err
         echo "$ld: $(grep -o '"gbps": [0-9.]*' $W/warm-$ld.jsonl | paste -sd ' ') $(tail -1 $W/warm-$ld.err)" | tee -a "$LOG"
     done
-    for r in 1 2; do
+    for r in $(seq 1 "${AB_ROUNDS:-2}"); do
         for io in off auto; do
             build-gpu-py/weightmap load "$INDEX" --mode heap --backend cuda:0 --direct-io $io \
                 --cycles 5 --json 2>/dev/null |
@@ -191,7 +206,7 @@ if room 60 "warm disk loaders"; then
 fi
 
 # ---- warm on tmpfs ----
-if room 50 "tmpfs loaders"; then
+if want tmpfs && room 50 "tmpfs loaders"; then
     say "warm on tmpfs (/dev/shm): $LOADERS"
     rm -rf /dev/shm/wm-ckpt && cp -r "$CK" /dev/shm/wm-ckpt
     for ld in $LOADERS; do
@@ -205,8 +220,8 @@ if room 50 "tmpfs loaders"; then
     collect
 fi
 
-if room 20 "disk limit (after)"; then
-    timeout 40 $L disk "$INDEX" --threads 16,64 --block 4,16 --bytes $((4 << 30)) --when after >$W/disk2.jsonl 2>>$LOG
+if want disk && room 20 "disk limit (after)"; then
+    timeout 40 $L disk "$INDEX" --threads ${DISK_THREADS:-8,16,64} --block 4,16 --bytes $((4 << 30)) --when after >$W/disk2.jsonl 2>>$LOG
     grep disk-best $W/disk2.jsonl | tee -a "$LOG"
 fi
 collect

@@ -808,7 +808,7 @@ wm_status wm_llama_load(const char *path, const struct llama_model_params *param
     if (out) *out = NULL;
     if (!path || !out) return fail(err, WM_EINVAL, "wm_llama_load: NULL path or out");
     wm_file *f = NULL;
-    wm_status st = wm_file_open(path, &f, err);
+    wm_status st = wm_file_open_set(path, &f, err); /* a split set whole, from any part */
     if (st) return st;
     st = wm_llama_load_file(f, params, opts, out, err);
     wm_file_close(f);

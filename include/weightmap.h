@@ -263,6 +263,8 @@ typedef enum wm_format { WM_FORMAT_GGUF = 1, WM_FORMAT_SAFETENSORS = 2 } wm_form
  * reads and holds each byte once); one part of a GGUF split set opens that part. A path ending
  * in ".safetensors.index.json" opens the set the index describes (see "Sharded checkpoints"
  * below). wm_file_open_set opens the whole set a shard belongs to; wm_file_open_paths a list.
+ * Changed in 1.2: before, a shard's or a split part's path opened its whole set, as
+ * wm_file_open_set does now (a caller that relied on it calls that instead).
  * Returns WM_OK and *out, or: WM_EINVAL (NULL path or out), WM_ENOENT (no such file), WM_EPERM,
  * WM_EIO, WM_ENOMEM, WM_EFORMAT (not a weight file, or a malformed one: err names the offset
  * and field). On failure nothing is held (ledger unchanged, no descriptor left open).
@@ -278,8 +280,9 @@ WM_API wm_status wm_file_open(const char *path, wm_file **out, wm_error *err);
  * GGUF split set (split.no, split.count, split.tensors.count); a file that belongs to no set
  * opens alone, as wm_file_open opens it (a GGUF file with split.count 0 or 1 is such a file,
  * whatever its name). Every shard is opened and checked; see "Sharded checkpoints" below.
- * Results, errors, thread safety and the state left on failure are wm_file_open's. The llama.cpp
- * bridge opens GGUF split sets with it (llama.cpp loads a split set from its first part). */
+ * Results, errors, thread safety and the state left on failure are wm_file_open's. For a GGUF
+ * split set this is the call that matches llama.cpp, which loads a split set from its first
+ * part. */
 WM_API wm_status wm_file_open_set(const char *path, wm_file **out, wm_error *err);
 /* Opens the files paths[0 .. n) as one set, in that order: shard i is paths[i] (added in 1.2).
  * The list is checked as a set is: every file of one format, none listed twice (the same file
@@ -292,7 +295,8 @@ WM_API wm_status wm_file_open_set(const char *path, wm_file **out, wm_error *err
  * paths or out, a NULL entry or a file listed twice. On failure nothing is held. */
 WM_API wm_status wm_file_open_paths(const char *const *paths, size_t n, wm_file **out,
                                     wm_error *err);
-/* Closes a file opened by wm_file_open: the caller's hold on it ends. Accepts NULL. A model
+/* Closes a file opened by wm_file_open, wm_file_open_set or wm_file_open_paths: the caller's hold
+ * on it ends. Accepts NULL. A model
  * loaded from the file holds it too: closing before releasing is safe, the file (its
  * descriptors, tensor table and metadata, as seen through wm_model_file) stays valid until its
  * last model is released, and that release frees it. Thread safety: a file may be closed on one

@@ -72,21 +72,6 @@ void wm__reader_free(wm__reader *rd) {
     rd->table_len = 0;
 }
 
-bool wm__reader_mostly_cold(const wm__reader *rd) {
-    if (!rd->direct_fd || rd->io == WM_DIRECT_OFF) return false;
-    uint64_t data = 0, cached = 0;
-    for (uint32_t s = 0; s < rd->file->n_shards; s++) {
-        const wm__shard *sh = &rd->file->shards[s];
-        uint64_t c;
-        if (sh->st.size <= sh->data_offset) continue;
-        data += sh->st.size - sh->data_offset;
-        if (wm__os_cached(sh->fd, sh->data_offset, sh->st.size - sh->data_offset, &c) != 0)
-            return false; /* no answer: as if cached */
-        cached += c;
-    }
-    return data && cached < data / 2;
-}
-
 void wm__stage_free(wm__stage *s) {
     if (!s) return;
     wm__scratch_free(s->p, s->len);

@@ -57,12 +57,6 @@ wm_status wm__reader_init(wm__reader *rd, const wm_file *f, wm_direct_io io, wm_
  * the counters as they are (a load copies them into its stats after this). */
 void wm__reader_free(wm__reader *rd);
 
-/* Whether this reader would read most of the file's tensor data with O_DIRECT: its policy allows
- * direct reads and less than half of the shards' data (from each one's data offset to its end)
- * is in the page cache now (one wm__os_cached per shard). For sizing a load's readers: a reader
- * of direct reads waits on the disk, not on a CPU. */
-bool wm__reader_mostly_cold(const wm__reader *rd);
-
 /* One thread's staging (zeroed before first use); wm__stage_free gives it back. */
 typedef struct wm__stage {
     unsigned char *p;

@@ -1037,6 +1037,17 @@ WM_TEST(cli_cat_and_check_with_set) {
     CHECK_MSG(strstr(out, size), "%s lacks %s", out, size);
     wm_file_close(set);
     free(out);
+    /* load --set: the set's tensors, each shard mapped (mmap: three regions while loaded). */
+    snprintf(args, sizeof args, "'%s' load --json --mode mmap --set %s", WM_CLI,
+             wmt_tmp("s-00003-of-00003.safetensors"));
+    rc = wmt_run(args, &out);
+    CHECK_MSG(rc == 0 || (WMT_ASAN && rc == 1), "exit %d", rc);
+    set = OPEN_OK(wmt_tmp("s.safetensors.index.json"));
+    snprintf(size, sizeof size, "\"tensor_bytes\": %llu,",
+             (unsigned long long)wm_file_tensor_bytes(set));
+    CHECK_MSG(strstr(out, size) && strstr(out, "\"file_regions\": 3}"), "%s lacks %s", out, size);
+    wm_file_close(set);
+    free(out);
     snprintf(args, sizeof args, "'%s' check --json --cycles 1 %s", WM_CLI,
              wmt_tmp("s-00002-of-00003.safetensors"));
     rc = wmt_run(args, &out);

@@ -857,7 +857,8 @@ WM_TEST(llama_bridge_5_cycles) {
         WM_SKIP("llama.cpp's loader (npm peer) is not installed: make peer");
     if (access(prog("wm_llama_driver"), X_OK) != 0)
         WM_SKIP("the llama.cpp bridge is not built (WM_LLAMA, scripts/llama.sh)");
-    char m64[4096], cmd[8192], dirs[2][4096];
+    /* cmd: room for a program, a folder and a model path */
+    char m64[4096], cmd[16384], dirs[2][4096];
     snprintf(m64, sizeof m64, "%s", wmt_make_model("m64.gguf", "--size 64M"));
     snprintf(dirs[0], sizeof dirs[0], "%s", wmt_peer_variant_dir("x64"));
     snprintf(dirs[1], sizeof dirs[1], "%s", PEER_LIB);

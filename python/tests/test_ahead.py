@@ -91,7 +91,15 @@ def consume(consumer, shards):
     return got
 
 
+def start_device():
+    """The device's runtime started before anything is measured (its start reads files too)."""
+    if DEVICE != "cpu":
+        weightmap.backend_init(DEVICE)
+        torch.cuda.mem_get_info(torch.device(DEVICE))
+
+
 def test_next_shards_load_ahead_read_once(shard_set, consumer):
+    start_device()
     want = own_tensors(shard_set)
     opens = []                                   # what an open alone reads (its header)
     for s in shard_set:
@@ -145,5 +153,55 @@ def test_mapped_modes_and_opt_out_load_nothing_ahead(shard_set, consumer):
     with weightmap.loading(device=DEVICE, mode=MODE, ahead=False) as ahead:
         assert ahead is None
         got = consume(consumer, shard_set)
+    del got
+    check_nothing_held()
+
+
+def test_from_pretrained_starts_the_loads_at_the_call(shard_set, consumer, monkeypatch):
+    """With transformers imported, its from_pretrained of a local folder (the Auto class's, which
+    then calls the model class's) queues the folder's files at the call, before any open
+    (stand-in transformers modules here); the originals are back after the block."""
+    start_device()
+    folder = os.path.dirname(shard_set[0])
+    seen = {}
+
+    class PreTrainedModel:
+        @classmethod
+        def from_pretrained(cls, path, *args, **kwargs):
+            seen["queued at the call"] = [w for _, w, _ in ahead_of[0].events]
+            seen["cls"] = cls
+            return consume(consumer, shard_set)
+
+    class LlamaForCausalLM(PreTrainedModel):
+        pass
+
+    class _BaseAutoModelClass:            # the Auto classes: the config first, then the class
+        @classmethod
+        def from_pretrained(cls, path, *args, **kwargs):
+            seen["queued at the Auto call"] = [w for _, w, _ in ahead_of[0].events]
+            return LlamaForCausalLM.from_pretrained(path, *args, **kwargs)
+
+    class AutoModelForCausalLM(_BaseAutoModelClass):
+        pass
+
+    mu = types.ModuleType("transformers.modeling_utils")
+    mu.PreTrainedModel = PreTrainedModel
+    af = types.ModuleType("transformers.models.auto.auto_factory")
+    af._BaseAutoModelClass = _BaseAutoModelClass
+    monkeypatch.setitem(sys.modules, "transformers.modeling_utils", mu)
+    monkeypatch.setitem(sys.modules, "transformers.models.auto.auto_factory", af)
+    originals = (PreTrainedModel.__dict__["from_pretrained"],
+                 _BaseAutoModelClass.__dict__["from_pretrained"])
+    want = own_tensors(shard_set)
+    ahead_of = []
+    with weightmap.loading(device=DEVICE, mode=MODE) as ahead:
+        ahead_of.append(ahead)
+        got = AutoModelForCausalLM.from_pretrained(folder, dtype="auto")
+    assert seen["cls"] is LlamaForCausalLM
+    assert seen["queued at the Auto call"][:1] == ["folder"], seen
+    assert ahead.loaded_ahead == 3 and ahead.claimed == 3
+    assert (PreTrainedModel.__dict__["from_pretrained"],
+            _BaseAutoModelClass.__dict__["from_pretrained"]) == originals
+    assert all(torch.equal(got[k].cpu(), want[k]) for k in want)
     del got
     check_nothing_held()

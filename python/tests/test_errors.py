@@ -186,17 +186,18 @@ def test_errors_without_safetensors():
         assert weightmap._c.ERROR_IS_SAFETENSORS == 1
 
 
-def test_real_safetensors_catches_weightmap_errors(slice_file, tmp_path):
+def test_real_safetensors_catches_weightmap_errors(slice_file, tmp_path, monkeypatch):
     """With the real safetensors (the GPU machine): its SafetensorError catches weightmap's
-    errors, and the missing-file message is its own, word for word."""
+    errors, and the missing-file message and the NumPy slice errors are its own, word for word
+    (the installed safetensors is the oracle)."""
     safetensors = pytest.importorskip("safetensors")
     assert issubclass(weightmap.Error, safetensors.SafetensorError)
-    os.chdir(tmp_path)
+    monkeypatch.chdir(tmp_path)
     with pytest.raises(FileNotFoundError) as theirs:
         safetensors.safe_open("notafile", framework="pt")
     with pytest.raises(safetensors.SafetensorError) as ours:
         weightmap.safe_open("notafile", framework="pt")
-    assert str(ours.value) == str(theirs.value) == "No such file or directory: notafile"
+    assert str(ours.value) == str(theirs.value)
     with weightmap.safe_open(slice_file, framework="np") as f:
         pass
     with pytest.raises(safetensors.SafetensorError):

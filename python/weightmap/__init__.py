@@ -572,10 +572,11 @@ def _parse_mode(mode, backend, on_device):
 
 def load_file(filename, device="cpu", *, framework="pt", backend=None, mode=None, lock=None,
               dtype=None):
-    """{name: tensor} for every tensor of the file (or shard set), like
-    safetensors.torch.load_file; the tensors view the loaded memory (on the CPU mode
-    "mmap-private" by default: writable, copy-on-write) and keep it alive; the model is
-    released when the last of them is deleted."""
+    """{name: tensor} for every tensor of the file, like safetensors.torch.load_file (a path
+    to one shard: that shard's tensors; an index or a list of files: the whole set); the
+    tensors view the loaded memory (on the CPU mode "mmap-private" by default: writable,
+    copy-on-write) and keep it alive; the model is released when the last of them is
+    deleted."""
     with safe_open(filename, framework=framework, device=device, backend=backend, mode=mode,
                    lock=lock, dtype=dtype) as f:
         return f.get_tensors()

@@ -20,8 +20,10 @@ is forgotten: the consumer loads that shard itself and sees the error where it w
 import json
 import os
 import threading
+import time
 
 MARGIN = 1 << 30     # room left free on the device (or the host) beyond a shard loaded ahead
+LOADERS = 2          # loads ahead in flight at once (each with its own staging ring)
 
 
 def _index_sets(directory):
@@ -72,6 +74,16 @@ class _Entry:
         self.claimed = False
 
 
+def _checkpoint_files(directory):
+    """The weight files a checkpoint folder holds, in transformers' order: the shards of its
+    index (the first index with more than one), else a lone model.safetensors; [] otherwise."""
+    sets = _index_sets(directory)
+    if sets:
+        return next(iter(sets.values()))
+    one = os.path.join(directory, "model.safetensors")
+    return [os.path.realpath(one)] if os.path.isfile(one) else []
+
+
 class Prefetcher:
     """One loading() block's loads ahead: opened() is told of every open, claim() before a
     handle loads, close() at the block's end."""
@@ -85,10 +97,18 @@ class Prefetcher:
         self.entries = {}        # realpath -> _Entry
         self.queue = []          # realpaths to load ahead, in order
         self.seen_dirs = set()
-        self.thread = None
+        self.threads = []        # the loader threads running (at most LOADERS)
+        self.stop_rest = False   # no room was left: the rest loads as the consumer asks
+        self.in_flight = 0       # bytes of the loads ahead running now
         self.stopping = False
         self.loaded_ahead = 0    # shards loaded ahead (for tests and benchmarks)
         self.claimed = 0         # of those, taken over by a consumer's handle
+        # (time.perf_counter(), what, file name) of every open, load ahead and take-over: where
+        # the consumer's time goes (bench/gpu_loaders.py prints it)
+        self.events = []
+
+    def _event(self, what, path):
+        self.events.append((time.perf_counter(), what, os.path.basename(path)))
 
     def opened(self, obj, filename):
         """obj (a safe_open of the block) was opened on filename: the first open of a shard of a
@@ -98,56 +118,85 @@ class Prefetcher:
         except TypeError:
             return
         obj._wm_ahead_path = path
+        self._event("open", path)
         directory = os.path.dirname(path)
         with self.lock:
             if self.stopping or directory in self.seen_dirs or path in self.entries:
                 return
             self.seen_dirs.add(directory)
-        shards = _index_sets(directory).get(path)
-        if not shards:
+        self._queue(_index_sets(directory).get(path) or [])
+
+    def folder(self, directory):
+        """A consumer is about to load the checkpoint in `directory` (transformers'
+        from_pretrained of a local folder): its files are queued now, before its first open."""
+        try:
+            directory = os.path.realpath(os.fspath(directory))
+        except TypeError:
             return
+        if not os.path.isdir(directory):
+            return
+        self._event("folder", directory)
         with self.lock:
-            for s in shards:
+            if self.stopping or directory in self.seen_dirs:
+                return
+            self.seen_dirs.add(directory)
+        self._queue(_checkpoint_files(directory))
+
+    def _queue(self, files):
+        with self.lock:
+            for s in files:
                 if s not in self.entries:
                     self.entries[s] = _Entry()
                     self.queue.append(s)
-            if self.thread is None and self.queue and not self.stopping:
-                self.thread = threading.Thread(target=self._run, name="weightmap-ahead",
-                                               daemon=True)
-                self.thread.start()
+            while len(self.threads) < LOADERS and self.queue and not self.stopping:
+                t = threading.Thread(target=self._run, name="weightmap-ahead", daemon=True)
+                self.threads.append(t)
+                t.start()
 
     def _run(self):
         from . import safe_open
-        stop_rest = False
+        me = threading.current_thread()
         while True:
             with self.lock:
-                if self.stopping or not self.queue:
-                    self.thread = None
-                    rest, self.queue = self.queue, []
-                    for p in rest:
-                        self.entries[p].done.set()
+                if self.stopping or self.stop_rest or not self.queue:
+                    self.threads.remove(me)
+                    if self.stopping or self.stop_rest:
+                        rest, self.queue = self.queue, []
+                        for p in rest:
+                            self.entries[p].done.set()
                     return
                 path = self.queue.pop(0)
                 entry = self.entries[path]
             try:
-                if not stop_rest:
+                if not self.stop_rest:
                     obj = safe_open(path, framework="pt", device=self.device, mode=self.mode)
                     if len(obj.shards()) != 1:
                         # This package opens a shard's whole set from one shard's path: loading
                         # each ahead would read the set once per shard.
                         obj.close()
-                        stop_rest = True
+                        self.stop_rest = True
                         continue
-                    need = sum(t[3] for t in obj._table()) + MARGIN
-                    room = _room(self.device_index, self.on_device)
-                    if room is None or room < need:
+                    size = sum(t[3] for t in obj._table())
+                    with self.lock:              # room for it and for the loads in flight
+                        room = _room(self.device_index, self.on_device)
+                        fits = room is not None and room >= size + self.in_flight + MARGIN
+                        if fits:
+                            self.in_flight += size
+                        else:
+                            self.stop_rest = True  # the rest loads as the consumer asks
+                    if not fits:
                         obj.close()
-                        stop_rest = True       # the rest loads as the consumer asks
-                    else:
+                        continue
+                    self._event("load", path)
+                    try:
                         obj.load()
+                    finally:
                         with self.lock:
-                            entry.obj = obj
-                            self.loaded_ahead += 1
+                            self.in_flight -= size
+                    self._event("loaded", path)
+                    with self.lock:
+                        entry.obj = obj
+                        self.loaded_ahead += 1
             except Exception:                  # noqa: B902 (the consumer loads it and sees why)
                 pass
             finally:
@@ -162,7 +211,9 @@ class Prefetcher:
             entry = self.entries.get(path)
             if entry is None or entry.claimed:
                 return
+        self._event("wait", path)
         entry.done.wait()
+        self._event("took", path)
         with self.lock:
             if entry.claimed or entry.obj is None:
                 entry.claimed = True
@@ -177,9 +228,9 @@ class Prefetcher:
         """The block ends: no more loads ahead; the ones nobody claimed are closed."""
         with self.lock:
             self.stopping = True
-            thread = self.thread
-        if thread is not None:
-            thread.join()
+            threads = list(self.threads)
+        for t in threads:
+            t.join()
         with self.lock:
             left = [e.obj for e in self.entries.values() if e.obj is not None]
             for e in self.entries.values():

@@ -156,9 +156,7 @@ static wm_status size_pipe(const wm_model *m, const wm__staged_opts *o, unsigned
      * the rest to the loading thread and the runtime's own threads: on an H200 host with 16
      * CPUs, 8 readers loaded 8 GiB at 43-47 GB/s, 12 at 42-46 and 16 at 36-40 (bench/RESULTS.md).
      */
-    /* When most of the file is to be read with O_DIRECT (not in the page cache), the readers
-     * wait on the disk, not on a CPU: one per CPU then, for more reads in flight. */
-    if (!m->opts.threads && t >= 4 && !wm__reader_mostly_cold(&m->rd)) t = t / 2;
+    if (!m->opts.threads && t >= 4) t = t / 2;
     if (t > WM__STAGED_MAX_WORKERS) t = WM__STAGED_MAX_WORKERS;
     if (t == 0) t = 1;
     if (budget / ((uint64_t)slots * t) < MIN_WINDOW) {

@@ -4,7 +4,8 @@
  * reach that reader too), walked through every getter, closed. An input that holds the key
  * "split.count" is also opened as part 1 of a two-part split set, "x-00001-of-00002.gguf" in a
  * private folder whose part 2 is a small valid part (split.no 1, split.count 2, no tensors),
- * through wm_file_open_set (the whole set of a part).
+ * through wm_file_open_set (the whole set of a part) and as the list of the two parts
+ * (wm_file_open_paths).
  * Fails on any sanitizer report, on an open that succeeds with inconsistent answers or fails
  * without saying why, and when the ledger is not empty afterwards (also with one OS call or
  * allocation failed, see wmf_with_faults).
@@ -18,6 +19,16 @@ static void open_walk_close(const char *path) { wmf_open_walk_close(path); }
 static void run_path(void *path) { open_walk_close(path); }
 
 static void run_set_path(void *path) { wmf_open_set_walk_close(path); }
+
+/* The two parts as a list (wm_file_open_paths): the input first, the valid part 2 after it. */
+static wm_status open_parts(const char *path, wm_file **out, wm_error *err) {
+    char part2[400];
+    snprintf(part2, sizeof part2, "%s/x-00002-of-00002.gguf", wmf_dir());
+    const char *list[2] = {path, part2};
+    return wm_file_open_paths(list, 2, out, err);
+}
+
+static void run_list(void *path) { wmf_open_with_walk_close(open_parts, path); }
 
 /* Part 2 of the split set: GGUF v3, no tensors, split.no = 1 and split.count = 2 (u16). */
 static void put_part2(void) {
@@ -58,6 +69,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         char part1[400];
         snprintf(part1, sizeof part1, "%s", wmf_put_file("x-00001-of-00002.gguf", data, size));
         wmf_with_faults(run_set_path, part1, data, size);
+        wmf_with_faults(run_list, part1, data, size);
     }
     return 0;
 }

@@ -3,15 +3,18 @@
  * under other names) called from four threads at once under ThreadSanitizer: big and small
  * blocks, some freed by another thread; opens, reads and maps of a weight file; mlock; SIGUSR1
  * releases; and releases through an int3 probe (the marker is tsan_release, a function of this
- * program that the threads call directly: its entry and return hooks run on every thread). The test
- * (ctest trace_tsan.hooks, `make test-tsan`) passes when TSan reports no race and every big block
- * is accounted back to zero.
+ * program that the threads call directly: its entry and return hooks run on every thread), while
+ * one more thread dlopens libwmtabi.so, calls its abi_so_fn (a marker: armed at each dlopen by the
+ * rescan in the dynamic linker's hook, forgotten at each dlclose, its probe slot reused) and
+ * dlcloses it. The test (ctest trace_tsan.hooks, `make test-tsan`) passes when TSan reports no
+ * race, every big block is accounted back to zero and every call through a probe was seen.
  *
- *     tsan_hooks WEIGHT_FILE
+ *     tsan_hooks WEIGHT_FILE LIBWMTABI
  */
 #define _GNU_SOURCE
 #include "../../tools/trace/wmtrace.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -74,6 +77,27 @@ static void *worker(void *arg) {
     return NULL;
 }
 
+#define SO_ROUNDS 160 /* more than the 128 probe slots: dead ones must be reused */
+static const char *abi_lib;
+
+/* dlopen, one call through the armed probe, dlclose: SO_ROUNDS times. */
+static void *so_cycles(void *arg) {
+    (void)arg;
+    struct mixed {
+        long l;
+        double d;
+    };
+    for (int i = 0; i < SO_ROUNDS; i++) {
+        void *so = dlopen(abi_lib, RTLD_NOW | RTLD_LOCAL);
+        if (!so) abort();
+        double (*fn)(long, double, struct mixed) =
+            (double (*)(long, double, struct mixed))dlsym(so, "abi_so_fn");
+        if (!fn || fn(i, 2.0, (struct mixed){1, 0.5}) != 2.0 * i + 0.5) abort();
+        dlclose(so);
+    }
+    return NULL;
+}
+
 static void *reaper(void *arg) {
     int of = (int)(long)arg; /* frees the blocks another thread made */
     for (int i = 0; i < ROUNDS; i++) {
@@ -85,17 +109,19 @@ static void *reaper(void *arg) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 2) return 2;
+    if (argc != 3) return 2;
     file = argv[1];
+    abi_lib = argv[2];
     char out[] = "/tmp/wmtrace-tsan-XXXXXX", pid[24];
     int fd = mkstemp(out);
     if (fd < 0 || ftruncate(fd, (off_t)sizeof(wmtrace_stats)) != 0) return 1;
     snprintf(pid, sizeof pid, "%d", (int)getpid());
     setenv(WMTRACE_ENV_OUT, out, 1);
     setenv(WMTRACE_ENV_PID, pid, 1);
-    setenv(WMTRACE_ENV_MARKERS, "R tsan_release", 1);
+    setenv(WMTRACE_ENV_MARKERS, "R tsan_release\nR libwmtabi:abi_so_fn", 1);
     wmtrace_selftest_start();
-    pthread_t w[THREADS], r[THREADS];
+    pthread_t w[THREADS], r[THREADS], so;
+    pthread_create(&so, NULL, so_cycles, NULL);
     for (long k = 0; k < THREADS; k++)
         pthread_create(&w[k], NULL, worker, (void *)k);
     for (long k = 0; k < THREADS; k++)
@@ -104,6 +130,7 @@ int main(int argc, char **argv) {
         pthread_join(w[k], NULL);
     for (int k = 0; k < THREADS; k++)
         pthread_join(r[k], NULL);
+    pthread_join(so, NULL);
     wmtrace_stats *st = mmap(NULL, sizeof *st, PROT_READ, MAP_SHARED, fd, 0);
     int bad = 0;
     for (uint64_t i = 0; i < st->n_threads; i++)
@@ -113,9 +140,14 @@ int main(int argc, char **argv) {
                         (long long)st->threads[i].held[c], c);
                 bad = 1;
             }
-    if (st->specs[0].sites != 1 || st->markers != (uint64_t)THREADS * (ROUNDS / 10) * 2) {
-        fprintf(stderr, "tsan_hooks: %llu releases, the marker at %llu sites\n",
-                (unsigned long long)st->markers, (unsigned long long)st->specs[0].sites);
+    if (st->specs[0].sites != 1 || st->specs[1].sites != SO_ROUNDS ||
+        st->specs[1].hits != SO_ROUNDS ||
+        st->markers != (uint64_t)THREADS * (ROUNDS / 10) * 2 + SO_ROUNDS) {
+        fprintf(stderr,
+                "tsan_hooks: %llu releases, tsan_release at %llu sites, abi_so_fn at %llu sites "
+                "with %llu calls\n",
+                (unsigned long long)st->markers, (unsigned long long)st->specs[0].sites,
+                (unsigned long long)st->specs[1].sites, (unsigned long long)st->specs[1].hits);
         bad = 1;
     }
     unlink(out);

@@ -9,7 +9,9 @@
  * LIBDIR is the folder llama.cpp's backends are loaded from (ggml_backend_load_all_from_path).
  * Prints one line on stderr: the cycles and the seconds spent inside wm_llama_load.
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include "weightmap_llama.h"
 
 #include <ggml-backend.h>

@@ -3,14 +3,16 @@
  * and its return, however it is called (through a PLT, directly inside one object, from any
  * thread).
  *
- * A probe writes int3 over the first byte of the function. The SIGTRAP handler only points the
- * thread at wmtrace_probe_tramp (with the probe's index in r11, a scratch register no call
- * passes anything in); the trampoline saves the argument registers, calls probe_enter in normal
- * context (which records the entry and swaps the return address for wmtrace_probe_exit), restores
- * them and jumps to the probe's out-of-line copy of the displaced instruction (decoded by Zydis,
- * RIP-relative operands and relative jumps and calls rewritten), which jumps back to the second
- * instruction. On return, wmtrace_probe_exit records it and returns to the caller with the return
- * registers untouched. docs/TRACE.md says what this cannot see.
+ * A probe writes int3 over the first byte of the function. The SIGTRAP handler changes nothing
+ * but the thread's rip: it points it at the probe's entry stub (in the probe's page, beside the
+ * out-of-line copy of the displaced instruction), which skips the red zone, pushes the probe's
+ * index and jumps to wmtrace_probe_tramp. The trampoline saves every register (flags, general
+ * registers, XSAVE state), calls probe_enter in normal context (which records the entry and swaps
+ * the return address for wmtrace_probe_exit), restores everything and jumps to the copy (decoded
+ * by Zydis, RIP-relative operands and relative jumps and calls rewritten), which jumps back to
+ * the second instruction. On return, wmtrace_probe_exit saves and restores the same way around
+ * probe_return and jumps to the caller. An instruction that cannot be moved is refused by name
+ * and the function left alone. docs/TRACE.md says what this cannot see.
  *
  * Sections: specs; the probe table and arming; entry and return; the signal calls (a program's
  * own SIGTRAP handler is chained behind ours, and SIGTRAP is never blocked while probes are set).
