@@ -148,6 +148,27 @@ WM_TEST(heap_cold_without_direct_reads_buffered) {
     wm_file_close(f);
 }
 
+/* A file opened cold: the open's header read brings the first pages of the data into the page
+ * cache by readahead, some with the kernel's readahead mark. The load reads those pages direct
+ * too (they border cold ones), so no buffered read starts readahead of the rest: the load reads
+ * buffered no more than the open left cached, and leaves the page cache as the open left it. */
+WM_TEST(heap_opened_cold_reads_direct) {
+    const char *path = cold_file();
+    wmt_make_cold(path, 0, 0);
+    wm_file *f = OPEN_OK(path);
+    uint64_t size = wm_file_size(f), total = wm_file_tensor_bytes(f);
+    uint64_t head = wmt_cached_bytes(path, 0, size); /* what the open brought in */
+    wm_model_stats s = load_stats(f, heap_opts(3, WM_DIRECT_AUTO));
+    uint64_t after = wmt_cached_bytes(path, 0, size);
+    CHECK_MSG(s.read_buffered <= head && after <= head,
+              "opened with %llu bytes cached: %llu read buffered, %llu cached after the load "
+              "(of %llu)",
+              (unsigned long long)head, (unsigned long long)s.read_buffered,
+              (unsigned long long)after, (unsigned long long)total);
+    CHECK_EQ(s.read_direct + s.read_buffered, total);
+    wm_file_close(f);
+}
+
 /* ---- a cold read that fails midway ---- */
 
 typedef struct cold_run {
