@@ -456,7 +456,7 @@ def cmd_summary(args):
     if cli:
         off = median([r["gbps"] for r in cli.get("off", [])])
         print("\n| CLI staged load of the set, warm (weightmap load --backend cuda:0 --cycles 5, "
-              "2 alternating rounds) | GB/s median | x --direct-io off | bytes read direct |\n"
+              "alternating rounds) | GB/s median | x --direct-io off | bytes read direct |\n"
               "|---|---:|---:|---:|")
         for io, v in cli.items():
             m = median([r["gbps"] for r in v])

@@ -138,6 +138,33 @@ static void decide(int fd, uint64_t a, uint64_t b, runs *rs) {
     decide(fd, mid, b, rs);
 }
 
+/* A segment with cold runs reads its short cached runs direct too. Cached pages next to cold
+ * ones are typically what readahead brought in (the open's header read pulls in the first
+ * pages of the data), and some of them carry the kernel's readahead mark: reading one buffered
+ * starts asynchronous readahead of the megabytes after it, which the next ranges then find
+ * cached and read buffered, and so on, so that a file opened cold came in through single-stream
+ * readahead (the llama.cpp bridge saw 24.6 of 24.8 MB read buffered that way; bench/RESULTS.md,
+ * llama). Reading those few pages from the disk instead costs next to nothing. Longer cached
+ * runs (a range warmed on purpose) stay buffered. */
+#define NEAR_COLD ((uint64_t)1 << 20)
+
+static void read_near_cold_direct(runs *rs) {
+    bool cold = false;
+    for (unsigned i = 0; i < rs->n; i++)
+        cold |= rs->r[i].direct;
+    if (!cold) return;
+    unsigned n = 0;
+    for (unsigned i = 0; i < rs->n; i++) {
+        run r = rs->r[i];
+        if (!r.direct && r.b - r.a < NEAR_COLD) r.direct = true;
+        if (n && rs->r[n - 1].direct == r.direct)
+            rs->r[n - 1].b = r.b;
+        else
+            rs->r[n++] = r;
+    }
+    rs->n = n;
+}
+
 /* ---- reading a run ---- */
 
 /* One pread into buf of [lo, lo + n); at least `need` bytes must come. */
@@ -216,8 +243,10 @@ static wm_status read_segment(wm__reader *rd, const wm__read_req *q, uint64_t a,
         push(&rs, a, b, false);
     else if (rd->io == WM_DIRECT_ON)
         push(&rs, a, b, true);
-    else
+    else {
         decide(rd->file->shards[q->shard].fd, a, b, &rs);
+        read_near_cold_direct(&rs);
+    }
     for (unsigned i = 0; i < rs.n; i++) {
         const run *r = &rs.r[i];
         int dfd = r->direct ? direct_fd(rd, q->shard) : -1;

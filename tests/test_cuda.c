@@ -659,6 +659,7 @@ WM_TEST(cold_read_fails_midway) {
     o.threads = 3;
     cold_run c = {.l = {.f = OPEN_OK(path), .o = o, .use = check_bytes}, .path = path};
     wmt_sweep s = {.what = "cold staged load",
+                   .real_cache = 1, /* cold_load sets the page cache up each run */
                    .run = cold_load,
                    .check = cold_check,
                    .user = &c,

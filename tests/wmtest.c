@@ -326,7 +326,9 @@ void wmt_sweep_count(const wmt_sweep *s, wmt_sweep_result *res) {
     sweep_base_take(&b);
     wm_error err = {0};
     wm__fault_reset();
+    wm__fault_pin_cached(!s->real_cache);
     wm_status st = s->run(s->user, &err);
+    wm__fault_pin_cached(0);
     if (st != WM_OK)
         wmt_fail(__FILE__, __LINE__, "%s: the clean run failed: %s: %s", s->what,
                  wm_status_name(st), err.msg);
@@ -345,7 +347,9 @@ static void sweep_one(const wmt_sweep *s, const sweep_base *b, wm_os_call kind, 
     wm_error err;
     memset(&err, 0, sizeof err);
     wm__fault_arm(kind, k, errn);
+    wm__fault_pin_cached(!s->real_cache);
     wm_status st = s->run(s->user, &err);
+    wm__fault_pin_cached(0);
     uint64_t injected = wm__fault_injected();
     wm__fault_reset();
     res->runs++;

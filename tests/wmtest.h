@@ -198,6 +198,10 @@ typedef struct wmt_sweep {
     int must_hit;      /* every faulted run meets its fault */
     int past_end;      /* also fail call n+1 (none: the scenario must then succeed) */
     int cycle;         /* errs[(k-1) % n_errs] for call k, instead of every errno for every k */
+    int real_cache;    /* route reads by what the page cache really holds; by default a sweep's
+                          runs see every range cached (wm__fault_pin_cached), so that each run
+                          makes the counted run's calls whatever the last one left cached: set it
+                          for a scenario that sets the page cache up itself in every run */
 } wmt_sweep;
 
 /* What a sweep saw: the clean run's calls of each kind (WM_OS_ANY: all), the faulted runs, those

@@ -158,9 +158,9 @@ def test_mapped_modes_and_opt_out_load_nothing_ahead(shard_set, consumer):
 
 
 def test_from_pretrained_starts_the_loads_at_the_call(shard_set, consumer, monkeypatch):
-    """With transformers imported, its from_pretrained of a local folder queues the folder's
-    files at the call, before any open (a stand-in transformers.modeling_utils here); the
-    original is back after the block."""
+    """With transformers imported, its from_pretrained of a local folder (the Auto class's, which
+    then calls the model class's) queues the folder's files at the call, before any open
+    (stand-in transformers modules here); the originals are back after the block."""
     start_device()
     folder = os.path.dirname(shard_set[0])
     seen = {}
@@ -175,19 +175,33 @@ def test_from_pretrained_starts_the_loads_at_the_call(shard_set, consumer, monke
     class LlamaForCausalLM(PreTrainedModel):
         pass
 
+    class _BaseAutoModelClass:            # the Auto classes: the config first, then the class
+        @classmethod
+        def from_pretrained(cls, path, *args, **kwargs):
+            seen["queued at the Auto call"] = [w for _, w, _ in ahead_of[0].events]
+            return LlamaForCausalLM.from_pretrained(path, *args, **kwargs)
+
+    class AutoModelForCausalLM(_BaseAutoModelClass):
+        pass
+
     mu = types.ModuleType("transformers.modeling_utils")
     mu.PreTrainedModel = PreTrainedModel
+    af = types.ModuleType("transformers.models.auto.auto_factory")
+    af._BaseAutoModelClass = _BaseAutoModelClass
     monkeypatch.setitem(sys.modules, "transformers.modeling_utils", mu)
-    original = PreTrainedModel.__dict__["from_pretrained"]
+    monkeypatch.setitem(sys.modules, "transformers.models.auto.auto_factory", af)
+    originals = (PreTrainedModel.__dict__["from_pretrained"],
+                 _BaseAutoModelClass.__dict__["from_pretrained"])
     want = own_tensors(shard_set)
     ahead_of = []
     with weightmap.loading(device=DEVICE, mode=MODE) as ahead:
         ahead_of.append(ahead)
-        got = LlamaForCausalLM.from_pretrained(folder, dtype="auto")
+        got = AutoModelForCausalLM.from_pretrained(folder, dtype="auto")
     assert seen["cls"] is LlamaForCausalLM
-    assert seen["queued at the call"][:1] == ["folder"], seen
+    assert seen["queued at the Auto call"][:1] == ["folder"], seen
     assert ahead.loaded_ahead == 3 and ahead.claimed == 3
-    assert PreTrainedModel.__dict__["from_pretrained"] is original
+    assert (PreTrainedModel.__dict__["from_pretrained"],
+            _BaseAutoModelClass.__dict__["from_pretrained"]) == originals
     assert all(torch.equal(got[k].cpu(), want[k]) for k in want)
     del got
     check_nothing_held()

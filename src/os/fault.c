@@ -17,6 +17,7 @@ static _Atomic uint64_t armed_k;
 static _Atomic int armed_err;
 static _Atomic int armed_sticky;
 static _Atomic uint64_t injected;
+static _Atomic int cached_pinned;
 
 void wm__fault_reset(void) {
     atomic_store(&armed_kind, -1);
@@ -38,6 +39,8 @@ void wm__fault_arm_sticky(wm_os_call kind, uint64_t k, int err) { arm(kind, k, e
 
 uint64_t wm__fault_count(wm_os_call kind) { return atomic_load(&counts[kind]); }
 uint64_t wm__fault_injected(void) { return atomic_load(&injected); }
+void wm__fault_pin_cached(int on) { atomic_store(&cached_pinned, on != 0); }
+int wm__fault_cached_pinned(void) { return atomic_load(&cached_pinned); }
 
 int wm__fault_hit(wm_os_call call) {
     uint64_t n_kind = atomic_fetch_add(&counts[call], 1) + 1;
@@ -72,6 +75,7 @@ uint64_t wm__fault_count(wm_os_call kind) {
     return 0;
 }
 uint64_t wm__fault_injected(void) { return 0; }
+void wm__fault_pin_cached(int on) { (void)on; }
 
 #endif
 

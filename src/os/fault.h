@@ -26,5 +26,11 @@ uint64_t wm__fault_count(wm_os_call kind);
 /* Number of faults injected since the last reset. */
 uint64_t wm__fault_injected(void);
 const char *wm__fault_call_name(wm_os_call kind);
+/* With `on`, wm__os_cached answers "all cached" (after counting its call and asking the table, as
+ * always) until it is called again with 0. Fault sweeps pin it: a faulted run that stops half-way
+ * leaves part of a file in the page cache, and the next run would otherwise choose other routes
+ * (O_DIRECT reopens, more residency checks) and make other calls than the counted run. Tests of
+ * the routes themselves (test_cold.c) leave it unpinned and set the page cache up per run. */
+void wm__fault_pin_cached(int on);
 
 #endif /* WM_FAULT_H */

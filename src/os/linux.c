@@ -78,6 +78,10 @@ int wm__os_cached(int fd, uint64_t off, uint64_t len, uint64_t *cached_out) {
     if (e) return e;
     uint64_t page = wm__os_page_size(), a = off / page * page;
     uint64_t b = (off + len + page - 1) / page * page;
+    if (wm__fault_cached_pinned()) {
+        *cached_out = b - a;
+        return 0;
+    }
     struct cachestat_range r = {a, b - a};
     struct cachestat_counts c;
     /* len 0 means "to the end of the file" to cachestat: never asked for here. */

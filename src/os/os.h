@@ -261,11 +261,17 @@ int wm__os_cpu_has_asimd(void);
  * fault injection is compiled out. */
 #ifdef WM_FAULT_INJECTION
 int wm__fault_hit(wm_os_call call);
+/* Non-zero while a test pins the page cache's answer (wm__fault_pin_cached): wm__os_cached then
+ * reports every byte of the range cached without asking the kernel, so that a scenario run again
+ * and again (a fault sweep) takes the same route each time, whatever the previous run left in
+ * the page cache. */
+int wm__fault_cached_pinned(void);
 #else
 static inline int wm__fault_hit(wm_os_call call) {
     (void)call;
     return 0;
 }
+static inline int wm__fault_cached_pinned(void) { return 0; }
 #endif
 
 #endif /* WM_OS_H */

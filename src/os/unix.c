@@ -126,6 +126,10 @@ int wm__unix_cached(int fd, uint64_t off, uint64_t len, uint64_t *cached_out) {
     unsigned char vec[VEC];
     uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), a = off / page * page;
     uint64_t b = (off + len + page - 1) / page * page, cached = 0;
+    if (wm__fault_cached_pinned()) {
+        *cached_out = b - a;
+        return 0;
+    }
     while (a < b) {
         uint64_t n = b - a < VEC * page ? b - a : VEC * page;
         void *p = mmap(NULL, (size_t)n, PROT_READ, MAP_SHARED, fd, (off_t)a);
