@@ -70,13 +70,7 @@ void wm_ggml_free(wm_ggml *g) {
  * slices): a file ggml cannot hold costs no load. */
 static wm_status check_file(const wm_file *f, const wm_load_options *o, wm_error *err) {
     if (o->n_convert || o->tp_world > 1) return WM_OK; /* checked as delivered, after the load */
-    for (size_t i = 0; i < wm_file_tensor_count(f); i++) {
-        wm_tensor_info ti;
-        wm_status st = wm_file_tensor(f, i, &ti);
-        if (!st) st = check_tensor(wm_file_path(f), ti.name, ti.type, ti.shape, ti.nbytes, err);
-        if (st) return st;
-    }
-    return WM_OK;
+    return check_tensors(f, err);
 }
 
 static wm_status check_device(const char *path, ggml_backend_dev_t dev, const wm_load_options *o,

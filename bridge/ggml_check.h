@@ -60,4 +60,16 @@ static wm_status check_tensor(const char *path, const char *name, wm_type type,
     return WM_OK;
 }
 
+/* check_tensor for every tensor of the file, as stored: a file ggml cannot hold is refused before
+ * ggml (or llama.cpp) is asked for anything. */
+static wm_status check_tensors(const wm_file *f, wm_error *err) {
+    for (size_t i = 0; i < wm_file_tensor_count(f); i++) {
+        wm_tensor_info ti;
+        wm_status st = wm_file_tensor(f, i, &ti);
+        if (!st) st = check_tensor(wm_file_path(f), ti.name, ti.type, ti.shape, ti.nbytes, err);
+        if (st) return st;
+    }
+    return WM_OK;
+}
+
 #endif /* WM_BRIDGE_GGML_CHECK_H */

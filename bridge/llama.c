@@ -725,13 +725,7 @@ static wm_status check_file(const wm_file *f, wm_error *err) {
     if (wm_file_format(f) != WM_FORMAT_GGUF)
         return fail(err, WM_EFORMAT, "%s: llama.cpp loads GGUF files; this one is %s",
                     wm_file_path(f), wm_format_name(wm_file_format(f)));
-    for (size_t i = 0; i < wm_file_tensor_count(f); i++) {
-        wm_tensor_info ti;
-        wm_status st = wm_file_tensor(f, i, &ti);
-        if (!st) st = check_tensor(wm_file_path(f), ti.name, ti.type, ti.shape, ti.nbytes, err);
-        if (st) return st;
-    }
-    return WM_OK;
+    return check_tensors(f, err);
 }
 
 /* llama.cpp's model over the file's metadata, its buffers allocated, the tensors recorded. */
