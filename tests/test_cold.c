@@ -20,17 +20,9 @@
 #include <errno.h>
 #include <string.h>
 
-#define N_TENSORS 7
-#define TENSOR ((uint64_t)(3 << 20) + 12345) /* off the 4 KiB grid, one heap job each */
-#define WARM_OFF ((uint64_t)4 << 20)
-#define WARM_LEN ((uint64_t)8 << 20)
-
-static const char *cold_file(void) {
-    uint64_t sizes[N_TENSORS];
-    for (int i = 0; i < N_TENSORS; i++)
-        sizes[i] = TENSOR;
-    return wmt_write_u8_tensors("cold.safetensors", sizes, N_TENSORS);
-}
+#define N_TENSORS WMT_COLD_N
+#define WARM_OFF WMT_WARM_OFF
+#define WARM_LEN WMT_WARM_LEN
 
 /* The tensor bytes of f inside [lo, hi) of the file, and outside it. */
 static void split_bytes(const wm_file *f, uint64_t lo, uint64_t hi, uint64_t *in, uint64_t *out) {
@@ -85,7 +77,7 @@ static wm_model_stats load_stats(wm_file *f, wm_load_options o) {
 /* Cold ranges went direct, the warm one buffered, to the byte; the cold pages stayed out of the
  * page cache. With 1 and 3 threads. */
 WM_TEST(heap_cold_direct_warm_buffered) {
-    const char *path = cold_file();
+    const char *path = wmt_cold_file();
     for (unsigned threads = 1; threads <= 3; threads += 2) {
         wm_file *f = OPEN_OK(path);
         uint64_t warm, cold, size = wm_file_size(f);
@@ -105,7 +97,7 @@ WM_TEST(heap_cold_direct_warm_buffered) {
  * reads a warm one past it; auto reads a warm file buffered. Where
  * nothing is read (the mapped modes) a fixed policy is refused, as is an unknown one. */
 WM_TEST(heap_io_policies) {
-    const char *path = cold_file();
+    const char *path = wmt_cold_file();
     wm_file *f = OPEN_OK(path);
     uint64_t total = wm_file_tensor_bytes(f), size = wm_file_size(f), data = wm_file_data_offset(f);
     wmt_make_cold(path, 0, 0);
@@ -135,7 +127,7 @@ WM_TEST(heap_io_policies) {
 /* The O_DIRECT descriptor cannot be opened (injected): the cold file is read buffered, the same
  * bytes, and the load says so in its counts. */
 WM_TEST(heap_cold_without_direct_reads_buffered) {
-    const char *path = cold_file();
+    const char *path = wmt_cold_file();
     wm_file *f = OPEN_OK(path);
     uint64_t total = wm_file_tensor_bytes(f);
     wmt_make_cold(path, 0, 0);
@@ -153,7 +145,7 @@ WM_TEST(heap_cold_without_direct_reads_buffered) {
  * too (they border cold ones), so no buffered read starts readahead of the rest: the load reads
  * buffered no more than the open left cached, and leaves the page cache as the open left it. */
 WM_TEST(heap_opened_cold_reads_direct) {
-    const char *path = cold_file();
+    const char *path = wmt_cold_file();
     wmt_make_cold(path, 0, 0);
     wm_file *f = OPEN_OK(path);
     uint64_t size = wm_file_size(f), total = wm_file_tensor_bytes(f);
@@ -171,21 +163,7 @@ WM_TEST(heap_opened_cold_reads_direct) {
 
 /* ---- a cold read that fails midway ---- */
 
-typedef struct cold_run {
-    wmt_load_run l;
-    const char *path;
-    unsigned direct_failures; /* failures whose message says the read was direct */
-} cold_run;
-
 static void use_bytes(wm_model *m) { check_bytes(m); }
-
-static wm_status cold_load(void *user, wm_error *err) {
-    cold_run *c = user;
-    wmt_make_cold(c->path, WARM_OFF, WARM_LEN);
-    wm_status st = wmt_load_release(&c->l, err);
-    if (st && strstr(err->msg, "(direct)")) c->direct_failures++;
-    return st;
-}
 
 static void cold_check(void *user, const wmt_fault_run *r) {
     (void)user;
@@ -201,12 +179,13 @@ static void cold_check(void *user, const wmt_fault_run *r) {
  * with the read's error or WM_ENOMEM, holds nothing (ledger, descriptors, mappings: the sweep's
  * checks) and leaves no O_DIRECT descriptor open. */
 WM_TEST(heap_cold_read_fails_midway) {
-    const char *path = cold_file();
-    cold_run c = {.l = {.f = OPEN_OK(path), .o = heap_opts(3, WM_DIRECT_AUTO), .use = use_bytes},
-                  .path = path};
+    const char *path = wmt_cold_file();
+    wmt_cold_run c = {
+        .l = {.f = OPEN_OK(path), .o = heap_opts(3, WM_DIRECT_AUTO), .use = use_bytes},
+        .path = path};
     wmt_sweep s = {.what = "cold heap load",
-                   .real_cache = 1, /* cold_load sets the page cache up each run */
-                   .run = cold_load,
+                   .real_cache = 1, /* wmt_cold_load sets the page cache up each run */
+                   .run = wmt_cold_load,
                    .check = cold_check,
                    .user = &c,
                    .path = path,

@@ -569,17 +569,8 @@ WM_TEST(direct_io) {
 
 /* ---- cold and warm (the reading engine, src/read.c, on the staged path) ---- */
 
-#define COLD_N 7
-#define COLD_TENSOR ((uint64_t)(3 << 20) + 12345) /* off the 4 KiB grid */
-#define WARM_OFF ((uint64_t)4 << 20)
-#define WARM_LEN ((uint64_t)8 << 20)
-
-static const char *cold_file(void) {
-    uint64_t sizes[COLD_N];
-    for (int i = 0; i < COLD_N; i++)
-        sizes[i] = COLD_TENSOR;
-    return wmt_write_u8_tensors("cold.safetensors", sizes, COLD_N);
-}
+#define WARM_OFF WMT_WARM_OFF
+#define WARM_LEN WMT_WARM_LEN
 
 /* Tensor bytes of f inside the warm range. */
 static uint64_t warm_bytes(const wm_file *f) {
@@ -602,7 +593,7 @@ static uint64_t warm_bytes(const wm_file *f) {
  * fills the slots) and 3 readers. */
 WM_TEST(cold_direct_warm_buffered) {
     NEED_GPU();
-    const char *path = cold_file();
+    const char *path = wmt_cold_file();
     for (unsigned threads = 1; threads <= 3; threads += 2) {
         wm_file *f = OPEN_OK(path);
         uint64_t warm = warm_bytes(f), total = wm_file_tensor_bytes(f), size = wm_file_size(f);
@@ -626,20 +617,6 @@ WM_TEST(cold_direct_warm_buffered) {
     }
 }
 
-typedef struct cold_run {
-    wmt_load_run l;
-    const char *path;
-    unsigned direct_failures;
-} cold_run;
-
-static wm_status cold_load(void *user, wm_error *err) {
-    cold_run *c = user;
-    wmt_make_cold(c->path, WARM_OFF, WARM_LEN);
-    wm_status st = wmt_load_release(&c->l, err);
-    if (st && strstr(err->msg, "(direct)")) c->direct_failures++;
-    return st;
-}
-
 static void cold_check(void *user, const wmt_fault_run *r) {
     (void)user;
     CHECK_MSG(r->st == WM_EIO, "read %llu of %llu: %s: %s", (unsigned long long)r->k,
@@ -652,15 +629,15 @@ static void cold_check(void *user, const wmt_fault_run *r) {
  * no CUDA error left). */
 WM_TEST(cold_read_fails_midway) {
     NEED_GPU();
-    const char *path = cold_file();
+    const char *path = wmt_cold_file();
     wm_error init_err;
     CHECK_STATUS(wm_backend_init(WM_BACKEND_CUDA, 0, &init_err), WM_OK);
     wm_load_options o = cuda_opts(WM_MODE_HEAP);
     o.threads = 3;
-    cold_run c = {.l = {.f = OPEN_OK(path), .o = o, .use = check_bytes}, .path = path};
+    wmt_cold_run c = {.l = {.f = OPEN_OK(path), .o = o, .use = check_bytes}, .path = path};
     wmt_sweep s = {.what = "cold staged load",
-                   .real_cache = 1, /* cold_load sets the page cache up each run */
-                   .run = cold_load,
+                   .real_cache = 1, /* wmt_cold_load sets the page cache up each run */
+                   .run = wmt_cold_load,
                    .check = cold_check,
                    .user = &c,
                    .path = path,

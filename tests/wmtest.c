@@ -708,3 +708,18 @@ void wmt_shards_hold_the_set_once(const char *set_path, const char *const *shard
     for (size_t i = 0; i < n; i++)
         CHECK_EQ(wmt_count_file_maps(shards[i]), 0);
 }
+
+const char *wmt_cold_file(void) {
+    uint64_t sizes[WMT_COLD_N];
+    for (int i = 0; i < WMT_COLD_N; i++)
+        sizes[i] = WMT_COLD_TENSOR;
+    return wmt_write_u8_tensors("cold.safetensors", sizes, WMT_COLD_N);
+}
+
+wm_status wmt_cold_load(void *cold_run, wm_error *err) {
+    wmt_cold_run *c = cold_run;
+    wmt_make_cold(c->path, WMT_WARM_OFF, WMT_WARM_LEN);
+    wm_status st = wmt_load_release(&c->l, err);
+    if (st && strstr(err->msg, "(direct)")) c->direct_failures++;
+    return st;
+}

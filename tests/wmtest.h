@@ -235,6 +235,24 @@ typedef struct wmt_load_run {
 } wmt_load_run;
 wm_status wmt_load_release(void *load_run, wm_error *err);
 
+/* The half-cold scenario of the cold-read tests (test_cold.c on the heap path, test_cuda.c on the
+ * staged one): WMT_COLD_N u8 tensors of WMT_COLD_TENSOR bytes each (off the 4 KiB grid, one job
+ * each) in "cold.safetensors", of which [WMT_WARM_OFF, +WMT_WARM_LEN) is left in the page cache. */
+#define WMT_COLD_N 7
+#define WMT_COLD_TENSOR ((uint64_t)(3 << 20) + 12345)
+#define WMT_WARM_OFF ((uint64_t)4 << 20)
+#define WMT_WARM_LEN ((uint64_t)8 << 20)
+const char *wmt_cold_file(void);
+/* A sweep's scenario over that file (wmt_sweep.user, with real_cache): each run makes the file
+ * half cold again, then loads and releases `l`; a failure whose message says the read was direct
+ * ("(direct)") is counted. */
+typedef struct wmt_cold_run {
+    wmt_load_run l;
+    const char *path;
+    unsigned direct_failures;
+} wmt_cold_run;
+wm_status wmt_cold_load(void *cold_run, wm_error *err);
+
 /* A `check` for wmt_sweep: a run that failed returned WM_EIO or WM_ENOMEM (what an OS failure
  * of an open or a load may give). */
 void wmt_check_io_status(void *user, const wmt_fault_run *r);
