@@ -337,13 +337,15 @@ def which_needs(attrs, env):
 
 
 def subst_cmd(text, build, tmp):
-    text = re.sub(r"(?<![\w./-])build/", build.rstrip("/") + "/", text)
-    return re.sub(r"(?<![\w.-])/tmp/", tmp + "/", text)
+    # /tmp/ first: the build folder's own path may lie under /tmp (a clone in /tmp/ci-check),
+    # and must not be sent to the scratch folder.
+    text = re.sub(r"(?<![\w.-])/tmp/", tmp + "/", text)
+    return re.sub(r"(?<![\w./-])build/", build.rstrip("/") + "/", text)
 
 
 def subst_out(text, build, tmp):
-    text = text.replace(tmp + "/", "/tmp/").replace(tmp, "/tmp")
-    return text.replace(build.rstrip("/") + "/", "build/")
+    text = text.replace(build.rstrip("/") + "/", "build/")
+    return text.replace(tmp + "/", "/tmp/").replace(tmp, "/tmp")
 
 
 PY_RUNNER = r"""
