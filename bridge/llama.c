@@ -27,6 +27,15 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+#ifdef WM_LLAMA_OWN_BUFFERS
+#include <ggml-backend-impl.h> /* internal: scripts/llama.sh's internal/ (see "own buffers") */
+#include <ggml-version.h>
+#include <pthread.h>
+#endif
 
 /* ---- fault points ----
  * The test build (WM_LLAMA_FAULTS, linked with the library's fault table) fails the bridge's own
@@ -480,8 +489,11 @@ static size_t pattern_of(const wm_file *f, const int *pick, const roles *rs, int
     return alts;
 }
 
+/* own[k]: the buffer type extra buffer type k's tensors go to (its wrapper, or itself); own_cpu:
+ * where every other tensor goes (the CPU type's wrapper), or NULL (llama.cpp's choice). */
 static wm_status make_overrides(const wm_file *f, const struct llama_model_params *p,
-                                const extras *x, overrides *ov, wm_error *err) {
+                                const extras *x, ggml_backend_buffer_type_t const *own,
+                                ggml_backend_buffer_type_t own_cpu, overrides *ov, wm_error *err) {
     memset(ov, 0, sizeof *ov);
     size_t nt = wm_file_tensor_count(f), nc = caller_overrides(p), text = 64;
     for (size_t i = 0; i < nt; i++) {
@@ -490,7 +502,7 @@ static wm_status make_overrides(const wm_file *f, const struct llama_model_param
         text += 2 * strlen(ti.name) + 32;
     }
     text += x->n * (MAX_ROLES * 160 + 64);
-    size_t list = (nc + x->n + 1) * sizeof *ov->list, picks = (nt + 1) * sizeof(int);
+    size_t list = (nc + x->n + 2) * sizeof *ov->list, picks = (nt + 1) * sizeof(int);
     ov->mem_len = list + picks + text;
     ov->mem = pages(ov->mem_len);
     if (!ov->mem)
@@ -517,11 +529,186 @@ static wm_status make_overrides(const wm_file *f, const struct llama_model_param
     for (size_t k = 0; k < x->n; k++) {
         char *pat = out;
         if (pattern_of(f, pick, &rs, (int)k, &out))
-            ov->list[n++] = (struct llama_model_tensor_buft_override){pat, x->buft[k]};
+            ov->list[n++] = (struct llama_model_tensor_buft_override){pat, own[k]};
+    }
+    if (own_cpu) { /* every tensor no pattern before took */
+        char *pat = out;
+        add_text(&out, ".", 1, false);
+        *out++ = 0;
+        ov->list[n++] = (struct llama_model_tensor_buft_override){pat, own_cpu};
     }
     ov->list[n] = (struct llama_model_tensor_buft_override){NULL, NULL};
     return WM_OK;
 }
+
+/* ---- own buffers: weight buffers of the bridge's own pages ----
+ * ggml's CPU buffer type (and CPU_REPACK, which allocates through it) takes its memory from
+ * posix_memalign. Freed by llama_model_free, a buffer over glibc's mmap threshold is unmapped,
+ * and the threshold rises to its size: from the second load of a process on, every weight buffer
+ * comes from the heap and stays in the footprint after llama_model_free (+20.9 MiB on a 64 MiB
+ * model, bench/RESULTS.md "Under the tracer").
+ *
+ * So where the model runs on the CPU, every weight tensor is sent (params.tensor_buft_overrides)
+ * to a buffer type of the bridge's that wraps the real one, CPU or an extra (repack) type: its
+ * name, alignment, max size, alloc size and is_host are the real type's, and its alloc_buffer
+ * maps the pages itself (anonymous, 2 MiB aligned, huge pages advised) and makes the buffer
+ * with ggml_backend_buffer_init whose type is the REAL one, so that ggml and llama.cpp see the
+ * real type everywhere after the load: the scheduler (supports_buft), ggml-cpu's repack kernels
+ * (they test buffer->buft == ggml_backend_cpu_repack_buffer_type()), llama.cpp's "model buffer
+ * size" lines. Its functions are the real type's buffer's (read from a 64-byte buffer of the
+ * real type, freed at once: one small malloc block), but free_buffer, which unmaps. An override
+ * that is not ggml_backend_cpu_buffer_type() itself is taken as it is (llama-model-loader.cpp
+ * load_tensor's buffer type choice), so llama.cpp allocates the context of each wrapper with it.
+ * The wrappers live as long as the process (static; a buffer holds the real type, never one).
+ *
+ * That layout is ggml's internal one (ggml-backend-impl.h), so it is used only where it is the
+ * one the bridge was built with: ggml_version() the header's version, the CPU backend's API
+ * version the header's, and a probe buffer of each real type that holds what a CPU buffer does
+ * (its type, size and base as asked; for an extra type, the CPU buffer's get_base and
+ * free_buffer). Where any check fails the type is not wrapped and llama.cpp allocates it, as
+ * without the bridge (wm_llama_stats.bytes_own says how many bytes were the bridge's). */
+
+#define MAX_OWN (MAX_EXTRA + 1)
+
+#ifdef WM_LLAMA_OWN_BUFFERS
+typedef struct own_type {
+    struct ggml_backend_buffer_type buft; /* first: the wrapper a buft pointer points at */
+    ggml_backend_buffer_type_t real;
+    struct ggml_backend_buffer_i iface; /* the real type's buffer's, free_buffer: own_free */
+} own_type;
+
+static struct {
+    pthread_mutex_t lock;
+    int checked; /* 0 not yet, 1 the layout is ours, -1 it is not */
+    void (*cpu_free)(ggml_backend_buffer_t);
+    void *(*cpu_base)(ggml_backend_buffer_t);
+    own_type t[MAX_OWN];
+    size_t n;
+} owns = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static own_type *own_of(ggml_backend_buffer_type_t w) { return (own_type *)(void *)w; }
+
+static const char *own_name(ggml_backend_buffer_type_t w) {
+    return ggml_backend_buft_name(own_of(w)->real);
+}
+static size_t own_alignment(ggml_backend_buffer_type_t w) {
+    return ggml_backend_buft_get_alignment(own_of(w)->real);
+}
+static size_t own_max_size(ggml_backend_buffer_type_t w) {
+    return ggml_backend_buft_get_max_size(own_of(w)->real);
+}
+static size_t own_alloc_size(ggml_backend_buffer_type_t w, const struct ggml_tensor *t) {
+    return ggml_backend_buft_get_alloc_size(own_of(w)->real, t);
+}
+static bool own_is_host(ggml_backend_buffer_type_t w) {
+    return ggml_backend_buft_is_host(own_of(w)->real);
+}
+
+static const size_t huge_page = (size_t)2 << 20;
+
+static size_t own_len(size_t size) {
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    return (size + pg - 1) / pg * pg;
+}
+
+static void own_free(ggml_backend_buffer_t b) { munmap(b->context, own_len(b->size)); }
+
+/* size bytes of pages at a 2 MiB boundary (the whole huge pages inside advised), or NULL. */
+static void *own_map(size_t size) {
+    size_t len = own_len(size), span = len + huge_page;
+    if (len < size || span < len) return NULL;
+    char *p = pages(span);
+    if (!p) return NULL;
+    uintptr_t at = ((uintptr_t)p + huge_page - 1) / huge_page * huge_page;
+    char *base = (char *)at;
+    if (base > p) munmap(p, (size_t)(base - p));
+    if (p + span > base + len) munmap(base + len, (size_t)(p + span - (base + len)));
+    if (len >= huge_page) (void)madvise(base, len / huge_page * huge_page, MADV_HUGEPAGE);
+    return base;
+}
+
+static ggml_backend_buffer_t own_alloc(ggml_backend_buffer_type_t w, size_t size) {
+    own_type *o = own_of(w);
+    void *base = own_map(size);
+    if (!base) return NULL;
+    ggml_backend_buffer_t b = ggml_backend_buffer_init(o->real, o->iface, base, size);
+    if (!b) munmap(base, own_len(size));
+    return b;
+}
+
+/* The real type's buffer functions, read from a small buffer of it, if it holds what a CPU
+ * buffer holds (see above). */
+static bool probe(ggml_backend_buffer_type_t real, struct ggml_backend_buffer_i *iface) {
+    const size_t n = 64;
+    ggml_backend_buffer_t b = ggml_backend_buft_alloc_buffer(real, n);
+    if (!b) return false;
+    bool ok = b->buft == real && b->size == n && ggml_backend_buffer_get_size(b) == n &&
+              b->iface.get_base && b->iface.free_buffer && b->context &&
+              ggml_backend_buffer_get_base(b) == b->context;
+    if (ok && !owns.cpu_free) {
+        owns.cpu_free = b->iface.free_buffer;
+        owns.cpu_base = b->iface.get_base;
+    } else if (ok) {
+        ok = b->iface.free_buffer == owns.cpu_free && b->iface.get_base == owns.cpu_base;
+    }
+    if (ok) *iface = b->iface;
+    ggml_backend_buffer_free(b);
+    return ok;
+}
+
+/* Whether this ggml is the one whose layout the bridge was built with. */
+static bool same_ggml(const extras *x) {
+    if (strcmp(ggml_version(), WM_GGML_HEADER_VERSION) != 0) return false;
+    ggml_backend_reg_t reg = x->cpu ? ggml_backend_dev_backend_reg(x->cpu) : NULL;
+    return reg && reg->api_version == GGML_BACKEND_API_VERSION;
+}
+
+/* The wrapper of `real`, made on first use; NULL where it cannot be (the type is then
+ * llama.cpp's to allocate). The CPU type is probed first: the others are checked against it. */
+static ggml_backend_buffer_type_t own_type_of(const extras *x, ggml_backend_buffer_type_t real) {
+    ggml_backend_buffer_type_t w = NULL;
+    pthread_mutex_lock(&owns.lock);
+    if (!owns.checked) {
+        struct ggml_backend_buffer_i cpu;
+        owns.checked = same_ggml(x) && probe(ggml_backend_cpu_buffer_type(), &cpu) ? 1 : -1;
+    }
+    for (size_t k = 0; owns.checked > 0 && !w && k < owns.n; k++)
+        if (owns.t[k].real == real) w = &owns.t[k].buft;
+    if (owns.checked > 0 && !w && owns.n < MAX_OWN) {
+        own_type *o = &owns.t[owns.n];
+        if (probe(real, &o->iface)) {
+            o->real = real;
+            o->iface.free_buffer = own_free;
+            o->buft.iface = (struct ggml_backend_buffer_type_i){
+                .get_name = own_name,
+                .alloc_buffer = own_alloc,
+                .get_alignment = own_alignment,
+                .get_max_size = own_max_size,
+                .get_alloc_size = own_alloc_size,
+                .is_host = own_is_host,
+            };
+            o->buft.device = real->device;
+            o->buft.context = real->context;
+            w = &o->buft;
+            owns.n++;
+        }
+    }
+    pthread_mutex_unlock(&owns.lock);
+    return w;
+}
+
+static bool is_own(ggml_backend_buffer_t b) { return b && b->iface.free_buffer == own_free; }
+#else
+static ggml_backend_buffer_type_t own_type_of(const extras *x, ggml_backend_buffer_type_t real) {
+    (void)x, (void)real;
+    return NULL;
+}
+
+static bool is_own(ggml_backend_buffer_t b) {
+    (void)b;
+    return false;
+}
+#endif
 
 /* ---- the record: the tensors llama.cpp made, in the order it asked ---- */
 
@@ -733,9 +920,21 @@ static wm_status make_model(load *l, struct llama_model **model, wm_error *err) 
     struct gguf_context *g = NULL;
     overrides ov = {0};
     wm_status st = make_metadata(l->f, &g, err);
-    bool repack = l->o.repack != WM_LLAMA_REPACK_OFF && l->p.use_extra_bufts && runs_on_cpu(&l->p);
+    bool cpu = runs_on_cpu(&l->p);
+    bool repack = l->o.repack != WM_LLAMA_REPACK_OFF && l->p.use_extra_bufts && cpu;
     if (repack) cpu_extras(&l->x);
-    if (!st && l->x.n) st = make_overrides(l->f, &l->p, &l->x, &ov, err);
+    bool mine = l->o.buffers == WM_LLAMA_BUFFERS_AUTO && cpu;
+    ggml_backend_buffer_type_t own[MAX_EXTRA], own_cpu = NULL;
+    if (mine) {
+        extras probe_x = l->x;
+        if (!probe_x.cpu) probe_x.cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+        own_cpu = own_type_of(&probe_x, ggml_backend_cpu_buffer_type());
+    }
+    for (size_t k = 0; k < l->x.n; k++) {
+        own[k] = own_cpu ? own_type_of(&l->x, l->x.buft[k]) : NULL;
+        if (!own[k]) own[k] = l->x.buft[k];
+    }
+    if (!st && (l->x.n || own_cpu)) st = make_overrides(l->f, &l->p, &l->x, own, own_cpu, &ov, err);
     if (!st) {
         struct llama_model_params p = l->p;
         if (ov.list) p.tensor_buft_overrides = ov.list;
@@ -755,6 +954,84 @@ static wm_status make_model(load *l, struct llama_model **model, wm_error *err) 
     return st;
 }
 
+/* The weight buffers' bytes in the bridge's own pages. */
+static uint64_t own_bytes(const load *l) {
+    ggml_backend_buffer_t seen[MAX_OWN * 4];
+    size_t n = 0;
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < l->rec.n; i++) {
+        ggml_backend_buffer_t b = l->rec.t[i]->buffer;
+        bool known = !is_own(b);
+        for (size_t k = 0; !known && k < n; k++)
+            known = seen[k] == b;
+        if (known) continue;
+        if (n < sizeof seen / sizeof *seen) seen[n++] = b;
+        bytes += ggml_backend_buffer_get_size(b);
+    }
+    return bytes;
+}
+
+/* The process's free malloc memory back to the system (wm_llama_trim); seconds it took. */
+static double trim(const wm_llama_options *o) {
+    double t0 = now_s();
+#ifdef __GLIBC__
+    if (o->trim == WM_LLAMA_TRIM_AUTO) malloc_trim(0);
+#else
+    (void)o;
+#endif
+    return now_s() - t0;
+}
+
+static void give_stats(const load *l, double seconds_trim) {
+    if (!l->o.stats || l->o.stats->size <= sizeof(uint32_t)) return;
+    wm_llama_stats st = l->stats;
+    st.seconds_trim = seconds_trim;
+    uint32_t n = l->o.stats->size;
+    memcpy((char *)l->o.stats + sizeof n, (char *)&st + sizeof n,
+           (n < sizeof st ? n : sizeof st) - sizeof n);
+}
+
+/* The load up to the model handed over (or freed); the trim and the stats are the caller's. */
+static wm_status load_model(load *l, const wm_file *file, const struct llama_model_params *params,
+                            const wm_llama_options *opts, struct llama_model **out, wm_error *err) {
+    l->f = file;
+    l->path = wm_file_path(file);
+    wm_status st = copy_sized(&l->o, sizeof l->o, opts, "wm_llama_options", err);
+    if (!st && (unsigned)l->o.repack > WM_LLAMA_REPACK_OFF)
+        st = fail(err, WM_EINVAL, "%s: wm_llama_options.repack %d is none of AUTO, OFF", l->path,
+                  (int)l->o.repack);
+    if (!st && (unsigned)l->o.upload > WM_LLAMA_UPLOAD_WINDOW)
+        st = fail(err, WM_EINVAL, "%s: wm_llama_options.upload %d is none of AUTO, WINDOW", l->path,
+                  (int)l->o.upload);
+    if (!st && (unsigned)l->o.buffers > WM_LLAMA_BUFFERS_LLAMA)
+        st = fail(err, WM_EINVAL, "%s: wm_llama_options.buffers %d is none of AUTO, LLAMA", l->path,
+                  (int)l->o.buffers);
+    if (!st && (unsigned)l->o.trim > WM_LLAMA_TRIM_OFF)
+        st = fail(err, WM_EINVAL, "%s: wm_llama_options.trim %d is none of AUTO, OFF", l->path,
+                  (int)l->o.trim);
+    if (!st) st = check_file(file, err);
+    if (st) return st;
+    l->p = params ? *params : llama_model_default_params();
+    l->stats.size = sizeof l->stats;
+    struct llama_model *model = NULL;
+    st = make_model(l, &model, err);
+    if (!st) st = make_items(l, err);
+    if (!st) st = read_all(l, err);
+    l->stats.tensors = l->rec.n;
+    if (!st) l->stats.bytes_own = own_bytes(l);
+    record_free(&l->rec);
+    pages_free(l->items, l->items_len);
+    if (st) {
+        if (model) llama_model_free(model);
+        return st;
+    }
+    *out = model;
+    return WM_OK;
+}
+
+/* A refused options struct trims nothing (its trim field is not to be trusted). */
+static bool options_read(const load *l) { return l->stats.size != 0; }
+
 wm_status wm_llama_load_file(const wm_file *file, const struct llama_model_params *params,
                              const wm_llama_options *opts, struct llama_model **out,
                              wm_error *err) {
@@ -762,37 +1039,10 @@ wm_status wm_llama_load_file(const wm_file *file, const struct llama_model_param
     if (!file || !out) return fail(err, WM_EINVAL, "wm_llama_load_file: NULL file or out");
     load l;
     memset(&l, 0, sizeof l);
-    l.f = file;
-    l.path = wm_file_path(file);
-    wm_status st = copy_sized(&l.o, sizeof l.o, opts, "wm_llama_options", err);
-    if (!st && (unsigned)l.o.repack > WM_LLAMA_REPACK_OFF)
-        st = fail(err, WM_EINVAL, "%s: wm_llama_options.repack %d is none of AUTO, OFF", l.path,
-                  (int)l.o.repack);
-    if (!st && (unsigned)l.o.upload > WM_LLAMA_UPLOAD_WINDOW)
-        st = fail(err, WM_EINVAL, "%s: wm_llama_options.upload %d is none of AUTO, WINDOW", l.path,
-                  (int)l.o.upload);
-    if (!st) st = check_file(file, err);
-    if (st) return st;
-    l.p = params ? *params : llama_model_default_params();
-    l.stats.size = sizeof l.stats;
-    struct llama_model *model = NULL;
-    st = make_model(&l, &model, err);
-    if (!st) st = make_items(&l, err);
-    if (!st) st = read_all(&l, err);
-    l.stats.tensors = l.rec.n;
-    record_free(&l.rec);
-    pages_free(l.items, l.items_len);
-    if (st) {
-        if (model) llama_model_free(model);
-        return st;
-    }
-    if (l.o.stats && l.o.stats->size > sizeof(uint32_t)) {
-        uint32_t n = l.o.stats->size;
-        memcpy((char *)l.o.stats + sizeof n, (char *)&l.stats + sizeof n,
-               (n < sizeof l.stats ? n : sizeof l.stats) - sizeof n);
-    }
-    *out = model;
-    return WM_OK;
+    wm_status st = load_model(&l, file, params, opts, out, err);
+    double t = options_read(&l) ? trim(&l.o) : 0;
+    if (!st) give_stats(&l, t);
+    return st;
 }
 
 wm_status wm_llama_load(const char *path, const struct llama_model_params *params,
@@ -802,7 +1052,11 @@ wm_status wm_llama_load(const char *path, const struct llama_model_params *param
     wm_file *f = NULL;
     wm_status st = wm_file_open_set(path, &f, err); /* a split set whole, from any part */
     if (st) return st;
-    st = wm_llama_load_file(f, params, opts, out, err);
+    load l;
+    memset(&l, 0, sizeof l);
+    st = load_model(&l, f, params, opts, out, err);
     wm_file_close(f);
+    double t = options_read(&l) ? trim(&l.o) : 0;
+    if (!st) give_stats(&l, t);
     return st;
 }

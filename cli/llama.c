@@ -5,9 +5,11 @@
  * likeliest next token), frees the context and the model, and measures: weightmap's ledger
  * (nothing may be held once the load returned), the file's mappings (none), and the process's
  * footprint after the release against the one before the cycles, twice: as llama_model_free
- * leaves it, and after malloc_trim(0). llama.cpp allocates its weight buffers with malloc, and
- * glibc keeps what they free (its mmap threshold rises with the first large free), so the first
- * figure shows the model's bytes still in the footprint after every release; the second says
+ * leaves it, and after malloc_trim(0). llama.cpp allocates its model's structures and its
+ * context's buffers with malloc (and its weight buffers, where the bridge cannot give its own
+ * pages: wm_llama_stats.bytes_own 0), and glibc keeps what they free (its mmap threshold rises
+ * with the first large free), so the first figure shows those bytes still in the footprint after
+ * every release; the second says
  * whether any of them is still in use (1 MiB of allocator fragmentation allowed: SLACK). The
  * verdict is on the ledger, the mappings and the second figure. Built only where the bridge is
  * (CMake defines WM_CLI_LLAMA then; cli.h's CLI_HAVE_LLAMA is 0 otherwise). llama.cpp's log is
@@ -192,6 +194,13 @@ static void report(const char *path, const llama_cycle *cs, unsigned cycles, boo
     if (!JUDGE_FOOTPRINT)
         printf("\nfootprint not judged: AddressSanitizer's allocator keeps freed memory in its "
                "quarantine");
+    else if (ok && cs[cycles - 1].footprint > SLACK && cs[cycles - 1].stats.bytes_own)
+        printf("\nthe weight buffers were the bridge's own pages (%s), unmapped by "
+               "llama_model_free; llama.cpp's own malloc memory (the model's structures, the "
+               "context's buffers): malloc kept %s of it as free memory (glibc; malloc_trim(0) "
+               "gave it back)",
+               cli_bytes(cs[cycles - 1].stats.bytes_own, b[1]),
+               sdelta(cs[cycles - 1].footprint, b[0]));
     else if (ok && cs[cycles - 1].footprint > SLACK)
         printf(
             "\nllama.cpp's weight buffers are malloc's: after llama_model_free, malloc kept %s of "

@@ -13,7 +13,12 @@
  * through a bounded page-allocated window and ggml_backend_tensor_set into any other (device
  * buffers; the CPU's repack buffers, which take a tensor whole). When the call returns, nothing
  * of weightmap's is held (its ledger is as before: the file is closed, every thread, window and
- * table is gone); the model's memory is llama.cpp's, in llama.cpp's buffers.
+ * table is gone); the model's memory is llama.cpp's, in llama.cpp's buffers. Where the model
+ * runs on the CPU those buffers are, by default, pages the bridge maps for llama.cpp's own buffer
+ * types and llama_model_free unmaps (wm_llama_buffers: they rely on ggml's internal buffer
+ * layout, used only when the ggml the process runs is the version the bridge was built with;
+ * otherwise llama.cpp allocates them, as without the bridge), and the load ends with
+ * malloc_trim(0) on glibc (wm_llama_trim).
  *
  * What llama_model_init_from_user does differently from llama.cpp's file loader, and what the
  * bridge does about it:
@@ -58,6 +63,9 @@ typedef struct wm_llama_stats {
     uint64_t bytes_read;  /* tensor bytes read from the file */
     double seconds_model; /* llama_model_init_from_user: metadata, model, buffers */
     double seconds_read;  /* wm_file_read_tensors: every tensor's bytes */
+    /* added with the bridge's own buffers (a caller of the older header: size says less) */
+    uint64_t bytes_own;  /* weight buffer bytes in the bridge's own pages (wm_llama_buffers) */
+    double seconds_trim; /* malloc_trim at the end of the load (wm_llama_trim) */
 } wm_llama_stats;
 
 #define WM_LLAMA_STATS_INIT WM_SIZED_INIT(wm_llama_stats)
@@ -75,6 +83,32 @@ typedef enum wm_llama_upload {
                                   as device buffers are (to exercise that path on a CPU) */
 } wm_llama_upload;
 
+/* wm_llama_options.buffers: who allocates the weight buffers of a model that runs on the CPU
+ * (n_gpu_layers 0, or no GPU among its devices; with layers on a GPU every buffer is llama.cpp's).
+ * llama.cpp takes a CPU buffer from posix_memalign: once a first model is freed glibc's mmap
+ * threshold rises past its size, and every later model's weights come from the heap and stay in
+ * the process's footprint after llama_model_free. The bridge's own buffers are pages it maps and
+ * llama_model_free unmaps, of llama.cpp's own buffer types in every other respect (the same
+ * types, names, kernels and repacked layouts). They rely on ggml's internal buffer layout, so
+ * they are used only where the ggml the process runs is the one the bridge was built with
+ * (ggml_version(), the CPU backend's API version, and a probe of each buffer type); elsewhere,
+ * and for a buffer type that does not hold its memory as ggml's CPU type does, llama.cpp
+ * allocates, as without the bridge (wm_llama_stats.bytes_own: 0). */
+typedef enum wm_llama_buffers {
+    WM_LLAMA_BUFFERS_AUTO = 0, /* the bridge's own pages where they can be */
+    WM_LLAMA_BUFFERS_LLAMA = 1 /* llama.cpp allocates every buffer */
+} wm_llama_buffers;
+
+/* wm_llama_options.trim: llama.cpp's model construction frees malloc scratch during the load
+ * (vocabulary tables, the gguf_context: 2.8 MiB in 17 blocks for a 64 MiB model), which the
+ * allocator keeps cached. AUTO returns the process's free malloc memory to the system once the
+ * load is done (glibc's malloc_trim(0): it walks every arena; docs/LLAMA.md says what it costs);
+ * elsewhere than glibc, nothing. */
+typedef enum wm_llama_trim {
+    WM_LLAMA_TRIM_AUTO = 0, /* malloc_trim(0) at the end of every load, success or failure */
+    WM_LLAMA_TRIM_OFF = 1   /* leave the allocator's caches as they are */
+} wm_llama_trim;
+
 /* Grows only at the end (weightmap.h, "the ABI promise"); NULL for every default, or start from
  * WM_LLAMA_OPTIONS_INIT. */
 typedef struct wm_llama_options {
@@ -86,6 +120,9 @@ typedef struct wm_llama_options {
     wm_llama_repack repack;
     wm_llama_upload upload;
     wm_llama_stats *stats; /* NULL, or filled on success (as far as its size reaches) */
+    /* added with the bridge's own buffers (a caller of the older header: both AUTO) */
+    wm_llama_buffers buffers;
+    wm_llama_trim trim;
 } wm_llama_options;
 
 #define WM_LLAMA_OPTIONS_INIT WM_SIZED_INIT(wm_llama_options)

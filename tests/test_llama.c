@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <ggml-backend.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -65,7 +66,7 @@ typedef struct decoded {
     llama_token tokens[N_TOKENS];
     float *first; /* the logits after BOS (malloc'd) */
     int n_vocab;
-    char buffers[4096]; /* the buffer-size lines of the load, other than the plain CPU buffer */
+    char buffers[4096]; /* the buffer-size lines of the load (but a mapped one's) */
 } decoded;
 
 /* Greedy decoding from BOS, one token at a time. */
@@ -95,14 +96,14 @@ static void greedy(struct llama_model *m, decoded *d) {
     llama_free(ctx);
 }
 
-/* The buffer lines of the last load that name a buffer type other than the plain CPU one. */
+/* The buffer lines of the last load, by type and size (the bridge's own buffers are of
+ * llama.cpp's types: the same lines as its read mode), but a mapped buffer's (mmap mode). */
 static void keep_buffers(decoded *d) {
     d->buffers[0] = 0;
     for (char *line = strtok(buffer_lines, "\n"); line; line = strtok(NULL, "\n")) {
-        const char *name = strstr(line, "=");
-        if (strstr(line, " CPU model buffer size") || strstr(line, "CPU_Mapped model")) continue;
+        if (strstr(line, "CPU_Mapped model")) continue;
         size_t n = strlen(d->buffers);
-        snprintf(d->buffers + n, sizeof d->buffers - n, "%s\n", name ? line : line);
+        snprintf(d->buffers + n, sizeof d->buffers - n, "%s\n", line);
     }
 }
 
@@ -117,11 +118,13 @@ static void by_llama(const char *path, int load_mode, decoded *d) {
     llama_model_free(m);
 }
 
-static void by_bridge(const char *path, wm_llama_upload upload, wm_llama_stats *s, decoded *d) {
+static void by_bridge(const char *path, wm_llama_upload upload, wm_llama_buffers buffers,
+                      wm_llama_stats *s, decoded *d) {
     struct llama_model_params p = cpu_params();
     wm_llama_options o = WM_LLAMA_OPTIONS_INIT;
     o.threads = 2;
     o.upload = upload;
+    o.buffers = buffers;
     o.stats = s;
     struct llama_model *m = NULL;
     wm_error err;
@@ -147,17 +150,26 @@ static void same(const decoded *a, const decoded *b, const char *what) {
  * and mmap modes; the extra buffer types are the same as llama.cpp's read mode chose. */
 static void tokens_equal(const char *path) {
     setup();
-    decoded rd, mm, wm, win;
-    wm_llama_stats s = WM_LLAMA_STATS_INIT, sw = WM_LLAMA_STATS_INIT;
+    decoded rd, mm, wm, win, lb;
+    wm_llama_stats s = WM_LLAMA_STATS_INIT, sw = WM_LLAMA_STATS_INIT, sl = WM_LLAMA_STATS_INIT;
     by_llama(path, 0, &rd);
     by_llama(path, 1, &mm);
-    by_bridge(path, WM_LLAMA_UPLOAD_AUTO, &s, &wm);
-    by_bridge(path, WM_LLAMA_UPLOAD_WINDOW, &sw, &win);
+    by_bridge(path, WM_LLAMA_UPLOAD_AUTO, WM_LLAMA_BUFFERS_AUTO, &s, &wm);
+    by_bridge(path, WM_LLAMA_UPLOAD_WINDOW, WM_LLAMA_BUFFERS_AUTO, &sw, &win);
+    by_bridge(path, WM_LLAMA_UPLOAD_AUTO, WM_LLAMA_BUFFERS_LLAMA, &sl, &lb);
     same(&mm, &rd, "llama.cpp mmap vs read");
     same(&wm, &rd, "wm_llama_load vs llama.cpp read");
     same(&win, &rd, "wm_llama_load windowed vs llama.cpp read");
-    CHECK_MSG(strcmp(wm.buffers, rd.buffers) == 0, "extra buffers: bridge\n%s\nllama.cpp\n%s",
-              wm.buffers, rd.buffers);
+    same(&lb, &rd, "wm_llama_load in llama.cpp's buffers vs llama.cpp read");
+    CHECK_MSG(strcmp(wm.buffers, rd.buffers) == 0, "buffers: bridge\n%s\nllama.cpp\n%s", wm.buffers,
+              rd.buffers);
+    CHECK_MSG(strcmp(lb.buffers, rd.buffers) == 0, "buffers: bridge\n%s\nllama.cpp\n%s", lb.buffers,
+              rd.buffers);
+    /* every weight buffer the bridge's own pages (the ggml it was built with), or none of them */
+    CHECK_MSG(s.bytes_own >= s.bytes_read && sw.bytes_own >= sw.bytes_read,
+              "own buffers: %llu bytes for %llu read", (unsigned long long)s.bytes_own,
+              (unsigned long long)s.bytes_read);
+    CHECK_EQ(sl.bytes_own, 0);
     CHECK_EQ(s.tensors, s.in_place + s.windowed + s.filled);
     CHECK_EQ(s.windowed, s.repacked);
     CHECK_EQ(sw.in_place, 0);
@@ -170,7 +182,7 @@ static void tokens_equal(const char *path) {
     for (int i = 0; i < 8; i++)
         fprintf(stderr, " %d", wm.tokens[i]);
     fprintf(stderr, "\nbuffers other than CPU:\n%s", rd.buffers);
-    free(rd.first), free(mm.first), free(wm.first), free(win.first);
+    free(rd.first), free(mm.first), free(wm.first), free(win.first), free(lb.first);
 }
 
 WM_TEST(tokens_equal_f32) { tokens_equal(wmt_fixture("gguf/stories260K.gguf")); }
@@ -342,6 +354,28 @@ WM_TEST(refusals_of_arguments) {
     CHECK_STATUS(wm_llama_load(wmt_fixture("gguf/stories260K.gguf"), NULL, &o, &m, &err),
                  WM_EINVAL);
     CHECK_MSG_HAS(err, "repack 5");
+    o = (wm_llama_options)WM_LLAMA_OPTIONS_INIT;
+    o.buffers = (wm_llama_buffers)7;
+    CHECK_STATUS(wm_llama_load(wmt_fixture("gguf/stories260K.gguf"), NULL, &o, &m, &err),
+                 WM_EINVAL);
+    CHECK_MSG_HAS(err, "buffers 7");
+    o = (wm_llama_options)WM_LLAMA_OPTIONS_INIT;
+    o.trim = (wm_llama_trim)9;
+    CHECK_STATUS(wm_llama_load(wmt_fixture("gguf/stories260K.gguf"), NULL, &o, &m, &err),
+                 WM_EINVAL);
+    CHECK_MSG_HAS(err, "trim 9");
+    /* a caller of the header before `buffers` and `trim`: its size ends before them, and what
+     * lies past it is not read (both AUTO: the bridge's own buffers) */
+    wm_llama_stats st = WM_LLAMA_STATS_INIT;
+    struct llama_model_params p = cpu_params();
+    o = (wm_llama_options)WM_LLAMA_OPTIONS_INIT;
+    o.size = (uint32_t)offsetof(wm_llama_options, buffers);
+    o.stats = &st;
+    o.buffers = WM_LLAMA_BUFFERS_LLAMA;
+    o.trim = (wm_llama_trim)9;
+    CHECK_STATUS(wm_llama_load(wmt_fixture("gguf/stories260K.gguf"), &p, &o, &m, &err), WM_OK);
+    CHECK(st.bytes_own >= st.bytes_read && st.bytes_read > 0);
+    llama_model_free(m);
     struct {
         wm_llama_options o;
         uint64_t later;
@@ -412,7 +446,7 @@ WM_TEST(cold_file_loads_direct) {
     const char *path = wmt_make_model("m.gguf", "--size 8M");
     decoded warm, cold;
     wm_llama_stats s = WM_LLAMA_STATS_INIT;
-    by_bridge(path, WM_LLAMA_UPLOAD_AUTO, &s, &warm);
+    by_bridge(path, WM_LLAMA_UPLOAD_AUTO, WM_LLAMA_BUFFERS_AUTO, &s, &warm);
     for (int repack = 0; repack < 2; repack++) {
         wm_file *f = OPEN_OK(path);
         uint64_t size = wm_file_size(f), data = wm_file_data_offset(f);
@@ -457,7 +491,7 @@ WM_TEST(split_set_loads_from_any_part) {
     for (int i = 0; i < 3; i++) {
         decoded wm;
         wm_llama_stats s = WM_LLAMA_STATS_INIT;
-        by_bridge(parts[i], WM_LLAMA_UPLOAD_AUTO, &s, &wm);
+        by_bridge(parts[i], WM_LLAMA_UPLOAD_AUTO, WM_LLAMA_BUFFERS_AUTO, &s, &wm);
         same(&wm, &rd, "split set through the bridge vs llama.cpp");
         for (int k = 0; k < 3; k++)
             CHECK_EQ(wmt_count_file_maps(parts[k]), 0);
