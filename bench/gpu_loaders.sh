@@ -16,8 +16,8 @@
 #              same time
 #   tests      ctest -L '^(cuda|multi)$' on the real runtime; python3 -m pytest python/tests -q,
 #              then again with WM_TEST_DEVICE=cuda:0 (the device cases)
-#   disk       the disk's limit: parallel O_DIRECT preads of the shards (bench/gpu_loaders.py
-#              disk), T x B-byte reads, best of the grid; again at the end
+#   disk       the disk's limit: parallel O_DIRECT preads of every byte of the shards
+#              (bench/gpu_loaders.py disk), T x B-byte reads, best of the grid; again at the end
 #   probe      (not in the default list) the grid over every byte at more depths and blocks;
 #              cold loads of the set in one call against one load per shard side by side
 #              (weightmap-parallel), alternating; the CLI's cold load of the set
@@ -43,7 +43,8 @@
 # stages to run, default all: tests disk cold cli-cold warm-tf cold-tf disk-warm
 # disk-warm-loaders tmpfs; disk-warm alone runs only the CLI's warm A/B; ahead-test, without
 # tests: python/tests/test_ahead.py alone on cuda:0), AB_ROUNDS
-# (the warm A/B's rounds, 2), DISK_THREADS (8,16,64), SKIP_TESTS=1
+# (the warm A/B's rounds, 2), DISK_THREADS (64,128) and DISK_BLOCKS (16, MiB: the best of the
+# probe stage's grid on the H200 host, 2026-12-02), SKIP_TESTS=1
 # (no tests: a try-out of the measurements), DEPS (.deb
 # folder for scripts/gpu_env.sh: libdlpack-dev; default .debs-py), PEERS_SRC (.peers/gpu-loaders).
 set -u
@@ -151,7 +152,7 @@ fi
 sync
 if want disk && room 40 "disk limit"; then
     say "disk limit"
-    timeout 90 $L disk "$INDEX" --threads ${DISK_THREADS:-8,16,64} --block 4,16 --bytes $((4 << 30)) --when before >$W/disk1.jsonl 2>>$LOG
+    timeout 90 $L disk "$INDEX" --threads ${DISK_THREADS:-64,128} --block ${DISK_BLOCKS:-16} --when before >$W/disk1.jsonl 2>>$LOG
     grep disk-best $W/disk1.jsonl | tee -a "$LOG"
 fi
 
@@ -270,8 +271,8 @@ if want tmpfs && room 50 "tmpfs loaders"; then
     collect
 fi
 
-if want disk && room 20 "disk limit (after)"; then
-    timeout 40 $L disk "$INDEX" --threads ${DISK_THREADS:-8,16,64} --block 4,16 --bytes $((4 << 30)) --when after >$W/disk2.jsonl 2>>$LOG
+if want disk && room 30 "disk limit (after)"; then
+    timeout 60 $L disk "$INDEX" --threads ${DISK_THREADS:-64,128} --block ${DISK_BLOCKS:-16} --when after >$W/disk2.jsonl 2>>$LOG
     grep disk-best $W/disk2.jsonl | tee -a "$LOG"
 fi
 collect
