@@ -24,8 +24,13 @@ weightmap on the same files (bench/gpu_loaders.sh drives it, one call on the GPU
         warm, in one process, alternating: from_pretrained plain, inside loading(), inside
         loading(ahead=False), and the files alone (weightmap.load_file of the index); every
         loaded state dict compared (torch.equal) with the plain one's.
+  profile DIR [--rounds N] [--depth D]
+        where a warm from_pretrained's time goes: N rounds of loading() / plain / the files
+        alone untimed by any tool, then one of loading() and plain with every function of
+        transformers' loading modules and weightmap's timed on every thread (calls of 1 ms or
+        more, nested D deep), then one of each under cProfile.
   drop INDEX
-        the shards' pages out of the page cache.
+        the shards' pages out of the page cache; prints nothing (bytes still cached: resident()).
   summary OUT
         the table (Markdown) from OUT/*.jsonl, every loader's checksums compared with
         safetensors', the ratios and the targets.
@@ -68,8 +73,41 @@ def tensor_bytes(files):
     return total
 
 
+def resident(files):
+    """Bytes of the files in the page cache (mincore over a read-only shared mapping of each)."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long)
+    libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
+    libc.mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p)
+    page = os.sysconf("SC_PAGE_SIZE")
+    total = 0
+    for p in files:
+        size = os.path.getsize(p)
+        if size == 0:
+            continue
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+            if addr in (None, ctypes.c_void_p(-1).value):
+                raise OSError(ctypes.get_errno(), "mmap " + p)
+            try:
+                vec = ctypes.create_string_buffer((size + page - 1) // page)
+                if libc.mincore(addr, size, vec) != 0:
+                    raise OSError(ctypes.get_errno(), "mincore " + p)
+                total += sum(b & 1 for b in vec.raw) * page
+            finally:
+                libc.munmap(addr, size)
+        finally:
+            os.close(fd)
+    return total
+
+
 def drop(files):
-    """The files' pages out of the page cache (written back first)."""
+    """The files' pages out of the page cache (written back first); returns the bytes of them
+    still cached after (0 when the drop worked: a page mapped by a live process stays)."""
     for p in files:
         fd = os.open(p, os.O_RDONLY)
         try:
@@ -77,6 +115,7 @@ def drop(files):
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
+    return resident(files)
 
 
 def sync():
@@ -153,9 +192,34 @@ def load_weightmap_shards(index, files):
     return out, None
 
 
+def load_weightmap_parallel(index, files):
+    """Every shard at once, each weightmap.load_file on a thread of its own (as loading() loads
+    ahead): whether loads side by side read the disk faster than one load of the set."""
+    import weightmap
+    parts, errors = [None] * len(files), []
+
+    def one(i, f):
+        try:
+            parts[i] = weightmap.load_file(f, device=DEVICE)
+        except Exception as e:          # noqa: B902 (re-raised below, on the caller's thread)
+            errors.append(e)
+    ths = [threading.Thread(target=one, args=(i, f)) for i, f in enumerate(files)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    if errors:
+        raise errors[0]
+    out = {}
+    for p in parts:
+        out.update(p)
+    return out, None
+
+
 LOADERS = {"safetensors": load_safetensors, "fastsafetensors": load_fastsafetensors,
            "instanttensor": load_instanttensor, "weightmap": load_weightmap,
-           "weightmap-shards": load_weightmap_shards}
+           "weightmap-shards": load_weightmap_shards,
+           "weightmap-parallel": load_weightmap_parallel}
 
 
 def release(out, close):
@@ -183,8 +247,7 @@ def cmd_load(args):
         out, close = fn(wi, shards_of(wi))
         release(out, close)
     for r in range(args.rounds):
-        if args.cold:
-            drop(files)
+        cached = drop(files) if args.cold else None
         gc.collect()
         sync()
         t0 = time.perf_counter()
@@ -192,7 +255,8 @@ def cmd_load(args):
         sync()
         secs = time.perf_counter() - t0
         rec = dict(stage="load", loader=args.loader, scenario=args.scenario, round=r,
-                   seconds=secs, gbps=nbytes / secs / 1e9, bytes=nbytes, tensors=len(out))
+                   seconds=secs, gbps=nbytes / secs / 1e9, bytes=nbytes, tensors=len(out),
+                   cached_before=cached)
         if r == 0:
             rec["sums"] = sums(out)
         if args.loader.startswith("weightmap"):
@@ -283,8 +347,7 @@ def cmd_pretrained(args):
         del del_model
         gc.collect()
     for r in range(args.rounds):
-        if args.cold:
-            drop(files)
+        cached = drop(files) if args.cold else None
         gc.collect()
         sync()
         t0 = time.perf_counter()
@@ -296,7 +359,7 @@ def cmd_pretrained(args):
         sync()
         secs = time.perf_counter() - t0
         rec = dict(stage="pretrained", kind=args.kind, cold=args.cold, round=r, seconds=secs,
-                   gbps=nbytes / secs / 1e9, bytes=nbytes)
+                   gbps=nbytes / secs / 1e9, bytes=nbytes, cached_before=cached)
         if args.kind == "loading" and ahead is not None:
             rec.update(loaded_ahead=ahead.loaded_ahead, claimed=ahead.claimed,
                        events=[(round(t - t0, 4), w, n) for t, w, n in ahead.events])
@@ -365,6 +428,181 @@ def cmd_warm(args):
                  bytes=nbytes, equal=equal, ledger_after_del=ledger_bytes())
             if kind == "loading" and r == 0:
                 emit(stage="warm-trace", events=[(round(t - t0, 4), w, n) for t, w, n in trace])
+
+
+class _Timeline:
+    """Wraps every function and method (one class level deep) of the given modules so that each
+    call records (thread, depth, start, end, name): where from_pretrained's time goes, per phase,
+    on every thread (transformers' own loading threads too). undo() puts everything back."""
+
+    def __init__(self, module_names):
+        import inspect
+        self.calls, self.undo_list, self.local = [], [], threading.local()
+        self.lock = threading.Lock()
+        for mod_name in module_names:
+            mod = sys.modules.get(mod_name)
+            if mod is None:
+                continue
+            for name, value in list(vars(mod).items()):
+                if inspect.isfunction(value) and value.__module__ == mod_name:
+                    self._wrap(vars(mod), name, value, mod_name.split(".")[-1] + "." + name)
+                elif inspect.isclass(value) and value.__module__ == mod_name:
+                    for attr, v in list(vars(value).items()):
+                        if attr.startswith("__") and attr != "__init__":
+                            continue
+                        self._wrap_attr(value, attr, v, value.__name__ + "." + attr)
+
+    def _wrapper(self, func, label):
+        tl = self
+
+        def wrapped(*a, **kw):
+            depth = getattr(tl.local, "depth", 0)
+            tl.local.depth = depth + 1
+            t0 = time.perf_counter()
+            try:
+                return func(*a, **kw)
+            finally:
+                t1 = time.perf_counter()
+                tl.local.depth = depth
+                if t1 - t0 >= 0.001:
+                    with tl.lock:
+                        tl.calls.append((threading.get_ident(), depth, t0, t1, label))
+        wrapped.__wrapped__ = func
+        wrapped.__name__ = getattr(func, "__name__", label)
+        wrapped.__qualname__ = getattr(func, "__qualname__", label)
+        wrapped.__doc__ = getattr(func, "__doc__", None)
+        return wrapped
+
+    def _wrap(self, d, name, func, label):
+        d[name] = self._wrapper(func, label)
+        self.undo_list.append((d, name, func))
+
+    def _wrap_attr(self, cls, attr, v, label):
+        import inspect
+        if isinstance(v, classmethod):
+            new = classmethod(self._wrapper(v.__func__, label))
+        elif isinstance(v, staticmethod):
+            new = staticmethod(self._wrapper(v.__func__, label))
+        elif inspect.isfunction(v):
+            new = self._wrapper(v, label)
+        else:
+            return
+        try:
+            setattr(cls, attr, new)
+        except (AttributeError, TypeError):
+            return
+        self.undo_list.append((cls, attr, v))
+
+    def undo(self):
+        for d, name, v in reversed(self.undo_list):
+            if isinstance(d, dict):
+                d[name] = v
+            else:
+                setattr(d, name, v)
+        self.undo_list = []
+
+
+PROFILED = ("transformers.modeling_utils", "transformers.core_model_loading",
+            "transformers.configuration_utils", "transformers.models.auto.auto_factory",
+            "transformers.models.auto.configuration_auto", "transformers.utils.hub",
+            "transformers.integrations.accelerate", "transformers.integrations.tensor_parallel",
+            "transformers.generation.configuration_utils", "transformers.initialization",
+            "transformers.models.llama.modeling_llama", "transformers.modeling_rope_utils",
+            "transformers.utils.import_utils", "transformers.utils.generic",
+            "transformers.dynamic_module_utils", "transformers.safetensors_conversion",
+            "weightmap", "weightmap._loading", "weightmap._prefetch")
+
+
+def cmd_profile(args):
+    """Where a warm from_pretrained's time goes: after warm-up rounds, one round of each kind
+    with every function of transformers' loading modules (and weightmap's) timed on every
+    thread, and one under cProfile (the calling thread)."""
+    import cProfile
+    import io
+    import pstats
+    import torch
+    import weightmap
+    import transformers  # noqa: F401
+    from transformers import AutoModelForCausalLM  # noqa: F401 (the lazy modules imported)
+    index = os.path.join(args.dir, "model.safetensors.index.json")
+    nbytes = tensor_bytes(shards_of(index))
+    torch.zeros(1, device=DEVICE)
+    weightmap.backend_init(DEVICE)
+
+    def inside():
+        with weightmap.loading(device=DEVICE) as ahead:
+            m = pretrained(args.dir)
+        return m, ahead
+
+    def plain():
+        return pretrained(args.dir), None
+
+    def alone():
+        return weightmap.load_file(index, device=DEVICE), None
+
+    # plain first: transformers imports its loading modules at its first from_pretrained, which
+    # then is not inside a block (as in cmd_warm)
+    kinds = {"plain": plain, "loading": inside, "files-alone": alone}
+    for _ in range(2):
+        for fn in kinds.values():
+            m, _a = fn()
+            del m
+            gc.collect()
+            sync()
+    for kind, fn in kinds.items():
+        for r in range(args.rounds):
+            gc.collect()
+            sync()
+            t0 = time.perf_counter()
+            m, _a = fn()
+            sync()
+            emit(stage="profile-plain-round", kind=kind, round=r,
+                 seconds=time.perf_counter() - t0)
+            del m
+            gc.collect()
+            sync()
+    main_ident = threading.get_ident()
+    for kind in ("loading", "plain"):
+        tl = _Timeline(PROFILED)
+        gc.collect()
+        sync()
+        t0 = time.perf_counter()
+        try:
+            m, ahead = kinds[kind]()
+            sync()
+        finally:
+            tl.undo()
+        secs = time.perf_counter() - t0
+        threads = {}
+        rows = []
+        for ident, depth, a, b, label in sorted(tl.calls, key=lambda c: (c[2], c[1])):
+            th = "main" if ident == main_ident else threads.setdefault(ident, "t%d" % len(threads))
+            if depth <= args.depth:
+                rows.append((round(a - t0, 4), round(b - t0, 4), round(b - a, 4), th, depth, label))
+        emit(stage="profile-timeline", kind=kind, seconds=secs, gbps=nbytes / secs / 1e9,
+             calls=rows, events=[(round(t - t0, 4), w, n) for t, w, n in ahead.events]
+             if ahead is not None else [])
+        del m
+        gc.collect()
+        sync()
+    for kind in ("loading", "plain"):
+        prof = cProfile.Profile()
+        gc.collect()
+        sync()
+        t0 = time.perf_counter()
+        prof.enable()
+        m, _a = kinds[kind]()
+        sync()
+        prof.disable()
+        secs = time.perf_counter() - t0
+        buf = io.StringIO()
+        st = pstats.Stats(prof, stream=buf)
+        st.sort_stats("cumulative").print_stats(45)
+        st.sort_stats("tottime").print_stats(30)
+        emit(stage="profile-cprofile", kind=kind, seconds=secs, text=buf.getvalue())
+        del m
+        gc.collect()
+        sync()
 
 
 # ---- the summary ----
@@ -503,13 +741,17 @@ def main():
     p = sub.add_parser("warm")
     p.add_argument("dir")
     p.add_argument("--rounds", type=int, default=3)
+    p = sub.add_parser("profile")
+    p.add_argument("dir")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--depth", type=int, default=3)
     p = sub.add_parser("drop")
     p.add_argument("index")
     p = sub.add_parser("summary")
     p.add_argument("out")
     args = ap.parse_args()
     {"load": cmd_load, "disk": cmd_disk, "pretrained": cmd_pretrained, "warm": cmd_warm,
-     "drop": lambda a: drop(shards_of(a.index)), "summary": cmd_summary}[args.cmd](args)
+     "profile": cmd_profile, "drop": lambda a: drop(shards_of(a.index)), "summary": cmd_summary}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -14,10 +14,16 @@
 #              llama-shaped bf16 checkpoint of >= GIB GiB in 3 shards with its index
 #              (bench/python_transformers.py write-llama; values random, made on the GPU), at the
 #              same time
-#   tests      ctest -L '^(cuda|multi)$' on the real runtime; python3 -m pytest python/tests -q;
-#              python/tests/test_ahead.py again with WM_TEST_DEVICE=cuda:0
-#   disk       the disk's limit: parallel O_DIRECT preads of the shards (bench/gpu_loaders.py
-#              disk), T x B-byte reads, best of the grid; again at the end
+#   tests      ctest -L '^(cuda|multi)$' on the real runtime; python3 -m pytest python/tests -q,
+#              then again with WM_TEST_DEVICE=cuda:0 (the device cases)
+#   disk       the disk's limit: parallel O_DIRECT preads of every byte of the shards
+#              (bench/gpu_loaders.py disk), T x B-byte reads, best of the grid; again at the end
+#   probe      (not in the default list) the grid over every byte at more depths and blocks;
+#              cold loads of the set in one call against one load per shard side by side
+#              (weightmap-parallel), alternating; the CLI's cold load of the set
+#   profile    (not in the default list) warm from_pretrained with every function of
+#              transformers' loading modules timed per thread, and under cProfile
+#              (bench/gpu_loaders.py profile; $OUT/profile.jsonl)
 #   cold       each loader in its own process, ROUNDS rounds, the shards' pages dropped before
 #              each (POSIX_FADV_DONTNEED), after an untimed load of a small checkpoint; then the
 #              CLI's staged load of the set cold with its default readers (0: one per CPU when
@@ -37,7 +43,8 @@
 # stages to run, default all: tests disk cold cli-cold warm-tf cold-tf disk-warm
 # disk-warm-loaders tmpfs; disk-warm alone runs only the CLI's warm A/B; ahead-test, without
 # tests: python/tests/test_ahead.py alone on cuda:0), AB_ROUNDS
-# (the warm A/B's rounds, 2), DISK_THREADS (8,16,64), SKIP_TESTS=1
+# (the warm A/B's rounds, 2), DISK_THREADS (64,128) and DISK_BLOCKS (16, MiB: the best of the
+# probe stage's grid on the H200 host, 2026-12-02), SKIP_TESTS=1
 # (no tests: a try-out of the measurements), DEPS (.deb
 # folder for scripts/gpu_env.sh: libdlpack-dev; default .debs-py), PEERS_SRC (.peers/gpu-loaders).
 set -u
@@ -74,6 +81,13 @@ say "machine"
 say "build, peers, checkpoint"
 . scripts/gpu_env.sh
 wm_gpu_env "$DEPS"
+# ../shared is not on the GPU machine: the tests read the fixtures from a copy carried beside
+# the checkout (FIXTURES, default .fixtures, a copy of ../shared/fixtures), when there is one
+FIXTURES=${FIXTURES:-.fixtures}
+if [ -d "$FIXTURES" ]; then
+    export WM_FIXTURES=$(cd "$FIXTURES" && pwd)
+    cm+=(-DWM_FIXTURES="$WM_FIXTURES")
+fi
 NP=$(nproc)
 ( { cmake -S . -B build-gpu "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_FAULT_INJECTION=ON \
       "${cm[@]}" && cmake --build build-gpu -j"$NP" --target weightmap_cli test_cuda test_multi
@@ -84,10 +98,16 @@ NP=$(nproc)
       "${cm[@]}" && cmake --build build-gpu-py -j"$NP" --target wm_python weightmap_cli
   } >$W/build-py.txt 2>&1; echo "exit $?" >>$W/build-py.txt
   export PYTHONPATH=$PWD/build-gpu-py/python
+  # a second call of this script on the same machine keeps the checkpoint and the peers
+  if [ -f "$CK/.done-$GIB" ] && [ -f "$SMALL/.done" ]; then echo "kept: $CK" >$W/write.txt; else
+  rm -rf "$CK" "$SMALL"
   timeout 240 "$PY" bench/python_transformers.py write-llama "$CK" "$GIB" --shards 3 >$W/write.txt 2>&1 &&
-  timeout 60 "$PY" bench/python_transformers.py write-llama "$SMALL" 0.05 --small --shards 3 >>$W/write.txt 2>&1
+  timeout 60 "$PY" bench/python_transformers.py write-llama "$SMALL" 0.05 --small --shards 3 >>$W/write.txt 2>&1 &&
+  touch "$CK/.done-$GIB" "$SMALL/.done"; fi
   echo "exit $?" >>$W/write.txt ) &
-( PEERS=/tmp/peers timeout 240 bash "$PEERS_SRC/build.sh" >$W/peers.txt 2>&1; echo "exit $?" >>$W/peers.txt ) &
+( if [ -f /tmp/peers/.done ]; then echo "kept: /tmp/peers" >$W/peers.txt; else
+  PEERS=/tmp/peers timeout 240 bash "$PEERS_SRC/build.sh" >$W/peers.txt 2>&1 && touch /tmp/peers/.done; fi
+  echo "exit $?" >>$W/peers.txt ) &
 wait
 for f in build-c build-py peers write; do echo "-- $f: $(tail -1 $W/$f.txt)"; done | tee -a "$LOG"
 grep -E "^(fastsafetensors|instanttensor):" $W/peers.txt | tee -a "$LOG"
@@ -109,12 +129,12 @@ LOADERS="safetensors fastsafetensors instanttensor weightmap"
 
 # ---- tests on the real runtime ----
 if want tests && [ "${SKIP_TESTS:-0}" != 1 ] && room 150 "tests"; then
-    say "tests: ctest -L '^(cuda|multi)\$', pytest python/tests, test_ahead.py on cuda:0"
+    say "tests: ctest -L '^(cuda|multi)\$', pytest python/tests on the CPU and on cuda:0"
     (cd build-gpu && timeout 300 ctest -L '^(cuda|multi)$' -j4 --timeout 240 --output-on-failure) >$W/ctest.txt 2>&1 &
     (timeout 300 "$PY" -m pytest python/tests -q -p no:cacheprovider -rs >$W/pytest.txt 2>&1
      echo "exit $?" >>$W/pytest.txt
-     cd python/tests && WM_TEST_DEVICE=cuda:0 timeout 120 "$PY" -m pytest -q -p no:cacheprovider \
-        test_ahead.py >>$W/pytest.txt 2>&1; echo "exit $? (test_ahead.py on cuda:0)" >>$W/pytest.txt) &
+     WM_TEST_DEVICE=cuda:0 timeout 240 "$PY" -m pytest python/tests -q -p no:cacheprovider -rs \
+        >>$W/pytest.txt 2>&1; echo "exit $? (python/tests on cuda:0)" >>$W/pytest.txt) &
     wait
     cp $W/ctest.txt "$OUT/tests.txt"; cp $W/pytest.txt "$OUT/pytest.txt"
     grep -E "tests passed|tests failed|\*\*\*Failed|Timeout" $W/ctest.txt | head -12 | tee -a "$LOG"
@@ -132,7 +152,7 @@ fi
 sync
 if want disk && room 40 "disk limit"; then
     say "disk limit"
-    timeout 90 $L disk "$INDEX" --threads ${DISK_THREADS:-8,16,64} --block 4,16 --bytes $((4 << 30)) --when before >$W/disk1.jsonl 2>>$LOG
+    timeout 90 $L disk "$INDEX" --threads ${DISK_THREADS:-64,128} --block ${DISK_BLOCKS:-16} --when before >$W/disk1.jsonl 2>>$LOG
     grep disk-best $W/disk1.jsonl | tee -a "$LOG"
 fi
 
@@ -159,6 +179,37 @@ if want cli-cold && room 60 "cold CLI"; then
     done
     grep -o '"io": "[a-z]*", "threads": [0-9]*, .*"gbps": [0-9.]*' $W/cli-cold.jsonl | tee -a "$LOG"
     collect
+fi
+
+# ---- the disk's limit, probed: which queue depth and block size, and whether loads side by
+# side (one per shard) go past one load of the set ----
+if want probe && room 120 "disk probe"; then
+    say "disk probe: O_DIRECT grid over every byte; the CLI's cold load of the set; one per shard side by side"
+    timeout 200 $L disk "$INDEX" --threads ${PROBE_THREADS:-4,16,64,128} --block ${PROBE_BLOCKS:-1,4,16} \
+        --when probe >$W/probe-disk.jsonl 2>>$LOG
+    grep -o '"threads": [0-9]*, "block_mib": [0-9]*, .*"gbps": [0-9.]*' $W/probe-disk.jsonl | tee -a "$LOG"
+    for r in 1 2; do
+        for ld in weightmap weightmap-parallel; do
+            timeout 60 $L load $ld "$INDEX" --cold --scenario probe --rounds 1 --warmup "$WARM" \
+                >>$W/probe.jsonl 2>>$W/probe.err
+        done
+    done
+    $L drop "$INDEX"
+    timeout 60 build-gpu-py/weightmap load "$INDEX" --mode heap --backend cuda:0 --json 2>/dev/null |
+        cli_json probe-cli auto 0 >>$W/probe.jsonl
+    grep -o '"loader": "[a-z-]*", "scenario": "probe", "round": [0-9]*, "seconds": [0-9.]*, "gbps": [0-9.]*' $W/probe.jsonl | tee -a "$LOG"
+    grep probe-cli $W/probe.jsonl | tee -a "$LOG"; tail -2 $W/probe.err 2>/dev/null | tee -a "$LOG"
+    collect
+fi
+
+# ---- where a warm from_pretrained's time goes ----
+if want profile && room 90 "profile"; then
+    say "profile: warm from_pretrained, every function of transformers' loading timed"
+    cat "$CK"/*.safetensors >/dev/null
+    timeout 200 $L profile "$CK" --rounds 2 >$W/profile.jsonl 2>$W/profile.err
+    cp $W/profile.jsonl "$OUT/profile.jsonl"
+    grep -o '"kind": "[a-z-]*", "round": [0-9]*, "seconds": [0-9.]*' $W/profile.jsonl | tee -a "$LOG"
+    tail -3 $W/profile.err | tee -a "$LOG"
 fi
 
 # ---- warm from_pretrained (the overlap) ----
@@ -220,8 +271,8 @@ if want tmpfs && room 50 "tmpfs loaders"; then
     collect
 fi
 
-if want disk && room 20 "disk limit (after)"; then
-    timeout 40 $L disk "$INDEX" --threads ${DISK_THREADS:-8,16,64} --block 4,16 --bytes $((4 << 30)) --when after >$W/disk2.jsonl 2>>$LOG
+if want disk && room 30 "disk limit (after)"; then
+    timeout 60 $L disk "$INDEX" --threads ${DISK_THREADS:-64,128} --block ${DISK_BLOCKS:-16} --when after >$W/disk2.jsonl 2>>$LOG
     grep disk-best $W/disk2.jsonl | tee -a "$LOG"
 fi
 collect

@@ -198,7 +198,7 @@ def test_from_pretrained_starts_the_loads_at_the_call(shard_set, consumer, monke
         ahead_of.append(ahead)
         got = AutoModelForCausalLM.from_pretrained(folder, dtype="auto")
     assert seen["cls"] is LlamaForCausalLM
-    assert seen["queued at the Auto call"][:1] == ["folder"], seen
+    assert seen["queued at the Auto call"][:3] == ["block", "patched", "folder"], seen
     assert ahead.loaded_ahead == 3 and ahead.claimed == 3
     assert (PreTrainedModel.__dict__["from_pretrained"],
             _BaseAutoModelClass.__dict__["from_pretrained"]) == originals

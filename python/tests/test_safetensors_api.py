@@ -270,3 +270,41 @@ def test_loading_replaces_safe_open_where_it_is_bound(made, monkeypatch):
     assert consumer.safe_open is original_safe_open and st_torch.load_file is original_load_file
     del t, d
     check_nothing_held()
+
+
+def test_a_module_imported_inside_the_block_gets_the_original_back(made, monkeypatch):
+    """A module imported while the block runs (transformers imports its loading modules at the
+    first from_pretrained) binds what `from safetensors import safe_open` finds then: the
+    block's replacement. When the block ends it gets safetensors' own back, and so do the
+    modules an inner block's import bound to the inner replacement (the outer one's then)."""
+    def original_safe_open(filename, framework, device="cpu"):
+        return ("original", framework)
+
+    st = types.ModuleType("safetensors")
+    st.safe_open = original_safe_open
+    st_torch = types.ModuleType("safetensors.torch")
+    st_torch.safe_open = original_safe_open
+    st_torch.load_file = lambda filename, device="cpu": "original"
+    for name, mod in (("safetensors", st), ("safetensors.torch", st_torch)):
+        monkeypatch.setitem(sys.modules, name, mod)
+
+    def late_import(name):             # as `from safetensors import safe_open` in a new module
+        mod = types.ModuleType(name)
+        mod.safe_open = sys.modules["safetensors"].safe_open
+        monkeypatch.setitem(sys.modules, name, mod)
+        return mod
+
+    with weightmap.loading(device="cpu", ahead=False):
+        outer = late_import("wm_test_late_outer")
+        assert outer.safe_open is not original_safe_open
+        outer_replacement = outer.safe_open
+        with weightmap.loading(device="cpu", ahead=False):
+            inner = late_import("wm_test_late_inner")
+            assert inner.safe_open not in (original_safe_open, outer_replacement)
+        assert inner.safe_open is outer_replacement and outer.safe_open is outer_replacement
+        with outer.safe_open(made["safetensors"], framework="pt") as f:
+            assert isinstance(f, weightmap.safe_open)
+    assert outer.safe_open is original_safe_open and inner.safe_open is original_safe_open
+    assert st.safe_open is original_safe_open
+    assert outer.safe_open(made["safetensors"], "pt") == ("original", "pt")
+    check_nothing_held()

@@ -12,7 +12,9 @@ safetensors.torch.load_file (and every name another module bound to one of them,
 consumer's own .to(device) is a no-op, and they are read once through the staged path. Opens
 for another framework go to the original functions. The names are put back when the block
 ends; the tensors stay valid, and their memory goes back when the last of them is deleted.
-The replacement is process-wide (every thread sees it); blocks may nest. Where a load reads
+A module imported inside the block (transformers imports its loading modules at the first
+from_pretrained) binds the replacement itself; it too gets the original back at the end. The
+replacement is process-wide (every thread sees it); blocks may nest. Where a load reads
 the file (CUDA, or mode "heap"), the first open of a shard of a sharded checkpoint starts the
 set's loads on a thread of the block (_prefetch.py): the next shards load while the consumer
 works on one.
@@ -140,17 +142,13 @@ def loading(device="cuda:0", mode=None, ahead=True):
         swaps = {key: _replacement(fn, kind, device, mode, pre)
                  for key, (fn, kind) in originals.items()}
         undo = []
-        for mod in list(sys.modules.values()):
-            d = getattr(mod, "__dict__", None)
-            if not isinstance(d, dict):
-                continue
-            for name, value in list(d.items()):
-                new = swaps.get(id(value))
-                if new is not None and originals[id(value)][0] is value:
-                    undo.append((d, name, value))
-                    d[name] = new
+        for d, name, value in _c.bindings(list(sys.modules.values()),
+                                          tuple(fn for fn, _ in originals.values())):
+            undo.append((d, name, value))
+            d[name] = swaps[id(value)]
         if pre is not None:
             undo += _start_at_from_pretrained(pre)
+            pre._event("patched", "")
     try:
         yield pre
     finally:
@@ -160,5 +158,13 @@ def loading(device="cuda:0", mode=None, ahead=True):
                     d[name] = value
                 else:
                     setattr(d, name, value)
+            # A module imported inside the block bound the replacement itself (transformers
+            # imports its loading modules at the first from_pretrained, `from safetensors import
+            # safe_open` then binds what the block put there): it gets the original back too, or
+            # it would go on loading through this block's (closed) loader after the block.
+            back = {id(new): originals[key][0] for key, new in swaps.items()}
+            for d, name, value in _c.bindings(list(sys.modules.values()),
+                                              tuple(swaps.values())):
+                d[name] = back[id(value)]
         if pre is not None:
             pre.close()

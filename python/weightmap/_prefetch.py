@@ -106,6 +106,7 @@ class Prefetcher:
         # (time.perf_counter(), what, file name) of every open, load ahead and take-over: where
         # the consumer's time goes (bench/gpu_loaders.py prints it)
         self.events = []
+        self._event("block", "")      # the block's start: "patched" follows when its swap is done
 
     def _event(self, what, path):
         self.events.append((time.perf_counter(), what, os.path.basename(path)))
