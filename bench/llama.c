@@ -6,8 +6,13 @@
  *           POSIX_FADV_DONTNEED on the file before each run, checked with mincore): wm_llama_load
  *           against llama_model_load_from_file in its read (0), mmap (1) and direct-I/O (4)
  *           modes, beside the limits measured in the same run: parallel O_DIRECT preads of the
- *           tensor data from a cold file (the disk's own speed) and parallel buffered preads
- *           of it from a warm one into memory faulted in beforehand (the memory's).
+ *           tensor data from a cold file into each thread's own block of huge pages (the
+ *           disk's own speed), into 4 KiB pages (what a loader reading into malloc'd memory
+ *           gets: on a virtio disk 3x slower, the block layer splitting each read into more,
+ *           smaller requests) and into one fresh region of huge pages (the ceiling of a loader
+ *           that places the weights in new memory: the kernel zeroes each page first), and
+ *           parallel buffered preads of it from a warm one into memory faulted in beforehand
+ *           (the memory's) and into fresh memory.
  *   decode  tokens/s of greedy decoding (BOS, then 32 tokens, n_threads = nproc) of q4_0 and
  *           q8_0 models (made once from the make-model file with llama.cpp's own quantizer,
  *           llama_model_quantize) loaded by llama.cpp itself (its extra buffer types: the CPU's
@@ -96,32 +101,56 @@ typedef struct slice {
     int fd;
     uint64_t lo, hi;
     unsigned char *dst; /* NULL: a block buffer of the thread's own */
+    bool huge;          /* that block in huge pages (else 4 KiB pages, as malloc gives) */
 } slice;
+
+/* len bytes of anonymous memory at a huge-page boundary, advised huge pages; *span: to unmap. */
+static unsigned char *huge_region(size_t len, unsigned char **span) {
+    const size_t h = (size_t)2 << 20;
+    unsigned char *p =
+        mmap(NULL, len + h, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    *span = p;
+    unsigned char *a = (unsigned char *)(((uintptr_t)p + h - 1) / h * h);
+    madvise(a, len, MADV_HUGEPAGE);
+    return a;
+}
 
 static void *read_slice(void *arg) {
     slice *s = arg;
-    unsigned char *own = s->dst ? NULL : aligned_alloc(4096, BLOCK);
+    unsigned char *span = NULL, *own = NULL;
+    if (!s->dst) own = s->huge ? huge_region(BLOCK, &span) : aligned_alloc(4096, BLOCK);
     for (uint64_t off = s->lo; off < s->hi; off += BLOCK) {
         size_t n = s->hi - off < BLOCK ? (size_t)(s->hi - off) : BLOCK;
-        size_t want = own ? (n + 4095) / 4096 * 4096 : n;
+        size_t want = (n + 4095) / 4096 * 4096; /* the regions have room for it */
         if (pread(s->fd, own ? own : s->dst + (off - s->lo), want, (off_t)off) < (ssize_t)n) break;
     }
-    free(own);
+    if (span)
+        munmap(span, BLOCK + ((size_t)2 << 20));
+    else
+        free(own);
     return NULL;
 }
 
-/* ms to read [data, size) with `threads` threads: direct (each thread's own block) or buffered
- * into one region, faulted in beforehand or (fresh) advised huge pages and faulted by the reads
- * (what any loader that fills memory it has just allocated pays: the kernel zeroes each page). */
+enum { INTO_BLOCKS, INTO_HUGE_BLOCKS, INTO_FAULTED, INTO_FRESH };
+
+/* ms to read [data, size) with `threads` threads: into each thread's own block (reused: 4 KiB
+ * pages or huge pages), or into one region of the whole, faulted in beforehand or fresh
+ * (advised huge pages and faulted by the reads: what any loader that fills memory it has just
+ * allocated pays, the kernel zeroing each page). */
 static double preads(const char *path, uint64_t data, uint64_t size, int threads, bool direct,
-                     bool fresh) {
+                     int into) {
     int fd = open(path, O_RDONLY | (direct ? O_DIRECT : 0));
     if (fd < 0) return -1;
     data = data / 4096 * 4096;
-    unsigned char *mem = NULL;
-    if (!direct) {
-        mem = mmap(NULL, size - data, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (!fresh) memset(mem, 1, size - data);
+    bool fresh = into == INTO_FRESH;
+    unsigned char *mem = NULL, *span = NULL;
+    size_t room = size - data + BLOCK;
+    if (into == INTO_FAULTED) {
+        mem = mmap(NULL, room, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        memset(mem, 1, size - data);
+    } else if (fresh) {
+        mem = huge_region(room, &span); /* advised again at t0 (no effect: the timing's start) */
     }
     pthread_t th[64];
     slice s[64];
@@ -130,32 +159,40 @@ static double preads(const char *path, uint64_t data, uint64_t size, int threads
     if (fresh) madvise(mem, size - data, MADV_HUGEPAGE);
     for (int t = 0; t < threads; t++) {
         uint64_t lo = data + (uint64_t)t * per, hi = lo + per < size ? lo + per : size;
-        s[t] = (slice){fd, lo < size ? lo : size, hi, mem ? mem + (lo - data) : NULL};
+        s[t] = (slice){fd, lo < size ? lo : size, hi, mem ? mem + (lo - data) : NULL,
+                       into == INTO_HUGE_BLOCKS};
         pthread_create(&th[t], NULL, read_slice, &s[t]);
     }
     for (int t = 0; t < threads; t++)
         pthread_join(th[t], NULL);
     double ms = bench_now_ms() - t0;
-    if (mem) munmap(mem, size - data);
+    if (mem) munmap(span ? span : mem, room + (span ? (size_t)2 << 20 : 0));
     close(fd);
     return ms;
 }
 
 /* ---- contenders ---- */
 
-enum { C_WM, C_READ, C_MMAP, C_DIRECT, C_DISK, C_MEM, C_FRESH, N_LOAD };
+enum { C_WM, C_READ, C_MMAP, C_DIRECT, C_DISK, C_DISK_4K, C_DISK_FRESH, C_MEM, C_FRESH, N_LOAD };
 static const char *const load_names[N_LOAD] = {"wm_llama_load",
                                                "llama.cpp read (load_mode 0)",
                                                "llama.cpp mmap (load_mode 1)",
                                                "llama.cpp direct I/O (load_mode 4)",
-                                               "O_DIRECT preads (the disk)",
+                                               "O_DIRECT preads into huge pages (the disk)",
+                                               "O_DIRECT preads into 4 KiB pages",
+                                               "O_DIRECT preads into fresh MADV_HUGEPAGE memory",
                                                "buffered preads into faulted memory",
                                                "buffered preads into fresh MADV_HUGEPAGE memory"};
 
+static bool cold_only(int c) { return c == C_DISK || c == C_DISK_4K || c == C_DISK_FRESH; }
+static bool warm_only(int c) { return c == C_MEM || c == C_FRESH; }
+
 static double load_once(int c, const char *path, uint64_t data, uint64_t size) {
-    if (c == C_DISK) return preads(path, data, size, ncpu(), true, false);
-    if (c == C_MEM) return preads(path, data, size, ncpu(), false, false);
-    if (c == C_FRESH) return preads(path, data, size, ncpu(), false, true);
+    if (c == C_DISK) return preads(path, data, size, ncpu(), true, INTO_HUGE_BLOCKS);
+    if (c == C_DISK_4K) return preads(path, data, size, ncpu(), true, INTO_BLOCKS);
+    if (c == C_DISK_FRESH) return preads(path, data, size, ncpu(), true, INTO_FRESH);
+    if (c == C_MEM) return preads(path, data, size, ncpu(), false, INTO_FAULTED);
+    if (c == C_FRESH) return preads(path, data, size, ncpu(), false, INTO_FRESH);
     llama_init();
     struct llama_model_params p = llama_model_default_params();
     p.n_gpu_layers = 0;
@@ -163,10 +200,18 @@ static double load_once(int c, const char *path, uint64_t data, uint64_t size) {
     double t0 = bench_now_ms();
     if (c == C_WM) {
         wm_error err;
-        if (wm_llama_load(path, &p, NULL, &m, &err) != WM_OK) {
+        wm_llama_stats st = WM_LLAMA_STATS_INIT;
+        wm_llama_options o = WM_LLAMA_OPTIONS_INIT;
+        o.stats = &st;
+        if (wm_llama_load(path, &p, &o, &m, &err) != WM_OK) {
             fprintf(stderr, "llama: %s\n", err.msg);
             return -1;
         }
+        fprintf(stderr,
+                "  wm_llama_load: model %.1f ms, reads %.1f ms, trim %.2f ms; %.1f MiB in its own "
+                "buffers\n",
+                st.seconds_model * 1e3, st.seconds_read * 1e3, st.seconds_trim * 1e3,
+                (double)st.bytes_own / 1048576.0);
     } else {
         p.load_mode = c == C_READ ? 0 : c == C_MMAP ? 1 : 4;
         m = llama_model_load_from_file(path, p);
@@ -220,12 +265,12 @@ static void print_load(const char *path, uint64_t bytes, double v[2][N_LOAD][MAX
     printf(
         "| contender | warm ms | warm GB/s | cold ms | cold GB/s |\n|---|---:|---:|---:|---:|\n");
     for (int c = 0; c < N_LOAD; c++) {
-        if (c == C_MEM || c == C_FRESH) {
+        if (warm_only(c)) {
             printf("| %s | %.1f (%.1f-%.1f) | %.2f | - | - |\n", load_names[c], s[0][c].median,
                    s[0][c].p10, s[0][c].p90, (double)bytes / s[0][c].median / 1e6);
             continue;
         }
-        if (c == C_DISK) {
+        if (cold_only(c)) {
             printf("| %s | - | - | %.1f (%.1f-%.1f) | %.2f |\n", load_names[c], s[1][c].median,
                    s[1][c].p10, s[1][c].p90, (double)bytes / s[1][c].median / 1e6);
             continue;
@@ -242,9 +287,11 @@ static void print_load(const char *path, uint64_t bytes, double v[2][N_LOAD][MAX
            warm, warm >= 2 ? "met" : "NOT met", s[0][C_MMAP].median / s[0][C_WM].median,
            s[0][C_DIRECT].median / s[0][C_WM].median, s[0][C_FRESH].median / s[0][C_WM].median,
            s[0][C_MEM].median / s[0][C_WM].median);
-    printf("- cold: wm_llama_load %.2fx the disk (target >= 0.95x: %s); llama.cpp read %.2fx, "
-           "mmap %.2fx, direct I/O %.2fx of the disk\n",
-           cold, cold >= 0.95 ? "met" : "NOT met", s[1][C_DISK].median / s[1][C_READ].median,
+    printf("- cold: wm_llama_load %.2fx the disk (target >= 0.95x: %s), %.2fx the disk read into "
+           "fresh memory, %.2fx the disk read into 4 KiB pages; llama.cpp read %.2fx, mmap "
+           "%.2fx, direct I/O %.2fx of the disk\n",
+           cold, cold >= 0.95 ? "met" : "NOT met", s[1][C_DISK_FRESH].median / s[1][C_WM].median,
+           s[1][C_DISK_4K].median / s[1][C_WM].median, s[1][C_DISK].median / s[1][C_READ].median,
            s[1][C_DISK].median / s[1][C_MMAP].median, s[1][C_DISK].median / s[1][C_DIRECT].median);
 }
 
@@ -264,7 +311,7 @@ static void bench_load(const char *path, int rounds) {
         for (int k = 0; k < N_LOAD; k++) {
             int c = (k + r) % N_LOAD;
             for (int w = 0; w < 2; w++) {
-                if ((c == C_DISK && !w) || ((c == C_MEM || c == C_FRESH) && w)) continue;
+                if ((cold_only(c) && !w) || (warm_only(c) && w)) continue;
                 if (w) {
                     make_cold(path);
                     uint64_t cached = cached_bytes(path);

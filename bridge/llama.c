@@ -923,7 +923,9 @@ static wm_status make_model(load *l, struct llama_model **model, wm_error *err) 
     bool cpu = runs_on_cpu(&l->p);
     bool repack = l->o.repack != WM_LLAMA_REPACK_OFF && l->p.use_extra_bufts && cpu;
     if (repack) cpu_extras(&l->x);
-    bool mine = l->o.buffers == WM_LLAMA_BUFFERS_AUTO && cpu;
+    /* (no_alloc, llama.cpp's memory-fit pass, makes dummy buffers of the type asked for: those
+     * must be of llama.cpp's own types, which the scheduler knows) */
+    bool mine = l->o.buffers == WM_LLAMA_BUFFERS_AUTO && cpu && !l->p.no_alloc;
     ggml_backend_buffer_type_t own[MAX_EXTRA], own_cpu = NULL;
     if (mine) {
         extras probe_x = l->x;
