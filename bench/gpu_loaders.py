@@ -393,6 +393,15 @@ def cmd_warm(args):
         trace[:] = ahead.events if ahead is not None else []
         return model
 
+    def inside_two():                # the loads ahead two at a time (LOADERS before 2026-12-02)
+        from weightmap import _prefetch
+        was, _prefetch.LOADERS = _prefetch.LOADERS, 2
+        try:
+            with weightmap.loading(device=DEVICE):
+                return pretrained(args.dir)
+        finally:
+            _prefetch.LOADERS = was
+
     def inside_no_ahead():
         with weightmap.loading(device=DEVICE, ahead=False):
             return pretrained(args.dir)
@@ -400,8 +409,8 @@ def cmd_warm(args):
     def alone():
         return weightmap.load_file(index, device=DEVICE)
 
-    kinds = {"plain": plain, "loading": inside, "loading-no-ahead": inside_no_ahead,
-             "files-alone": alone}
+    kinds = {"plain": plain, "loading": inside, "loading-two-ahead": inside_two,
+             "loading-no-ahead": inside_no_ahead, "files-alone": alone}
     ref = {k: v.clone() for k, v in plain().state_dict().items()}
     gc.collect()
     for fn in kinds.values():            # warm-up round, not counted
