@@ -1086,7 +1086,8 @@ static PyObject *mod_bindings(PyObject *self, PyObject *args) {
         PyObject *key, *value;
         int hit = 0;
         while (!hit && PyDict_Next(d, &pos, &key, &value))
-            for (Py_ssize_t k = 0; k < nt && !hit; k++) hit = value == PyTuple_GET_ITEM(targets, k);
+            for (Py_ssize_t k = 0; k < nt && !hit; k++)
+                hit = value == PyTuple_GET_ITEM(targets, k);
         PyObject *items = hit ? PyDict_Items(d) : NULL;
         if (hit && items == NULL) goto fail;
         for (Py_ssize_t j = 0; items != NULL && j < PyList_GET_SIZE(items); j++) {

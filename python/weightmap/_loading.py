@@ -128,7 +128,7 @@ def loading(device="cuda:0", mode=None, ahead=True):
     With `ahead` (the default), where a load reads the file (a CUDA device, or mode "heap"), the
     first open of a shard of a sharded checkpoint (its NAME.safetensors.index.json beside it),
     or transformers' from_pretrained of a local folder (at the call, before it builds the
-    model), starts loading the files on threads of the block's own (three loads at a time, while
+    model), starts loading the files on threads of the block's own (two loads at a time, while
     there is room for them), so that they are on their way while the consumer works; each file
     is still read once (_prefetch.py)."""
     from ._prefetch import Prefetcher

@@ -24,10 +24,10 @@ import time
 
 MARGIN = 1 << 30     # room left free on the device (or the host) beyond a shard loaded ahead
 # Loads ahead in flight at once, each with its own staging ring (its load's pinned budget, 256
-# MiB by default: 768 MiB pinned at most). Three, not two: with two, the H200 profile of a warm
-# 3-shard from_pretrained (bench/gpu_loaders.py profile) had the third shard start only when one
-# of the first two ended and run alone at the end, 0.10 of the load's 0.29 s.
-LOADERS = 3
+# MiB by default). Two: on the H200 (bench/RESULTS.md "gpu loaders", run E), a warm 3-shard
+# from_pretrained took 0.295 s with two at a time and 0.334 s with three (three rings side by
+# side moved the same bytes slower than two), against 0.226 s for the set in one load.
+LOADERS = 2
 
 
 def _index_sets(directory):
