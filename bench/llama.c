@@ -24,6 +24,8 @@
  *
  * MODEL defaults to bench-llama-1200M.gguf in the working folder, made with
  * `weightmap make-model ... --size 1200M` (the CLI beside this program's folder) when missing.
+ * WM_BENCH_THREADS=N sets wm_llama_options.threads for the bridge's loads (default 0: one
+ * reading thread per CPU), to measure the reading threads' count.
  */
 #include "peer.h"
 #include "weightmap_llama.h"
@@ -203,6 +205,8 @@ static double load_once(int c, const char *path, uint64_t data, uint64_t size) {
         wm_llama_stats st = WM_LLAMA_STATS_INIT;
         wm_llama_options o = WM_LLAMA_OPTIONS_INIT;
         o.stats = &st;
+        const char *th = getenv("WM_BENCH_THREADS");
+        if (th) o.threads = (unsigned)atoi(th);
         if (wm_llama_load(path, &p, &o, &m, &err) != WM_OK) {
             fprintf(stderr, "llama: %s\n", err.msg);
             return -1;
