@@ -393,9 +393,9 @@ def cmd_warm(args):
         trace[:] = ahead.events if ahead is not None else []
         return model
 
-    def inside_two():                # the loads ahead two at a time (LOADERS before 2026-12-02)
+    def inside_three():              # three loads ahead at a time (run F: slower than two)
         from weightmap import _prefetch
-        was, _prefetch.LOADERS = _prefetch.LOADERS, 2
+        was, _prefetch.LOADERS = _prefetch.LOADERS, 3
         try:
             with weightmap.loading(device=DEVICE):
                 return pretrained(args.dir)
@@ -409,7 +409,7 @@ def cmd_warm(args):
     def alone():
         return weightmap.load_file(index, device=DEVICE)
 
-    kinds = {"plain": plain, "loading": inside, "loading-two-ahead": inside_two,
+    kinds = {"plain": plain, "loading": inside, "loading-three-ahead": inside_three,
              "loading-no-ahead": inside_no_ahead, "files-alone": alone}
     ref = {k: v.clone() for k, v in plain().state_dict().items()}
     gc.collect()
