@@ -372,6 +372,39 @@ def cmd_pretrained(args):
         emit(**rec)
 
 
+def warm_kinds(folder, index):
+    """The warm from_pretrained kinds, in the order cmd_warm measures them (plain first:
+    transformers imports its loading modules at its first from_pretrained, which then is not
+    inside a block): {kind: () -> (model or state dict, the block's loader or None)}."""
+    import weightmap
+
+    def plain():
+        return pretrained(folder), None
+
+    def inside():
+        with weightmap.loading(device=DEVICE) as ahead:
+            model = pretrained(folder)
+        return model, ahead
+
+    def inside_three():              # three loads ahead at a time (run F: slower than two)
+        from weightmap import _prefetch
+        was, _prefetch.LOADERS = _prefetch.LOADERS, 3
+        try:
+            return inside()
+        finally:
+            _prefetch.LOADERS = was
+
+    def inside_no_ahead():
+        with weightmap.loading(device=DEVICE, ahead=False):
+            return pretrained(folder), None
+
+    def alone():
+        return weightmap.load_file(index, device=DEVICE), None
+
+    return {"plain": plain, "loading": inside, "loading-three-ahead": inside_three,
+            "loading-no-ahead": inside_no_ahead, "files-alone": alone}
+
+
 def cmd_warm(args):
     import torch
     import weightmap
@@ -382,40 +415,12 @@ def cmd_warm(args):
     weightmap.backend_init(DEVICE)
     import transformers  # noqa: F401
 
-    def plain():
-        return pretrained(args.dir)
-
-    trace = []
-
-    def inside():
-        with weightmap.loading(device=DEVICE) as ahead:
-            model = pretrained(args.dir)
-        trace[:] = ahead.events if ahead is not None else []
-        return model
-
-    def inside_three():              # three loads ahead at a time (run F: slower than two)
-        from weightmap import _prefetch
-        was, _prefetch.LOADERS = _prefetch.LOADERS, 3
-        try:
-            with weightmap.loading(device=DEVICE):
-                return pretrained(args.dir)
-        finally:
-            _prefetch.LOADERS = was
-
-    def inside_no_ahead():
-        with weightmap.loading(device=DEVICE, ahead=False):
-            return pretrained(args.dir)
-
-    def alone():
-        return weightmap.load_file(index, device=DEVICE)
-
-    kinds = {"plain": plain, "loading": inside, "loading-three-ahead": inside_three,
-             "loading-no-ahead": inside_no_ahead, "files-alone": alone}
-    ref = {k: v.clone() for k, v in plain().state_dict().items()}
+    kinds = warm_kinds(args.dir, index)
+    ref = {k: v.clone() for k, v in kinds["plain"]()[0].state_dict().items()}
     gc.collect()
     for fn in kinds.values():            # warm-up round, not counted
-        m = fn()
-        del m
+        m, _ = fn()
+        del m, _
         gc.collect()
     names = list(kinds)
     for r in range(args.rounds):
@@ -424,9 +429,11 @@ def cmd_warm(args):
             gc.collect()
             sync()
             t0 = time.perf_counter()
-            m = kinds[kind]()
+            m, ahead = kinds[kind]()
             sync()
             secs = time.perf_counter() - t0
+            trace = ahead.events if ahead is not None else []
+            del ahead
             sd = m if kind == "files-alone" else m.state_dict()
             equal = sorted(sd) == sorted(ref) and all(
                 sd[k].dtype == ref[k].dtype and torch.equal(sd[k], ref[k]) for k in ref)
@@ -538,20 +545,8 @@ def cmd_profile(args):
     torch.zeros(1, device=DEVICE)
     weightmap.backend_init(DEVICE)
 
-    def inside():
-        with weightmap.loading(device=DEVICE) as ahead:
-            m = pretrained(args.dir)
-        return m, ahead
-
-    def plain():
-        return pretrained(args.dir), None
-
-    def alone():
-        return weightmap.load_file(index, device=DEVICE), None
-
-    # plain first: transformers imports its loading modules at its first from_pretrained, which
-    # then is not inside a block (as in cmd_warm)
-    kinds = {"plain": plain, "loading": inside, "files-alone": alone}
+    every = warm_kinds(args.dir, index)
+    kinds = {k: every[k] for k in ("plain", "loading", "files-alone")}
     for _ in range(2):
         for fn in kinds.values():
             m, _a = fn()

@@ -993,24 +993,26 @@ static void give_stats(const load *l, double seconds_trim) {
            (n < sizeof st ? n : sizeof st) - sizeof n);
 }
 
+/* One of wm_llama_options' enums: 0 (AUTO) to last, or WM_EINVAL naming the field. */
+static wm_status choice(const load *l, const char *field, int v, int last, const char *names,
+                        wm_error *err) {
+    if ((unsigned)v <= (unsigned)last) return WM_OK;
+    return fail(err, WM_EINVAL, "%s: wm_llama_options.%s %d is none of %s", l->path, field, v,
+                names);
+}
+
 /* The load up to the model handed over (or freed); the trim and the stats are the caller's. */
 static wm_status load_model(load *l, const wm_file *file, const struct llama_model_params *params,
                             const wm_llama_options *opts, struct llama_model **out, wm_error *err) {
     l->f = file;
     l->path = wm_file_path(file);
     wm_status st = copy_sized(&l->o, sizeof l->o, opts, "wm_llama_options", err);
-    if (!st && (unsigned)l->o.repack > WM_LLAMA_REPACK_OFF)
-        st = fail(err, WM_EINVAL, "%s: wm_llama_options.repack %d is none of AUTO, OFF", l->path,
-                  (int)l->o.repack);
-    if (!st && (unsigned)l->o.upload > WM_LLAMA_UPLOAD_WINDOW)
-        st = fail(err, WM_EINVAL, "%s: wm_llama_options.upload %d is none of AUTO, WINDOW", l->path,
-                  (int)l->o.upload);
-    if (!st && (unsigned)l->o.buffers > WM_LLAMA_BUFFERS_LLAMA)
-        st = fail(err, WM_EINVAL, "%s: wm_llama_options.buffers %d is none of AUTO, LLAMA", l->path,
-                  (int)l->o.buffers);
-    if (!st && (unsigned)l->o.trim > WM_LLAMA_TRIM_OFF)
-        st = fail(err, WM_EINVAL, "%s: wm_llama_options.trim %d is none of AUTO, OFF", l->path,
-                  (int)l->o.trim);
+    if (!st) st = choice(l, "repack", (int)l->o.repack, WM_LLAMA_REPACK_OFF, "AUTO, OFF", err);
+    if (!st)
+        st = choice(l, "upload", (int)l->o.upload, WM_LLAMA_UPLOAD_WINDOW, "AUTO, WINDOW", err);
+    if (!st)
+        st = choice(l, "buffers", (int)l->o.buffers, WM_LLAMA_BUFFERS_LLAMA, "AUTO, LLAMA", err);
+    if (!st) st = choice(l, "trim", (int)l->o.trim, WM_LLAMA_TRIM_OFF, "AUTO, OFF", err);
     if (!st) st = check_file(file, err);
     if (st) return st;
     l->p = params ? *params : llama_model_default_params();

@@ -7,6 +7,8 @@ Every test ends in check_nothing_held(): after a garbage collection, the C libra
 import gc
 import os
 import subprocess
+import sys
+import types
 
 import pytest
 
@@ -101,3 +103,32 @@ def device_or_skip():
     if cuda_device() is None:
         pytest.skip("no CUDA backend or no GPU")
     return device
+
+
+def fake_safetensors(monkeypatch, **consumers):
+    """Stand-in `safetensors` and `safetensors.torch` modules in sys.modules (for the test's
+    length), so that weightmap.loading() has originals to swap where safetensors is not
+    installed. Each keyword NAME={attr: "safe_open" | "load_file"} adds a consumer module NAME
+    that bound that original under attr, as `from safetensors import ...` would. Returns a
+    namespace: safe_open and load_file (the originals: made here, so that no module of the
+    tests binds them, which the swap would replace too), st, st_torch and mods ({NAME: module})."""
+    def safe_open(filename, framework, device="cpu"):
+        return ("original", framework)
+
+    def load_file(filename, device="cpu"):
+        return "original"
+
+    originals = {"safe_open": safe_open, "load_file": load_file}
+    st = types.ModuleType("safetensors")
+    st.safe_open = safe_open
+    st_torch = types.ModuleType("safetensors.torch")
+    st_torch.safe_open, st_torch.load_file = safe_open, load_file
+    mods = {}
+    for name, attrs in consumers.items():
+        mods[name] = types.ModuleType(name)
+        for attr, which in attrs.items():
+            setattr(mods[name], attr, originals[which])
+    for name, mod in (("safetensors", st), ("safetensors.torch", st_torch), *mods.items()):
+        monkeypatch.setitem(sys.modules, name, mod)
+    return types.SimpleNamespace(safe_open=safe_open, load_file=load_file, st=st,
+                                 st_torch=st_torch, mods=mods)

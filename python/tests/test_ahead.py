@@ -19,7 +19,7 @@ import torch
 
 import weightmap
 from weightmap import _prefetch
-from conftest import check_nothing_held, cli
+from conftest import check_nothing_held, cli, fake_safetensors
 
 DEVICE = os.environ.get("WM_TEST_DEVICE", "cpu")
 MODE = None if DEVICE != "cpu" else "heap"
@@ -53,20 +53,8 @@ def shard_set(tmp_path):
 
 @pytest.fixture
 def consumer(monkeypatch):
-    def original_safe_open(filename, framework, device="cpu"):
-        return ("original", framework)
-
-    st = types.ModuleType("safetensors")
-    st.safe_open = original_safe_open
-    st_torch = types.ModuleType("safetensors.torch")
-    st_torch.safe_open = original_safe_open
-    st_torch.load_file = lambda filename, device="cpu": "original"
-    mod = types.ModuleType("wm_test_ahead_consumer")
-    mod.safe_open = original_safe_open
-    for name, m in (("safetensors", st), ("safetensors.torch", st_torch),
-                    ("wm_test_ahead_consumer", mod)):
-        monkeypatch.setitem(sys.modules, name, m)
-    return mod
+    fake = fake_safetensors(monkeypatch, wm_test_ahead_consumer={"safe_open": "safe_open"})
+    return fake.mods["wm_test_ahead_consumer"]
 
 
 def own_tensors(shards):

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import weightmap
-from conftest import check_nothing_held, cli
+from conftest import check_nothing_held, cli, fake_safetensors
 
 DEVICE = os.environ.get("WM_TEST_DEVICE", "cpu")
 
@@ -238,21 +238,10 @@ def test_loading_replaces_safe_open_where_it_is_bound(made, monkeypatch):
     """weightmap.loading() swaps safetensors' safe_open/load_file for weightmap's in every
     module that bound them (as `from safetensors import safe_open` does), loads to the device
     it names, passes other frameworks to the original, and puts everything back after."""
-    def original_safe_open(filename, framework, device="cpu"):
-        return ("original", framework)
-
-    def original_load_file(filename, device="cpu"):
-        return "original"
-
-    st = types.ModuleType("safetensors")
-    st.safe_open = original_safe_open
-    st_torch = types.ModuleType("safetensors.torch")
-    st_torch.safe_open, st_torch.load_file = original_safe_open, original_load_file
-    consumer = types.ModuleType("wm_test_consumer")
-    consumer.safe_open, consumer.safe_load_file = original_safe_open, original_load_file
-    for name, mod in (("safetensors", st), ("safetensors.torch", st_torch),
-                      ("wm_test_consumer", consumer)):
-        monkeypatch.setitem(sys.modules, name, mod)
+    fake = fake_safetensors(monkeypatch, wm_test_consumer={"safe_open": "safe_open",
+                                                           "safe_load_file": "load_file"})
+    st, st_torch, consumer = fake.st, fake.st_torch, fake.mods["wm_test_consumer"]
+    original_safe_open, original_load_file = fake.safe_open, fake.load_file
     path = made["safetensors"]
     device = DEVICE
     with weightmap.loading(device=device):
@@ -277,16 +266,8 @@ def test_a_module_imported_inside_the_block_gets_the_original_back(made, monkeyp
     first from_pretrained) binds what `from safetensors import safe_open` finds then: the
     block's replacement. When the block ends it gets safetensors' own back, and so do the
     modules an inner block's import bound to the inner replacement (the outer one's then)."""
-    def original_safe_open(filename, framework, device="cpu"):
-        return ("original", framework)
-
-    st = types.ModuleType("safetensors")
-    st.safe_open = original_safe_open
-    st_torch = types.ModuleType("safetensors.torch")
-    st_torch.safe_open = original_safe_open
-    st_torch.load_file = lambda filename, device="cpu": "original"
-    for name, mod in (("safetensors", st), ("safetensors.torch", st_torch)):
-        monkeypatch.setitem(sys.modules, name, mod)
+    fake = fake_safetensors(monkeypatch)
+    st, original_safe_open = fake.st, fake.safe_open
 
     def late_import(name):             # as `from safetensors import safe_open` in a new module
         mod = types.ModuleType(name)
