@@ -179,7 +179,9 @@ WM_TEST(scratch_in_malloc) {
     jnode *j = leaky_json(MARKER, "scratch", 3, "call", 1);
     CHECK(count_rule(j, "scratch") >= 1);
     CHECK_EQ(n_items(j, "verdicts"), count_rule(j, "scratch"));
-    const jnode *ld;
+    const jnode *ld, *r;
+    jforeach(r, jget(j, "releases")) /* the scratch blocks' own pages */
+        CHECK(num(r, "scratch_resident") >= (1 << 20));
     jforeach(ld, jget(j, "loads")) {
         CHECK_EQ(num(ld, "scratch"), 16 * num(ld, "scratch_largest"));
         CHECK(num(ld, "scratch_largest") >= 100 << 10);
@@ -188,6 +190,22 @@ WM_TEST(scratch_in_malloc) {
     jfree(j);
     stderr_has("weightmap: trace: rule scratch: release ");
     stderr_has("freed scratch stayed in the footprint");
+}
+
+WM_TEST(scratch_rebuilt_is_not_scratch) {
+    /* The same scratch, then 1.6 MiB of small blocks made over the pages it freed, held until the
+     * release frees them: the footprint and malloc's free memory grow as with "scratch", but no
+     * page of the scratch is resident with nothing of the load's on it. */
+    jnode *j = leaky_json("--cycles-marker leaky_release", "rebuilt", 3, "direct", 0);
+    CHECK_EQ(n_items(j, "verdicts"), 0);
+    CHECK_EQ(n_items(j, "releases"), 3);
+    const jnode *ld, *r;
+    jforeach(ld, jget(j, "loads")) CHECK_EQ(num(ld, "scratch"), 16 * num(ld, "scratch_largest"));
+    jforeach(r, jget(j, "releases")) {
+        CHECK(jis(jget(r, "scratch_resident"), WM_JNUMBER));
+        CHECK(num(r, "scratch_resident") < (256 << 10));
+    }
+    jfree(j);
 }
 
 WM_TEST(weights_in_malloc_are_not_scratch) {
@@ -835,16 +853,19 @@ WM_TEST(llama_mmap_mode_5_cycles) { llama_cycles(1); }
  * bridge's weight buffers are its own pages (wm_llama_options.buffers), so none of its loads
  * holds a weight buffer in malloc memory and no release after the first leaves a weight buffer
  * in the heap: llama.cpp's modes break `scratch` at release 2 with the CPU_REPACK buffer there
- * (glibc's raised mmap threshold). What the bridge still breaks is one rule at the first
- * release: llama.cpp's own model structures (vocabulary, contexts: 4.3 MiB of a 64 MiB model),
- * freed by llama_model_free into the heap that the first load grew, with no code of the
- * bridge's after them (bench/RESULTS.md "Under the tracer"). */
+ * (glibc's raised mmap threshold). llama.cpp's model construction frees 2.8 MiB of scratch in
+ * every load, through the bridge too; the bridge's trim at the end of the load gives those pages
+ * back, so none of it is resident after the release (the tracer follows the scratch blocks'
+ * own pages, docs/TRACE.md), and the bridge breaks no rule: what the first release leaves in
+ * the heap is llama.cpp's model structures (vocabulary, contexts), memory the load kept and the
+ * release freed, not its scratch (bench/RESULTS.md "Under the tracer"). */
 typedef struct traced {
     double scratch;  /* the largest scratch of a load */
     double kept;     /* the largest block a load held past its end */
     int verdicts;    /* rules broken */
     int after_first; /* of them, at a release after the first */
     double grown;    /* footprint after the last release less after the first */
+    double stayed;   /* the most of a load's scratch still resident after its release */
 } traced;
 
 static traced traced_run(const char *cmd, bool bridge) {
@@ -861,6 +882,11 @@ static traced traced_run(const char *cmd, bool bridge) {
     jforeach(ld, jget(j, "loads")) {
         if (num(ld, "scratch") > t.scratch) t.scratch = num(ld, "scratch");
         if (num(ld, "kept_largest") > t.kept) t.kept = num(ld, "kept_largest");
+    }
+    const jnode *r;
+    jforeach(r, rel) {
+        CHECK(jis(jget(r, "scratch_resident"), WM_JNUMBER)); /* known: no ring overwritten */
+        if (num(r, "scratch_resident") > t.stayed) t.stayed = num(r, "scratch_resident");
     }
     double first = num(jitem(rel, 0), "time");
     jforeach(v, jget(j, "verdicts")) {
@@ -896,23 +922,30 @@ WM_TEST(llama_bridge_5_cycles) {
                     "%s, %s: largest scratch of a load: bridge %.0f, llama.cpp read %.0f, mmap "
                     "%.0f bytes; largest block held: %.0f, %.0f, %.0f; verdicts %d (%d after "
                     "release 1), %d (%d), %d (%d); footprint release 5 - release 1: %.0f, %.0f, "
+                    "%.0f bytes; scratch still resident after a release, at most: %.0f, %.0f, "
                     "%.0f bytes\n",
                     d ? "this CPU's variant" : "x64", models[k], wm.scratch, rd.scratch, mm.scratch,
                     wm.kept, rd.kept, mm.kept, wm.verdicts, wm.after_first, rd.verdicts,
-                    rd.after_first, mm.verdicts, mm.after_first, wm.grown, rd.grown, mm.grown);
+                    rd.after_first, mm.verdicts, mm.after_first, wm.grown, rd.grown, mm.grown,
+                    wm.stayed, rd.stayed, mm.stayed);
             CHECK_MSG(wm.scratch <= mm.scratch + 65536,
                       "the bridge's load freed %.0f bytes of scratch, llama.cpp's mmap mode %.0f",
                       wm.scratch, mm.scratch);
             if (k == 0) CHECK(wm.scratch == 0 && wm.verdicts == 0);
             if (k == 0) continue;
             /* the bridge's own weight buffers: no load holds a block of 2 MiB or more (the
-             * smallest weight buffer of m64 is 20 MiB), no rule broken after release 1, and
-             * the footprint after release 5 within 1 MiB of release 1's */
+             * smallest weight buffer of m64 is 20 MiB); its trim: of each load's scratch no
+             * more than 256 KiB is resident after the release (llama.cpp's model construction
+             * frees 2.8 MiB of it inside every load; without the trim 0.2-0.7 MiB stays), no
+             * rule broken, and the footprint after release 5 within 1 MiB of release 1's */
             CHECK_MSG(wm.kept < (2 << 20),
                       "a load through the bridge held a malloc block of %.0f bytes past its end "
                       "(a weight buffer in malloc memory)",
                       wm.kept);
-            CHECK_MSG(wm.after_first == 0 && wm.verdicts <= 1,
+            CHECK_MSG(wm.stayed <= (256 << 10),
+                      "%.0f bytes of a load's scratch were still resident after its release",
+                      wm.stayed);
+            CHECK_MSG(wm.verdicts == 0,
                       "the bridge broke %d rules, %d of them after the first release", wm.verdicts,
                       wm.after_first);
             CHECK_MSG(wm.grown < (1 << 20),

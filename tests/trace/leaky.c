@@ -9,6 +9,9 @@
  *   scratch  the same, but the loader thread's scratch is 16 blocks of 100 KiB of malloc (from
  *            the heap, not mmap), freed before the load ends and kept by malloc after it (a
  *            small block allocated after them stays until the next cycle)
+ *   rebuilt  the scratch of "scratch", and then 1.6 MiB of 4000-byte blocks (a runtime's model
+ *            structures) made in the pages it freed and held until the release frees them:
+ *            what stays in the footprint is what the load built, not its scratch (clean)
  *   heap     the weights are read into one malloc'd buffer, held until the release frees it
  *   map      the file is mapped each cycle and never unmapped
  *   private  the file is mapped MAP_PRIVATE with PROT_WRITE (and unmapped)
@@ -70,11 +73,30 @@ static void heap_scratch(void) {
         free(b[i]);
 }
 
+/* The "rebuilt" loader's model structures: small blocks over the pages the scratch freed. */
+#define BUILT 400
+static void *built[BUILT];
+static void build(void) {
+    for (int i = 0; i < BUILT; i++) {
+        built[i] = malloc(4000);
+        if (!built[i]) die("malloc");
+        memset(built[i], 2, 4000);
+        seen = built[i];
+    }
+}
+static void unbuild(void) {
+    for (int i = 0; i < BUILT; i++) {
+        free(built[i]);
+        built[i] = NULL;
+    }
+}
+
 /* The loader thread: pread through a malloc'd scratch buffer into page-allocated memory. */
 static void *load_thread(void *arg) {
     (void)arg;
     size_t scratch_len = 32u << 10;
-    if (!strcmp(mode, "scratch")) heap_scratch();
+    if (!strcmp(mode, "scratch") || !strcmp(mode, "rebuilt")) heap_scratch();
+    if (!strcmp(mode, "rebuilt")) build();
     unsigned char *dst =
         mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     unsigned char *scratch = malloc(scratch_len);
@@ -128,7 +150,7 @@ static int threads(void) {
 
 /* One load, by mode (a marker: called directly, not exported). 1 for an unknown mode. */
 __attribute__((noinline)) static int load_cycle(long pg) {
-    if (!strcmp(mode, "clean") || !strcmp(mode, "scratch")) {
+    if (!strcmp(mode, "clean") || !strcmp(mode, "scratch") || !strcmp(mode, "rebuilt")) {
         pthread_t th;
         pthread_create(&th, NULL, load_thread, NULL);
         pthread_join(th, NULL);
@@ -185,6 +207,7 @@ __attribute__((noinline)) static int load_cycle(long pg) {
 __attribute__((noinline)) static void leaky_release(void) {
     free(heap_weights);
     heap_weights = NULL;
+    unbuild();
     __asm__ volatile("" ::: "memory");
 }
 
@@ -228,6 +251,7 @@ int main(int argc, char **argv) {
         if (strcmp(marker, "direct") && strcmp(marker, "thread")) {
             free(heap_weights);
             heap_weights = NULL;
+            unbuild();
         }
     }
     return 0;

@@ -193,6 +193,10 @@ extern HIDDEN int wt_cur_load;  /* the load under way: index + 1, 0 none */
 extern HIDDEN int wt_last_load; /* the last load begun: index + 1, 0 none */
 extern HIDDEN int wt_releasing; /* release markers under way */
 uint64_t wt_load_kept(int idx) HIDDEN;
+/* Bytes of load idx's scratch blocks (big blocks it freed before it ended, other than glibc's own
+ * mappings) that are resident and in no live big block now, their whole pages; -1 when the ring
+ * that remembers them was overwritten since the load began. */
+int64_t wt_scratch_resident(int idx) HIDDEN;
 
 /* ---- io.c ---- */
 

@@ -133,10 +133,11 @@ static uint64_t pos_delta(uint64_t after, uint64_t before) {
 }
 
 /* scratch: what a load freed before it ended, still in the footprint after its release: at
- * most the scratch, the footprint's growth since the load began, and the growth of the free
- * memory malloc holds (all three must show it). */
+ * most the scratch, the footprint's growth since the load began, the growth of the free memory
+ * malloc holds, and the bytes of the scratch blocks' own pages still resident outside live big
+ * blocks (all four must show it; the last where the process could tell it). */
 static void rule_scratch(trace *t) {
-    char b[5][32];
+    char b[6][32];
     for (int r = 0; r < t->n_rel; r++) {
         const trelease *rel = &t->rel[r];
         const wmtrace_load *ld = trace_load_stats(t, rel->load);
@@ -146,15 +147,18 @@ static void rule_scratch(trace *t) {
         uint64_t mf = pos_delta(rel->at.mfree, tl->begin.mfree);
         uint64_t kept = ld->scratch < fp ? ld->scratch : fp;
         if (mf < kept) kept = mf;
+        bool known = rel->scratch_resident >= 0;
+        if (known && (uint64_t)rel->scratch_resident < kept) kept = (uint64_t)rel->scratch_resident;
         if (kept < MIB) continue;
         add(t, "scratch", rel->t,
             "release %d at %.6f s: load %d freed %s of malloc scratch before it ended (%" PRIu64
-            " blocks, largest %s), and after the release malloc still holds %s more free memory "
-            "and the footprint is %s above the load's start: freed scratch stayed in the "
+            " blocks, largest %s), and after the release malloc still holds %s more free memory, "
+            "the footprint is %s above the load's start%s%s%s: freed scratch stayed in the "
             "footprint (up to %s)",
             r + 1, rel->t, rel->load + 1, cli_bytes(ld->scratch, b[0]), ld->scratch_blocks,
             cli_bytes(ld->scratch_largest, b[1]), cli_bytes(mf, b[2]), cli_bytes(fp, b[3]),
-            cli_bytes(kept, b[4]));
+            known ? " and " : "", known ? cli_bytes((uint64_t)rel->scratch_resident, b[5]) : "",
+            known ? " of the scratch blocks' pages are still resident" : "", cli_bytes(kept, b[4]));
     }
 }
 

@@ -34,7 +34,7 @@ static void add_event(trace *t, double when, char type, uint64_t a, uint64_t b, 
     if (text) snprintf(e->text, sizeof e->text, "%s", text);
 }
 
-/* R SOURCE LOAD KEPT: a release returned; its entry was the last r line of this thread. */
+/* R SOURCE LOAD KEPT SCRATCH: a release returned; its entry was the last r line of this thread. */
 static void parse_release(trace *t, double when, int64_t tid, char *p) {
     GROW(t->rel, t->n_rel, t->cap_rel);
     trelease *r = &t->rel[t->n_rel++];
@@ -46,6 +46,9 @@ static void parse_release(trace *t, double when, int64_t tid, char *p) {
     p += k;
     r->load = (int)strtol(p, &p, 10);
     r->kept = strtoull(p, &p, 10);
+    char *q = p;
+    r->scratch_resident = strtoll(p, &q, 10);
+    if (q == p) r->scratch_resident = -1;
     for (int i = t->n_ev - 1; i >= 0; i--)
         if (t->ev[i].type == 'r' && t->ev[i].tid == tid) {
             r->t_begin = t->ev[i].t;

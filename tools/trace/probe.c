@@ -423,6 +423,7 @@ static void released(const char *source) {
     wt_put_s(&l, source);
     wt_put_i(&l, last);
     wt_put_u(&l, wt_load_kept(last));
+    wt_put_i(&l, wt_scratch_resident(last));
     wt_end(&l);
     wt_point(true);
 }

@@ -89,7 +89,7 @@ static const char *delta(uint64_t now, uint64_t before, bool first, bool bytes, 
 }
 
 static void text_releases(const trace *t) {
-    char b[6][32], d[6][40];
+    char b[7][32], d[6][40];
     printf("\nreleases: %d", t->n_rel);
     for (uint64_t k = 0; k < t->st->n_specs && k < WMTRACE_MAX_SPECS; k++) {
         const wmtrace_spec *s = &t->st->specs[k];
@@ -103,7 +103,8 @@ static void text_releases(const trace *t) {
         const tsample *a = &r->at, *q = &p->at;
         printf("  #%d %.6f s %s thread %" PRId64 " (%.16s), after load %d: footprint %s%s, "
                "resident %s%s, file-resident %s%s, mappings %" PRIu64 "%s (weight %" PRIu64
-               "%s), locked %s%s; malloc free %s, the load's malloc still held %s\n",
+               "%s), locked %s%s; malloc free %s, the load's malloc still held %s, its scratch "
+               "still resident %s\n",
                i + 1, r->t, r->source, r->tid, trace_thread_name(t, r->tid), r->load + 1,
                cli_bytes(a->footprint, b[0]), delta(a->footprint, q->footprint, !i, 1, d[0]),
                cli_bytes(a->rss, b[1]), delta(a->rss, q->rss, !i, 1, d[1]),
@@ -111,7 +112,9 @@ static void text_releases(const trace *t) {
                delta(a->maps, q->maps, !i, 0, d[3]), a->wmaps,
                delta(a->wmaps, q->wmaps, !i, 0, d[4]), cli_bytes(a->locked, b[3]),
                delta(a->locked, q->locked, !i, 1, d[5]), cli_bytes(a->mfree, b[4]),
-               cli_bytes(r->kept, b[5]));
+               cli_bytes(r->kept, b[5]),
+               r->scratch_resident < 0 ? "(not known)"
+                                       : cli_bytes((uint64_t)r->scratch_resident, b[6]));
     }
 }
 
@@ -254,9 +257,13 @@ static void json_releases(const trace *t) {
         const trelease *r = &t->rel[i];
         printf("%s{\"time\":%.6f,\"entered\":%.6f,\"source\":", i ? "," : "", r->t, r->t_begin);
         cli_json_cstr(stdout, r->source);
-        printf(",\"tid\":%" PRId64 ",\"load\":%d,\"load_kept\":%" PRIu64 ",\"footprint\":%" PRIu64
-               ",\"at\":",
-               r->tid, r->load + 1, r->kept, r->at.footprint);
+        printf(",\"tid\":%" PRId64 ",\"load\":%d,\"load_kept\":%" PRIu64, r->tid, r->load + 1,
+               r->kept);
+        if (r->scratch_resident >= 0)
+            printf(",\"scratch_resident\":%" PRId64, r->scratch_resident);
+        else
+            printf(",\"scratch_resident\":null");
+        printf(",\"footprint\":%" PRIu64 ",\"at\":", r->at.footprint);
         json_point(&r->at);
         printf("}");
     }

@@ -72,9 +72,11 @@ typedef struct trelease {
     double t, t_begin; /* its return; its entry (a release marker), else t */
     int64_t tid;
     char source[96];
-    int load;      /* the last load begun before it, -1 none */
-    uint64_t kept; /* that load's malloc blocks still held after it */
-    tsample at;    /* the figures right after it */
+    int load;                 /* the last load begun before it, -1 none */
+    uint64_t kept;            /* that load's malloc blocks still held after it */
+    int64_t scratch_resident; /* of that load's scratch, bytes resident outside live big blocks
+                                 after it (whole pages); -1 not known */
+    tsample at;               /* the figures right after it */
 } trelease;
 
 typedef struct tload {

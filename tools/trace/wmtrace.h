@@ -28,9 +28,11 @@
  *                                        touch and a release began: END_NS, when its last weight
  *                                        file was closed, if that came first)
  *     r SPEC                             a release marker was entered
- *     R SOURCE LOAD KEPT                 the release returned (SOURCE: the marker spec, or
+ *     R SOURCE LOAD KEPT SCRATCH         the release returned (SOURCE: the marker spec, or
  *                                        SIGUSR1); LOAD the last load begun before it (-1 none),
- *                                        KEPT the bytes of that load's malloc blocks still held
+ *                                        KEPT the bytes of that load's malloc blocks still held,
+ *                                        SCRATCH the bytes of that load's scratch blocks still
+ *                                        resident outside live big blocks (-1: not known)
  *     P FOOTPRINT RSS FILE LOCKED MAPS WMAPS MFREE
  *                                        the process's figures now (at its start, at each load's
  *                                        start and end, after each release, at exit): footprint
