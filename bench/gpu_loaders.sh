@@ -139,6 +139,7 @@ if want tests && [ "${SKIP_TESTS:-0}" != 1 ] && room 150 "tests"; then
     cp $W/ctest.txt "$OUT/tests.txt"; cp $W/pytest.txt "$OUT/pytest.txt"
     grep -E "tests passed|tests failed|\*\*\*Failed|Timeout" $W/ctest.txt | head -12 | tee -a "$LOG"
     grep -E "passed|failed|error|^exit" $W/pytest.txt | tail -6 | tee -a "$LOG"
+    grep -E "^(SKIPPED|FAILED|ERROR)" $W/pytest.txt | cut -c1-240 | tee -a "$LOG"
 fi
 
 if want ahead-test && ! want tests; then
