@@ -38,6 +38,7 @@ weightmap on the same files (bench/gpu_loaders.sh drives it, one call on the GPU
 Each command prints one JSON line per measurement.
 """
 import argparse
+import contextlib
 import gc
 import glob
 import json
@@ -354,13 +355,15 @@ def cmd_pretrained(args):
         if args.kind == "plain":
             model = pretrained(args.dir)
         else:
-            with weightmap.loading(device=DEVICE, ahead=args.kind == "loading") as ahead:
+            shards = args.kind == "loading-shards-ahead"
+            with prefetch_set(not shards, 2), \
+                    weightmap.loading(device=DEVICE, ahead=args.kind != "loading-no-ahead") as ahead:
                 model = pretrained(args.dir)
         sync()
         secs = time.perf_counter() - t0
         rec = dict(stage="pretrained", kind=args.kind, cold=args.cold, round=r, seconds=secs,
-                   gbps=nbytes / secs / 1e9, bytes=nbytes, cached_before=cached)
-        if args.kind == "loading" and ahead is not None:
+                   gbps=nbytes / secs / 1e9, bytes=nbytes, cached_before=cached, tag=args.tag)
+        if args.kind.startswith("loading") and ahead is not None:
             rec.update(loaded_ahead=ahead.loaded_ahead, claimed=ahead.claimed,
                        events=[(round(t - t0, 4), w, n) for t, w, n in ahead.events])
         if r == 0:
@@ -386,13 +389,11 @@ def warm_kinds(folder, index):
             model = pretrained(folder)
         return model, ahead
 
-    def inside_three():              # three loads ahead at a time (run F: slower than two)
-        from weightmap import _prefetch
-        was, _prefetch.LOADERS = _prefetch.LOADERS, 3
-        try:
-            return inside()
-        finally:
-            _prefetch.LOADERS = was
+    def shards_ahead(loaders):       # the folder's shards loaded ahead one by one (not as a set)
+        def run():
+            with prefetch_set(False, loaders):
+                return inside()
+        return run
 
     def inside_no_ahead():
         with weightmap.loading(device=DEVICE, ahead=False):
@@ -401,8 +402,22 @@ def warm_kinds(folder, index):
     def alone():
         return weightmap.load_file(index, device=DEVICE), None
 
-    return {"plain": plain, "loading": inside, "loading-three-ahead": inside_three,
-            "loading-no-ahead": inside_no_ahead, "files-alone": alone}
+    return {"plain": plain, "loading": inside, "loading-shards-ahead": shards_ahead(2),
+            "loading-one-ahead": shards_ahead(1), "loading-no-ahead": inside_no_ahead,
+            "files-alone": alone}
+
+
+@contextlib.contextmanager
+def prefetch_set(as_set, loaders):
+    """loading()'s loads ahead of a checkpoint folder as one set (the default) or shard by
+    shard, `loaders` at a time, within the block (weightmap._prefetch's SET and LOADERS)."""
+    from weightmap import _prefetch
+    was = _prefetch.SET, _prefetch.LOADERS
+    _prefetch.SET, _prefetch.LOADERS = as_set, loaders
+    try:
+        yield
+    finally:
+        _prefetch.SET, _prefetch.LOADERS = was
 
 
 def cmd_warm(args):
@@ -670,9 +685,16 @@ def cmd_summary(args):
     for r in recs:
         if r.get("stage") == "pretrained":
             pre.setdefault((r["cold"], r["kind"]), []).append(r)
+    # the limit measured right before a round (`disk --when TAG`, `pretrained --tag TAG`)
+    limit_of = {r["when"]: r["gbps"] for r in recs if r.get("stage") == "disk-best"}
+
+    def of_round(v):
+        x = [r["gbps"] / limit_of[r["tag"]] for r in v if r.get("tag") in limit_of]
+        return f"{median(x):.2f} ({listed([{'x': y} for y in x], 'x')})" if x else ""
     if pre:
         print("\n| from_pretrained | GB/s median | seconds (rounds) | x disk limit | "
-              "state dict equals safetensors' | ledger after del |\n|---|---:|---|---:|---|---|")
+              "x the limit of its round (rounds) | state dict equals safetensors' | "
+              "ledger after del |\n|---|---:|---|---:|---|---|---|")
         for (cold, kind), v in sorted(pre.items()):
             m = median([r["gbps"] for r in v])
             first = next((r for r in v if "sums" in r), v[0])
@@ -681,7 +703,7 @@ def cmd_summary(args):
                 len(first["sums"]) >= len(ref) else "NO")
             print(f"| {'cold' if cold else 'warm'} {kind} | {m:.2f} | "
                   f"{listed(v, 'seconds', '{:.3f}')} | "
-                  f"{m / limit if cold else float('nan'):.2f} | {ok} | "
+                  f"{m / limit if cold else float('nan'):.2f} | {of_round(v)} | {ok} | "
                   f"{max(r['ledger_after_del'] for r in v)} |")
     cold_cli = [r for r in recs if r.get("stage") == "cli-cold"]
     if cold_cli:
@@ -738,10 +760,11 @@ def main():
     p.add_argument("--when", default="before")
     p = sub.add_parser("pretrained")
     p.add_argument("dir")
-    p.add_argument("kind", choices=("plain", "loading", "loading-no-ahead"))
+    p.add_argument("kind", choices=("plain", "loading", "loading-shards-ahead", "loading-no-ahead"))
     p.add_argument("--cold", action="store_true")
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--warmup", help="a small checkpoint loaded first, untimed")
+    p.add_argument("--tag", default="", help="the `disk --when` measured just before, to pair")
     p = sub.add_parser("warm")
     p.add_argument("dir")
     p.add_argument("--rounds", type=int, default=3)

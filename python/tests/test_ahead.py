@@ -19,7 +19,7 @@ import torch
 
 import weightmap
 from weightmap import _prefetch
-from conftest import check_nothing_held, cli, fake_safetensors
+from conftest import check_nothing_held, cli, fake_safetensors, held
 
 DEVICE = os.environ.get("WM_TEST_DEVICE", "cpu")
 MODE = None if DEVICE != "cpu" else "heap"
@@ -192,4 +192,94 @@ def test_from_pretrained_starts_the_loads_at_the_call(shard_set, consumer, monke
             _BaseAutoModelClass.__dict__["from_pretrained"]) == originals
     assert all(torch.equal(got[k].cpu(), want[k]) for k in want)
     del got
+    check_nothing_held()
+
+
+def set_ledger(shards):
+    """The ledger's bytes while the set is loaded once, in one load (what a set ahead holds)."""
+    with weightmap.safe_open(shards, device=DEVICE, mode=MODE) as f:
+        f.load()
+        return weightmap.ledger()["bytes"]
+
+
+def test_a_folder_loads_as_one_set_each_shard_its_own_part(shard_set, consumer):
+    """A checkpoint folder (from_pretrained's) loads ahead as one set, in one load; each
+    shard's handle then shows that shard alone (its names, its tensors, equal to its own load),
+    the four handles hold the set once (the ledger of one set load) and read each byte once."""
+    start_device()
+    want = own_tensors(shard_set)
+    once = set_ledger(shard_set)
+    opens = []
+    for s in shard_set:
+        r0 = rchar()
+        weightmap.safe_open(s).close()
+        opens.append(rchar() - r0)
+    index = os.path.join(os.path.dirname(shard_set[0]), "s.safetensors.index.json")
+    with weightmap.loading(device=DEVICE, mode=MODE) as ahead:
+        before = rchar()
+        ahead.folder(os.path.dirname(shard_set[0]))
+        got = {}
+        for s in [shard_set[0]] + shard_set:
+            with consumer.safe_open(s, framework="pt", device="cpu") as f:
+                own = weightmap.safe_open(s)
+                assert f.keys() == own.keys() and f.metadata() == own.metadata()
+                assert f.shards() == [s] and len(f) == len(own)
+                own.close()
+                got.update((k, f.get_tensor(k)) for k in f.keys())
+            assert weightmap.ledger()["bytes"] == once, held()
+        assert ahead.sets == 1 and ahead.loaded_ahead == 3 and ahead.claimed == 3
+        assert [w for _, w, _ in ahead.events].count("load") == 1
+    read = rchar() - before
+    tensor_bytes = sum(t.numel() * t.element_size() for t in want.values())
+    # every tensor byte once; the rest: the loader's opens of the 3 shards, the consumer's 4
+    # and the test's own 4, the index (twice: the folder's and the set's); a shard read twice
+    # would be megabytes more
+    most = tensor_bytes + 3 * sum(opens) + 2 * opens[0] + 2 * os.path.getsize(index) + 4096
+    assert tensor_bytes <= read <= most, (read, tensor_bytes, most)
+    assert sorted(got) == sorted(want)
+    for k, t in got.items():
+        assert torch.equal(t.cpu(), want[k]), k
+    assert 0 < weightmap.ledger()["bytes"] <= once     # the set, held by its tensors
+    del got, t
+    check_nothing_held()
+
+
+def test_a_set_too_big_as_one_loads_shard_by_shard(shard_set, consumer, monkeypatch):
+    """Where the set does not fit as one (room for each shard, not for all), its shards load
+    ahead one by one, as other code's opens do; each is claimed, nothing is held after."""
+    start_device()
+    want = own_tensors(shard_set)
+    total = sum(t.numel() * t.element_size() for t in want.values())
+    monkeypatch.setattr(_prefetch, "_room", lambda *a: _prefetch.MARGIN + total - 1)
+    with weightmap.loading(device=DEVICE, mode=MODE) as ahead:
+        ahead.folder(os.path.dirname(shard_set[0]))
+        got = consume(consumer, shard_set)
+        assert ahead.sets == 0 and ahead.claimed == ahead.loaded_ahead >= 1
+    assert all(torch.equal(got[k].cpu(), want[k]) for k in want)
+    del got
+    check_nothing_held()
+
+
+def test_a_shard_view_closes_as_a_handle_and_the_set_goes_with_its_last_tensor(shard_set,
+                                                                             consumer):
+    """A shard's view of its set: after close() it raises ClosedError as any closed handle; the
+    set's model stays while a tensor of it lives (after the block, after every close), and goes
+    back with the last one; a shard nobody claimed holds nothing of its own."""
+    start_device()
+    with weightmap.loading(device=DEVICE, mode=MODE) as ahead:
+        ahead.folder(os.path.dirname(shard_set[0]))
+        f = consumer.safe_open(shard_set[1], framework="pt", device="cpu")
+        name = f.keys()[0]
+        t = f.get_tensor(name)
+        assert isinstance(f._h, _prefetch._ShardView)
+        assert f.stats()["tensor_bytes"] > sum(v[3] for v in f._table())   # the set's model
+        assert f.close() is False and f.closed
+        with pytest.raises(weightmap.ClosedError, match="closed"):
+            f.get_tensor(name)
+    assert ahead.claimed == 1 and not f.released
+    assert weightmap.ledger()["bytes"] > 0
+    with weightmap.safe_open(shard_set[1], mode="heap") as own:
+        assert torch.equal(t.cpu(), own.get_tensor(name))
+    del t
+    assert f.released
     check_nothing_held()
