@@ -20,12 +20,18 @@
  *
  * Every measurement runs in a child process of its own (fork), in rounds whose order rotates.
  *
- *     build/bench/llama [-r ROUNDS] [--load-only | --decode-only] [MODEL]
+ *     build/bench/llama [-r ROUNDS] [--load-only | --decode-only] [--warm-memory GIB] [MODEL]
  *
  * MODEL defaults to bench-llama-1200M.gguf in the working folder, made with
  * `weightmap make-model ... --size 1200M` (the CLI beside this program's folder) when missing.
  * WM_BENCH_THREADS=N sets wm_llama_options.threads for the bridge's loads (default 0: one
- * reading thread per CPU), to measure the reading threads' count.
+ * reading thread per CPU), to measure the reading threads' count. --warm-memory GIB touches GIB
+ * of anonymous huge-page memory (2 threads, MADV_POPULATE_WRITE) and frees it before every
+ * measurement, the same for every contender: on a VM whose balloon reports free memory to the
+ * host (the development VM: virtio_balloon free page reporting), memory freed a few seconds
+ * before is the host's again, and faulting 1.1 GiB of it cost 1.1-3.9 s against 0.1-0.26 s
+ * right after a warm-up (bench/RESULTS.md, "llama"): without it the loaders that fill fresh
+ * memory draw lots.
  */
 #include "peer.h"
 #include "weightmap_llama.h"
@@ -95,6 +101,40 @@ static void make_warm(const char *path) {
     }
     free(b);
     if (fd >= 0) close(fd);
+}
+
+/* ---- the guest's memory, backed before each measurement (--warm-memory) ---- */
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+typedef struct warm_half {
+    unsigned char *p;
+    size_t n;
+} warm_half;
+
+static void *populate(void *arg) {
+    const warm_half *h = arg;
+    if (madvise(h->p, h->n, MADV_POPULATE_WRITE) != 0) memset(h->p, 1, h->n);
+    return NULL;
+}
+
+static void warm_memory(double gib) {
+    size_t n = (size_t)(gib * 1073741824.0) / 4096 * 4096;
+    if (n == 0) return;
+    unsigned char *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return;
+    madvise(p, n, MADV_HUGEPAGE);
+    warm_half h[2] = {{p, n / 2}, {p + n / 2, n - n / 2}};
+    pthread_t th;
+    bool two = pthread_create(&th, NULL, populate, &h[1]) == 0;
+    populate(&h[0]);
+    if (two)
+        pthread_join(th, NULL);
+    else
+        populate(&h[1]);
+    munmap(p, n);
 }
 
 /* ---- the limits: parallel preads of [lo, hi) ---- */
@@ -299,6 +339,8 @@ static void print_load(const char *path, uint64_t bytes, double v[2][N_LOAD][MAX
            s[1][C_DISK].median / s[1][C_MMAP].median, s[1][C_DISK].median / s[1][C_DIRECT].median);
 }
 
+static double warm_gib; /* --warm-memory */
+
 static void bench_load(const char *path, int rounds) {
     wm_file *f;
     wm_error err;
@@ -324,6 +366,7 @@ static void bench_load(const char *path, int rounds) {
                     make_warm(path);
                 }
                 a.c = c;
+                warm_memory(warm_gib);
                 v[w][c][r] = in_child(load_child, &a);
                 fprintf(stderr, "round %d %s %s: %.1f ms\n", r + 1, load_names[c],
                         w ? "cold" : "warm", v[w][c][r]);
@@ -440,6 +483,8 @@ int main(int argc, char **argv) {
             decode = false;
         else if (!strcmp(argv[i], "--decode-only"))
             load = false;
+        else if (!strcmp(argv[i], "--warm-memory") && i + 1 < argc)
+            warm_gib = atof(argv[++i]);
         else
             model = argv[i];
     }
@@ -457,6 +502,8 @@ int main(int argc, char **argv) {
     char machine[512];
     bench_machine_line(machine, sizeof machine);
     printf("> %s\n", machine);
+    if (warm_gib > 0)
+        printf("> %.1f GiB of memory touched and freed before each measurement\n", warm_gib);
     if (load) bench_load(model, rounds);
     if (decode) bench_decode(model, rounds);
     return 0;
