@@ -691,6 +691,9 @@ def cmd_summary(args):
     def of_round(v):
         x = [r["gbps"] / limit_of[r["tag"]] for r in v if r.get("tag") in limit_of]
         return f"{median(x):.2f} ({listed([{'x': y} for y in x], 'x')})" if x else ""
+    if ref is None:         # no loader's reference in this run: plain from_pretrained's
+        ref = next((r["sums"] for r in recs if r.get("stage") == "pretrained" and
+                    r["kind"] == "plain" and "sums" in r), None)
     if pre:
         print("\n| from_pretrained | GB/s median | seconds (rounds) | x disk limit | "
               "x the limit of its round (rounds) | state dict equals safetensors' | "
