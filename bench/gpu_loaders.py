@@ -356,7 +356,8 @@ def cmd_pretrained(args):
             model = pretrained(args.dir)
         else:
             shards = args.kind == "loading-shards-ahead"
-            with prefetch_set(not shards, 2), \
+            threads = 16 if args.kind == "loading-16-readers" else 0
+            with prefetch_set(not shards, 2, threads), \
                     weightmap.loading(device=DEVICE, ahead=args.kind != "loading-no-ahead") as ahead:
                 model = pretrained(args.dir)
         sync()
@@ -408,16 +409,17 @@ def warm_kinds(folder, index):
 
 
 @contextlib.contextmanager
-def prefetch_set(as_set, loaders):
+def prefetch_set(as_set, loaders, threads=0):
     """loading()'s loads ahead of a checkpoint folder as one set (the default) or shard by
-    shard, `loaders` at a time, within the block (weightmap._prefetch's SET and LOADERS)."""
+    shard, `loaders` at a time, each with `threads` readers (0: the default), within the block
+    (weightmap._prefetch's SET, LOADERS and THREADS)."""
     from weightmap import _prefetch
-    was = _prefetch.SET, _prefetch.LOADERS
-    _prefetch.SET, _prefetch.LOADERS = as_set, loaders
+    was = _prefetch.SET, _prefetch.LOADERS, _prefetch.THREADS
+    _prefetch.SET, _prefetch.LOADERS, _prefetch.THREADS = as_set, loaders, threads
     try:
         yield
     finally:
-        _prefetch.SET, _prefetch.LOADERS = was
+        _prefetch.SET, _prefetch.LOADERS, _prefetch.THREADS = was
 
 
 def cmd_warm(args):
@@ -691,6 +693,9 @@ def cmd_summary(args):
     def of_round(v):
         x = [r["gbps"] / limit_of[r["tag"]] for r in v if r.get("tag") in limit_of]
         return f"{median(x):.2f} ({listed([{'x': y} for y in x], 'x')})" if x else ""
+    if ref is None:         # no loader's reference in this run: plain from_pretrained's
+        ref = next((r["sums"] for r in recs if r.get("stage") == "pretrained" and
+                    r["kind"] == "plain" and "sums" in r), None)
     if pre:
         print("\n| from_pretrained | GB/s median | seconds (rounds) | x disk limit | "
               "x the limit of its round (rounds) | state dict equals safetensors' | "
@@ -760,7 +765,8 @@ def main():
     p.add_argument("--when", default="before")
     p = sub.add_parser("pretrained")
     p.add_argument("dir")
-    p.add_argument("kind", choices=("plain", "loading", "loading-shards-ahead", "loading-no-ahead"))
+    p.add_argument("kind", choices=("plain", "loading", "loading-shards-ahead",
+                                      "loading-16-readers", "loading-no-ahead"))
     p.add_argument("--cold", action="store_true")
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--warmup", help="a small checkpoint loaded first, untimed")

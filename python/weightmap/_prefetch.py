@@ -43,6 +43,9 @@ LOADERS = 2
 # A checkpoint folder's shards load as one set (see above); False: one by one, as other code's
 # opens (for comparison: bench/gpu_loaders.py).
 SET = True
+# Reading threads of each load ahead (safe_open's threads=): 0, the library's default (one per
+# two CPUs on the staged path).
+THREADS = 0
 
 
 def _index_sets(directory):
@@ -293,7 +296,8 @@ class Prefetcher:
     def _load(self, ld):
         from . import safe_open
         files = ld.paths if ld.as_set else ld.paths[0]
-        obj = safe_open(files, framework="pt", device=self.device, mode=self.mode)
+        obj = safe_open(files, framework="pt", device=self.device, mode=self.mode,
+                        threads=THREADS)
         if not ld.as_set and len(obj.shards()) != 1:
             # A path that opens a whole set (a GGUF split's part): loading each ahead would read
             # the set once per part.
