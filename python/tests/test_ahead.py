@@ -283,3 +283,23 @@ def test_a_shard_view_closes_as_a_handle_and_the_set_goes_with_its_last_tensor(s
     del t
     assert f.released
     check_nothing_held()
+
+
+def test_a_set_whose_shard_is_truncated_fails_where_the_consumer_asks(shard_set, consumer):
+    """The set ahead fails on a truncated shard: the load ahead is forgotten, the consumer's
+    own loads of the whole shards give their tensors, the truncated one raises its own error
+    (naming the file), and nothing is held after."""
+    start_device()
+    want = own_tensors(shard_set[:2])
+    with open(shard_set[2], "r+b") as f:
+        f.truncate(os.path.getsize(shard_set[2]) - 4096)
+    with weightmap.loading(device=DEVICE, mode=MODE) as ahead:
+        ahead.folder(os.path.dirname(shard_set[0]))
+        got = consume(consumer, shard_set[:2])
+        with pytest.raises(weightmap.Error, match="part-c"):
+            with consumer.safe_open(shard_set[2], framework="pt", device="cpu") as f:
+                f.get_tensor(f.keys()[0])
+        assert ahead.sets == 0 and ahead.claimed == 0
+    assert all(torch.equal(got[k].cpu(), want[k]) for k in want)
+    del got
+    check_nothing_held()

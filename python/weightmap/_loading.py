@@ -15,9 +15,9 @@ ends; the tensors stay valid, and their memory goes back when the last of them i
 A module imported inside the block (transformers imports its loading modules at the first
 from_pretrained) binds the replacement itself; it too gets the original back at the end. The
 replacement is process-wide (every thread sees it); blocks may nest. Where a load reads
-the file (CUDA, or mode "heap"), the first open of a shard of a sharded checkpoint starts the
-set's loads on a thread of the block (_prefetch.py): the next shards load while the consumer
-works on one.
+the file (CUDA, or mode "heap"), transformers' from_pretrained of a local folder, or the first
+open of a shard of a sharded checkpoint, starts the set's loads on a thread of the block
+(_prefetch.py): the files load while the consumer works.
 """
 import contextlib
 import os
@@ -128,9 +128,10 @@ def loading(device="cuda:0", mode=None, ahead=True):
     With `ahead` (the default), where a load reads the file (a CUDA device, or mode "heap"), the
     first open of a shard of a sharded checkpoint (its NAME.safetensors.index.json beside it),
     or transformers' from_pretrained of a local folder (at the call, before it builds the
-    model), starts loading the files on threads of the block's own (two loads at a time, while
-    there is room for them), so that they are on their way while the consumer works; each file
-    is still read once (_prefetch.py)."""
+    model), starts loading the files on threads of the block's own, while there is room for
+    them, so that they are on their way while the consumer works: a from_pretrained folder as
+    one set in one load (each shard's handle a view of its part), other opens shard by shard,
+    two at a time; each file is still read once (_prefetch.py)."""
     from ._prefetch import Prefetcher
     from . import _parse_device, _parse_mode, _c
     backend, _ = _parse_device(device)
