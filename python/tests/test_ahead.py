@@ -86,14 +86,20 @@ def start_device():
         torch.cuda.mem_get_info(torch.device(DEVICE))
 
 
-def test_next_shards_load_ahead_read_once(shard_set, consumer):
-    start_device()
-    want = own_tensors(shard_set)
-    opens = []                                   # what an open alone reads (its header)
-    for s in shard_set:
+def open_reads(shards):
+    """What an open alone of each shard reads (its header), from the kernel's rchar."""
+    opens = []
+    for s in shards:
         r0 = rchar()
         weightmap.safe_open(s).close()
         opens.append(rchar() - r0)
+    return opens
+
+
+def test_next_shards_load_ahead_read_once(shard_set, consumer):
+    start_device()
+    want = own_tensors(shard_set)
+    opens = open_reads(shard_set)
     index = os.path.join(os.path.dirname(shard_set[0]), "s.safetensors.index.json")
     with weightmap.loading(device=DEVICE, mode=MODE) as ahead:
         before = rchar()     # after the swap, whose walk over sys.modules may import lazily
@@ -209,11 +215,7 @@ def test_a_folder_loads_as_one_set_each_shard_its_own_part(shard_set, consumer):
     start_device()
     want = own_tensors(shard_set)
     once = set_ledger(shard_set)
-    opens = []
-    for s in shard_set:
-        r0 = rchar()
-        weightmap.safe_open(s).close()
-        opens.append(rchar() - r0)
+    opens = open_reads(shard_set)
     index = os.path.join(os.path.dirname(shard_set[0]), "s.safetensors.index.json")
     with weightmap.loading(device=DEVICE, mode=MODE) as ahead:
         before = rchar()
