@@ -369,15 +369,19 @@ typedef int (*wm_progress_fn)(void *user, uint64_t bytes_done, uint64_t bytes_to
 /* wm_read_item.flags: the sink receives the tensor's bytes in one call (offset 0, all nbytes),
  * for a destination that takes a tensor only whole (ggml's CPU repack buffers). */
 #define WM_READ_WHOLE 1u
+/* wm_read_item.flags (added in 1.3): dst is set, but names the memory the sink writes the
+ * tensor's bytes into (nbytes there, a CPU repack buffer's tensor), not a place to read into: the
+ * bytes still go to wm_read_options.sink, and dst is only where WM_READ_PREFAULT faults. */
+#define WM_READ_SINK_WRITES 2u
 
 /* One tensor to read. This struct never grows (the stride of an array of them is part of the
  * ABI); per-item behaviour added later comes as flags. */
 typedef struct wm_read_item {
     size_t tensor;  /* index in the file, as wm_file_tensor numbers them */
-    void *dst;      /* host memory of at least the tensor's nbytes, any alignment; NULL: the
-                       bytes go to wm_read_options.sink */
+    void *dst;      /* host memory of at least the tensor's nbytes, any alignment; NULL (or
+                       WM_READ_SINK_WRITES): the bytes go to wm_read_options.sink */
     void *user;     /* the caller's, handed back with the item (sink) */
-    uint32_t flags; /* WM_READ_WHOLE; other bits must be 0 */
+    uint32_t flags; /* WM_READ_WHOLE, WM_READ_SINK_WRITES; other bits must be 0 */
 } wm_read_item;
 
 /* Receives `len` bytes of `item`'s tensor starting `offset` bytes into it, in a window that is
@@ -396,6 +400,14 @@ typedef enum wm_direct_io {
 
 /* wm_read_options.flags: the sink is called by one thread at a time (reads stay parallel). */
 #define WM_READ_SINK_SERIAL 1u
+/* wm_read_options.flags (added in 1.3): the destinations are fresh memory (anonymous pages not
+ * yet touched, as a runtime's new weight buffers are). One more thread of the engine's faults each
+ * item's destination in (MADV_POPULATE_WRITE, 2 MiB a call) ahead of the reading threads, job by
+ * job in the order they take them, skipping what a reader has begun: the kernel's zeroing of the
+ * new pages runs beside the reads instead of inside their copies. A hint: it writes no byte,
+ * where the system lacks the call (or the thread cannot start) nothing happens, and the thread is
+ * joined before the call returns. */
+#define WM_READ_PREFAULT 2u
 
 /* Grows only at the end (see "the ABI promise"); size 0 is the 1.2 layout. */
 typedef struct wm_read_options {
@@ -403,7 +415,7 @@ typedef struct wm_read_options {
     unsigned threads; /* reading threads, the caller's included; 0 = one per online CPU,
                          at most 64 */
     wm_direct_io direct_io;
-    uint32_t flags;       /* WM_READ_SINK_SERIAL */
+    uint32_t flags;       /* WM_READ_SINK_SERIAL, WM_READ_PREFAULT */
     wm_read_sink_fn sink; /* for items whose dst is NULL; called from the reading threads,
                              concurrently for different pieces unless WM_READ_SINK_SERIAL */
     void *sink_user;

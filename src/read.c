@@ -16,10 +16,14 @@ static wm_status check_items(const wm_file *f, const wm_read_item *items, size_t
             return wm__err(err, WM_EINVAL, 0,
                            "%s: read item %zu names tensor %zu; the file has %zu", f->path, i,
                            it->tensor, f->n_tensors);
-        if (it->flags & ~WM_READ_WHOLE)
+        if (it->flags & ~(WM_READ_WHOLE | WM_READ_SINK_WRITES))
             return wm__err(err, WM_EINVAL, 0, "%s: read item %zu has unknown flags 0x%x", f->path,
                            i, (unsigned)it->flags);
-        if (!it->dst && !o->sink)
+        if ((it->flags & WM_READ_SINK_WRITES) && !it->dst)
+            return wm__err(err, WM_EINVAL, 0,
+                           "%s: read item %zu (tensor '%s') is WM_READ_SINK_WRITES with no dst",
+                           f->path, i, f->names + f->tensors[it->tensor].name_off);
+        if ((!it->dst || (it->flags & WM_READ_SINK_WRITES)) && !o->sink)
             return wm__err(err, WM_EINVAL, 0,
                            "%s: read item %zu (tensor '%s') has no destination and the options "
                            "no sink",
@@ -38,7 +42,7 @@ wm_status wm_file_read_tensors(const wm_file *file, const wm_read_item *items, s
             wm__struct_in(&o, sizeof o, opts, WM__READ_OPTIONS_SIZE_1_2, "wm_read_options", err);
         if (st) return st;
     }
-    if (o.flags & ~WM_READ_SINK_SERIAL)
+    if (o.flags & ~(WM_READ_SINK_SERIAL | WM_READ_PREFAULT))
         return wm__err(err, WM_EINVAL, 0, "%s: wm_read_options has unknown flags 0x%x", file->path,
                        (unsigned)o.flags);
     if ((unsigned)o.direct_io > WM_DIRECT_ON)

@@ -10,9 +10,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Every tensor of f, each into malloc'd memory one byte past an aligned start (any alignment). */
@@ -229,7 +232,7 @@ static wm_status read_once(void *user, wm_error *err) {
 /* The clean run's calls: pages (the job table, the stacks, the windows) and reads, and not one
  * block of the counted allocator, the only way the library reaches malloc. Then every call
  * failed in turn: the documented statuses and nothing held. */
-static void sweep(bool with_sink) {
+static void sweep(bool with_sink, bool prefault) {
     const char *path = wmt_make_model("m.gguf", "--size 12M");
     read_run r = {.f = OPEN_OK(path), .o = WM_READ_OPTIONS_INIT};
     r.h = host_items(r.f);
@@ -239,6 +242,11 @@ static void sweep(bool with_sink) {
         sink_setup(r.f, &r.h, &s, 0);
         r.o.sink = sink;
         r.o.sink_user = &s;
+    }
+    if (prefault) { /* every other item through the sink into memory it names (SINK_WRITES) */
+        r.o.flags = WM_READ_PREFAULT;
+        for (size_t i = 0; with_sink && i < r.h.n; i += 2)
+            r.h.items[i].dst = s.mem[i], r.h.items[i].flags = WM_READ_SINK_WRITES;
     }
     r.o.threads = 3;
     wmt_sweep sw = {.what = "wm_file_read_tensors",
@@ -261,8 +269,114 @@ static void sweep(bool with_sink) {
     wm_file_close(r.f);
 }
 
-WM_TEST(fault_sweep_host) { sweep(false); }
-WM_TEST(fault_sweep_sink) { sweep(true); }
+WM_TEST(fault_sweep_host) { sweep(false, false); }
+WM_TEST(fault_sweep_sink) { sweep(true, false); }
+/* the prefaulting thread's start failed too: a hint, so the read goes on without it */
+WM_TEST(fault_sweep_prefault) { sweep(true, true); }
+
+/* ---- WM_READ_PREFAULT ----
+ * One reading thread, three items: A through the sink, B through the sink into memory it names
+ * (WM_READ_SINK_WRITES), C read in place; B's and C's memory fresh anonymous pages. The sink,
+ * called for A's first piece, holds the only reader there until every whole page of B and C is
+ * resident (mincore), which only another thread can have done: the prefaulting thread, faulting
+ * the destinations of the jobs no reader has taken. Without the flag the same moment finds them
+ * not resident. Then the bytes are the file's and nothing is held. */
+typedef struct ahead_rec {
+    unsigned char *dst[2]; /* B's and C's */
+    size_t len[2];
+    unsigned char *a_mem, *b_mem; /* where the sink copies A's and B's bytes */
+    const wm_read_item *items;
+    bool wait, resident; /* wait: hold until resident; resident: what A's first call saw */
+    _Atomic int calls;
+} ahead_rec;
+
+static size_t resident_pages(unsigned char *p, size_t len) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), n = len / page, in = 0;
+    unsigned char *v = malloc(n ? n : 1);
+    CHECK(mincore(p, n * page, v) == 0);
+    for (size_t i = 0; i < n; i++)
+        in += v[i] & 1;
+    free(v);
+    return in;
+}
+
+static bool ahead_resident(const ahead_rec *r) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    return resident_pages(r->dst[0], r->len[0] / page * page) == r->len[0] / page &&
+           resident_pages(r->dst[1], r->len[1] / page * page) == r->len[1] / page;
+}
+
+static int ahead_sink(void *user, const wm_read_item *item, uint64_t offset, const void *bytes,
+                      size_t len) {
+    ahead_rec *r = user;
+    if (item == &r->items[0] && atomic_fetch_add(&r->calls, 1) == 0) {
+        struct timespec t0, t;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        do {
+            r->resident = ahead_resident(r);
+            clock_gettime(CLOCK_MONOTONIC, &t);
+            if (r->wait && !r->resident) sched_yield();
+        } while (r->wait && !r->resident && t.tv_sec - t0.tv_sec < 60); /* a deadlock guard */
+    }
+    memcpy((item == &r->items[0] ? r->a_mem : r->b_mem) + offset, bytes, len);
+    return 0;
+}
+
+static void read_ahead_case(const char *path, wm_file *f, bool prefault) {
+    size_t idx[3], n_found = 0, count = wm_file_tensor_count(f);
+    for (size_t i = 0; i < count && n_found < 3; i++) {
+        wm_tensor_info t;
+        wm_file_tensor(f, i, &t);
+        if (t.nbytes >= ((size_t)64 << 10)) idx[n_found++] = i;
+    }
+    CHECK_EQ(n_found, 3);
+    wm_tensor_info ti[3];
+    for (int k = 0; k < 3; k++)
+        wm_file_tensor(f, idx[k], &ti[k]);
+    ahead_rec r = {.wait = prefault};
+    for (int k = 0; k < 2; k++) {
+        r.len[k] = ti[k + 1].nbytes;
+        r.dst[k] = mmap(NULL, r.len[k], PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        CHECK(r.dst[k] != MAP_FAILED);
+        (void)madvise(r.dst[k], r.len[k], MADV_NOHUGEPAGE); /* page by page, as counted */
+    }
+    r.a_mem = malloc(ti[0].nbytes);
+    r.b_mem = r.dst[0]; /* B's sink writes where B's item says */
+    CHECK_EQ(resident_pages(r.dst[0], r.len[0]) + resident_pages(r.dst[1], r.len[1]), 0);
+    wm_read_item items[3] = {{.tensor = idx[0]},
+                             {.tensor = idx[1], .dst = r.dst[0], .flags = WM_READ_SINK_WRITES},
+                             {.tensor = idx[2], .dst = r.dst[1]}};
+    r.items = items;
+    wm_read_options o = WM_READ_OPTIONS_INIT;
+    o.threads = 1;
+    o.flags = prefault ? WM_READ_PREFAULT : 0;
+    o.sink = ahead_sink;
+    o.sink_user = &r;
+    wm_error err;
+    CHECK_MSG(wm_file_read_tensors(f, items, 3, &o, &err) == WM_OK, "%s", err.msg);
+    CHECK_MSG(r.resident == prefault,
+              "with%s WM_READ_PREFAULT, B's and C's pages were%s resident while the only reader "
+              "was still in A",
+              prefault ? "" : "out", r.resident ? "" : " not");
+    CHECK_EQ(scratch_now(), 0); /* the thread's stack given back */
+    size_t len;
+    unsigned char *file = wmt_read_file(path, &len);
+    CHECK(memcmp(r.a_mem, file + ti[0].offset, ti[0].nbytes) == 0);
+    CHECK(memcmp(r.dst[0], file + ti[1].offset, ti[1].nbytes) == 0);
+    CHECK(memcmp(r.dst[1], file + ti[2].offset, ti[2].nbytes) == 0);
+    free(file);
+    free(r.a_mem);
+    munmap(r.dst[0], r.len[0]);
+    munmap(r.dst[1], r.len[1]);
+}
+
+WM_TEST(prefault_runs_ahead_of_the_readers) {
+    const char *path = wmt_make_model("m.gguf", "--size 24M");
+    wm_file *f = OPEN_OK(path);
+    read_ahead_case(path, f, false);
+    read_ahead_case(path, f, true);
+    wm_file_close(f);
+}
 
 /* ---- refusals ---- */
 
@@ -289,6 +403,10 @@ WM_TEST(refusals_name_the_item) {
     check_refused(f, &no_dst, 1, NULL, WM_EINVAL, "has no destination");
     wm_read_item flags = {.tensor = 0, .dst = buf, .flags = 0x8};
     check_refused(f, &flags, 1, NULL, WM_EINVAL, "unknown flags 0x8");
+    wm_read_item sink_writes = {.tensor = 0, .flags = WM_READ_SINK_WRITES};
+    check_refused(f, &sink_writes, 1, NULL, WM_EINVAL, "is WM_READ_SINK_WRITES with no dst");
+    sink_writes.dst = buf; /* the bytes go to a sink, and there is none */
+    check_refused(f, &sink_writes, 1, NULL, WM_EINVAL, "the options no sink");
     wm_read_options o = WM_READ_OPTIONS_INIT;
     o.flags = 0x10;
     wm_read_item ok = {.tensor = 0, .dst = buf};

@@ -190,6 +190,7 @@ typedef struct run_ctx {
     size_t window_each;
     bool serial;     /* sink calls one at a time, under sink_lock */
     bool report_end; /* wm__read_items: progress once more at the end, from the calling thread */
+    bool prefault;   /* WM_READ_PREFAULT: a thread faults the destinations in ahead (prefault) */
     wm_os_mutex sink_lock;
 } run_ctx;
 
@@ -367,6 +368,35 @@ static void work(run_ctx *c, bool main) {
 
 static void work_scope(void *arg) { work(arg, false); }
 
+/* WM_READ_PREFAULT: where a job's bytes land in host memory, the engine's or the sink's. */
+static unsigned char *job_dst(const wm__job *j) {
+    if (j->dst) return j->dst;
+    const wm_read_item *it = j->item;
+    if (it && (it->flags & WM_READ_SINK_WRITES)) return (unsigned char *)it->dst + j->item_off;
+    return NULL;
+}
+
+/* The prefaulting thread: job by job from the first no reader has taken, each destination's
+ * whole pages faulted in 2 MiB at a time, moving on as soon as a reader takes the job (its copy
+ * faults the rest). Ends when every job is taken or the read failed; writes no byte. */
+#define PREFAULT_STEP ((uintptr_t)2 << 20)
+
+static void prefault(void *arg) {
+    run_ctx *c = arg;
+    uintptr_t page = wm__os_page_size();
+    for (size_t i = atomic_load(&c->next); i < c->n && !atomic_load(&c->failed);) {
+        const wm__job *j = &c->jobs[i];
+        unsigned char *d = job_dst(j);
+        uintptr_t lo = ((uintptr_t)d + page - 1) / page * page;
+        uintptr_t hi = ((uintptr_t)d + j->len * j->rows) / page * page;
+        for (uintptr_t a = lo; d && a < hi && atomic_load(&c->next) <= i; a += PREFAULT_STEP)
+            wm__os_advise((void *)a, (size_t)(hi - a < PREFAULT_STEP ? hi - a : PREFAULT_STEP),
+                          WM_OS_ADV_POPULATE_WRITE);
+        size_t taken = atomic_load(&c->next);
+        i = taken > i + 1 ? taken : i + 1;
+    }
+}
+
 /* The reader, with the sink of wm__read_items (sink NULL: every job has a destination). */
 static wm_status run_jobs(wm_model *m, const wm__job *jobs, size_t n, unsigned flags,
                           const wm_read_options *sink, size_t window_each, wm_error *err) {
@@ -382,6 +412,7 @@ static wm_status run_jobs(wm_model *m, const wm__job *jobs, size_t n, unsigned f
         c.window_each = window_each;
         c.serial = (sink->flags & WM_READ_SINK_SERIAL) != 0;
         c.report_end = true;
+        c.prefault = (sink->flags & WM_READ_PREFAULT) != 0;
         int e = c.serial ? wm__os_mutex_init(&c.sink_lock) : 0;
         if (e)
             return wm__err(err, WM_ENOMEM, e, "%s: cannot make the sink's lock: %s", m->file->path,
@@ -407,9 +438,13 @@ static wm_status run_jobs(wm_model *m, const wm__job *jobs, size_t n, unsigned f
     wm_os_thread th[WM__MAX_THREADS];
     wm__crew crew = {.fn = work_scope, .arg = &c, .th = th};
     wm_error ferr;
+    wm_os_thread pth[1];
+    wm__crew ahead = {.fn = prefault, .arg = &c, .th = pth};
+    if (c.prefault && wm__crew_start(m, &ahead, 1, &ferr)) wm__crew_join(&ahead); /* a hint */
     if (threads > 1 && wm__crew_start(m, &crew, threads - 1, &ferr)) fail_run(&c, &ferr);
     work(&c, true);
     wm__crew_join(&crew);
+    wm__crew_join(&ahead); /* every job taken (or the read failed): it has stopped or will */
     /* The calling thread reports progress after each job it did; where the workers took every
      * job it did none, so the caller hears the end (and may still cancel) once more here. */
     if (c.report_end && !atomic_load(&c.failed) && wm__progress(m, c.total, c.total)) {
@@ -505,8 +540,13 @@ wm_status wm__chunk_jobs(wm_model *m, uint32_t ci, unsigned char *base, wm__job 
 #define DEFAULT_WINDOW ((size_t)64 << 20)
 #define MIN_WINDOW_EACH ((size_t)1 << 20)
 
+/* Where the engine reads an item's bytes itself: its dst, unless the sink writes there. */
+static unsigned char *read_dst(const wm_read_item *it) {
+    return it->flags & WM_READ_SINK_WRITES ? NULL : it->dst;
+}
+
 static size_t item_piece(const wm_read_item *it, uint64_t nbytes, size_t window_each) {
-    if (it->dst) return WM_JOB_BYTES;
+    if (read_dst(it)) return WM_JOB_BYTES;
     if (it->flags & WM_READ_WHOLE) return nbytes > SIZE_MAX ? SIZE_MAX : (size_t)nbytes;
     return window_each;
 }
@@ -534,7 +574,7 @@ static void fill_jobs(const wm_file *f, const wm_read_item *items, size_t n, siz
             jobs[k++] = (wm__job){.shard = t->shard,
                                   .file_off = t->offset + off,
                                   .len = len,
-                                  .dst = items[i].dst ? (unsigned char *)items[i].dst + off : NULL,
+                                  .dst = read_dst(&items[i]) ? read_dst(&items[i]) + off : NULL,
                                   .from = (wm_type)t->type,
                                   .to = (wm_type)t->type,
                                   .tensor = (uint32_t)items[i].tensor,
