@@ -835,7 +835,12 @@ static wm_status make_items(load *l, wm_error *err) {
                 l->stats.in_place++;
             } else {
                 l->stats.windowed++;
-                if (buft && is_extra(&l->x, buft)) it->flags = WM_READ_WHOLE, l->stats.repacked++;
+                if (buft && is_extra(&l->x, buft)) {
+                    /* the sink's ggml_backend_tensor_set repacks into t->data (CPU memory) */
+                    it->dst = t->data;
+                    it->flags = WM_READ_WHOLE | WM_READ_SINK_WRITES;
+                    l->stats.repacked++;
+                }
                 ggml_backend_dev_t dev = buft ? ggml_backend_buft_get_device(buft) : NULL;
                 if (dev && ggml_backend_dev_type(dev) != GGML_BACKEND_DEVICE_TYPE_CPU)
                     l->serial = true;
@@ -892,6 +897,7 @@ static wm_status read_all(load *l, wm_error *err) {
     ro.direct_io = l->o.direct_io;
     ro.window = l->o.window;
     ro.flags = l->serial ? WM_READ_SINK_SERIAL : 0;
+    if (l->o.prefault == WM_LLAMA_PREFAULT_AUTO) ro.flags |= WM_READ_PREFAULT;
     ro.sink = to_buffer;
     ro.progress = on_progress;
     ro.progress_user = l;
@@ -1013,6 +1019,8 @@ static wm_status load_model(load *l, const wm_file *file, const struct llama_mod
     if (!st)
         st = choice(l, "buffers", (int)l->o.buffers, WM_LLAMA_BUFFERS_LLAMA, "AUTO, LLAMA", err);
     if (!st) st = choice(l, "trim", (int)l->o.trim, WM_LLAMA_TRIM_OFF, "AUTO, OFF", err);
+    if (!st)
+        st = choice(l, "prefault", (int)l->o.prefault, WM_LLAMA_PREFAULT_OFF, "AUTO, OFF", err);
     if (!st) st = check_file(file, err);
     if (st) return st;
     l->p = params ? *params : llama_model_default_params();

@@ -75,9 +75,9 @@ extern "C" {
 #endif
 
 #define WM_VERSION_MAJOR 1
-#define WM_VERSION_MINOR 2
+#define WM_VERSION_MINOR 3
 #define WM_VERSION_PATCH 0
-#define WM_VERSION_STRING "1.2.0"
+#define WM_VERSION_STRING "1.3.0"
 /* MAJOR * 1000000 + MINOR * 1000 + PATCH, e.g. 1000000 for 1.0.0 (as wm_version_number). */
 #define WM_VERSION_NUMBER (WM_VERSION_MAJOR * 1000000 + WM_VERSION_MINOR * 1000 + WM_VERSION_PATCH)
 
@@ -408,6 +408,8 @@ typedef enum wm_direct_io {
  * where the system lacks the call (or the thread cannot start) nothing happens, and the thread is
  * joined before the call returns. */
 #define WM_READ_PREFAULT 2u
+/* (WM_READ_SINK_WRITES and WM_READ_PREFAULT need a 1.3 library, wm_version_number() >= 1003000:
+ * a 1.2 library refuses them as unknown flags, WM_EINVAL, before it reads anything.) */
 
 /* Grows only at the end (see "the ABI promise"); size 0 is the 1.2 layout. */
 typedef struct wm_read_options {

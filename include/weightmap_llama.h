@@ -109,6 +109,17 @@ typedef enum wm_llama_trim {
     WM_LLAMA_TRIM_OFF = 1   /* leave the allocator's caches as they are */
 } wm_llama_trim;
 
+/* wm_llama_options.prefault (added in 1.3): the weight buffers are fresh memory, which the kernel
+ * zeroes page by page as the reads first write it (on the development VM most of a cold load's
+ * CPU time: bench/RESULTS.md, "llama"). AUTO has one more thread of the reading engine fault the
+ * host buffers in (wm_read_options' WM_READ_PREFAULT: MADV_POPULATE_WRITE, 2 MiB a call, ahead of
+ * the reads, the repacked tensors' buffers too), so that the zeroing runs beside the disk's
+ * reads instead of inside the copies. It writes no byte and holds nothing after the load. */
+typedef enum wm_llama_prefault {
+    WM_LLAMA_PREFAULT_AUTO = 0, /* fault host buffers in ahead of the reads */
+    WM_LLAMA_PREFAULT_OFF = 1   /* the reads' copies fault them, as llama.cpp's own loader does */
+} wm_llama_prefault;
+
 /* Grows only at the end (weightmap.h, "the ABI promise"); NULL for every default, or start from
  * WM_LLAMA_OPTIONS_INIT. */
 typedef struct wm_llama_options {
@@ -123,6 +134,8 @@ typedef struct wm_llama_options {
     /* added with the bridge's own buffers (a caller of the older header: both AUTO) */
     wm_llama_buffers buffers;
     wm_llama_trim trim;
+    /* added in 1.3 (a caller of an older header: AUTO) */
+    wm_llama_prefault prefault;
 } wm_llama_options;
 
 #define WM_LLAMA_OPTIONS_INIT WM_SIZED_INIT(wm_llama_options)

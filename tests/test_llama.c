@@ -364,6 +364,11 @@ WM_TEST(refusals_of_arguments) {
     CHECK_STATUS(wm_llama_load(wmt_fixture("gguf/stories260K.gguf"), NULL, &o, &m, &err),
                  WM_EINVAL);
     CHECK_MSG_HAS(err, "trim 9");
+    o = (wm_llama_options)WM_LLAMA_OPTIONS_INIT;
+    o.prefault = (wm_llama_prefault)4;
+    CHECK_STATUS(wm_llama_load(wmt_fixture("gguf/stories260K.gguf"), NULL, &o, &m, &err),
+                 WM_EINVAL);
+    CHECK_MSG_HAS(err, "prefault 4");
     /* a caller of the header before `buffers` and `trim`: its size ends before them, and what
      * lies past it is not read (both AUTO: the bridge's own buffers) */
     wm_llama_stats st = WM_LLAMA_STATS_INIT;
