@@ -218,6 +218,7 @@ static double preads(const char *path, uint64_t data, uint64_t size, int threads
 enum {
     C_WM,
     C_WM_NOPF,
+    C_WM_NOPFT,
     C_READ,
     C_MMAP,
     C_DIRECT,
@@ -230,6 +231,7 @@ enum {
 };
 static const char *const load_names[N_LOAD] = {"wm_llama_load",
                                                "wm_llama_load, prefault off",
+                                               "wm_llama_load, prefetch off",
                                                "llama.cpp read (load_mode 0)",
                                                "llama.cpp mmap (load_mode 1)",
                                                "llama.cpp direct I/O (load_mode 4)",
@@ -253,7 +255,7 @@ static double load_once(int c, const char *path, uint64_t data, uint64_t size) {
     p.n_gpu_layers = 0;
     struct llama_model *m = NULL;
     double t0 = bench_now_ms();
-    if (c == C_WM || c == C_WM_NOPF) {
+    if (c == C_WM || c == C_WM_NOPF || c == C_WM_NOPFT) {
         wm_error err;
         wm_llama_stats st = WM_LLAMA_STATS_INIT;
         wm_llama_options o = WM_LLAMA_OPTIONS_INIT;
@@ -261,15 +263,16 @@ static double load_once(int c, const char *path, uint64_t data, uint64_t size) {
         const char *th = getenv("WM_BENCH_THREADS");
         if (th) o.threads = (unsigned)atoi(th);
         if (c == C_WM_NOPF) o.prefault = WM_LLAMA_PREFAULT_OFF;
+        if (c == C_WM_NOPFT) o.prefetch = WM_LLAMA_PREFETCH_OFF;
         if (wm_llama_load(path, &p, &o, &m, &err) != WM_OK) {
             fprintf(stderr, "llama: %s\n", err.msg);
             return -1;
         }
         fprintf(stderr,
-                "  wm_llama_load: model %.1f ms, reads %.1f ms, trim %.2f ms; %.1f MiB in its own "
-                "buffers\n",
-                st.seconds_model * 1e3, st.seconds_read * 1e3, st.seconds_trim * 1e3,
-                (double)st.bytes_own / 1048576.0);
+                "  %s: model %.1f ms, reads %.1f ms, trim %.2f ms; %.1f MiB in its own buffers, "
+                "%.1f MiB prefetched\n",
+                load_names[c], st.seconds_model * 1e3, st.seconds_read * 1e3, st.seconds_trim * 1e3,
+                (double)st.bytes_own / 1048576.0, (double)st.bytes_prefetched / 1048576.0);
     } else {
         p.load_mode = c == C_READ ? 0 : c == C_MMAP ? 1 : 4;
         m = llama_model_load_from_file(path, p);
@@ -346,9 +349,10 @@ static void print_load(const char *path, uint64_t bytes, double v[2][N_LOAD][MAX
            s[0][C_DIRECT].median / s[0][C_WM].median, s[0][C_FRESH].median / s[0][C_WM].median,
            s[0][C_MEM].median / s[0][C_WM].median);
     printf("- cold: wm_llama_load %.2fx the disk (target >= 0.95x: %s), %.2fx with prefault off, "
-           "%.2fx the disk read into fresh memory, %.2fx the disk read into 4 KiB pages; "
-           "llama.cpp read %.2fx, mmap %.2fx, direct I/O %.2fx of the disk\n",
+           "%.2fx with prefetch off, %.2fx the disk read into fresh memory, %.2fx the disk read "
+           "into 4 KiB pages; llama.cpp read %.2fx, mmap %.2fx, direct I/O %.2fx of the disk\n",
            cold, cold >= 0.95 ? "met" : "NOT met", s[1][C_DISK].median / s[1][C_WM_NOPF].median,
+           s[1][C_DISK].median / s[1][C_WM_NOPFT].median,
            s[1][C_DISK_FRESH].median / s[1][C_WM].median,
            s[1][C_DISK_4K].median / s[1][C_WM].median, s[1][C_DISK].median / s[1][C_READ].median,
            s[1][C_DISK].median / s[1][C_MMAP].median, s[1][C_DISK].median / s[1][C_DIRECT].median);

@@ -754,7 +754,8 @@ typedef struct load {
     record rec;
     wm_read_item *items;
     size_t n_items, items_len;
-    bool serial; /* some buffer is on a device other than the CPU: one upload at a time */
+    bool serial;       /* some buffer is on a device other than the CPU: one upload at a time */
+    wm_file *own_file; /* wm_llama_load's own open of the file (prefetch), else NULL */
     wm_llama_stats stats;
 } load;
 
@@ -1021,8 +1022,16 @@ static wm_status load_model(load *l, const wm_file *file, const struct llama_mod
     if (!st) st = choice(l, "trim", (int)l->o.trim, WM_LLAMA_TRIM_OFF, "AUTO, OFF", err);
     if (!st)
         st = choice(l, "prefault", (int)l->o.prefault, WM_LLAMA_PREFAULT_OFF, "AUTO, OFF", err);
+    if (!st)
+        st = choice(l, "prefetch", (int)l->o.prefetch, WM_LLAMA_PREFETCH_OFF, "AUTO, OFF", err);
     if (!st) st = check_file(file, err);
     if (st) return st;
+    if (l->own_file && l->o.prefetch == WM_LLAMA_PREFETCH_AUTO && l->o.direct_io != WM_DIRECT_OFF) {
+        /* the disk's work while llama.cpp makes the model; read_all's read drops it again, and
+         * on a failure wm_llama_load's close does */
+        uint64_t want = wm_file_tensor_bytes(file) / 8, most = (uint64_t)128 << 20;
+        l->stats.bytes_prefetched = wm_file_prefetch(l->own_file, want < most ? want : most);
+    }
     l->p = params ? *params : llama_model_default_params();
     l->stats.size = sizeof l->stats;
     struct llama_model *model = NULL;
@@ -1066,6 +1075,7 @@ wm_status wm_llama_load(const char *path, const struct llama_model_params *param
     if (st) return st;
     load l;
     memset(&l, 0, sizeof l);
+    l.own_file = f;
     st = load_model(&l, f, params, opts, out, err);
     wm_file_close(f);
     double t = options_read(&l) ? trim(&l.o) : 0;

@@ -433,6 +433,19 @@ typedef struct wm_read_options {
 
 #define WM_READ_OPTIONS_INIT WM_SIZED_INIT(wm_read_options)
 
+/* Prefetch (added in 1.3). Starts the kernel reading up to `bytes` of the file's tensor data
+ * into the page cache, from the start of its data (shard by shard, in order), and returns at
+ * once: for a caller with other work to do before it can read, such as the llama.cpp bridge
+ * while llama.cpp makes the model (the destinations do not exist yet), so that the disk works
+ * meanwhile. Only a cold file: where a quarter or more of the range is cached already, nothing.
+ * What it asked for is the file's to give back: the next wm_file_read_tensors reads those bytes
+ * from the cache and then drops them from it (POSIX_FADV_DONTNEED), so that a cold load leaves
+ * the page cache as it found it, and wm_file_close drops what no read took. A hint: returns the
+ * bytes asked for, 0 for none (a warm file, a second call before the read, a system without the
+ * call, NULL), rounded out to whole pages. Not concurrently with another wm_file_prefetch or a
+ * read of the same file. */
+WM_API uint64_t wm_file_prefetch(wm_file *file, uint64_t bytes);
+
 /* Reads the tensors items[0 .. n) names, each into item.dst or through opts->sink, in parallel
  * (pieces of at most 8 MiB, opts->threads threads: the calling thread and workers that live
  * only during the call, with stacks the library maps itself). The calling thread allocates

@@ -63,7 +63,10 @@ void wm__file_unref(wm_file *f) {
     if (f && atomic_fetch_sub(&f->refs, 1) == 1) wm__file_free(f);
 }
 
-void wm_file_close(wm_file *file) { wm__file_unref(file); }
+void wm_file_close(wm_file *file) {
+    if (file) wm__file_prefetch_drop(file);
+    wm__file_unref(file);
+}
 
 /* ---- file and tensor getters ---- */
 

@@ -124,6 +124,7 @@ typedef struct wm__shard {
     uint64_t data_offset;
 } wm__shard;
 
+#define WM__PREFETCH_RANGES 4
 struct wm_file {
     wm_format format;
     uint32_t version;
@@ -159,6 +160,17 @@ struct wm_file {
     /* Holders: the opener (until wm_file_close) and each loaded model (until its release). The
      * last to let go frees the file, so closing before releasing is safe. */
     _Atomic unsigned refs;
+
+    /* wm_file_prefetch (read.c): the ranges it asked the kernel to read, live while pf_live is
+     * 1, dropped from the page cache by the next wm_file_read_tensors or by wm_file_close. */
+    struct {
+        uint32_t shard;
+        uint64_t off, len;
+    } pf[WM__PREFETCH_RANGES];
+    uint32_t pf_n;
+    _Atomic int pf_live;
+    wm_os_thread pf_thread; /* the thread that asks (the kernel's submission can block) */
+    bool pf_thread_live;
 };
 
 /* Parsers (src/format/). Each fills a zeroed wm_file whose shards[0] is open; on failure the
@@ -205,6 +217,8 @@ void wm__file_free(wm_file *f);
  * holder. Accepts NULL. */
 wm_file *wm__file_ref(wm_file *f);
 void wm__file_unref(wm_file *f);
+/* Drops what wm_file_prefetch brought into the page cache, once (read.c). */
+void wm__file_prefetch_drop(wm_file *f);
 
 /* ---- helpers ---- */
 

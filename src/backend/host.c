@@ -378,7 +378,11 @@ static unsigned char *job_dst(const wm__job *j) {
 
 /* The prefaulting thread: job by job from the first no reader has taken, each destination's
  * whole pages faulted in 2 MiB at a time, moving on as soon as a reader takes the job (its copy
- * faults the rest). Ends when every job is taken or the read failed; writes no byte. */
+ * faults the rest). Only jobs whose bytes the disk must read (not in the page cache): there a
+ * reader waits for the disk and a CPU is free, while a cached job's reader copies at memory
+ * speed and faults its own pages faster than one thread ahead of many could (on the H200 host,
+ * 16 readers of a warm file: 326 ms with every job prefaulted, 235 without). Ends when every job
+ * is taken or the read failed; writes no byte. */
 #define PREFAULT_STEP ((uintptr_t)2 << 20)
 
 static void prefault(void *arg) {
@@ -387,6 +391,10 @@ static void prefault(void *arg) {
     for (size_t i = atomic_load(&c->next); i < c->n && !atomic_load(&c->failed);) {
         const wm__job *j = &c->jobs[i];
         unsigned char *d = job_dst(j);
+        uint64_t cached = 0;
+        int fd = c->m->file->shards[j->shard].fd;
+        if (d && (wm__os_cached(fd, j->file_off, j->len, &cached) != 0 || cached * 2 >= j->len))
+            d = NULL; /* warm (or unknown): the reader is quick there */
         uintptr_t lo = ((uintptr_t)d + page - 1) / page * page;
         uintptr_t hi = ((uintptr_t)d + j->len * j->rows) / page * page;
         for (uintptr_t a = lo; d && a < hi && atomic_load(&c->next) <= i; a += PREFAULT_STEP)
