@@ -442,8 +442,9 @@ typedef struct wm_read_options {
  * from the cache and then drops them from it (POSIX_FADV_DONTNEED), so that a cold load leaves
  * the page cache as it found it, and wm_file_close drops what no read took. A hint: returns the
  * bytes asked for, 0 for none (a warm file, a second call before the read, a system without the
- * call, NULL), rounded out to whole pages. Not concurrently with another wm_file_prefetch or a
- * read of the same file. */
+ * call, NULL), rounded out to whole pages. The thread that asks (its stack counted as scratch in
+ * the ledger) is joined by that read or close. Not concurrently with another wm_file_prefetch or
+ * a read of the same file. */
 WM_API uint64_t wm_file_prefetch(wm_file *file, uint64_t bytes);
 
 /* Reads the tensors items[0 .. n) names, each into item.dst or through opts->sink, in parallel
