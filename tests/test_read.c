@@ -294,7 +294,7 @@ typedef struct ahead_rec {
 static size_t resident_pages(unsigned char *p, size_t len) {
     size_t page = (size_t)sysconf(_SC_PAGESIZE), n = len / page, in = 0;
     unsigned char *v = malloc(n ? n : 1);
-    CHECK(mincore(p, n * page, v) == 0);
+    CHECK(mincore(p, n * page, (void *)v) == 0); /* Darwin: char * */
     for (size_t i = 0; i < n; i++)
         in += v[i] & 1;
     free(v);
@@ -339,7 +339,9 @@ static void read_ahead_case(const char *path, wm_file *f, bool prefault) {
         r.len[k] = ti[k + 1].nbytes;
         r.dst[k] = mmap(NULL, r.len[k], PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         CHECK(r.dst[k] != MAP_FAILED);
+#ifdef MADV_NOHUGEPAGE
         (void)madvise(r.dst[k], r.len[k], MADV_NOHUGEPAGE); /* page by page, as counted */
+#endif
     }
     r.a_mem = malloc(ti[0].nbytes);
     r.b_mem = r.dst[0]; /* B's sink writes where B's item says */
