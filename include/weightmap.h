@@ -437,7 +437,7 @@ typedef struct wm_read_options {
  * into the page cache, from the start of its data (shard by shard, in order), and returns at
  * once: for a caller with other work to do before it can read, such as the llama.cpp bridge
  * while llama.cpp makes the model (the destinations do not exist yet), so that the disk works
- * meanwhile. Only a cold file: where a quarter or more of the range is cached already, nothing.
+ * meanwhile. Only a cold file: where a quarter or more of a shard's tensor data is cached, nothing.
  * What it asked for is the file's to give back: the next wm_file_read_tensors reads those bytes
  * from the cache and then drops them from it (POSIX_FADV_DONTNEED), so that a cold load leaves
  * the page cache as it found it, and wm_file_close drops what no read took. A hint: returns the

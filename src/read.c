@@ -59,12 +59,14 @@ uint64_t wm_file_prefetch(wm_file *f, uint64_t bytes) {
                     b = f->tensors[t].offset + f->tensors[t].nbytes;
             }
         if (b <= a) continue;
+        /* A warm file needs none. Asked of the shard's whole tensor data, not of the range: the
+         * open's header read has the kernel's readahead bring in the first megabytes after the
+         * header (up to its window, 8 MiB here), which may be much of a small range. */
+        if (wm__os_cached(sh->fd, a, b - a, &cached) != 0 || cached > (b - a) / 4) break;
         uint64_t len = b - a < left ? b - a : left, page = wm__os_page_size();
         /* whole pages: WILLNEED reads the edge pages whole, and DONTNEED drops only whole ones */
         len = (a + len + page - 1) / page * page - a / page * page;
         a = a / page * page;
-        /* a warm file needs none; the open's own readahead may have brought a few pages in */
-        if (wm__os_cached(sh->fd, a, len, &cached) != 0 || cached > len / 4) break;
         f->pf[n].shard = s;
         f->pf[n].off = a;
         f->pf[n].len = len;

@@ -369,6 +369,11 @@ WM_TEST(refusals_of_arguments) {
     CHECK_STATUS(wm_llama_load(wmt_fixture("gguf/stories260K.gguf"), NULL, &o, &m, &err),
                  WM_EINVAL);
     CHECK_MSG_HAS(err, "prefault 4");
+    o = (wm_llama_options)WM_LLAMA_OPTIONS_INIT;
+    o.prefetch = (wm_llama_prefetch)3;
+    CHECK_STATUS(wm_llama_load(wmt_fixture("gguf/stories260K.gguf"), NULL, &o, &m, &err),
+                 WM_EINVAL);
+    CHECK_MSG_HAS(err, "prefetch 3");
     /* a caller of the header before `buffers` and `trim`: its size ends before them, and what
      * lies past it is not read (both AUTO: the bridge's own buffers) */
     wm_llama_stats st = WM_LLAMA_STATS_INIT;
@@ -473,7 +478,39 @@ WM_TEST(cold_file_loads_direct) {
         same(&cold, &warm, "cold vs warm");
         free(cold.first);
     }
+    /* wm_llama_load opens the file itself and has the kernel read the start of its tensor data
+     * while llama.cpp makes the model (prefetch: an eighth of it here); the read takes those
+     * bytes from the cache and drops them, so the load still leaves the cache cold. (On a model
+     * of 64 MiB: on a small one the open's own readahead already brings in much of the data, and
+     * a file a quarter cached is not prefetched.) */
     free(warm.first);
+    path = wmt_make_model("m64.gguf", "--size 64M");
+    by_bridge(path, WM_LLAMA_UPLOAD_AUTO, WM_LLAMA_BUFFERS_AUTO, &s, &warm);
+    s = (wm_llama_stats)WM_LLAMA_STATS_INIT;
+    wm_file *f = OPEN_OK(path);
+    uint64_t size = wm_file_size(f), data = wm_file_data_offset(f);
+    wm_file_close(f);
+    wmt_make_cold(path, 0, 0);
+    struct llama_model_params p = cpu_params();
+    wm_llama_options o = WM_LLAMA_OPTIONS_INIT;
+    o.threads = 2;
+    o.stats = &s;
+    struct llama_model *m = NULL;
+    wm_error err;
+    CHECK_MSG(wm_llama_load(path, &p, &o, &m, &err) == WM_OK, "%s", err.msg);
+    CHECK(s.bytes_prefetched >= (size - data) / 8);
+    uint64_t cached = wmt_cached_bytes(path, data, size - data);
+    CHECK_MSG(cached < (size - data) / 8,
+              "%llu of %llu bytes of the cold model stayed in the page cache after a load "
+              "that prefetched %llu",
+              (unsigned long long)cached, (unsigned long long)(size - data),
+              (unsigned long long)s.bytes_prefetched);
+    greedy(m, &cold);
+    llama_model_free(m);
+    same(&cold, &warm, "cold (prefetched) vs warm");
+    free(cold.first);
+    free(warm.first);
+    CHECK_LEDGER_EMPTY();
 }
 
 /* ---- GGUF split sets ---- */
