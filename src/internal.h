@@ -169,8 +169,8 @@ struct wm_file {
     } pf[WM__PREFETCH_RANGES];
     uint32_t pf_n;
     _Atomic int pf_live;
-    wm_os_thread pf_thread; /* the thread that asks (the kernel's submission can block) */
-    bool pf_thread_live;
+    wm_os_thread pf_thread; /* the thread that asks (the kernel's submission can block): it
+                               lives exactly while pf_live is 1 */
 };
 
 /* Parsers (src/format/). Each fills a zeroed wm_file whose shards[0] is open; on failure the

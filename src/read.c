@@ -77,19 +77,15 @@ uint64_t wm_file_prefetch(wm_file *f, uint64_t bytes) {
     f->pf_n = n;
     if (n == 0 || wm__os_thread_start(&f->pf_thread, prefetch_main, f) != 0) return 0;
     wm__ledger_acquire(WM_LEDGER_SCRATCH, f->pf_thread.stack_len);
-    f->pf_thread_live = true;
     atomic_store(&f->pf_live, 1);
     return asked;
 }
 
 void wm__file_prefetch_drop(wm_file *f) {
     if (!atomic_exchange(&f->pf_live, 0)) return;
-    if (f->pf_thread_live) {
-        size_t len = f->pf_thread.stack_len;
-        wm__os_thread_join(&f->pf_thread);
-        wm__ledger_release(WM_LEDGER_SCRATCH, len);
-        f->pf_thread_live = false;
-    }
+    size_t len = f->pf_thread.stack_len;
+    wm__os_thread_join(&f->pf_thread);
+    wm__ledger_release(WM_LEDGER_SCRATCH, len);
     for (uint32_t i = 0; i < f->pf_n; i++)
         (void)wm__os_file_drop(f->shards[f->pf[i].shard].fd, f->pf[i].off, f->pf[i].len);
 }

@@ -349,36 +349,27 @@ WM_TEST(refusals_of_arguments) {
     CHECK_STATUS(wm_llama_load(NULL, NULL, NULL, &m, &err), WM_EINVAL);
     CHECK(m == NULL);
     CHECK_STATUS(wm_llama_load("x.gguf", NULL, NULL, NULL, &err), WM_EINVAL);
-    wm_llama_options o = WM_LLAMA_OPTIONS_INIT;
-    o.repack = (wm_llama_repack)5;
-    CHECK_STATUS(wm_llama_load(wmt_fixture("gguf/stories260K.gguf"), NULL, &o, &m, &err),
-                 WM_EINVAL);
-    CHECK_MSG_HAS(err, "repack 5");
-    o = (wm_llama_options)WM_LLAMA_OPTIONS_INIT;
-    o.buffers = (wm_llama_buffers)7;
-    CHECK_STATUS(wm_llama_load(wmt_fixture("gguf/stories260K.gguf"), NULL, &o, &m, &err),
-                 WM_EINVAL);
-    CHECK_MSG_HAS(err, "buffers 7");
-    o = (wm_llama_options)WM_LLAMA_OPTIONS_INIT;
-    o.trim = (wm_llama_trim)9;
-    CHECK_STATUS(wm_llama_load(wmt_fixture("gguf/stories260K.gguf"), NULL, &o, &m, &err),
-                 WM_EINVAL);
-    CHECK_MSG_HAS(err, "trim 9");
-    o = (wm_llama_options)WM_LLAMA_OPTIONS_INIT;
-    o.prefault = (wm_llama_prefault)4;
-    CHECK_STATUS(wm_llama_load(wmt_fixture("gguf/stories260K.gguf"), NULL, &o, &m, &err),
-                 WM_EINVAL);
-    CHECK_MSG_HAS(err, "prefault 4");
-    o = (wm_llama_options)WM_LLAMA_OPTIONS_INIT;
-    o.prefetch = (wm_llama_prefetch)3;
-    CHECK_STATUS(wm_llama_load(wmt_fixture("gguf/stories260K.gguf"), NULL, &o, &m, &err),
-                 WM_EINVAL);
-    CHECK_MSG_HAS(err, "prefetch 3");
+    /* each enum field out of range: WM_EINVAL naming the field and the value */
+    wm_llama_options bad[5];
+    for (int i = 0; i < 5; i++)
+        bad[i] = (wm_llama_options)WM_LLAMA_OPTIONS_INIT;
+    bad[0].repack = (wm_llama_repack)5;
+    bad[1].buffers = (wm_llama_buffers)7;
+    bad[2].trim = (wm_llama_trim)9;
+    bad[3].prefault = (wm_llama_prefault)4;
+    bad[4].prefetch = (wm_llama_prefetch)3;
+    static const char *const said[5] = {"repack 5", "buffers 7", "trim 9", "prefault 4",
+                                        "prefetch 3"};
+    for (int i = 0; i < 5; i++) {
+        CHECK_STATUS(wm_llama_load(wmt_fixture("gguf/stories260K.gguf"), NULL, &bad[i], &m, &err),
+                     WM_EINVAL);
+        CHECK_MSG_HAS(err, said[i]);
+    }
     /* a caller of the header before `buffers` and `trim`: its size ends before them, and what
      * lies past it is not read (both AUTO: the bridge's own buffers) */
     wm_llama_stats st = WM_LLAMA_STATS_INIT;
     struct llama_model_params p = cpu_params();
-    o = (wm_llama_options)WM_LLAMA_OPTIONS_INIT;
+    wm_llama_options o = WM_LLAMA_OPTIONS_INIT;
     o.size = (uint32_t)offsetof(wm_llama_options, buffers);
     o.stats = &st;
     o.buffers = WM_LLAMA_BUFFERS_LLAMA;
