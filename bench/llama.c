@@ -20,7 +20,11 @@
  *
  * Every measurement runs in a child process of its own (fork), in rounds whose order rotates.
  *
- *     build/bench/llama [-r ROUNDS] [--load-only | --decode-only] [--warm-memory GIB] [MODEL]
+ *     build/bench/llama [-r ROUNDS] [--load-only | --decode-only] [--warm-memory GIB]
+ *                       [--only KEY,KEY...] [MODEL]
+ *
+ * --only measures only the load contenders named (wm, wm-noprefault, wm-noprefetch, read, mmap,
+ * direct, disk, disk-4k, disk-fresh, mem, fresh: the rows in that order), for a quick A/B.
  *
  * MODEL defaults to bench-llama-1200M.gguf in the working folder, made with
  * `weightmap make-model ... --size 1200M` (the CLI beside this program's folder) when missing.
@@ -241,6 +245,28 @@ static const char *const load_names[N_LOAD] = {"wm_llama_load",
                                                "buffered preads into faulted memory",
                                                "buffered preads into fresh MADV_HUGEPAGE memory"};
 
+/* --only: the contenders measured (their keys, comma-separated); all by default */
+static const char *const load_keys[N_LOAD] = {"wm",   "wm-noprefault", "wm-noprefetch", "read",
+                                              "mmap", "direct",        "disk",          "disk-4k",
+                                              "disk-fresh", "mem",     "fresh"};
+static bool chosen[N_LOAD];
+static bool all_chosen = true;
+
+static void choose(const char *list) {
+    all_chosen = false;
+    for (const char *p = list; *p;) {
+        size_t n = strcspn(p, ",");
+        bool found = false;
+        for (int c = 0; c < N_LOAD; c++)
+            if (strlen(load_keys[c]) == n && !strncmp(p, load_keys[c], n)) chosen[c] = found = true;
+        if (!found) {
+            fprintf(stderr, "llama: --only: no contender '%.*s'\n", (int)n, p);
+            exit(2);
+        }
+        p += n + (p[n] == ',');
+    }
+}
+
 static bool cold_only(int c) { return c == C_DISK || c == C_DISK_4K || c == C_DISK_FRESH; }
 static bool warm_only(int c) { return c == C_MEM || c == C_FRESH; }
 
@@ -326,6 +352,7 @@ static void print_load(const char *path, uint64_t bytes, double v[2][N_LOAD][MAX
     printf(
         "| contender | warm ms | warm GB/s | cold ms | cold GB/s |\n|---|---:|---:|---:|---:|\n");
     for (int c = 0; c < N_LOAD; c++) {
+        if (!chosen[c]) continue;
         if (warm_only(c)) {
             printf("| %s | %.1f (%.1f-%.1f) | %.2f | - | - |\n", load_names[c], s[0][c].median,
                    s[0][c].p10, s[0][c].p90, (double)bytes / s[0][c].median / 1e6);
@@ -342,6 +369,12 @@ static void print_load(const char *path, uint64_t bytes, double v[2][N_LOAD][MAX
     }
     double warm = s[0][C_READ].median / s[0][C_WM].median;
     double cold = s[1][C_DISK].median / s[1][C_WM].median;
+    if (!all_chosen) {
+        if (chosen[C_WM] && chosen[C_DISK])
+            printf("\n- cold: wm_llama_load %.2fx the disk (target >= 0.95x: %s)\n", cold,
+                   cold >= 0.95 ? "met" : "NOT met");
+        return;
+    }
     printf("\n- warm: wm_llama_load %.2fx llama.cpp's read mode (target >= 2x: %s), %.2fx its "
            "mmap mode, %.2fx its direct-I/O mode; %.2fx the fresh-memory limit, %.2fx the "
            "faulted-memory one\n",
@@ -375,6 +408,7 @@ static void bench_load(const char *path, int rounds) {
     for (int r = 0; r < rounds; r++)
         for (int k = 0; k < N_LOAD; k++) {
             int c = (k + r) % N_LOAD;
+            if (!chosen[c]) continue;
             for (int w = 0; w < 2; w++) {
                 if ((cold_only(c) && !w) || (warm_only(c) && w)) continue;
                 if (w) {
@@ -504,10 +538,14 @@ int main(int argc, char **argv) {
             load = false;
         else if (!strcmp(argv[i], "--warm-memory") && i + 1 < argc)
             warm_gib = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+            choose(argv[++i]);
         else
             model = argv[i];
     }
     if (rounds < 1 || rounds > MAX_ROUNDS) rounds = 3;
+    for (int c = 0; all_chosen && c < N_LOAD; c++)
+        chosen[c] = true;
     if (access(model, R_OK) != 0) {
         char cli[4096], cmd[8192];
         snprintf(cli, sizeof cli, "%s", argv[0]);

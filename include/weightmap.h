@@ -367,7 +367,10 @@ WM_API wm_status wm_file_find_tensor(const wm_file *file, const char *name, size
 typedef int (*wm_progress_fn)(void *user, uint64_t bytes_done, uint64_t bytes_total);
 
 /* wm_read_item.flags: the sink receives the tensor's bytes in one call (offset 0, all nbytes),
- * for a destination that takes a tensor only whole (ggml's CPU repack buffers). */
+ * for a destination that takes a tensor only whole (ggml's CPU repack buffers). The bytes are
+ * read in pieces by several threads at once into one window and handed over by the thread that
+ * read the last piece; such items are read first, the biggest first (since 1.3.1: before, one
+ * thread read each, in the caller's order). */
 #define WM_READ_WHOLE 1u
 /* wm_read_item.flags (added in 1.3): dst is set, but names the memory the sink writes the
  * tensor's bytes into (nbytes there, a CPU repack buffer's tensor), not a place to read into: the
@@ -423,9 +426,9 @@ typedef struct wm_read_options {
     void *sink_user;
     size_t window;           /* page-allocated staging for sink items, all threads together;
                                 0 = 64 MiB. Each thread's share is at least 1 MiB and at most
-                                8 MiB; a thread that reads an item WM_READ_WHOLE grows its window
-                                to the item and keeps it until the call returns (at most
-                                threads x the largest whole item) */
+                                8 MiB; besides, the WM_READ_WHOLE items being read have a window
+                                of their size each (at most threads + 1 at a time, reused from
+                                item to item until the call returns) */
     wm_progress_fn progress; /* from the calling thread, after each piece it read and once at
                                 the end: bytes read so far, of all items; non-zero cancels */
     void *progress_user;

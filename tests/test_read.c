@@ -189,6 +189,159 @@ WM_TEST(sink_whole_items_come_in_one_call) {
     wm_file_close(f);
 }
 
+/* ---- WM_READ_WHOLE items: in pieces, the biggest first, in windows that mirror the file ----
+ * The 40M model's token_embd (16 MiB at a file offset off the 4 KiB grid) and its other
+ * matrices are asked for whole, its norms in windows. One thread, so that the order is the
+ * engine's own: every whole item comes before every other, the biggest first, each in one call at
+ * offset 0 whose bytes start as far past the 4 KiB grid as the tensor does in the file (a direct
+ * read lands there in place); the progress callback, called after every job, shows the biggest
+ * item's first piece ending where the file offset reaches a multiple of 8 MiB. Then cold, on
+ * three threads (the pieces read direct, in place): the same bytes. */
+typedef struct whole_rec {
+    const wm_file *f;
+    unsigned char **mem;
+    const wm_read_item *first;
+    size_t calls, wholes_seen, misplaced, out_of_order;
+    bool other_seen;          /* a call for an item not asked for whole */
+    uint64_t last_whole;      /* nbytes of the last whole item handed over */
+    uint64_t progress[8];     /* the first progress values */
+    size_t n_progress;
+} whole_rec;
+
+static int whole_sink(void *user, const wm_read_item *item, uint64_t offset, const void *bytes,
+                      size_t len) {
+    whole_rec *r = user;
+    wm_tensor_info t;
+    CHECK_STATUS(wm_file_tensor(r->f, item->tensor, &t), WM_OK);
+    r->calls++;
+    if (item->flags & WM_READ_WHOLE) {
+        CHECK_EQ(offset, 0);
+        CHECK_EQ(len, t.nbytes);
+        r->misplaced += (uintptr_t)bytes % 4096 != t.offset % 4096;
+        r->out_of_order += r->other_seen || (r->wholes_seen && t.nbytes > r->last_whole);
+        r->last_whole = t.nbytes;
+        r->wholes_seen++;
+    } else {
+        r->other_seen = true;
+    }
+    memcpy(r->mem[item - r->first] + offset, bytes, len);
+    return 0;
+}
+
+static int whole_progress(void *user, uint64_t done, uint64_t total) {
+    whole_rec *r = user;
+    (void)total;
+    if (r->n_progress < 8) r->progress[r->n_progress++] = done;
+    return 0;
+}
+
+WM_TEST(sink_whole_items_in_pieces_biggest_first) {
+    const char *path = wmt_make_model("m40.gguf", "--size 40M");
+    wm_file *f = OPEN_OK(path);
+    uint64_t size = wm_file_size(f), data = wm_file_data_offset(f);
+    for (int cold = 0; cold < 2; cold++) {
+        host_set h = host_items(f);
+        size_t wholes = 0;
+        wm_tensor_info big = {0};
+        for (size_t i = 0; i < h.n; i++) {
+            wm_tensor_info t;
+            wm_file_tensor(f, i, &t);
+            h.items[i].dst = NULL;
+            h.items[i].flags = t.nbytes >= ((uint64_t)256 << 10) ? WM_READ_WHOLE : 0;
+            wholes += h.items[i].flags != 0;
+            if (h.items[i].flags && t.nbytes > big.nbytes) big = t;
+            h.mem[i] += 1;
+        }
+        CHECK(wholes > 4 && wholes < h.n);
+        uint64_t first_piece = ((uint64_t)big.offset / (8u << 20) + 1) * (8u << 20) - big.offset;
+        CHECK(big.offset % 4096 != 0 && first_piece < big.nbytes); /* the case in point */
+        whole_rec r = {.f = f, .mem = h.mem, .first = h.items};
+        wm_read_options o = WM_READ_OPTIONS_INIT;
+        o.threads = cold ? 3 : 1;
+        o.sink = whole_sink;
+        o.sink_user = &r;
+        o.flags = WM_READ_SINK_SERIAL;
+        o.progress = whole_progress;
+        o.progress_user = &r;
+        if (cold) wmt_make_cold(path, 0, 0);
+        wm_error err;
+        CHECK_MSG(wm_file_read_tensors(f, h.items, h.n, &o, &err) == WM_OK, "%s", err.msg);
+        CHECK_EQ(r.wholes_seen, wholes);
+        CHECK_EQ(r.misplaced, 0);
+        if (!cold) {
+            CHECK_EQ(r.out_of_order, 0);
+            CHECK(r.n_progress > 0);
+            CHECK_EQ(r.progress[0], first_piece);
+        } else {
+            CHECK(wmt_cached_bytes(path, data, size - data) < wm_file_tensor_bytes(f) / 8);
+        }
+        CHECK_EQ(scratch_now(), 0);
+        for (size_t i = 0; i < h.n; i++) {
+            h.mem[i] -= 1;
+            h.items[i].dst = h.mem[i] + 1;
+        }
+        check_equal_file(f, path, &h);
+        host_free(&h);
+    }
+    wm_file_close(f);
+}
+
+/* The windows of whole items are reused from item to item: with every matrix of the 40M model
+ * (37 of them) whole on 2 threads, the read maps pages for the job table, one worker's stack,
+ * the threads' staging and at most threads + 1 windows, not a window per item (wmt_sweep_count
+ * counts the page allocations). */
+typedef struct whole_run {
+    wm_file *f;
+    host_set *h;
+    wm_read_options o;
+} whole_run;
+
+static wm_status whole_read_once(void *user, wm_error *err) {
+    whole_run *run = user;
+    whole_rec *r = run->o.sink_user;
+    r->calls = r->wholes_seen = 0; /* each run starts over */
+    r->other_seen = false;
+    return wm_file_read_tensors(run->f, run->h->items, run->h->n, &run->o, err);
+}
+
+WM_TEST(sink_whole_windows_are_reused) {
+    const char *path = wmt_make_model("m40.gguf", "--size 40M");
+    wm_file *f = OPEN_OK(path);
+    host_set h = host_items(f);
+    size_t wholes = 0;
+    for (size_t i = 0; i < h.n; i++) {
+        wm_tensor_info t;
+        wm_file_tensor(f, i, &t);
+        h.items[i].dst = NULL;
+        h.items[i].flags = t.nbytes >= ((uint64_t)256 << 10) ? WM_READ_WHOLE : 0;
+        wholes += h.items[i].flags != 0;
+        h.mem[i] += 1;
+    }
+    whole_rec r = {.f = f, .mem = h.mem, .first = h.items};
+    whole_run run = {f, &h, WM_READ_OPTIONS_INIT};
+    run.o.threads = 2;
+    run.o.sink = whole_sink;
+    run.o.sink_user = &r;
+    run.o.flags = WM_READ_SINK_SERIAL;
+    wmt_sweep sw = {.what = "wm_file_read_tensors", .run = whole_read_once, .user = &run};
+    wmt_sweep_result res = {0};
+    wmt_sweep_count(&sw, &res);
+    unsigned t = run.o.threads;
+    fprintf(stderr, "%zu whole items, %llu page allocations\n", wholes,
+            (unsigned long long)res.counts[WM_OS_PAGES]);
+    CHECK(wholes > 30);
+    CHECK_MSG(res.counts[WM_OS_PAGES] <= 1 + (t - 1) + t + (t + 1),
+              "%llu page allocations for %zu whole items on %u threads",
+              (unsigned long long)res.counts[WM_OS_PAGES], wholes, t);
+    for (size_t i = 0; i < h.n; i++) {
+        h.mem[i] -= 1;
+        h.items[i].dst = h.mem[i] + 1;
+    }
+    check_equal_file(f, path, &h);
+    host_free(&h);
+    wm_file_close(f);
+}
+
 WM_TEST(sink_serial_is_one_call_at_a_time) {
     const char *path = wmt_make_model("m.gguf", "--size 24M");
     wm_file *f = OPEN_OK(path);
@@ -232,7 +385,7 @@ static wm_status read_once(void *user, wm_error *err) {
 /* The clean run's calls: pages (the job table, the stacks, the windows) and reads, and not one
  * block of the counted allocator, the only way the library reaches malloc. Then every call
  * failed in turn: the documented statuses and nothing held. */
-static void sweep(bool with_sink, bool prefault) {
+static void sweep(bool with_sink, bool prefault, bool whole) {
     const char *path = wmt_make_model("m.gguf", "--size 12M");
     read_run r = {.f = OPEN_OK(path), .o = WM_READ_OPTIONS_INIT};
     r.h = host_items(r.f);
@@ -240,6 +393,8 @@ static void sweep(bool with_sink, bool prefault) {
     if (with_sink) {
         host_free(&r.h);
         sink_setup(r.f, &r.h, &s, 0);
+        for (size_t i = 1; whole && i < r.h.n; i += 2) /* every other item whole */
+            r.h.items[i].flags = WM_READ_WHOLE;
         r.o.sink = sink;
         r.o.sink_user = &s;
     }
@@ -269,10 +424,12 @@ static void sweep(bool with_sink, bool prefault) {
     wm_file_close(r.f);
 }
 
-WM_TEST(fault_sweep_host) { sweep(false, false); }
-WM_TEST(fault_sweep_sink) { sweep(true, false); }
+WM_TEST(fault_sweep_host) { sweep(false, false, false); }
+WM_TEST(fault_sweep_sink) { sweep(true, false, false); }
+/* the windows of whole items (a pool of the read's) fail to map too */
+WM_TEST(fault_sweep_sink_whole) { sweep(true, false, true); }
 /* the prefaulting thread's start failed too: a hint, so the read goes on without it */
-WM_TEST(fault_sweep_prefault) { sweep(true, true); }
+WM_TEST(fault_sweep_prefault) { sweep(true, true, false); }
 
 /* ---- WM_READ_PREFAULT ----
  * One reading thread, three items: A through the sink, B through the sink into memory it names

@@ -172,6 +172,23 @@ void wm__crew_join(wm__crew *crew) {
 
 /* ---- the parallel reader ---- */
 
+/* A WM_READ_WHOLE item: read in pieces by whichever threads take them, into one window of its
+ * whole size, and handed to the sink by the thread that reads its last piece. */
+typedef struct wm__whole {
+    int slot;              /* its window in the run's pool (-1: not yet), under win_lock */
+    _Atomic uint64_t left; /* bytes not read yet */
+} wm__whole;
+
+/* A window of the run's pool, for the WM_READ_WHOLE items being read. An item holds one from the
+ * start of its first piece to the end of its sink call; pieces are taken in order, so at most
+ * one item per thread and the one whose pieces are being handed out hold one at a time. */
+typedef struct win_slot {
+    unsigned char *p;
+    size_t len;
+    bool busy;
+} win_slot;
+#define WIN_SLOTS ((int)WM__MAX_THREADS + 1)
+
 typedef struct run_ctx {
     wm_model *m;
     const wm__job *jobs;
@@ -192,6 +209,9 @@ typedef struct run_ctx {
     bool report_end; /* wm__read_items: progress once more at the end, from the calling thread */
     bool prefault;   /* WM_READ_PREFAULT: a thread faults the destinations in ahead (prefault) */
     wm_os_mutex sink_lock;
+    bool wholes;          /* some jobs are pieces of WM_READ_WHOLE items: the pool below */
+    wm_os_mutex win_lock; /* the pool and each wm__whole's slot */
+    win_slot wins[WIN_SLOTS];
 } run_ctx;
 
 static void fail_run(run_ctx *c, const wm_error *e) {
@@ -217,14 +237,15 @@ typedef struct worker_own {
  * error or a file shorter than its header says. `stage`: the worker's staging for direct reads,
  * or NULL to read buffered whatever the page cache holds. */
 static bool read_part(run_ctx *c, worker_own *w, wm__stage *stage, const wm__job *j,
-                      unsigned char *buf, uint64_t off, size_t len) {
+                      unsigned char *buf, uint64_t off, size_t len, bool mirror) {
     wm_error e;
     wm__read_req q = {.shard = j->shard,
                       .fd = wm__fds_get(&w->fds, c->m->file, j->shard),
                       .off = off,
                       .len = len,
                       .dst = buf,
-                      .tensor = j->tensor};
+                      .tensor = j->tensor,
+                      .mirror = mirror};
     if (wm__read(&c->m->rd, &q, stage, &e)) {
         fail_run(c, &e);
         return false;
@@ -245,7 +266,7 @@ static bool convert_job(run_ctx *c, worker_own *w, const wm__job *j) {
         /* Buffered: a direct read would need the 2 MiB staging besides the conversion's own
          * 256 KiB (the bound on a converting load's scratch, test_model's
          * convert_scratch_is_bounded), and converting, not reading, bounds this path. */
-        if (!read_part(c, w, NULL, j, scratch, j->file_off + k, n)) return false;
+        if (!read_part(c, w, NULL, j, scratch, j->file_off + k, n, false)) return false;
         uint64_t n_el = (uint64_t)(n / bb) * be;
         unsigned char *dst = j->dst + (size_t)((uint64_t)(k / bb) * be / out_be * out_bb);
         wm_status st = wm_convert(j->from, j->to, scratch, dst, n_el);
@@ -262,53 +283,140 @@ static bool convert_job(run_ctx *c, worker_own *w, const wm__job *j) {
     return true;
 }
 
-/* A job for the sink: read into the thread's window (one of the job's size when it is bigger than
- * the thread's share: a tensor asked for whole), then handed over. The window stays for the
- * thread's next jobs and is given back when the thread's work ends: a window made per tensor
- * would fault its pages in again for every tensor (a 1.1 GiB model with 15 repacked tensors:
- * 1.9 s instead of 0.6; bench/RESULTS.md, llama). Windows of a huge page or more are advised
- * huge pages (a hint: on failure the copy faults 4 KiB pages). */
-static bool sink_job(run_ctx *c, worker_own *w, const wm__job *j) {
-    const char *path = c->m->file->shards[j->shard].path;
-    const char *name = c->m->file->names + c->m->file->tensors[j->tensor].name_off;
-    if (w->window_len < j->len) {
-        size_t page = wm__os_page_size();
-        size_t len = (j->len > c->window_each ? j->len : c->window_each) + page - 1;
-        len = len / page * page;
-        wm__scratch_free(w->window, w->window_len);
-        w->window = NULL;
-        w->window_len = 0;
-        void *p;
-        int e = wm__scratch_alloc(len, &p);
-        if (e) {
-            wm_error err;
-            wm__err(&err, WM_ENOMEM, e, "%s: allocating a window of %zu bytes for tensor '%s': %s",
-                    path, len, name, wm__errno_text(e));
-            fail_run(c, &err);
-            return false;
-        }
-        w->window = p;
-        w->window_len = len;
-        if (len >= HUGE_WINDOW) (void)wm__os_advise(p, len, WM_OS_ADV_HUGEPAGE);
-    }
-    if (!read_part(c, w, &w->stage, j, w->window, j->file_off, j->len)) return false;
-    if (c->serial) wm__os_mutex_lock(&c->sink_lock);
-    int rc = c->sink(c->sink_user, j->item, j->item_off, w->window, j->len);
-    if (c->serial) wm__os_mutex_unlock(&c->sink_lock);
-    if (rc) {
+/* Sink windows mirror the file: a job's bytes start as far into the window as its file offset
+ * lies past the direct-I/O grid (with a grid block to spare at each end), so that a direct read
+ * lands in the window itself (wm__read_req.mirror), in reads of up to a segment, with no
+ * staging copy. */
+#define WIN_SLACK ((size_t)2 * WM_OS_DIRECT_ALIGN)
+
+static size_t skew(uint64_t file_off) { return (size_t)(file_off % WM_OS_DIRECT_ALIGN); }
+
+static size_t window_len(size_t need) {
+    size_t page = wm__os_page_size();
+    return (need + WIN_SLACK + page - 1) / page * page;
+}
+
+static unsigned char *window_alloc(run_ctx *c, const wm__job *j, size_t len) {
+    void *p;
+    int e = wm__scratch_alloc(len, &p);
+    if (e) {
         wm_error err;
-        wm__err(&err, WM_EDEVICE, 0,
-                "%s: tensor '%s': the sink refused %zu bytes at offset %llu of the tensor (it "
-                "returned %d)",
-                path, name, j->len, (unsigned long long)j->item_off, rc);
+        wm__err(&err, WM_ENOMEM, e, "%s: allocating a window of %zu bytes for tensor '%s': %s",
+                c->m->file->shards[j->shard].path, len,
+                c->m->file->names + c->m->file->tensors[j->tensor].name_off, wm__errno_text(e));
         fail_run(c, &err);
-        return false;
+        return NULL;
     }
-    return true;
+    /* a hint: on failure the reads fault 4 KiB pages */
+    if (len >= HUGE_WINDOW) (void)wm__os_advise(p, len, WM_OS_ADV_HUGEPAGE);
+    return p;
+}
+
+static bool call_sink(run_ctx *c, const wm__job *j, uint64_t off, const unsigned char *bytes,
+                      size_t len) {
+    if (c->serial) wm__os_mutex_lock(&c->sink_lock);
+    int rc = c->sink(c->sink_user, j->item, off, bytes, len);
+    if (c->serial) wm__os_mutex_unlock(&c->sink_lock);
+    if (!rc) return true;
+    wm_error err;
+    wm__err(&err, WM_EDEVICE, 0,
+            "%s: tensor '%s': the sink refused %zu bytes at offset %llu of the tensor (it "
+            "returned %d)",
+            c->m->file->shards[j->shard].path,
+            c->m->file->names + c->m->file->tensors[j->tensor].name_off, len,
+            (unsigned long long)off, rc);
+    fail_run(c, &err);
+    return false;
+}
+
+/* A job for the sink: read into the thread's window (grown to the job when the job is bigger
+ * than the thread's share), then handed over. The window stays for the thread's next jobs and is
+ * given back when the thread's work ends: a window made per job would fault its pages in again
+ * every time. */
+static bool sink_job(run_ctx *c, worker_own *w, const wm__job *j) {
+    if (w->window_len < window_len(j->len)) {
+        size_t len = window_len(j->len > c->window_each ? j->len : c->window_each);
+        wm__scratch_free(w->window, w->window_len);
+        w->window_len = 0;
+        w->window = window_alloc(c, j, len);
+        if (!w->window) return false;
+        w->window_len = len;
+    }
+    unsigned char *at = w->window + skew(j->file_off);
+    return read_part(c, w, &w->stage, j, at, j->file_off, j->len, true) &&
+           call_sink(c, j, j->item_off, at, j->len);
+}
+
+/* The pool window for a WM_READ_WHOLE item (taken by its first piece): the smallest free one
+ * that holds it, else a free one remade at its size, else a new one; windows are reused from
+ * item to item (fresh ones per item would fault their pages in again each time: a 1.1 GiB model
+ * with 15 repacked tensors, 1.9 s instead of 0.6, bench/RESULTS.md "llama") and given back when
+ * the run ends. NULL (the failure recorded) when no memory. */
+static unsigned char *whole_window(run_ctx *c, const wm__job *j) {
+    wm__whole *h = j->whole;
+    uint64_t nbytes = c->m->file->tensors[j->tensor].nbytes;
+    size_t need = window_len((size_t)nbytes);
+    wm__os_mutex_lock(&c->win_lock);
+    if (h->slot < 0) {
+        int fit = -1, spare = -1, empty = -1;
+        for (int i = 0; i < WIN_SLOTS; i++) {
+            win_slot *s = &c->wins[i];
+            if (s->busy) continue;
+            if (!s->p) {
+                if (empty < 0) empty = i;
+            } else if (s->len >= need) {
+                if (fit < 0 || s->len < c->wins[fit].len) fit = i;
+            } else if (spare < 0) {
+                spare = i;
+            }
+        }
+        int i = fit >= 0 ? fit : spare >= 0 ? spare : empty;
+        if (i >= 0 && fit < 0) {
+            win_slot *s = &c->wins[i];
+            wm__scratch_free(s->p, s->len);
+            s->len = 0;
+            s->p = window_alloc(c, j, need);
+            if (s->p) s->len = need;
+        }
+        /* i < 0 cannot happen (see win_slot); a failure, not a crash, if it did */
+        if (i >= 0 && c->wins[i].p) {
+            c->wins[i].busy = true;
+            h->slot = i;
+        } else if (i < 0) {
+            wm_error err;
+            wm__err(&err, WM_ENOMEM, 0, "%s: no window left for tensor '%s'",
+                    c->m->file->shards[j->shard].path,
+                    c->m->file->names + c->m->file->tensors[j->tensor].name_off);
+            fail_run(c, &err);
+        }
+    }
+    unsigned char *p = h->slot >= 0 ? c->wins[h->slot].p : NULL;
+    wm__os_mutex_unlock(&c->win_lock);
+    return p;
+}
+
+/* A piece of a WM_READ_WHOLE item: read into the item's window where it lies in the tensor; the
+ * thread that reads the last piece hands the whole tensor to the sink and frees the window for
+ * the next item. Pieces are cut on the direct-I/O grid (fill_jobs), so no two pieces' aligned
+ * reads write the same block. */
+static bool whole_job(run_ctx *c, worker_own *w, const wm__job *j) {
+    unsigned char *p = whole_window(c, j);
+    if (!p) return false;
+    uint64_t start = j->file_off - j->item_off; /* the tensor's offset in its shard */
+    unsigned char *t = p + skew(start);
+    if (!read_part(c, w, &w->stage, j, t + j->item_off, j->file_off, j->len, true)) return false;
+    if (atomic_fetch_sub(&j->whole->left, j->len) != j->len) return true;
+    bool ok = call_sink(c, j, 0, t, (size_t)c->m->file->tensors[j->tensor].nbytes);
+    wm__os_mutex_lock(&c->win_lock);
+    c->wins[j->whole->slot].busy = false;
+    wm__os_mutex_unlock(&c->win_lock);
+    return ok;
 }
 
 static bool do_job(run_ctx *c, worker_own *w, const wm__job *j) {
-    if (!j->dst) {
+    if (j->whole) {
+        if (!whole_job(c, w, j)) return false;
+    } else if (!j->dst) {
         if (!sink_job(c, w, j)) return false;
     } else if (j->from != j->to) {
         if (!convert_job(c, w, j)) return false;
@@ -325,7 +433,7 @@ static bool do_job(run_ctx *c, worker_own *w, const wm__job *j) {
         }
         for (uint64_t r = 0; r < j->rows; r++)
             if (!read_part(c, w, &w->stage, j, j->dst + r * j->len, j->file_off + r * j->src_stride,
-                           j->len))
+                           j->len, false))
                 return false;
     }
     atomic_fetch_add(&c->done, j->len * j->rows);
@@ -434,6 +542,15 @@ static wm_status run_jobs(wm_model *m, const wm__job *jobs, size_t n, unsigned f
         c.total += jobs[i].len * jobs[i].rows;
         if (jobs[i].from != jobs[i].to && jobs[i].len > biggest_convert)
             biggest_convert = jobs[i].len;
+        c.wholes |= jobs[i].whole != NULL;
+    }
+    if (c.wholes) {
+        int e = wm__os_mutex_init(&c.win_lock);
+        if (e) {
+            if (c.serial) wm__os_mutex_destroy(&c.sink_lock);
+            return wm__err(err, WM_ENOMEM, e, "%s: cannot make the windows' lock: %s",
+                           m->file->path, wm__errno_text(e));
+        }
     }
     unsigned threads = wm__load_threads(m);
     if (threads > n) threads = (unsigned)n;
@@ -461,6 +578,11 @@ static wm_status run_jobs(wm_model *m, const wm__job *jobs, size_t n, unsigned f
         fail_run(&c, &e);
     }
     if (c.serial) wm__os_mutex_destroy(&c.sink_lock);
+    if (c.wholes) {
+        for (int i = 0; i < WIN_SLOTS; i++)
+            wm__scratch_free(c.wins[i].p, c.wins[i].len);
+        wm__os_mutex_destroy(&c.win_lock);
+    }
     if (atomic_load(&c.failed)) {
         if (err) *err = c.first;
         return c.first.code;
@@ -540,10 +662,16 @@ wm_status wm__chunk_jobs(wm_model *m, uint32_t ci, unsigned char *base, wm__job 
 
 /* ---- reading into the caller's memory (wm_file_read_tensors) ----
  * The same reader with no model: a model object on the stack that carries only the file, the
- * threads and the progress callback (no plan, no chunks), and a job table of pages, so the
- * calling thread takes nothing from malloc. Jobs with a destination are pieces of at most
- * WM_JOB_BYTES; jobs for the sink are pieces of one thread's window share, or the whole tensor
- * for WM_READ_WHOLE. */
+ * threads and the progress callback (no plan, no chunks), and one page allocation for the job
+ * table, the WM_READ_WHOLE items' states and the order of the items, so the calling thread takes
+ * nothing from malloc. Jobs with a destination are pieces of at most WM_JOB_BYTES; jobs for the
+ * sink are pieces of one thread's window share; a WM_READ_WHOLE item's pieces are cut where the
+ * file offset crosses a multiple of WM_JOB_BYTES and read into one window (whole_job).
+ *
+ * Order: the WM_READ_WHOLE items come first, the biggest first, then the rest in the caller's
+ * order. A whole item is handed over only once its last piece is in and its sink (a repack, say)
+ * then works on one thread, so the biggest one last would leave the disk with one reader, or
+ * none, at the end (on the H200 host, llama.cpp's 133 MiB output matrix last in the file). */
 
 #define DEFAULT_WINDOW ((size_t)64 << 20)
 #define MIN_WINDOW_EACH ((size_t)1 << 20)
@@ -553,42 +681,96 @@ static unsigned char *read_dst(const wm_read_item *it) {
     return it->flags & WM_READ_SINK_WRITES ? NULL : it->dst;
 }
 
-static size_t item_piece(const wm_read_item *it, uint64_t nbytes, size_t window_each) {
-    if (read_dst(it)) return WM_JOB_BYTES;
-    if (it->flags & WM_READ_WHOLE) return nbytes > SIZE_MAX ? SIZE_MAX : (size_t)nbytes;
-    return window_each;
+static bool is_whole(const wm_read_item *it) {
+    return !read_dst(it) && (it->flags & WM_READ_WHOLE);
+}
+
+/* The end of the piece of [off, end) of a tensor that starts at `off`: pieces of `piece` bytes
+ * of the tensor, or (a whole item's) up to the next file offset on a multiple of WM_JOB_BYTES. */
+static uint64_t piece_end(const wm_read_item *it, const wm__tensor *t, uint64_t off,
+                          size_t window_each) {
+    uint64_t end = t->nbytes, at;
+    if (is_whole(it)) {
+        uint64_t file = t->offset + off;
+        at = (file / WM_JOB_BYTES + 1) * WM_JOB_BYTES - t->offset;
+    } else {
+        at = off + (read_dst(it) ? WM_JOB_BYTES : window_each);
+    }
+    return at < end ? at : end;
 }
 
 static size_t count_jobs(const wm_file *f, const wm_read_item *items, size_t n,
-                         size_t window_each) {
+                         size_t window_each, size_t *wholes) {
     size_t jobs = 0;
+    *wholes = 0;
     for (size_t i = 0; i < n; i++) {
-        uint64_t nb = f->tensors[items[i].tensor].nbytes;
-        if (nb)
-            jobs += (size_t)((nb + item_piece(&items[i], nb, window_each) - 1) /
-                             item_piece(&items[i], nb, window_each));
+        const wm__tensor *t = &f->tensors[items[i].tensor];
+        for (uint64_t off = 0; off < t->nbytes; off = piece_end(&items[i], t, off, window_each))
+            jobs++;
+        *wholes += t->nbytes && is_whole(&items[i]);
     }
     return jobs;
 }
 
-static void fill_jobs(const wm_file *f, const wm_read_item *items, size_t n, size_t window_each,
-                      wm__job *jobs) {
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        const wm__tensor *t = &f->tensors[items[i].tensor];
-        size_t piece = item_piece(&items[i], t->nbytes, window_each);
-        for (uint64_t off = 0; off < t->nbytes; off += piece) {
-            size_t len = t->nbytes - off < piece ? (size_t)(t->nbytes - off) : piece;
+/* Whether item a goes before item b: whole items first, the bigger first, then by index. */
+static bool before(const wm_file *f, const wm_read_item *items, size_t a, size_t b) {
+    bool wa = is_whole(&items[a]), wb = is_whole(&items[b]);
+    if (wa != wb) return wa;
+    uint64_t na = wa ? f->tensors[items[a].tensor].nbytes : 0;
+    uint64_t nb = wb ? f->tensors[items[b].tensor].nbytes : 0;
+    return na != nb ? na > nb : a < b;
+}
+
+/* order[0 .. n): the items' indices sorted by `before` (a heap sort: in place, no allocation). */
+static void sift(const wm_file *f, const wm_read_item *items, size_t *order, size_t root,
+                 size_t n) {
+    for (size_t child; (child = 2 * root + 1) < n; root = child) {
+        if (child + 1 < n && before(f, items, order[child], order[child + 1])) child++;
+        if (!before(f, items, order[root], order[child])) return;
+        size_t t = order[root];
+        order[root] = order[child];
+        order[child] = t;
+    }
+}
+
+static void sort_items(const wm_file *f, const wm_read_item *items, size_t n, size_t *order) {
+    for (size_t i = 0; i < n; i++)
+        order[i] = i;
+    for (size_t i = n / 2; i-- > 0;)
+        sift(f, items, order, i, n);
+    for (size_t end = n; end > 1; end--) {
+        size_t t = order[0];
+        order[0] = order[end - 1];
+        order[end - 1] = t;
+        sift(f, items, order, 0, end - 1);
+    }
+}
+
+static void fill_jobs(const wm_file *f, const wm_read_item *items, const size_t *order, size_t n,
+                      size_t window_each, wm__job *jobs, wm__whole *wholes) {
+    size_t k = 0, w = 0;
+    for (size_t o = 0; o < n; o++) {
+        const wm_read_item *it = &items[order[o]];
+        const wm__tensor *t = &f->tensors[it->tensor];
+        wm__whole *h = NULL;
+        if (t->nbytes && is_whole(it)) {
+            h = &wholes[w++];
+            h->slot = -1;
+            atomic_init(&h->left, t->nbytes);
+        }
+        for (uint64_t off = 0, end; off < t->nbytes; off = end) {
+            end = piece_end(it, t, off, window_each);
             jobs[k++] = (wm__job){.shard = t->shard,
                                   .file_off = t->offset + off,
-                                  .len = len,
-                                  .dst = read_dst(&items[i]) ? read_dst(&items[i]) + off : NULL,
+                                  .len = (size_t)(end - off),
+                                  .dst = read_dst(it) ? read_dst(it) + off : NULL,
                                   .from = (wm_type)t->type,
                                   .to = (wm_type)t->type,
-                                  .tensor = (uint32_t)items[i].tensor,
+                                  .tensor = (uint32_t)it->tensor,
                                   .rows = 1,
-                                  .item = &items[i],
-                                  .item_off = off};
+                                  .item = it,
+                                  .item_off = off,
+                                  .whole = h};
         }
     }
 }
@@ -607,17 +789,24 @@ wm_status wm__read_items(wm_file *f, const wm_read_item *items, size_t n, const 
     if (each < MIN_WINDOW_EACH) each = MIN_WINDOW_EACH;
     if (each > WM_JOB_BYTES) each = WM_JOB_BYTES;
     each = each / page * page;
-    size_t nj = count_jobs(f, items, n, each);
+    size_t nw, nj = count_jobs(f, items, n, each, &nw);
     if (nj == 0) return WM_OK;
-    if (nj > SIZE_MAX / sizeof(wm__job) - page)
+    /* the table: jobs, then the whole items' states, then the order of the items */
+    size_t room = SIZE_MAX - page;
+    if (nj > room / sizeof(wm__job) || nw > (room - nj * sizeof(wm__job)) / sizeof(wm__whole) ||
+        n > (room - nj * sizeof(wm__job) - nw * sizeof(wm__whole)) / sizeof(size_t))
         return wm__err(err, WM_ENOMEM, 0, "%s: %zu read jobs do not fit in memory", f->path, nj);
-    size_t table = (nj * sizeof(wm__job) + page - 1) / page * page;
+    size_t at_whole = nj * sizeof(wm__job), at_order = at_whole + nw * sizeof(wm__whole);
+    size_t table = (at_order + n * sizeof(size_t) + page - 1) / page * page;
     void *p;
     int e = wm__scratch_alloc(table, &p);
     if (e)
         return wm__err(err, WM_ENOMEM, e, "%s: allocating %zu bytes of read jobs: %s", f->path,
                        table, wm__errno_text(e));
-    fill_jobs(f, items, n, each, p);
+    unsigned char *tab = p;
+    size_t *order = (size_t *)(void *)(tab + at_order);
+    sort_items(f, items, n, order);
+    fill_jobs(f, items, order, n, each, p, (wm__whole *)(void *)(tab + at_whole));
     wm_status st = wm__reader_init(&m.rd, f, o->direct_io, err);
     if (!st) st = run_jobs(&m, p, nj, 0, o, each, err);
     wm__reader_free(&m.rd);

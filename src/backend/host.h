@@ -92,6 +92,7 @@ typedef struct wm__job {
     uint64_t src_stride;
     const wm_read_item *item; /* wm__read_items: the caller's item, and where the job's bytes */
     uint64_t item_off;        /* start in its tensor */
+    struct wm__whole *whole;  /* a piece of a WM_READ_WHOLE item (host.c), or NULL */
 } wm__job;
 
 /* Source bytes a converting job reads and converts at a time, through page-allocated scratch of
