@@ -24,7 +24,11 @@
  *                       [--only KEY,KEY...] [MODEL]
  *
  * --only measures only the load contenders named (wm, wm-noprefault, wm-noprefetch, read, mmap,
- * direct, disk, disk-4k, disk-fresh, mem, fresh: the rows in that order), for a quick A/B.
+ * direct, disk, disk-4k, disk-fresh, mem, fresh: the rows in that order), for a quick A/B, and
+ * two rows measured only when named: engine (wm_file_read_tensors of every tensor into memory
+ * faulted beforehand, no llama.cpp: the reading engine alone) and disk-queue (the disk read as
+ * that engine orders it: 8 MiB O_DIRECT preads in file order from one shared counter). --curve
+ * prints, for each load through the bridge, when it had read each quarter of its bytes.
  *
  * MODEL defaults to bench-llama-1200M.gguf in the working folder, made with
  * `weightmap make-model ... --size 1200M` (the CLI beside this program's folder) when missing.
@@ -44,6 +48,7 @@
 #include <fcntl.h>
 #include <ggml-backend.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -217,6 +222,81 @@ static double preads(const char *path, uint64_t data, uint64_t size, int threads
     return ms;
 }
 
+/* The same bytes as 8 MiB O_DIRECT preads that the threads take in file order from one counter
+ * (the order of the bridge's reading engine), each into a huge-page block of its own. */
+typedef struct queue {
+    int fd;
+    uint64_t hi;
+    _Atomic uint64_t next;
+} queue;
+
+static void *read_queue(void *arg) {
+    queue *q = arg;
+    unsigned char *span = NULL, *own = huge_region(BLOCK, &span);
+    for (uint64_t off; own && (off = atomic_fetch_add(&q->next, BLOCK)) < q->hi;) {
+        size_t n = q->hi - off < BLOCK ? (size_t)(q->hi - off) : BLOCK;
+        if (pread(q->fd, own, (n + 4095) / 4096 * 4096, (off_t)off) < (ssize_t)n) break;
+    }
+    if (span) munmap(span, BLOCK + ((size_t)2 << 20));
+    return NULL;
+}
+
+static double preads_queue(const char *path, uint64_t data, uint64_t size, int threads) {
+    int fd = open(path, O_RDONLY | O_DIRECT);
+    if (fd < 0) return -1;
+    queue q = {.fd = fd, .hi = size};
+    atomic_init(&q.next, data / 4096 * 4096);
+    pthread_t th[64];
+    double t0 = bench_now_ms();
+    for (int t = 0; t < threads; t++)
+        pthread_create(&th[t], NULL, read_queue, &q);
+    for (int t = 0; t < threads; t++)
+        pthread_join(th[t], NULL);
+    double ms = bench_now_ms() - t0;
+    close(fd);
+    return ms;
+}
+
+/* The reading engine alone: wm_file_read_tensors of every tensor (defaults: a thread per CPU,
+ * direct I/O AUTO) into memory faulted beforehand; the read's own time. */
+static double engine_once(const char *path, uint64_t data, uint64_t size) {
+    wm_file *f;
+    wm_error err;
+    if (wm_file_open(path, &f, &err) != WM_OK) return -1;
+    size_t n = wm_file_tensor_count(f), len = (size_t)(size - data);
+    unsigned char *mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    wm_read_item *it = calloc(n, sizeof *it);
+    double ms = -1;
+    if (mem != MAP_FAILED && it) {
+        memset(mem, 1, len);
+        for (size_t i = 0; i < n; i++) {
+            wm_tensor_info t;
+            wm_file_tensor(f, i, &t);
+            it[i] = (wm_read_item){.tensor = i, .dst = mem + (t.offset - data)};
+        }
+        double t0 = bench_now_ms();
+        if (wm_file_read_tensors(f, it, n, NULL, &err) == WM_OK) ms = bench_now_ms() - t0;
+    }
+    free(it);
+    if (mem != MAP_FAILED) munmap(mem, len);
+    wm_file_close(f);
+    return ms;
+}
+
+/* --curve: when a load through the bridge reached each quarter of its bytes (llama.cpp's progress
+ * callback, which the bridge feeds with the bytes read), in ms since the call. */
+static bool curve;
+static double curve_t0, curve_at[5]; /* first call, 25, 50, 75, 100 % */
+
+static bool on_curve(float progress, void *user) {
+    (void)user;
+    double t = bench_now_ms() - curve_t0;
+    if (curve_at[0] == 0) curve_at[0] = t;
+    for (int q = 1; q <= 4; q++)
+        if (curve_at[q] == 0 && progress >= q / 4.0f - 1e-6f) curve_at[q] = t;
+    return true;
+}
+
 /* ---- contenders ---- */
 
 enum {
@@ -231,6 +311,8 @@ enum {
     C_DISK_FRESH,
     C_MEM,
     C_FRESH,
+    C_ENGINE,     /* the rows below: only when --only names them */
+    C_DISK_QUEUE,
     N_LOAD
 };
 static const char *const load_names[N_LOAD] = {"wm_llama_load",
@@ -243,12 +325,15 @@ static const char *const load_names[N_LOAD] = {"wm_llama_load",
                                                "O_DIRECT preads into 4 KiB pages",
                                                "O_DIRECT preads into fresh MADV_HUGEPAGE memory",
                                                "buffered preads into faulted memory",
-                                               "buffered preads into fresh MADV_HUGEPAGE memory"};
+                                               "buffered preads into fresh MADV_HUGEPAGE memory",
+                                               "wm_file_read_tensors into faulted memory",
+                                               "O_DIRECT 8 MiB preads in file order, one queue"};
 
 /* --only: the contenders measured (their keys, comma-separated); all by default */
 static const char *const load_keys[N_LOAD] = {"wm",   "wm-noprefault", "wm-noprefetch", "read",
                                               "mmap", "direct",        "disk",          "disk-4k",
-                                              "disk-fresh", "mem",     "fresh"};
+                                              "disk-fresh", "mem",     "fresh",
+                                              "engine",     "disk-queue"};
 static bool chosen[N_LOAD];
 static bool all_chosen = true;
 
@@ -267,7 +352,9 @@ static void choose(const char *list) {
     }
 }
 
-static bool cold_only(int c) { return c == C_DISK || c == C_DISK_4K || c == C_DISK_FRESH; }
+static bool cold_only(int c) {
+    return c == C_DISK || c == C_DISK_4K || c == C_DISK_FRESH || c == C_DISK_QUEUE;
+}
 static bool warm_only(int c) { return c == C_MEM || c == C_FRESH; }
 
 static double load_once(int c, const char *path, uint64_t data, uint64_t size) {
@@ -276,6 +363,8 @@ static double load_once(int c, const char *path, uint64_t data, uint64_t size) {
     if (c == C_DISK_FRESH) return preads(path, data, size, ncpu(), true, INTO_FRESH);
     if (c == C_MEM) return preads(path, data, size, ncpu(), false, INTO_FAULTED);
     if (c == C_FRESH) return preads(path, data, size, ncpu(), false, INTO_FRESH);
+    if (c == C_ENGINE) return engine_once(path, data, size);
+    if (c == C_DISK_QUEUE) return preads_queue(path, data, size, ncpu());
     llama_init();
     struct llama_model_params p = llama_model_default_params();
     p.n_gpu_layers = 0;
@@ -290,6 +379,10 @@ static double load_once(int c, const char *path, uint64_t data, uint64_t size) {
         if (th) o.threads = (unsigned)atoi(th);
         if (c == C_WM_NOPF) o.prefault = WM_LLAMA_PREFAULT_OFF;
         if (c == C_WM_NOPFT) o.prefetch = WM_LLAMA_PREFETCH_OFF;
+        if (curve) {
+            p.progress_callback = on_curve;
+            curve_t0 = t0;
+        }
         if (wm_llama_load(path, &p, &o, &m, &err) != WM_OK) {
             fprintf(stderr, "llama: %s\n", err.msg);
             return -1;
@@ -299,6 +392,9 @@ static double load_once(int c, const char *path, uint64_t data, uint64_t size) {
                 "%.1f MiB prefetched\n",
                 load_names[c], st.seconds_model * 1e3, st.seconds_read * 1e3, st.seconds_trim * 1e3,
                 (double)st.bytes_own / 1048576.0, (double)st.bytes_prefetched / 1048576.0);
+        if (curve)
+            fprintf(stderr, "    curve: first %.1f, 25%% %.1f, 50%% %.1f, 75%% %.1f, 100%% %.1f ms\n",
+                    curve_at[0], curve_at[1], curve_at[2], curve_at[3], curve_at[4]);
     } else {
         p.load_mode = c == C_READ ? 0 : c == C_MMAP ? 1 : 4;
         m = llama_model_load_from_file(path, p);
@@ -540,11 +636,13 @@ int main(int argc, char **argv) {
             warm_gib = atof(argv[++i]);
         else if (!strcmp(argv[i], "--only") && i + 1 < argc)
             choose(argv[++i]);
+        else if (!strcmp(argv[i], "--curve"))
+            curve = true;
         else
             model = argv[i];
     }
     if (rounds < 1 || rounds > MAX_ROUNDS) rounds = 3;
-    for (int c = 0; all_chosen && c < N_LOAD; c++)
+    for (int c = 0; all_chosen && c < C_ENGINE; c++)
         chosen[c] = true;
     if (access(model, R_OK) != 0) {
         char cli[4096], cmd[8192];

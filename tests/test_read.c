@@ -86,6 +86,51 @@ WM_TEST(host_destinations_get_the_file_bytes_once) {
     wm_file_close(f);
 }
 
+/* The tail: the last threads x 8 MiB of a read come in pieces of at most 2 MiB (so that the
+ * threads' last jobs end close together), the rest in pieces of up to 8 MiB. The 40M model's
+ * items last to first (the engine keeps the caller's order), so that its 16 MiB token_embd is
+ * read last; one thread, so that the progress callback, called after every job, sees each
+ * job's bytes. */
+typedef struct steps {
+    uint64_t last, biggest, biggest_in_tail, tail_from;
+} steps;
+
+static int on_step(void *user, uint64_t done, uint64_t total) {
+    steps *s = user;
+    (void)total;
+    uint64_t d = done - s->last;
+    if (d > s->biggest) s->biggest = d;
+    if (s->last >= s->tail_from && d > s->biggest_in_tail) s->biggest_in_tail = d;
+    s->last = done;
+    return 0;
+}
+
+WM_TEST(host_last_jobs_are_small) {
+    const char *path = wmt_make_model("m40.gguf", "--size 40M");
+    wm_file *f = OPEN_OK(path);
+    host_set h = host_items(f);
+    for (size_t i = 0; i < h.n / 2; i++) { /* the caller's order, last to first: token_embd last */
+        wm_read_item t = h.items[i];
+        h.items[i] = h.items[h.n - 1 - i];
+        h.items[h.n - 1 - i] = t;
+    }
+    uint64_t total = wm_file_tensor_bytes(f);
+    steps st = {.tail_from = total - ((uint64_t)8 << 20)};
+    wm_read_options o = WM_READ_OPTIONS_INIT;
+    o.threads = 1;
+    o.progress = on_step;
+    o.progress_user = &st;
+    wm_error err;
+    CHECK_MSG(wm_file_read_tensors(f, h.items, h.n, &o, &err) == WM_OK, "%s", err.msg);
+    CHECK_EQ(st.last, total);
+    CHECK_EQ(st.biggest, (uint64_t)8 << 20);
+    CHECK_MSG(st.biggest_in_tail <= ((uint64_t)2 << 20) && st.biggest_in_tail > 0,
+              "a job of %llu bytes in the last 8 MiB", (unsigned long long)st.biggest_in_tail);
+    check_equal_file(f, path, &h);
+    host_free(&h);
+    wm_file_close(f);
+}
+
 /* ---- the sink ---- */
 
 typedef struct sink_rec {

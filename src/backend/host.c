@@ -662,19 +662,26 @@ wm_status wm__chunk_jobs(wm_model *m, uint32_t ci, unsigned char *base, wm__job 
 
 /* ---- reading into the caller's memory (wm_file_read_tensors) ----
  * The same reader with no model: a model object on the stack that carries only the file, the
- * threads and the progress callback (no plan, no chunks), and one page allocation for the job
- * table, the WM_READ_WHOLE items' states and the order of the items, so the calling thread takes
- * nothing from malloc. Jobs with a destination are pieces of at most WM_JOB_BYTES; jobs for the
- * sink are pieces of one thread's window share; a WM_READ_WHOLE item's pieces are cut where the
- * file offset crosses a multiple of WM_JOB_BYTES and read into one window (whole_job).
+ * threads and the progress callback (no plan, no chunks), and page allocations for the order of
+ * the items and for the job table with the WM_READ_WHOLE items' states, so the calling thread
+ * takes nothing from malloc. Jobs with a destination are pieces of at most WM_JOB_BYTES; jobs for
+ * the sink are pieces of one thread's window share; a WM_READ_WHOLE item's pieces are cut where
+ * the file offset crosses a multiple of WM_JOB_BYTES and read into one window (whole_job).
  *
  * Order: the WM_READ_WHOLE items come first, the biggest first, then the rest in the caller's
  * order. A whole item is handed over only once its last piece is in and its sink (a repack, say)
  * then works on one thread, so the biggest one last would leave the disk with one reader, or
- * none, at the end (on the H200 host, llama.cpp's 133 MiB output matrix last in the file). */
+ * none, at the end (on the H200 host, llama.cpp's 133 MiB output matrix last in the file).
+ *
+ * The tail: the last threads x WM_JOB_BYTES bytes, in that order, are cut into pieces of at most
+ * TAIL_PIECE (whole items' on a TAIL_PIECE file grid). Each thread's last job ends when it ends,
+ * and with 8 MiB jobs on a disk that 16 threads share a job takes 80 ms or so: the threads that
+ * finish first leave the disk with fewer readers for up to that long. Smaller last jobs even the
+ * ends out; earlier ones stay big (fewer calls, fewer sink calls). */
 
 #define DEFAULT_WINDOW ((size_t)64 << 20)
 #define MIN_WINDOW_EACH ((size_t)1 << 20)
+#define TAIL_PIECE ((size_t)2 << 20)
 
 /* Where the engine reads an item's bytes itself: its dst, unless the sink writes there. */
 static unsigned char *read_dst(const wm_read_item *it) {
@@ -685,31 +692,19 @@ static bool is_whole(const wm_read_item *it) {
     return !read_dst(it) && (it->flags & WM_READ_WHOLE);
 }
 
-/* The end of the piece of [off, end) of a tensor that starts at `off`: pieces of `piece` bytes
- * of the tensor, or (a whole item's) up to the next file offset on a multiple of WM_JOB_BYTES. */
-static uint64_t piece_end(const wm_read_item *it, const wm__tensor *t, uint64_t off,
+/* The end of the piece that starts `off` bytes into the tensor: `piece` bytes on, or (a whole
+ * item's) the next file offset on a multiple of `grid`; at most the tensor's end. */
+static uint64_t piece_end(const wm_read_item *it, const wm__tensor *t, uint64_t off, bool tail,
                           size_t window_each) {
-    uint64_t end = t->nbytes, at;
+    uint64_t at;
     if (is_whole(it)) {
-        uint64_t file = t->offset + off;
-        at = (file / WM_JOB_BYTES + 1) * WM_JOB_BYTES - t->offset;
+        uint64_t grid = tail ? TAIL_PIECE : WM_JOB_BYTES, file = t->offset + off;
+        at = (file / grid + 1) * grid - t->offset;
     } else {
-        at = off + (read_dst(it) ? WM_JOB_BYTES : window_each);
+        size_t piece = read_dst(it) ? WM_JOB_BYTES : window_each;
+        at = off + (tail && piece > TAIL_PIECE ? TAIL_PIECE : piece);
     }
-    return at < end ? at : end;
-}
-
-static size_t count_jobs(const wm_file *f, const wm_read_item *items, size_t n,
-                         size_t window_each, size_t *wholes) {
-    size_t jobs = 0;
-    *wholes = 0;
-    for (size_t i = 0; i < n; i++) {
-        const wm__tensor *t = &f->tensors[items[i].tensor];
-        for (uint64_t off = 0; off < t->nbytes; off = piece_end(&items[i], t, off, window_each))
-            jobs++;
-        *wholes += t->nbytes && is_whole(&items[i]);
-    }
-    return jobs;
+    return at < t->nbytes ? at : t->nbytes;
 }
 
 /* Whether item a goes before item b: whole items first, the bigger first, then by index. */
@@ -746,33 +741,57 @@ static void sort_items(const wm_file *f, const wm_read_item *items, size_t n, si
     }
 }
 
-static void fill_jobs(const wm_file *f, const wm_read_item *items, const size_t *order, size_t n,
-                      size_t window_each, wm__job *jobs, wm__whole *wholes) {
-    size_t k = 0, w = 0;
-    for (size_t o = 0; o < n; o++) {
-        const wm_read_item *it = &items[order[o]];
-        const wm__tensor *t = &f->tensors[it->tensor];
+/* The items cut into jobs, in order; the tail (the bytes from tail_from on) in small pieces.
+ * Counts only (the jobs and the whole items) when jobs is NULL, else fills jobs and wholes. */
+typedef struct layout {
+    const wm_file *f;
+    const wm_read_item *items;
+    const size_t *order;
+    size_t n, window_each;
+    uint64_t tail_from;
+    size_t jobs, wholes; /* counted */
+} layout;
+
+static void lay_jobs(layout *lo, wm__job *jobs, wm__whole *wholes) {
+    uint64_t at = 0; /* bytes before the item, in order */
+    lo->jobs = lo->wholes = 0;
+    for (size_t o = 0; o < lo->n; o++) {
+        const wm_read_item *it = &lo->items[lo->order[o]];
+        const wm__tensor *t = &lo->f->tensors[it->tensor];
         wm__whole *h = NULL;
         if (t->nbytes && is_whole(it)) {
-            h = &wholes[w++];
-            h->slot = -1;
-            atomic_init(&h->left, t->nbytes);
+            if (wholes) {
+                h = &wholes[lo->wholes];
+                h->slot = -1;
+                atomic_init(&h->left, t->nbytes);
+            }
+            lo->wholes++;
         }
         for (uint64_t off = 0, end; off < t->nbytes; off = end) {
-            end = piece_end(it, t, off, window_each);
-            jobs[k++] = (wm__job){.shard = t->shard,
-                                  .file_off = t->offset + off,
-                                  .len = (size_t)(end - off),
-                                  .dst = read_dst(it) ? read_dst(it) + off : NULL,
-                                  .from = (wm_type)t->type,
-                                  .to = (wm_type)t->type,
-                                  .tensor = (uint32_t)it->tensor,
-                                  .rows = 1,
-                                  .item = it,
-                                  .item_off = off,
-                                  .whole = h};
+            end = piece_end(it, t, off, at + off >= lo->tail_from, lo->window_each);
+            if (jobs)
+                jobs[lo->jobs] = (wm__job){.shard = t->shard,
+                                           .file_off = t->offset + off,
+                                           .len = (size_t)(end - off),
+                                           .dst = read_dst(it) ? read_dst(it) + off : NULL,
+                                           .from = (wm_type)t->type,
+                                           .to = (wm_type)t->type,
+                                           .tensor = (uint32_t)it->tensor,
+                                           .rows = 1,
+                                           .item = it,
+                                           .item_off = off,
+                                           .whole = h};
+            lo->jobs++;
         }
+        at += t->nbytes;
     }
+}
+
+static wm_status pages(const wm_file *f, size_t len, const char *what, void **p, wm_error *err) {
+    int e = wm__scratch_alloc(len, p);
+    return e ? wm__err(err, WM_ENOMEM, e, "%s: allocating %zu bytes of %s: %s", f->path, len, what,
+                       wm__errno_text(e))
+             : WM_OK;
 }
 
 wm_status wm__read_items(wm_file *f, const wm_read_item *items, size_t n, const wm_read_options *o,
@@ -789,27 +808,41 @@ wm_status wm__read_items(wm_file *f, const wm_read_item *items, size_t n, const 
     if (each < MIN_WINDOW_EACH) each = MIN_WINDOW_EACH;
     if (each > WM_JOB_BYTES) each = WM_JOB_BYTES;
     each = each / page * page;
-    size_t nw, nj = count_jobs(f, items, n, each, &nw);
-    if (nj == 0) return WM_OK;
-    /* the table: jobs, then the whole items' states, then the order of the items */
-    size_t room = SIZE_MAX - page;
-    if (nj > room / sizeof(wm__job) || nw > (room - nj * sizeof(wm__job)) / sizeof(wm__whole) ||
-        n > (room - nj * sizeof(wm__job) - nw * sizeof(wm__whole)) / sizeof(size_t))
-        return wm__err(err, WM_ENOMEM, 0, "%s: %zu read jobs do not fit in memory", f->path, nj);
-    size_t at_whole = nj * sizeof(wm__job), at_order = at_whole + nw * sizeof(wm__whole);
-    size_t table = (at_order + n * sizeof(size_t) + page - 1) / page * page;
-    void *p;
-    int e = wm__scratch_alloc(table, &p);
-    if (e)
-        return wm__err(err, WM_ENOMEM, e, "%s: allocating %zu bytes of read jobs: %s", f->path,
-                       table, wm__errno_text(e));
-    unsigned char *tab = p;
-    size_t *order = (size_t *)(void *)(tab + at_order);
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += f->tensors[items[i].tensor].nbytes;
+    if (total == 0) return WM_OK;
+    if (n > (SIZE_MAX - page) / sizeof(size_t))
+        return wm__err(err, WM_ENOMEM, 0, "%s: %zu read items do not fit in memory", f->path, n);
+    size_t order_len = (n * sizeof(size_t) + page - 1) / page * page;
+    void *order;
+    wm_status st = pages(f, order_len, "read order", &order, err);
+    if (st) return st;
     sort_items(f, items, n, order);
-    fill_jobs(f, items, order, n, each, p, (wm__whole *)(void *)(tab + at_whole));
-    wm_status st = wm__reader_init(&m.rd, f, o->direct_io, err);
-    if (!st) st = run_jobs(&m, p, nj, 0, o, each, err);
-    wm__reader_free(&m.rd);
+    uint64_t tail = (uint64_t)(threads ? threads : 1) * WM_JOB_BYTES;
+    layout lo = {.f = f,
+                 .items = items,
+                 .order = order,
+                 .n = n,
+                 .window_each = each,
+                 .tail_from = total > tail ? total - tail : 0};
+    lay_jobs(&lo, NULL, NULL);
+    /* the table: the jobs, then the whole items' states */
+    size_t nj = lo.jobs, nw = lo.wholes, room = SIZE_MAX - page;
+    size_t table = 0;
+    void *p = NULL;
+    if (nj > room / sizeof(wm__job) || nw > (room - nj * sizeof(wm__job)) / sizeof(wm__whole))
+        st = wm__err(err, WM_ENOMEM, 0, "%s: %zu read jobs do not fit in memory", f->path, nj);
+    else
+        table = (nj * sizeof(wm__job) + nw * sizeof(wm__whole) + page - 1) / page * page;
+    if (!st) st = pages(f, table, "read jobs", &p, err);
+    if (!st) {
+        lay_jobs(&lo, p, (wm__whole *)(void *)((unsigned char *)p + nj * sizeof(wm__job)));
+        st = wm__reader_init(&m.rd, f, o->direct_io, err);
+        if (!st) st = run_jobs(&m, p, nj, 0, o, each, err);
+        wm__reader_free(&m.rd);
+    }
     wm__scratch_free(p, table);
+    wm__scratch_free(order, order_len);
     return st;
 }
