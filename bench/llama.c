@@ -25,9 +25,10 @@
  *
  * --only measures only the load contenders named (wm, wm-noprefault, wm-noprefetch, read, mmap,
  * direct, disk, disk-4k, disk-fresh, mem, fresh: the rows in that order), for a quick A/B, and
- * two rows measured only when named: engine (wm_file_read_tensors of every tensor into memory
- * faulted beforehand, no llama.cpp: the reading engine alone) and disk-queue (the disk read as
- * that engine orders it: 8 MiB O_DIRECT preads in file order from one shared counter). --curve
+ * three rows measured only when named: engine (wm_file_read_tensors of every tensor into memory
+ * faulted beforehand, no llama.cpp: the reading engine alone), disk-queue (the disk read as
+ * that engine orders it: 8 MiB O_DIRECT preads in file order from one shared counter) and
+ * wm-norepack (wm_llama_load with WM_LLAMA_REPACK_OFF: no tensor read whole). --curve
  * prints, for each load through the bridge, when it had read each quarter of its bytes.
  *
  * MODEL defaults to bench-llama-1200M.gguf in the working folder, made with
@@ -313,6 +314,7 @@ enum {
     C_FRESH,
     C_ENGINE,     /* the rows below: only when --only names them */
     C_DISK_QUEUE,
+    C_WM_NOREPACK,
     N_LOAD
 };
 static const char *const load_names[N_LOAD] = {"wm_llama_load",
@@ -327,13 +329,14 @@ static const char *const load_names[N_LOAD] = {"wm_llama_load",
                                                "buffered preads into faulted memory",
                                                "buffered preads into fresh MADV_HUGEPAGE memory",
                                                "wm_file_read_tensors into faulted memory",
-                                               "O_DIRECT 8 MiB preads in file order, one queue"};
+                                               "O_DIRECT 8 MiB preads in file order, one queue",
+                                               "wm_llama_load, repack off"};
 
 /* --only: the contenders measured (their keys, comma-separated); all by default */
 static const char *const load_keys[N_LOAD] = {"wm",   "wm-noprefault", "wm-noprefetch", "read",
                                               "mmap", "direct",        "disk",          "disk-4k",
                                               "disk-fresh", "mem",     "fresh",
-                                              "engine",     "disk-queue"};
+                                              "engine",     "disk-queue",    "wm-norepack"};
 static bool chosen[N_LOAD];
 static bool all_chosen = true;
 
@@ -370,7 +373,7 @@ static double load_once(int c, const char *path, uint64_t data, uint64_t size) {
     p.n_gpu_layers = 0;
     struct llama_model *m = NULL;
     double t0 = bench_now_ms();
-    if (c == C_WM || c == C_WM_NOPF || c == C_WM_NOPFT) {
+    if (c == C_WM || c == C_WM_NOPF || c == C_WM_NOPFT || c == C_WM_NOREPACK) {
         wm_error err;
         wm_llama_stats st = WM_LLAMA_STATS_INIT;
         wm_llama_options o = WM_LLAMA_OPTIONS_INIT;
@@ -379,6 +382,7 @@ static double load_once(int c, const char *path, uint64_t data, uint64_t size) {
         if (th) o.threads = (unsigned)atoi(th);
         if (c == C_WM_NOPF) o.prefault = WM_LLAMA_PREFAULT_OFF;
         if (c == C_WM_NOPFT) o.prefetch = WM_LLAMA_PREFETCH_OFF;
+        if (c == C_WM_NOREPACK) o.repack = WM_LLAMA_REPACK_OFF;
         if (curve) {
             p.progress_callback = on_curve;
             curve_t0 = t0;

@@ -175,8 +175,9 @@ void wm__crew_join(wm__crew *crew) {
 /* A WM_READ_WHOLE item: read in pieces by whichever threads take them, into one window of its
  * whole size, and handed to the sink by the thread that reads its last piece. */
 typedef struct wm__whole {
-    int slot;              /* its window in the run's pool (-1: not yet), under win_lock */
-    _Atomic uint64_t left; /* bytes not read yet */
+    int slot;                      /* its window in the run's pool (-1: not yet), under win_lock */
+    _Atomic(unsigned char *) base; /* that window, once it has one (read without the lock) */
+    _Atomic uint64_t left;         /* bytes not read yet */
 } wm__whole;
 
 /* A window of the run's pool, for the WM_READ_WHOLE items being read. An item holds one from the
@@ -391,6 +392,7 @@ static unsigned char *whole_window(run_ctx *c, const wm__job *j) {
         }
     }
     unsigned char *p = h->slot >= 0 ? c->wins[h->slot].p : NULL;
+    if (p) atomic_store_explicit(&h->base, p, memory_order_release);
     wm__os_mutex_unlock(&c->win_lock);
     return p;
 }
@@ -400,7 +402,9 @@ static unsigned char *whole_window(run_ctx *c, const wm__job *j) {
  * the next item. Pieces are cut on the direct-I/O grid (fill_jobs), so no two pieces' aligned
  * reads write the same block. */
 static bool whole_job(run_ctx *c, worker_own *w, const wm__job *j) {
-    unsigned char *p = whole_window(c, j);
+    /* the item's other pieces find its window without the lock */
+    unsigned char *p = atomic_load_explicit(&j->whole->base, memory_order_acquire);
+    if (!p) p = whole_window(c, j);
     if (!p) return false;
     uint64_t start = j->file_off - j->item_off; /* the tensor's offset in its shard */
     unsigned char *t = p + skew(start);
@@ -486,26 +490,41 @@ static unsigned char *job_dst(const wm__job *j) {
 
 /* The prefaulting thread: job by job from the first no reader has taken, each destination's
  * whole pages faulted in 2 MiB at a time, moving on as soon as a reader takes the job (its copy
- * faults the rest). Only jobs whose bytes the disk must read (not in the page cache): there a
- * reader waits for the disk and a CPU is free, while a cached job's reader copies at memory
- * speed and faults its own pages faster than one thread ahead of many could (on the H200 host,
- * 16 readers of a warm file: 326 ms with every job prefaulted, 235 without). Ends when every job
- * is taken or the read failed; writes no byte. */
+ * faults the rest). A WM_READ_WHOLE item's memory is written only by its sink, once every piece
+ * is in, so there the whole item's memory is faulted, once, at the first of its pieces the
+ * thread meets, until its sink begins (several readers take its pieces at once, and the sink's
+ * copy, a repack, is one thread's). Only jobs whose bytes the disk must read (not in the page
+ * cache): there a reader waits for the disk and a CPU is free, while a cached job's reader copies
+ * at memory speed and faults its own pages faster than one thread ahead of many could (on the
+ * H200 host, 16 readers of a warm file: 326 ms with every job prefaulted, 235 without). Ends when
+ * every job is taken or the read failed; writes no byte. */
 #define PREFAULT_STEP ((uintptr_t)2 << 20)
+
+/* Whether the prefault of job i's memory may go on. */
+static bool fault_on(run_ctx *c, const wm__job *j, size_t i) {
+    if (atomic_load(&c->failed)) return false;
+    return j->whole ? atomic_load(&j->whole->left) > 0 : atomic_load(&c->next) <= i;
+}
 
 static void prefault(void *arg) {
     run_ctx *c = arg;
     uintptr_t page = wm__os_page_size();
+    const wm__whole *done = NULL; /* the last whole item faulted */
     for (size_t i = atomic_load(&c->next); i < c->n && !atomic_load(&c->failed);) {
         const wm__job *j = &c->jobs[i];
         unsigned char *d = job_dst(j);
-        uint64_t cached = 0;
+        uint64_t len = j->len * j->rows, cached = 0;
+        if (j->whole) { /* the item's whole memory, from its start */
+            len = j->whole == done ? 0 : c->m->file->tensors[j->tensor].nbytes;
+            d = d ? d - j->item_off : NULL;
+            done = j->whole;
+        }
         int fd = c->m->file->shards[j->shard].fd;
         if (d && (wm__os_cached(fd, j->file_off, j->len, &cached) != 0 || cached * 2 >= j->len))
             d = NULL; /* warm (or unknown): the reader is quick there */
         uintptr_t lo = ((uintptr_t)d + page - 1) / page * page;
-        uintptr_t hi = ((uintptr_t)d + j->len * j->rows) / page * page;
-        for (uintptr_t a = lo; d && a < hi && atomic_load(&c->next) <= i; a += PREFAULT_STEP)
+        uintptr_t hi = ((uintptr_t)d + len) / page * page;
+        for (uintptr_t a = lo; d && a < hi && fault_on(c, j, i); a += PREFAULT_STEP)
             wm__os_advise((void *)a, (size_t)(hi - a < PREFAULT_STEP ? hi - a : PREFAULT_STEP),
                           WM_OS_ADV_POPULATE_WRITE);
         size_t taken = atomic_load(&c->next);
@@ -763,6 +782,7 @@ static void lay_jobs(layout *lo, wm__job *jobs, wm__whole *wholes) {
             if (wholes) {
                 h = &wholes[lo->wholes];
                 h->slot = -1;
+                atomic_init(&h->base, NULL);
                 atomic_init(&h->left, t->nbytes);
             }
             lo->wholes++;
