@@ -265,7 +265,8 @@ static double engine_once(const char *path, uint64_t data, uint64_t size) {
     wm_error err;
     if (wm_file_open(path, &f, &err) != WM_OK) return -1;
     size_t n = wm_file_tensor_count(f), len = (size_t)(size - data);
-    unsigned char *mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    unsigned char *mem =
+        mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     wm_read_item *it = calloc(n, sizeof *it);
     double ms = -1;
     if (mem != MAP_FAILED && it) {
@@ -312,7 +313,7 @@ enum {
     C_DISK_FRESH,
     C_MEM,
     C_FRESH,
-    C_ENGINE,     /* the rows below: only when --only names them */
+    C_ENGINE, /* the rows below: only when --only names them */
     C_DISK_QUEUE,
     C_WM_NOREPACK,
     N_LOAD
@@ -333,10 +334,9 @@ static const char *const load_names[N_LOAD] = {"wm_llama_load",
                                                "wm_llama_load, repack off"};
 
 /* --only: the contenders measured (their keys, comma-separated); all by default */
-static const char *const load_keys[N_LOAD] = {"wm",   "wm-noprefault", "wm-noprefetch", "read",
-                                              "mmap", "direct",        "disk",          "disk-4k",
-                                              "disk-fresh", "mem",     "fresh",
-                                              "engine",     "disk-queue",    "wm-norepack"};
+static const char *const load_keys[N_LOAD] = {
+    "wm",      "wm-noprefault", "wm-noprefetch", "read",  "mmap",   "direct",     "disk",
+    "disk-4k", "disk-fresh",    "mem",           "fresh", "engine", "disk-queue", "wm-norepack"};
 static bool chosen[N_LOAD];
 static bool all_chosen = true;
 
@@ -397,7 +397,8 @@ static double load_once(int c, const char *path, uint64_t data, uint64_t size) {
                 load_names[c], st.seconds_model * 1e3, st.seconds_read * 1e3, st.seconds_trim * 1e3,
                 (double)st.bytes_own / 1048576.0, (double)st.bytes_prefetched / 1048576.0);
         if (curve)
-            fprintf(stderr, "    curve: first %.1f, 25%% %.1f, 50%% %.1f, 75%% %.1f, 100%% %.1f ms\n",
+            fprintf(stderr,
+                    "    curve: first %.1f, 25%% %.1f, 50%% %.1f, 75%% %.1f, 100%% %.1f ms\n",
                     curve_at[0], curve_at[1], curve_at[2], curve_at[3], curve_at[4]);
     } else {
         p.load_mode = c == C_READ ? 0 : c == C_MMAP ? 1 : 4;

@@ -247,9 +247,9 @@ typedef struct whole_rec {
     unsigned char **mem;
     const wm_read_item *first;
     size_t calls, wholes_seen, misplaced, out_of_order;
-    bool other_seen;          /* a call for an item not asked for whole */
-    uint64_t last_whole;      /* nbytes of the last whole item handed over */
-    uint64_t progress[8];     /* the first progress values */
+    bool other_seen;      /* a call for an item not asked for whole */
+    uint64_t last_whole;  /* nbytes of the last whole item handed over */
+    uint64_t progress[8]; /* the first progress values */
     size_t n_progress;
 } whole_rec;
 
