@@ -273,6 +273,23 @@ static int whole_sink(void *user, const wm_read_item *item, uint64_t offset, con
     return 0;
 }
 
+/* Every tensor of f through the sink (sink_setup's layout), its matrices (256 KiB or more)
+ * WM_READ_WHOLE; *big: the biggest of those. Returns how many are whole. */
+static size_t whole_setup(const wm_file *f, host_set *h, wm_tensor_info *big) {
+    sink_rec unused;
+    sink_setup(f, h, &unused, 0);
+    size_t wholes = 0;
+    *big = (wm_tensor_info){0};
+    for (size_t i = 0; i < h->n; i++) {
+        wm_tensor_info t;
+        wm_file_tensor(f, i, &t);
+        h->items[i].flags = t.nbytes >= ((uint64_t)256 << 10) ? WM_READ_WHOLE : 0;
+        wholes += h->items[i].flags != 0;
+        if (h->items[i].flags && t.nbytes > big->nbytes) *big = t;
+    }
+    return wholes;
+}
+
 static int whole_progress(void *user, uint64_t done, uint64_t total) {
     whole_rec *r = user;
     (void)total;
@@ -285,18 +302,9 @@ WM_TEST(sink_whole_items_in_pieces_biggest_first) {
     wm_file *f = OPEN_OK(path);
     uint64_t size = wm_file_size(f), data = wm_file_data_offset(f);
     for (int cold = 0; cold < 2; cold++) {
-        host_set h = host_items(f);
-        size_t wholes = 0;
-        wm_tensor_info big = {0};
-        for (size_t i = 0; i < h.n; i++) {
-            wm_tensor_info t;
-            wm_file_tensor(f, i, &t);
-            h.items[i].dst = NULL;
-            h.items[i].flags = t.nbytes >= ((uint64_t)256 << 10) ? WM_READ_WHOLE : 0;
-            wholes += h.items[i].flags != 0;
-            if (h.items[i].flags && t.nbytes > big.nbytes) big = t;
-            h.mem[i] += 1;
-        }
+        host_set h;
+        wm_tensor_info big;
+        size_t wholes = whole_setup(f, &h, &big);
         CHECK(wholes > 4 && wholes < h.n);
         uint64_t first_piece = ((uint64_t)big.offset / (8u << 20) + 1) * (8u << 20) - big.offset;
         CHECK(big.offset % 4096 != 0 && first_piece < big.nbytes); /* the case in point */
@@ -321,10 +329,7 @@ WM_TEST(sink_whole_items_in_pieces_biggest_first) {
             CHECK(wmt_cached_bytes(path, data, size - data) < wm_file_tensor_bytes(f) / 8);
         }
         CHECK_EQ(scratch_now(), 0);
-        for (size_t i = 0; i < h.n; i++) {
-            h.mem[i] -= 1;
-            h.items[i].dst = h.mem[i] + 1;
-        }
+        sink_done(&h);
         check_equal_file(f, path, &h);
         host_free(&h);
     }
@@ -332,7 +337,7 @@ WM_TEST(sink_whole_items_in_pieces_biggest_first) {
 }
 
 /* The windows of whole items are reused from item to item: with every matrix of the 40M model
- * (37 of them) whole on 2 threads, the read maps pages for the job table, one worker's stack,
+ * (44 of them) whole on 2 threads, the read maps pages for the job table, one worker's stack,
  * the threads' staging and at most threads + 1 windows, not a window per item (wmt_sweep_count
  * counts the page allocations). */
 typedef struct whole_run {
@@ -352,16 +357,9 @@ static wm_status whole_read_once(void *user, wm_error *err) {
 WM_TEST(sink_whole_windows_are_reused) {
     const char *path = wmt_make_model("m40.gguf", "--size 40M");
     wm_file *f = OPEN_OK(path);
-    host_set h = host_items(f);
-    size_t wholes = 0;
-    for (size_t i = 0; i < h.n; i++) {
-        wm_tensor_info t;
-        wm_file_tensor(f, i, &t);
-        h.items[i].dst = NULL;
-        h.items[i].flags = t.nbytes >= ((uint64_t)256 << 10) ? WM_READ_WHOLE : 0;
-        wholes += h.items[i].flags != 0;
-        h.mem[i] += 1;
-    }
+    host_set h;
+    wm_tensor_info big;
+    size_t wholes = whole_setup(f, &h, &big);
     whole_rec r = {.f = f, .mem = h.mem, .first = h.items};
     whole_run run = {f, &h, WM_READ_OPTIONS_INIT};
     run.o.threads = 2;
@@ -378,10 +376,7 @@ WM_TEST(sink_whole_windows_are_reused) {
     CHECK_MSG(res.counts[WM_OS_PAGES] <= 1 + (t - 1) + t + (t + 1),
               "%llu page allocations for %zu whole items on %u threads",
               (unsigned long long)res.counts[WM_OS_PAGES], wholes, t);
-    for (size_t i = 0; i < h.n; i++) {
-        h.mem[i] -= 1;
-        h.items[i].dst = h.mem[i] + 1;
-    }
+    sink_done(&h);
     check_equal_file(f, path, &h);
     host_free(&h);
     wm_file_close(f);
