@@ -124,7 +124,6 @@ typedef struct wm__shard {
     uint64_t data_offset;
 } wm__shard;
 
-#define WM__PREFETCH_RANGES 4
 struct wm_file {
     wm_format format;
     uint32_t version;
@@ -161,16 +160,10 @@ struct wm_file {
      * last to let go frees the file, so closing before releasing is safe. */
     _Atomic unsigned refs;
 
-    /* wm_file_prefetch (read.c): the ranges it asked the kernel to read, live while pf_live is
-     * 1, dropped from the page cache by the next wm_file_read_tensors or by wm_file_close. */
-    struct {
-        uint32_t shard;
-        uint64_t off, len;
-    } pf[WM__PREFETCH_RANGES];
-    uint32_t pf_n;
-    _Atomic int pf_live;
-    wm_os_thread pf_thread; /* the thread that asks (the kernel's submission can block): it
-                               lives exactly while pf_live is 1 */
+    /* wm_file_prefetch's read ahead (read.c): live from the call until the next
+     * wm_file_read_tensors ends or the file is closed (wm__file_prefetch_drop), else NULL. Every
+     * wm__read of the file takes what it holds from it (wm__pre_part). */
+    struct wm__pre *_Atomic pre;
 };
 
 /* Parsers (src/format/). Each fills a zeroed wm_file whose shards[0] is open; on failure the
@@ -217,8 +210,19 @@ void wm__file_free(wm_file *f);
  * holder. Accepts NULL. */
 wm_file *wm__file_ref(wm_file *f);
 void wm__file_unref(wm_file *f);
-/* Drops what wm_file_prefetch brought into the page cache, once (read.c). */
+/* wm_file_prefetch's read ahead (read.c). stop: its threads take no more chunks (the read that
+ * wants the bytes has begun). drop: its threads joined, its memory freed (and whatever it read
+ * through the page cache dropped from it); once, whatever came before. wait: its threads joined
+ * (every chunk read or refused), its bytes still held: for tests. */
+void wm__file_prefetch_stop(wm_file *f);
 void wm__file_prefetch_drop(wm_file *f);
+void wm__file_prefetch_wait(wm_file *f);
+/* The first part of [off, off + len) of shard `shard` as the read ahead sees it: returns its
+ * length n (0 < n <= len) and whether its bytes were copied into dst from the read ahead (true)
+ * or are the caller's to read (false: outside every chunk, or a chunk not read). A chunk being
+ * read is awaited. Any thread. */
+size_t wm__pre_part(const wm_file *f, uint32_t shard, uint64_t off, size_t len, unsigned char *dst,
+                    bool *copied);
 
 /* ---- helpers ---- */
 

@@ -44,6 +44,7 @@ wm_status wm__reader_init(wm__reader *rd, const wm_file *f, wm_direct_io io, wm_
     atomic_init(&rd->bytes_read, 0);
     atomic_init(&rd->direct_bytes, 0);
     atomic_init(&rd->buffered_bytes, 0);
+    atomic_init(&rd->prefetched_bytes, 0);
     if (io == WM_DIRECT_OFF || !wm__os_caps()->direct_io || !f->n_shards) return WM_OK;
     /* Pages, not the counted allocator: wm_file_read_tensors promises that the calling thread
      * takes nothing from malloc. */
@@ -91,6 +92,8 @@ static int direct_fd(wm__reader *rd, uint32_t shard) {
     if (mine >= 0) wm__os_close(mine); /* another thread opened it first */
     return expected;
 }
+
+void wm__reader_open(wm__reader *rd, uint32_t shard) { (void)direct_fd(rd, shard); }
 
 /* ---- deciding ---- */
 
@@ -273,7 +276,9 @@ static wm_status read_segment(wm__reader *rd, const wm__read_req *q, uint64_t a,
     return WM_OK;
 }
 
-wm_status wm__read(wm__reader *rd, const wm__read_req *q, wm__stage *stage, wm_error *err) {
+/* The request by the policy alone. */
+static wm_status read_range(wm__reader *rd, const wm__read_req *q, wm__stage *stage,
+                            wm_error *err) {
     uint64_t end = q->off + q->len;
     if (q->len < DIRECT_MIN && rd->io == WM_DIRECT_AUTO)
         return read_buffered(rd, q, q->off, end, err);
@@ -283,6 +288,27 @@ wm_status wm__read(wm__reader *rd, const wm__read_req *q, wm__stage *stage, wm_e
         wm_status st = read_segment(rd, q, a, b, stage, err);
         if (st) return st;
         a = b;
+    }
+    return WM_OK;
+}
+
+wm_status wm__read(wm__reader *rd, const wm__read_req *q, wm__stage *stage, wm_error *err) {
+    if (rd->no_prefetch || !atomic_load_explicit(&rd->file->pre, memory_order_acquire))
+        return read_range(rd, q, stage, err);
+    for (size_t at = 0; at < q->len;) {
+        bool copied;
+        size_t n = wm__pre_part(rd->file, q->shard, q->off + at, q->len - at, q->dst + at, &copied);
+        if (copied) {
+            atomic_fetch_add(&rd->prefetched_bytes, n);
+        } else {
+            wm__read_req part = *q; /* (a mirror stays one: dst and off move together) */
+            part.off += at;
+            part.len = n;
+            part.dst += at;
+            wm_status st = read_range(rd, &part, stage, err);
+            if (st) return st;
+        }
+        at += n;
     }
     return WM_OK;
 }

@@ -47,7 +47,9 @@ typedef struct wm__reader {
     atomic_bool direct_off;        /* a direct read was refused (EINVAL): buffered from then on */
     _Atomic uint64_t bytes_read;   /* bytes that came from the file (direct: the aligned cover) */
     _Atomic uint64_t direct_bytes; /* requested bytes read with O_DIRECT */
-    _Atomic uint64_t buffered_bytes; /* requested bytes read through the page cache */
+    _Atomic uint64_t buffered_bytes;   /* requested bytes read through the page cache */
+    _Atomic uint64_t prefetched_bytes; /* requested bytes copied from the file's read ahead */
+    bool no_prefetch; /* the read ahead's own reader: it reads, it does not take (read.c) */
 } wm__reader;
 
 /* A reader of `f` with policy `io`. WM_ENOMEM (nothing held) or WM_OK; wm__reader_free is its
@@ -56,6 +58,11 @@ wm_status wm__reader_init(wm__reader *rd, const wm_file *f, wm_direct_io io, wm_
 /* Closes the direct descriptors and frees the table; accepts a zeroed or freed reader; leaves
  * the counters as they are (a load copies them into its stats after this). */
 void wm__reader_free(wm__reader *rd);
+
+/* Opens shard `shard`'s O_DIRECT descriptor now (where the policy and the file system allow it)
+ * rather than at its first direct read, where threads that start together would each open one
+ * and all but the first close theirs again. A hint: a failure reads the shard buffered. */
+void wm__reader_open(wm__reader *rd, uint32_t shard);
 
 /* One thread's staging (zeroed before first use); wm__stage_free gives it back. */
 typedef struct wm__stage {
@@ -79,7 +86,8 @@ typedef struct wm__read_req {
     bool mirror;
 } wm__read_req;
 
-/* Reads the request by the reader's policy: every byte of [off, off + len) must come, or the
+/* Reads the request by the reader's policy (what the file's read ahead holds, wm_file_prefetch,
+ * copied from it first): every byte of [off, off + len) must come, or the
  * read fails with WM_EFORMAT naming the tensor (the file is shorter than its header says); a
  * read error is WM_EIO (or as the errno says) naming the file, the offset and, for a direct
  * read, " (direct)"; WM_ENOMEM when the thread's staging cannot be made. `stage` may be NULL

@@ -8,6 +8,9 @@
  */
 #include "wmtest.h"
 
+#include "internal.h" /* wm__file_prefetch_wait */
+#include "os/fault.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -821,64 +824,120 @@ WM_TEST(cold_file_sink_direct_by_default) {
 }
 
 /* ---- wm_file_prefetch ----
- * A cold file: the call asks for the start of the tensor data and returns at once; the bytes
- * come into the page cache in the background (awaited here by the cache itself, under a
- * deadlock guard); the read takes them and drops them, so the file's pages are all gone again
- * after it, the ledger back at 0 (the asking thread joined). A warm file, or a second call
- * before the read: nothing asked. A close without a read drops them too. */
-static uint64_t await_cached(const char *path, uint64_t off, uint64_t len) {
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    uint64_t c;
-    do {
-        c = wmt_cached_bytes(path, off, len);
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        if (c < len) sched_yield();
-    } while (c < len && t.tv_sec - t0.tv_sec < 60); /* a deadlock guard, not a timing */
-    return c < len ? c : len; /* (whole pages: the range's edges round it up) */
-}
+ * A cold file: the call starts reading the start of the tensor data into memory of the file's
+ * own (scratch in the ledger) and returns at once; wm__file_prefetch_wait (internal.h) joins its
+ * threads, so that a test sees every chunk in. The read then copies those bytes, which it shows
+ * by succeeding with every pread of the file failing; the bytes never pass through the page
+ * cache (O_DIRECT), and after the read (or a close without one) the ledger is back at 0. */
 
-WM_TEST(prefetch_brings_in_and_the_read_drops) {
+/* The whole file prefetched and awaited, then read with every pread failing. */
+WM_TEST(prefetch_reads_ahead_into_its_own_memory) {
     const char *path = wmt_make_model("m.gguf", "--size 24M");
     wm_file *f = OPEN_OK(path);
-    uint64_t data = wm_file_data_offset(f), want = (uint64_t)4 << 20;
+    uint64_t data = wm_file_data_offset(f), bytes = wm_file_tensor_bytes(f);
     wmt_make_cold(path, 0, 0);
-    uint64_t asked = wm_file_prefetch(f, want); /* whole pages: one more for the unaligned start */
-    CHECK(asked >= want && asked <= want + 2 * (uint64_t)sysconf(_SC_PAGESIZE));
-    CHECK_EQ(wm_file_prefetch(f, want), 0); /* one at a time: the first is still live */
-    CHECK(scratch_now() > 0);               /* the asking thread's stack, until the read */
-    CHECK_EQ(await_cached(path, data, want), want);
+    uint64_t asked = wm_file_prefetch(f, UINT64_MAX); /* all of it, in whole pages */
+    CHECK(asked >= bytes && asked <= bytes + 2 * (uint64_t)sysconf(_SC_PAGESIZE));
+    CHECK_EQ(wm_file_prefetch(f, 1), 0); /* one at a time: the first is still live */
+    wm__file_prefetch_wait(f);
+    CHECK(scratch_now() >= asked);                    /* its memory, until the read */
+    CHECK_EQ(wmt_cached_bytes(path, data, bytes), 0); /* past the page cache */
     host_set h = host_items(f);
     wm_error err;
-    CHECK_MSG(wm_file_read_tensors(f, h.items, h.n, NULL, &err) == WM_OK, "%s", err.msg);
-    check_equal_file(f, path, &h); /* (reads the file itself: measure the cache before) */
+    wm__fault_reset();
+    wm__fault_arm_sticky(WM_OS_PREAD, 1, EIO); /* the file cannot be read any more */
+    wm_status st = wm_file_read_tensors(f, h.items, h.n, NULL, &err);
+    uint64_t refused = wm__fault_injected();
+    wm__fault_reset();
+    CHECK_MSG(st == WM_OK, "the read did not take the prefetched bytes: %s", err.msg);
+    CHECK_EQ(refused, 0); /* not one pread asked */
+    check_equal_file(f, path, &h);
+    host_free(&h);
+    CHECK_EQ(scratch_now(), 0);
+    CHECK_EQ(wm_file_prefetch(f, UINT64_MAX), 0); /* warm now (check_equal_file read it) */
+    wm_file_close(f);
+    CHECK_EQ(wm_file_prefetch(NULL, 1), 0);
+}
+
+/* Part of the file, and a read that begins at once: every byte right whichever chunks were in,
+ * being read (awaited) or not begun (read by the read itself); nothing left in the page cache or
+ * the ledger. And a close without a read. */
+WM_TEST(prefetch_part_then_read_at_once) {
+    const char *path = wmt_make_model("m.gguf", "--size 24M");
+    wm_file *f = OPEN_OK(path);
+    uint64_t data = wm_file_data_offset(f), size = wm_file_size(f);
+    for (int round = 0; round < 4; round++) {
+        wmt_make_cold(path, 0, 0);
+        uint64_t asked = wm_file_prefetch(f, (uint64_t)(round + 1) * (5 << 20));
+        CHECK(asked > 0);
+        host_set h = host_items(f);
+        wm_read_options o = WM_READ_OPTIONS_INIT;
+        o.threads = 3;
+        wm_error err;
+        CHECK_MSG(wm_file_read_tensors(f, h.items, h.n, &o, &err) == WM_OK, "%s", err.msg);
+        /* tensors under 64 KiB are read buffered by design (src/reader.c) */
+        CHECK(wmt_cached_bytes(path, data, size - data) < wm_file_tensor_bytes(f) / 8);
+        check_equal_file(f, path, &h);
+        host_free(&h);
+        CHECK_EQ(scratch_now(), 0);
+    }
+    wmt_make_cold(path, 0, 0);
+    CHECK(wm_file_prefetch(f, 8 << 20) > 0);
+    wm_file_close(f);
+    CHECK_EQ(scratch_now(), 0);
+}
+
+/* A file cut after the open: the prefetch's reads of the missing end fail, the read finds the
+ * cut itself and says so as without a prefetch, and nothing is held. */
+WM_TEST(prefetch_of_a_cut_file) {
+    const char *src = wmt_make_model("m.gguf", "--size 8M");
+    const char *path = wmt_tmp("cut.gguf");
+    size_t size = wmt_copy_file(src, path);
+    wm_file *f = OPEN_OK(path);
+    CHECK(truncate(path, (off_t)(size - 100)) == 0);
+    wmt_make_cold(path, 0, 0);
+    CHECK(wm_file_prefetch(f, UINT64_MAX) > 0);
+    wm__file_prefetch_wait(f);
+    host_set h = host_items(f);
+    wm_error err;
+    CHECK_STATUS(wm_file_read_tensors(f, h.items, h.n, NULL, &err), WM_EFORMAT);
+    CHECK_MSG(strstr(err.msg, "shorter than its header says") && strstr(err.msg, "cut.gguf"), "%s",
+              err.msg);
     host_free(&h);
     CHECK_EQ(scratch_now(), 0);
     wm_file_close(f);
-    /* what the read left cached of the prefetched range: nothing (checked on a fresh open, as
-     * check_equal_file's own read of the file warmed it) */
-    f = OPEN_OK(path);
+}
+
+/* Each call the prefetch makes (its pages, threads, lock, descriptors, reads) failed in turn:
+ * the prefetch gives up or reads less, the read after it is whole, nothing is held. */
+WM_TEST(fault_sweep_prefetch_itself) {
+    const char *path = wmt_make_model("m.gguf", "--size 8M");
+    wm_file *f = OPEN_OK(path);
     wmt_make_cold(path, 0, 0);
-    CHECK_EQ(wm_file_prefetch(f, want), asked);
-    CHECK_EQ(await_cached(path, data, want), want);
-    h = host_items(f);
-    CHECK_MSG(wm_file_read_tensors(f, h.items, h.n, NULL, &err) == WM_OK, "%s", err.msg);
-    CHECK_EQ(wmt_cached_bytes(path, data, want), 0);
-    host_free(&h);
-    /* warm now (the reads above were the engine's: direct where cold; warm it by hand) */
-    size_t len;
-    free(wmt_read_file(path, &len));
-    CHECK_EQ(wm_file_prefetch(f, want), 0);
+    wm__fault_reset();
+    (void)wm_file_prefetch(f, UINT64_MAX);
+    wm__file_prefetch_wait(f);
+    uint64_t n = wm__fault_count(WM_OS_ANY);
+    wm__file_prefetch_drop(f);
+    CHECK(n > 4);
+    for (uint64_t k = 1; k <= n; k++) {
+        wmt_make_cold(path, 0, 0);
+        wm__fault_reset();
+        wm__fault_arm(WM_OS_ANY, k, k % 2 ? EIO : ENOMEM);
+        (void)wm_file_prefetch(f, UINT64_MAX);
+        wm__file_prefetch_wait(f);
+        CHECK_MSG(wm__fault_injected() == 1, "call %llu of %llu not failed", (unsigned long long)k,
+                  (unsigned long long)n);
+        wm__fault_reset();
+        host_set h = host_items(f);
+        wm_error err;
+        CHECK_MSG(wm_file_read_tensors(f, h.items, h.n, NULL, &err) == WM_OK, "call %llu: %s",
+                  (unsigned long long)k, err.msg);
+        check_equal_file(f, path, &h);
+        host_free(&h);
+        CHECK_EQ(scratch_now(), 0);
+    }
     wm_file_close(f);
-    /* a close without a read */
-    f = OPEN_OK(path);
-    wmt_make_cold(path, 0, 0);
-    CHECK_EQ(wm_file_prefetch(f, want), asked);
-    CHECK_EQ(await_cached(path, data, want), want);
-    wm_file_close(f);
-    CHECK_EQ(wmt_cached_bytes(path, data, want), 0);
-    CHECK_EQ(scratch_now(), 0);
-    CHECK_EQ(wm_file_prefetch(NULL, want), 0);
 }
 
 /* Every call of open, prefetch, read and close failed in turn: nothing held, whatever failed

@@ -98,18 +98,6 @@ int wm__os_cached(int fd, uint64_t off, uint64_t len, uint64_t *cached_out) {
     return e ? e : wm__unix_cached(fd, off, len, cached_out);
 }
 
-int wm__os_file_prefetch(int fd, uint64_t off, uint64_t len) {
-    int e = wm__fault_hit(WM_OS_ADVISE);
-    if (e) return e;
-    const uint64_t step = (uint64_t)64 << 20; /* ra_count is an int */
-    for (uint64_t a = off; a < off + len; a += step) {
-        struct radvisory ra = {.ra_offset = (off_t)a,
-                               .ra_count = (int)(off + len - a < step ? off + len - a : step)};
-        if (fcntl(fd, F_RDADVISE, &ra) != 0) return errno;
-    }
-    return 0;
-}
-
 int wm__os_file_drop(int fd, uint64_t off, uint64_t len) {
     (void)fd, (void)off, (void)len;
     return ENOTSUP; /* no per-range drop of clean pages on Darwin */

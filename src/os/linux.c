@@ -97,19 +97,6 @@ int wm__os_cached(int fd, uint64_t off, uint64_t len, uint64_t *cached_out) {
     return wm__unix_cached(fd, off, len, cached_out);
 }
 
-int wm__os_file_prefetch(int fd, uint64_t off, uint64_t len) {
-    int e = wm__fault_hit(WM_OS_ADVISE);
-    if (e) return e;
-    /* the kernel caps one WILLNEED at its readahead window (max(io_pages, ra_pages)) */
-    const uint64_t step = (uint64_t)4 << 20;
-    for (uint64_t a = off; a < off + len; a += step) {
-        uint64_t n = off + len - a < step ? off + len - a : step;
-        e = posix_fadvise(fd, (off_t)a, (off_t)n, POSIX_FADV_WILLNEED);
-        if (e) return e;
-    }
-    return 0;
-}
-
 int wm__os_file_drop(int fd, uint64_t off, uint64_t len) {
     int e = wm__fault_hit(WM_OS_ADVISE);
     return e ? e : posix_fadvise(fd, (off_t)off, (off_t)len, POSIX_FADV_DONTNEED);

@@ -115,12 +115,10 @@ int wm__os_pread(int fd, void *buf, size_t len, uint64_t off, size_t *got);
  * read-only shared mapping of the range, unmapped before returning (about 60x slower: a lookup
  * per page). Darwin: unix.c's (mincore reports file pages there too). */
 int wm__os_cached(int fd, uint64_t off, uint64_t len, uint64_t *cached_out);
-/* Hints on a file's page cache (wm_file_prefetch), ADVISE for fault injection. file_prefetch:
- * the kernel starts reading [off, off + len) into the cache and the call returns (Linux:
- * POSIX_FADV_WILLNEED, 4 MiB a call, which starts the reads and waits for none; Darwin:
- * F_RDADVISE). file_drop: the range's clean, unmapped cached pages are dropped (Linux:
- * POSIX_FADV_DONTNEED; Darwin: nothing, ENOTSUP). */
-int wm__os_file_prefetch(int fd, uint64_t off, uint64_t len);
+/* A hint on a file's page cache, ADVISE for fault injection: the range's clean, unmapped cached
+ * pages are dropped (Linux: POSIX_FADV_DONTNEED; Darwin: nothing, ENOTSUP). For reads that went
+ * through the cache where the file was cold (wm_file_prefetch's without O_DIRECT), so that the
+ * cache is left as it was found. */
 int wm__os_file_drop(int fd, uint64_t off, uint64_t len);
 
 /* ---- mappings of a file (mmap, unix.c; Darwin the same) ---- */
