@@ -75,9 +75,9 @@ extern "C" {
 #endif
 
 #define WM_VERSION_MAJOR 1
-#define WM_VERSION_MINOR 3
-#define WM_VERSION_PATCH 1
-#define WM_VERSION_STRING "1.3.1"
+#define WM_VERSION_MINOR 4
+#define WM_VERSION_PATCH 0
+#define WM_VERSION_STRING "1.4.0"
 /* MAJOR * 1000000 + MINOR * 1000 + PATCH, e.g. 1000000 for 1.0.0 (as wm_version_number). */
 #define WM_VERSION_NUMBER (WM_VERSION_MAJOR * 1000000 + WM_VERSION_MINOR * 1000 + WM_VERSION_PATCH)
 
@@ -374,7 +374,8 @@ typedef int (*wm_progress_fn)(void *user, uint64_t bytes_done, uint64_t bytes_to
 #define WM_READ_WHOLE 1u
 /* wm_read_item.flags (added in 1.3): dst is set, but names the memory the sink writes the
  * tensor's bytes into (nbytes there, a CPU repack buffer's tensor), not a place to read into: the
- * bytes still go to wm_read_options.sink, and dst is only where WM_READ_PREFAULT faults. */
+ * bytes still go to wm_read_options.sink, and dst is only where WM_READ_PREFAULT faults (not
+ * for an item also WM_READ_WHOLE, since 1.4: its sink's own writes fault that memory). */
 #define WM_READ_SINK_WRITES 2u
 
 /* One tensor to read. This struct never grows (the stride of an array of them is part of the
@@ -407,7 +408,8 @@ typedef enum wm_direct_io {
  * yet touched, as a runtime's new weight buffers are). One more thread of the engine's faults each
  * item's destination in (MADV_POPULATE_WRITE, 2 MiB a call) ahead of the reading threads, job by
  * job in the order they take them, skipping what a reader has begun: the kernel's zeroing of the
- * new pages runs beside the reads instead of inside their copies. A hint: it writes no byte,
+ * new pages runs beside the reads instead of inside their copies. Not a WM_READ_WHOLE item's
+ * memory (since 1.4; 1.3 faulted it all: slower cold on a 16-CPU host). A hint: it writes no byte,
  * where the system lacks the call (or the thread cannot start) nothing happens, and the thread is
  * joined before the call returns. */
 #define WM_READ_PREFAULT 2u
@@ -436,18 +438,23 @@ typedef struct wm_read_options {
 
 #define WM_READ_OPTIONS_INIT WM_SIZED_INIT(wm_read_options)
 
-/* Prefetch (added in 1.3). Starts the kernel reading up to `bytes` of the file's tensor data
- * into the page cache, from the start of its data (shard by shard, in order), and returns at
- * once: for a caller with other work to do before it can read, such as the llama.cpp bridge
- * while llama.cpp makes the model (the destinations do not exist yet), so that the disk works
- * meanwhile. Only a cold file: where a quarter or more of a shard's tensor data is cached, nothing.
- * What it asked for is the file's to give back: the next wm_file_read_tensors reads those bytes
- * from the cache and then drops them from it (POSIX_FADV_DONTNEED), so that a cold load leaves
- * the page cache as it found it, and wm_file_close drops what no read took. A hint: returns the
- * bytes asked for, 0 for none (a warm file, a second call before the read, a system without the
- * call, NULL), rounded out to whole pages. The thread that asks (its stack counted as scratch in
- * the ledger) is joined by that read or close. Not concurrently with another wm_file_prefetch or
- * a read of the same file. */
+/* Prefetch (added in 1.3; its memory changed in 1.4). Starts reading up to `bytes` of the file's
+ * tensor data, from the start of its data (shard by shard, in order), and returns at once: for a
+ * caller with other work to do before it can read, such as the llama.cpp bridge while llama.cpp
+ * makes the model (the destinations do not exist yet), so that the disk works meanwhile. Only a
+ * cold file: where a quarter or more of a shard's tensor data is cached, nothing.
+ * Since 1.4 the bytes go past the page cache (O_DIRECT where the file system allows it; else
+ * through the cache, dropped from it afterwards) into page-allocated memory the file holds,
+ * counted in the ledger as scratch (all of `bytes` from this call on; resident only as it is
+ * read), read 4 MiB at a time in file order by threads of the library's own (at most 16, their
+ * stacks scratch too). The next wm_file_read_tensors (and any other read of the file) copies
+ * what is in, waits for a chunk being read and reads the rest itself; its start stops the
+ * reading ahead, and its end frees the memory and joins the threads; wm_file_close does the same
+ * if no read came. (1.3 asked the kernel's readahead into the page cache, POSIX_FADV_WILLNEED,
+ * which read slower than the disk beside other work, and a chunk still in flight when the read
+ * began was read twice.) A hint: returns the bytes asked for, 0 for none (a warm file, a second
+ * call before the read, no memory or thread, NULL), rounded out to whole pages. Not concurrently
+ * with another wm_file_prefetch or a read of the same file. */
 WM_API uint64_t wm_file_prefetch(wm_file *file, uint64_t bytes);
 
 /* Reads the tensors items[0 .. n) names, each into item.dst or through opts->sink, in parallel

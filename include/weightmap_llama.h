@@ -124,10 +124,12 @@ typedef enum wm_llama_prefault {
 
 /* wm_llama_options.prefetch (added in 1.3): llama.cpp makes the model (metadata, vocabulary,
  * buffers: 40-110 ms for a 1.1 GiB model) before the first tensor has a place to be read into.
- * AUTO has the kernel read the first eighth of a cold file's tensor data (at most 128 MiB) into
- * the page cache meanwhile (wm_file_prefetch); the reads then take those bytes from the cache
- * and drop them from it, so the cache is left as it was found. wm_llama_load only (a file the
- * caller opened is not touched), and not with direct_io OFF. */
+ * AUTO has weightmap read the start of a cold file's tensor data meanwhile (wm_file_prefetch:
+ * since 1.4 into memory of its own, past the page cache, until the reads begin; at most a
+ * quarter of the tensor data and 256 MiB, 1.3: an eighth and 128 MiB into the page cache); the
+ * reads copy those bytes and the memory is freed before wm_llama_load returns. So a load's peak
+ * holds the weights plus what the disk read during the model's making. wm_llama_load only (a
+ * file the caller opened is not touched), and not with direct_io OFF. */
 typedef enum wm_llama_prefetch {
     WM_LLAMA_PREFETCH_AUTO = 0, /* prefetch the start of a cold file during the model's making */
     WM_LLAMA_PREFETCH_OFF = 1   /* the first read starts after llama.cpp has made the model */

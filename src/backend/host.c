@@ -490,41 +490,36 @@ static unsigned char *job_dst(const wm__job *j) {
 
 /* The prefaulting thread: job by job from the first no reader has taken, each destination's
  * whole pages faulted in 2 MiB at a time, moving on as soon as a reader takes the job (its copy
- * faults the rest). A WM_READ_WHOLE item's memory is written only by its sink, once every piece
- * is in, so there the whole item's memory is faulted, once, at the first of its pieces the
- * thread meets, until its sink begins (several readers take its pieces at once, and the sink's
- * copy, a repack, is one thread's). Only jobs whose bytes the disk must read (not in the page
- * cache): there a reader waits for the disk and a CPU is free, while a cached job's reader copies
- * at memory speed and faults its own pages faster than one thread ahead of many could (on the
- * H200 host, 16 readers of a warm file: 326 ms with every job prefaulted, 235 without). Ends when
- * every job is taken or the read failed; writes no byte. */
+ * faults the rest). Not a WM_READ_WHOLE item's memory: its sink (a repack) writes it once every
+ * piece is in, on the thread that read the last one, and whole items are read first, so that
+ * sink's faults are off the disk's path; one thread faulting the repacked tensors' 835 MiB
+ * ahead (1.3.1) slowed the cold reads on the H200 host (paired with the disk round by round,
+ * 0.91x with whole items left to their sinks against 0.86x, bench/RESULTS.md, llama). Only jobs
+ * whose bytes the disk must read (not in the page cache): there a reader waits for the disk and a
+ * CPU is free, while a cached job's reader copies at memory speed and faults its own pages faster
+ * than one thread ahead of many could (on the H200 host, 16 readers of a warm file: 326 ms with
+ * every job prefaulted, 235 without). Ends when every job is taken or the read failed; writes no
+ * byte. */
 #define PREFAULT_STEP ((uintptr_t)2 << 20)
 
 /* Whether the prefault of job i's memory may go on. */
-static bool fault_on(run_ctx *c, const wm__job *j, size_t i) {
-    if (atomic_load(&c->failed)) return false;
-    return j->whole ? atomic_load(&j->whole->left) > 0 : atomic_load(&c->next) <= i;
+static bool fault_on(run_ctx *c, size_t i) {
+    return !atomic_load(&c->failed) && atomic_load(&c->next) <= i;
 }
 
 static void prefault(void *arg) {
     run_ctx *c = arg;
     uintptr_t page = wm__os_page_size();
-    const wm__whole *done = NULL; /* the last whole item faulted */
     for (size_t i = atomic_load(&c->next); i < c->n && !atomic_load(&c->failed);) {
         const wm__job *j = &c->jobs[i];
-        unsigned char *d = job_dst(j);
+        unsigned char *d = j->whole ? NULL : job_dst(j);
         uint64_t len = j->len * j->rows, cached = 0;
-        if (j->whole) { /* the item's whole memory, from its start */
-            len = j->whole == done ? 0 : c->m->file->tensors[j->tensor].nbytes;
-            d = d ? d - j->item_off : NULL;
-            done = j->whole;
-        }
         int fd = c->m->file->shards[j->shard].fd;
         if (d && (wm__os_cached(fd, j->file_off, j->len, &cached) != 0 || cached * 2 >= j->len))
             d = NULL; /* warm (or unknown): the reader is quick there */
         uintptr_t lo = ((uintptr_t)d + page - 1) / page * page;
         uintptr_t hi = ((uintptr_t)d + len) / page * page;
-        for (uintptr_t a = lo; d && a < hi && fault_on(c, j, i); a += PREFAULT_STEP)
+        for (uintptr_t a = lo; d && a < hi && fault_on(c, i); a += PREFAULT_STEP)
             wm__os_advise((void *)a, (size_t)(hi - a < PREFAULT_STEP ? hi - a : PREFAULT_STEP),
                           WM_OS_ADV_POPULATE_WRITE);
         size_t taken = atomic_load(&c->next);
