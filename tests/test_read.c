@@ -766,12 +766,19 @@ WM_TEST(cancel_is_ecanceled) {
     wm_file_close(f);
 }
 
-WM_TEST(file_cut_after_open_is_eformat) {
+/* An 8M model opened, then cut 100 bytes short (the header promises more than the file has). */
+static wm_file *open_then_cut(const char **path) {
     const char *src = wmt_make_model("m.gguf", "--size 8M");
-    const char *path = wmt_tmp("cut.gguf");
-    size_t size = wmt_copy_file(src, path);
-    wm_file *f = OPEN_OK(path);
-    CHECK(truncate(path, (off_t)(size - 100)) == 0);
+    *path = wmt_tmp("cut.gguf");
+    size_t size = wmt_copy_file(src, *path);
+    wm_file *f = OPEN_OK(*path);
+    CHECK(truncate(*path, (off_t)(size - 100)) == 0);
+    return f;
+}
+
+WM_TEST(file_cut_after_open_is_eformat) {
+    const char *path;
+    wm_file *f = open_then_cut(&path);
     host_set h = host_items(f);
     check_refused(f, h.items, h.n, NULL, WM_EFORMAT, "shorter than its header says");
     host_free(&h);
@@ -900,11 +907,8 @@ WM_TEST(prefetch_part_then_read_at_once) {
 /* A file cut after the open: the prefetch's reads of the missing end fail, the read finds the
  * cut itself and says so as without a prefetch, and nothing is held. */
 WM_TEST(prefetch_of_a_cut_file) {
-    const char *src = wmt_make_model("m.gguf", "--size 8M");
-    const char *path = wmt_tmp("cut.gguf");
-    size_t size = wmt_copy_file(src, path);
-    wm_file *f = OPEN_OK(path);
-    CHECK(truncate(path, (off_t)(size - 100)) == 0);
+    const char *path;
+    wm_file *f = open_then_cut(&path);
     wmt_make_cold(path, 0, 0);
     CHECK(wm_file_prefetch(f, UINT64_MAX) > 0);
     wm__file_prefetch_wait(f);
