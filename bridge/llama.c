@@ -898,7 +898,7 @@ static wm_status read_all(load *l, wm_error *err) {
     ro.direct_io = l->o.direct_io;
     ro.window = l->o.window;
     ro.flags = l->serial ? WM_READ_SINK_SERIAL : 0;
-    if (l->o.prefault == WM_LLAMA_PREFAULT_AUTO) ro.flags |= WM_READ_PREFAULT;
+    if (l->o.prefault == WM_LLAMA_PREFAULT_ON) ro.flags |= WM_READ_PREFAULT;
     ro.sink = to_buffer;
     ro.progress = on_progress;
     ro.progress_user = l;
@@ -1021,7 +1021,7 @@ static wm_status load_model(load *l, const wm_file *file, const struct llama_mod
         st = choice(l, "buffers", (int)l->o.buffers, WM_LLAMA_BUFFERS_LLAMA, "AUTO, LLAMA", err);
     if (!st) st = choice(l, "trim", (int)l->o.trim, WM_LLAMA_TRIM_OFF, "AUTO, OFF", err);
     if (!st)
-        st = choice(l, "prefault", (int)l->o.prefault, WM_LLAMA_PREFAULT_OFF, "AUTO, OFF", err);
+        st = choice(l, "prefault", (int)l->o.prefault, WM_LLAMA_PREFAULT_ON, "AUTO, OFF, ON", err);
     if (!st)
         st = choice(l, "prefetch", (int)l->o.prefetch, WM_LLAMA_PREFETCH_OFF, "AUTO, OFF", err);
     if (!st) st = check_file(file, err);

@@ -111,15 +111,19 @@ typedef enum wm_llama_trim {
     WM_LLAMA_TRIM_OFF = 1   /* leave the allocator's caches as they are */
 } wm_llama_trim;
 
-/* wm_llama_options.prefault (added in 1.3): the weight buffers are fresh memory, which the kernel
- * zeroes page by page as the reads first write it (on the development VM most of a cold load's
- * CPU time: bench/RESULTS.md, "llama"). AUTO has one more thread of the reading engine fault the
- * host buffers in (wm_read_options' WM_READ_PREFAULT: MADV_POPULATE_WRITE, 2 MiB a call, ahead of
- * the reads, the repacked tensors' buffers too), so that the zeroing runs beside the disk's
- * reads instead of inside the copies. It writes no byte and holds nothing after the load. */
+/* wm_llama_options.prefault (added in 1.3; ON and AUTO's meaning since 1.4): the weight buffers
+ * are fresh memory, which the kernel zeroes page by page as the reads first write it. ON has one
+ * more thread of the reading engine fault the host buffers in ahead of the reads (wm_read_options'
+ * WM_READ_PREFAULT: MADV_POPULATE_WRITE, 2 MiB a call, only where the bytes come from the disk),
+ * so that the zeroing runs beside the disk's reads instead of inside the copies. It writes no
+ * byte and holds nothing after the load. AUTO does not (1.3's AUTO did): on the 16-CPU H200 host
+ * the prefaulting thread slowed cold loads in every run measured (0.95x against 0.98x of the
+ * disk, 0.83x against 0.87x: bench/RESULTS.md, llama, 1.4), warm loads never use it (cached
+ * bytes are not prefaulted) and on the 2-CPU development VM it moved nothing beyond the noise. */
 typedef enum wm_llama_prefault {
-    WM_LLAMA_PREFAULT_AUTO = 0, /* fault host buffers in ahead of the reads */
-    WM_LLAMA_PREFAULT_OFF = 1   /* the reads' copies fault them, as llama.cpp's own loader does */
+    WM_LLAMA_PREFAULT_AUTO = 0, /* as OFF (since 1.4) */
+    WM_LLAMA_PREFAULT_OFF = 1,  /* the reads' copies fault them, as llama.cpp's own loader does */
+    WM_LLAMA_PREFAULT_ON = 2    /* fault host buffers in ahead of the reads (1.4; 1.3's AUTO) */
 } wm_llama_prefault;
 
 /* wm_llama_options.prefetch (added in 1.3): llama.cpp makes the model (metadata, vocabulary,
