@@ -116,10 +116,11 @@ typedef enum wm_llama_trim {
  * more thread of the reading engine fault the host buffers in ahead of the reads (wm_read_options'
  * WM_READ_PREFAULT: MADV_POPULATE_WRITE, 2 MiB a call, only where the bytes come from the disk),
  * so that the zeroing runs beside the disk's reads instead of inside the copies. It writes no
- * byte and holds nothing after the load. AUTO does not (1.3's AUTO did): on the 16-CPU H200 host
- * the prefaulting thread slowed cold loads in every run measured (0.95x against 0.98x of the
- * disk, 0.83x against 0.87x: bench/RESULTS.md, llama, 1.4), warm loads never use it (cached
- * bytes are not prefaulted) and on the 2-CPU development VM it moved nothing beyond the noise. */
+ * byte and holds nothing after the load. AUTO does not (1.3's AUTO did): it gained nothing that
+ * could be measured (on the 16-CPU H200 host, cold loads as medians of the rounds' ratios to the
+ * disk, off against on: 0.99x/0.95x, 0.87x/0.83x, 0.93x/0.92x, 0.96x/1.01x; bench/RESULTS.md,
+ * llama, 1.4; on the 2-CPU development VM nothing beyond the noise), warm loads never use it
+ * (cached bytes are not prefaulted), and without it a load starts one thread fewer. */
 typedef enum wm_llama_prefault {
     WM_LLAMA_PREFAULT_AUTO = 0, /* as OFF (since 1.4) */
     WM_LLAMA_PREFAULT_OFF = 1,  /* the reads' copies fault them, as llama.cpp's own loader does */
