@@ -442,38 +442,55 @@ static double load_child(const void *arg) {
     return load_once(a->c, a->path, a->data, a->size);
 }
 
+/* The median of the rounds' own cold ratios, the disk's time over c's (the two measured in the
+ * same round, minutes apart at most): steadier than a ratio of medians where the disk's own
+ * speed drifts from round to round. 0 where either was not measured. */
+static double paired(double v[2][N_LOAD][MAX_ROUNDS], int c, int rounds) {
+    if (!chosen[C_DISK] || !chosen[c] || c == C_DISK || warm_only(c)) return 0;
+    double r[MAX_ROUNDS];
+    for (int k = 0; k < rounds; k++)
+        r[k] = v[1][C_DISK][k] / v[1][c][k];
+    return bench_stats_of(r, (size_t)rounds).median;
+}
+
 static void print_load(const char *path, uint64_t bytes, double v[2][N_LOAD][MAX_ROUNDS],
                        int rounds) {
+    double pr[N_LOAD]; /* before the stats, which sort each row in place */
+    for (int c = 0; c < N_LOAD; c++)
+        pr[c] = paired(v, c, rounds);
     bench_stats s[2][N_LOAD];
     for (int w = 0; w < 2; w++)
         for (int c = 0; c < N_LOAD; c++)
             s[w][c] = bench_stats_of(v[w][c], (size_t)rounds);
     printf("\n#### load: %s (%.1f MiB of tensor data), median (p10-p90) of %d rounds\n\n", path,
            (double)bytes / 1048576.0, rounds);
-    printf(
-        "| contender | warm ms | warm GB/s | cold ms | cold GB/s |\n|---|---:|---:|---:|---:|\n");
+    printf("| contender | warm ms | warm GB/s | cold ms | cold GB/s | cold: the disk / it, paired "
+           "|\n|---|---:|---:|---:|---:|---:|\n");
     for (int c = 0; c < N_LOAD; c++) {
         if (!chosen[c]) continue;
+        char pair[16] = "-";
+        if (pr[c] > 0) snprintf(pair, sizeof pair, "%.3f", pr[c]);
         if (warm_only(c)) {
-            printf("| %s | %.1f (%.1f-%.1f) | %.2f | - | - |\n", load_names[c], s[0][c].median,
+            printf("| %s | %.1f (%.1f-%.1f) | %.2f | - | - | - |\n", load_names[c], s[0][c].median,
                    s[0][c].p10, s[0][c].p90, (double)bytes / s[0][c].median / 1e6);
             continue;
         }
         if (cold_only(c)) {
-            printf("| %s | - | - | %.1f (%.1f-%.1f) | %.2f |\n", load_names[c], s[1][c].median,
-                   s[1][c].p10, s[1][c].p90, (double)bytes / s[1][c].median / 1e6);
+            printf("| %s | - | - | %.1f (%.1f-%.1f) | %.2f | %s |\n", load_names[c], s[1][c].median,
+                   s[1][c].p10, s[1][c].p90, (double)bytes / s[1][c].median / 1e6, pair);
             continue;
         }
-        printf("| %s | %.1f (%.1f-%.1f) | %.2f | %.1f (%.1f-%.1f) | %.2f |\n", load_names[c],
+        printf("| %s | %.1f (%.1f-%.1f) | %.2f | %.1f (%.1f-%.1f) | %.2f | %s |\n", load_names[c],
                s[0][c].median, s[0][c].p10, s[0][c].p90, (double)bytes / s[0][c].median / 1e6,
-               s[1][c].median, s[1][c].p10, s[1][c].p90, (double)bytes / s[1][c].median / 1e6);
+               s[1][c].median, s[1][c].p10, s[1][c].p90, (double)bytes / s[1][c].median / 1e6,
+               pair);
     }
     double warm = s[0][C_READ].median / s[0][C_WM].median;
     double cold = s[1][C_DISK].median / s[1][C_WM].median;
     if (!all_chosen) {
         if (chosen[C_WM] && chosen[C_DISK])
-            printf("\n- cold: wm_llama_load %.2fx the disk (target >= 0.95x: %s)\n", cold,
-                   cold >= 0.95 ? "met" : "NOT met");
+            printf("\n- cold: wm_llama_load %.2fx the disk (target >= 0.95x: %s), %.3fx paired\n",
+                   cold, cold >= 0.95 ? "met" : "NOT met", pr[C_WM]);
         return;
     }
     printf("\n- warm: wm_llama_load %.2fx llama.cpp's read mode (target >= 2x: %s), %.2fx its "
@@ -482,10 +499,12 @@ static void print_load(const char *path, uint64_t bytes, double v[2][N_LOAD][MAX
            warm, warm >= 2 ? "met" : "NOT met", s[0][C_MMAP].median / s[0][C_WM].median,
            s[0][C_DIRECT].median / s[0][C_WM].median, s[0][C_FRESH].median / s[0][C_WM].median,
            s[0][C_MEM].median / s[0][C_WM].median);
-    printf("- cold: wm_llama_load %.2fx the disk (target >= 0.95x: %s), %.2fx with prefault on, "
+    printf("- cold: wm_llama_load %.2fx the disk (target >= 0.95x: %s; %.3fx paired: the median "
+           "of the rounds' own ratios), %.2fx with prefault on, "
            "%.2fx with prefetch off, %.2fx the disk read into fresh memory, %.2fx the disk read "
            "into 4 KiB pages; llama.cpp read %.2fx, mmap %.2fx, direct I/O %.2fx of the disk\n",
-           cold, cold >= 0.95 ? "met" : "NOT met", s[1][C_DISK].median / s[1][C_WM_PF].median,
+           cold, cold >= 0.95 ? "met" : "NOT met", pr[C_WM],
+           s[1][C_DISK].median / s[1][C_WM_PF].median,
            s[1][C_DISK].median / s[1][C_WM_NOPFT].median,
            s[1][C_DISK_FRESH].median / s[1][C_WM].median,
            s[1][C_DISK_4K].median / s[1][C_WM].median, s[1][C_DISK].median / s[1][C_READ].median,
