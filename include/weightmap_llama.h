@@ -67,7 +67,7 @@ typedef struct wm_llama_stats {
     uint64_t bytes_own;  /* weight buffer bytes in the bridge's own pages (wm_llama_buffers) */
     double seconds_trim; /* malloc_trim at the end of the load (wm_llama_trim) */
     /* added in 1.3 */
-    uint64_t bytes_prefetched; /* asked of the kernel during the model's making (prefetch) */
+    uint64_t bytes_prefetched; /* asked to be read ahead during the model's making (prefetch) */
 } wm_llama_stats;
 
 #define WM_LLAMA_STATS_INIT WM_SIZED_INIT(wm_llama_stats)
@@ -124,7 +124,8 @@ typedef enum wm_llama_trim {
 typedef enum wm_llama_prefault {
     WM_LLAMA_PREFAULT_AUTO = 0, /* as OFF (since 1.4) */
     WM_LLAMA_PREFAULT_OFF = 1,  /* the reads' copies fault them, as llama.cpp's own loader does */
-    WM_LLAMA_PREFAULT_ON = 2    /* fault host buffers in ahead of the reads (1.4; 1.3's AUTO) */
+    WM_LLAMA_PREFAULT_ON = 2    /* fault host buffers in ahead of the reads (1.4; 1.3's AUTO; a 1.3
+                                   library refuses it, WM_EINVAL) */
 } wm_llama_prefault;
 
 /* wm_llama_options.prefetch (added in 1.3): llama.cpp makes the model (metadata, vocabulary,
