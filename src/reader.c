@@ -22,8 +22,13 @@
 #define ALIGN ((uint64_t)WM_OS_DIRECT_ALIGN)
 static uint64_t down(uint64_t x) { return x / ALIGN * ALIGN; }
 static uint64_t up(uint64_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
-/* Requests shorter than this are read buffered without asking: a direct read of a few pages
- * saves nothing, and rows of slices (a few KiB each) would ask once per row. */
+/* Rows of slices shorter than this are read buffered without asking (wm__read_req.rows). Any
+ * other short request is asked about like a long one: read buffered, a cold one starts the
+ * kernel's readahead (an 8 MiB window on a disk whose read_ahead_kb is 8192), the next ranges
+ * find those pages cached and read them buffered, which reaches the next readahead mark, and
+ * so on: a cold 24 MiB file read by three threads with a 1 KiB norm between its weights came
+ * 4 MiB into the page cache in one run of eight (tests/test_read.c). Read direct instead, a
+ * short cold tensor costs the same one request to the disk and leaves nothing behind. */
 #define DIRECT_MIN ((size_t)64 << 10)
 /* The grid on which a mixed range is cut: the direct-read block, so that every run found is all
  * cached or all not. A buffered read of even a few uncached pages would start readahead (the
@@ -280,7 +285,7 @@ static wm_status read_segment(wm__reader *rd, const wm__read_req *q, uint64_t a,
 static wm_status read_range(wm__reader *rd, const wm__read_req *q, wm__stage *stage,
                             wm_error *err) {
     uint64_t end = q->off + q->len;
-    if (q->len < DIRECT_MIN && rd->io == WM_DIRECT_AUTO)
+    if (q->rows && q->len < DIRECT_MIN && rd->io == WM_DIRECT_AUTO)
         return read_buffered(rd, q, q->off, end, err);
     for (uint64_t a = q->off; a < end;) {
         uint64_t b = end - a > SEGMENT ? down(a + SEGMENT) : end;

@@ -84,6 +84,10 @@ typedef struct wm__read_req {
      * the file's bytes (a slot that holds a window of the file). A direct read then lands in
      * place. Otherwise only [dst, dst + len) is written. */
     bool mirror;
+    /* One of a stream of short requests in file order (the rows of a slice): under AUTO read
+     * buffered without asking the page cache, since the kernel's readahead is what serves such
+     * a stream, and a question per row would cost as much as the row's read. */
+    bool rows;
 } wm__read_req;
 
 /* Reads the request by the reader's policy (what the file's read ahead holds, wm_file_prefetch,

@@ -430,10 +430,9 @@ void wmt_check_io_status(void *user, const wmt_fault_run *r) {
                  r->n, wm_status_name(r->st), r->err->msg);
 }
 
-/* The status rules of an open's fault, and whether it may succeed (advice that failed). */
+/* The status rules of an open's fault (it may succeed where the call was advice). */
 typedef struct open_sweep {
     char path[1024], shown[1024]; /* copies: the caller's may be wmt_fixture's static buffer */
-    int advice_harmless;
     wmt_opener open;
 } open_sweep;
 
@@ -444,13 +443,7 @@ static wm_status open_sweep_run(void *user, wm_error *err) {
 
 static void open_fault_check(void *user, const wmt_fault_run *r) {
     const open_sweep *o = user;
-    if (r->st == WM_OK) {
-        if (!o->advice_harmless)
-            wmt_fail(__FILE__, __LINE__,
-                     "%s: a fault at call %" PRIu64 " of %" PRIu64 " went unnoticed", o->path, r->k,
-                     r->n);
-        return; /* counted against the advice calls by the caller */
-    }
+    if (r->st == WM_OK) return; /* counted against the advice calls by the caller */
     if (r->errn == ENOMEM && r->st != WM_ENOMEM)
         wmt_fail(__FILE__, __LINE__, "%s: ENOMEM at call %" PRIu64 " gave %s: %s", o->path, r->k,
                  wm_status_name(r->st), r->err->msg);
@@ -459,13 +452,12 @@ static void open_fault_check(void *user, const wmt_fault_run *r) {
                  wm_status_name(r->st), r->err->msg);
 }
 
-uint64_t wmt_open_fault_sweep(const char *path, const char *shown, int advice_harmless) {
-    return wmt_open_fault_sweep_by(wm_file_open, path, shown, advice_harmless);
+uint64_t wmt_open_fault_sweep(const char *path, const char *shown) {
+    return wmt_open_fault_sweep_by(wm_file_open, path, shown);
 }
 
-uint64_t wmt_open_fault_sweep_by(wmt_opener open, const char *path, const char *shown,
-                                 int advice_harmless) {
-    open_sweep o = {.advice_harmless = advice_harmless, .open = open};
+uint64_t wmt_open_fault_sweep_by(wmt_opener open, const char *path, const char *shown) {
+    open_sweep o = {.open = open};
     snprintf(o.path, sizeof o.path, "%s", path);
     snprintf(o.shown, sizeof o.shown, "%s", shown ? shown : "");
     wmt_sweep s = {.what = o.path,
@@ -484,7 +476,7 @@ uint64_t wmt_open_fault_sweep_by(wmt_opener open, const char *path, const char *
         wmt_sweep_result r = {0};
         wmt_sweep_kind(&s, WM_OS_ANY, n, &errs[e], 1, &r);
         /* Only advice may fail without failing the open. */
-        if (r.runs - r.failed != (advice_harmless ? res.counts[WM_OS_ADVISE] : 0))
+        if (r.runs - r.failed != res.counts[WM_OS_ADVISE])
             wmt_fail(__FILE__, __LINE__,
                      "%s: %" PRIu64 " opens succeeded with a fault, %" PRIu64 " advice calls", path,
                      r.runs - r.failed, res.counts[WM_OS_ADVISE]);

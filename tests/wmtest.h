@@ -260,13 +260,13 @@ void wmt_check_io_status(void *user, const wmt_fault_run *r);
 /* The fault sweep of an open (wm_file_open, then close): every call of any kind failed in turn,
  * first with EIO, then with ENOMEM. Beyond the common checks (wmt_sweep, with `shown`, NULL for
  * none, and no mapping of `path` left): a failure is WM_ENOMEM for ENOMEM, WM_EIO or WM_ENOMEM
- * for EIO, and under EIO exactly the failed allocations give WM_ENOMEM; the open succeeds only
- * when the failed call was advice and `advice_harmless` is set. Returns the clean open's calls. */
-uint64_t wmt_open_fault_sweep(const char *path, const char *shown, int advice_harmless);
+ * for EIO, and under EIO exactly the failed allocations give WM_ENOMEM; the open succeeds
+ * exactly when the failed call was advice (every open asks some: whether the file is cold, no
+ * readahead for its header, src/format/open.c). Returns the clean open's calls. */
+uint64_t wmt_open_fault_sweep(const char *path, const char *shown);
 /* The same sweep over another way to open (wm_file_open_set, or a function of the case's own
  * that opens a list and ignores `path`; `path` is then a file no region may map afterwards). */
-uint64_t wmt_open_fault_sweep_by(wmt_opener open, const char *path, const char *shown,
-                                 int advice_harmless);
+uint64_t wmt_open_fault_sweep_by(wmt_opener open, const char *path, const char *shown);
 
 /* A growable byte buffer for hand-built files. */
 typedef struct wmt_buf {

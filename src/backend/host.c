@@ -238,7 +238,7 @@ typedef struct worker_own {
  * error or a file shorter than its header says. `stage`: the worker's staging for direct reads,
  * or NULL to read buffered whatever the page cache holds. */
 static bool read_part(run_ctx *c, worker_own *w, wm__stage *stage, const wm__job *j,
-                      unsigned char *buf, uint64_t off, size_t len, bool mirror) {
+                      unsigned char *buf, uint64_t off, size_t len, bool mirror, bool rows) {
     wm_error e;
     wm__read_req q = {.shard = j->shard,
                       .fd = wm__fds_get(&w->fds, c->m->file, j->shard),
@@ -246,7 +246,8 @@ static bool read_part(run_ctx *c, worker_own *w, wm__stage *stage, const wm__job
                       .len = len,
                       .dst = buf,
                       .tensor = j->tensor,
-                      .mirror = mirror};
+                      .mirror = mirror,
+                      .rows = rows};
     if (wm__read(&c->m->rd, &q, stage, &e)) {
         fail_run(c, &e);
         return false;
@@ -267,7 +268,7 @@ static bool convert_job(run_ctx *c, worker_own *w, const wm__job *j) {
         /* Buffered: a direct read would need the 2 MiB staging besides the conversion's own
          * 256 KiB (the bound on a converting load's scratch, test_model's
          * convert_scratch_is_bounded), and converting, not reading, bounds this path. */
-        if (!read_part(c, w, NULL, j, scratch, j->file_off + k, n, false)) return false;
+        if (!read_part(c, w, NULL, j, scratch, j->file_off + k, n, false, false)) return false;
         uint64_t n_el = (uint64_t)(n / bb) * be;
         unsigned char *dst = j->dst + (size_t)((uint64_t)(k / bb) * be / out_be * out_bb);
         wm_status st = wm_convert(j->from, j->to, scratch, dst, n_el);
@@ -344,7 +345,7 @@ static bool sink_job(run_ctx *c, worker_own *w, const wm__job *j) {
         w->window_len = len;
     }
     unsigned char *at = w->window + skew(j->file_off);
-    return read_part(c, w, &w->stage, j, at, j->file_off, j->len, true) &&
+    return read_part(c, w, &w->stage, j, at, j->file_off, j->len, true, false) &&
            call_sink(c, j, j->item_off, at, j->len);
 }
 
@@ -408,7 +409,8 @@ static bool whole_job(run_ctx *c, worker_own *w, const wm__job *j) {
     if (!p) return false;
     uint64_t start = j->file_off - j->item_off; /* the tensor's offset in its shard */
     unsigned char *t = p + skew(start);
-    if (!read_part(c, w, &w->stage, j, t + j->item_off, j->file_off, j->len, true)) return false;
+    if (!read_part(c, w, &w->stage, j, t + j->item_off, j->file_off, j->len, true, false))
+        return false;
     if (atomic_fetch_sub(&j->whole->left, j->len) != j->len) return true;
     bool ok = call_sink(c, j, 0, t, (size_t)c->m->file->tensors[j->tensor].nbytes);
     wm__os_mutex_lock(&c->win_lock);
@@ -437,7 +439,7 @@ static bool do_job(run_ctx *c, worker_own *w, const wm__job *j) {
         }
         for (uint64_t r = 0; r < j->rows; r++)
             if (!read_part(c, w, &w->stage, j, j->dst + r * j->len, j->file_off + r * j->src_stride,
-                           j->len, false))
+                           j->len, false, j->rows > 1))
                 return false;
     }
     atomic_fetch_add(&c->done, j->len * j->rows);

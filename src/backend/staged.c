@@ -70,8 +70,10 @@ static void fail_pipe(wm__pipe *p, const wm_error *e) {
 static wm_status read_window(wm__pipe *p, const wm__fds *fds, wm__slot *s, const wm__window *win,
                              wm_error *err) {
     uint64_t base = win->start / WM_OS_DIRECT_ALIGN * WM_OS_DIRECT_ALIGN;
-    wm__read_req q = {
-        .shard = win->shard, .fd = wm__fds_get(fds, p->m->file, win->shard), .mirror = true};
+    wm__read_req q = {.shard = win->shard,
+                      .fd = wm__fds_get(fds, p->m->file, win->shard),
+                      .mirror = true,
+                      .rows = win->gaps};
     size_t end = win->first + win->count;
     for (size_t i = win->first; i < end;) {
         uint64_t a = p->pieces[i].off, b = a + p->pieces[i].len;

@@ -29,6 +29,9 @@
 /* Where the next buffer would be larger than this, the header is parsed from a mapping instead
  * (see parse_mapped). */
 #define GGUF_MAP_ABOVE GGUF_HUGE_PAGE
+/* The first prefix of a mapped header that is read ahead and parsed (see parse_mapped): 4x the
+ * last buffer read, which held less than the header. */
+#define GGUF_MAPPED_FIRST (4 * GGUF_MAP_ABOVE)
 
 static const uint8_t value_size[WM_VALUE_TYPE_COUNT] = {
     [WM_VALUE_U8] = 1,  [WM_VALUE_I8] = 1,  [WM_VALUE_U16] = 2, [WM_VALUE_I16] = 2,
@@ -505,9 +508,30 @@ static wm_status parse_mapped(wm_file *f, parse_state *s, wm_error *err) {
     f->header = p;
     f->header_map = len;
     wm__ledger_acquire(WM_LEDGER_MAP_SHARED, len);
+    /* Read exactly what is parsed, all of it in before the open returns. A fault left to read
+     * around (cold, an 8 MiB window where read_ahead_kb is 8192) reads on past the header into
+     * the tensor data, asynchronously, so that the open cannot drop those pages (open.c: they
+     * are still being read when it does), and marks a page to start the next window when it
+     * is read: the load's first reads found megabytes of the data cached, and came in buffered
+     * (tests/test_gguf_mapped.c, big_header_cold_file_stays_cold_past_it). So the faults read
+     * no more than their page (RANDOM), and a prefix of the file is read ahead explicitly
+     * (WILLNEED: what is asked, with no mark) and awaited (POPULATE_READ), then parsed; then
+     * a prefix 4x longer, until one holds the header. All are hints: without them, the pass
+     * over the whole mapping reads the same bytes. */
+    (void)wm__os_advise(p, len, WM_OS_ADV_RANDOM);
     s->r.buf = p;
-    s->r.len = len;
-    if (!parse_pass(s)) return err->code; /* the whole file is mapped: never need_more */
+    size_t have = 0, want = GGUF_MAPPED_FIRST;
+    for (;;) {
+        size_t n = want < len ? want : len;
+        unsigned char *next = (unsigned char *)p + have;
+        (void)wm__os_advise(next, n - have, WM_OS_ADV_WILLNEED);
+        (void)wm__os_advise(next, n - have, WM_OS_ADV_POPULATE_READ);
+        s->r.len = n;
+        if (parse_pass(s)) break;
+        if (!s->r.need_more || n == len) return err->code;
+        have = n;
+        want = n > len / 4 ? len : n * 4;
+    }
     size_t page = wm__os_page_size();
     size_t keep = f->header_len > len - page ? len : (f->header_len + page - 1) / page * page;
     if (keep < len) {

@@ -103,6 +103,12 @@ int wm__os_file_drop(int fd, uint64_t off, uint64_t len) {
     return ENOTSUP; /* no per-range drop of clean pages on Darwin */
 }
 
+int wm__os_file_readahead(int fd, bool on) {
+    int e = wm__fault_hit(WM_OS_ADVISE);
+    if (e) return e;
+    return fcntl(fd, F_RDAHEAD, on ? 1 : 0) == -1 ? errno : 0;
+}
+
 /* ---- pages ----
  * Straight from the Mach VM: zero-filled, page-aligned (16 KiB on Apple silicon), returned to
  * the system by vm_deallocate, never through libmalloc (whose zones keep freed memory). Tagged,
@@ -173,6 +179,7 @@ int wm__os_advise(void *addr, size_t len, wm_os_advice advice) {
     switch (advice) {
     case WM_OS_ADV_WILLNEED: adv = MADV_WILLNEED; break;
     case WM_OS_ADV_SEQUENTIAL: adv = MADV_SEQUENTIAL; break;
+    case WM_OS_ADV_RANDOM: adv = MADV_RANDOM; break;
     default: return EINVAL;
     }
     for (;;) {

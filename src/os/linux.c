@@ -102,6 +102,11 @@ int wm__os_file_drop(int fd, uint64_t off, uint64_t len) {
     return e ? e : posix_fadvise(fd, (off_t)off, (off_t)len, POSIX_FADV_DONTNEED);
 }
 
+int wm__os_file_readahead(int fd, bool on) {
+    int e = wm__fault_hit(WM_OS_ADVISE);
+    return e ? e : posix_fadvise(fd, 0, 0, on ? POSIX_FADV_NORMAL : POSIX_FADV_RANDOM);
+}
+
 /* ---- pages ---- */
 
 int wm__os_pages_alloc(size_t len, void **out) {
@@ -152,6 +157,7 @@ int wm__os_advise(void *addr, size_t len, wm_os_advice advice) {
     case WM_OS_ADV_HUGEPAGE: adv = MADV_HUGEPAGE; break;
     case WM_OS_ADV_SEQUENTIAL: adv = MADV_SEQUENTIAL; break;
     case WM_OS_ADV_POPULATE_WRITE: adv = MADV_POPULATE_WRITE; break;
+    case WM_OS_ADV_RANDOM: adv = MADV_RANDOM; break;
     default: return EINVAL;
     }
     for (;;) {

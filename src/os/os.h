@@ -120,6 +120,11 @@ int wm__os_cached(int fd, uint64_t off, uint64_t len, uint64_t *cached_out);
  * through the cache where the file was cold (wm_file_prefetch's without O_DIRECT), so that the
  * cache is left as it was found. */
 int wm__os_file_drop(int fd, uint64_t off, uint64_t len);
+/* A hint on reads through fd's open file, ADVISE for fault injection: on false the kernel's
+ * readahead is off for them (a buffered read brings in the pages it asks for and no more, and
+ * marks none of them to start a next window), on true it is as a fresh open has it. Linux:
+ * POSIX_FADV_RANDOM / POSIX_FADV_NORMAL. Darwin: fcntl(F_RDAHEAD, 0 / 1). */
+int wm__os_file_readahead(int fd, bool on);
 
 /* ---- mappings of a file (mmap, unix.c; Darwin the same) ---- */
 typedef enum wm_os_map_kind {
@@ -140,14 +145,15 @@ int wm__os_lock(void *addr, size_t len);
 void wm__os_unlock(void *addr, size_t len);
 int wm__os_memlock_limit(uint64_t *soft_out); /* RLIMIT_MEMLOCK soft limit; UINT64_MAX = none */
 
-/* ---- advice (linux.c: madvise; Darwin: madvise with MADV_WILLNEED and MADV_SEQUENTIAL, EINVAL
- * for the rest, as caps says) ---- */
+/* ---- advice (linux.c: madvise; Darwin: madvise with MADV_WILLNEED, MADV_SEQUENTIAL and
+ * MADV_RANDOM, EINVAL for the rest, as caps says) ---- */
 typedef enum wm_os_advice {
     WM_OS_ADV_POPULATE_READ = 1, /* prefault readable pages, privatising nothing */
     WM_OS_ADV_WILLNEED,
     WM_OS_ADV_HUGEPAGE,
     WM_OS_ADV_SEQUENTIAL,
-    WM_OS_ADV_POPULATE_WRITE /* prefault writable anonymous pages about to be filled */
+    WM_OS_ADV_POPULATE_WRITE, /* prefault writable anonymous pages about to be filled */
+    WM_OS_ADV_RANDOM          /* a fault of a file mapping reads its page alone (no read around) */
 } wm_os_advice;
 /* Advice is a hint: EINVAL for an advice the kernel lacks is returned, callers decide. */
 int wm__os_advise(void *addr, size_t len, wm_os_advice advice);
