@@ -21,7 +21,14 @@
  * Every measurement runs in a child process of its own (fork), in rounds whose order rotates.
  *
  *     build/bench/llama [-r ROUNDS] [--load-only | --decode-only] [--warm-memory GIB]
- *                       [--only KEY,KEY...] [MODEL]
+ *                       [--only KEY,KEY...] [--gpu] [MODEL]
+ *
+ * --gpu offloads every layer (n_gpu_layers 999) in every load, llama.cpp's and the bridge's, to
+ * the GPU of a ggml CUDA backend found beside the prebuilt libraries (bench/llama_cuda.sh builds
+ * one): llama.cpp's read mode then uploads through its four 1 MiB pinned staging buffers, the
+ * bridge through its window and ggml_backend_tensor_set. Each load of the first round also
+ * decodes 8 greedy tokens from BOS on the GPU, outside its time, and prints them, so that the
+ * loads are seen to give the same model.
  *
  * --only measures only the load contenders named (wm, wm-prefault, wm-noprefetch, read, mmap,
  * direct, disk, disk-4k, disk-fresh, mem, fresh: the rows in that order), for a quick A/B, and
@@ -288,6 +295,40 @@ static double engine_once(const char *path, uint64_t data, uint64_t size) {
 /* --curve: when a load through the bridge reached each quarter of its bytes (llama.cpp's progress
  * callback, which the bridge feeds with the bytes read), in ms since the call. */
 static bool curve;
+static int gpu_layers;   /* --gpu: 999 */
+static bool fingerprint; /* --gpu, first round: print 8 greedy tokens after each load */
+
+/* 8 greedy tokens from BOS, printed to stderr after `name` (--gpu: the loads give one model). */
+static void print_tokens(struct llama_model *m, const char *name) {
+    struct llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = 64;
+    cp.n_batch = 64;
+    struct llama_context *ctx = llama_init_from_model(m, cp);
+    if (!ctx) {
+        fprintf(stderr, "  %s: no context\n", name);
+        return;
+    }
+    for (size_t d = 0; d < ggml_backend_dev_count(); d++)
+        fprintf(stderr, "  device %zu: %s (%s)\n", d,
+                ggml_backend_dev_name(ggml_backend_dev_get(d)),
+                ggml_backend_dev_description(ggml_backend_dev_get(d)));
+    const struct llama_vocab *v = llama_model_get_vocab(m);
+    int nv = llama_vocab_n_tokens(v);
+    llama_token tok = llama_vocab_bos(v);
+    fprintf(stderr, "  %s: tokens", name);
+    for (int i = 0; i < 8; i++) {
+        struct llama_batch b = llama_batch_get_one(&tok, 1);
+        if (llama_decode(ctx, b) != 0) break;
+        const float *lg = llama_get_logits_ith(ctx, -1);
+        int best = 0;
+        for (int k = 1; k < nv; k++)
+            if (lg[k] > lg[best]) best = k;
+        tok = best;
+        fprintf(stderr, " %d", best);
+    }
+    fprintf(stderr, "\n");
+    llama_free(ctx);
+}
 static double curve_t0, curve_at[5]; /* first call, 25, 50, 75, 100 % */
 
 static bool on_curve(float progress, void *user) {
@@ -370,7 +411,16 @@ static double load_once(int c, const char *path, uint64_t data, uint64_t size) {
     if (c == C_DISK_QUEUE) return preads_queue(path, data, size, ncpu());
     llama_init();
     struct llama_model_params p = llama_model_default_params();
-    p.n_gpu_layers = 0;
+    p.n_gpu_layers = gpu_layers;
+    /* --gpu: the device's context made before the clock starts (its first allocation), the same
+     * for every loader, so that the time is the load's alone */
+    for (size_t d = 0; gpu_layers && d < ggml_backend_dev_count(); d++) {
+        ggml_backend_dev_t dev = ggml_backend_dev_get(d);
+        if (ggml_backend_dev_type(dev) != GGML_BACKEND_DEVICE_TYPE_GPU) continue;
+        ggml_backend_buffer_t b =
+            ggml_backend_buft_alloc_buffer(ggml_backend_dev_buffer_type(dev), (size_t)1 << 20);
+        if (b) ggml_backend_buffer_free(b);
+    }
     struct llama_model *m = NULL;
     double t0 = bench_now_ms();
     if (c == C_WM || c == C_WM_PF || c == C_WM_NOPFT || c == C_WM_NOREPACK) {
@@ -393,9 +443,10 @@ static double load_once(int c, const char *path, uint64_t data, uint64_t size) {
         }
         fprintf(stderr,
                 "  %s: model %.1f ms, reads %.1f ms, trim %.2f ms; %.1f MiB in its own buffers, "
-                "%.1f MiB prefetched\n",
+                "%.1f MiB prefetched; tensors %zu in place, %zu windowed (%zu repacked)\n",
                 load_names[c], st.seconds_model * 1e3, st.seconds_read * 1e3, st.seconds_trim * 1e3,
-                (double)st.bytes_own / 1048576.0, (double)st.bytes_prefetched / 1048576.0);
+                (double)st.bytes_own / 1048576.0, (double)st.bytes_prefetched / 1048576.0,
+                st.in_place, st.windowed, st.repacked);
         if (curve)
             fprintf(stderr,
                     "    curve: first %.1f, 25%% %.1f, 50%% %.1f, 75%% %.1f, 100%% %.1f ms\n",
@@ -406,6 +457,7 @@ static double load_once(int c, const char *path, uint64_t data, uint64_t size) {
     }
     double ms = bench_now_ms() - t0;
     if (!m) return -1;
+    if (fingerprint) print_tokens(m, load_names[c]);
     llama_model_free(m);
     return ms;
 }
@@ -539,6 +591,7 @@ static void bench_load(const char *path, int rounds) {
                     make_warm(path);
                 }
                 a.c = c;
+                fingerprint = gpu_layers && r == 0 && !w;
                 warm_memory(warm_gib);
                 v[w][c][r] = in_child(load_child, &a);
                 fprintf(stderr, "round %d %s %s: %.1f ms\n", r + 1, load_names[c],
@@ -567,7 +620,7 @@ static double decode_child(const void *arg) {
     const decode_arg *a = arg;
     llama_init();
     struct llama_model_params p = llama_model_default_params();
-    p.n_gpu_layers = 0;
+    p.n_gpu_layers = gpu_layers;
     p.load_mode = 0;
     struct llama_model *m = NULL;
     if (a->c == D_READ) {
@@ -662,6 +715,8 @@ int main(int argc, char **argv) {
             choose(argv[++i]);
         else if (!strcmp(argv[i], "--curve"))
             curve = true;
+        else if (!strcmp(argv[i], "--gpu"))
+            gpu_layers = 999;
         else
             model = argv[i];
     }
