@@ -52,9 +52,11 @@ GEN=Ninja; command -v ninja > /dev/null || GEN="Unix Makefiles"
 OURS=$!
 
 S=/tmp/ggml-cuda-src
-if [ ! -f "$S/b/bin/libggml-cuda.so" ]; then
+if [ -z "$(find "$S/b" -name libggml-cuda.so 2>/dev/null)" ]; then
     rm -rf "$S" && mkdir -p "$S" && tar xJf .cudasrc/ggml-v0.4.0.tar.xz -C "$S" || exit 4
-    cmake -S "$S/ggml" -B "$S/b" -G "$GEN" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
+    # ggml as a subproject, as llama.cpp builds it (standalone it wants its own tests/ and ggml.pc.in)
+    printf 'cmake_minimum_required(VERSION 3.18)\nproject(ggml_cuda_only C CXX)\nadd_subdirectory(ggml)\n' > "$S/CMakeLists.txt"
+    cmake -S "$S" -B "$S/b" -G "$GEN" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
         -DGGML_BACKEND_DL=ON -DGGML_CPU=OFF -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real \
         -DGGML_NATIVE=OFF > "$O/cuda-cmake.log" 2>&1 || { tail -30 "$O/cuda-cmake.log"; exit 5; }
     B0=$(date +%s)
@@ -63,7 +65,8 @@ if [ ! -f "$S/b/bin/libggml-cuda.so" ]; then
     echo "ggml-cuda build: rc $rc in $(($(date +%s) - B0)) s"
     [ $rc -eq 0 ] || { tail -20 "$O/cuda-build.log"; exit 6; }
 fi
-cp "$S/b/bin/libggml-cuda.so" .llama/lib/ || exit 7
+L=$(find "$S/b" -name libggml-cuda.so | head -1)
+cp "$L" .llama/lib/ || exit 7
 ldd .llama/lib/libggml-cuda.so | grep -E "not found|cuda|cublas|ggml" | tee "$O/ldd.txt"
 wait $OURS
 cat "$O/ours.rc"
