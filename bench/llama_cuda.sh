@@ -6,9 +6,12 @@
 # dereferenced copy of the peer and the ggml part of the source:
 #
 #   here:   cp -rL bench/peers/llama .llama
-#           git clone -q "$(npm-cache)/node-llama-cpp@3.21.1: llama/gitRelease.bundle" /tmp/src
-#           tar cJf .cudasrc/ggml-v0.4.0.tar.xz -C /tmp/src ggml   (without the other backends'
-#           folders: 0.8 MB; .llama and .cudasrc git-ignored, .git/info/exclude)
+#           tar xzf ~/.cache/weightmap/npm/node-llama-cpp@3.21.1.tgz -C /tmp package/llama/gitRelease.bundle
+#           git clone -q /tmp/package/llama/gitRelease.bundle /tmp/src
+#           mkdir -p .cudasrc && tar cJf .cudasrc/ggml-v0.4.0.tar.xz -C /tmp/src $(for b in \
+#               virtgpu cann openvino webgpu et metal hexagon sycl vulkan opencl musa hip zdnn; do
+#               echo --exclude=ggml/src/ggml-$b; done) ggml    (0.8 MB: the other backends'
+#           folders left out; .llama and .cudasrc listed in .git/info/exclude)
 #   there:  ROUNDS=5 bash bench/llama_cuda.sh      (the checkout, .llama and .cudasrc carried)
 #
 # Builds libggml-cuda.so (ggml's CMake, GGML_BACKEND_DL, CUDA architecture 90, no CPU backend
