@@ -35,7 +35,8 @@
  * three rows measured only when named: engine (wm_file_read_tensors of every tensor into memory
  * faulted beforehand, no llama.cpp: the reading engine alone), disk-queue (the disk read as
  * that engine orders it: 8 MiB O_DIRECT preads in file order from one shared counter) and
- * wm-norepack (wm_llama_load with WM_LLAMA_REPACK_OFF: no tensor read whole). --curve
+ * wm-norepack (wm_llama_load with WM_LLAMA_REPACK_OFF: no tensor read whole) and wm-embdcpu
+ * (with --gpu: token_embd.weight in a plain CPU buffer, not the GPU's pinned host buffer). --curve
  * prints, for each load through the bridge, when it had read each quarter of its bytes.
  *
  * MODEL defaults to bench-llama-1200M.gguf in the working folder, made with
@@ -357,6 +358,7 @@ enum {
     C_ENGINE, /* the rows below: only when --only names them */
     C_DISK_QUEUE,
     C_WM_NOREPACK,
+    C_WM_EMBD_CPU,
     N_LOAD
 };
 static const char *const load_names[N_LOAD] = {"wm_llama_load",
@@ -372,12 +374,14 @@ static const char *const load_names[N_LOAD] = {"wm_llama_load",
                                                "buffered preads into fresh MADV_HUGEPAGE memory",
                                                "wm_file_read_tensors into faulted memory",
                                                "O_DIRECT 8 MiB preads in file order, one queue",
-                                               "wm_llama_load, repack off"};
+                                               "wm_llama_load, repack off",
+                                               "wm_llama_load, token_embd in a CPU buffer"};
 
 /* --only: the contenders measured (their keys, comma-separated); all by default */
 static const char *const load_keys[N_LOAD] = {
-    "wm",      "wm-prefault", "wm-noprefetch", "read",  "mmap",   "direct",     "disk",
-    "disk-4k", "disk-fresh",  "mem",           "fresh", "engine", "disk-queue", "wm-norepack"};
+    "wm",     "wm-prefault", "wm-noprefetch", "read",        "mmap",
+    "direct", "disk",        "disk-4k",       "disk-fresh",  "mem",
+    "fresh",  "engine",      "disk-queue",    "wm-norepack", "wm-embdcpu"};
 static bool chosen[N_LOAD];
 static bool all_chosen = true;
 
@@ -423,7 +427,16 @@ static double load_once(int c, const char *path, uint64_t data, uint64_t size) {
     }
     struct llama_model *m = NULL;
     double t0 = bench_now_ms();
-    if (c == C_WM || c == C_WM_PF || c == C_WM_NOPFT || c == C_WM_NOREPACK) {
+    /* wm-embdcpu (--gpu): the input layer's weights, which llama.cpp puts in the GPU's pinned
+     * host buffer type when it offloads, in a plain CPU buffer instead */
+    static struct llama_model_tensor_buft_override embd_cpu[2];
+    if (c == C_WM_EMBD_CPU) {
+        embd_cpu[0].pattern = "token_embd\\.weight";
+        embd_cpu[0].buft =
+            ggml_backend_dev_buffer_type(ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU));
+        p.tensor_buft_overrides = embd_cpu;
+    }
+    if (c == C_WM || c == C_WM_PF || c == C_WM_NOPFT || c == C_WM_NOREPACK || c == C_WM_EMBD_CPU) {
         wm_error err;
         wm_llama_stats st = WM_LLAMA_STATS_INIT;
         wm_llama_options o = WM_LLAMA_OPTIONS_INIT;
