@@ -116,8 +116,7 @@ wm_status wm__file_open_one(const char *path, wm_file **out, wm_error *err) {
     st = parse_header(f, sh, path, err);
     (void)wm__os_file_readahead(sh->fd, true);
     if (st != WM_OK) goto fail;
-    size_t page = wm__os_page_size();
-    uint64_t past = (f->data_offset + page - 1) / page * page;
+    uint64_t past = wm__align_up(f->data_offset, wm__os_page_size());
     if (was_cached == 0 && past < span) (void)wm__os_file_drop(sh->fd, past, span - past);
     st = wm__file_index(f, err);
     if (st != WM_OK) goto fail;
