@@ -35,8 +35,10 @@
  * three rows measured only when named: engine (wm_file_read_tensors of every tensor into memory
  * faulted beforehand, no llama.cpp: the reading engine alone), disk-queue (the disk read as
  * that engine orders it: 8 MiB O_DIRECT preads in file order from one shared counter) and
- * wm-norepack (wm_llama_load with WM_LLAMA_REPACK_OFF: no tensor read whole) and wm-embdcpu
- * (with --gpu: token_embd.weight in a plain CPU buffer, not the GPU's pinned host buffer). --curve
+ * wm-norepack (wm_llama_load with WM_LLAMA_REPACK_OFF: no tensor repacked), wm-whole
+ * (WM_LLAMA_REPACK_WHOLE: each repacked tensor handed to ggml whole once read, 1.4's way; the
+ * default hands it over in row groups as read) and wm-embdcpu (with --gpu: token_embd.weight in
+ * a plain CPU buffer, not the GPU's pinned host buffer). --curve
  * prints, for each load through the bridge, when it had read each quarter of its bytes.
  *
  * MODEL defaults to bench-llama-1200M.gguf in the working folder, made with
@@ -359,6 +361,7 @@ enum {
     C_DISK_QUEUE,
     C_WM_NOREPACK,
     C_WM_EMBD_CPU,
+    C_WM_WHOLE,
     N_LOAD
 };
 static const char *const load_names[N_LOAD] = {"wm_llama_load",
@@ -375,13 +378,14 @@ static const char *const load_names[N_LOAD] = {"wm_llama_load",
                                                "wm_file_read_tensors into faulted memory",
                                                "O_DIRECT 8 MiB preads in file order, one queue",
                                                "wm_llama_load, repack off",
-                                               "wm_llama_load, token_embd in a CPU buffer"};
+                                               "wm_llama_load, token_embd in a CPU buffer",
+                                               "wm_llama_load, each repacked tensor whole"};
 
 /* --only: the contenders measured (their keys, comma-separated); all by default */
 static const char *const load_keys[N_LOAD] = {
-    "wm",     "wm-prefault", "wm-noprefetch", "read",        "mmap",
-    "direct", "disk",        "disk-4k",       "disk-fresh",  "mem",
-    "fresh",  "engine",      "disk-queue",    "wm-norepack", "wm-embdcpu"};
+    "wm",         "wm-prefault", "wm-noprefetch", "read",    "mmap",  "direct",
+    "disk",       "disk-4k",     "disk-fresh",    "mem",     "fresh", "engine",
+    "disk-queue", "wm-norepack", "wm-embdcpu",    "wm-whole"};
 static bool chosen[N_LOAD];
 static bool all_chosen = true;
 
@@ -436,7 +440,8 @@ static double load_once(int c, const char *path, uint64_t data, uint64_t size) {
             ggml_backend_dev_buffer_type(ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU));
         p.tensor_buft_overrides = embd_cpu;
     }
-    if (c == C_WM || c == C_WM_PF || c == C_WM_NOPFT || c == C_WM_NOREPACK || c == C_WM_EMBD_CPU) {
+    if (c == C_WM || c == C_WM_PF || c == C_WM_NOPFT || c == C_WM_NOREPACK || c == C_WM_EMBD_CPU ||
+        c == C_WM_WHOLE) {
         wm_error err;
         wm_llama_stats st = WM_LLAMA_STATS_INIT;
         wm_llama_options o = WM_LLAMA_OPTIONS_INIT;
@@ -446,6 +451,7 @@ static double load_once(int c, const char *path, uint64_t data, uint64_t size) {
         if (c == C_WM_PF) o.prefault = WM_LLAMA_PREFAULT_ON;
         if (c == C_WM_NOPFT) o.prefetch = WM_LLAMA_PREFETCH_OFF;
         if (c == C_WM_NOREPACK) o.repack = WM_LLAMA_REPACK_OFF;
+        if (c == C_WM_WHOLE) o.repack = WM_LLAMA_REPACK_WHOLE;
         if (curve) {
             p.progress_callback = on_curve;
             curve_t0 = t0;
@@ -456,10 +462,11 @@ static double load_once(int c, const char *path, uint64_t data, uint64_t size) {
         }
         fprintf(stderr,
                 "  %s: model %.1f ms, reads %.1f ms, trim %.2f ms; %.1f MiB in its own buffers, "
-                "%.1f MiB prefetched; tensors %zu in place, %zu windowed (%zu repacked)\n",
+                "%.1f MiB prefetched; tensors %zu in place, %zu windowed (%zu repacked, %zu in row "
+                "groups)\n",
                 load_names[c], st.seconds_model * 1e3, st.seconds_read * 1e3, st.seconds_trim * 1e3,
                 (double)st.bytes_own / 1048576.0, (double)st.bytes_prefetched / 1048576.0,
-                st.in_place, st.windowed, st.repacked);
+                st.in_place, st.windowed, st.repacked, st.repacked_rows);
         if (curve)
             fprintf(stderr,
                     "    curve: first %.1f, 25%% %.1f, 50%% %.1f, 75%% %.1f, 100%% %.1f ms\n",

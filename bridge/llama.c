@@ -743,6 +743,61 @@ static void on_tensor(struct ggml_tensor *t, void *user) {
     r->t[r->n++] = t;
 }
 
+/* ---- repacked in row groups (wm_llama_repack AUTO) ----
+ * A repack buffer's set_tensor rewrites a tensor of t->ne[1] rows at t->data from the bytes
+ * given; a shallow copy of the tensor's struct whose rows are a run of the tensor's (data at
+ * their place in the buffer, the buffer and the repack traits in `extra` the tensor's own) has
+ * ggml repack just those rows. That the result is the whole repack's bytes there is a property
+ * of ggml's layouts (groups of 4, 8 or 16 rows, in order, each the size of its rows), proven per
+ * buffer type, tensor type and row length by the probe below before any tensor relies on it. */
+
+#define ROW_GROUP 16 /* rows: a multiple of every interleave of ggml's repacked layouts */
+#define MAX_PROBES 16
+
+typedef struct group_proof {
+    ggml_backend_buffer_type_t buft;
+    enum ggml_type type;
+    int64_t ne0;
+    void *extra;
+    bool ok;
+} group_proof;
+
+/* `s`: `rows` rows of tensor t as a tensor of their own, its data at `data`. */
+static void rows_of(struct ggml_tensor *s, const struct ggml_tensor *t, void *data, int64_t rows) {
+    *s = *t;
+    s->ne[1] = rows;
+    s->ne[2] = s->ne[3] = 1;
+    s->nb[2] = s->nb[3] = s->nb[1] * (size_t)rows;
+    s->data = data;
+    s->view_src = NULL;
+    s->view_offs = 0;
+}
+
+/* Whether ggml repacks 2 x ROW_GROUP rows of t's kind whole into the same bytes as the two
+ * groups one by one (patterned bytes: every byte of the source differs from its neighbours').
+ * False where memory for the probe is lacking: the tensor is then handed over whole. */
+static bool groups_repack_alone(const struct ggml_tensor *t) {
+    size_t row = t->nb[1], half = row * ROW_GROUP, n = 2 * half;
+    unsigned char *mem = pages(3 * n);
+    if (!mem) return false;
+    unsigned char *src = mem, *whole = mem + n, *parts = mem + 2 * n;
+    uint32_t x = 0x9e3779b9u;
+    for (size_t k = 0; k < n; k++) {
+        x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+        src[k] = (unsigned char)(x >> 24);
+    }
+    struct ggml_tensor s;
+    rows_of(&s, t, whole, 2 * ROW_GROUP);
+    ggml_backend_tensor_set(&s, src, 0, n);
+    rows_of(&s, t, parts, ROW_GROUP);
+    ggml_backend_tensor_set(&s, src, 0, half);
+    rows_of(&s, t, parts + half, ROW_GROUP);
+    ggml_backend_tensor_set(&s, src + half, 0, half);
+    bool ok = memcmp(whole, parts, n) == 0;
+    pages_free(mem, 3 * n);
+    return ok;
+}
+
 /* ---- the load ---- */
 
 typedef struct load {
@@ -754,7 +809,9 @@ typedef struct load {
     record rec;
     wm_read_item *items;
     size_t n_items, items_len;
-    bool serial;       /* some buffer is on a device other than the CPU: one upload at a time */
+    bool serial; /* some buffer is on a device other than the CPU: one upload at a time */
+    group_proof proofs[MAX_PROBES]; /* repacked in row groups: what was proven, per kind */
+    size_t n_proofs;
     wm_file *own_file; /* wm_llama_load's own open of the file (prefetch), else NULL */
     wm_llama_stats stats;
 } load;
@@ -813,6 +870,27 @@ static wm_status match_tensor(const load *l, const struct ggml_tensor *t, size_t
     return WM_OK;
 }
 
+/* Whether repacked tensor t may be handed over in row groups as it is read: repack AUTO, a core
+ * library that cuts pieces on row groups (1.5), a matrix whose rows are whole groups (at least
+ * two), and a probe of its kind that held (run once per load and kind). */
+static bool in_row_groups(load *l, const struct ggml_tensor *t) {
+    if (l->o.repack != WM_LLAMA_REPACK_AUTO || wm_version_number() < 1005000) return false;
+    if (t->ne[2] != 1 || t->ne[3] != 1 || t->ne[1] < 2 * ROW_GROUP || t->ne[1] % ROW_GROUP)
+        return false;
+    if (t->nb[1] != ggml_row_size(t->type, t->ne[0])) return false; /* not contiguous rows */
+    ggml_backend_buffer_type_t buft = ggml_backend_buffer_get_type(t->buffer);
+    for (size_t k = 0; k < l->n_proofs; k++) {
+        const group_proof *q = &l->proofs[k];
+        if (q->buft == buft && q->type == t->type && q->ne0 == t->ne[0] && q->extra == t->extra)
+            return q->ok;
+    }
+    bool ok = groups_repack_alone(t);
+    if (l->n_proofs < MAX_PROBES)
+        l->proofs[l->n_proofs++] = (group_proof){
+            .buft = buft, .type = t->type, .ne0 = t->ne[0], .extra = t->extra, .ok = ok};
+    return ok;
+}
+
 /* One read item per recorded tensor that the file holds (others filled); each read in place
  * into host memory or through the window. */
 static wm_status make_items(load *l, wm_error *err) {
@@ -840,6 +918,10 @@ static wm_status make_items(load *l, wm_error *err) {
                     /* the sink's ggml_backend_tensor_set repacks into t->data (CPU memory) */
                     it->dst = t->data;
                     it->flags = WM_READ_WHOLE | WM_READ_SINK_WRITES;
+                    if (in_row_groups(l, t)) {
+                        it->flags = WM_READ_SINK_ROWS | WM_READ_SINK_WRITES;
+                        l->stats.repacked_rows++;
+                    }
                     l->stats.repacked++;
                 }
                 ggml_backend_dev_t dev = buft ? ggml_backend_buft_get_device(buft) : NULL;
@@ -881,7 +963,17 @@ static int to_buffer(void *user, const wm_read_item *item, uint64_t offset, cons
                      size_t len) {
     (void)user;
     if (FAULT(DEVICE)) return 1;
-    ggml_backend_tensor_set(item->user, bytes, (size_t)offset, len);
+    struct ggml_tensor *t = item->user;
+    if (item->flags & WM_READ_SINK_ROWS) {
+        /* whole groups of rows (wm_read_options.row_group), repacked where they lie */
+        size_t row = t->nb[1];
+        if (offset % row || len % row) return 2; /* cannot happen: the engine cuts on groups */
+        struct ggml_tensor s;
+        rows_of(&s, t, (char *)t->data + offset, (int64_t)(len / row));
+        ggml_backend_tensor_set(&s, bytes, 0, len);
+        return 0;
+    }
+    ggml_backend_tensor_set(t, bytes, (size_t)offset, len);
     return 0;
 }
 
@@ -898,6 +990,7 @@ static wm_status read_all(load *l, wm_error *err) {
     ro.direct_io = l->o.direct_io;
     ro.window = l->o.window;
     ro.flags = l->serial ? WM_READ_SINK_SERIAL : 0;
+    ro.row_group = ROW_GROUP;
     if (l->o.prefault == WM_LLAMA_PREFAULT_ON) ro.flags |= WM_READ_PREFAULT;
     ro.sink = to_buffer;
     ro.progress = on_progress;
@@ -1014,7 +1107,8 @@ static wm_status load_model(load *l, const wm_file *file, const struct llama_mod
     l->f = file;
     l->path = wm_file_path(file);
     wm_status st = copy_sized(&l->o, sizeof l->o, opts, "wm_llama_options", err);
-    if (!st) st = choice(l, "repack", (int)l->o.repack, WM_LLAMA_REPACK_OFF, "AUTO, OFF", err);
+    if (!st)
+        st = choice(l, "repack", (int)l->o.repack, WM_LLAMA_REPACK_WHOLE, "AUTO, OFF, WHOLE", err);
     if (!st)
         st = choice(l, "upload", (int)l->o.upload, WM_LLAMA_UPLOAD_WINDOW, "AUTO, WINDOW", err);
     if (!st)

@@ -75,9 +75,9 @@ extern "C" {
 #endif
 
 #define WM_VERSION_MAJOR 1
-#define WM_VERSION_MINOR 4
-#define WM_VERSION_PATCH 1
-#define WM_VERSION_STRING "1.4.1"
+#define WM_VERSION_MINOR 5
+#define WM_VERSION_PATCH 0
+#define WM_VERSION_STRING "1.5.0"
 /* MAJOR * 1000000 + MINOR * 1000 + PATCH, e.g. 1000000 for 1.0.0 (as wm_version_number). */
 #define WM_VERSION_NUMBER (WM_VERSION_MAJOR * 1000000 + WM_VERSION_MINOR * 1000 + WM_VERSION_PATCH)
 
@@ -377,6 +377,14 @@ typedef int (*wm_progress_fn)(void *user, uint64_t bytes_done, uint64_t bytes_to
  * bytes still go to wm_read_options.sink, and dst is only where WM_READ_PREFAULT faults (not
  * for an item also WM_READ_WHOLE, since 1.4: its sink's own writes fault that memory). */
 #define WM_READ_SINK_WRITES 2u
+/* wm_read_item.flags (added in 1.5): the sink's calls for this item each start on a row group's
+ * boundary and hold whole groups of wm_read_options.row_group rows (a row: shape[0] elements; the
+ * last call may hold fewer, the rows left), for a sink that rewrites rows in groups, such as
+ * ggml's CPU repack buffers (4, 8 or 16 rows interleaved), which can then take each piece as it
+ * is read instead of the tensor whole. The item has no place to read into (dst NULL, or
+ * WM_READ_SINK_WRITES); not with WM_READ_WHOLE. A group bigger than a thread's window share
+ * grows that thread's window to the group. (A 1.4 library refuses the flag, WM_EINVAL.) */
+#define WM_READ_SINK_ROWS 4u
 
 /* One tensor to read. This struct never grows (the stride of an array of them is part of the
  * ABI); per-item behaviour added later comes as flags. */
@@ -385,7 +393,7 @@ typedef struct wm_read_item {
     void *dst;      /* host memory of at least the tensor's nbytes, any alignment; NULL (or
                        WM_READ_SINK_WRITES): the bytes go to wm_read_options.sink */
     void *user;     /* the caller's, handed back with the item (sink) */
-    uint32_t flags; /* WM_READ_WHOLE, WM_READ_SINK_WRITES; other bits must be 0 */
+    uint32_t flags; /* WM_READ_WHOLE, WM_READ_SINK_WRITES, WM_READ_SINK_ROWS; other bits 0 */
 } wm_read_item;
 
 /* Receives `len` bytes of `item`'s tensor starting `offset` bytes into it, in a window that is
@@ -434,6 +442,8 @@ typedef struct wm_read_options {
     wm_progress_fn progress; /* from the calling thread, after each piece it read and once at
                                 the end: bytes read so far, of all items; non-zero cancels */
     void *progress_user;
+    /* added in 1.5 (a caller of an older header: 0) */
+    uint32_t row_group; /* rows per group of WM_READ_SINK_ROWS items; 0 = 1 (whole rows) */
 } wm_read_options;
 
 #define WM_READ_OPTIONS_INIT WM_SIZED_INIT(wm_read_options)

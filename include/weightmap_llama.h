@@ -11,9 +11,9 @@
  * its own buffer types (CPU, repacked CPU, GPU). Then weightmap's reader
  * (wm_file_read_tensors) fills every tensor in parallel: straight into host buffers, and
  * through a bounded page-allocated window and ggml_backend_tensor_set into any other (device
- * buffers; the CPU's repack buffers, which take a tensor whole). When the call returns, nothing
- * of weightmap's is held (its ledger is as before: the file is closed, every thread, window and
- * table is gone); the model's memory is llama.cpp's, in llama.cpp's buffers. Where the model
+ * buffers; the CPU's repack buffers, in row groups: wm_llama_repack). When the call returns,
+ * nothing of weightmap's is held (its ledger is as before: the file is closed, every thread, window
+ * and table is gone); the model's memory is llama.cpp's, in llama.cpp's buffers. Where the model
  * runs on the CPU those buffers are, by default, pages the bridge maps for llama.cpp's own buffer
  * types and llama_model_free unmaps (wm_llama_buffers: they rely on ggml's internal buffer
  * layout, used only when the ggml the process runs is the version the bridge was built with;
@@ -68,14 +68,27 @@ typedef struct wm_llama_stats {
     double seconds_trim; /* malloc_trim at the end of the load (wm_llama_trim) */
     /* added in 1.3 */
     uint64_t bytes_prefetched; /* asked to be read ahead during the model's making (prefetch) */
+    /* added in 1.5 */
+    size_t repacked_rows; /* of the repacked, handed over in row groups as read (repack AUTO) */
 } wm_llama_stats;
 
 #define WM_LLAMA_STATS_INIT WM_SIZED_INIT(wm_llama_stats)
 
 /* wm_llama_options.repack */
+/* wm_llama_options.repack. A repack buffer's ggml_backend_tensor_set takes a tensor only whole;
+ * since 1.5 AUTO hands it each piece as it is read instead, as a tensor of the piece's rows (a
+ * shallow copy of the tensor's struct over its place in the buffer): ggml's repacked layouts
+ * interleave 4, 8 or 16 rows and lay the groups out in order, so 16 rows repacked alone land
+ * where they lie in the whole. The bridge does not take that on trust: for each buffer type,
+ * tensor type and row length it first repacks 32 rows of patterned bytes whole and as two halves
+ * and compares; where the two differ (another ggml), or a tensor's rows are not a multiple of
+ * 16, that tensor is handed over whole, as WHOLE does. In pieces no window of a tensor's size is
+ * needed and the repack runs beside the reads (docs/LLAMA.md, "Cold loads"). */
 typedef enum wm_llama_repack {
     WM_LLAMA_REPACK_AUTO = 0, /* as params.use_extra_bufts says (llama.cpp's default: on) */
-    WM_LLAMA_REPACK_OFF = 1   /* plain CPU buffers whatever params say */
+    WM_LLAMA_REPACK_OFF = 1,  /* plain CPU buffers whatever params say */
+    WM_LLAMA_REPACK_WHOLE = 2 /* as AUTO, each repacked tensor handed over whole once read, in a
+                                 window of its size (1.4's way; a 1.4 bridge refuses it) */
 } wm_llama_repack;
 
 /* wm_llama_options.upload */
@@ -148,7 +161,8 @@ typedef struct wm_llama_options {
     unsigned threads;       /* reading threads; 0 = one per online CPU, at most 64 */
     wm_direct_io direct_io; /* as wm_read_options.direct_io */
     size_t window;          /* staging for tensors not in host buffers, all threads; 0 = 64 MiB
-                               (a repacked tensor takes a window of its own size) */
+                               (a repacked tensor handed over whole takes a window of its own
+                               size) */
     wm_llama_repack repack;
     wm_llama_upload upload;
     wm_llama_stats *stats; /* NULL, or filled on success (as far as its size reaches) */

@@ -18,9 +18,15 @@ static wm_status check_items(const wm_file *f, const wm_read_item *items, size_t
             return wm__err(err, WM_EINVAL, 0,
                            "%s: read item %zu names tensor %zu; the file has %zu", f->path, i,
                            it->tensor, f->n_tensors);
-        if (it->flags & ~(WM_READ_WHOLE | WM_READ_SINK_WRITES))
+        if (it->flags & ~(WM_READ_WHOLE | WM_READ_SINK_WRITES | WM_READ_SINK_ROWS))
             return wm__err(err, WM_EINVAL, 0, "%s: read item %zu has unknown flags 0x%x", f->path,
                            i, (unsigned)it->flags);
+        if ((it->flags & WM_READ_SINK_ROWS) &&
+            ((it->flags & WM_READ_WHOLE) || (it->dst && !(it->flags & WM_READ_SINK_WRITES))))
+            return wm__err(
+                err, WM_EINVAL, 0, "%s: read item %zu (tensor '%s') is WM_READ_SINK_ROWS with %s",
+                f->path, i, f->names + f->tensors[it->tensor].name_off,
+                (it->flags & WM_READ_WHOLE) ? "WM_READ_WHOLE" : "a dst to read into (no sink)");
         if ((it->flags & WM_READ_SINK_WRITES) && !it->dst)
             return wm__err(err, WM_EINVAL, 0,
                            "%s: read item %zu (tensor '%s') is WM_READ_SINK_WRITES with no dst",

@@ -118,13 +118,14 @@ static void by_llama(const char *path, int load_mode, decoded *d) {
     llama_model_free(m);
 }
 
-static void by_bridge(const char *path, wm_llama_upload upload, wm_llama_buffers buffers,
-                      wm_llama_stats *s, decoded *d) {
+static void by_bridge_repack(const char *path, wm_llama_upload upload, wm_llama_buffers buffers,
+                             wm_llama_repack repack, wm_llama_stats *s, decoded *d) {
     struct llama_model_params p = cpu_params();
     wm_llama_options o = WM_LLAMA_OPTIONS_INIT;
     o.threads = 2;
     o.upload = upload;
     o.buffers = buffers;
+    o.repack = repack;
     o.stats = s;
     struct llama_model *m = NULL;
     wm_error err;
@@ -137,6 +138,11 @@ static void by_bridge(const char *path, wm_llama_upload upload, wm_llama_buffers
     llama_model_free(m);
 }
 
+static void by_bridge(const char *path, wm_llama_upload upload, wm_llama_buffers buffers,
+                      wm_llama_stats *s, decoded *d) {
+    by_bridge_repack(path, upload, buffers, WM_LLAMA_REPACK_AUTO, s, d);
+}
+
 static void same(const decoded *a, const decoded *b, const char *what) {
     CHECK_EQ(a->n_vocab, b->n_vocab);
     for (int i = 0; i < N_TOKENS; i++)
@@ -146,21 +152,33 @@ static void same(const decoded *a, const decoded *b, const char *what) {
               "%s: the first logits differ", what);
 }
 
-/* Greedy tokens and first logits: the bridge (in place, and windowed) equals llama.cpp's read
- * and mmap modes; the extra buffer types are the same as llama.cpp's read mode chose. */
+/* Greedy tokens and first logits: the bridge (in place, windowed, in llama.cpp's buffers, each
+ * repacked tensor handed over whole) equals llama.cpp's read and mmap modes; the extra buffer
+ * types are the same as llama.cpp's read mode chose. Where ggml repacks (on this CPU), every
+ * repacked tensor of these models (rows a multiple of 16) goes over in row groups as it is read
+ * (wm_llama_repack AUTO): a group repacked anywhere but where the whole repack puts it changes
+ * the logits. */
 static void tokens_equal(const char *path) {
     setup();
-    decoded rd, mm, wm, win, lb;
+    decoded rd, mm, wm, win, lb, wh;
     wm_llama_stats s = WM_LLAMA_STATS_INIT, sw = WM_LLAMA_STATS_INIT, sl = WM_LLAMA_STATS_INIT;
+    wm_llama_stats sh = WM_LLAMA_STATS_INIT;
     by_llama(path, 0, &rd);
     by_llama(path, 1, &mm);
     by_bridge(path, WM_LLAMA_UPLOAD_AUTO, WM_LLAMA_BUFFERS_AUTO, &s, &wm);
     by_bridge(path, WM_LLAMA_UPLOAD_WINDOW, WM_LLAMA_BUFFERS_AUTO, &sw, &win);
     by_bridge(path, WM_LLAMA_UPLOAD_AUTO, WM_LLAMA_BUFFERS_LLAMA, &sl, &lb);
+    by_bridge_repack(path, WM_LLAMA_UPLOAD_AUTO, WM_LLAMA_BUFFERS_AUTO, WM_LLAMA_REPACK_WHOLE, &sh,
+                     &wh);
     same(&mm, &rd, "llama.cpp mmap vs read");
     same(&wm, &rd, "wm_llama_load vs llama.cpp read");
     same(&win, &rd, "wm_llama_load windowed vs llama.cpp read");
     same(&lb, &rd, "wm_llama_load in llama.cpp's buffers vs llama.cpp read");
+    same(&wh, &rd, "wm_llama_load, repacked whole, vs llama.cpp read");
+    CHECK_EQ(s.repacked_rows, s.repacked);
+    CHECK_EQ(sl.repacked_rows, sl.repacked);
+    CHECK_EQ(sh.repacked_rows, 0);
+    CHECK_EQ(sh.repacked, s.repacked);
     CHECK_MSG(strcmp(wm.buffers, rd.buffers) == 0, "buffers: bridge\n%s\nllama.cpp\n%s", wm.buffers,
               rd.buffers);
     CHECK_MSG(strcmp(lb.buffers, rd.buffers) == 0, "buffers: bridge\n%s\nllama.cpp\n%s", lb.buffers,
@@ -175,14 +193,15 @@ static void tokens_equal(const char *path) {
     CHECK_EQ(sw.in_place, 0);
     CHECK_EQ(sw.windowed + sw.filled, sw.tensors);
     fprintf(stderr,
-            "%s: %zu tensors (%zu in place, %zu windowed, %zu repacked, %zu filled), %llu "
-            "bytes; tokens:",
-            path, s.tensors, s.in_place, s.windowed, s.repacked, s.filled,
+            "%s: %zu tensors (%zu in place, %zu windowed, %zu repacked, %zu of them in row "
+            "groups, %zu filled), %llu bytes; tokens:",
+            path, s.tensors, s.in_place, s.windowed, s.repacked, s.repacked_rows, s.filled,
             (unsigned long long)s.bytes_read);
     for (int i = 0; i < 8; i++)
         fprintf(stderr, " %d", wm.tokens[i]);
     fprintf(stderr, "\nbuffers other than CPU:\n%s", rd.buffers);
     free(rd.first), free(mm.first), free(wm.first), free(win.first), free(lb.first);
+    free(wh.first);
 }
 
 WM_TEST(tokens_equal_f32) { tokens_equal(wmt_fixture("gguf/stories260K.gguf")); }
@@ -190,6 +209,41 @@ WM_TEST(tokens_equal_q4_0) { tokens_equal(wmt_fixture("gguf/stories260K-q4_0.ggu
 WM_TEST(tokens_equal_q8_0) { tokens_equal(wmt_fixture("gguf/stories260K-q8_0.gguf")); }
 WM_TEST(tokens_equal_q4_k_m) { tokens_equal(wmt_fixture("gguf/stories260K-q4_k_m.gguf")); }
 WM_TEST(tokens_equal_make_model) { tokens_equal(wmt_make_model("m.gguf", "--size 8M")); }
+
+/* Repacked tensors in row groups, in several pieces each: a 128M model (its q4_0 matrices 1.5
+ * MiB, repacked where ggml repacks on this CPU) read with a window of 1 MiB a thread, so that each
+ * matrix reaches the sink in pieces of whole 16-row groups, each repacked where it lies; the
+ * tokens and first logits equal those of the same model with each tensor repacked whole
+ * (WM_LLAMA_REPACK_WHOLE, ggml's own repack of the tensor). With the sink repacking a piece
+ * anywhere but at its offset, the logits differ. */
+WM_TEST(repack_in_row_groups_equals_whole) {
+    setup();
+    const char *path = wmt_make_model("m128.gguf", "--size 128M");
+    decoded rows, whole;
+    wm_llama_stats s[2] = {WM_LLAMA_STATS_INIT, WM_LLAMA_STATS_INIT};
+    for (int k = 0; k < 2; k++) {
+        struct llama_model_params p = cpu_params();
+        wm_llama_options o = WM_LLAMA_OPTIONS_INIT;
+        o.threads = 2;
+        o.window = (size_t)2 << 20;
+        o.repack = k ? WM_LLAMA_REPACK_WHOLE : WM_LLAMA_REPACK_AUTO;
+        o.stats = &s[k];
+        struct llama_model *m = NULL;
+        wm_error err;
+        CHECK_MSG(wm_llama_load(path, &p, &o, &m, &err) == WM_OK, "%s", err.msg);
+        CHECK_LEDGER_EMPTY();
+        greedy(m, k ? &whole : &rows);
+        llama_model_free(m);
+    }
+    CHECK_EQ(s[0].repacked, s[1].repacked);
+    CHECK_EQ(s[0].repacked_rows, s[0].repacked);
+    CHECK_EQ(s[1].repacked_rows, 0);
+    same(&rows, &whole, "repacked in row groups vs whole");
+    fprintf(stderr, "%zu tensors repacked, in row groups: %zu\n", s[0].repacked,
+            s[0].repacked_rows);
+    free(rows.first);
+    free(whole.first);
+}
 
 /* ---- cycles ---- */
 

@@ -237,6 +237,73 @@ WM_TEST(sink_whole_items_come_in_one_call) {
     wm_file_close(f);
 }
 
+/* ---- WM_READ_SINK_ROWS items: every sink call on whole row groups ----
+ * Every tensor of a 24M model through the sink in groups of `row_group` rows: each call starts
+ * on a group's boundary and holds whole groups (the last of a tensor the rows left), the bytes
+ * as the file's; the share is 2 MiB a thread, so the big tensors come in several calls. A group
+ * of 6144 rows (3 MiB of the 4 MiB token_embd) is bigger than the share: that tensor's calls are
+ * one group each (and the rows left), in a window grown to it. Without the cut on groups
+ * (piece_end), the calls end wherever the share does. */
+typedef struct rows_rec {
+    sink_rec s;
+    uint32_t row_group;
+    _Atomic size_t off_group; /* calls not on whole groups */
+    _Atomic size_t biggest_group_calls;
+    size_t biggest; /* the item whose group exceeds the share */
+} rows_rec;
+
+static int rows_sink(void *user, const wm_read_item *item, uint64_t offset, const void *bytes,
+                     size_t len) {
+    rows_rec *r = user;
+    wm_tensor_info t;
+    wm_file_tensor(r->s.f, item->tensor, &t);
+    uint64_t rows = t.n_elements / t.shape[0], g = t.nbytes / rows * r->row_group;
+    if (g > t.nbytes) g = t.nbytes;
+    if (offset % g || (len % g && offset + len != t.nbytes)) atomic_fetch_add(&r->off_group, 1);
+    if ((size_t)(item - r->s.first) == r->biggest) {
+        atomic_fetch_add(&r->biggest_group_calls, 1);
+        /* a group bigger than the share: one group a call */
+        if (g > ((size_t)2 << 20) && len != g && offset + len != t.nbytes)
+            atomic_fetch_add(&r->off_group, 1);
+    }
+    return sink(&r->s, item, offset, bytes, len);
+}
+
+static void rows_case(uint32_t row_group) {
+    const char *path = wmt_make_model("m.gguf", "--size 24M");
+    wm_file *f = OPEN_OK(path);
+    host_set h;
+    rows_rec r = {.row_group = row_group};
+    sink_setup(f, &h, &r.s, WM_READ_SINK_ROWS);
+    uint64_t big = 0;
+    for (size_t i = 0; i < h.n; i++) {
+        wm_tensor_info t;
+        wm_file_tensor(f, i, &t);
+        if (t.nbytes > big) big = t.nbytes, r.biggest = i;
+    }
+    wm_read_options o = WM_READ_OPTIONS_INIT;
+    o.threads = 2;
+    o.window = (size_t)4 << 20; /* 2 MiB a thread */
+    o.sink = rows_sink;
+    o.sink_user = &r;
+    o.row_group = row_group;
+    wm_error err;
+    CHECK_MSG(wm_file_read_tensors(f, h.items, h.n, &o, &err) == WM_OK, "%s", err.msg);
+    CHECK_EQ(atomic_load(&r.off_group), 0);
+    CHECK(atomic_load(&r.s.calls) > h.n); /* the big tensors came in several pieces */
+    CHECK(atomic_load(&r.biggest_group_calls) > 1);
+    CHECK_EQ(scratch_now(), 0);
+    sink_done(&h);
+    check_equal_file(f, path, &h);
+    host_free(&h);
+    wm_file_close(f);
+}
+
+WM_TEST(sink_rows_come_in_whole_groups) {
+    rows_case(16);
+    rows_case(6144);
+}
+
 /* ---- WM_READ_WHOLE items: in pieces, the biggest first, in windows that mirror the file ----
  * The 40M model's token_embd (16 MiB at a file offset off the 4 KiB grid) and its other
  * matrices are asked for whole, its norms in windows. One thread, so that the order is the
@@ -711,6 +778,10 @@ WM_TEST(refusals_name_the_item) {
     check_refused(f, &sink_writes, 1, NULL, WM_EINVAL, "is WM_READ_SINK_WRITES with no dst");
     sink_writes.dst = buf; /* the bytes go to a sink, and there is none */
     check_refused(f, &sink_writes, 1, NULL, WM_EINVAL, "the options no sink");
+    wm_read_item rows_whole = {.tensor = 0, .flags = WM_READ_SINK_ROWS | WM_READ_WHOLE};
+    check_refused(f, &rows_whole, 1, NULL, WM_EINVAL, "is WM_READ_SINK_ROWS with WM_READ_WHOLE");
+    wm_read_item rows_dst = {.tensor = 0, .dst = buf, .flags = WM_READ_SINK_ROWS};
+    check_refused(f, &rows_dst, 1, NULL, WM_EINVAL, "is WM_READ_SINK_ROWS with a dst");
     wm_read_options o = WM_READ_OPTIONS_INIT;
     o.flags = 0x10;
     wm_read_item ok = {.tensor = 0, .dst = buf};

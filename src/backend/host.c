@@ -708,17 +708,32 @@ static bool is_whole(const wm_read_item *it) {
     return !read_dst(it) && (it->flags & WM_READ_WHOLE);
 }
 
-/* The end of the piece that starts `off` bytes into the tensor: `piece` bytes on, or (a whole
- * item's) the next file offset on a multiple of `grid`; at most the tensor's end. */
+/* A WM_READ_SINK_ROWS item's group: row_group rows (at least 1) of its bytes, or the whole
+ * tensor where that is less (or the rows cannot be told: a tensor of no elements). */
+static uint64_t group_bytes(const wm__tensor *t, uint32_t row_group) {
+    uint64_t rows = t->ne[0] ? t->n_elements / t->ne[0] : 0;
+    if (rows == 0 || t->nbytes % rows) return t->nbytes;
+    uint64_t row = t->nbytes / rows, g = row_group ? row_group : 1;
+    return g >= rows ? t->nbytes : row * g;
+}
+
+/* The end of the piece that starts `off` bytes into the tensor: `piece` bytes on (a
+ * WM_READ_SINK_ROWS item's: rounded down to whole groups, at least one), or (a whole item's) the
+ * next file offset on a multiple of `grid`; at most the tensor's end. */
 static uint64_t piece_end(const wm_read_item *it, const wm__tensor *t, uint64_t off, bool tail,
-                          size_t window_each) {
+                          size_t window_each, uint32_t row_group) {
     uint64_t at;
     if (is_whole(it)) {
         uint64_t grid = tail ? TAIL_PIECE : WM_JOB_BYTES, file = t->offset + off;
         at = (file / grid + 1) * grid - t->offset;
     } else {
         size_t piece = read_dst(it) ? WM_JOB_BYTES : window_each;
-        at = off + (tail && piece > TAIL_PIECE ? TAIL_PIECE : piece);
+        uint64_t len = tail && piece > TAIL_PIECE ? TAIL_PIECE : piece;
+        if (it->flags & WM_READ_SINK_ROWS) {
+            uint64_t g = group_bytes(t, row_group);
+            len = len > g ? len / g * g : g;
+        }
+        at = off + len;
     }
     return at < t->nbytes ? at : t->nbytes;
 }
@@ -764,6 +779,7 @@ typedef struct layout {
     const wm_read_item *items;
     const size_t *order;
     size_t n, window_each;
+    uint32_t row_group; /* wm_read_options.row_group */
     uint64_t tail_from;
     size_t jobs, wholes; /* counted */
 } layout;
@@ -785,7 +801,7 @@ static void lay_jobs(layout *lo, wm__job *jobs, wm__whole *wholes) {
             lo->wholes++;
         }
         for (uint64_t off = 0, end; off < t->nbytes; off = end) {
-            end = piece_end(it, t, off, at + off >= lo->tail_from, lo->window_each);
+            end = piece_end(it, t, off, at + off >= lo->tail_from, lo->window_each, lo->row_group);
             if (jobs)
                 jobs[lo->jobs] = (wm__job){.shard = t->shard,
                                            .file_off = t->offset + off,
@@ -842,6 +858,7 @@ wm_status wm__read_items(wm_file *f, const wm_read_item *items, size_t n, const 
                  .order = order,
                  .n = n,
                  .window_each = each,
+                 .row_group = o->row_group,
                  .tail_from = total > tail ? total - tail : 0};
     lay_jobs(&lo, NULL, NULL);
     /* the table: the jobs, then the whole items' states */
