@@ -4,6 +4,7 @@
 #
 #   here:   cp -rL bench/peers/llama .llama        (git-ignored: list it in .git/info/exclude)
 #   there:  ROUNDS=5 bash bench/llama_host.sh      (the checkout and .llama carried)
+#           ONLY=wm,wm-whole,disk ROUNDS=10 ...   (bench/llama --only: those rows alone)
 #
 # Builds bench_llama and the CLI (RelWithDebInfo, no CUDA), makes the 1.2 GB model and runs
 # `bench/llama -r ROUNDS --load-only --warm-memory 3`; the report and the bridge's own figures go
@@ -22,7 +23,7 @@ cmake -S . -B build -G "$GEN" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_CUDA=OFF > 
 cmake --build build --target bench_llama weightmap_cli -j"$(nproc)" > "$O/build.log" 2>&1 || { tail -30 "$O/build.log"; exit 4; }
 mkdir -p bl && cd bl
 [ -f bench-llama-1200M.gguf ] || ../build/weightmap make-model bench-llama-1200M.gguf --size 1200M > /dev/null || exit 5
-timeout "${BENCH_S:-330}" ../build/bench/llama -r "${ROUNDS:-3}" --load-only --warm-memory 3 > "$O/bench.txt" 2> "$O/bench.err"
+timeout "${BENCH_S:-330}" ../build/bench/llama -r "${ROUNDS:-3}" --load-only --warm-memory 3 ${ONLY:+--only "$ONLY"} > "$O/bench.txt" 2> "$O/bench.err"
 echo "bench exit $?"
 tail -22 "$O/bench.txt"
 grep "wm_llama_load" "$O/bench.err" | head -12
