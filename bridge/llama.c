@@ -775,9 +775,20 @@ static void rows_of(struct ggml_tensor *s, const struct ggml_tensor *t, void *da
 
 /* Whether ggml repacks 2 x ROW_GROUP rows of t's kind whole into the same bytes as the two
  * groups one by one (patterned bytes: every byte of the source differs from its neighbours').
- * False where memory for the probe is lacking: the tensor is then handed over whole. */
+ * Only a layout the size of the file's rows can be (the buffer type's alloc size of the tensor,
+ * and of the probe's, its nbytes: ggml's AMX type packs q8_0 rows bigger, with sums of their
+ * own, and nothing of such a layout lies at a row's file offset). False where memory for the
+ * probe is lacking: the tensor is then handed over whole. */
 static bool groups_repack_alone(const struct ggml_tensor *t) {
     size_t row = t->nb[1], half = row * ROW_GROUP, n = 2 * half;
+    ggml_backend_buffer_type_t buft = ggml_backend_buffer_get_type(t->buffer);
+    struct ggml_tensor s;
+    rows_of(&s, t, NULL, 2 * ROW_GROUP);
+    if (ggml_backend_buft_get_alloc_size(buft, t) != ggml_nbytes(t) ||
+        ggml_backend_buft_get_alloc_size(buft, &s) != n)
+        return false;
+    rows_of(&s, t, NULL, ROW_GROUP);
+    if (ggml_backend_buft_get_alloc_size(buft, &s) != half) return false;
     unsigned char *mem = pages(3 * n);
     if (!mem) return false;
     unsigned char *src = mem, *whole = mem + n, *parts = mem + 2 * n;
@@ -786,7 +797,6 @@ static bool groups_repack_alone(const struct ggml_tensor *t) {
         x ^= x << 13, x ^= x >> 17, x ^= x << 5;
         src[k] = (unsigned char)(x >> 24);
     }
-    struct ggml_tensor s;
     rows_of(&s, t, whole, 2 * ROW_GROUP);
     ggml_backend_tensor_set(&s, src, 0, n);
     rows_of(&s, t, parts, ROW_GROUP);

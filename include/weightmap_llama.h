@@ -74,16 +74,18 @@ typedef struct wm_llama_stats {
 
 #define WM_LLAMA_STATS_INIT WM_SIZED_INIT(wm_llama_stats)
 
-/* wm_llama_options.repack */
 /* wm_llama_options.repack. A repack buffer's ggml_backend_tensor_set takes a tensor only whole;
  * since 1.5 AUTO hands it each piece as it is read instead, as a tensor of the piece's rows (a
- * shallow copy of the tensor's struct over its place in the buffer): ggml's repacked layouts
- * interleave 4, 8 or 16 rows and lay the groups out in order, so 16 rows repacked alone land
- * where they lie in the whole. The bridge does not take that on trust: for each buffer type,
- * tensor type and row length it first repacks 32 rows of patterned bytes whole and as two halves
- * and compares; where the two differ (another ggml), or a tensor's rows are not a multiple of
- * 16, that tensor is handed over whole, as WHOLE does. In pieces no window of a tensor's size is
- * needed and the repack runs beside the reads (docs/LLAMA.md, "Cold loads"). */
+ * shallow copy of the tensor's struct over its place in the buffer): ggml's CPU_REPACK layouts
+ * interleave 4, 8 or 16 rows and lay the groups out in order, each the size of its rows, so 16
+ * rows repacked alone land where they lie in the whole. The bridge does not take that on trust.
+ * Only a layout the size of the file's rows qualifies (the buffer type's alloc size is the
+ * tensor's nbytes: not ggml's AMX q8_0, whose rows carry sums of their own), and for each buffer
+ * type, tensor type and row length the bridge first repacks 32 rows of patterned bytes whole and
+ * as two halves and compares; where the layout's size differs or the two do, or a tensor's rows
+ * are not a multiple of 16, that tensor is handed over whole, as WHOLE does. In pieces no window
+ * of a tensor's size is needed and the repack runs beside the reads (docs/LLAMA.md, "Cold
+ * loads"). */
 typedef enum wm_llama_repack {
     WM_LLAMA_REPACK_AUTO = 0, /* as params.use_extra_bufts says (llama.cpp's default: on) */
     WM_LLAMA_REPACK_OFF = 1,  /* plain CPU buffers whatever params say */
