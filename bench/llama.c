@@ -460,13 +460,16 @@ static double load_once(int c, const char *path, uint64_t data, uint64_t size) {
             fprintf(stderr, "llama: %s\n", err.msg);
             return -1;
         }
+        wm_ledger led = WM_LEDGER_INIT;
+        wm_ledger_get(&led); /* a fresh process: the peak is this load's */
         fprintf(stderr,
                 "  %s: model %.1f ms, reads %.1f ms, trim %.2f ms; %.1f MiB in its own buffers, "
-                "%.1f MiB prefetched; tensors %zu in place, %zu windowed (%zu repacked, %zu in row "
-                "groups)\n",
+                "%.1f MiB prefetched, scratch at most %.1f MiB; tensors %zu in place, %zu "
+                "windowed (%zu repacked, %zu in row groups)\n",
                 load_names[c], st.seconds_model * 1e3, st.seconds_read * 1e3, st.seconds_trim * 1e3,
                 (double)st.bytes_own / 1048576.0, (double)st.bytes_prefetched / 1048576.0,
-                st.in_place, st.windowed, st.repacked, st.repacked_rows);
+                (double)led.cat[WM_LEDGER_SCRATCH].peak / 1048576.0, st.in_place, st.windowed,
+                st.repacked, st.repacked_rows);
         if (curve)
             fprintf(stderr,
                     "    curve: first %.1f, 25%% %.1f, 50%% %.1f, 75%% %.1f, 100%% %.1f ms\n",

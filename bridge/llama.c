@@ -885,6 +885,12 @@ static wm_status match_tensor(const load *l, const struct ggml_tensor *t, size_t
  * two), and a probe of its kind that held (run once per load and kind). */
 static bool in_row_groups(load *l, const struct ggml_tensor *t) {
     if (l->o.repack != WM_LLAMA_REPACK_AUTO || wm_version_number() < 1005000) return false;
+    /* ggml's CPU_REPACK type only, whose set_tensor repacks on the calling thread: the AMX type's
+     * conversion starts a thread per CPU for each call (ggml-cpu/amx/common.h, parallel_for), so
+     * in pieces a load started a team per piece (on the H200 host, warm 271 ms against 222 with
+     * each tensor whole; bench/RESULTS.md, llama) */
+    if (strcmp(ggml_backend_buft_name(ggml_backend_buffer_get_type(t->buffer)), "CPU_REPACK") != 0)
+        return false;
     if (t->ne[2] != 1 || t->ne[3] != 1 || t->ne[1] < 2 * ROW_GROUP || t->ne[1] % ROW_GROUP)
         return false;
     if (t->nb[1] != ggml_row_size(t->type, t->ne[0])) return false; /* not contiguous rows */

@@ -79,8 +79,10 @@ typedef struct wm_llama_stats {
  * shallow copy of the tensor's struct over its place in the buffer): ggml's CPU_REPACK layouts
  * interleave 4, 8 or 16 rows and lay the groups out in order, each the size of its rows, so 16
  * rows repacked alone land where they lie in the whole. The bridge does not take that on trust.
- * Only a layout the size of the file's rows qualifies (the buffer type's alloc size is the
- * tensor's nbytes: not ggml's AMX q8_0, whose rows carry sums of their own), and for each buffer
+ * Only CPU_REPACK qualifies (ggml's AMX type, the first extra type on a CPU with AMX, packs q8_0
+ * rows bigger than the file's, and converts each call's tensor with a thread per CPU of its own:
+ * in pieces, slower), only a layout the size of the file's rows (the buffer type's alloc size is
+ * the tensor's nbytes), and for each buffer
  * type, tensor type and row length the bridge first repacks 32 rows of patterned bytes whole and
  * as two halves and compares; where the layout's size differs or the two do, or a tensor's rows
  * are not a multiple of 16, that tensor is handed over whole, as WHOLE does. In pieces no window

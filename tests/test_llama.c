@@ -175,8 +175,14 @@ static void tokens_equal(const char *path) {
     same(&win, &rd, "wm_llama_load windowed vs llama.cpp read");
     same(&lb, &rd, "wm_llama_load in llama.cpp's buffers vs llama.cpp read");
     same(&wh, &rd, "wm_llama_load, repacked whole, vs llama.cpp read");
-    CHECK_EQ(s.repacked_rows, s.repacked);
-    CHECK_EQ(sl.repacked_rows, sl.repacked);
+    /* in row groups: every repacked tensor where ggml's repack type is CPU_REPACK alone (the
+     * development VM's and CI's CPUs), none where it is AMX alone (the H200 host's) */
+    if (!strstr(rd.buffers, "AMX")) {
+        CHECK_EQ(s.repacked_rows, s.repacked);
+        CHECK_EQ(sl.repacked_rows, sl.repacked);
+    } else if (!strstr(rd.buffers, "CPU_REPACK")) {
+        CHECK_EQ(s.repacked_rows, 0);
+    }
     CHECK_EQ(sh.repacked_rows, 0);
     CHECK_EQ(sh.repacked, s.repacked);
     CHECK_MSG(strcmp(wm.buffers, rd.buffers) == 0, "buffers: bridge\n%s\nllama.cpp\n%s", wm.buffers,
@@ -221,7 +227,10 @@ WM_TEST(repack_in_row_groups_equals_whole) {
     const char *path = wmt_make_model("m128.gguf", "--size 128M");
     decoded rows, whole;
     wm_llama_stats s[2] = {WM_LLAMA_STATS_INIT, WM_LLAMA_STATS_INIT};
+    uint64_t peak[2];
     for (int k = 0; k < 2; k++) {
+        reset_log();
+        wm_ledger_reset_peaks();
         struct llama_model_params p = cpu_params();
         wm_llama_options o = WM_LLAMA_OPTIONS_INIT;
         o.threads = 2;
@@ -232,15 +241,26 @@ WM_TEST(repack_in_row_groups_equals_whole) {
         wm_error err;
         CHECK_MSG(wm_llama_load(path, &p, &o, &m, &err) == WM_OK, "%s", err.msg);
         CHECK_LEDGER_EMPTY();
+        wm_ledger l = WM_LEDGER_INIT;
+        wm_ledger_get(&l);
+        peak[k] = l.cat[WM_LEDGER_SCRATCH].peak;
+        keep_buffers(k ? &whole : &rows);
         greedy(m, k ? &whole : &rows);
         llama_model_free(m);
     }
     CHECK_EQ(s[0].repacked, s[1].repacked);
-    CHECK_EQ(s[0].repacked_rows, s[0].repacked);
     CHECK_EQ(s[1].repacked_rows, 0);
     same(&rows, &whole, "repacked in row groups vs whole");
-    fprintf(stderr, "%zu tensors repacked, in row groups: %zu\n", s[0].repacked,
-            s[0].repacked_rows);
+    fprintf(stderr,
+            "%zu tensors repacked, in row groups: %zu; the load's scratch at most %llu bytes, "
+            "%llu with each tensor whole\n",
+            s[0].repacked, s[0].repacked_rows, (unsigned long long)peak[0],
+            (unsigned long long)peak[1]);
+    if (!strstr(rows.buffers, "AMX")) { /* ggml's repack type is CPU_REPACK (if any) */
+        CHECK_EQ(s[0].repacked_rows, s[0].repacked);
+        /* no window of a repacked tensor's size: the threads' shares only */
+        if (s[0].repacked) CHECK(peak[0] < peak[1]);
+    }
     free(rows.first);
     free(whole.first);
 }
@@ -503,8 +523,10 @@ WM_TEST(cold_file_loads_direct) {
     const char *path = wmt_make_model("m.gguf", "--size 8M");
     decoded warm, cold;
     wm_llama_stats s = WM_LLAMA_STATS_INIT;
-    by_bridge(path, WM_LLAMA_UPLOAD_AUTO, WM_LLAMA_BUFFERS_AUTO, &s, &warm);
     for (int repack = 0; repack < 2; repack++) {
+        /* against a warm load of the same layout (repacked kernels may round otherwise) */
+        by_bridge_repack(path, WM_LLAMA_UPLOAD_AUTO, WM_LLAMA_BUFFERS_AUTO,
+                         repack ? WM_LLAMA_REPACK_AUTO : WM_LLAMA_REPACK_OFF, &s, &warm);
         wm_file *f = OPEN_OK(path);
         uint64_t size = wm_file_size(f), data = wm_file_data_offset(f);
         wmt_make_cold(path, 0, 0);
@@ -524,12 +546,12 @@ WM_TEST(cold_file_loads_direct) {
         llama_model_free(m);
         same(&cold, &warm, "cold vs warm");
         free(cold.first);
+        free(warm.first);
     }
     /* wm_llama_load opens the file itself and reads the start of its tensor data ahead, past the
      * page cache, while llama.cpp makes the model (prefetch: a quarter of it here); the read
      * copies those bytes and frees them, so the load leaves the cache cold (but for the page
      * the header shares with the data) and the ledger empty. */
-    free(warm.first);
     path = wmt_make_model("m64.gguf", "--size 64M");
     by_bridge(path, WM_LLAMA_UPLOAD_AUTO, WM_LLAMA_BUFFERS_AUTO, &s, &warm);
     s = (wm_llama_stats)WM_LLAMA_STATS_INIT;
