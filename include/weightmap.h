@@ -437,8 +437,10 @@ typedef struct wm_read_options {
     size_t window;           /* page-allocated staging for sink items, all threads together;
                                 0 = 64 MiB. Each thread's share is at least 1 MiB and at most
                                 8 MiB; besides, the WM_READ_WHOLE items being read have a window
-                                of their size each (at most threads + 1 at a time, reused from
-                                item to item until the call returns) */
+                                of their size each (reused from item to item until the call
+                                returns; since 1.5 together at most twice the biggest such
+                                item's, or 8 MiB a thread where that is more: a piece of a new
+                                item waits for a window to be given back) */
     wm_progress_fn progress; /* from the calling thread, after each piece it read and once at
                                 the end: bytes read so far, of all items; non-zero cancels */
     void *progress_user;

@@ -6,6 +6,7 @@
  * (whose small blocks are malloc's) and leaves the ledger as it was; every refusal, a cut file,
  * a sink that refuses, a cancel and a fault at each OS call leave nothing held.
  */
+#include "gguf_builder.h"
 #include "wmtest.h"
 
 #include "internal.h" /* wm__file_prefetch_wait */
@@ -449,6 +450,70 @@ WM_TEST(sink_whole_windows_are_reused) {
     sink_done(&h);
     check_equal_file(f, path, &h);
     host_free(&h);
+    wm_file_close(f);
+}
+
+/* The windows of whole items together stay within the pool's cap: twice the biggest item's
+ * window, or 8 MiB a thread where that is more (src/backend/host.c, whole_cap). Eight 16 MiB
+ * tensors asked for whole on three threads: while one thread's sink copies an item out of its
+ * window, the other two take pieces of the next two items, so without the cap three windows
+ * (48 MiB) are held at once; with it, 32 MiB, and a piece of a third item waits for a window to
+ * be given back. The scratch the ledger counts during every sink call is the pool plus the
+ * job table and the threads' stacks and staging. */
+typedef struct cap_rec {
+    const wm_file *f;
+    unsigned char *mem;
+    _Atomic uint64_t most; /* the scratch ledger at most, seen from the sinks */
+} cap_rec;
+
+static int cap_sink(void *user, const wm_read_item *item, uint64_t offset, const void *bytes,
+                    size_t len) {
+    cap_rec *r = user;
+    uint64_t now = scratch_now(), most = atomic_load(&r->most);
+    while (now > most && !atomic_compare_exchange_weak(&r->most, &most, now)) {
+    }
+    memcpy(r->mem + item->tensor * len + offset, bytes, len);
+    return 0;
+}
+
+WM_TEST(sink_whole_windows_within_the_cap) {
+    enum { N = 8 };
+    const size_t each = (size_t)16 << 20;
+    ggb g;
+    ggb_begin(&g, 3, N, 0);
+    for (int i = 0; i < N; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "t%d", i);
+        ggb_tensor1(&g, name, each / 4, 0 /* f32 */, (uint64_t)i * each);
+    }
+    ggb_pad(&g, 32);
+    ggb_data(&g, N * each);
+    const char *path = ggb_write(&g, "whole8.gguf");
+    ggb_free(&g);
+    wm_file *f = OPEN_OK(path);
+    cap_rec r = {.f = f, .mem = malloc(N * each)};
+    wm_read_item items[N];
+    for (int i = 0; i < N; i++)
+        items[i] = (wm_read_item){.tensor = (size_t)i, .flags = WM_READ_WHOLE};
+    wm_read_options o = WM_READ_OPTIONS_INIT;
+    o.threads = 3;
+    o.sink = cap_sink;
+    o.sink_user = &r;
+    wm_error err;
+    CHECK_MSG(wm_file_read_tensors(f, items, N, &o, &err) == WM_OK, "%s", err.msg);
+    /* two windows of 16 MiB (and a few KiB of slack each), 4 MiB for the rest */
+    uint64_t bound = 2 * (uint64_t)each + ((uint64_t)4 << 20);
+    fprintf(stderr, "scratch at most %llu bytes during the sinks (bound %llu)\n",
+            (unsigned long long)atomic_load(&r.most), (unsigned long long)bound);
+    CHECK(atomic_load(&r.most) <= bound);
+    CHECK_EQ(scratch_now(), 0);
+    size_t len;
+    unsigned char *file = wmt_read_file(path, &len);
+    wm_tensor_info t;
+    wm_file_tensor(f, 0, &t);
+    CHECK(memcmp(r.mem, file + t.offset, N * each) == 0);
+    free(file);
+    free(r.mem);
     wm_file_close(f);
 }
 

@@ -212,7 +212,10 @@ typedef struct run_ctx {
     wm_os_mutex sink_lock;
     bool wholes;          /* some jobs are pieces of WM_READ_WHOLE items: the pool below */
     wm_os_mutex win_lock; /* the pool and each wm__whole's slot */
+    wm_os_cond win_free;  /* a window of the pool became free */
     win_slot wins[WIN_SLOTS];
+    uint64_t win_bytes; /* the pool's windows together, under win_lock */
+    uint64_t win_cap;   /* at most (but one window whatever its size, when none is busy) */
 } run_ctx;
 
 static void fail_run(run_ctx *c, const wm_error *e) {
@@ -354,12 +357,34 @@ static bool sink_job(run_ctx *c, worker_own *w, const wm__job *j) {
  * item to item (fresh ones per item would fault their pages in again each time: a 1.1 GiB model
  * with 15 repacked tensors, 1.9 s instead of 0.6, bench/RESULTS.md "llama") and given back when
  * the run ends. NULL (the failure recorded) when no memory. */
+static void win_set(run_ctx *c, win_slot *s, unsigned char *p, size_t len) {
+    c->win_bytes = c->win_bytes - s->len + len;
+    s->p = p;
+    s->len = len;
+}
+
+/* Room for a new window of `need` bytes in slot `keep` (whose window is remade): the pool's
+ * other idle windows are given back while the pool would pass its cap; true when it then fits,
+ * or when no window is busy (one item's window, whatever its size, always fits alone). */
+static bool win_room(run_ctx *c, int keep, size_t need) {
+    bool busy = false;
+    for (int i = 0; i < WIN_SLOTS; i++)
+        busy = busy || c->wins[i].busy;
+    for (int i = 0; i < WIN_SLOTS && c->win_bytes - c->wins[keep].len + need > c->win_cap; i++) {
+        win_slot *s = &c->wins[i];
+        if (i == keep || s->busy || !s->p) continue;
+        wm__scratch_free(s->p, s->len);
+        win_set(c, s, NULL, 0);
+    }
+    return !busy || c->win_bytes - c->wins[keep].len + need <= c->win_cap;
+}
+
 static unsigned char *whole_window(run_ctx *c, const wm__job *j) {
     wm__whole *h = j->whole;
     uint64_t nbytes = c->m->file->tensors[j->tensor].nbytes;
     size_t need = window_len((size_t)nbytes);
     wm__os_mutex_lock(&c->win_lock);
-    if (h->slot < 0) {
+    while (h->slot < 0 && !atomic_load(&c->failed)) {
         int fit = -1, spare = -1, empty = -1;
         for (int i = 0; i < WIN_SLOTS; i++) {
             win_slot *s = &c->wins[i];
@@ -374,11 +399,17 @@ static unsigned char *whole_window(run_ctx *c, const wm__job *j) {
         }
         int i = fit >= 0 ? fit : spare >= 0 ? spare : empty;
         if (i >= 0 && fit < 0) {
+            if (!win_room(c, i, need)) {
+                /* over the cap: a busy window's item has every piece taken (pieces are taken
+                 * in order), so it ends and frees its window (whole_job), or the read fails */
+                wm__os_cond_wait(&c->win_free, &c->win_lock);
+                continue;
+            }
             win_slot *s = &c->wins[i];
             wm__scratch_free(s->p, s->len);
-            s->len = 0;
-            s->p = window_alloc(c, j, need);
-            if (s->p) s->len = need;
+            win_set(c, s, NULL, 0);
+            unsigned char *p = window_alloc(c, j, need);
+            if (p) win_set(c, s, p, need);
         }
         /* i < 0 cannot happen (see win_slot); a failure, not a crash, if it did */
         if (i >= 0 && c->wins[i].p) {
@@ -391,6 +422,7 @@ static unsigned char *whole_window(run_ctx *c, const wm__job *j) {
                     c->m->file->names + c->m->file->tensors[j->tensor].name_off);
             fail_run(c, &err);
         }
+        break;
     }
     unsigned char *p = h->slot >= 0 ? c->wins[h->slot].p : NULL;
     if (p) atomic_store_explicit(&h->base, p, memory_order_release);
@@ -409,14 +441,32 @@ static bool whole_job(run_ctx *c, worker_own *w, const wm__job *j) {
     if (!p) return false;
     uint64_t start = j->file_off - j->item_off; /* the tensor's offset in its shard */
     unsigned char *t = p + skew(start);
-    if (!read_part(c, w, &w->stage, j, t + j->item_off, j->file_off, j->len, true, false))
-        return false;
-    if (atomic_fetch_sub(&j->whole->left, j->len) != j->len) return true;
-    bool ok = call_sink(c, j, 0, t, (size_t)c->m->file->tensors[j->tensor].nbytes);
+    bool ok = read_part(c, w, &w->stage, j, t + j->item_off, j->file_off, j->len, true, false);
+    /* the last piece hands the tensor over; a failed piece frees the window too (the read is
+     * over: threads waiting for room must wake to see it), its other pieces still land in it */
+    if (ok && atomic_fetch_sub(&j->whole->left, j->len) != j->len) return true;
+    if (ok) ok = call_sink(c, j, 0, t, (size_t)c->m->file->tensors[j->tensor].nbytes);
     wm__os_mutex_lock(&c->win_lock);
     c->wins[j->whole->slot].busy = false;
+    wm__os_cond_broadcast(&c->win_free);
     wm__os_mutex_unlock(&c->win_lock);
     return ok;
+}
+
+/* The pool's cap: twice the biggest whole item's window, or a share of WM_JOB_BYTES per thread
+ * where that is more. Without one the pool grew to a window per thread (threads + 1 items in
+ * flight at once, each window as big as its item): 600 MiB of scratch for a 1.1 GiB model on 16
+ * threads on the H200 host, where ggml's AMX type takes every repacked tensor whole. */
+static uint64_t whole_cap(const run_ctx *c, unsigned threads) {
+    uint64_t biggest = 0;
+    for (size_t i = 0; i < c->n; i++)
+        if (c->jobs[i].whole) {
+            uint64_t nb = c->m->file->tensors[c->jobs[i].tensor].nbytes;
+            if (nb > biggest) biggest = nb;
+        }
+    uint64_t cap = 2 * (uint64_t)window_len((size_t)biggest),
+             each = (uint64_t)threads * WM_JOB_BYTES;
+    return cap > each ? cap : each;
 }
 
 static bool do_job(run_ctx *c, worker_own *w, const wm__job *j) {
@@ -562,11 +612,16 @@ static wm_status run_jobs(wm_model *m, const wm__job *jobs, size_t n, unsigned f
     }
     if (c.wholes) {
         int e = wm__os_mutex_init(&c.win_lock);
+        if (!e) {
+            e = wm__os_cond_init(&c.win_free);
+            if (e) wm__os_mutex_destroy(&c.win_lock);
+        }
         if (e) {
             if (c.serial) wm__os_mutex_destroy(&c.sink_lock);
             return wm__err(err, WM_ENOMEM, e, "%s: cannot make the windows' lock: %s",
                            m->file->path, wm__errno_text(e));
         }
+        c.win_cap = whole_cap(&c, wm__load_threads(m));
     }
     unsigned threads = wm__load_threads(m);
     if (threads > n) threads = (unsigned)n;
@@ -597,6 +652,7 @@ static wm_status run_jobs(wm_model *m, const wm__job *jobs, size_t n, unsigned f
     if (c.wholes) {
         for (int i = 0; i < WIN_SLOTS; i++)
             wm__scratch_free(c.wins[i].p, c.wins[i].len);
+        wm__os_cond_destroy(&c.win_free);
         wm__os_mutex_destroy(&c.win_lock);
     }
     if (atomic_load(&c.failed)) {
