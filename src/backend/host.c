@@ -352,11 +352,7 @@ static bool sink_job(run_ctx *c, worker_own *w, const wm__job *j) {
            call_sink(c, j, j->item_off, at, j->len);
 }
 
-/* The pool window for a WM_READ_WHOLE item (taken by its first piece): the smallest free one
- * that holds it, else a free one remade at its size, else a new one; windows are reused from
- * item to item (fresh ones per item would fault their pages in again each time: a 1.1 GiB model
- * with 15 repacked tensors, 1.9 s instead of 0.6, bench/RESULTS.md "llama") and given back when
- * the run ends. NULL (the failure recorded) when no memory. */
+/* The pool's byte count follows every change of a slot. */
 static void win_set(run_ctx *c, win_slot *s, unsigned char *p, size_t len) {
     c->win_bytes = c->win_bytes - s->len + len;
     s->p = p;
@@ -379,6 +375,13 @@ static bool win_room(run_ctx *c, int keep, size_t need) {
     return !busy || c->win_bytes - c->wins[keep].len + need <= c->win_cap;
 }
 
+/* The pool window for a WM_READ_WHOLE item (taken by its first piece): the smallest free one
+ * that holds it, else a free one remade at its size, else a new one; windows are reused from
+ * item to item (fresh ones per item would fault their pages in again each time: a 1.1 GiB model
+ * with 15 repacked tensors, 1.9 s instead of 0.6, bench/RESULTS.md "llama") and given back when
+ * the run ends. A new window that would take the pool past its cap (whole_cap) first has the
+ * idle ones given back, else waits for a busy one to be. NULL (the failure recorded) when no
+ * memory, or when the read failed meanwhile. */
 static unsigned char *whole_window(run_ctx *c, const wm__job *j) {
     wm__whole *h = j->whole;
     uint64_t nbytes = c->m->file->tensors[j->tensor].nbytes;
