@@ -454,7 +454,8 @@ WM_TEST(sink_whole_windows_are_reused) {
 }
 
 /* The windows of whole items together stay within the pool's cap: twice the biggest item's
- * window, or 8 MiB a thread where that is more (src/backend/host.c, whole_cap). Eight 16 MiB
+ * window, or 8 MiB a thread where that is more (src/backend/host.c, whole_cap); a failure
+ * while threads wait for room ends the read. Eight 16 MiB
  * tensors asked for whole on three threads: while one thread's sink copies an item out of its
  * window, the other two take pieces of the next two items, so without the cap three windows
  * (48 MiB) are held at once; with it, 32 MiB, and a piece of a third item waits for a window to
@@ -464,6 +465,8 @@ typedef struct cap_rec {
     const wm_file *f;
     unsigned char *mem;
     _Atomic uint64_t most; /* the scratch ledger at most, seen from the sinks */
+    _Atomic int calls;
+    int refuse_at; /* the call (1-based) that refuses; 0: none */
 } cap_rec;
 
 static int cap_sink(void *user, const wm_read_item *item, uint64_t offset, const void *bytes,
@@ -473,7 +476,7 @@ static int cap_sink(void *user, const wm_read_item *item, uint64_t offset, const
     while (now > most && !atomic_compare_exchange_weak(&r->most, &most, now)) {
     }
     memcpy(r->mem + item->tensor * len + offset, bytes, len);
-    return 0;
+    return atomic_fetch_add(&r->calls, 1) + 1 == r->refuse_at;
 }
 
 WM_TEST(sink_whole_windows_within_the_cap) {
@@ -513,6 +516,25 @@ WM_TEST(sink_whole_windows_within_the_cap) {
     wm_file_tensor(f, 0, &t);
     CHECK(memcmp(r.mem, file + t.offset, N * each) == 0);
     free(file);
+    /* a failure while threads may wait for room: the sink refusing its second item, each pread
+     * failing in turn; the read returns (a thread waiting for room wakes when a window is given
+     * back, a failed piece's included, and sees the failure), reports that failure and holds
+     * nothing */
+    r.refuse_at = 2;
+    atomic_store(&r.calls, 0);
+    CHECK_STATUS(wm_file_read_tensors(f, items, N, &o, &err), WM_EDEVICE);
+    CHECK_EQ(scratch_now(), 0);
+    r.refuse_at = 0;
+    for (uint64_t k = 2; k <= 2 * N; k++) { /* each pread in turn, one item's pieces and on */
+        wm__fault_reset();
+        wm__fault_pin_cached(1);
+        wm__fault_arm(WM_OS_PREAD, k, EIO);
+        CHECK_STATUS(wm_file_read_tensors(f, items, N, &o, &err), WM_EIO);
+        wm__fault_pin_cached(0);
+        wm__fault_reset();
+        CHECK_EQ(scratch_now(), 0);
+    }
+    CHECK_EQ(scratch_now(), 0);
     free(r.mem);
     wm_file_close(f);
 }
