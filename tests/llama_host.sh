@@ -9,7 +9,8 @@
 #           (both folders git-ignored: list them in .git/info/exclude)
 #   there:  bash tests/llama_host.sh                (the checkout, .llama and .fixtures carried)
 #
-# Builds test_llama with fault injection (as build-test/ is) and runs every case of it; the
+# Builds test_llama and test_read with fault injection (as build-test/ is) and runs every case
+# of both (the reading engine's on 16 CPUs, where its window pool's cap binds differently); the
 # output goes to $OUT (or ./llama-tests.out).
 set -u
 cd "$(dirname "$0")/.."
@@ -22,8 +23,8 @@ mkdir -p bench/peers && ln -sfn "$R/.llama" bench/peers/llama
 GEN=Ninja; command -v ninja >/dev/null || GEN="Unix Makefiles"
 cmake -S . -B build-host-test -G "$GEN" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_CUDA=OFF \
   -DWM_FAULT_INJECTION=ON -DWM_FIXTURES="$R/.fixtures" > "$O/cmake.log" 2>&1 || { tail -30 "$O/cmake.log"; exit 3; }
-cmake --build build-host-test --target test_llama weightmap_cli -j"$(nproc)" > "$O/build.log" 2>&1 || { tail -30 "$O/build.log"; exit 4; }
-cd build-host-test && ctest -R '^llama\.' -j4 --timeout 300 --output-on-failure > "$O/ctest.txt" 2>&1
+cmake --build build-host-test --target test_llama test_read weightmap_cli -j"$(nproc)" > "$O/build.log" 2>&1 || { tail -30 "$O/build.log"; exit 4; }
+cd build-host-test && ctest -R '^(llama|read)\.' -j4 --timeout 300 --output-on-failure > "$O/ctest.txt" 2>&1
 rc=$?
 grep -E "tests passed|Failed|\*\*\*" "$O/ctest.txt" | head -20
 ./tests/test_llama tokens_equal_make_model 2>&1 | grep -E "tensors \(|buffer|AMX|REPACK|PASS|FAIL" | head -20
