@@ -752,7 +752,7 @@ static void on_tensor(struct ggml_tensor *t, void *user) {
  * buffer type, tensor type and row length by the probe below before any tensor relies on it. */
 
 #define ROW_GROUP 16 /* rows: a multiple of every interleave of ggml's repacked layouts */
-#define MAX_PROBES 16
+#define MAX_PROOFS 16
 
 typedef struct group_proof {
     ggml_backend_buffer_type_t buft;
@@ -820,7 +820,7 @@ typedef struct load {
     wm_read_item *items;
     size_t n_items, items_len;
     bool serial; /* some buffer is on a device other than the CPU: one upload at a time */
-    group_proof proofs[MAX_PROBES]; /* repacked in row groups: what was proven, per kind */
+    group_proof proofs[MAX_PROOFS]; /* repacked in row groups: what was proven, per kind */
     size_t n_proofs;
     wm_file *own_file; /* wm_llama_load's own open of the file (prefetch), else NULL */
     wm_llama_stats stats;
@@ -901,7 +901,7 @@ static bool in_row_groups(load *l, const struct ggml_tensor *t) {
             return q->ok;
     }
     bool ok = groups_repack_alone(t);
-    if (l->n_proofs < MAX_PROBES)
+    if (l->n_proofs < MAX_PROOFS)
         l->proofs[l->n_proofs++] = (group_proof){
             .buft = buft, .type = t->type, .ne0 = t->ne[0], .extra = t->extra, .ok = ok};
     return ok;
