@@ -461,8 +461,9 @@ typedef struct wm_read_options {
  * read), read 4 MiB at a time in file order by threads of the library's own (at most 16, their
  * stacks scratch too). The next wm_file_read_tensors (and any other read of the file) copies
  * what is in, waits for a chunk being read and reads the rest itself; its start stops the
- * reading ahead, and its end frees the memory and joins the threads; wm_file_close does the same
- * if no read came. (1.3 asked the kernel's readahead into the page cache, POSIX_FADV_WILLNEED,
+ * reading ahead, and its end frees the memory and joins the threads (once every read of the file
+ * then running has left it: since 1.5, so that two reads at once are safe); wm_file_close does the
+ * same if no read came. (1.3 asked the kernel's readahead into the page cache, POSIX_FADV_WILLNEED,
  * which read slower than the disk beside other work, and a chunk still in flight when the read
  * began was read twice.) A hint: returns the bytes asked for, 0 for none (a warm file, a second
  * call before the read, no memory or thread, NULL), rounded out to whole pages. Not concurrently

@@ -164,6 +164,10 @@ struct wm_file {
      * wm_file_read_tensors ends or the file is closed (wm__file_prefetch_drop), else NULL. Every
      * wm__read of the file takes what it holds from it (wm__pre_part). */
     struct wm__pre *_Atomic pre;
+    /* wm__read calls that may be using `pre` (counted before they load it): its drop takes it
+     * off the file, then waits for them to end before freeing it, so that a read running beside
+     * the one that drops it (or any other reader of the file) never copies from freed memory */
+    _Atomic unsigned pre_users;
 };
 
 /* Parsers (src/format/). Each fills a zeroed wm_file whose shards[0] is open; on failure the

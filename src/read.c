@@ -264,7 +264,12 @@ void wm__file_prefetch_wait(wm_file *f) {
 
 void wm__file_prefetch_drop(wm_file *f) {
     wm__pre *p = atomic_exchange(&f->pre, NULL);
-    if (p) pre_free(p);
+    if (!p) return;
+    /* a wm__read that counted itself before the exchange may still copy from p or await one of
+     * its chunks (whose reading threads finish it); one that counts itself after finds NULL */
+    while (atomic_load(&f->pre_users) != 0)
+        wm__os_yield();
+    pre_free(p);
 }
 
 /* Chunk k for a read: READ (copy it), or NOT (read it yourself: a free chunk is taken so, and

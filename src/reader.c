@@ -301,7 +301,10 @@ static wm_status read_range(wm__reader *rd, const wm__read_req *q, wm__stage *st
 wm_status wm__read(wm__reader *rd, const wm__read_req *q, wm__stage *stage, wm_error *err) {
     if (rd->no_prefetch || !atomic_load_explicit(&rd->file->pre, memory_order_acquire))
         return read_range(rd, q, stage, err);
-    for (size_t at = 0; at < q->len;) {
+    _Atomic unsigned *users = &((wm_file *)(uintptr_t)rd->file)->pre_users;
+    atomic_fetch_add(users, 1); /* before wm__pre_part loads `pre` (wm__file_prefetch_drop) */
+    wm_status st = WM_OK;
+    for (size_t at = 0; !st && at < q->len;) {
         bool copied;
         size_t n = wm__pre_part(rd->file, q->shard, q->off + at, q->len - at, q->dst + at, &copied);
         if (copied) {
@@ -311,10 +314,10 @@ wm_status wm__read(wm__reader *rd, const wm__read_req *q, wm__stage *stage, wm_e
             part.off += at;
             part.len = n;
             part.dst += at;
-            wm_status st = read_range(rd, &part, stage, err);
-            if (st) return st;
+            st = read_range(rd, &part, stage, err);
         }
         at += n;
     }
-    return WM_OK;
+    atomic_fetch_sub(users, 1);
+    return st;
 }

@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -1086,6 +1087,45 @@ WM_TEST(prefetch_part_then_read_at_once) {
     CHECK(wm_file_prefetch(f, 8 << 20) > 0);
     wm_file_close(f);
     CHECK_EQ(scratch_now(), 0);
+}
+
+/* Two reads of one file at once after a prefetch (a wm_file is read by several threads at once,
+ * include/weightmap.h): the one that ends first drops the prefetch's memory while the other may
+ * still be copying from it or awaiting one of its chunks. Both get the file's bytes, and nothing
+ * is held after. */
+typedef struct twin_read {
+    wm_file *f;
+    host_set h;
+    wm_status st;
+} twin_read;
+
+static void *twin_main(void *arg) {
+    twin_read *t = arg;
+    wm_read_options o = WM_READ_OPTIONS_INIT;
+    o.threads = 2;
+    t->st = wm_file_read_tensors(t->f, t->h.items, t->h.n, &o, NULL);
+    return NULL;
+}
+
+WM_TEST(prefetch_then_two_reads_at_once) {
+    const char *path = wmt_make_model("m.gguf", "--size 24M");
+    wm_file *f = OPEN_OK(path);
+    for (int round = 0; round < 12; round++) {
+        wmt_make_cold(path, 0, 0);
+        CHECK(wm_file_prefetch(f, (uint64_t)(round % 4 + 1) * (4 << 20)) > 0);
+        twin_read t[2] = {{.f = f, .h = host_items(f)}, {.f = f, .h = host_items(f)}};
+        pthread_t th;
+        CHECK_EQ(pthread_create(&th, NULL, twin_main, &t[1]), 0);
+        twin_main(&t[0]);
+        pthread_join(th, NULL);
+        for (int k = 0; k < 2; k++) {
+            CHECK_STATUS(t[k].st, WM_OK);
+            check_equal_file(f, path, &t[k].h);
+            host_free(&t[k].h);
+        }
+        CHECK_EQ(scratch_now(), 0);
+    }
+    wm_file_close(f);
 }
 
 /* A file cut after the open: the prefetch's reads of the missing end fail, the read finds the

@@ -193,6 +193,8 @@ void wm__os_cond_destroy(wm_os_cond *c);
 void wm__os_cond_wait(wm_os_cond *c, wm_os_mutex *m);
 void wm__os_cond_signal(wm_os_cond *c);
 void wm__os_cond_broadcast(wm_os_cond *c);
+/* Gives the CPU to another runnable thread (for a wait of a few microseconds on an atomic). */
+void wm__os_yield(void);
 
 /* ---- the memory figures of a process (src/meter.c turns them into the public API) ----
  * pid 0 is this process. On failure the call returns an errno (ENOENT or ESRCH: no such

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -147,6 +148,8 @@ int wm__unix_cached(int fd, uint64_t off, uint64_t len, uint64_t *cached_out) {
 }
 
 /* ---- threads ---- */
+
+void wm__os_yield(void) { (void)sched_yield(); }
 
 int wm__os_thread_start(wm_os_thread *t, void *(*fn)(void *), void *arg) {
     int e = wm__fault_hit(WM_OS_THREAD);
