@@ -1128,6 +1128,52 @@ WM_TEST(prefetch_then_two_reads_at_once) {
     wm_file_close(f);
 }
 
+/* The drop waits for the reads that may still use the read ahead: a reader counted in
+ * pre_users (as wm__read counts itself before it loads f->pre) keeps the prefetch's memory
+ * mapped and in the ledger after a wm_file_read_tensors on another thread has taken it off the
+ * file, and that read returns only once the reader is gone. Without the wait the read freed the
+ * memory at once and returned (the check below, after up to 100000 yields, fails). */
+typedef struct drop_run {
+    wm_file *f;
+    host_set h;
+    _Atomic int done;
+    wm_status st;
+} drop_run;
+
+static void *drop_main(void *arg) {
+    drop_run *d = arg;
+    wm_read_options o = WM_READ_OPTIONS_INIT;
+    o.threads = 2;
+    d->st = wm_file_read_tensors(d->f, d->h.items, d->h.n, &o, NULL);
+    atomic_store(&d->done, 1);
+    return NULL;
+}
+
+WM_TEST(prefetch_drop_waits_for_readers) {
+    const char *path = wmt_make_model("m.gguf", "--size 24M");
+    drop_run d = {.f = OPEN_OK(path)};
+    d.h = host_items(d.f);
+    wmt_make_cold(path, 0, 0);
+    uint64_t asked = wm_file_prefetch(d.f, 8 << 20);
+    CHECK(asked > 0);
+    atomic_fetch_add(&d.f->pre_users, 1); /* a reader inside wm__read, on no thread of the test */
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, drop_main, &d), 0);
+    while (atomic_load(&d.f->pre) != NULL && !atomic_load(&d.done)) /* the read's end began */
+        sched_yield();
+    for (int k = 0; k < 100000 && !atomic_load(&d.done); k++)
+        sched_yield();
+    CHECK(!atomic_load(&d.done));
+    CHECK(scratch_now() >= asked);
+    atomic_fetch_sub(&d.f->pre_users, 1);
+    pthread_join(th, NULL);
+    CHECK_STATUS(d.st, WM_OK);
+    CHECK_EQ(scratch_now(), 0);
+    check_equal_file(d.f, path, &d.h);
+    host_free(&d.h);
+    wm_file_close(d.f);
+}
+
 /* A file cut after the open: the prefetch's reads of the missing end fail, the read finds the
  * cut itself and says so as without a prefetch, and nothing is held. */
 WM_TEST(prefetch_of_a_cut_file) {
