@@ -889,12 +889,11 @@ static bool in_row_groups(load *l, const struct ggml_tensor *t) {
      * conversion starts a thread per CPU for each call (ggml-cpu/amx/common.h, parallel_for), so
      * in pieces a load started a team per piece (on the H200 host, warm 271 ms against 222 with
      * each tensor whole; bench/RESULTS.md, llama) */
-    if (strcmp(ggml_backend_buft_name(ggml_backend_buffer_get_type(t->buffer)), "CPU_REPACK") != 0)
-        return false;
+    ggml_backend_buffer_type_t buft = ggml_backend_buffer_get_type(t->buffer);
+    if (strcmp(ggml_backend_buft_name(buft), "CPU_REPACK") != 0) return false;
     if (t->ne[2] != 1 || t->ne[3] != 1 || t->ne[1] < 2 * ROW_GROUP || t->ne[1] % ROW_GROUP)
         return false;
     if (t->nb[1] != ggml_row_size(t->type, t->ne[0])) return false; /* not contiguous rows */
-    ggml_backend_buffer_type_t buft = ggml_backend_buffer_get_type(t->buffer);
     for (size_t k = 0; k < l->n_proofs; k++) {
         const group_proof *q = &l->proofs[k];
         if (q->buft == buft && q->type == t->type && q->ne0 == t->ne[0] && q->extra == t->extra)

@@ -177,7 +177,8 @@ static void tokens_equal(const char *path) {
     same(&wh, &rd, "wm_llama_load, repacked whole, vs llama.cpp read");
     /* in row groups: every repacked tensor where ggml's repack type is CPU_REPACK alone (the
      * development VM's and CI's CPUs), none where it is AMX alone (the H200 host's) */
-    if (!strstr(rd.buffers, "AMX")) {
+    bool amx = strstr(rd.buffers, "AMX") != NULL;
+    if (!amx) {
         CHECK_EQ(s.repacked_rows, s.repacked);
         CHECK_EQ(sl.repacked_rows, sl.repacked);
     } else if (!strstr(rd.buffers, "CPU_REPACK")) {
@@ -192,7 +193,6 @@ static void tokens_equal(const char *path) {
     /* every weight buffer the bridge's own pages (the ggml it was built with), but those of a
      * buffer type that does not hold its memory as ggml's CPU type does (AMX, on the H200
      * host's CPU: llama.cpp allocates those) */
-    bool amx = strstr(rd.buffers, "AMX") != NULL;
     CHECK_MSG(amx ? s.bytes_own > 0 && s.bytes_own < s.bytes_read
                   : s.bytes_own >= s.bytes_read && sw.bytes_own >= sw.bytes_read,
               "own buffers: %llu bytes for %llu read", (unsigned long long)s.bytes_own,

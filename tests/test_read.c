@@ -1093,17 +1093,21 @@ WM_TEST(prefetch_part_then_read_at_once) {
  * include/weightmap.h): the one that ends first drops the prefetch's memory while the other may
  * still be copying from it or awaiting one of its chunks. Both get the file's bytes, and nothing
  * is held after. */
-typedef struct twin_read {
+/* One read of every tensor on a thread of its own (or the caller's): its status, and when it
+ * has returned. */
+typedef struct bg_read {
     wm_file *f;
     host_set h;
     wm_status st;
-} twin_read;
+    _Atomic int done;
+} bg_read;
 
-static void *twin_main(void *arg) {
-    twin_read *t = arg;
+static void *bg_main(void *arg) {
+    bg_read *t = arg;
     wm_read_options o = WM_READ_OPTIONS_INIT;
     o.threads = 2;
     t->st = wm_file_read_tensors(t->f, t->h.items, t->h.n, &o, NULL);
+    atomic_store(&t->done, 1);
     return NULL;
 }
 
@@ -1113,10 +1117,10 @@ WM_TEST(prefetch_then_two_reads_at_once) {
     for (int round = 0; round < 12; round++) {
         wmt_make_cold(path, 0, 0);
         CHECK(wm_file_prefetch(f, (uint64_t)(round % 4 + 1) * (4 << 20)) > 0);
-        twin_read t[2] = {{.f = f, .h = host_items(f)}, {.f = f, .h = host_items(f)}};
+        bg_read t[2] = {{.f = f, .h = host_items(f)}, {.f = f, .h = host_items(f)}};
         pthread_t th;
-        CHECK_EQ(pthread_create(&th, NULL, twin_main, &t[1]), 0);
-        twin_main(&t[0]);
+        CHECK_EQ(pthread_create(&th, NULL, bg_main, &t[1]), 0);
+        bg_main(&t[0]);
         pthread_join(th, NULL);
         for (int k = 0; k < 2; k++) {
             CHECK_STATUS(t[k].st, WM_OK);
@@ -1133,32 +1137,16 @@ WM_TEST(prefetch_then_two_reads_at_once) {
  * mapped and in the ledger after a wm_file_read_tensors on another thread has taken it off the
  * file, and that read returns only once the reader is gone. Without the wait the read freed the
  * memory at once and returned (the check below, after up to 100000 yields, fails). */
-typedef struct drop_run {
-    wm_file *f;
-    host_set h;
-    _Atomic int done;
-    wm_status st;
-} drop_run;
-
-static void *drop_main(void *arg) {
-    drop_run *d = arg;
-    wm_read_options o = WM_READ_OPTIONS_INIT;
-    o.threads = 2;
-    d->st = wm_file_read_tensors(d->f, d->h.items, d->h.n, &o, NULL);
-    atomic_store(&d->done, 1);
-    return NULL;
-}
-
 WM_TEST(prefetch_drop_waits_for_readers) {
     const char *path = wmt_make_model("m.gguf", "--size 24M");
-    drop_run d = {.f = OPEN_OK(path)};
+    bg_read d = {.f = OPEN_OK(path)};
     d.h = host_items(d.f);
     wmt_make_cold(path, 0, 0);
     uint64_t asked = wm_file_prefetch(d.f, 8 << 20);
     CHECK(asked > 0);
     atomic_fetch_add(&d.f->pre_users, 1); /* a reader inside wm__read, on no thread of the test */
     pthread_t th;
-    CHECK_EQ(pthread_create(&th, NULL, drop_main, &d), 0);
+    CHECK_EQ(pthread_create(&th, NULL, bg_main, &d), 0);
     while (atomic_load(&d.f->pre) != NULL && !atomic_load(&d.done)) /* the read's end began */
         sched_yield();
     for (int k = 0; k < 100000 && !atomic_load(&d.done); k++)
