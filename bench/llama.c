@@ -21,7 +21,7 @@
  * Every measurement runs in a child process of its own (fork), in rounds whose order rotates.
  *
  *     build/bench/llama [-r ROUNDS] [--load-only | --decode-only] [--warm-memory GIB]
- *                       [--only KEY,KEY...] [--gpu] [MODEL]
+ *                       [--only KEY,KEY...] [--gpu] [--curve] [--disk] [MODEL]
  *
  * --gpu offloads every layer (n_gpu_layers 999) in every load, llama.cpp's and the bridge's, to
  * the GPU of a ggml CUDA backend found beside the prebuilt libraries (bench/llama_cuda.sh builds
@@ -39,7 +39,8 @@
  * (WM_LLAMA_REPACK_WHOLE: each repacked tensor handed to ggml whole once read, 1.4's way; the
  * default hands it over in row groups as read) and wm-embdcpu (with --gpu: token_embd.weight in
  * a plain CPU buffer, not the GPU's pinned host buffer). --curve
- * prints, for each load through the bridge, when it had read each quarter of its bytes.
+ * prints, for each load through the bridge, when it had read each quarter of its bytes; --disk,
+ * for each cold load, what the disk did meanwhile (/proc/diskstats, sampled every millisecond).
  *
  * MODEL defaults to bench-llama-1200M.gguf in the working folder, made with
  * `weightmap make-model ... --size 1200M` (the CLI beside this program's folder) when missing.
@@ -66,6 +67,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_ROUNDS 16
@@ -157,6 +159,9 @@ static void warm_memory(double gib) {
     munmap(p, n);
 }
 
+/* When the measurement in this process began (--disk's times are since then). */
+static double meas_t0;
+
 /* ---- the limits: parallel preads of [lo, hi) ---- */
 
 typedef struct slice {
@@ -217,7 +222,7 @@ static double preads(const char *path, uint64_t data, uint64_t size, int threads
     pthread_t th[64];
     slice s[64];
     uint64_t per = ((size - data) / (uint64_t)threads + BLOCK - 1) / BLOCK * BLOCK;
-    double t0 = bench_now_ms();
+    double t0 = meas_t0 = bench_now_ms();
     if (fresh) madvise(mem, size - data, MADV_HUGEPAGE);
     for (int t = 0; t < threads; t++) {
         uint64_t lo = data + (uint64_t)t * per, hi = lo + per < size ? lo + per : size;
@@ -258,7 +263,7 @@ static double preads_queue(const char *path, uint64_t data, uint64_t size, int t
     queue q = {.fd = fd, .hi = size};
     atomic_init(&q.next, data / 4096 * 4096);
     pthread_t th[64];
-    double t0 = bench_now_ms();
+    double t0 = meas_t0 = bench_now_ms();
     for (int t = 0; t < threads; t++)
         pthread_create(&th[t], NULL, read_queue, &q);
     for (int t = 0; t < threads; t++)
@@ -286,7 +291,7 @@ static double engine_once(const char *path, uint64_t data, uint64_t size) {
             wm_file_tensor(f, i, &t);
             it[i] = (wm_read_item){.tensor = i, .dst = mem + (t.offset - data)};
         }
-        double t0 = bench_now_ms();
+        double t0 = meas_t0 = bench_now_ms();
         if (wm_file_read_tensors(f, it, n, NULL, &err) == WM_OK) ms = bench_now_ms() - t0;
     }
     free(it);
@@ -341,6 +346,137 @@ static bool on_curve(float progress, void *user) {
     for (int q = 1; q <= 4; q++)
         if (curve_at[q] == 0 && progress >= q / 4.0f - 1e-6f) curve_at[q] = t;
     return true;
+}
+
+/* --disk: what the disk itself did during each cold load, from /proc/diskstats (the sums over
+ * the whole disks: nvme*n*, sd*, vd*, xvd*), sampled every millisecond by a thread of the load's
+ * child: the bytes it read (against the file's: a byte read twice shows), its requests, and per
+ * 25 ms from the measurement's start the MiB it read and the requests in flight (the first bin
+ * holds what was read before that start too). */
+static bool disk_trace;
+static bool cold_now; /* set before the fork: the child samples cold loads only */
+#define DISK_SAMPLES 16384
+#define DISK_BIN_MS 25.0
+typedef struct disk_sample {
+    double t;
+    uint64_t sectors, reads, inflight;
+} disk_sample;
+static disk_sample dsamp[DISK_SAMPLES];
+static atomic_int dsamp_n;
+static atomic_bool dsamp_stop;
+static double dsamp_t0;
+
+static bool whole_disk(const char *n) {
+    size_t len = strlen(n);
+    if (!strncmp(n, "nvme", 4)) return strchr(n, 'n') && !strchr(n + 4, 'p');
+    const char *letters = !strncmp(n, "sd", 2) || !strncmp(n, "vd", 2) ? n + 2
+                          : !strncmp(n, "xvd", 3)                      ? n + 3
+                                                                       : NULL;
+    if (!letters || !*letters) return false;
+    for (const char *c = letters; c < n + len; c++)
+        if (*c < 'a' || *c > 'z') return false;
+    return true;
+}
+
+static bool disk_now(disk_sample *s) {
+    static char buf[1 << 16];
+    int fd = open("/proc/diskstats", O_RDONLY);
+    if (fd < 0) return false;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return false;
+    buf[n] = 0;
+    *s = (disk_sample){.t = bench_now_ms() - dsamp_t0};
+    for (char *line = buf, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next) *next++ = 0;
+        unsigned maj, min;
+        char name[64];
+        unsigned long long rd, rd_merged, sect, ms, wr, wr_merged, wsect, wms, inflight;
+        if (sscanf(line, "%u %u %63s %llu %llu %llu %llu %llu %llu %llu %llu %llu", &maj, &min,
+                   name, &rd, &rd_merged, &sect, &ms, &wr, &wr_merged, &wsect, &wms,
+                   &inflight) == 12 &&
+            whole_disk(name)) {
+            s->sectors += sect;
+            s->reads += rd;
+            s->inflight += inflight;
+        }
+    }
+    return true;
+}
+
+static void *disk_sampler(void *arg) {
+    (void)arg;
+    struct timespec next;
+    clock_gettime(CLOCK_MONOTONIC, &next);
+    while (!atomic_load(&dsamp_stop)) {
+        int i = atomic_load(&dsamp_n);
+        if (i >= DISK_SAMPLES || !disk_now(&dsamp[i])) break;
+        atomic_store(&dsamp_n, i + 1);
+        next.tv_nsec += 1000000;
+        if (next.tv_nsec >= 1000000000) next.tv_sec++, next.tv_nsec -= 1000000000;
+        clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL);
+    }
+    return NULL;
+}
+
+static pthread_t disk_thread;
+static bool disk_started;
+
+static void disk_start(double t0) {
+    if (!disk_trace || !cold_now) return;
+    dsamp_t0 = t0;
+    atomic_store(&dsamp_n, 0);
+    atomic_store(&dsamp_stop, false);
+    disk_sample first;
+    if (!disk_now(&first)) return;
+    dsamp[0] = first;
+    atomic_store(&dsamp_n, 1);
+    disk_started = pthread_create(&disk_thread, NULL, disk_sampler, NULL) == 0;
+}
+
+static void disk_stop(const char *name, double ms) {
+    if (!disk_started) return;
+    atomic_store(&dsamp_stop, true);
+    pthread_join(disk_thread, NULL);
+    disk_started = false;
+    int n = atomic_load(&dsamp_n);
+    if (n < 2) return;
+    const disk_sample *a = &dsamp[0], *z = &dsamp[n - 1];
+    double since = meas_t0 - dsamp_t0; /* the samples' time of the measurement's start */
+    double mib = (double)(z->sectors - a->sectors) * 512 / 1048576.0;
+    uint64_t reqs = z->reads - a->reads;
+    /* the first and the last millisecond with bytes read */
+    double first = -1, last = -1;
+    for (int i = 1; i < n; i++)
+        if (dsamp[i].sectors != dsamp[i - 1].sectors) {
+            if (first < 0) first = dsamp[i - 1].t - since;
+            last = dsamp[i].t - since;
+        }
+    fprintf(stderr,
+            "    disk (%s, %.1f ms): %.1f MiB in %llu requests (%.0f KiB each), the first at "
+            "%.1f ms, the last at %.1f ms\n      MiB per %.0f ms:",
+            name, ms, mib, (unsigned long long)reqs, reqs ? mib * 1024 / (double)reqs : 0, first,
+            last, DISK_BIN_MS);
+    int bins = (int)((z->t - since) / DISK_BIN_MS) + 1, i = 0;
+    uint64_t prev = a->sectors;
+    double inflight_sum[64] = {0};
+    int inflight_n[64] = {0};
+    for (int b = 0; b < bins && b < 64; b++) {
+        uint64_t s = prev;
+        for (; i < n && dsamp[i].t - since < (b + 1) * DISK_BIN_MS; i++) {
+            s = dsamp[i].sectors;
+            inflight_sum[b] += (double)dsamp[i].inflight;
+            inflight_n[b]++;
+        }
+        fprintf(stderr, " %.0f", (double)(s - prev) * 512 / 1048576.0);
+        prev = s;
+    }
+    fprintf(stderr, "\n      in flight:");
+    for (int b = 0; b < bins && b < 64; b++)
+        fprintf(stderr, " %.0f", inflight_n[b] ? inflight_sum[b] / inflight_n[b] : 0);
+    fprintf(stderr, "\n      disk-summary|%s|%.1f|%.1f|%.1f|%.1f|%llu\n", name, ms, first, last,
+            mib, (unsigned long long)reqs);
 }
 
 /* ---- contenders ---- */
@@ -430,7 +566,7 @@ static double load_once(int c, const char *path, uint64_t data, uint64_t size) {
         if (b) ggml_backend_buffer_free(b);
     }
     struct llama_model *m = NULL;
-    double t0 = bench_now_ms();
+    double t0 = meas_t0 = bench_now_ms();
     /* wm-embdcpu (--gpu): the input layer's weights, which llama.cpp puts in the GPU's pinned
      * host buffer type when it offloads, in a plain CPU buffer instead */
     static struct llama_model_tensor_buft_override embd_cpu[2];
@@ -464,12 +600,13 @@ static double load_once(int c, const char *path, uint64_t data, uint64_t size) {
         wm_ledger_get(&led); /* a fresh process: the peak is this load's */
         fprintf(stderr,
                 "  %s: model %.1f ms, reads %.1f ms, trim %.2f ms; %.1f MiB in its own buffers, "
-                "%.1f MiB prefetched, scratch at most %.1f MiB; tensors %zu in place, %zu "
+                "%.1f MiB prefetched, scratch at most %.1f MiB; tensors %zu in place (%.1f MiB "
+                "laid out as the file), %zu "
                 "windowed (%zu repacked, %zu in row groups)\n",
                 load_names[c], st.seconds_model * 1e3, st.seconds_read * 1e3, st.seconds_trim * 1e3,
                 (double)st.bytes_own / 1048576.0, (double)st.bytes_prefetched / 1048576.0,
-                (double)led.cat[WM_LEDGER_SCRATCH].peak / 1048576.0, st.in_place, st.windowed,
-                st.repacked, st.repacked_rows);
+                (double)led.cat[WM_LEDGER_SCRATCH].peak / 1048576.0, st.in_place,
+                (double)st.bytes_laid_out / 1048576.0, st.windowed, st.repacked, st.repacked_rows);
         if (curve)
             fprintf(stderr,
                     "    curve: first %.1f, 25%% %.1f, 50%% %.1f, 75%% %.1f, 100%% %.1f ms\n",
@@ -514,7 +651,10 @@ typedef struct load_arg {
 
 static double load_child(const void *arg) {
     const load_arg *a = arg;
-    return load_once(a->c, a->path, a->data, a->size);
+    disk_start(bench_now_ms());
+    double ms = load_once(a->c, a->path, a->data, a->size);
+    disk_stop(load_names[a->c], ms);
+    return ms;
 }
 
 /* The median of the rounds' own cold ratios, the disk's time over c's (the two measured in the
@@ -615,6 +755,7 @@ static void bench_load(const char *path, int rounds) {
                 }
                 a.c = c;
                 fingerprint = gpu_layers && r == 0 && !w;
+                cold_now = w;
                 warm_memory(warm_gib);
                 v[w][c][r] = in_child(load_child, &a);
                 fprintf(stderr, "round %d %s %s: %.1f ms\n", r + 1, load_names[c],
@@ -738,6 +879,8 @@ int main(int argc, char **argv) {
             choose(argv[++i]);
         else if (!strcmp(argv[i], "--curve"))
             curve = true;
+        else if (!strcmp(argv[i], "--disk"))
+            disk_trace = true;
         else if (!strcmp(argv[i], "--gpu"))
             gpu_layers = 999;
         else
