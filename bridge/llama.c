@@ -569,6 +569,7 @@ static wm_status make_overrides(const wm_file *f, const struct llama_model_param
  * without the bridge (wm_llama_stats.bytes_own says how many bytes were the bridge's). */
 
 #define MAX_OWN (MAX_EXTRA + 1)
+#define GRID 4096u /* the direct-read grid (WM_OS_DIRECT_ALIGN) */
 
 #ifdef WM_LLAMA_OWN_BUFFERS
 typedef struct own_type {
@@ -597,8 +598,87 @@ static size_t own_alignment(ggml_backend_buffer_type_t w) {
 static size_t own_max_size(ggml_backend_buffer_type_t w) {
     return ggml_backend_buft_get_max_size(own_of(w)->real);
 }
+/* ---- own buffers laid out as the file ----
+ * A direct read lands in a tensor's place only where its address and its file offset agree on
+ * the 4 KiB grid (src/reader.c, read_direct); elsewhere it goes through a thread's staging and a
+ * copy. ggml packs a buffer's tensors at its alignment (32 bytes for the CPU's) in its
+ * context's order, so few would agree by chance. But ggml asks the buffer type for each
+ * tensor's size, in that order, just before it allocates the buffer that holds them
+ * (ggml_backend_alloc_ctx_tensors_from_buft, ggml-alloc.c): while the bridge makes a model, the
+ * wrapper notes each size (padded to the alignment) with the tensor's file offset, and its
+ * alloc_buffer then knows where each tensor will lie and starts the buffer at the offset within
+ * a page that puts the most bytes in agreement with the file (a context whose tensors come as
+ * in the file: all of them). A wrong guess costs only speed: the reader checks each
+ * destination itself. The notes are the calling thread's (a load on another thread keeps its
+ * own), set only inside make_model. */
+typedef struct noted {
+    uint64_t file_off; /* UINT64_MAX: not a tensor of the file */
+    size_t size;       /* padded to the alignment, as ggml adds it up */
+} noted;
+
+typedef struct notes {
+    const wm_file *f;
+    ggml_backend_buffer_type_t w; /* the wrapper whose tensors these are */
+    noted *e;                     /* pages, cap entries */
+    size_t n, cap, len;
+} notes;
+
+static _Thread_local notes *notes_now;
+
+#define RESIDUE_STEP 32u /* GGUF's and ggml's smallest alignment: offsets agree in its steps */
+
+static void note(notes *ns, ggml_backend_buffer_type_t w, const struct ggml_tensor *t,
+                 size_t size) {
+    if (ns->w != w) ns->n = 0, ns->w = w;
+    if (ns->n == ns->cap) ns->n = 0; /* more than any one buffer: start again */
+    size_t align = ggml_backend_buft_get_alignment(w), index;
+    noted *e = &ns->e[ns->n++];
+    e->size = align ? (size + align - 1) / align * align : size;
+    e->file_off = UINT64_MAX;
+    wm_tensor_info ti;
+    if (wm_file_find_tensor(ns->f, t->name, &index) == WM_OK &&
+        wm_file_tensor(ns->f, index, &ti) == WM_OK)
+        e->file_off = ti.offset;
+}
+
+/* The offset within a page at which a buffer of `size` bytes of w should start: the notes that
+ * end at the last one (or the one before: ggml notes the tensor that would not fit before it
+ * allocates the buffer of those that do) and add up to size are its tensors, in order; the
+ * offset is the one that puts the most of their bytes where their file offsets agree on the
+ * grid, among those the alignment allows. 0 where no such notes are. Consumes those notes. */
+static size_t own_shift(notes *ns, ggml_backend_buffer_type_t w, size_t size) {
+    if (!ns || ns->w != w) return 0;
+    size_t align = ggml_backend_buft_get_alignment(w);
+    for (size_t drop = 0; drop < 2 && drop < ns->n; drop++) {
+        size_t end = ns->n - drop, start = end, sum = 0;
+        while (start > 0 && sum < size)
+            sum += ns->e[--start].size;
+        if (sum != size) continue;
+        uint64_t weight[GRID / RESIDUE_STEP] = {0};
+        size_t at = 0;
+        for (size_t k = start; k < end; k++) {
+            const noted *e = &ns->e[k];
+            if (e->file_off != UINT64_MAX) {
+                size_t r = (size_t)((e->file_off % GRID + GRID - at % GRID) % GRID);
+                if (r % RESIDUE_STEP == 0 && (!align || r % align == 0))
+                    weight[r / RESIDUE_STEP] += e->size;
+            }
+            at += e->size;
+        }
+        size_t best = 0;
+        for (size_t r = 1; r < GRID / RESIDUE_STEP; r++)
+            if (weight[r] > weight[best]) best = r;
+        memmove(ns->e, ns->e + end, (ns->n - end) * sizeof *ns->e);
+        ns->n -= end;
+        return best * RESIDUE_STEP;
+    }
+    return 0;
+}
+
 static size_t own_alloc_size(ggml_backend_buffer_type_t w, const struct ggml_tensor *t) {
-    return ggml_backend_buft_get_alloc_size(own_of(w)->real, t);
+    size_t size = ggml_backend_buft_get_alloc_size(own_of(w)->real, t);
+    if (notes_now) note(notes_now, w, t, size);
+    return size;
 }
 static bool own_is_host(ggml_backend_buffer_type_t w) {
     return ggml_backend_buft_is_host(own_of(w)->real);
@@ -611,7 +691,12 @@ static size_t own_len(size_t size) {
     return (size + pg - 1) / pg * pg;
 }
 
-static void own_free(ggml_backend_buffer_t b) { munmap(b->context, own_len(b->size)); }
+/* A buffer's pages: from its start (b->context, `shift` bytes into its first page) back to the
+ * page, then own_len(shift + size). */
+static void own_free(ggml_backend_buffer_t b) {
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE), shift = (uintptr_t)b->context % pg;
+    munmap((char *)b->context - shift, own_len(shift + b->size));
+}
 
 /* size bytes of pages at a 2 MiB boundary (the whole huge pages inside advised), or NULL. */
 static void *own_map(size_t size) {
@@ -629,10 +714,12 @@ static void *own_map(size_t size) {
 
 static ggml_backend_buffer_t own_alloc(ggml_backend_buffer_type_t w, size_t size) {
     own_type *o = own_of(w);
-    void *base = own_map(size);
-    if (!base) return NULL;
-    ggml_backend_buffer_t b = ggml_backend_buffer_init(o->real, o->iface, base, size);
-    if (!b) munmap(base, own_len(size));
+    size_t shift = own_shift(notes_now, w, size);
+    if (shift + size < size) return NULL;
+    char *map = own_map(shift + size);
+    if (!map) return NULL;
+    ggml_backend_buffer_t b = ggml_backend_buffer_init(o->real, o->iface, map + shift, size);
+    if (!b) munmap(map, own_len(shift + size));
     return b;
 }
 
@@ -698,7 +785,31 @@ static ggml_backend_buffer_type_t own_type_of(const extras *x, ggml_backend_buff
 }
 
 static bool is_own(ggml_backend_buffer_t b) { return b && b->iface.free_buffer == own_free; }
+
+/* The notes of one model's making on this thread: an entry for each tensor of the file and
+ * some; none where their pages cannot be had (the buffers then start on a page: only slower). */
+static void notes_begin(notes *ns, const wm_file *f) {
+    *ns = (notes){.f = f};
+    size_t cap = wm_file_tensor_count(f) + 64;
+    ns->len = cap * sizeof *ns->e;
+    ns->e = pages(ns->len);
+    if (!ns->e) return;
+    ns->cap = cap;
+    notes_now = ns;
+}
+
+static void notes_end(notes *ns) {
+    notes_now = NULL;
+    pages_free(ns->e, ns->len);
+    ns->e = NULL;
+}
 #else
+typedef struct notes {
+    int none;
+} notes;
+static void notes_begin(notes *ns, const wm_file *f) { (void)ns, (void)f; }
+static void notes_end(notes *ns) { (void)ns; }
+
 static ggml_backend_buffer_type_t own_type_of(const extras *x, ggml_backend_buffer_type_t real) {
     (void)x, (void)real;
     return NULL;
@@ -927,6 +1038,10 @@ static wm_status make_items(load *l, wm_error *err) {
             if (buf && ggml_backend_buffer_is_host(buf) && l->o.upload != WM_LLAMA_UPLOAD_WINDOW) {
                 it->dst = t->data;
                 l->stats.in_place++;
+                wm_tensor_info ti;
+                if (wm_file_tensor(l->f, index, &ti) == WM_OK &&
+                    (uintptr_t)t->data % GRID == ti.offset % GRID)
+                    l->stats.bytes_laid_out += ti.nbytes;
             } else {
                 l->stats.windowed++;
                 if (buft && is_extra(&l->x, buft)) {
@@ -1055,9 +1170,12 @@ static wm_status make_model(load *l, struct llama_model **model, wm_error *err) 
     if (!st) {
         struct llama_model_params p = l->p;
         if (ov.list) p.tensor_buft_overrides = ov.list;
+        notes ns;
+        if (own_cpu) notes_begin(&ns, l->f); /* own buffers laid out as the file */
         double t0 = now_s();
         *model = FAULT(DEVICE) ? NULL : llama_model_init_from_user(g, on_tensor, &l->rec, p);
         l->stats.seconds_model = now_s() - t0;
+        if (own_cpu) notes_end(&ns);
         if (!*model)
             st = fail(err, WM_EDEVICE,
                       "%s: llama.cpp refused the model (llama_model_init_from_user; "

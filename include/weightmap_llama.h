@@ -70,6 +70,10 @@ typedef struct wm_llama_stats {
     uint64_t bytes_prefetched; /* asked to be read ahead during the model's making (prefetch) */
     /* added in 1.5 */
     size_t repacked_rows; /* of the repacked, handed over in row groups as read (repack AUTO) */
+    /* added in 1.6 */
+    uint64_t bytes_laid_out; /* of the in-place tensors' bytes, those whose place agrees with
+                                their file offset on the 4 KiB grid (the bridge's own buffers
+                                start where most do): read direct into place, no staging copy */
 } wm_llama_stats;
 
 #define WM_LLAMA_STATS_INIT WM_SIZED_INIT(wm_llama_stats)

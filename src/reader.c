@@ -206,7 +206,14 @@ static wm_status read_buffered(wm__reader *rd, const wm__read_req *q, uint64_t a
 
 /* [a, b) with O_DIRECT: the aligned blocks that cover it, in place (a mirror) or through the
  * thread's staging, a staging's worth at a time, copied into place. A direct read may end past
- * the end of the file (short), which is fine as long as [a, b) came. */
+ * the end of the file (short), which is fine as long as [a, b) came. A destination that agrees
+ * with the file on the block grid but may not be written past [dst, dst + len) (a tensor's
+ * place in a buffer laid out as the file: the llama.cpp bridge's own buffers) reads the whole
+ * blocks inside [a, b) in place and only its partial first and last blocks through the
+ * staging. */
+static wm_status read_staged(wm__reader *rd, const wm__read_req *q, int dfd, uint64_t a, uint64_t b,
+                             wm__stage *stage, wm_error *err);
+
 static wm_status read_direct(wm__reader *rd, const wm__read_req *q, int dfd, uint64_t a, uint64_t b,
                              wm__stage *stage, wm_error *err) {
     if (q->mirror) {
@@ -217,6 +224,20 @@ static wm_status read_direct(wm__reader *rd, const wm__read_req *q, int dfd, uin
         if (!st) atomic_fetch_add(&rd->direct_bytes, b - a);
         return st;
     }
+    uint64_t in_lo = up(a), in_hi = down(b);
+    if ((uintptr_t)q->dst % ALIGN != q->off % ALIGN || in_hi <= in_lo)
+        return read_staged(rd, q, dfd, a, b, stage, err);
+    wm_status st = a < in_lo ? read_staged(rd, q, dfd, a, in_lo, stage, err) : WM_OK;
+    if (!st)
+        st = pread_exact(rd, q, dfd, q->dst + (in_lo - q->off), in_lo, (size_t)(in_hi - in_lo),
+                         (size_t)(in_hi - in_lo), true, err);
+    if (!st) atomic_fetch_add(&rd->direct_bytes, in_hi - in_lo);
+    if (!st && in_hi < b) st = read_staged(rd, q, dfd, in_hi, b, stage, err);
+    return st;
+}
+
+static wm_status read_staged(wm__reader *rd, const wm__read_req *q, int dfd, uint64_t a, uint64_t b,
+                             wm__stage *stage, wm_error *err) {
     if (!stage->p) {
         void *p;
         int e = wm__scratch_alloc(WM__STAGE_BYTES, &p);

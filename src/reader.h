@@ -16,8 +16,11 @@
  *   WM_DIRECT_ON    every read with O_DIRECT where the file system allows it.
  * O_DIRECT needs offset, length and memory aligned to WM_OS_DIRECT_ALIGN. A direct read lands
  * either in the destination itself, when it mirrors the file on that grid (wm__read_req.mirror:
- * the staged pipeline's slots), or in the calling thread's staging (wm__stage: page-allocated,
- * WM__STAGE_BYTES, made at its first direct read, counted as scratch) and is copied into place.
+ * the staged pipeline's slots), or, where it agrees with the file on that grid but may not be
+ * written past its bytes (a tensor in a buffer laid out as the file), its whole blocks in place
+ * and its partial first and last blocks through the staging; or else all of it in the calling
+ * thread's staging (wm__stage: page-allocated, WM__STAGE_BYTES, made at its first direct read,
+ * counted as scratch) and is copied into place.
  * A file system that refuses O_DIRECT (EINVAL: tmpfs before 6.6, some FUSE) turns direct reads
  * off for the rest of the reader's life; a shard whose O_DIRECT descriptor cannot be opened is
  * read buffered. Either way the bytes are the same: only the route differs, and the reader

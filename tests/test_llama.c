@@ -585,6 +585,43 @@ WM_TEST(cold_file_loads_direct) {
     CHECK_LEDGER_EMPTY();
 }
 
+/* The bridge's own buffers start where their tensors' places agree with the file offsets on the
+ * 4 KiB grid (bridge/llama.c, "own buffers laid out as the file"), so that a direct read lands
+ * in place. One start per buffer: llama.cpp orders a buffer's tensors its own way (here token_embd
+ * and the output layer before the blocks, ffn_down before ffn_up), so where tensors of sizes off
+ * the grid come between, not all of them can agree; the start is where the most bytes do, at
+ * least the biggest tensor's. With repack off every tensor is in one plain CPU buffer of the
+ * bridge's. Without the shift 1 tensor in 128 would agree, by chance. */
+WM_TEST(own_buffers_laid_out_as_the_file) {
+    setup();
+    char *paths[] = {strdup(wmt_make_model("m.gguf", "--size 8M")),
+                     strdup(wmt_fixture("gguf/stories260K.gguf")),
+                     strdup(wmt_fixture("gguf/stories260K-q4_0.gguf")),
+                     strdup(wmt_fixture("gguf/stories260K-q4_k_m.gguf"))};
+    for (size_t i = 0; i < sizeof paths / sizeof *paths; i++) {
+        wm_file *f = OPEN_OK(paths[i]);
+        uint64_t biggest = 0;
+        for (size_t k = 0; k < wm_file_tensor_count(f); k++) {
+            wm_tensor_info t;
+            CHECK_STATUS(wm_file_tensor(f, k, &t), WM_OK);
+            if (t.nbytes > biggest) biggest = t.nbytes;
+        }
+        wm_file_close(f);
+        wm_llama_stats s = WM_LLAMA_STATS_INIT;
+        decoded d;
+        by_bridge_repack(paths[i], WM_LLAMA_UPLOAD_AUTO, WM_LLAMA_BUFFERS_AUTO, WM_LLAMA_REPACK_OFF,
+                         &s, &d);
+        free(d.first);
+        if (s.bytes_own) /* else not this ggml's layout: llama.cpp's own buffers */
+            CHECK_MSG(s.bytes_laid_out >= biggest && s.bytes_laid_out <= s.bytes_read,
+                      "%s: %llu of the %llu bytes read lie as in the file (the biggest tensor "
+                      "has %llu)",
+                      paths[i], (unsigned long long)s.bytes_laid_out,
+                      (unsigned long long)s.bytes_read, (unsigned long long)biggest);
+        free(paths[i]);
+    }
+}
+
 /* ---- GGUF split sets ---- */
 
 /* A split set (make-model --shards 3) loads through the bridge from any of its parts

@@ -11,6 +11,7 @@
 
 #include "internal.h" /* wm__file_prefetch_wait */
 #include "os/fault.h"
+#include "reader.h" /* WM__STAGE_BYTES */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -1001,6 +1002,103 @@ WM_TEST(cold_before_open_read_direct) {
     host_free(&h);
     CHECK_EQ(scratch_now(), 0);
     wm_file_close(f);
+}
+
+/* ---- destinations laid out as the file ----
+ * A destination whose address agrees with its tensor's file offset on the 4 KiB grid (as the
+ * llama.cpp bridge's own buffers start) gets the blocks wholly inside the tensor by direct reads
+ * into place, and only its partial first and last blocks through the thread's staging; nothing
+ * outside [dst, dst + nbytes) is written. */
+
+/* A safetensors file of U8 tensors of `sizes`, its header padded with spaces so that the data
+ * starts at 4096: every tensor of a size that is a multiple of 4096 then lies on whole blocks. */
+static const char *write_block_file(const uint64_t *sizes, size_t n) {
+    char hdr[4096 - 8];
+    size_t len = 0;
+    uint64_t off = 0;
+    len += (size_t)snprintf(hdr + len, sizeof hdr - len, "{");
+    for (size_t i = 0; i < n; i++) {
+        len += (size_t)snprintf(hdr + len, sizeof hdr - len,
+                                "%s\"t%zu\":{\"dtype\":\"U8\",\"shape\":[%llu],\"data_offsets\":"
+                                "[%llu,%llu]}",
+                                i ? "," : "", i, (unsigned long long)sizes[i],
+                                (unsigned long long)off, (unsigned long long)(off + sizes[i]));
+        off += sizes[i];
+    }
+    len += (size_t)snprintf(hdr + len, sizeof hdr - len, "}");
+    CHECK(len < sizeof hdr);
+    memset(hdr + len, ' ', sizeof hdr - len);
+    const char *path = wmt_tmp("blocks.safetensors");
+    FILE *fp = fopen(path, "wb");
+    CHECK(fp != NULL);
+    uint64_t hlen = sizeof hdr;
+    CHECK(fwrite(&hlen, 8, 1, fp) == 1 && fwrite(hdr, 1, sizeof hdr, fp) == sizeof hdr);
+    for (uint64_t k = 0; k < off; k++)
+        CHECK(fputc(wmt_cold_byte(k), fp) != EOF);
+    CHECK(fclose(fp) == 0);
+    return path;
+}
+
+/* Every tensor of f into one page-aligned region, at its file offset plus `gap` times its index
+ * (gap a multiple of 4096: each place still agrees with the file), the rest of the region
+ * filled with 0xA5; reads it cold with O_DIRECT on `threads` threads, checks the bytes and that
+ * every byte outside the tensors is still 0xA5, and returns the scratch peak of the read. */
+static uint64_t read_laid_out(const char *path, size_t gap, unsigned threads) {
+    wm_file *f = OPEN_OK(path);
+    size_t n = wm_file_tensor_count(f), len = (size_t)wm_file_size(f) + n * gap;
+    unsigned char *mem =
+        mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(mem != MAP_FAILED);
+    memset(mem, 0xA5, len);
+    wm_read_item *items = calloc(n, sizeof *items);
+    for (size_t i = 0; i < n; i++) {
+        wm_tensor_info t;
+        CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
+        items[i] = (wm_read_item){.tensor = i, .dst = mem + t.offset + i * gap};
+    }
+    wmt_make_cold(path, 0, 0);
+    wm_read_options o = WM_READ_OPTIONS_INIT;
+    o.threads = threads;
+    o.direct_io = WM_DIRECT_ON;
+    wm_ledger_reset_peaks();
+    wm_error err;
+    CHECK_MSG(wm_file_read_tensors(f, items, n, &o, &err) == WM_OK, "%s", err.msg);
+    wm_ledger led = WM_LEDGER_INIT;
+    wm_ledger_get(&led);
+    size_t flen;
+    unsigned char *file = wmt_read_file(path, &flen);
+    size_t at = 0; /* region bytes checked so far */
+    for (size_t i = 0; i < n; i++) {
+        wm_tensor_info t;
+        CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
+        size_t place = (size_t)t.offset + i * gap;
+        for (; at < place; at++)
+            CHECK_MSG(mem[at] == 0xA5, "byte %zu before tensor '%s' was written", at, t.name);
+        CHECK_MSG(memcmp(mem + place, file + t.offset, t.nbytes) == 0, "tensor '%s' differs",
+                  t.name);
+        at = place + t.nbytes;
+    }
+    for (; at < len; at++)
+        CHECK_MSG(mem[at] == 0xA5, "byte %zu past the last tensor was written", at);
+    free(file);
+    free(items);
+    munmap(mem, len);
+    CHECK_EQ(scratch_now(), 0);
+    wm_file_close(f);
+    return led.cat[WM_LEDGER_SCRATCH].peak;
+}
+
+WM_TEST(dst_laid_out_as_the_file_read_in_place) {
+    /* whole blocks only: no staging at all (with it, a 2 MiB staging per thread that reads) */
+    const uint64_t sizes[] = {(uint64_t)3 << 20, 5 * 4096, (uint64_t)9 << 20, 4096};
+    uint64_t peak = read_laid_out(write_block_file(sizes, 4), 0, 2);
+    CHECK_MSG(peak < WM__STAGE_BYTES,
+              "the read made %llu bytes of scratch: a staging for reads that agree with the file",
+              (unsigned long long)peak);
+    /* a GGUF file's 32-byte packing: partial first and last blocks, a gap between the places */
+    const char *path = wmt_make_model("m.gguf", "--size 12M");
+    read_laid_out(path, 2 * 4096, 3);
+    read_laid_out(path, 0, 1);
 }
 
 /* The sink path too: a cold file's windows come from direct reads. */

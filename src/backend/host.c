@@ -572,8 +572,10 @@ static void prefault(void *arg) {
         int fd = c->m->file->shards[j->shard].fd;
         if (d && (wm__os_cached(fd, j->file_off, j->len, &cached) != 0 || cached * 2 >= j->len))
             d = NULL; /* warm (or unknown): the reader is quick there */
-        uintptr_t lo = ((uintptr_t)d + page - 1) / page * page;
-        uintptr_t hi = ((uintptr_t)d + len) / page * page;
+        /* every page that holds a byte of the job (so mapped): a page a job shares with the next
+         * (pieces cut on the file's grid end inside a page) is faulted by both, harmlessly */
+        uintptr_t lo = (uintptr_t)d / page * page;
+        uintptr_t hi = ((uintptr_t)d + len + page - 1) / page * page;
         for (uintptr_t a = lo; d && a < hi && fault_on(c, i); a += PREFAULT_STEP)
             wm__os_advise((void *)a, (size_t)(hi - a < PREFAULT_STEP ? hi - a : PREFAULT_STEP),
                           WM_OS_ADV_POPULATE_WRITE);
@@ -739,9 +741,11 @@ wm_status wm__chunk_jobs(wm_model *m, uint32_t ci, unsigned char *base, wm__job 
  * The same reader with no model: a model object on the stack that carries only the file, the
  * threads and the progress callback (no plan, no chunks), and page allocations for the order of
  * the items and for the job table with the WM_READ_WHOLE items' states, so the calling thread
- * takes nothing from malloc. Jobs with a destination are pieces of at most WM_JOB_BYTES; jobs for
- * the sink are pieces of one thread's window share; a WM_READ_WHOLE item's pieces are cut where
- * the file offset crosses a multiple of WM_JOB_BYTES and read into one window (whole_job).
+ * takes nothing from malloc. Jobs with a destination and a WM_READ_WHOLE item's pieces are cut
+ * where the file offset crosses a multiple of WM_JOB_BYTES (so that a destination laid out as
+ * the file reads every block but its first and last in place, direct: reader.c); a whole item's
+ * pieces are read into one window (whole_job); jobs for the sink are pieces of one thread's
+ * window share.
  *
  * Order: the WM_READ_WHOLE items come first, the biggest first, then the rest in the caller's
  * order. A whole item is handed over only once its last piece is in and its sink (a repack, say)
@@ -776,17 +780,19 @@ static uint64_t group_bytes(const wm__tensor *t, uint32_t row_group) {
     return g >= rows ? t->nbytes : row * g;
 }
 
-/* The end of the piece that starts `off` bytes into the tensor: `piece` bytes on (a
- * WM_READ_SINK_ROWS item's: rounded down to whole groups, at least one), or (a whole item's) the
- * next file offset on a multiple of `grid`; at most the tensor's end. */
+/* The end of the piece that starts `off` bytes into the tensor: (a whole item's, or one read
+ * into its dst) the next file offset on a multiple of the piece's size, so that the pieces of a
+ * destination laid out as the file meet on whole direct-read blocks (reader.c, read_direct);
+ * else `piece` bytes on (a WM_READ_SINK_ROWS item's: rounded down to whole groups, at least
+ * one); at most the tensor's end. */
 static uint64_t piece_end(const wm_read_item *it, const wm__tensor *t, uint64_t off, bool tail,
                           size_t window_each, uint32_t row_group) {
     uint64_t at;
-    if (is_whole(it)) {
+    if (is_whole(it) || read_dst(it)) {
         uint64_t grid = tail ? TAIL_PIECE : WM_JOB_BYTES, file = t->offset + off;
         at = (file / grid + 1) * grid - t->offset;
     } else {
-        size_t piece = read_dst(it) ? WM_JOB_BYTES : window_each;
+        size_t piece = window_each;
         uint64_t len = tail && piece > TAIL_PIECE ? TAIL_PIECE : piece;
         if (it->flags & WM_READ_SINK_ROWS) {
             uint64_t g = group_bytes(t, row_group);
