@@ -65,6 +65,9 @@ typedef struct pre_range {
     uint64_t off;    /* file bytes [off, off + len), off on the page grid */
     uint64_t len;
     uint64_t end;   /* the shard's last tensor byte + 1, or less: what the chunks read */
+    uint64_t lead;  /* off - the chunk grid's line at or before it: chunks lie on the file's
+                       chunk grid (the first one shorter), as the reads' 8 MiB pieces do, so
+                       that a piece takes whole chunks, not a part of one and the rest read */
     size_t mem_off; /* where they lie in mem */
 } pre_range;
 
@@ -95,11 +98,11 @@ static const pre_range *pre_chunk(const wm__pre *p, uint32_t k, uint64_t *off, s
     while (i + 1 < p->n_ranges && p->r[i + 1].first <= k)
         i++;
     const pre_range *r = &p->r[i];
-    uint64_t at = (uint64_t)(k - r->first) * p->chunk;
-    *off = r->off + at;
-    uint64_t last = r->end - *off; /* the pages' last one past the data: not read */
-    *len = (size_t)(last < p->chunk ? last : p->chunk);
-    *mem = p->mem + r->mem_off + at;
+    uint64_t line = r->off - r->lead + (uint64_t)(k - r->first) * p->chunk; /* on the grid */
+    *off = line > r->off ? line : r->off;
+    uint64_t end = line + p->chunk < r->end ? line + p->chunk : r->end; /* not the pages' last */
+    *len = (size_t)(end - *off);
+    *mem = p->mem + r->mem_off + (*off - r->off);
     return r;
 }
 
@@ -196,7 +199,7 @@ uint64_t wm_file_prefetch(wm_file *f, uint64_t bytes) {
     for (;; chunk *= 2) {
         chunks = 0;
         for (uint32_t i = 0; i < n; i++)
-            chunks += (r[i].len + chunk - 1) / chunk;
+            chunks += (r[i].off % chunk + r[i].len + chunk - 1) / chunk;
         if (chunks <= PRE_CHUNKS) break;
     }
     size_t page = wm__os_page_size(), self_len = (sizeof(wm__pre) + page - 1) / page * page;
@@ -214,7 +217,8 @@ uint64_t wm_file_prefetch(wm_file *f, uint64_t bytes) {
         p->r[i] = r[i];
         p->r[i].first = first;
         p->r[i].mem_off = p->mem_len;
-        first += (uint32_t)((r[i].len + chunk - 1) / chunk);
+        p->r[i].lead = r[i].off % chunk;
+        first += (uint32_t)((p->r[i].lead + r[i].len + chunk - 1) / chunk);
         p->mem_len += (size_t)r[i].len; /* whole pages already */
     }
     for (uint32_t k = 0; k < PRE_CHUNKS; k++)
@@ -299,10 +303,11 @@ size_t wm__pre_part(const wm_file *f, uint32_t shard, uint64_t off, size_t len, 
             if (r->off - off < n) n = (size_t)(r->off - off);
             continue;
         }
-        uint64_t at = (off - r->off) / p->chunk * p->chunk;
-        uint64_t end = r->len - at < p->chunk ? r->len : at + p->chunk;
-        n = (size_t)(r->off + end - off < len ? r->off + end - off : len);
-        if (pre_take(p, r->first + (uint32_t)(at / p->chunk)) == CH_READ) {
+        uint64_t j = (off - r->off + r->lead) / p->chunk; /* its chunk, and that one's end */
+        uint64_t end = r->off - r->lead + (j + 1) * p->chunk;
+        if (end > r->off + r->len) end = r->off + r->len;
+        n = (size_t)(end - off < len ? end - off : len);
+        if (pre_take(p, r->first + (uint32_t)j) == CH_READ) {
             memcpy(dst, p->mem + r->mem_off + (off - r->off), n);
             *copied = true;
         }

@@ -81,6 +81,7 @@ void wm__reader_free(wm__reader *rd) {
 void wm__stage_free(wm__stage *s) {
     if (!s) return;
     wm__scratch_free(s->p, s->len);
+    if (s->edge) wm__scratch_free(s->edge, 2 * (size_t)ALIGN);
     *s = (wm__stage){0};
 }
 
@@ -176,13 +177,16 @@ static void read_near_cold_direct(runs *rs) {
 
 /* ---- reading a run ---- */
 
-/* One pread into buf of [lo, lo + n); at least `need` bytes must come. */
-static wm_status pread_exact(wm__reader *rd, const wm__read_req *q, int fd, unsigned char *buf,
-                             uint64_t lo, size_t n, size_t need, bool direct, wm_error *err) {
+/* One read of [lo, lo + n) into the buffers of iov in turn (their lengths add up to n); at least
+ * `need` bytes must come. */
+static wm_status preadv_exact(wm__reader *rd, const wm__read_req *q, int fd, const wm_os_iov *iov,
+                              int n_iov, uint64_t lo, size_t n, size_t need, bool direct,
+                              wm_error *err) {
     const wm_file *f = rd->file;
     const char *path = f->shards[q->shard].path;
     size_t got;
-    int e = wm__os_pread(fd, buf, n, lo, &got);
+    int e = n_iov == 1 ? wm__os_pread(fd, iov[0].p, iov[0].len, lo, &got)
+                       : wm__os_preadv(fd, iov, n_iov, lo, &got);
     if (e)
         return wm__err(err, wm__status_io(e), e, "%s: reading %zu bytes at offset %llu%s: %s", path,
                        n, (unsigned long long)lo, direct ? " (direct)" : "", wm__errno_text(e));
@@ -194,6 +198,13 @@ static wm_status pread_exact(wm__reader *rd, const wm__read_req *q, int fd, unsi
                        path, f->names + f->tensors[q->tensor].name_off, (unsigned long long)lo,
                        need - got);
     return WM_OK;
+}
+
+/* One pread into buf of [lo, lo + n); at least `need` bytes must come. */
+static wm_status pread_exact(wm__reader *rd, const wm__read_req *q, int fd, unsigned char *buf,
+                             uint64_t lo, size_t n, size_t need, bool direct, wm_error *err) {
+    wm_os_iov v = {buf, n};
+    return preadv_exact(rd, q, fd, &v, 1, lo, n, need, direct, err);
 }
 
 static wm_status read_buffered(wm__reader *rd, const wm__read_req *q, uint64_t a, uint64_t b,
@@ -209,8 +220,11 @@ static wm_status read_buffered(wm__reader *rd, const wm__read_req *q, uint64_t a
  * the end of the file (short), which is fine as long as [a, b) came. A destination that agrees
  * with the file on the block grid but may not be written past [dst, dst + len) (a tensor's
  * place in a buffer laid out as the file: the llama.cpp bridge's own buffers) reads the whole
- * blocks inside [a, b) in place and only its partial first and last blocks through the
- * staging. */
+ * blocks inside [a, b) in place and its partial first and last blocks into the thread's two
+ * edge blocks, all in one call (one request to the disk where separate reads of those two
+ * blocks made two more: on a virtual disk whose every request costs, as the H200 host's does,
+ * they add up), and copies the two blocks' bytes into place. A range of one or two blocks goes
+ * into the edge blocks whole, whatever its destination (no 2 MiB staging for a norm). */
 static wm_status read_staged(wm__reader *rd, const wm__read_req *q, int dfd, uint64_t a, uint64_t b,
                              wm__stage *stage, wm_error *err);
 
@@ -224,37 +238,66 @@ static wm_status read_direct(wm__reader *rd, const wm__read_req *q, int dfd, uin
         if (!st) atomic_fetch_add(&rd->direct_bytes, b - a);
         return st;
     }
-    uint64_t in_lo = up(a), in_hi = down(b);
-    if ((uintptr_t)q->dst % ALIGN != q->off % ALIGN || in_hi <= in_lo)
-        return read_staged(rd, q, dfd, a, b, stage, err);
-    wm_status st = a < in_lo ? read_staged(rd, q, dfd, a, in_lo, stage, err) : WM_OK;
-    if (!st)
-        st = pread_exact(rd, q, dfd, q->dst + (in_lo - q->off), in_lo, (size_t)(in_hi - in_lo),
-                         (size_t)(in_hi - in_lo), true, err);
-    if (!st) atomic_fetch_add(&rd->direct_bytes, in_hi - in_lo);
-    if (!st && in_hi < b) st = read_staged(rd, q, dfd, in_hi, b, stage, err);
-    return st;
+    uint64_t lo = down(a), hi = up(b), in_lo = up(a), in_hi = down(b);
+    bool agrees = (uintptr_t)q->dst % ALIGN == q->off % ALIGN;
+    bool small = hi - lo <= 2 * ALIGN; /* one block or two: read into the edge blocks */
+    if (!small && (!agrees || in_hi <= in_lo)) return read_staged(rd, q, dfd, a, b, stage, err);
+    bool head = !small && a < in_lo, tail = !small && in_hi < b;
+    if ((small || head || tail) && !stage->edge) {
+        void *p;
+        int e = wm__scratch_alloc(2 * (size_t)ALIGN, &p);
+        if (e)
+            return wm__err(err, WM_ENOMEM, e,
+                           "%s: allocating %zu bytes of staging for direct reads: %s",
+                           rd->file->path, 2 * (size_t)ALIGN, wm__errno_text(e));
+        stage->edge = p;
+    }
+    unsigned char *first = stage->edge, *last = first ? first + ALIGN : NULL;
+    wm_os_iov v[3];
+    int n = 0;
+    if (small) {
+        v[n++] = (wm_os_iov){first, (size_t)(hi - lo)};
+    } else {
+        if (head) v[n++] = (wm_os_iov){first, ALIGN};
+        v[n++] = (wm_os_iov){q->dst + (in_lo - q->off), (size_t)(in_hi - in_lo)};
+        if (tail) v[n++] = (wm_os_iov){last, ALIGN};
+        lo = head ? lo : in_lo;
+        hi = tail ? hi : in_hi;
+    }
+    wm_status st =
+        preadv_exact(rd, q, dfd, v, n, lo, (size_t)(hi - lo), (size_t)(b - lo), true, err);
+    if (st) return st;
+    if (small) memcpy(q->dst + (a - q->off), first + (a - lo), (size_t)(b - a));
+    if (head) memcpy(q->dst + (a - q->off), first + (a - lo), (size_t)(in_lo - a));
+    if (tail) memcpy(q->dst + (in_hi - q->off), last, (size_t)(b - in_hi));
+    atomic_fetch_add(&rd->direct_bytes, b - a);
+    return WM_OK;
+}
+
+/* The thread's staging, made at its first use. */
+static wm_status stage_make(wm__reader *rd, wm__stage *stage, wm_error *err) {
+    if (stage->p) return WM_OK;
+    void *p;
+    int e = wm__scratch_alloc(WM__STAGE_BYTES, &p);
+    if (e)
+        return wm__err(err, WM_ENOMEM, e,
+                       "%s: allocating %zu bytes of staging for direct reads: %s", rd->file->path,
+                       WM__STAGE_BYTES, wm__errno_text(e));
+    stage->p = p;
+    stage->len = WM__STAGE_BYTES;
+    /* A hint: a direct read into huge pages is a few scatter-gather segments where 4 KiB pages
+     * are 512 per 2 MiB, so the block layer splits it into fewer, larger requests (virtio-blk:
+     * 254 segments, 4 MiB a request); on the development VM 2 MiB reads came 3x faster that way
+     * (bench/RESULTS.md, llama). Linux aligns a 2 MiB anonymous mapping to a huge page (6.7+);
+     * elsewhere the advice covers no whole huge page and does nothing. */
+    (void)wm__os_advise(p, WM__STAGE_BYTES, WM_OS_ADV_HUGEPAGE);
+    return WM_OK;
 }
 
 static wm_status read_staged(wm__reader *rd, const wm__read_req *q, int dfd, uint64_t a, uint64_t b,
                              wm__stage *stage, wm_error *err) {
-    if (!stage->p) {
-        void *p;
-        int e = wm__scratch_alloc(WM__STAGE_BYTES, &p);
-        if (e)
-            return wm__err(err, WM_ENOMEM, e,
-                           "%s: allocating %zu bytes of staging for direct reads: %s",
-                           rd->file->path, WM__STAGE_BYTES, wm__errno_text(e));
-        stage->p = p;
-        stage->len = WM__STAGE_BYTES;
-        /* A hint: a direct read into huge pages is a few scatter-gather segments where 4 KiB
-         * pages are 512 per 2 MiB, so the block layer splits it into fewer, larger requests
-         * (virtio-blk: 254 segments, 4 MiB a request); on the development VM 2 MiB reads came
-         * 3x faster that way (bench/RESULTS.md, llama). Linux aligns a 2 MiB anonymous mapping
-         * to a huge page (6.7+); elsewhere the advice covers no whole huge page and does nothing.
-         */
-        (void)wm__os_advise(p, WM__STAGE_BYTES, WM_OS_ADV_HUGEPAGE);
-    }
+    wm_status made = stage_make(rd, stage, err);
+    if (made) return made;
     for (uint64_t pos = a; pos < b;) {
         uint64_t lo = down(pos), hi = up(b);
         if (hi - lo > stage->len) hi = lo + stage->len;

@@ -67,10 +67,13 @@ void wm__reader_free(wm__reader *rd);
  * and all but the first close theirs again. A hint: a failure reads the shard buffered. */
 void wm__reader_open(wm__reader *rd, uint32_t shard);
 
-/* One thread's staging (zeroed before first use); wm__stage_free gives it back. */
+/* One thread's staging (zeroed before first use), and the two blocks it reads a destination's
+ * partial first and last blocks into when the rest lands in place (edge: a page allocation of
+ * its own, so that such reads cost 8 KiB, not a staging); wm__stage_free gives both back. */
 typedef struct wm__stage {
     unsigned char *p;
     size_t len;
+    unsigned char *edge; /* 2 * WM_OS_DIRECT_ALIGN bytes */
 } wm__stage;
 void wm__stage_free(wm__stage *s);
 

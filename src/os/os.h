@@ -102,6 +102,15 @@ int wm__os_stat_path(const char *path, wm_os_stat *out);
 /* Reads len bytes at off, retrying short reads and EINTR. *got is the count read; less than len
  * only at end of file (returns 0 then). pread (unix.c; Darwin the same). */
 int wm__os_pread(int fd, void *buf, size_t len, uint64_t off, size_t *got);
+/* The same into n buffers in turn (n at most WM_OS_IOV_MAX), as one call where it can be: one
+ * direct read into a destination and the staging of its partial blocks goes to the disk as one
+ * request, not three. preadv (unix.c; Darwin the same). */
+#define WM_OS_IOV_MAX 4
+typedef struct wm_os_iov {
+    void *p;
+    size_t len;
+} wm_os_iov;
+int wm__os_preadv(int fd, const wm_os_iov *iov, int n, uint64_t off, size_t *got);
 
 /* ---- the page cache ---- */
 

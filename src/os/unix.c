@@ -17,6 +17,7 @@
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -94,6 +95,39 @@ int wm__os_pread(int fd, void *buf, size_t len, uint64_t off, size_t *got) {
         if (n == 0) break; /* end of file */
         done += (size_t)n;
         *got = done;
+    }
+    return 0;
+}
+
+int wm__os_preadv(int fd, const wm_os_iov *iov, int n, uint64_t off, size_t *got) {
+    struct iovec v[WM_OS_IOV_MAX];
+    size_t len = 0, done = 0;
+    *got = 0;
+    if (n < 0 || n > WM_OS_IOV_MAX) return EINVAL;
+    for (int i = 0; i < n; i++) {
+        v[i] = (struct iovec){.iov_base = iov[i].p, .iov_len = iov[i].len};
+        len += iov[i].len;
+    }
+    int first = 0; /* v[first..n) is what is left, v[first] advanced past what came */
+    while (done < len) {
+        int e = wm__fault_hit(WM_OS_PREAD);
+        if (e == EINTR) continue; /* an injected EINTR is retried like a real one */
+        if (e) return e;
+        ssize_t r = preadv(fd, v + first, n - first, (off_t)(off + done));
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return errno;
+        }
+        if (r == 0) break; /* end of file */
+        done += (size_t)r;
+        *got = done;
+        size_t k = (size_t)r;
+        while (first < n && k >= v[first].iov_len)
+            k -= v[first++].iov_len;
+        if (first < n && k) {
+            v[first].iov_base = (char *)v[first].iov_base + k;
+            v[first].iov_len -= k;
+        }
     }
     return 0;
 }
