@@ -1043,9 +1043,18 @@ static void llama_node_cycles(bool mmap_on) {
     const jnode *f = jitem(jget(j, "files"), 0);
     const jnode *ld;
     jforeach(ld, jget(j, "loads")) {
-        /* use_mmap off: the weights buffer is malloc memory held until the release, not scratch */
-        if (!mmap_on) CHECK(num(ld, "kept_at_end") >= num(f, "size") * 0.9);
-        if (!mmap_on) CHECK_EQ(num(ld, "freed_in_release"), num(ld, "kept_at_end"));
+        /* use_mmap off: the weights buffer is malloc memory held until the release, not scratch,
+         * and the release frees it: at least the weights' bytes of what the load kept, and no
+         * more than it kept. Not all of it to the byte: node's own threads allocate beside the
+         * load, and in one CI run of three a load kept 88 KB more than its release freed
+         * (1259752 against 1171392), blocks of node's freed later. */
+        if (!mmap_on) {
+            CHECK(num(ld, "kept_at_end") >= num(f, "size") * 0.9);
+            CHECK_MSG(num(ld, "freed_in_release") >= num(f, "size") * 0.9 &&
+                          num(ld, "freed_in_release") <= num(ld, "kept_at_end"),
+                      "the release freed %g of the %g bytes the load kept (the weights: %g)",
+                      num(ld, "freed_in_release"), num(ld, "kept_at_end"), num(f, "size"));
+        }
         CHECK(num(ld, "scratch") < num(f, "size") / 2);
     }
     CHECK_EQ(n_items(j, "mappings"), mmap_on ? 3 : 0);
