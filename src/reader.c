@@ -228,6 +228,18 @@ static wm_status read_buffered(wm__reader *rd, const wm__read_req *q, uint64_t a
 static wm_status read_staged(wm__reader *rd, const wm__read_req *q, int dfd, uint64_t a, uint64_t b,
                              wm__stage *stage, wm_error *err);
 
+/* len bytes of pages (scratch) for a thread's staging, into *out. */
+static wm_status stage_pages(wm__reader *rd, size_t len, unsigned char **out, wm_error *err) {
+    void *p;
+    int e = wm__scratch_alloc(len, &p);
+    if (e)
+        return wm__err(err, WM_ENOMEM, e,
+                       "%s: allocating %zu bytes of staging for direct reads: %s", rd->file->path,
+                       len, wm__errno_text(e));
+    *out = p;
+    return WM_OK;
+}
+
 static wm_status read_direct(wm__reader *rd, const wm__read_req *q, int dfd, uint64_t a, uint64_t b,
                              wm__stage *stage, wm_error *err) {
     if (q->mirror) {
@@ -244,13 +256,8 @@ static wm_status read_direct(wm__reader *rd, const wm__read_req *q, int dfd, uin
     if (!small && (!agrees || in_hi <= in_lo)) return read_staged(rd, q, dfd, a, b, stage, err);
     bool head = !small && a < in_lo, tail = !small && in_hi < b;
     if ((small || head || tail) && !stage->edge) {
-        void *p;
-        int e = wm__scratch_alloc(2 * (size_t)ALIGN, &p);
-        if (e)
-            return wm__err(err, WM_ENOMEM, e,
-                           "%s: allocating %zu bytes of staging for direct reads: %s",
-                           rd->file->path, 2 * (size_t)ALIGN, wm__errno_text(e));
-        stage->edge = p;
+        wm_status made = stage_pages(rd, 2 * (size_t)ALIGN, &stage->edge, err);
+        if (made) return made;
     }
     unsigned char *first = stage->edge, *last = first ? first + ALIGN : NULL;
     wm_os_iov v[3];
@@ -277,20 +284,15 @@ static wm_status read_direct(wm__reader *rd, const wm__read_req *q, int dfd, uin
 /* The thread's staging, made at its first use. */
 static wm_status stage_make(wm__reader *rd, wm__stage *stage, wm_error *err) {
     if (stage->p) return WM_OK;
-    void *p;
-    int e = wm__scratch_alloc(WM__STAGE_BYTES, &p);
-    if (e)
-        return wm__err(err, WM_ENOMEM, e,
-                       "%s: allocating %zu bytes of staging for direct reads: %s", rd->file->path,
-                       WM__STAGE_BYTES, wm__errno_text(e));
-    stage->p = p;
+    wm_status st = stage_pages(rd, WM__STAGE_BYTES, &stage->p, err);
+    if (st) return st;
     stage->len = WM__STAGE_BYTES;
     /* A hint: a direct read into huge pages is a few scatter-gather segments where 4 KiB pages
      * are 512 per 2 MiB, so the block layer splits it into fewer, larger requests (virtio-blk:
      * 254 segments, 4 MiB a request); on the development VM 2 MiB reads came 3x faster that way
      * (bench/RESULTS.md, llama). Linux aligns a 2 MiB anonymous mapping to a huge page (6.7+);
      * elsewhere the advice covers no whole huge page and does nothing. */
-    (void)wm__os_advise(p, WM__STAGE_BYTES, WM_OS_ADV_HUGEPAGE);
+    (void)wm__os_advise(stage->p, WM__STAGE_BYTES, WM_OS_ADV_HUGEPAGE);
     return WM_OK;
 }
 
