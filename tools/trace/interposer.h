@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 #define EXPORT __attribute__((visibility("default")))
 #define HIDDEN __attribute__((visibility("hidden")))
@@ -62,6 +63,8 @@
 #define read wmtrace_st_read
 #define pread wmtrace_st_pread
 #define pread64 wmtrace_st_pread64
+#define preadv wmtrace_st_preadv
+#define preadv64 wmtrace_st_preadv64
 #define fread wmtrace_st_fread
 #define wmtrace_start wmtrace_selftest_start
 #define wmtrace_stop wmtrace_selftest_stop
@@ -169,6 +172,8 @@ long wt_sys_mprotect(void *addr, size_t len, int prot) HIDDEN;
     X(ssize_t, read, (int, void *, size_t))                                                        \
     X(ssize_t, pread, (int, void *, size_t, off_t))                                                \
     X(ssize_t, pread64, (int, void *, size_t, off_t))                                              \
+    X(ssize_t, preadv, (int, const struct iovec *, int, off_t))                                    \
+    X(ssize_t, preadv64, (int, const struct iovec *, int, off_t))                                  \
     X(size_t, fread, (void *, size_t, size_t, FILE *))                                             \
     X(int, sigaction, (int, const void *, void *))                                                 \
     X(void *, signal, (int, void *))                                                               \

@@ -425,6 +425,20 @@ EXPORT ssize_t pread64(int fd, void *b, size_t n, off_t off) {
     note_read(fd, r);
     return r;
 }
+/* Vectored reads too: a reader that scatters one read over several buffers (weightmap's
+ * engine, a tensor's place and its partial blocks' staging) reads the weight file all the same. */
+EXPORT ssize_t preadv(int fd, const struct iovec *v, int n, off_t off) {
+    if (!wt_resolved) wt_resolve();
+    ssize_t r = wt_r_preadv(fd, v, n, off);
+    note_read(fd, r);
+    return r;
+}
+EXPORT ssize_t preadv64(int fd, const struct iovec *v, int n, off_t off) {
+    if (!wt_resolved) wt_resolve();
+    ssize_t r = wt_r_preadv64(fd, v, n, off);
+    note_read(fd, r);
+    return r;
+}
 EXPORT size_t fread(void *b, size_t size, size_t n, FILE *f) {
     if (!wt_resolved) wt_resolve();
     size_t r = wt_r_fread(b, size, n, f);
