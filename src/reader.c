@@ -412,8 +412,7 @@ static int cell_buffers(const wm__cell_part *parts, unsigned n, unsigned char *e
         uint64_t in_lo = hi, in_hi = hi; /* past the last part: the rest up to hi */
         if (k < n) {
             const wm__cell_part *q = &parts[k];
-            if ((uintptr_t)q->dst % ALIGN != q->off % ALIGN || q->off < pos)
-                return 0;
+            if ((uintptr_t)q->dst % ALIGN != q->off % ALIGN || q->off < pos) return 0;
             in_lo = up(q->off);
             in_hi = down(q->off + q->len);
             if (in_hi <= in_lo) continue; /* no whole block of its own: all of it in edges */
@@ -434,8 +433,7 @@ static int cell_buffers(const wm__cell_part *parts, unsigned n, unsigned char *e
 }
 
 /* Each part's bytes that the read put in edge blocks, into place. */
-static void cell_copy(const wm__cell_part *parts, unsigned n, const edge_run *er,
-                      unsigned n_runs) {
+static void cell_copy(const wm__cell_part *parts, unsigned n, const edge_run *er, unsigned n_runs) {
     for (unsigned k = 0; k < n; k++) {
         uint64_t a = parts[k].off, b = a + parts[k].len;
         for (unsigned r = 0; r < n_runs; r++) {
@@ -477,9 +475,9 @@ wm_status wm__read_cell(wm__reader *rd, uint32_t shard, const wm__cell_part *par
         return WM_OK;
     }
     if (e)
-        return wm__err(err, wm__status_io(e), e, "%s: reading %llu bytes at offset %llu (direct): %s",
-                       path, (unsigned long long)(hi - lo), (unsigned long long)lo,
-                       wm__errno_text(e));
+        return wm__err(err, wm__status_io(e), e,
+                       "%s: reading %llu bytes at offset %llu (direct): %s", path,
+                       (unsigned long long)(hi - lo), (unsigned long long)lo, wm__errno_text(e));
     atomic_fetch_add(&rd->bytes_read, got);
     if (got < b - lo) return WM_OK; /* short: each part's own read says where the file ends */
     cell_copy(parts, n, er, n_runs);

@@ -903,7 +903,8 @@ typedef struct order_of {
 
 static bool before(const order_of *o, size_t a, size_t b) {
     if (a == o->lead || b == o->lead) return a == o->lead && b != o->lead;
-    const wm__tensor *ta = &o->f->tensors[o->items[a].tensor], *tb = &o->f->tensors[o->items[b].tensor];
+    const wm__tensor *ta = &o->f->tensors[o->items[a].tensor],
+                     *tb = &o->f->tensors[o->items[b].tensor];
     if (ta->shard != tb->shard) return ta->shard < tb->shard;
     if (ta->offset != tb->offset) return ta->offset < tb->offset;
     return a < b;
