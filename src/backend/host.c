@@ -304,9 +304,12 @@ static bool convert_job(run_ctx *c, worker_own *w, const wm__job *j) {
 
 static size_t skew(uint64_t file_off) { return (size_t)(file_off % WM_OS_DIRECT_ALIGN); }
 
+/* Whole huge pages from HUGE_WINDOW on (the allocation starts on one: wm__os_pages_alloc), so
+ * that no byte of a window is read into 4 KiB pages, which a direct read turns into many
+ * segments (more, smaller requests to the disk). */
 static size_t window_len(size_t need) {
-    size_t page = wm__os_page_size();
-    return (need + WIN_SLACK + page - 1) / page * page;
+    size_t page = wm__os_page_size(), len = (need + WIN_SLACK + page - 1) / page * page;
+    return len >= HUGE_WINDOW ? (len + HUGE_WINDOW - 1) / HUGE_WINDOW * HUGE_WINDOW : len;
 }
 
 static unsigned char *window_alloc(run_ctx *c, const wm__job *j, size_t len) {
