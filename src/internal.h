@@ -227,11 +227,6 @@ void wm__file_prefetch_wait(wm_file *f);
  * read is awaited. Any thread. */
 size_t wm__pre_part(const wm_file *f, uint32_t shard, uint64_t off, size_t len, unsigned char *dst,
                     bool *copied);
-/* Whether the read ahead holds no byte of [off, off + len) of shard `shard` and will read none:
- * its chunks there not yet begun are taken for the caller (as wm__pre_part takes them), so
- * that true means the caller reads every byte itself. False where a chunk there is read or
- * being read (wm__pre_part then copies or awaits it). True without a read ahead. Any thread. */
-bool wm__pre_none(const wm_file *f, uint32_t shard, uint64_t off, size_t len);
 
 /* ---- helpers ---- */
 

@@ -318,29 +318,6 @@ size_t wm__pre_part(const wm_file *f, uint32_t shard, uint64_t off, size_t len, 
     return n;
 }
 
-bool wm__pre_none(const wm_file *f, uint32_t shard, uint64_t off, size_t len) {
-    wm_file *w = (wm_file *)(uintptr_t)f;
-    if (!atomic_load_explicit(&w->pre, memory_order_acquire)) return true;
-    atomic_fetch_add(&w->pre_users, 1); /* before `pre` is loaded (wm__file_prefetch_drop) */
-    wm__pre *p = atomic_load_explicit(&w->pre, memory_order_acquire);
-    bool none = true;
-    for (uint32_t i = 0; p && i < p->n_ranges; i++) {
-        const pre_range *r = &p->r[i];
-        uint64_t a = off > r->off ? off : r->off, b = off + len;
-        if (b > r->off + r->len) b = r->off + r->len;
-        if (r->shard != shard || a >= b) continue;
-        uint64_t j0 = (a - r->off + r->lead) / p->chunk, j1 = (b - 1 - r->off + r->lead) / p->chunk;
-        for (uint64_t j = j0; j <= j1; j++) {
-            unsigned char s = CH_FREE;
-            if (!atomic_compare_exchange_strong(&p->state[r->first + (uint32_t)j], &s, CH_NOT) &&
-                s != CH_NOT)
-                none = false;
-        }
-    }
-    atomic_fetch_sub(&w->pre_users, 1);
-    return none;
-}
-
 /* ---- reading ---- */
 
 wm_status wm_file_read_tensors(const wm_file *file, const wm_read_item *items, size_t n,

@@ -82,7 +82,6 @@ void wm__stage_free(wm__stage *s) {
     if (!s) return;
     wm__scratch_free(s->p, s->len);
     if (s->edge) wm__scratch_free(s->edge, 2 * (size_t)ALIGN);
-    if (s->cell) wm__scratch_free(s->cell, WM__CELL_EDGES * (size_t)ALIGN);
     *s = (wm__stage){0};
 }
 
@@ -387,104 +386,4 @@ wm_status wm__read(wm__reader *rd, const wm__read_req *q, wm__stage *stage, wm_e
     }
     atomic_fetch_sub(users, 1);
     return st;
-}
-
-/* ---- cell reads ---- */
-
-/* The cell's buffers, in file order from down(first part's offset): each part's whole blocks in
- * place, every other block (shared by two parts, filled in part, or the gap between two parts
- * within a block) in the thread's edge blocks; runs[] says which file bytes each edge run holds.
- * Returns the buffers' count, 0 where the cell does not fit the edge blocks or a part does not
- * agree with the file. */
-typedef struct edge_run {
-    uint64_t off; /* file offset of its first byte (on the grid) */
-    size_t len;
-    unsigned char *p;
-} edge_run;
-
-static int cell_buffers(const wm__cell_part *parts, unsigned n, unsigned char *edge, wm_os_iov *v,
-                        edge_run *er, unsigned *n_runs) {
-    uint64_t pos = down(parts[0].off), hi = up(parts[n - 1].off + parts[n - 1].len);
-    size_t used = 0; /* edge bytes */
-    int nv = 0;
-    *n_runs = 0;
-    for (unsigned k = 0; k <= n; k++) {
-        uint64_t in_lo = hi, in_hi = hi; /* past the last part: the rest up to hi */
-        if (k < n) {
-            const wm__cell_part *q = &parts[k];
-            if ((uintptr_t)q->dst % ALIGN != q->off % ALIGN || q->off < pos) return 0;
-            in_lo = up(q->off);
-            in_hi = down(q->off + q->len);
-            if (in_hi <= in_lo) continue; /* no whole block of its own: all of it in edges */
-        }
-        if (pos < in_lo) {
-            size_t len = (size_t)(in_lo - pos);
-            if (used + len > WM__CELL_EDGES * (size_t)ALIGN) return 0;
-            er[(*n_runs)++] = (edge_run){pos, len, edge + used};
-            v[nv++] = (wm_os_iov){edge + used, len};
-            used += len;
-        }
-        if (k < n) {
-            v[nv++] = (wm_os_iov){parts[k].dst + (in_lo - parts[k].off), (size_t)(in_hi - in_lo)};
-            pos = in_hi;
-        }
-    }
-    return nv;
-}
-
-/* Each part's bytes that the read put in edge blocks, into place. */
-static void cell_copy(const wm__cell_part *parts, unsigned n, const edge_run *er, unsigned n_runs) {
-    for (unsigned k = 0; k < n; k++) {
-        uint64_t a = parts[k].off, b = a + parts[k].len;
-        for (unsigned r = 0; r < n_runs; r++) {
-            uint64_t x = er[r].off > a ? er[r].off : a;
-            uint64_t y = er[r].off + er[r].len < b ? er[r].off + er[r].len : b;
-            if (x < y) memcpy(parts[k].dst + (x - a), er[r].p + (x - er[r].off), (size_t)(y - x));
-        }
-    }
-}
-
-_Static_assert(2 * WM__CELL_PARTS + 1 <= WM_OS_IOV_MAX, "a cell's buffers in one preadv");
-
-wm_status wm__read_cell(wm__reader *rd, uint32_t shard, const wm__cell_part *parts, unsigned n,
-                        wm__stage *stage, bool *read, wm_error *err) {
-    *read = false;
-    if (n == 0 || n > WM__CELL_PARTS || rd->io == WM_DIRECT_OFF) return WM_OK;
-    uint64_t a = parts[0].off, b = parts[n - 1].off + parts[n - 1].len;
-    uint64_t lo = down(a), hi = up(b), cached;
-    int dfd = direct_fd(rd, shard);
-    if (dfd < 0) return WM_OK;
-    if (rd->io == WM_DIRECT_AUTO &&
-        (wm__os_cached(rd->file->shards[shard].fd, lo, hi - lo, &cached) != 0 || cached))
-        return WM_OK;
-    if (!rd->no_prefetch && !wm__pre_none(rd->file, shard, a, (size_t)(b - a))) return WM_OK;
-    if (!stage->cell) {
-        wm_status made = stage_pages(rd, WM__CELL_EDGES * (size_t)ALIGN, &stage->cell, err);
-        if (made) return made;
-    }
-    wm_os_iov v[2 * WM__CELL_PARTS + 1];
-    edge_run er[WM__CELL_PARTS + 1];
-    unsigned n_runs;
-    int nv = cell_buffers(parts, n, stage->cell, v, er, &n_runs);
-    if (nv == 0) return WM_OK;
-    const char *path = rd->file->shards[shard].path;
-    size_t got;
-    int e = wm__os_preadv(dfd, v, nv, lo, &got);
-    if (e == EINVAL) {
-        atomic_store(&rd->direct_off, true); /* the file system refuses O_DIRECT after all */
-        return WM_OK;
-    }
-    if (e)
-        return wm__err(err, wm__status_io(e), e,
-                       "%s: reading %llu bytes at offset %llu (direct): %s", path,
-                       (unsigned long long)(hi - lo), (unsigned long long)lo, wm__errno_text(e));
-    atomic_fetch_add(&rd->bytes_read, got);
-    if (got < b - lo) return WM_OK; /* short: each part's own read says where the file ends */
-    cell_copy(parts, n, er, n_runs);
-    uint64_t bytes = 0;
-    for (unsigned k = 0; k < n; k++)
-        bytes += parts[k].len;
-    atomic_fetch_add(&rd->direct_bytes, bytes);
-    *read = true;
-    return WM_OK;
 }

@@ -74,7 +74,6 @@ typedef struct wm__stage {
     unsigned char *p;
     size_t len;
     unsigned char *edge; /* 2 * WM_OS_DIRECT_ALIGN bytes */
-    unsigned char *cell; /* WM__CELL_EDGES blocks: a cell read's shared and partial blocks */
 } wm__stage;
 void wm__stage_free(wm__stage *s);
 
@@ -104,42 +103,5 @@ typedef struct wm__read_req {
  * read, " (direct)"; WM_ENOMEM when the thread's staging cannot be made. `stage` may be NULL
  * (then a destination that does not mirror the file is read buffered). Any thread. */
 wm_status wm__read(wm__reader *rd, const wm__read_req *q, wm__stage *stage, wm_error *err);
-
-/* ---- cell reads ----
- * A direct read's price on a disk is per request as well as per byte (on the H200 host's virtual
- * disk up to ~0.4 ms a request; bench/RESULTS.md, llama "1.6"), and the block layer makes a
- * request of at most 4 MiB there of each read call, so a read call per tensor piece costs a
- * request or two more for every tensor boundary. A cell is the pieces of several tensors that lie
- * side by side in one grid cell of the file (the engine's 8 MiB pieces): read cold, they come in
- * ONE O_DIRECT preadv whose buffers are the parts' own places for their whole blocks and edge
- * blocks of the thread's for the blocks the parts share or fill in part (copied out after), so
- * the disk sees the requests of one read of the cell, as if the file were read by a plain loop
- * of 8 MiB reads. */
-
-/* At most this many parts to a cell (the engine cuts its cells so). */
-#define WM__CELL_PARTS 16u
-/* Edge blocks a cell read may use: each part fills at most its first and last block in part. */
-#define WM__CELL_EDGES (2u * WM__CELL_PARTS + 2u)
-
-/* One part of a cell: bytes [off, off + len) of the shard into dst, which agrees with the file on
- * the direct-I/O grid ((uintptr_t)dst and off equal modulo WM_OS_DIRECT_ALIGN); only
- * [dst, dst + len) is written. */
-typedef struct wm__cell_part {
-    uint64_t off;
-    size_t len;
-    unsigned char *dst;
-    uint32_t tensor;
-} wm__cell_part;
-
-/* Reads parts[0 .. n) of shard `shard` (in file order, each starting at or after the previous
- * one's end and no whole block past it) in one O_DIRECT preadv where that is the way to read
- * them: *read true. Else (*read false, WM_OK, nothing written) the caller reads each part by
- * wm__read: any byte of the cell in the page cache (under WM_DIRECT_AUTO) or held by the file's
- * read ahead, direct reads off or refused (EINVAL: off for the reader from then on), a part that
- * does not agree with the file, the file shorter than the parts (their own reads name the tensor
- * where it ends). A read error is WM_EIO (or as the errno says) naming the file, the cell's
- * offset and " (direct)"; WM_ENOMEM when the thread's edge blocks cannot be made. Any thread. */
-wm_status wm__read_cell(wm__reader *rd, uint32_t shard, const wm__cell_part *parts, unsigned n,
-                        wm__stage *stage, bool *read, wm_error *err);
 
 #endif /* WM_READER_H */

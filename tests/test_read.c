@@ -307,24 +307,21 @@ WM_TEST(sink_rows_come_in_whole_groups) {
     rows_case(6144);
 }
 
-/* ---- WM_READ_WHOLE items: in pieces, in file order, in windows that mirror the file ----
+/* ---- WM_READ_WHOLE items: in pieces, the biggest first, in windows that mirror the file ----
  * The 40M model's token_embd (16 MiB at a file offset off the 4 KiB grid) and its other
  * matrices are asked for whole, its norms in windows. One thread, so that the order is the
- * engine's own: the whole item last in the file first (its sink would otherwise run after every
- * read), then every item in file order, each whole one in one call at offset 0 whose bytes start
- * as far past the 4 KiB grid as the tensor does in the file (a direct read lands there in
- * place); the progress callback, called after every cell of jobs, shows that first item's first
- * piece ending where the file offset reaches a multiple of 8 MiB. Then cold, on three threads
- * (the pieces read direct, in place, cells of neighbouring tensors in one call): the same
- * bytes. */
+ * engine's own: every whole item comes before every other, the biggest first, each in one call at
+ * offset 0 whose bytes start as far past the 4 KiB grid as the tensor does in the file (a direct
+ * read lands there in place); the progress callback, called after every job, shows the biggest
+ * item's first piece ending where the file offset reaches a multiple of 8 MiB. Then cold, on
+ * three threads (the pieces read direct, in place): the same bytes. */
 typedef struct whole_rec {
     const wm_file *f;
     unsigned char **mem;
     const wm_read_item *first;
     size_t calls, wholes_seen, misplaced, out_of_order;
     bool other_seen;      /* a call for an item not asked for whole */
-    uint64_t lead_off;    /* the file offset of the tensor last in the file */
-    uint64_t last_off;    /* that of the last whole item handed over (after the first: 0) */
+    uint64_t last_whole;  /* nbytes of the last whole item handed over */
     uint64_t progress[8]; /* the first progress values */
     size_t n_progress;
 } whole_rec;
@@ -339,8 +336,8 @@ static int whole_sink(void *user, const wm_read_item *item, uint64_t offset, con
         CHECK_EQ(offset, 0);
         CHECK_EQ(len, t.nbytes);
         r->misplaced += (uintptr_t)bytes % 4096 != t.offset % 4096;
-        r->out_of_order += r->wholes_seen ? t.offset < r->last_off : t.offset != r->lead_off;
-        r->last_off = r->wholes_seen ? t.offset : 0;
+        r->out_of_order += r->other_seen || (r->wholes_seen && t.nbytes > r->last_whole);
+        r->last_whole = t.nbytes;
         r->wholes_seen++;
     } else {
         r->other_seen = true;
@@ -373,24 +370,18 @@ static int whole_progress(void *user, uint64_t done, uint64_t total) {
     return 0;
 }
 
-WM_TEST(sink_whole_items_in_pieces_in_file_order) {
+WM_TEST(sink_whole_items_in_pieces_biggest_first) {
     const char *path = wmt_make_model("m40.gguf", "--size 40M");
     wm_file *f = OPEN_OK(path);
     uint64_t size = wm_file_size(f), data = wm_file_data_offset(f);
     for (int cold = 0; cold < 2; cold++) {
         host_set h;
-        wm_tensor_info big, last = {0};
-        size_t wholes = whole_setup(f, &h, &big), last_i = 0;
+        wm_tensor_info big;
+        size_t wholes = whole_setup(f, &h, &big);
         CHECK(wholes > 4 && wholes < h.n);
-        for (size_t i = 0; i < h.n; i++) {
-            wm_tensor_info t;
-            wm_file_tensor(f, i, &t);
-            if (t.offset >= last.offset) last = t, last_i = i;
-        }
-        CHECK(h.items[last_i].flags == WM_READ_WHOLE); /* the case in point */
-        uint64_t first_piece = ((uint64_t)last.offset / (8u << 20) + 1) * (8u << 20) - last.offset;
-        CHECK(last.offset % 4096 != 0 && first_piece < last.nbytes);
-        whole_rec r = {.f = f, .mem = h.mem, .first = h.items, .lead_off = last.offset};
+        uint64_t first_piece = ((uint64_t)big.offset / (8u << 20) + 1) * (8u << 20) - big.offset;
+        CHECK(big.offset % 4096 != 0 && first_piece < big.nbytes); /* the case in point */
+        whole_rec r = {.f = f, .mem = h.mem, .first = h.items};
         wm_read_options o = WM_READ_OPTIONS_INIT;
         o.threads = cold ? 3 : 1;
         o.sink = whole_sink;
@@ -420,7 +411,7 @@ WM_TEST(sink_whole_items_in_pieces_in_file_order) {
 
 /* The windows of whole items are reused from item to item: with every matrix of the 40M model
  * (44 of them) whole on 2 threads, the read maps pages for the job table, one worker's stack,
- * the threads' staging and a few windows a thread, not a window per item (wmt_sweep_count
+ * the threads' staging and at most threads + 1 windows, not a window per item (wmt_sweep_count
  * counts the page allocations). */
 typedef struct whole_run {
     wm_file *f;
@@ -455,10 +446,7 @@ WM_TEST(sink_whole_windows_are_reused) {
     fprintf(stderr, "%zu whole items, %llu page allocations\n", wholes,
             (unsigned long long)res.counts[WM_OS_PAGES]);
     CHECK(wholes > 30);
-    /* a thread's cell holds up to 3 whole items' windows (host.c, CELL_WHOLES), and in file
-     * order items of two sizes alternate, so a slot is now and then remade for a bigger item:
-     * twice 3t + 1 windows at most, far below one per item */
-    CHECK_MSG(res.counts[WM_OS_PAGES] <= 1 + (t - 1) + t + 2 * (3 * t + 1),
+    CHECK_MSG(res.counts[WM_OS_PAGES] <= 1 + (t - 1) + t + (t + 1),
               "%llu page allocations for %zu whole items on %u threads",
               (unsigned long long)res.counts[WM_OS_PAGES], wholes, t);
     sink_done(&h);
@@ -555,12 +543,12 @@ WM_TEST(sink_whole_windows_in_huge_pages) {
 
 /* The windows of whole items together stay within the pool's cap: twice the biggest item's
  * window, or 8 MiB a thread where that is more (src/backend/host.c, whole_cap); a failure
- * while threads wait for room ends the read. Eight 16 MiB
- * tensors asked for whole on three threads: while one thread's sink copies an item out of its
- * window, the other two take pieces of the next two items, so without the cap three windows
- * (54 MiB in whole huge pages) are held at once; with it, 36 MiB, and a piece of a third item waits
- * for a window to be given back. The scratch the ledger counts during every sink call is the pool
- * plus the job table and the threads' stacks and staging. */
+ * while threads wait for room ends the read. Eight 16 MiB tensors asked for whole on three
+ * threads: while one thread's sink copies an item out of its window, the other two take pieces
+ * of the next two items, so without the cap three windows (54 MiB in whole huge pages) are held
+ * at once; with it, 36 MiB, and a piece of a third item waits for a window to be given back.
+ * The scratch the ledger counts during every sink call is the pool plus the job table and the
+ * threads' stacks and staging. */
 typedef struct cap_rec {
     const wm_file *f;
     unsigned char *mem;

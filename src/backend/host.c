@@ -181,19 +181,14 @@ typedef struct wm__whole {
 } wm__whole;
 
 /* A window of the run's pool, for the WM_READ_WHOLE items being read. An item holds one from the
- * start of its first piece to the end of its sink call. Jobs are taken in order and items lie in
- * the job table one after the other, so every item that holds a window has had all its pieces
- * taken but the one item whose pieces are being handed out; a thread's cell (wm__read_cell)
- * holds pieces of at most CELL_WHOLES whole items, whose windows it takes before its read and
- * which it ends (their sinks included) before it takes another cell: at most that many per
- * thread and that one item at a time. */
+ * start of its first piece to the end of its sink call; pieces are taken in order, so at most
+ * one item per thread and the one whose pieces are being handed out hold one at a time. */
 typedef struct win_slot {
     unsigned char *p;
     size_t len;
     bool busy;
 } win_slot;
-#define CELL_WHOLES 3u
-#define WIN_SLOTS ((int)CELL_WHOLES * (int)WM__MAX_THREADS + 2)
+#define WIN_SLOTS ((int)WM__MAX_THREADS + 1)
 
 typedef struct run_ctx {
     wm_model *m;
@@ -220,10 +215,7 @@ typedef struct run_ctx {
     wm_os_cond win_free;  /* a window of the pool became free */
     win_slot wins[WIN_SLOTS];
     uint64_t win_bytes; /* the pool's windows together, under win_lock */
-    uint64_t win_cap;   /* at most (but one window whatever its size, when none is busy, or
-                           when every working thread would wait for room) */
-    unsigned live;      /* threads in their job loop, under win_lock */
-    unsigned waiting;   /* of them, waiting for room since the last broadcast, under win_lock */
+    uint64_t win_cap;   /* at most (but one window whatever its size, when none is busy) */
 } run_ctx;
 
 static void fail_run(run_ctx *c, const wm_error *e) {
@@ -411,18 +403,11 @@ static unsigned char *whole_window(run_ctx *c, const wm__job *j) {
                 spare = i;
             }
         }
-        /* a new window where the pool has room for it as it is, rather than a smaller idle one
-         * remade (items of two sizes alternate in file order: q and ffn matrices) */
-        bool room = empty >= 0 && c->win_bytes + need <= c->win_cap;
-        int i = fit >= 0 ? fit : room ? empty : spare >= 0 ? spare : empty;
+        int i = fit >= 0 ? fit : spare >= 0 ? spare : empty;
         if (i >= 0 && fit < 0) {
-            if (!win_room(c, i, need) && c->waiting + 1 < c->live) {
-                /* over the cap: a busy window's item ends and frees its window (whole_end) once
-                 * its pieces are read, or the read fails. Its last pieces may be in cells whose
-                 * threads wait here too (a cell takes the windows of all its items before its
-                 * read), so the last thread that would wait goes past the cap instead: someone
-                 * always reads on, and every wait ends. */
-                c->waiting++; /* until the broadcast that wakes it (which counts them off) */
+            if (!win_room(c, i, need)) {
+                /* over the cap: a busy window's item has every piece taken (pieces are taken
+                 * in order), so it ends and frees its window (whole_job), or the read fails */
                 wm__os_cond_wait(&c->win_free, &c->win_lock);
                 continue;
             }
@@ -451,38 +436,27 @@ static unsigned char *whole_window(run_ctx *c, const wm__job *j) {
     return p;
 }
 
-/* Where a WM_READ_WHOLE item's tensor starts in its window (the window taken first where the
- * item has none yet): the window mirrors the file, so that direct reads land in it. NULL (the
- * failure recorded) as whole_window. */
-static unsigned char *whole_place(run_ctx *c, const wm__job *j) {
+/* A piece of a WM_READ_WHOLE item: read into the item's window where it lies in the tensor; the
+ * thread that reads the last piece hands the whole tensor to the sink and frees the window for
+ * the next item. Pieces are cut on the direct-I/O grid (fill_jobs), so no two pieces' aligned
+ * reads write the same block. */
+static bool whole_job(run_ctx *c, worker_own *w, const wm__job *j) {
     /* the item's other pieces find its window without the lock */
     unsigned char *p = atomic_load_explicit(&j->whole->base, memory_order_acquire);
     if (!p) p = whole_window(c, j);
-    return p ? p + skew(j->file_off - j->item_off) : NULL;
-}
-
-/* A piece of a whole item is in (ok) or failed: the last piece hands the tensor (at t) over and
- * frees the window for the next item; a failed piece frees the window too (the read is over:
- * threads waiting for room must wake to see it), its other pieces still land in it. */
-static bool whole_end(run_ctx *c, const wm__job *j, unsigned char *t, bool ok) {
+    if (!p) return false;
+    uint64_t start = j->file_off - j->item_off; /* the tensor's offset in its shard */
+    unsigned char *t = p + skew(start);
+    bool ok = read_part(c, w, &w->stage, j, t + j->item_off, j->file_off, j->len, true, false);
+    /* the last piece hands the tensor over; a failed piece frees the window too (the read is
+     * over: threads waiting for room must wake to see it), its other pieces still land in it */
     if (ok && atomic_fetch_sub(&j->whole->left, j->len) != j->len) return true;
     if (ok) ok = call_sink(c, j, 0, t, (size_t)c->m->file->tensors[j->tensor].nbytes);
     wm__os_mutex_lock(&c->win_lock);
     c->wins[j->whole->slot].busy = false;
-    c->waiting = 0;
     wm__os_cond_broadcast(&c->win_free);
     wm__os_mutex_unlock(&c->win_lock);
     return ok;
-}
-
-/* A piece of a WM_READ_WHOLE item: read into the item's window where it lies in the tensor; the
- * thread that reads the last piece hands the whole tensor to the sink. Pieces are cut on the
- * direct-I/O grid (lay_jobs), so no two pieces' aligned reads write the same block. */
-static bool whole_job(run_ctx *c, worker_own *w, const wm__job *j) {
-    unsigned char *t = whole_place(c, j);
-    if (!t) return false;
-    bool ok = read_part(c, w, &w->stage, j, t + j->item_off, j->file_off, j->len, true, false);
-    return whole_end(c, j, t, ok);
 }
 
 /* The pool's cap: twice the biggest whole item's window, or a share of WM_JOB_BYTES per thread
@@ -499,17 +473,6 @@ static uint64_t whole_cap(const run_ctx *c, unsigned threads) {
     uint64_t cap = 2 * (uint64_t)window_len((size_t)biggest),
              each = (uint64_t)threads * WM_JOB_BYTES;
     return cap > each ? cap : each;
-}
-
-/* A thread leaves its job loop (c->live counts every thread of the run from its start): that
- * may leave the others all waiting for room (whole_window), so they are woken to see it. */
-static void leave(run_ctx *c) {
-    if (!c->wholes) return;
-    wm__os_mutex_lock(&c->win_lock);
-    c->live--;
-    c->waiting = 0;
-    wm__os_cond_broadcast(&c->win_free);
-    wm__os_mutex_unlock(&c->win_lock);
 }
 
 static bool do_job(run_ctx *c, worker_own *w, const wm__job *j) {
@@ -539,56 +502,6 @@ static bool do_job(run_ctx *c, worker_own *w, const wm__job *j) {
     return true;
 }
 
-/* A cell of jobs [i, end) (wm__job.cell; lay_jobs): the windows of its whole items taken, then
- * one cell read where the reader takes it (reader.h, wm__read_cell: a cold cell), else job by
- * job; then each whole item's piece ended (its sink, where it was the last). */
-static bool do_cell(run_ctx *c, worker_own *w, size_t i, size_t end) {
-    if (end - i == 1) return do_job(c, w, &c->jobs[i]);
-    wm__cell_part parts[WM__CELL_PARTS];
-    unsigned char *place[WM__CELL_PARTS]; /* a whole item's tensor in its window */
-    unsigned n = (unsigned)(end - i), got = 0;
-    bool read = false, ok = true;
-    for (; ok && got < n; got++) {
-        const wm__job *j = &c->jobs[i + got];
-        place[got] = j->whole ? whole_place(c, j) : NULL;
-        ok = !j->whole || place[got];
-        if (ok)
-            parts[got] = (wm__cell_part){j->file_off, j->len,
-                                         j->whole ? place[got] + j->item_off : j->dst, j->tensor};
-    }
-    if (ok) {
-        wm_error e;
-        wm_status st = wm__read_cell(&c->m->rd, c->jobs[i].shard, parts, n, &w->stage, &read, &e);
-        if (st) fail_run(c, &e);
-        ok = !st;
-    }
-    for (unsigned k = 0; k < n; k++) {
-        const wm__job *j = &c->jobs[i + k];
-        if (ok && !read) {
-            ok = do_job(c, w, j); /* a whole item's piece ends there */
-        } else if (ok) {
-            ok = !j->whole || whole_end(c, j, place[k], true);
-            if (ok) atomic_fetch_add(&c->done, j->len);
-        } else if (j->whole && k < got && place[k]) {
-            whole_end(c, j, place[k], false); /* failed: no window stays busy */
-        }
-    }
-    return ok;
-}
-
-/* The next cell's jobs [i, *end), or i >= c->n when none is left. */
-static size_t take_cell(run_ctx *c, size_t *end) {
-    size_t i = atomic_load(&c->next);
-    for (;;) {
-        if (i >= c->n) return i;
-        size_t e = i + (c->jobs[i].cell > 1 ? c->jobs[i].cell : 1);
-        if (atomic_compare_exchange_weak(&c->next, &i, e)) {
-            *end = e;
-            return i;
-        }
-    }
-}
-
 /* One worker's loop; the loading thread (main) also reports progress and checks cancel. */
 static void work(run_ctx *c, bool main) {
     worker_own w = {0};
@@ -607,9 +520,9 @@ static void work(run_ctx *c, bool main) {
         w.scratch = p;
     }
     while (!atomic_load(&c->failed)) {
-        size_t end, i = take_cell(c, &end);
+        size_t i = atomic_fetch_add(&c->next, 1);
         if (i >= c->n) break;
-        if (!do_cell(c, &w, i, end)) break;
+        if (!do_job(c, &w, &c->jobs[i])) break;
         if (main && wm__progress(c->m, atomic_load(&c->done), c->total)) {
             wm_error err;
             wm__err(&err, WM_ECANCELED, 0, "%s: load canceled by the progress callback",
@@ -617,7 +530,6 @@ static void work(run_ctx *c, bool main) {
             fail_run(c, &err);
         }
     }
-    leave(c);
     wm__scratch_free(w.scratch, c->scratch_each);
     wm__stage_free(&w.stage);
     wm__scratch_free(w.window, w.window_len);
@@ -722,7 +634,6 @@ static wm_status run_jobs(wm_model *m, const wm__job *jobs, size_t n, unsigned f
     unsigned threads = wm__load_threads(m);
     if (threads > n) threads = (unsigned)n;
     m->stats.threads = threads;
-    c.live = threads; /* one that cannot start leaves at once: the run fails, main ends it */
     if (biggest_convert) {
         size_t page = wm__os_page_size();
         if (biggest_convert > WM_CONVERT_STEP) biggest_convert = WM_CONVERT_STEP;
@@ -895,54 +806,37 @@ static uint64_t piece_end(const wm_read_item *it, const wm__tensor *t, uint64_t 
     return at < t->nbytes ? at : t->nbytes;
 }
 
-/* The read's order: the file's (shard, offset), so that the pieces of neighbouring tensors lie
- * side by side in the job table and a cell's are read together (wm__read_cell), but for `lead`
- * (or none: SIZE_MAX), which goes first: the item last in the file where it is a whole item. */
-typedef struct order_of {
-    const wm_file *f;
-    const wm_read_item *items;
-    size_t lead;
-} order_of;
-
-static bool before(const order_of *o, size_t a, size_t b) {
-    if (a == o->lead || b == o->lead) return a == o->lead && b != o->lead;
-    const wm__tensor *ta = &o->f->tensors[o->items[a].tensor],
-                     *tb = &o->f->tensors[o->items[b].tensor];
-    if (ta->shard != tb->shard) return ta->shard < tb->shard;
-    if (ta->offset != tb->offset) return ta->offset < tb->offset;
-    return a < b;
+/* Whether item a goes before item b: whole items first, the bigger first, then by index. */
+static bool before(const wm_file *f, const wm_read_item *items, size_t a, size_t b) {
+    bool wa = is_whole(&items[a]), wb = is_whole(&items[b]);
+    if (wa != wb) return wa;
+    uint64_t na = wa ? f->tensors[items[a].tensor].nbytes : 0;
+    uint64_t nb = wb ? f->tensors[items[b].tensor].nbytes : 0;
+    return na != nb ? na > nb : a < b;
 }
 
 /* order[0 .. n): the items' indices sorted by `before` (a heap sort: in place, no allocation). */
-static void sift(const order_of *o, size_t *order, size_t root, size_t n) {
+static void sift(const wm_file *f, const wm_read_item *items, size_t *order, size_t root,
+                 size_t n) {
     for (size_t child; (child = 2 * root + 1) < n; root = child) {
-        if (child + 1 < n && before(o, order[child], order[child + 1])) child++;
-        if (!before(o, order[root], order[child])) return;
+        if (child + 1 < n && before(f, items, order[child], order[child + 1])) child++;
+        if (!before(f, items, order[root], order[child])) return;
         size_t t = order[root];
         order[root] = order[child];
         order[child] = t;
     }
 }
 
-/* A whole item's sink (a repack, say) runs once its last piece is in, on one thread: the item
- * last in the file read last would leave the disk with one reader, or none, at the end (on the
- * H200 host, llama.cpp's 133 MiB output matrix), so it is read first. */
 static void sort_items(const wm_file *f, const wm_read_item *items, size_t n, size_t *order) {
-    order_of o = {f, items, SIZE_MAX};
-    size_t last = SIZE_MAX;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++)
         order[i] = i;
-        if (!f->tensors[items[i].tensor].nbytes) continue;
-        if (last == SIZE_MAX || before(&o, last, i)) last = i;
-    }
-    if (last != SIZE_MAX && is_whole(&items[last])) o.lead = last;
     for (size_t i = n / 2; i-- > 0;)
-        sift(&o, order, i, n);
+        sift(f, items, order, i, n);
     for (size_t end = n; end > 1; end--) {
         size_t t = order[0];
         order[0] = order[end - 1];
         order[end - 1] = t;
-        sift(&o, order, 0, end - 1);
+        sift(f, items, order, 0, end - 1);
     }
 }
 
@@ -958,41 +852,8 @@ typedef struct layout {
     size_t jobs, wholes; /* counted */
 } layout;
 
-/* The cell being laid: its first job (SIZE_MAX: none that a job may join), the grid it lies on
- * and its line there, its whole items. */
-typedef struct cell_at {
-    size_t first;
-    uint64_t grid, line;
-    unsigned wholes;
-} cell_at;
-
-/* Job x (just laid, `grid` its piece grid) joins the cell before it where it can be read in the
- * same call (wm__read_cell): it reads into a window or a place that agrees with the file on the
- * direct-I/O grid, as the cell's jobs do, lies in the same grid cell of the same shard, starts
- * where the job before it ends or in that job's last block, and the cell has room; else it
- * starts a cell (or is alone: a job for the sink's thread window, a place that does not agree). */
-static void lay_cell(cell_at *cl, wm__job *jobs, size_t x, uint64_t grid) {
-    wm__job *j = &jobs[x];
-    const uint64_t al = WM_OS_DIRECT_ALIGN;
-    bool part = j->whole || (j->dst && (uintptr_t)j->dst % al == j->file_off % al);
-    const wm__job *prev = x ? &jobs[x - 1] : NULL;
-    uint64_t prev_end = prev ? prev->file_off + prev->len : 0;
-    bool join = part && cl->first != SIZE_MAX && x - cl->first < WM__CELL_PARTS &&
-                prev->shard == j->shard && j->file_off >= prev_end &&
-                j->file_off / al <= (prev_end + al - 1) / al && grid == cl->grid &&
-                j->file_off / grid == cl->line && (!j->whole || cl->wholes < CELL_WHOLES);
-    j->cell = 1;
-    if (join) {
-        jobs[cl->first].cell++;
-        cl->wholes += j->whole != NULL;
-        return;
-    }
-    *cl = (cell_at){part ? x : SIZE_MAX, grid, j->file_off / grid, j->whole != NULL};
-}
-
 static void lay_jobs(layout *lo, wm__job *jobs, wm__whole *wholes) {
     uint64_t at = 0; /* bytes before the item, in order */
-    cell_at cl = {.first = SIZE_MAX};
     lo->jobs = lo->wholes = 0;
     for (size_t o = 0; o < lo->n; o++) {
         const wm_read_item *it = &lo->items[lo->order[o]];
@@ -1008,9 +869,8 @@ static void lay_jobs(layout *lo, wm__job *jobs, wm__whole *wholes) {
             lo->wholes++;
         }
         for (uint64_t off = 0, end; off < t->nbytes; off = end) {
-            bool tail = at + off >= lo->tail_from;
-            end = piece_end(it, t, off, tail, lo->window_each, lo->row_group);
-            if (jobs) {
+            end = piece_end(it, t, off, at + off >= lo->tail_from, lo->window_each, lo->row_group);
+            if (jobs)
                 jobs[lo->jobs] = (wm__job){.shard = t->shard,
                                            .file_off = t->offset + off,
                                            .len = (size_t)(end - off),
@@ -1022,8 +882,6 @@ static void lay_jobs(layout *lo, wm__job *jobs, wm__whole *wholes) {
                                            .item = it,
                                            .item_off = off,
                                            .whole = h};
-                lay_cell(&cl, jobs, lo->jobs, tail ? TAIL_PIECE : WM_JOB_BYTES);
-            }
             lo->jobs++;
         }
         at += t->nbytes;

@@ -93,8 +93,6 @@ typedef struct wm__job {
     const wm_read_item *item; /* wm__read_items: the caller's item, and where the job's bytes */
     uint64_t item_off;        /* start in its tensor */
     struct wm__whole *whole;  /* a piece of a WM_READ_WHOLE item (host.c), or NULL */
-    uint32_t cell; /* wm__read_items: the jobs from this one on that are one cell read (reader.h,
-                      wm__read_cell), taken together; 0 or 1: this job alone */
 } wm__job;
 
 /* Source bytes a converting job reads and converts at a time, through page-allocated scratch of

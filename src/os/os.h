@@ -104,9 +104,8 @@ int wm__os_stat_path(const char *path, wm_os_stat *out);
 int wm__os_pread(int fd, void *buf, size_t len, uint64_t off, size_t *got);
 /* The same into n buffers in turn (n at most WM_OS_IOV_MAX), as one call where it can be: one
  * direct read into a destination and the staging of its partial blocks goes to the disk as one
- * request, not three, and a cell of several tensors (reader.h, wm__read_cell) as the requests of
- * one read. preadv (unix.c; Darwin the same; both take 1024 buffers a call). */
-#define WM_OS_IOV_MAX 40
+ * request, not three. preadv (unix.c; Darwin the same). */
+#define WM_OS_IOV_MAX 4
 typedef struct wm_os_iov {
     void *p;
     size_t len;
