@@ -44,7 +44,7 @@ os.makedirs(PIP_BUILD, exist_ok=True)
 
 setup(
     name="weightmap",
-    version="1.6.0",
+    version="1.6.1",
     description="Weight files (safetensors, GGUF) for PyTorch and NumPy: explicit load modes, "
                 "zero-copy DLPack views, every byte given back",
     license="see the project's repository",
