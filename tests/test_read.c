@@ -457,17 +457,19 @@ WM_TEST(sink_whole_windows_are_reused) {
 
 /* A whole item's window in huge pages: it starts on a 2 MiB boundary and is whole huge pages
  * (src/os/linux.c, wm__os_pages_alloc; host.c, window_len), so that where the kernel gives huge
- * pages (transparent_hugepage not "never") every page of it is one, and a direct read into it
- * is a few long segments, not up to 254 of 4 KiB a request. Each sink call of a whole item of
- * 2 MiB or more reads the mapping that holds its bytes from /proc/self/smaps. (Without the
- * alignment, the 40M model's 16 MiB token_embd window came 2 MiB short of huge pages.) */
+ * pages (transparent_hugepage not "never") it can back every page of it with one, and a direct
+ * read into it is a few long segments, not up to 254 of 4 KiB a request. Each sink call of a
+ * whole item of 2 MiB or more finds the mapping that holds its bytes in /proc/self/smaps: its
+ * start and size on the 2 MiB grid (with the alignment removed: 2 of 2 windows unaligned,
+ * 2056-4624 kB of them in 4 KiB pages in two runs). Whether the kernel found free huge pages for
+ * it is its own affair (memory can be too fragmented): printed, not asserted. */
 typedef struct huge_rec {
     size_t calls, unaligned, short_of_huge;
     uint64_t worst; /* the most kB of a window not in huge pages */
 } huge_rec;
 
-/* The mapping of /proc/self/smaps that holds p: its size and anonymous huge pages, in kB. */
-static bool smaps_of(const void *p, uint64_t *size_kb, uint64_t *huge_kb) {
+/* The mapping of /proc/self/smaps that holds p: its start, size and anonymous huge pages (kB). */
+static bool smaps_of(const void *p, uintptr_t *start, uint64_t *size_kb, uint64_t *huge_kb) {
     FILE *fp = fopen("/proc/self/smaps", "r");
     if (!fp) return false;
     char line[512];
@@ -479,6 +481,7 @@ static bool smaps_of(const void *p, uint64_t *size_kb, uint64_t *huge_kb) {
             if (found) break;
             in = (uintptr_t)p >= a && (uintptr_t)p < b;
             found = in;
+            if (in) *start = (uintptr_t)a;
         } else if (in && sscanf(line, "Size: %llu kB", &v) == 1) {
             *size_kb = v;
         } else if (in && sscanf(line, "AnonHugePages: %llu kB", &v) == 1) {
@@ -496,10 +499,12 @@ static int huge_sink(void *user, const wm_read_item *item, uint64_t offset, cons
     (void)offset;
     if (len < ((size_t)2 << 20)) return 0;
     r->calls++;
+    uintptr_t start = 0;
     uint64_t size, huge;
-    CHECK(smaps_of(bytes, &size, &huge));
+    CHECK(smaps_of(bytes, &start, &size, &huge));
     uintptr_t base = (uintptr_t)bytes / 4096 * 4096; /* the window: the tensor at its skew */
-    r->unaligned += base % ((uintptr_t)2 << 20) != 0;
+    r->unaligned +=
+        base % ((uintptr_t)2 << 20) != 0 || start % ((uintptr_t)2 << 20) != 0 || size % 2048 != 0;
     if (huge < size) {
         r->short_of_huge++;
         if (size - huge > r->worst) r->worst = size - huge;
@@ -508,14 +513,6 @@ static int huge_sink(void *user, const wm_read_item *item, uint64_t offset, cons
 }
 
 WM_TEST(sink_whole_windows_in_huge_pages) {
-    FILE *thp = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
-    char mode[128] = "";
-    if (thp) {
-        if (!fgets(mode, sizeof mode, thp)) mode[0] = 0;
-        fclose(thp);
-    }
-    if (!strstr(mode, "[always]") && !strstr(mode, "[madvise]"))
-        WM_SKIP("transparent huge pages are off here");
     const char *path = wmt_make_model("m40.gguf", "--size 40M");
     wm_file *f = OPEN_OK(path);
     host_set h;
@@ -531,11 +528,10 @@ WM_TEST(sink_whole_windows_in_huge_pages) {
     CHECK_MSG(wm_file_read_tensors(f, h.items, h.n, &o, &err) == WM_OK, "%s", err.msg);
     fprintf(stderr,
             "%zu whole items of 2 MiB or more: %zu unaligned, %zu short of huge pages (at "
-            "most %llu kB)\n",
+            "most %llu kB in 4 KiB pages)\n",
             r.calls, r.unaligned, r.short_of_huge, (unsigned long long)r.worst);
     CHECK(r.calls > 0);
     CHECK_EQ(r.unaligned, 0);
-    CHECK_EQ(r.short_of_huge, 0);
     sink_done(&h);
     host_free(&h);
     wm_file_close(f);
