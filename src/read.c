@@ -221,8 +221,7 @@ uint64_t wm_file_prefetch(wm_file *f, uint64_t bytes) {
         first += (uint32_t)((p->r[i].lead + r[i].len + chunk - 1) / chunk);
         p->mem_len += (size_t)r[i].len; /* whole pages already */
     }
-    const size_t huge = (size_t)2 << 20; /* whole huge pages (wm__os_pages_alloc: aligned) */
-    if (p->mem_len >= huge) p->mem_len = (p->mem_len + huge - 1) / huge * huge;
+    p->mem_len = wm__os_huge_len(p->mem_len);
     for (uint32_t k = 0; k < PRE_CHUNKS; k++)
         atomic_init(&p->state[k], CH_FREE);
     atomic_init(&p->next, 0);

@@ -14,7 +14,6 @@
 
 #define LOCK_STEP ((size_t)16 << 20)
 #define POPULATE_BELOW ((size_t)2 << 20) /* chunks smaller than one huge page */
-#define HUGE_WINDOW ((size_t)2 << 20)    /* a sink window of a huge page or more */
 
 /* ---- threads ---- */
 
@@ -296,12 +295,11 @@ static bool convert_job(run_ctx *c, worker_own *w, const wm__job *j) {
 
 static size_t skew(uint64_t file_off) { return (size_t)(file_off % WM_OS_DIRECT_ALIGN); }
 
-/* Whole huge pages from HUGE_WINDOW on (the allocation starts on one: wm__os_pages_alloc), so
- * that no byte of a window is read into 4 KiB pages, which a direct read turns into many
- * segments (more, smaller requests to the disk). */
+/* Whole huge pages from one on (wm__os_huge_len), so that no byte of a window is read into
+ * 4 KiB pages, which a direct read turns into many segments (more, smaller requests). */
 static size_t window_len(size_t need) {
-    size_t page = wm__os_page_size(), len = (need + WIN_SLACK + page - 1) / page * page;
-    return len >= HUGE_WINDOW ? (len + HUGE_WINDOW - 1) / HUGE_WINDOW * HUGE_WINDOW : len;
+    size_t page = wm__os_page_size();
+    return wm__os_huge_len((need + WIN_SLACK + page - 1) / page * page);
 }
 
 static unsigned char *window_alloc(run_ctx *c, const wm__job *j, size_t len) {
@@ -316,7 +314,7 @@ static unsigned char *window_alloc(run_ctx *c, const wm__job *j, size_t len) {
         return NULL;
     }
     /* a hint: on failure the reads fault 4 KiB pages */
-    if (len >= HUGE_WINDOW) (void)wm__os_advise(p, len, WM_OS_ADV_HUGEPAGE);
+    if (len >= WM_OS_HUGE_PAGE) (void)wm__os_advise(p, len, WM_OS_ADV_HUGEPAGE);
     return p;
 }
 

@@ -116,19 +116,18 @@ int wm__os_file_readahead(int fd, bool on) {
  * megabytes were 4 KiB pages, and a direct read into 4 KiB pages is up to 254 segments of 4 KiB
  * a request where huge pages make it a few of 2 MiB (on the H200 host's virtual disk the file
  * read into 4 KiB pages took 20% longer: bench/RESULTS.md, llama "1.6"). */
-#define HUGE_PAGE ((size_t)2 << 20)
-
 int wm__os_pages_alloc(size_t len, void **out) {
     int e = wm__fault_hit(WM_OS_PAGES);
     if (e) return e;
     if (len == 0) return EINVAL;
-    size_t span = len >= HUGE_PAGE && len <= SIZE_MAX - HUGE_PAGE ? len + HUGE_PAGE : len;
+    size_t span =
+        len >= WM_OS_HUGE_PAGE && len <= SIZE_MAX - WM_OS_HUGE_PAGE ? len + WM_OS_HUGE_PAGE : len;
     unsigned char *p = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return errno;
     if (span != len) {
         size_t page = wm__os_page_size();
-        unsigned char *a =
-            (unsigned char *)(((uintptr_t)p + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE);
+        unsigned char *a = (unsigned char *)(((uintptr_t)p + WM_OS_HUGE_PAGE - 1) /
+                                             WM_OS_HUGE_PAGE * WM_OS_HUGE_PAGE);
         unsigned char *end = a + (len + page - 1) / page * page; /* what munmap(a, len) frees */
         if (a > p) munmap(p, (size_t)(a - p));
         if (p + span > end) munmap(end, (size_t)(p + span - end));

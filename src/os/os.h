@@ -145,9 +145,18 @@ int wm__os_map(int fd, uint64_t off, size_t len, wm_os_map_kind kind, void **out
 void wm__os_unmap(void *addr, size_t len);
 
 /* Anonymous, page-aligned, zeroed memory straight from the OS, never malloc (linux.c: mmap
- * MAP_ANONYMOUS; darwin.c: vm_allocate and vm_deallocate, tagged for vmmap). */
+ * MAP_ANONYMOUS, an allocation of WM_OS_HUGE_PAGE or more starting on a multiple of it;
+ * darwin.c: vm_allocate and vm_deallocate, tagged for vmmap). */
 int wm__os_pages_alloc(size_t len, void **out);
 void wm__os_pages_free(void *addr, size_t len);
+/* The huge page Linux backs a madvised range with where the range covers it whole. */
+#define WM_OS_HUGE_PAGE ((size_t)2 << 20)
+/* What to ask wm__os_pages_alloc for to have len bytes in whole huge pages (from one on): such
+ * an allocation starts on a huge page, so no byte of it is left in 4 KiB pages. */
+static inline size_t wm__os_huge_len(size_t len) {
+    return len >= WM_OS_HUGE_PAGE ? (len + WM_OS_HUGE_PAGE - 1) / WM_OS_HUGE_PAGE * WM_OS_HUGE_PAGE
+                                  : len;
+}
 
 /* ---- locking (linux.c: the raw system calls; Darwin: mlock, munlock, getrlimit) ---- */
 int wm__os_lock(void *addr, size_t len);
