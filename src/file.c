@@ -9,6 +9,7 @@
  * converted on read, strings and arrays referenced in the header buffer).
  */
 #include "internal.h"
+#include "read/engine.h"
 
 #include <errno.h>
 #include <math.h>

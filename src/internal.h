@@ -160,13 +160,17 @@ struct wm_file {
      * last to let go frees the file, so closing before releasing is safe. */
     _Atomic unsigned refs;
 
-    /* wm_file_prefetch's read ahead (read.c): live from the call until the next
+    /* wm_file_prefetch's read ahead (src/read/prefetch.c): live from the call until the next
      * wm_file_read_tensors ends or the file is closed (wm__file_prefetch_drop), else NULL. Every
-     * wm__read of the file takes what it holds from it (wm__pre_part). */
+     * wm__read of the file takes what it holds from it first, through ahead_take: the read ahead
+     * sets it before it publishes `pre`, so that the reader (below the read ahead, which reads
+     * through it) names nothing of it. ahead_take returns the length n (0 < n <= len) of the
+     * first part of [off, off + len) of shard `shard` and whether its bytes were copied into
+     * dst (true) or are the caller's to read (false: outside every chunk, or a chunk not read);
+     * a chunk being read is awaited. */
     struct wm__pre *_Atomic pre;
-    /* wm__read calls that may be using `pre` (counted before they load it): its drop takes it
-     * off the file, then waits for them to end before freeing it, so that a read running beside
-     * the one that drops it (or any other reader of the file) never copies from freed memory */
+    size_t (*ahead_take)(struct wm__pre *p, uint32_t shard, uint64_t off, size_t len,
+                         unsigned char *dst, bool *copied);
     _Atomic unsigned pre_users;
 };
 
@@ -214,20 +218,6 @@ void wm__file_free(wm_file *f);
  * holder. Accepts NULL. */
 wm_file *wm__file_ref(wm_file *f);
 void wm__file_unref(wm_file *f);
-/* wm_file_prefetch's read ahead (read.c). stop: its threads take no more chunks (the read that
- * wants the bytes has begun). drop: its threads joined, its memory freed (and whatever it read
- * through the page cache dropped from it); once, whatever came before. wait: its threads joined
- * (every chunk read or refused), its bytes still held: for tests. */
-void wm__file_prefetch_stop(wm_file *f);
-void wm__file_prefetch_drop(wm_file *f);
-void wm__file_prefetch_wait(wm_file *f);
-/* The first part of [off, off + len) of shard `shard` as the read ahead sees it: returns its
- * length n (0 < n <= len) and whether its bytes were copied into dst from the read ahead (true)
- * or are the caller's to read (false: outside every chunk, or a chunk not read). A chunk being
- * read is awaited. Any thread. */
-size_t wm__pre_part(const wm_file *f, uint32_t shard, uint64_t off, size_t len, unsigned char *dst,
-                    bool *copied);
-
 /* ---- helpers ---- */
 
 uint64_t wm__hash(const void *p, size_t n); /* FNV-1a */

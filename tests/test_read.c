@@ -9,9 +9,9 @@
 #include "gguf_builder.h"
 #include "wmtest.h"
 
-#include "internal.h" /* wm__file_prefetch_wait */
+#include "internal.h"
 #include "os/fault.h"
-#include "reader.h" /* WM__STAGE_BYTES */
+#include "read/engine.h" /* WM__STAGE_BYTES, wm__file_prefetch_wait */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -1029,7 +1029,7 @@ WM_TEST(file_cut_after_open_is_eformat) {
 }
 
 /* ---- cold bytes go direct, for free ----
- * The reads go through the reading engine's policy (src/reader.h): with the default
+ * The reads go through the reading engine's policy (src/read/reader.h): with the default
  * (WM_DIRECT_AUTO) a cold file is read with O_DIRECT and not one page of its tensor data comes
  * into the page cache, the 1 KiB norms between its weights included (read buffered, each
  * started the kernel's readahead: src/reader.c, DIRECT_MIN); WM_DIRECT_OFF reads the cold file
@@ -1223,7 +1223,7 @@ WM_TEST(cold_file_sink_direct_by_default) {
 
 /* ---- wm_file_prefetch ----
  * A cold file: the call starts reading the start of the tensor data into memory of the file's
- * own (scratch in the ledger) and returns at once; wm__file_prefetch_wait (internal.h) joins its
+ * own (scratch in the ledger) and returns at once; wm__file_prefetch_wait (src/read/engine.h) joins its
  * threads, so that a test sees every chunk in. The read then copies those bytes, which it shows
  * by succeeding with every pread of the file failing; the bytes never pass through the page
  * cache (O_DIRECT), and after the read (or a close without one) the ledger is back at 0. */

@@ -19,7 +19,7 @@
 #define WM_BACKEND_H
 
 #include "../internal.h"
-#include "../reader.h"
+#include "../read/reader.h"
 
 #include <stdatomic.h>
 

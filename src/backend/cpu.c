@@ -5,6 +5,7 @@
  * Sections: options; mapped modes; heap mode; load, release and pointers.
  */
 #include "host.h"
+#include "jobs.h"
 
 #include <errno.h>
 
@@ -84,10 +85,12 @@ static wm_status load_heap(wm_model *m, cpu_state *cs, wm_error *err) {
             wm__os_advise(r->base, r->len, WM_OS_ADV_HUGEPAGE); /* a hint: failure is harmless */
         }
         cs->n_regions++;
-        st = wm__chunk_jobs(m, c, r->base, &jobs, &n, &cap, err);
+        st = wm__chunk_jobs(m, c, r->base, WM__JOBS_FRESH_PAGES, &jobs, &n, &cap, err);
         if (st) goto done;
     }
-    st = wm__run_jobs(m, jobs, n, WM__JOBS_FRESH_PAGES, err);
+    wm__read_run run = wm__model_run(m);
+    st = wm__run_jobs(&run, jobs, n, NULL, err);
+    m->stats.threads = run.threads_used;
     if (st) goto done;
     for (uint32_t c = 0; c < m->n_chunks && !st; c++)
         st = wm__region_lock(m, &cs->regions[c], err);

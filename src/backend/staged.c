@@ -437,7 +437,7 @@ wm_status wm__pipe_run(wm__pipe *p, wm_os_thread *th, unsigned n_readers, wm_err
             p->free_q[p->n_free++] = k;
     }
     wm__crew crew = {.fn = read_loop, .arg = p, .th = th};
-    if (!pipe_failed(p) && n_readers && wm__crew_start(p->m, &crew, n_readers, &e))
+    if (!pipe_failed(p) && n_readers && wm__crew_start(p->m->file->path, &crew, n_readers, &e))
         fail_pipe(p, &e);
     if (!pipe_failed(p) && !p->registered && !p->ring_registered && pin_ring(p, &e))
         fail_pipe(p, &e);

@@ -7,6 +7,7 @@
 #define WM_STAGED_PIPE_H
 
 #include "host.h"
+#include "jobs.h"
 #include "staged.h"
 
 #include <stdatomic.h>

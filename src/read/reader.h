@@ -1,10 +1,9 @@
 /*
- * reader.h: the reading engine. Every byte weightmap reads from a weight file into memory goes
- * through wm__read (reader.c), whoever reads: the heap reader's workers (backend/host.c), the
- * staged pipeline's readers (backend/staged.c) and wm_file_read_tensors (read.c, over host.c's
- * wm__read_items: reads into a caller's own memory). It
- * needs no model: a reader context (wm__reader) over an open wm_file is all it uses, so a bridge
- * that reads tensors into a consumer's buffers calls it as the loads do.
+ * reader.h: the reader, the lowest part of the reading engine (engine.h). Every byte weightmap
+ * reads from a weight file into memory goes through wm__read (reader.c), whoever reads: the job
+ * runner's threads (run.c: a CPU heap load, wm_file_read_tensors), the staged pipeline's readers
+ * (src/backend/staged.c) and the read ahead (prefetch.c). It needs no model: a reader context
+ * (wm__reader) over an open wm_file is all it uses.
  *
  * How a range is read is decided here, per range, by the I/O policy (wm_direct_io):
  *   WM_DIRECT_AUTO  what is in the page cache is read buffered (a copy from memory), what is
@@ -33,7 +32,7 @@
 #ifndef WM_READER_H
 #define WM_READER_H
 
-#include "internal.h"
+#include "../internal.h"
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -52,7 +51,7 @@ typedef struct wm__reader {
     _Atomic uint64_t direct_bytes; /* requested bytes read with O_DIRECT */
     _Atomic uint64_t buffered_bytes;   /* requested bytes read through the page cache */
     _Atomic uint64_t prefetched_bytes; /* requested bytes copied from the file's read ahead */
-    bool no_prefetch; /* the read ahead's own reader: it reads, it does not take (read.c) */
+    bool no_prefetch; /* the read ahead's own reader: it reads, it does not take (prefetch.c) */
 } wm__reader;
 
 /* A reader of `f` with policy `io`. WM_ENOMEM (nothing held) or WM_OK; wm__reader_free is its
@@ -97,7 +96,7 @@ typedef struct wm__read_req {
 } wm__read_req;
 
 /* Reads the request by the reader's policy (what the file's read ahead holds, wm_file_prefetch,
- * copied from it first): every byte of [off, off + len) must come, or the
+ * copied from it first, through wm_file.ahead_take): every byte of [off, off + len) must come, or the
  * read fails with WM_EFORMAT naming the tensor (the file is shorter than its header says); a
  * read error is WM_EIO (or as the errno says) naming the file, the offset and, for a direct
  * read, " (direct)"; WM_ENOMEM when the thread's staging cannot be made. `stage` may be NULL

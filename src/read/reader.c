@@ -365,14 +365,16 @@ static wm_status read_range(wm__reader *rd, const wm__read_req *q, wm__stage *st
 }
 
 wm_status wm__read(wm__reader *rd, const wm__read_req *q, wm__stage *stage, wm_error *err) {
-    if (rd->no_prefetch || !atomic_load_explicit(&rd->file->pre, memory_order_acquire))
+    wm_file *f = (wm_file *)(uintptr_t)rd->file;
+    if (rd->no_prefetch || !atomic_load_explicit(&f->pre, memory_order_acquire))
         return read_range(rd, q, stage, err);
-    _Atomic unsigned *users = &((wm_file *)(uintptr_t)rd->file)->pre_users;
-    atomic_fetch_add(users, 1); /* before wm__pre_part loads `pre` (wm__file_prefetch_drop) */
+    atomic_fetch_add(&f->pre_users, 1); /* before `pre` is loaded (wm__file_prefetch_drop) */
+    struct wm__pre *pre = atomic_load_explicit(&f->pre, memory_order_acquire);
     wm_status st = WM_OK;
     for (size_t at = 0; !st && at < q->len;) {
-        bool copied;
-        size_t n = wm__pre_part(rd->file, q->shard, q->off + at, q->len - at, q->dst + at, &copied);
+        bool copied = false;
+        size_t n = q->len - at;
+        if (pre) n = f->ahead_take(pre, q->shard, q->off + at, n, q->dst + at, &copied);
         if (copied) {
             atomic_fetch_add(&rd->prefetched_bytes, n);
         } else {
@@ -384,6 +386,6 @@ wm_status wm__read(wm__reader *rd, const wm__read_req *q, wm__stage *stage, wm_e
         }
         at += n;
     }
-    atomic_fetch_sub(users, 1);
+    atomic_fetch_sub(&f->pre_users, 1);
     return st;
 }
