@@ -2,7 +2,10 @@
 # check-layering.sh: the directions docs/ARCHITECTURE.md states, checked on the sources (a step
 # of `make test`, docs/TESTING.md; it reads the files only, in well under a second):
 #   1. src/format/ never calls up into src/file.c (the public getters): no function file.c
-#      defines is named in src/format/;
+#      defines is named in src/format/; and src/format/ parses bytes, it does no I/O: no call of
+#      src/os/ but wm__os_page_size (opening and reading files is src/open/'s);
+#   1b. the reading engine (src/read/) calls nothing above it: none of src/backend/'s headers,
+#      no wm_model, no function of src/read.c, src/file.c or src/model.c;
 #   2. only src/os/ includes operating-system headers: elsewhere in src/ an #include <...> names
 #      a C11 standard header, or a toolkit's (CUDA, NCCL) or the compiler's (cpuid.h,
 #      immintrin.h, arm_neon.h);
@@ -30,6 +33,18 @@ files() { git ls-files -co --exclude-standard -- "$@"; }
 for fn in $(grep -oE '^[a-z_][a-z0-9_ *]* \**(wm_[a-z0-9_]+)\(' src/file.c | sed -E 's/.*[ *](wm_[a-z0-9_]+)\($/\1/' | sort -u); do
   hits=$(grep -nE "(^|[^A-Za-z0-9_])$fn[[:space:]]*\(" $(files 'src/format/*.c' 'src/format/*.h') || true)
   [ -z "$hits" ] || breach "src/format/ calls $fn, which src/file.c defines: $hits"
+done
+
+bad=$(grep -nE 'wm__os_[a-z_]+[[:space:]]*\(' $(files 'src/format/*.c' 'src/format/*.h') |
+  grep -vE 'wm__os_page_size[[:space:]]*\(' || true)
+[ -z "$bad" ] || breach "src/format/ does I/O (src/open/ opens and reads files): $bad"
+
+# 1b. the reading engine: nothing above it
+bad=$(grep -nE '#[[:space:]]*include[[:space:]]*"(\.\./)*backend/|wm_model\b' $(files 'src/read/*.c' 'src/read/*.h') || true)
+[ -z "$bad" ] || breach "the reading engine (src/read/) names a model or a backend: $bad"
+for fn in $(grep -ohE '^[a-z_][a-z0-9_ *]* \**(wm_[a-z0-9_]+)\(' src/read.c src/file.c src/model.c | sed -E 's/.*[ *](wm_[a-z0-9_]+)\($/\1/' | sort -u); do
+  hits=$(grep -nE "(^|[^A-Za-z0-9_])$fn[[:space:]]*\(" $(files 'src/read/*.c' 'src/read/*.h') || true)
+  [ -z "$hits" ] || breach "the reading engine (src/read/) calls up into $fn: $hits"
 done
 
 # 2. OS headers outside src/os/

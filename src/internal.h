@@ -174,10 +174,15 @@ struct wm_file {
     _Atomic unsigned pre_users;
 };
 
-/* Parsers (src/format/). Each fills a zeroed wm_file whose shards[0] is open; on failure the
- * caller runs wm__file_free on the half-built file. */
-wm_status wm__gguf_parse(wm_file *f, wm_error *err);
-wm_status wm__safetensors_parse(wm_file *f, wm_error *err);
+/* Parsers (src/format/): bytes in, a wm_file's tables out; no I/O. Each fills a zeroed wm_file
+ * whose header bytes src/open/ read; on failure the caller runs wm__file_free on the half-built
+ * file. GGUF: format/gguf.h (passes over a growing prefix). safetensors: the 8 bytes of the
+ * header's length checked against the limit and the file (*hlen), then the header's JSON text of
+ * hlen bytes (it starts at file offset 8) into the tensor table and metadata. */
+wm_status wm__safetensors_header_len(const wm_file *f, const unsigned char lb[8], uint64_t *hlen,
+                                     wm_error *err);
+wm_status wm__safetensors_header(wm_file *f, const unsigned char *text, uint64_t hlen,
+                                 wm_error *err);
 /* What a file that is neither GGUF nor safetensors is, from its first n bytes (sniff.c): true with
  * "it is KIND; WHAT TO DO" in out (a PyTorch checkpoint, a pickle, a Git LFS pointer, JSON, HTML,
  * ONNX, ...), false when the bytes say nothing known. Pure; allocates nothing. */
@@ -199,11 +204,12 @@ wm_status wm__safetensors_index_parse(const char *path, const unsigned char *tex
                                       wm__st_index *out, wm_error *err);
 void wm__st_index_free(wm__st_index *ix);
 
-/* The open path, downwards (file.c says why): wm_file_open, wm_file_open_set ->
- * wm__shards_open (shards.c: an index's set; with whole_set, the whole set of any shard or split
- * part too; any other file alone), wm_file_open_paths -> wm__shards_open_list (shards.c: a list
- * as one set) -> wm__file_open_one (open.c: one file, parsed and indexed) -> the parsers above ->
- * wm__file_index (index.c). */
+/* The open path, downwards (file.c says why), in src/open/, the layer that does a file's open's
+ * I/O: wm_file_open, wm_file_open_set -> wm__shards_open (shards.c: an index's set, its index
+ * read there; with whole_set, the whole set of any shard or split part too; any other file
+ * alone), wm_file_open_paths -> wm__shards_open_list (shards.c: a list as one set) ->
+ * wm__file_open_one (open.c: one file, its header read or mapped by header.c, parsed by the
+ * parsers above and indexed by wm__file_index, src/format/index.c). */
 wm_status wm__shards_open(const char *path, bool whole_set, wm_file **out, wm_error *err);
 wm_status wm__shards_open_list(const char *const *paths, size_t n, wm_file **out, wm_error *err);
 wm_status wm__file_open_one(const char *path, wm_file **out, wm_error *err);
@@ -212,7 +218,7 @@ wm_status wm__file_index(wm_file *f, wm_error *err);
 /* Index lookups of a name or key of n bytes: WM_OK and *index, or WM_ENOENT (index.c). */
 wm_status wm__index_find_tensor(const wm_file *f, const char *name, size_t n, size_t *index);
 wm_status wm__index_find_kv(const wm_file *f, const char *key, size_t n, size_t *index);
-/* Frees everything a (possibly half-built) file holds, and the file (open.c). */
+/* Frees everything a (possibly half-built) file holds, and the file (src/open/open.c). */
 void wm__file_free(wm_file *f);
 /* A model's hold on its file (file.c): ref returns f; unref frees the file with its last
  * holder. Accepts NULL. */

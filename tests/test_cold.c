@@ -1,5 +1,5 @@
 /*
- * test_cold.c: the reading engine (src/reader.c) on the heap path: by default (WM_DIRECT_AUTO)
+ * test_cold.c: the reading engine (src/read/reader.c) on the heap path: by default (WM_DIRECT_AUTO)
  * bytes in the page cache are read buffered and the rest with O_DIRECT, without the caller
  * choosing.
  *

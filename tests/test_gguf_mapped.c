@@ -113,7 +113,7 @@ WM_TEST(big_header_with_data_keeps_only_the_header_pages) {
 
 /* A file cold before its open: parsing the mapped header faults its pages in, and the kernel
  * reads around each fault (megabytes past the header's end, marked to start more readahead when
- * read); the open drops what it brought in past the header (src/format/open.c), so the tensor
+ * read); the open drops what it brought in past the header (src/open/open.c), so the tensor
  * data is still cold when the open returns, and a load reads it direct, leaving none of it in
  * the page cache. */
 WM_TEST(big_header_cold_file_stays_cold_past_it) {

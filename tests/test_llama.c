@@ -518,7 +518,7 @@ WM_TEST(cli_check_llama_fixtures) {
  * not one page of its tensor data comes into the page cache, the norms of 1 KiB included, and
  * the tokens are those of a warm load. First the file is made cold after it is opened (as in
  * test_cold.c), then before wm_llama_load opens it, as a runtime after a reboot finds it: the
- * open reads the header with no readahead past it (src/format/open.c), so that only the page
+ * open reads the header with no readahead past it (src/open/open.c), so that only the page
  * the header shares with the data is cached. Before that, the open's readahead and the
  * buffered reads of what it brought in kept each other going, and a model opened cold came
  * into the page cache whole (bench/RESULTS.md, llama). */

@@ -1032,7 +1032,7 @@ WM_TEST(file_cut_after_open_is_eformat) {
  * The reads go through the reading engine's policy (src/read/reader.h): with the default
  * (WM_DIRECT_AUTO) a cold file is read with O_DIRECT and not one page of its tensor data comes
  * into the page cache, the 1 KiB norms between its weights included (read buffered, each
- * started the kernel's readahead: src/reader.c, DIRECT_MIN); WM_DIRECT_OFF reads the cold file
+ * started the kernel's readahead: src/read/reader.c, DIRECT_MIN); WM_DIRECT_OFF reads the cold file
  * through the page cache, which then holds it. Measured by the test itself (cachestat or
  * mincore), not through the library. */
 WM_TEST(cold_file_read_direct_by_default) {
@@ -1062,7 +1062,7 @@ WM_TEST(cold_file_read_direct_by_default) {
 }
 
 /* A file cold before it is opened: the open reads the header through the page cache, and
- * only the header's pages are left there (no readahead past what was read, src/format/open.c),
+ * only the header's pages are left there (no readahead past what was read, src/open/open.c),
  * so the load finds the tensor data cold and reads it direct, with nothing of it cached after.
  */
 WM_TEST(cold_before_open_read_direct) {
@@ -1223,8 +1223,8 @@ WM_TEST(cold_file_sink_direct_by_default) {
 
 /* ---- wm_file_prefetch ----
  * A cold file: the call starts reading the start of the tensor data into memory of the file's
- * own (scratch in the ledger) and returns at once; wm__file_prefetch_wait (src/read/engine.h) joins its
- * threads, so that a test sees every chunk in. The read then copies those bytes, which it shows
+ * own (scratch in the ledger) and returns at once; wm__file_prefetch_wait (src/read/engine.h) joins
+ * its threads, so that a test sees every chunk in. The read then copies those bytes, which it shows
  * by succeeding with every pread of the file failing; the bytes never pass through the page
  * cache (O_DIRECT), and after the read (or a close without one) the ledger is back at 0. */
 

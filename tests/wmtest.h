@@ -262,7 +262,7 @@ void wmt_check_io_status(void *user, const wmt_fault_run *r);
  * none, and no mapping of `path` left): a failure is WM_ENOMEM for ENOMEM, WM_EIO or WM_ENOMEM
  * for EIO, and under EIO exactly the failed allocations give WM_ENOMEM; the open succeeds
  * exactly when the failed call was advice (every open asks some: whether the file is cold, no
- * readahead for its header, src/format/open.c). Returns the clean open's calls. */
+ * readahead for its header, src/open/open.c). Returns the clean open's calls. */
 uint64_t wmt_open_fault_sweep(const char *path, const char *shown);
 /* The same sweep over another way to open (wm_file_open_set, or a function of the case's own
  * that opens a list and ignores `path`; `path` is then a file no region may map afterwards). */

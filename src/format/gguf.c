@@ -1,8 +1,10 @@
 /*
  * gguf.c: the GGUF reader (versions 1, 2 and 3), hostile-input safe.
  *
- * Sections: reading the header into one buffer (a bounded number of reads: the buffer grows by
- * 8x until the header fits); the metadata (values, arrays of arrays to a bounded depth, strings
+ * It parses bytes: the header's bytes are read or mapped by src/open/header.c, which passes them
+ * here (wm__gguf_pass) until they hold the whole header.
+ *
+ * Sections: the metadata (values, arrays of arrays to a bounded depth, strings
  * referenced in place); the tensor table; validation of the data section (inside the file,
  * aligned, no overlap); the name blob.
  *
@@ -11,7 +13,7 @@
  * field. v1 differs from v2/v3 only in width: counts, string and array lengths and dimensions
  * are 32-bit there.
  */
-#include "reader.h"
+#include "parse.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,19 +22,6 @@
 #define GGUF_MAX_ALIGNMENT (1u << 20)
 #define GGUF_MAX_NAME 64 /* bytes including the NUL, as llama.cpp's GGML_MAX_NAME */
 #define GGUF_MAX_DEPTH 8 /* arrays of arrays */
-/* The first read stays under WM_ALLOC_PAGE_THRESHOLD, so it comes from malloc's warm heap (no
- * mmap, fault or munmap for a small header); the buffer then grows 8x, and from GGUF_HUGE_MIN on
- * it is made of whole 2 MiB huge pages (see header_alloc). */
-#define GGUF_FIRST_READ (WM_ALLOC_PAGE_THRESHOLD - 64)
-#define GGUF_HUGE_MIN ((size_t)128 * 1024)
-#define GGUF_HUGE_PAGE ((size_t)2 * 1024 * 1024)
-/* Where the next buffer would be larger than this, the header is parsed from a mapping instead
- * (see parse_mapped). */
-#define GGUF_MAP_ABOVE GGUF_HUGE_PAGE
-/* The first prefix of a mapped header that is read ahead and parsed (see parse_mapped): 4x the
- * last buffer read, which held less than the header. */
-#define GGUF_MAPPED_FIRST (4 * GGUF_MAP_ABOVE)
-
 static const uint8_t value_size[WM_VALUE_TYPE_COUNT] = {
     [WM_VALUE_U8] = 1,  [WM_VALUE_I8] = 1,  [WM_VALUE_U16] = 2, [WM_VALUE_I16] = 2,
     [WM_VALUE_U32] = 4, [WM_VALUE_I32] = 4, [WM_VALUE_F32] = 4, [WM_VALUE_BOOL] = 1,
@@ -40,16 +29,8 @@ static const uint8_t value_size[WM_VALUE_TYPE_COUNT] = {
     /* STRING and ARRAY have no fixed size */
 };
 
-typedef struct parse_state {
-    wm__reader r;
-    wm_file *f;
-    unsigned lenw; /* 4 for v1, else 8 */
-    uint64_t n_tensors, n_kv;
-    size_t kv_cap, t_cap; /* entries allocated in f->kvs and f->tensors (kept across passes) */
-} parse_state;
-
-static bool fail(parse_state *s, size_t at, const char *fmt, ...) WM_PRINTF(3, 4);
-static bool fail(parse_state *s, size_t at, const char *fmt, ...) {
+static bool fail(wm__gguf_state *s, size_t at, const char *fmt, ...) WM_PRINTF(3, 4);
+static bool fail(wm__gguf_state *s, size_t at, const char *fmt, ...) {
     char what[200];
     va_list ap;
     va_start(ap, fmt);
@@ -61,9 +42,9 @@ static bool fail(parse_state *s, size_t at, const char *fmt, ...) {
 
 /* ---- values ---- */
 
-static bool skip_value(parse_state *s, uint32_t type, unsigned depth, const char *field);
+static bool skip_value(wm__gguf_state *s, uint32_t type, unsigned depth, const char *field);
 
-static bool skip_string(parse_state *s, const char *field) {
+static bool skip_string(wm__gguf_state *s, const char *field) {
     uint64_t n;
     if (!wm__rd_len(&s->r, s->lenw, &n, field)) return false;
     if (!wm__rd_have(&s->r, n, field)) return false;
@@ -72,7 +53,7 @@ static bool skip_string(parse_state *s, const char *field) {
 }
 
 /* Reads an array header and skips its elements; the header fields go to *elem and *count. */
-static bool skip_array(parse_state *s, unsigned depth, uint32_t *elem_out, uint64_t *count_out,
+static bool skip_array(wm__gguf_state *s, unsigned depth, uint32_t *elem_out, uint64_t *count_out,
                        const char *field) {
     size_t at = s->r.pos;
     uint32_t elem;
@@ -115,7 +96,7 @@ static bool skip_array(parse_state *s, unsigned depth, uint32_t *elem_out, uint6
     return true;
 }
 
-static bool skip_value(parse_state *s, uint32_t type, unsigned depth, const char *field) {
+static bool skip_value(wm__gguf_state *s, uint32_t type, unsigned depth, const char *field) {
     switch (type) {
     case WM_VALUE_STRING: return skip_string(s, field);
     case WM_VALUE_ARRAY: return skip_array(s, depth, NULL, NULL, field);
@@ -135,7 +116,7 @@ static bool skip_value(parse_state *s, uint32_t type, unsigned depth, const char
 /* Reads the length-prefixed name of metadata entry i (a key) or of tensor i: not empty, within
  * its limit (a key inside the file, a tensor name below GGUF_MAX_NAME), no NUL byte. *off is its
  * header offset (a blob offset after build_names), *len its length. */
-static bool read_name(parse_state *s, bool tensor, uint64_t i, uint32_t *off, uint32_t *len) {
+static bool read_name(wm__gguf_state *s, bool tensor, uint64_t i, uint32_t *off, uint32_t *len) {
     size_t at = s->r.pos;
     unsigned long long li = i;
     uint64_t n;
@@ -159,7 +140,7 @@ static bool read_name(parse_state *s, bool tensor, uint64_t i, uint32_t *off, ui
     return true;
 }
 
-static bool parse_kv(parse_state *s, uint64_t i) {
+static bool parse_kv(wm__gguf_state *s, uint64_t i) {
     wm__kv *kv = &s->f->kvs[i];
     if (!read_name(s, false, i, &kv->key_off, &kv->key_len)) return false;
 
@@ -196,7 +177,7 @@ static bool parse_kv(parse_state *s, uint64_t i) {
 
 /* ---- tensors ---- */
 
-static bool parse_tensor(parse_state *s, uint64_t i) {
+static bool parse_tensor(wm__gguf_state *s, uint64_t i) {
     wm__tensor *t = &s->f->tensors[i];
     if (!read_name(s, true, i, &t->name_off, &t->name_len)) return false;
     const char *name = (const char *)s->r.buf + t->name_off;
@@ -264,7 +245,7 @@ static int by_offset(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-static bool check_data(parse_state *s, size_t infos_end) {
+static bool check_data(wm__gguf_state *s, size_t infos_end) {
     wm_file *f = s->f;
     uint64_t data_off = wm__align_up(infos_end, f->alignment);
     f->data_offset = data_off;
@@ -341,7 +322,7 @@ static bool check_data(parse_state *s, size_t infos_end) {
  * millions of entries would cost ~3x its size in memory before its first entry is read. The
  * array starts at up to 1024 zeroed entries and doubles, never past `max`. Returns the (possibly
  * moved) array, or NULL with err filled. */
-static void *reserve(parse_state *s, void *arr, size_t *cap, uint64_t max, size_t elem,
+static void *reserve(wm__gguf_state *s, void *arr, size_t *cap, uint64_t max, size_t elem,
                      const char *what) {
     size_t n = *cap ? *cap * 2 : 1024;
     if (n > max) n = (size_t)max; /* max < UINT32_MAX: n * elem cannot overflow */
@@ -357,9 +338,9 @@ static void *reserve(parse_state *s, void *arr, size_t *cap, uint64_t max, size_
 
 /* One pass over the buffer. Returns true on success; false with need_more set when the buffer
  * was too short, or with err filled. */
-static bool parse_pass(parse_state *s) {
+bool wm__gguf_pass(wm__gguf_state *s) {
     wm_file *f = s->f;
-    wm__reader *r = &s->r;
+    wm__cursor *r = &s->r;
     r->pos = 0;
     r->need_more = false;
 
@@ -443,7 +424,7 @@ static void put_name(wm_file *f, size_t *p, uint32_t *off, uint32_t len) {
 }
 
 /* Copies keys and tensor names into one NUL-terminated blob and rebases their offsets. */
-static wm_status build_names(wm_file *f, const char *path, wm_error *err) {
+wm_status wm__gguf_names(wm_file *f, const char *path, wm_error *err) {
     size_t total = 1;
     for (size_t i = 0; i < f->n_kv; i++)
         total += (size_t)f->kvs[i].key_len + 1;
@@ -459,139 +440,4 @@ static wm_status build_names(wm_file *f, const char *path, wm_error *err) {
         put_name(f, &p, &f->tensors[i].name_off, f->tensors[i].name_len);
     f->names_len = p;
     return WM_OK;
-}
-
-/* Why whole huge pages: filling fresh memory costs one page fault per 4 KiB, and on this kind of
- * VM a fault costs ~15 us: reading a 7.8 MB vocab header into 4 KiB pages took 28 ms, into
- * 2 MiB pages 1.4 ms. The counted allocator advises MADV_HUGEPAGE on blocks of 1 MiB or more;
- * the kernel aligns an anonymous mapping to 2 MiB only when its length is a multiple of 2 MiB,
- * so a buffer of GGUF_HUGE_MIN or more is rounded up to whole huge pages (less the allocator's
- * block header, WM_ALLOC_HEADER, so that header and buffer together fill whole huge pages). *cap
- * then grows to what the buffer holds, up to the file size, so those bytes are read now rather than
- * in a later pass. */
-/* The bytes a buffer of n bytes gets: whole huge pages less the allocator's block header. */
-static uint64_t huge_size(uint64_t n) {
-    return (n + WM_ALLOC_HEADER + GGUF_HUGE_PAGE - 1) / GGUF_HUGE_PAGE * GGUF_HUGE_PAGE -
-           WM_ALLOC_HEADER;
-}
-
-static unsigned char *header_alloc(size_t *cap, uint64_t file_size) {
-    size_t n = *cap;
-    bool huge = n >= GGUF_HUGE_MIN && n <= SIZE_MAX - 2 * GGUF_HUGE_PAGE;
-    if (huge) n = (size_t)huge_size(n);
-    unsigned char *p = wm__alloc(n ? n : 1);
-    if (!p) return NULL;
-    if (huge) *cap = n < file_size ? n : (size_t)file_size;
-    return p;
-}
-
-/* Why a mapping for headers of megabytes (a 262k-token vocabulary is 16 MB): read into memory,
- * every byte is copied by the kernel out of the page cache into fresh pages, and that copy was
- * most of the time a whole `weightmap info` took on such a file. Mapped, the parser reads the
- * page-cache pages in place. The file then keeps a read-only shared mapping of its header,
- * rounded to pages (page cache: evictable, never private), counted as map_shared; the rest of
- * the file is unmapped as soon as the header is parsed. The buffers of the passes before are
- * freed first, so the ledger holds the mapping alone. */
-static wm_status parse_mapped(wm_file *f, parse_state *s, wm_error *err) {
-    wm__free(f->header);
-    f->header = NULL;
-    if (f->size > SIZE_MAX)
-        return wm__err(err, WM_ENOMEM, 0, "%s: a %llu-byte file cannot be mapped here", f->path,
-                       (unsigned long long)f->size);
-    size_t len = (size_t)f->size;
-    void *p;
-    int e = wm__os_map(f->shards[0].fd, 0, len, WM_OS_MAP_SHARED_RO, &p);
-    if (e)
-        return wm__err(err, wm__status_io(e), e,
-                       "%s: mapping the header (%zu bytes at offset 0): %s", f->path, len,
-                       wm__errno_text(e));
-    f->header = p;
-    f->header_map = len;
-    wm__ledger_acquire(WM_LEDGER_MAP_SHARED, len);
-    /* Read exactly what is parsed, all of it in before the open returns. A fault left to read
-     * around (cold, an 8 MiB window where read_ahead_kb is 8192) reads on past the header into
-     * the tensor data, asynchronously, so that the open cannot drop those pages (open.c: they
-     * are still being read when it does), and marks a page to start the next window when it
-     * is read: the load's first reads found megabytes of the data cached, and came in buffered
-     * (tests/test_gguf_mapped.c, big_header_cold_file_stays_cold_past_it). So the faults read
-     * no more than their page (RANDOM), and a prefix of the file is read ahead explicitly
-     * (WILLNEED: what is asked, with no mark) and awaited (POPULATE_READ), then parsed; then
-     * a prefix 4x longer, until one holds the header. All are hints: without them, the pass
-     * over the whole mapping reads the same bytes. */
-    (void)wm__os_advise(p, len, WM_OS_ADV_RANDOM);
-    s->r.buf = p;
-    size_t have = 0, want = GGUF_MAPPED_FIRST;
-    for (;;) {
-        size_t n = want < len ? want : len;
-        unsigned char *next = (unsigned char *)p + have;
-        (void)wm__os_advise(next, n - have, WM_OS_ADV_WILLNEED);
-        (void)wm__os_advise(next, n - have, WM_OS_ADV_POPULATE_READ);
-        s->r.len = n;
-        if (parse_pass(s)) break;
-        if (!s->r.need_more || n == len) return err->code;
-        have = n;
-        want = n > len / 4 ? len : n * 4;
-    }
-    size_t page = wm__os_page_size();
-    size_t keep = f->header_len > len - page ? len : (f->header_len + page - 1) / page * page;
-    if (keep < len) {
-        wm__os_unmap((unsigned char *)p + keep, len - keep);
-        wm__ledger_shrink(WM_LEDGER_MAP_SHARED, len - keep);
-        f->header_map = keep;
-    }
-    return WM_OK;
-}
-
-wm_status wm__gguf_parse(wm_file *f, wm_error *err) {
-    wm_error local;
-    if (!err) err = &local; /* the status travels in err->code */
-    wm__shard *sh = &f->shards[0];
-    parse_state s = {.f = f};
-    s.r.path = f->path;
-    s.r.err = err;
-    s.r.file_size = f->size;
-
-    size_t cap = f->size < GGUF_FIRST_READ ? (size_t)f->size : GGUF_FIRST_READ;
-    size_t have = 0;
-    for (;;) {
-        unsigned char *nb = header_alloc(&cap, f->size);
-        if (!nb)
-            return wm__err(err, WM_ENOMEM, 0, "%s: out of memory for a %zu-byte header", f->path,
-                           cap);
-        if (have) memcpy(nb, f->header, have);
-        wm__free(f->header);
-        f->header = nb;
-        size_t got;
-        int e = wm__os_pread(sh->fd, nb + have, cap - have, have, &got);
-        if (e)
-            return wm__err(err, wm__status_io(e), e, "%s: reading the header at offset %zu: %s",
-                           f->path, have, wm__errno_text(e));
-        if (got != cap - have)
-            return wm__err(err, WM_EIO, 0, "%s: file shrank while reading its header (offset %zu)",
-                           f->path, have + got);
-        have = cap;
-        s.r.buf = nb;
-        s.r.len = have;
-        if (parse_pass(&s)) {
-            /* The buffer is made of whole huge pages and may hold megabytes past the header
-             * (tensor data, or nothing): give those pages back, the file keeps its header. */
-            (void)wm__realloc(f->header, f->header_len);
-            break;
-        }
-        if (!s.r.need_more) return err->code;
-        /* 8x (in whole huge pages from GGUF_HUGE_MIN on), then a mapping; a buffer that would
-         * hold a quarter of a small file takes all of it: a vocab-only file is all header, and
-         * one more pass over a partial buffer costs more than it saves. */
-        uint64_t want = (uint64_t)cap * 8;
-        /* Rounded here as header_alloc will (whole huge pages less the allocator's block
-         * header), so that the quarter-of-the-file test sees the buffer's real size. */
-        if (want >= GGUF_HUGE_MIN) want = huge_size(want);
-        if (want > GGUF_MAP_ABOVE) {
-            wm_status st = parse_mapped(f, &s, err);
-            if (st) return st;
-            break;
-        }
-        cap = want >= f->size / 4 && f->size <= GGUF_MAP_ABOVE ? (size_t)f->size : (size_t)want;
-    }
-    return build_names(f, f->path, err);
 }

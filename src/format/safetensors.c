@@ -303,52 +303,30 @@ static wm_status parse_members(hdr *h, const wm__jval *root, uint64_t hlen) {
     return WM_OK;
 }
 
-wm_status wm__safetensors_parse(wm_file *f, wm_error *err) {
-    const char *path = f->path;
-    wm__shard *sh = &f->shards[0];
-    if (f->size < 8)
-        return wm__json_err(err, path, 0,
-                            "a file of %llu bytes is too short for the 8-byte header length",
-                            (unsigned long long)f->size);
-    unsigned char lb[8];
-    size_t got;
-    int e = wm__os_pread(sh->fd, lb, 8, 0, &got);
-    if (e)
-        return wm__err(err, wm__status_io(e), e, "%s: reading the header length at offset 0: %s",
-                       path, wm__errno_text(e));
-    if (got != 8) return wm__err(err, WM_EIO, 0, "%s: file shrank while reading its header", path);
-    uint64_t hlen = 0;
+wm_status wm__safetensors_header_len(const wm_file *f, const unsigned char lb[8], uint64_t *hlen,
+                                     wm_error *err) {
+    uint64_t n = 0;
     for (int i = 7; i >= 0; i--)
-        hlen = hlen << 8 | lb[i];
-    if (hlen > ST_MAX_HEADER)
-        return wm__json_err(err, path, 0, "header length %llu is more than the limit of %llu bytes",
-                            (unsigned long long)hlen, ST_MAX_HEADER);
-    if (hlen > f->size - 8)
-        return wm__json_err(err, path, 0,
+        n = n << 8 | lb[i];
+    if (n > ST_MAX_HEADER)
+        return wm__json_err(err, f->path, 0,
+                            "header length %llu is more than the limit of %llu bytes",
+                            (unsigned long long)n, ST_MAX_HEADER);
+    if (n > f->size - 8)
+        return wm__json_err(err, f->path, 0,
                             "a header of %llu bytes runs past the end of the %llu-byte file",
-                            (unsigned long long)hlen, (unsigned long long)f->size);
-    unsigned char *text = wm__alloc(hlen ? (size_t)hlen : 1);
-    if (!text)
-        return wm__err(err, WM_ENOMEM, 0, "%s: out of memory for a %llu-byte header", path,
-                       (unsigned long long)hlen);
-    hdr h = {.f = f, .path = path, .err = err};
+                            (unsigned long long)n, (unsigned long long)f->size);
+    *hlen = n;
+    return WM_OK;
+}
+
+wm_status wm__safetensors_header(wm_file *f, const unsigned char *text, uint64_t hlen,
+                                 wm_error *err) {
+    hdr h = {.f = f, .path = f->path, .err = err};
     const wm__jval *root = NULL;
-    wm_status st;
-    e = wm__os_pread(sh->fd, text, (size_t)hlen, 8, &got);
-    if (e) {
-        st = wm__err(err, wm__status_io(e), e, "%s: reading the header at offset 8: %s", path,
-                     wm__errno_text(e));
-        goto done;
-    }
-    if (got != hlen) {
-        st = wm__err(err, WM_EIO, 0, "%s: file shrank while reading its header", path);
-        goto done;
-    }
     wm__json_begin();
-    st = wm__json_load(text, (size_t)hlen, 8, path, &root, err);
+    wm_status st = wm__json_load(text, (size_t)hlen, 8, f->path, &root, err);
     if (!st) st = parse_members(&h, root, hlen);
     wm__json_end(); /* the tree, the number list, spans and names */
-done:
-    wm__free(text);
     return st;
 }

@@ -2,11 +2,11 @@
  * items.c: wm_file_read_tensors' items laid out as jobs of the reading engine (engine.h) and run.
  * A run of its own (the file, a reader, the threads, the caller's progress) and page allocations
  * for the order of the items and for the job table with the WM_READ_WHOLE items' states, so the
- * calling thread takes nothing from malloc. Jobs with a destination and a WM_READ_WHOLE item's pieces are cut
- * where the file offset crosses a multiple of WM_JOB_BYTES (so that a destination laid out as
- * the file reads every block but its first and last in place, direct: reader.c); a whole item's
- * pieces are read into one window (whole_job); jobs for the sink are pieces of one thread's
- * window share.
+ * calling thread takes nothing from malloc. Jobs with a destination and a WM_READ_WHOLE item's
+ * pieces are cut where the file offset crosses a multiple of WM_JOB_BYTES (so that a destination
+ * laid out as the file reads every block but its first and last in place, direct: reader.c); a
+ * whole item's pieces are read into one window (whole_job); jobs for the sink are pieces of one
+ * thread's window share.
  *
  * Order: the WM_READ_WHOLE items come first, the biggest first, then the rest in the caller's
  * order. A whole item is handed over only once its last piece is in and its sink (a repack, say)

@@ -96,8 +96,8 @@ typedef struct wm__read_req {
 } wm__read_req;
 
 /* Reads the request by the reader's policy (what the file's read ahead holds, wm_file_prefetch,
- * copied from it first, through wm_file.ahead_take): every byte of [off, off + len) must come, or the
- * read fails with WM_EFORMAT naming the tensor (the file is shorter than its header says); a
+ * copied from it first, through wm_file.ahead_take): every byte of [off, off + len) must come, or
+ * the read fails with WM_EFORMAT naming the tensor (the file is shorter than its header says); a
  * read error is WM_EIO (or as the errno says) naming the file, the offset and, for a direct
  * read, " (direct)"; WM_ENOMEM when the thread's staging cannot be made. `stage` may be NULL
  * (then a destination that does not mirror the file is read buffered). Any thread. */

@@ -109,8 +109,7 @@ static bool convert_job(run_ctx *c, worker_own *w, const wm__job *j) {
         if (st) {
             wm_error e;
             wm__err(&e, st, 0, "%s: converting tensor '%s' from %s to %s failed",
-                    c->f->shards[j->shard].path,
-                    c->f->names + c->f->tensors[j->tensor].name_off,
+                    c->f->shards[j->shard].path, c->f->names + c->f->tensors[j->tensor].name_off,
                     wm_type_name(j->from), wm_type_name(j->to));
             fail_run(c, &e);
             return false;
@@ -140,8 +139,8 @@ static unsigned char *window_alloc(run_ctx *c, const wm__job *j, size_t len) {
     if (e) {
         wm_error err;
         wm__err(&err, WM_ENOMEM, e, "%s: allocating a window of %zu bytes for tensor '%s': %s",
-                c->f->shards[j->shard].path, len,
-                c->f->names + c->f->tensors[j->tensor].name_off, wm__errno_text(e));
+                c->f->shards[j->shard].path, len, c->f->names + c->f->tensors[j->tensor].name_off,
+                wm__errno_text(e));
         fail_run(c, &err);
         return NULL;
     }
@@ -160,8 +159,7 @@ static bool call_sink(run_ctx *c, const wm__job *j, uint64_t off, const unsigned
     wm__err(&err, WM_EDEVICE, 0,
             "%s: tensor '%s': the sink refused %zu bytes at offset %llu of the tensor (it "
             "returned %d)",
-            c->f->shards[j->shard].path,
-            c->f->names + c->f->tensors[j->tensor].name_off, len,
+            c->f->shards[j->shard].path, c->f->names + c->f->tensors[j->tensor].name_off, len,
             (unsigned long long)off, rc);
     fail_run(c, &err);
     return false;
@@ -254,8 +252,7 @@ static unsigned char *whole_window(run_ctx *c, const wm__job *j) {
         } else if (i < 0) {
             wm_error err;
             wm__err(&err, WM_ENOMEM, 0, "%s: no window left for tensor '%s'",
-                    c->f->shards[j->shard].path,
-                    c->f->names + c->f->tensors[j->tensor].name_off);
+                    c->f->shards[j->shard].path, c->f->names + c->f->tensors[j->tensor].name_off);
             fail_run(c, &err);
         }
         break;
@@ -451,8 +448,8 @@ wm_status wm__run_jobs(wm__read_run *run, const wm__job *jobs, size_t n, const w
         }
         if (e) {
             if (c.serial) wm__os_mutex_destroy(&c.sink_lock);
-            return wm__err(err, WM_ENOMEM, e, "%s: cannot make the windows' lock: %s",
-                           f->path, wm__errno_text(e));
+            return wm__err(err, WM_ENOMEM, e, "%s: cannot make the windows' lock: %s", f->path,
+                           wm__errno_text(e));
         }
         c.win_cap = whole_cap(&c, run->threads);
     }

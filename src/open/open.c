@@ -1,9 +1,9 @@
 /*
- * open.c: one file, opened alone: open and stat it, tell its format by its content, hand it to
- * its parser (gguf.c, safetensors.c), then index its names (index.c); and wm__file_free, the one
- * release of a (possibly half-built) wm_file.
+ * open.c: one file, opened alone: open and stat it, tell its format by its content, have its
+ * header read (header.c) and parsed (src/format/gguf.c, safetensors.c), then index its names
+ * (src/format/index.c); and wm__file_free, the one release of a (possibly half-built) wm_file.
  */
-#include "../internal.h"
+#include "open.h"
 
 #include <string.h>
 
@@ -66,7 +66,7 @@ static wm_status parse_header(wm_file *f, wm__shard *sh, const char *path, wm_er
                        st_name ? "safetensors" : "GGUF", kind);
     bool is_st = !is_gguf && (st_header || (got >= 9 && head[8] == '{') || st_name);
     f->format = is_st ? WM_FORMAT_SAFETENSORS : WM_FORMAT_GGUF;
-    return is_st ? wm__safetensors_parse(f, err) : wm__gguf_parse(f, err);
+    return is_st ? wm__safetensors_read(f, err) : wm__gguf_read(f, err);
 }
 
 wm_status wm__file_open_one(const char *path, wm_file **out, wm_error *err) {

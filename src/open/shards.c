@@ -18,7 +18,7 @@
  * tensor in two shards, no file twice, and the index or the split keys agreeing with what the
  * shards hold.
  */
-#include "../internal.h"
+#include "open.h"
 
 #include <errno.h>
 #include <stdio.h>
