@@ -187,6 +187,37 @@ static int type_listed(const char *list, const char *name) {
     return 0;
 }
 
+/* The load rows: a heap load of `model` (made with the CLI when NULL) plain and converting
+ * f16 to f32. 1 when no model could be made. */
+static int load_rows(const char *model, unsigned threads, int reps) {
+    char made[256] = "", cli[4200], cmd[8600];
+    if (!model) {
+        snprintf(made, sizeof made, "/tmp/wm-bench-convert-%d.safetensors", (int)getpid());
+        cli_path(cli, sizeof cli);
+        snprintf(cmd, sizeof cmd,
+                 "'%s' make-model '%s' --size 256M --format safetensors >/dev/null", cli, made);
+        if (system(cmd) != 0) {
+            fprintf(stderr, "convert: could not make a model with %s\n", cli);
+            return 1;
+        }
+        model = made;
+    }
+    double s0, s1;
+    uint64_t b0, b1;
+    if (load_time(model, 0, threads, reps, &s0, &b0) == 0 &&
+        load_time(model, 1, threads, reps, &s1, &b1) == 0) {
+        double r0 = (double)b0 / s0 / 1e9, r1 = (double)b1 / s1 / 1e9;
+        printf("# load (heap, %u threads, warm cache) of %s:\n"
+               "#   plain:      %.3f s, %.2f GB out, %.2f GB/s out\n"
+               "#   f16->f32:   %.3f s, %.2f GB out, %.2f GB/s out (%.0f%% of plain)\n",
+               threads, model, s0, (double)b0 / 1e9, r0, s1, (double)b1 / 1e9, r1, 100 * r1 / r0);
+    } else {
+        printf("# load with conversion: not measured (wm_model_load failed; see above)\n");
+    }
+    if (made[0]) unlink(made);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     size_t mib = 64;
     int reps = 5, md = 0, do_load = 1;
@@ -274,34 +305,7 @@ int main(int argc, char **argv) {
     }
     printf("# lowest single-thread ratio: %.2fx (%s)\n", worst, worst_name);
 
-    if (do_load) {
-        char made[256] = "", cli[4200], cmd[8600];
-        if (!model) {
-            snprintf(made, sizeof made, "/tmp/wm-bench-convert-%d.safetensors", (int)getpid());
-            cli_path(cli, sizeof cli);
-            snprintf(cmd, sizeof cmd,
-                     "'%s' make-model '%s' --size 256M --format safetensors >/dev/null", cli, made);
-            if (system(cmd) != 0) {
-                fprintf(stderr, "convert: could not make a model with %s\n", cli);
-                return 1;
-            }
-            model = made;
-        }
-        double s0, s1;
-        uint64_t b0, b1;
-        if (load_time(model, 0, threads, reps, &s0, &b0) == 0 &&
-            load_time(model, 1, threads, reps, &s1, &b1) == 0) {
-            double r0 = (double)b0 / s0 / 1e9, r1 = (double)b1 / s1 / 1e9;
-            printf("# load (heap, %u threads, warm cache) of %s:\n"
-                   "#   plain:      %.3f s, %.2f GB out, %.2f GB/s out\n"
-                   "#   f16->f32:   %.3f s, %.2f GB out, %.2f GB/s out (%.0f%% of plain)\n",
-                   threads, model, s0, (double)b0 / 1e9, r0, s1, (double)b1 / 1e9, r1,
-                   100 * r1 / r0);
-        } else {
-            printf("# load with conversion: not measured (wm_model_load failed; see above)\n");
-        }
-        if (made[0]) unlink(made);
-    }
+    if (do_load && load_rows(model, threads, reps) != 0) return 1;
     munmap(src, n_max * 4);
     munmap(dst, n_max * 4);
     bench_peer_close(&p);

@@ -636,6 +636,46 @@ def listed(v, key, fmt="{:.2f}"):
     return " ".join(fmt.format(r[key]) for r in v)
 
 
+def print_cli_tables(recs, limit):
+    """The CLI's cold and warm rows and the warm one-process rows of cmd_summary."""
+    cold_cli = [r for r in recs if r.get("stage") == "cli-cold"]
+    if cold_cli:
+        print("\n| CLI staged load of the set, cold (weightmap load --backend cuda:0, one cycle "
+              "each) | GB/s | x disk limit | bytes read direct |\n|---|---:|---:|---:|")
+        for r in cold_cli:
+            print(f"| --threads {r['threads'] or 'default'} --direct-io {r['io']} | "
+                  f"{r['gbps']:.2f} | "
+                  f"{r['gbps'] / limit:.2f} | {r['read_direct']} |")
+    cli = {}
+    for r in recs:
+        if r.get("stage") == "cli-warm":
+            cli.setdefault(r["io"], []).append(r)
+    if cli:
+        off = median([r["gbps"] for r in cli.get("off", [])])
+        print("\n| CLI staged load of the set, warm (weightmap load --backend cuda:0 --cycles 5, "
+              "alternating rounds) | GB/s median | x --direct-io off | bytes read direct |\n"
+              "|---|---:|---:|---:|")
+        for io, v in cli.items():
+            m = median([r["gbps"] for r in v])
+            print(f"| --direct-io {io} | {m:.2f} | {m / off:.3f} | "
+                  f"{max(r['read_direct'] for r in v)} |")
+    warm = {}
+    for r in recs:
+        if r.get("stage") == "warm":
+            warm.setdefault(r["kind"], []).append(r)
+    if warm:
+        alone = median([r["gbps"] for r in warm.get("files-alone", [])])
+        print("\n| warm, one process, alternating | GB/s median | seconds (rounds) | "
+              "x the files alone | equal to plain | ledger after del |\n"
+              "|---|---:|---|---:|---|---|")
+        for kind, v in warm.items():
+            m = median([r["gbps"] for r in v])
+            print(f"| {kind} | {m:.2f} | {listed(v, 'seconds', '{:.3f}')} | "
+                  f"{m / alone:.2f} | {all(r['equal'] for r in v)} | "
+                  f"{max(r['ledger_after_del'] for r in v)} |")
+
+
+
 def cmd_summary(args):
     recs = []
     for p in sorted(glob.glob(os.path.join(args.out, "*.jsonl"))):
@@ -710,42 +750,7 @@ def cmd_summary(args):
                   f"{listed(v, 'seconds', '{:.3f}')} | "
                   f"{m / limit if cold else float('nan'):.2f} | {of_round(v)} | {ok} | "
                   f"{max(r['ledger_after_del'] for r in v)} |")
-    cold_cli = [r for r in recs if r.get("stage") == "cli-cold"]
-    if cold_cli:
-        print("\n| CLI staged load of the set, cold (weightmap load --backend cuda:0, one cycle "
-              "each) | GB/s | x disk limit | bytes read direct |\n|---|---:|---:|---:|")
-        for r in cold_cli:
-            print(f"| --threads {r['threads'] or 'default'} --direct-io {r['io']} | "
-                  f"{r['gbps']:.2f} | "
-                  f"{r['gbps'] / limit:.2f} | {r['read_direct']} |")
-    cli = {}
-    for r in recs:
-        if r.get("stage") == "cli-warm":
-            cli.setdefault(r["io"], []).append(r)
-    if cli:
-        off = median([r["gbps"] for r in cli.get("off", [])])
-        print("\n| CLI staged load of the set, warm (weightmap load --backend cuda:0 --cycles 5, "
-              "alternating rounds) | GB/s median | x --direct-io off | bytes read direct |\n"
-              "|---|---:|---:|---:|")
-        for io, v in cli.items():
-            m = median([r["gbps"] for r in v])
-            print(f"| --direct-io {io} | {m:.2f} | {m / off:.3f} | "
-                  f"{max(r['read_direct'] for r in v)} |")
-    warm = {}
-    for r in recs:
-        if r.get("stage") == "warm":
-            warm.setdefault(r["kind"], []).append(r)
-    if warm:
-        alone = median([r["gbps"] for r in warm.get("files-alone", [])])
-        print("\n| warm, one process, alternating | GB/s median | seconds (rounds) | "
-              "x the files alone | equal to plain | ledger after del |\n"
-              "|---|---:|---|---:|---|---|")
-        for kind, v in warm.items():
-            m = median([r["gbps"] for r in v])
-            print(f"| {kind} | {m:.2f} | {listed(v, 'seconds', '{:.3f}')} | "
-                  f"{m / alone:.2f} | {all(r['equal'] for r in v)} | "
-                  f"{max(r['ledger_after_del'] for r in v)} |")
-
+    print_cli_tables(recs, limit)
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])

@@ -452,6 +452,63 @@ static void fmt_bytes(char *buf, size_t cap, int64_t v) {
         snprintf(buf, cap, "%s%.0f KiB", sign, a / 1024.0);
 }
 
+/* The table of one file's rows, then the issue's targets where this run measured what they
+ * need. */
+static void print_table(const options *o, const char *path, const target *t,
+                        const summary sum[K_COUNT]) {
+    const char *slash = strrchr(path, '/');
+    printf("\n### %s (%llu bytes, %.1f MiB of tensor data)\n\n", slash ? slash + 1 : path,
+           (unsigned long long)(t->data_off + t->data_len), (double)t->data_len / (1 << 20));
+    printf("| contender | threads | time to loaded ms: median (p10-p90) | of which parse | GB/s | "
+           "ceiling / this | fresh ceiling / this | peak footprint | peak AnonHugePages | after "
+           "release | after %d cycles | release ms |\n",
+           o->cycles);
+    printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    double ceil = sum[K_PREAD_FAULTED].done ? sum[K_PREAD_FAULTED].total.median : 0;
+    double fresh = sum[K_PREAD_FRESH_HUGE].done ? sum[K_PREAD_FRESH_HUGE].total.median : 0;
+    for (int k = 0; k < K_COUNT; k++) {
+        const summary *s = &sum[k];
+        if (!s->done) continue;
+        char pk[32], th[32], a1[32], an[32], rc1[32] = "", rc2[32] = "";
+        fmt_bytes(pk, sizeof pk, s->peak);
+        fmt_bytes(th, sizeof th, s->peak_thp);
+        fmt_bytes(a1, sizeof a1, s->after_one);
+        fmt_bytes(an, sizeof an, s->after_all);
+        if (ceil > 0) snprintf(rc1, sizeof rc1, "%.2fx", ceil / s->total.median);
+        if (fresh > 0) snprintf(rc2, sizeof rc2, "%.2fx", fresh / s->total.median);
+        printf(
+            "| %s | %u | %.2f (%.2f-%.2f) | %.2f | %.2f | %s | %s | %s | %s | %s | %s | %.2f |\n",
+            kind_name[k], s->threads, s->total.median, s->total.p10, s->total.p90, s->parse.median,
+            (double)s->bytes / s->total.median / 1e6, rc1, rc2, pk, th, a1, an, s->release.median);
+    }
+    /* The targets, where this run measured what they need. */
+    const summary *h = &sum[K_WM_HEAP], *lr = &sum[K_LL_READ], *mm = &sum[K_WM_MMAP];
+    printf("\n");
+    if (h->done && ceil > 0)
+        printf("- heap at least 0.9x the faulted-memory pread ceiling: %s (%.2fx; %.2fx without "
+               "the parse)\n",
+               ceil / h->total.median >= 0.9 ? "met" : "NOT met", ceil / h->total.median,
+               ceil / (h->total.median - h->parse.median));
+    if (h->done && fresh > 0)
+        printf("- heap against the fresh-memory (MADV_HUGEPAGE) pread ceiling: %.2fx (%.2fx "
+               "without the parse)\n",
+               fresh / h->total.median, fresh / (h->total.median - h->parse.median));
+    if (h->done && lr->done)
+        printf("- heap faster than llama.cpp read: %s (%.2fx)\n",
+               h->total.median < lr->total.median ? "met" : "NOT met",
+               lr->total.median / h->total.median);
+    if (mm->done)
+        printf("- mmap ready in parse time + 1 ms: %s (parse %.3f ms, total %.3f ms)\n",
+               mm->total.median - mm->parse.median <= 1.0 ? "met" : "NOT met", mm->parse.median,
+               mm->total.median);
+    bool all = true;
+    for (int k = K_WM_HEAP; k <= K_WM_MMAP_PRIVATE; k++)
+        if (sum[k].done && (sum[k].after_all > (int64_t)SLACK_BYTES)) all = false;
+    printf("- weightmap footprint after %d cycles within 64 KiB of the baseline in every mode: "
+           "%s\n",
+           o->cycles, all ? "met" : "NOT met");
+}
+
 static int bench_file(const options *o, const char *path) {
     wm_error err;
     wm_file *f = NULL;
@@ -511,57 +568,7 @@ static int bench_file(const options *o, const char *path) {
         sum[k].release = bench_stats_of(rel[k], nt[k]);
     }
 
-    const char *slash = strrchr(path, '/');
-    printf("\n### %s (%llu bytes, %.1f MiB of tensor data)\n\n", slash ? slash + 1 : path,
-           (unsigned long long)(t.data_off + t.data_len), (double)t.data_len / (1 << 20));
-    printf("| contender | threads | time to loaded ms: median (p10-p90) | of which parse | GB/s | "
-           "ceiling / this | fresh ceiling / this | peak footprint | peak AnonHugePages | after "
-           "release | after %d cycles | release ms |\n",
-           o->cycles);
-    printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    double ceil = sum[K_PREAD_FAULTED].done ? sum[K_PREAD_FAULTED].total.median : 0;
-    double fresh = sum[K_PREAD_FRESH_HUGE].done ? sum[K_PREAD_FRESH_HUGE].total.median : 0;
-    for (int k = 0; k < K_COUNT; k++) {
-        const summary *s = &sum[k];
-        if (!s->done) continue;
-        char pk[32], th[32], a1[32], an[32], rc1[32] = "", rc2[32] = "";
-        fmt_bytes(pk, sizeof pk, s->peak);
-        fmt_bytes(th, sizeof th, s->peak_thp);
-        fmt_bytes(a1, sizeof a1, s->after_one);
-        fmt_bytes(an, sizeof an, s->after_all);
-        if (ceil > 0) snprintf(rc1, sizeof rc1, "%.2fx", ceil / s->total.median);
-        if (fresh > 0) snprintf(rc2, sizeof rc2, "%.2fx", fresh / s->total.median);
-        printf(
-            "| %s | %u | %.2f (%.2f-%.2f) | %.2f | %.2f | %s | %s | %s | %s | %s | %s | %.2f |\n",
-            kind_name[k], s->threads, s->total.median, s->total.p10, s->total.p90, s->parse.median,
-            (double)s->bytes / s->total.median / 1e6, rc1, rc2, pk, th, a1, an, s->release.median);
-    }
-    /* The targets, where this run measured what they need. */
-    const summary *h = &sum[K_WM_HEAP], *lr = &sum[K_LL_READ], *mm = &sum[K_WM_MMAP];
-    printf("\n");
-    if (h->done && ceil > 0)
-        printf("- heap at least 0.9x the faulted-memory pread ceiling: %s (%.2fx; %.2fx without "
-               "the parse)\n",
-               ceil / h->total.median >= 0.9 ? "met" : "NOT met", ceil / h->total.median,
-               ceil / (h->total.median - h->parse.median));
-    if (h->done && fresh > 0)
-        printf("- heap against the fresh-memory (MADV_HUGEPAGE) pread ceiling: %.2fx (%.2fx "
-               "without the parse)\n",
-               fresh / h->total.median, fresh / (h->total.median - h->parse.median));
-    if (h->done && lr->done)
-        printf("- heap faster than llama.cpp read: %s (%.2fx)\n",
-               h->total.median < lr->total.median ? "met" : "NOT met",
-               lr->total.median / h->total.median);
-    if (mm->done)
-        printf("- mmap ready in parse time + 1 ms: %s (parse %.3f ms, total %.3f ms)\n",
-               mm->total.median - mm->parse.median <= 1.0 ? "met" : "NOT met", mm->parse.median,
-               mm->total.median);
-    bool all = true;
-    for (int k = K_WM_HEAP; k <= K_WM_MMAP_PRIVATE; k++)
-        if (sum[k].done && (sum[k].after_all > (int64_t)SLACK_BYTES)) all = false;
-    printf("- weightmap footprint after %d cycles within 64 KiB of the baseline in every mode: "
-           "%s\n",
-           o->cycles, all ? "met" : "NOT met");
+    print_table(o, path, &t, sum);
     fflush(stdout);
     return 0;
 }

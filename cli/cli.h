@@ -121,6 +121,8 @@ int cli_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void cli_set_command(const char *name);
 /* Parses "123", "0x10", "512M", "1GiB". */
 bool cli_parse_u64(const char *s, uint64_t *out);
+/* Seconds on the monotonic clock (for the time between two calls). */
+double cli_now_s(void);
 /* The type named `name` if tensors can be converted to it (f32, f16, bf16, f64: the types that
  * convert to themselves), else WM_TYPE_INVALID. */
 wm_type cli_target_type(const char *name);

@@ -24,7 +24,6 @@
 #include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* What the trimmed footprint may grow over the cycles: llama.cpp's own small blocks fragment
  * glibc's heap by a few KiB a cycle (measured the same with llama_model_load_from_file); a weight
@@ -46,12 +45,6 @@
 
 static void quiet(enum ggml_log_level level, const char *text, void *user) {
     (void)level, (void)text, (void)user;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 typedef struct llama_cycle {
@@ -113,9 +106,9 @@ static int one_cycle(const char *path, unsigned threads, uint64_t base, llama_cy
     c->stats = (wm_llama_stats)WM_LLAMA_STATS_INIT;
     o.stats = &c->stats;
     struct llama_model *m = NULL;
-    double t0 = now_s();
+    double t0 = cli_now_s();
     if (wm_llama_load(path, &p, &o, &m, err) != WM_OK) return 1;
-    c->load_seconds = now_s() - t0;
+    c->load_seconds = cli_now_s() - t0;
     wm_ledger l = WM_LEDGER_INIT;
     wm_ledger_get(&l);
     c->ledger_bytes = wm_ledger_bytes(&l);

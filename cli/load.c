@@ -17,7 +17,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #define FOOTPRINT_SLACK ((uint64_t)64 * 1024) /* allocator noise allowed after release */
@@ -54,12 +53,6 @@ typedef struct load_args {
     bool ggml;          /* check --ggml was given */
     bool llama;         /* check --llama was given */
 } load_args;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* The files whose mappings are counted: every shard of a sharded set, else the file itself. */
 typedef struct shard_paths {
@@ -129,7 +122,7 @@ typedef struct bar {
 /* Drawn from the second second on, ten times a second at most. */
 static int draw(void *user, uint64_t done, uint64_t total) {
     bar *b = user;
-    double t = now_s(), dt = t - b->t0;
+    double t = cli_now_s(), dt = t - b->t0;
     if (!b->on || dt < 1.0 || total == 0 || (t - b->last < 0.1 && done < total)) return 0;
     b->last = t;
     double rate = (double)done / dt;
@@ -185,16 +178,16 @@ static int run_cycles(const load_args *a, wm_file *f, cycle_result *res, unsigne
     bar b = {.on = !a->json && isatty(1)};
     for (unsigned c = 0; c < cycles; c++) {
         wm_load_options o = a->opts;
-        b.t0 = now_s();
+        b.t0 = cli_now_s();
         o.progress = draw;
         o.progress_user = &b;
         wm_model *own = NULL;
         const wm_model *m = NULL;
         void *handle = NULL;
-        double t0 = now_s();
+        double t0 = cli_now_s();
         wm_status st =
             a->via ? a->via->load(f, &o, &handle, &m, err) : wm_model_load(f, &o, &own, err);
-        double t1 = now_s();
+        double t1 = cli_now_s();
         bar_end(&b);
         if (st != WM_OK) return 1;
         if (own) m = own;

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- the option parser ---- */
 
@@ -211,4 +212,10 @@ bool cli_parse_u64(const char *s, uint64_t *out) {
     if (v > UINT64_MAX / mul) return false;
     *out = v * mul;
     return true;
+}
+
+double cli_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }

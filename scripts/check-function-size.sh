@@ -1,6 +1,7 @@
 #!/bin/sh
 # check-function-size.sh: no function over 100 lines in src/ (the generated src/convert/iq_grids.c
-# aside), cli/, the tracer (tools/trace/, tools/trace.c) or python/ (C and Python). A step of
+# aside), cli/, bridge/, tools/, bench/, examples/ or python/ (C, and Python in python/, bench/
+# and tools/). A step of
 # `make test` (docs/TESTING.md); it reads the files only, in well under a second.
 #
 # C (as clang-format lays it out): a definition starts at a line in column 0 that begins with a
@@ -11,9 +12,9 @@
 set -eu
 cd "$(dirname "$0")/.."
 max=${1:-100}
-c_files=$(git ls-files -co --exclude-standard -- src cli bridge tools/trace tools/trace.c python |
+c_files=$(git ls-files -co --exclude-standard -- src cli bridge tools bench python examples |
   grep -E '\.c$' | grep -v '^src/convert/iq_grids\.c$' || true)
-py_files=$(git ls-files -co --exclude-standard -- python | grep -E '\.py$' || true)
+py_files=$(git ls-files -co --exclude-standard -- python bench tools | grep -E '\.py$' || true)
 rc=0
 if [ -n "$c_files" ]; then
   # shellcheck disable=SC2086

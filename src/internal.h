@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #if defined(__GNUC__)
 #define WM_PRINTF(a, b) __attribute__((format(printf, a, b)))
@@ -227,6 +228,12 @@ void wm__file_unref(wm_file *f);
 /* ---- helpers ---- */
 
 uint64_t wm__hash(const void *p, size_t n); /* FNV-1a */
+
+/* Whether s ends with suffix. */
+static inline bool wm__ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
 
 static inline bool wm__add_overflow_u64(uint64_t a, uint64_t b, uint64_t *out) {
     return __builtin_add_overflow(a, b, out);

@@ -49,11 +49,6 @@ wm_status wm_mem_figures_get(int pid, wm_mem_figures *out, wm_error *err) {
     return WM_OK;
 }
 
-static bool ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && memcmp(s + n - k, suffix, k) == 0;
-}
-
 typedef struct region_walk {
     const wm_os_stat *file; /* the file asked for, or NULL: every weight file */
     wm_file_region *out;
@@ -64,8 +59,8 @@ typedef struct region_walk {
 static int take_region(void *user, const wm_os_region *g) {
     region_walk *w = user;
     bool match = w->file ? g->ino == w->file->ino && g->dev == w->file->dev
-                         : g->path[0] == '/' && (ends_with(g->name_tail, ".gguf") ||
-                                                 ends_with(g->name_tail, ".safetensors"));
+                         : g->path[0] == '/' && (wm__ends_with(g->name_tail, ".gguf") ||
+                                                 wm__ends_with(g->name_tail, ".safetensors"));
     if (!match) return 0;
     if (w->found < w->cap) {
         wm_file_region *r = &w->out[w->found];

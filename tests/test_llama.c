@@ -306,14 +306,6 @@ static wm_status sweep_once(void *user, wm_error *err) {
     return WM_OK;
 }
 
-static void sweep_check(void *user, const wmt_fault_run *r) {
-    (void)user;
-    if (r->st == WM_OK) return;
-    CHECK_MSG(r->st == WM_EIO || r->st == WM_ENOMEM || r->st == WM_EDEVICE,
-              "call %llu of %llu failed: %s (%s)", (unsigned long long)r->k,
-              (unsigned long long)r->n, wm_status_name(r->st), r->err->msg);
-}
-
 static void sweep(wm_llama_upload upload) {
     setup();
     const char *path = wmt_fixture("gguf/stories260K-q4_0.gguf");
@@ -322,7 +314,7 @@ static void sweep(wm_llama_upload upload) {
     run.o.upload = upload;
     wmt_sweep s = {.what = "wm_llama_load_file",
                    .run = sweep_once,
-                   .check = sweep_check,
+                   .check = wmt_check_io_failure,
                    .user = &run,
                    .path = path,
                    .shown = "stories260K-q4_0.gguf",

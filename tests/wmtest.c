@@ -715,3 +715,11 @@ wm_status wmt_cold_load(void *cold_run, wm_error *err) {
     if (st && strstr(err->msg, "(direct)")) c->direct_failures++;
     return st;
 }
+
+void wmt_check_io_failure(void *user, const wmt_fault_run *r) {
+    (void)user;
+    if (r->st == WM_OK) return;
+    CHECK_MSG(r->st == WM_EIO || r->st == WM_ENOMEM || r->st == WM_EDEVICE,
+              "call %llu of %llu failed: %s (%s)", (unsigned long long)r->k,
+              (unsigned long long)r->n, wm_status_name(r->st), r->err->msg);
+}

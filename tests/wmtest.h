@@ -187,6 +187,9 @@ typedef struct wmt_fault_run {
     const wm_error *err;
     uint64_t injected; /* faults the run met */
 } wmt_fault_run;
+/* A sweep's check (wmt_sweep.check) for calls whose every injected fault must come back as an
+ * I/O, memory or device failure (WM_EIO, WM_ENOMEM, WM_EDEVICE), or not at all. */
+void wmt_check_io_failure(void *user, const wmt_fault_run *r);
 
 typedef struct wmt_sweep {
     const char *what;                                  /* names the scenario in failure messages */

@@ -68,6 +68,9 @@ static inline float wm__f16_to_f32(uint16_t h) {
     return wm__f32_from_bits(bits);
 }
 
+/* The IEEE half at p (little-endian), as a float: the blocks' scales. */
+static inline float half_at(const uint8_t *p) { return wm__f16_to_f32(wm__rd16(p)); }
+
 /* Float to IEEE half, round to nearest even (overflow to infinity, subnormals kept). Every NaN
  * becomes 0x7E00 with its sign: that is what ggml's conversion writes (F16C would keep part of
  * the payload instead). */

@@ -39,7 +39,6 @@ float wm__ue4m3_half(uint8_t x) {
     return wm__f32_from_bits(((e + 119u) << 23) | (m << 20));     /* (1 + m/8) * 2^(e-7) * 0.5 */
 }
 
-static inline float half_at(const uint8_t *p) { return wm__f16_to_f32(wm__rd16(p)); }
 
 /* ---- simple block types ---- */
 

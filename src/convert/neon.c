@@ -39,7 +39,6 @@ int wm__neon_usable(void) {
 
 /* ---- helpers ---- */
 
-static inline float half_at(const uint8_t *p) { return wm__f16_to_f32(wm__rd16(p)); }
 
 /* Stores 16 signed bytes times d as 16 floats: (float)code * d, as the portable kernels. */
 static inline void st16_i8(float *y, int8x16_t v, float32x4_t d) {

@@ -39,7 +39,6 @@ TARGET static inline void st16_u8_dm(float *y, __m128i v, __m256 dl, __m256 ml) 
     _mm256_storeu_ps(y, _mm256_sub_ps(_mm256_mul_ps(dl, u8x8_ps(v)), ml));
     _mm256_storeu_ps(y + 8, _mm256_sub_ps(_mm256_mul_ps(dl, u8x8_ps(_mm_srli_si128(v, 8))), ml));
 }
-static inline float half_at(const uint8_t *p) { return wm__f16_to_f32(wm__rd16(p)); }
 
 /* ---- the kernels of x86_quants.c (k-quants, ternary and IQ codebook types) ---- */
 

@@ -13,11 +13,6 @@
  * per warm GiB, its mincore fallback 60x more). */
 #define OPEN_COLD_SPAN ((uint64_t)64 << 20)
 
-static bool ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && strcmp(s + n - m, suffix) == 0;
-}
-
 void wm__file_free(wm_file *f) {
     if (!f) return;
     if (f->aux_free) f->aux_free(f->aux);
@@ -59,7 +54,7 @@ static wm_status parse_header(wm_file *f, wm__shard *sh, const char *path, wm_er
     for (int i = 7; i >= 0 && got >= 8; i--)
         hlen = hlen << 8 | head[i];
     bool st_header = !is_gguf && got >= 9 && head[8] == '{' && hlen >= 2 && hlen <= f->size - 8;
-    bool st_name = ends_with(path, ".safetensors") || ends_with(path, ".json");
+    bool st_name = wm__ends_with(path, ".safetensors") || wm__ends_with(path, ".json");
     char kind[200];
     if (!is_gguf && !st_header && wm__sniff_foreign(head, got, kind, sizeof kind))
         return wm__err(err, WM_EFORMAT, 0, "%s: at offset 0 (0x0): not a %s file: %s", path,

@@ -30,11 +30,6 @@
 #define ST_EXT ".safetensors"
 #define ST_INDEX_EXT ".safetensors.index.json"
 
-static bool ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && strcmp(s + n - m, suffix) == 0;
-}
-
 /* ---- shard names ---- */
 
 typedef struct shard_name {
@@ -701,7 +696,7 @@ static wm_status check_list(set *s) {
 
 wm_status wm__shards_open(const char *path, bool whole_set, wm_file **out, wm_error *err) {
     *out = NULL;
-    if (ends_with(path, ST_INDEX_EXT)) return open_st_index(path, path, out, err);
+    if (wm__ends_with(path, ST_INDEX_EXT)) return open_st_index(path, path, out, err);
     shard_name sn;
     if (whole_set && parse_shard_name(path, ST_EXT, &sn))
         return open_st_shards(path, &sn, out, err);
@@ -730,7 +725,7 @@ wm_status wm__shards_open_list(const char *const *paths, size_t n, wm_file **out
     for (size_t i = 0; i < n; i++) {
         if (!paths[i])
             return wm__err(err, WM_EINVAL, 0, "wm_file_open_paths: paths[%zu] is NULL", i);
-        if (ends_with(paths[i], ST_INDEX_EXT))
+        if (wm__ends_with(paths[i], ST_INDEX_EXT))
             return wm__err(err, WM_EINVAL, 0,
                            "%s: an index is not a shard: open the set it describes with "
                            "wm_file_open, or list its shards",

@@ -160,13 +160,6 @@ void wm__os_unlock(void *addr, size_t len) {
     if (addr && len) munlock(addr, len);
 }
 
-int wm__os_memlock_limit(uint64_t *soft_out) {
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0) return errno;
-    *soft_out = rl.rlim_cur == RLIM_INFINITY ? UINT64_MAX : (uint64_t)rl.rlim_cur;
-    return 0;
-}
-
 /* ---- advice ----
  * madvise has WILLNEED (for a file mapping: read-ahead of the range into the cache, what
  * F_RDADVISE does for a descriptor) and SEQUENTIAL. Populate and huge pages do not exist: EINVAL,
@@ -182,10 +175,7 @@ int wm__os_advise(void *addr, size_t len, wm_os_advice advice) {
     case WM_OS_ADV_RANDOM: adv = MADV_RANDOM; break;
     default: return EINVAL;
     }
-    for (;;) {
-        if (madvise(addr, len, adv) == 0) return 0;
-        if (errno != EINTR && errno != EAGAIN) return errno;
-    }
+    return wm__unix_madvise(addr, len, adv);
 }
 
 /* ---- errors ----

@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -271,4 +272,20 @@ double wm__os_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- locking limits and advice: POSIX calls every Unix file shares ---- */
+
+int wm__os_memlock_limit(uint64_t *soft_out) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0) return errno;
+    *soft_out = rl.rlim_cur == RLIM_INFINITY ? UINT64_MAX : (uint64_t)rl.rlim_cur;
+    return 0;
+}
+
+int wm__unix_madvise(void *addr, size_t len, int adv) {
+    for (;;) {
+        if (madvise(addr, len, adv) == 0) return 0;
+        if (errno != EINTR && errno != EAGAIN) return errno;
+    }
 }

@@ -20,4 +20,8 @@ int wm__unix_read(int fd, void *buf, size_t len, size_t *got);
  * check: the fallback of an OS file whose own way is missing, and Darwin's whole answer. */
 int wm__unix_cached(int fd, uint64_t off, uint64_t len, uint64_t *cached_out);
 
+/* madvise(addr, len, adv), retried on EINTR and EAGAIN, with no fault check (the OS file's
+ * wm__os_advise asks the fault table and maps the advice to its own value): 0 or an errno. */
+int wm__unix_madvise(void *addr, size_t len, int adv);
+
 #endif /* WM_OS_UNIX_H */
