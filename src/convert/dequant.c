@@ -39,7 +39,6 @@ float wm__ue4m3_half(uint8_t x) {
     return wm__f32_from_bits(((e + 119u) << 23) | (m << 20));     /* (1 + m/8) * 2^(e-7) * 0.5 */
 }
 
-
 /* ---- simple block types ---- */
 
 /* Q4_0, 18 bytes: half d, 16 bytes of nibbles (low nibbles are elements 0..15). x = (q-8)*d. */

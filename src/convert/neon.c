@@ -39,7 +39,6 @@ int wm__neon_usable(void) {
 
 /* ---- helpers ---- */
 
-
 /* Stores 16 signed bytes times d as 16 floats: (float)code * d, as the portable kernels. */
 static inline void st16_i8(float *y, int8x16_t v, float32x4_t d) {
     int16x8_t lo = vmovl_s8(vget_low_s8(v)), hi = vmovl_high_s8(v);
