@@ -1,7 +1,8 @@
 /*
  * ggml_check.h: what ggml refuses of a tensor, checked before ggml would abort on it; shared by
- * the ggml bridge (ggml.c) and the llama.cpp bridge (llama.c), each of which includes it once.
- * Public API only (weightmap.h, ggml.h).
+ * the ggml bridge (ggml.c) and the llama.cpp bridge (its files, through llama_bridge.h): static
+ * inline, so that a file that uses none of them compiles them not. Public API only (weightmap.h,
+ * ggml.h).
  */
 #ifndef WM_BRIDGE_GGML_CHECK_H
 #define WM_BRIDGE_GGML_CHECK_H
@@ -15,9 +16,9 @@
 #include <string.h>
 
 /* Fills err (when not NULL) with code and the message; returns code. */
-static wm_status fail(wm_error *err, wm_status code, const char *fmt, ...)
+static inline wm_status fail(wm_error *err, wm_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-static wm_status fail(wm_error *err, wm_status code, const char *fmt, ...) {
+static inline wm_status fail(wm_error *err, wm_status code, const char *fmt, ...) {
     if (err) {
         va_list ap;
         va_start(ap, fmt);
@@ -32,8 +33,9 @@ static wm_status fail(wm_error *err, wm_status code, const char *fmt, ...) {
 /* What ggml's gguf loader refuses, said before ggml would abort: a type outside ggml's table or
  * removed from it, a row that is not whole blocks, a name ggml cannot hold, and a byte size that
  * is not ggml's for the type and shape. */
-static wm_status check_tensor(const char *path, const char *name, wm_type type,
-                              const uint64_t ne[WM_MAX_DIMS], uint64_t nbytes, wm_error *err) {
+static inline wm_status check_tensor(const char *path, const char *name, wm_type type,
+                                     const uint64_t ne[WM_MAX_DIMS], uint64_t nbytes,
+                                     wm_error *err) {
     if ((int)type < 0 || (int)type >= (int)GGML_TYPE_COUNT ||
         ggml_blck_size((enum ggml_type)type) == 0)
         return fail(err, WM_EFORMAT, "%s: tensor '%s' has type %s (%d), which ggml lacks", path,
@@ -62,7 +64,7 @@ static wm_status check_tensor(const char *path, const char *name, wm_type type,
 
 /* check_tensor for every tensor of the file, as stored: a file ggml cannot hold is refused before
  * ggml (or llama.cpp) is asked for anything. */
-static wm_status check_tensors(const wm_file *f, wm_error *err) {
+static inline wm_status check_tensors(const wm_file *f, wm_error *err) {
     for (size_t i = 0; i < wm_file_tensor_count(f); i++) {
         wm_tensor_info ti;
         wm_status st = wm_file_tensor(f, i, &ti);

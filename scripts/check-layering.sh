@@ -14,7 +14,12 @@
 #   4. the tracer's interposer (tools/trace/, the files that are not the command) does not use
 #      the library at all;
 #   5. the bridges (bridge/: ggml, llama.cpp) use only the public headers (and bridge/'s own
-#      ggml_check.h, which uses only public headers itself), and src/ includes no ggml or
+#      ggml_check.h and llama_bridge.h, which use only public headers themselves), quoted or in
+#      angle brackets: a ggml, gguf or llama.cpp header named in bridge/ is one of their public
+#      include/ folders' (an internal one, such as ggml-backend-impl.h, ggml-version.h or
+#      llama.cpp's src/ headers, is a breach), except in bridge/llama_own.c, the one file that
+#      may include ggml-backend-impl.h and ggml-version.h, and only inside its
+#      #ifdef WM_LLAMA_OWN_BUFFERS (the version-checked own buffers); and src/ includes no ggml or
 #      llama.cpp header;
 #   6. the library, the CLI and the Python extension parse JSON with src/format/json.c only: none
 #      of them names cJSON (whose allocation hooks and error position are process-wide; the
@@ -79,13 +84,24 @@ done
 # 5. the bridges: the public headers of weightmap, ggml and llama.cpp only (their fault-injection
 #    test builds, under #ifdef WM_GGML_FAULTS or WM_LLAMA_FAULTS, also the library's fault table,
 #    os/os.h); and the core library never includes a ggml or llama.cpp header
+internal_file=bridge/llama_own.c
+public_ggml='(ggml|ggml-(alloc|backend|cpu|opt|cpp|blas|cann|cuda|metal|opencl|rpc|sycl|vulkan|webgpu|zdnn|zendnn|hexagon|et|openvino|virtgpu)|gguf|llama|llama-cpp)\.h'
+[ -f "$internal_file" ] || breach "$internal_file, the one bridge file allowed ggml's internal headers, is missing (update this check)"
 for f in $(files 'bridge/*.c' 'bridge/*.h'); do
-  bad=$(awk '/^#[[:space:]]*ifdef[[:space:]]+WM_(GGML|LLAMA)_FAULTS/ { faults = 1 }
-    /^#[[:space:]]*(else|endif)/ { faults = 0 }
+  bad=$(awk -v own="$([ "$f" = "$internal_file" ] && echo 1 || echo 0)" -v pub="^$public_ggml\$" '
+    /^#[[:space:]]*ifdef[[:space:]]+WM_(GGML|LLAMA)_FAULTS/ { faults = 1 }
+    /^#[[:space:]]*ifdef[[:space:]]+WM_LLAMA_OWN_BUFFERS/ { inner = 1 }
+    /^#[[:space:]]*(else|endif)/ { faults = 0; inner = 0 }
     /^[[:space:]]*#[[:space:]]*include[[:space:]]*"/ {
-      if ($0 ~ /"(weightmap|weightmap_ggml|weightmap_llama|ggml_check)\.h"/) next
+      if ($0 ~ /"(weightmap|weightmap_ggml|weightmap_llama|ggml_check|llama_bridge)\.h"/) next
       if (faults && $0 ~ /"os\/os\.h"/) next
-      print FILENAME ":" FNR ": " $0 }' "$f")
+      print FILENAME ":" FNR ": " $0; next }
+    /^[[:space:]]*#[[:space:]]*include[[:space:]]*</ {
+      h = $0; sub(/^[^<]*</, "", h); sub(/>.*$/, "", h)
+      if (h !~ /^(ggml|gguf|llama)/ && h !~ /(^|\/)(src|ggml)\// && h !~ /-impl\.h$/) next
+      if (h ~ pub) next
+      if (own && inner && (h == "ggml-backend-impl.h" || h == "ggml-version.h")) next
+      print FILENAME ":" FNR ": " $0 " (an internal header of ggml or llama.cpp)" }' "$f")
   [ -z "$bad" ] || breach "a bridge includes what is not a public header: $bad"
 done
 bad=$(grep -nE '#[[:space:]]*include[[:space:]]*[<"](ggml|gguf|llama)' $(files 'src/*.c' 'src/*.h') || true)

@@ -12,7 +12,8 @@
 #             (scripts/peer.sh): libllama.so -> libllama.v0.4.0.so, libggml-base.so,
 #             libggml.so -> libggml.v0.4.0.so, and the libggml-cpu-*.so variants
 #   internal/ ggml's backend interface of the same source (ggml/src/ggml-backend-impl.h: the
-#             layout of a buffer and a buffer type, which the bridge's own weight buffers need)
+#             layout of a buffer and a buffer type, which the bridge's own weight buffers need:
+#             bridge/llama_own.c alone is given this folder)
 #             and ggml-version.h (WM_GGML_HEADER_VERSION, the version that source says, written
 #             here: the bridge checks it against ggml_version() before it relies on that layout)
 #   SOURCE    which commit of the source the headers came from

@@ -578,7 +578,7 @@ WM_TEST(cold_file_loads_direct) {
 }
 
 /* The bridge's own buffers start where their tensors' places agree with the file offsets on the
- * 4 KiB grid (bridge/llama.c, "own buffers laid out as the file"), so that a direct read lands
+ * 4 KiB grid (bridge/llama_own.c, "own buffers laid out as the file"), so that a direct read lands
  * in place. One start per buffer: llama.cpp orders a buffer's tensors its own way (here token_embd
  * and the output layer before the blocks, ffn_down before ffn_up), so where tensors of sizes off
  * the grid come between, not all of them can agree; the start is where the most bytes do, at

@@ -1,0 +1,292 @@
+/*
+ * llama_own.c: the llama.cpp bridge's own weight buffers (llama_bridge.h), the one file of the
+ * bridges that includes a header of ggml's that is not public: ggml-backend-impl.h (the layout of
+ * a buffer and a buffer type), with ggml-version.h (the version of the source it came from), both
+ * from scripts/llama.sh's internal/, given to this file alone (CMakeLists.txt) and only where
+ * WM_LLAMA_OWN_BUFFERS says they were found; scripts/check-layering.sh refuses them anywhere
+ * else. Nothing is relied on before same_ggml() finds the running ggml to be that version.
+ *
+ * ggml's CPU buffer type (and CPU_REPACK, which allocates through it) takes its memory from
+ * posix_memalign. Freed by llama_model_free, a buffer over glibc's mmap threshold is unmapped,
+ * and the threshold rises to its size: from the second load of a process on, every weight buffer
+ * comes from the heap and stays in the footprint after llama_model_free (+20.9 MiB on a 64 MiB
+ * model, bench/RESULTS.md "Under the tracer").
+ *
+ * So where the model runs on the CPU, every weight tensor is sent (params.tensor_buft_overrides)
+ * to a buffer type of the bridge's that wraps the real one, CPU or an extra (repack) type: its
+ * name, alignment, max size, alloc size and is_host are the real type's, and its alloc_buffer
+ * maps the pages itself (anonymous, 2 MiB aligned, huge pages advised) and makes the buffer
+ * with ggml_backend_buffer_init whose type is the REAL one, so that ggml and llama.cpp see the
+ * real type everywhere after the load: the scheduler (supports_buft), ggml-cpu's repack kernels
+ * (they test buffer->buft == ggml_backend_cpu_repack_buffer_type()), llama.cpp's "model buffer
+ * size" lines. Its functions are the real type's buffer's (read from a 64-byte buffer of the
+ * real type, freed at once: one small malloc block), but free_buffer, which unmaps. An override
+ * that is not ggml_backend_cpu_buffer_type() itself is taken as it is (llama-model-loader.cpp
+ * load_tensor's buffer type choice), so llama.cpp allocates the context of each wrapper with it.
+ * The wrappers live as long as the process (static; a buffer holds the real type, never one).
+ *
+ * That layout is ggml's internal one (ggml-backend-impl.h), so it is used only where it is the
+ * one the bridge was built with: ggml_version() the header's version, the CPU backend's API
+ * version the header's, and a probe buffer of each real type that holds what a CPU buffer does
+ * (its type, size and base as asked; for an extra type, the CPU buffer's get_base and
+ * free_buffer). Where any check fails the type is not wrapped and llama.cpp allocates it, as
+ * without the bridge (wm_llama_stats.bytes_own says how many bytes were the bridge's). */
+
+#include "llama_bridge.h"
+
+#include <string.h>
+
+#ifdef WM_LLAMA_OWN_BUFFERS
+#include <ggml-backend-impl.h> /* internal: scripts/llama.sh's internal/ */
+#include <ggml-version.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <unistd.h>
+typedef struct own_type {
+    struct ggml_backend_buffer_type buft; /* first: the wrapper a buft pointer points at */
+    ggml_backend_buffer_type_t real;
+    struct ggml_backend_buffer_i iface; /* the real type's buffer's, free_buffer: own_free */
+} own_type;
+
+static struct {
+    pthread_mutex_t lock;
+    int checked; /* 0 not yet, 1 the layout is ours, -1 it is not */
+    void (*cpu_free)(ggml_backend_buffer_t);
+    void *(*cpu_base)(ggml_backend_buffer_t);
+    own_type t[MAX_OWN];
+    size_t n;
+} owns = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static own_type *own_of(ggml_backend_buffer_type_t w) { return (own_type *)(void *)w; }
+
+static const char *own_name(ggml_backend_buffer_type_t w) {
+    return ggml_backend_buft_name(own_of(w)->real);
+}
+static size_t own_alignment(ggml_backend_buffer_type_t w) {
+    return ggml_backend_buft_get_alignment(own_of(w)->real);
+}
+static size_t own_max_size(ggml_backend_buffer_type_t w) {
+    return ggml_backend_buft_get_max_size(own_of(w)->real);
+}
+/* ---- own buffers laid out as the file ----
+ * A direct read lands in a tensor's place only where its address and its file offset agree on
+ * the 4 KiB grid (src/reader.c, read_direct); elsewhere it goes through a thread's staging and a
+ * copy. ggml packs a buffer's tensors at its alignment (32 bytes for the CPU's) in its
+ * context's order, so few would agree by chance. But ggml asks the buffer type for each
+ * tensor's size, in that order, just before it allocates the buffer that holds them
+ * (ggml_backend_alloc_ctx_tensors_from_buft, ggml-alloc.c): while the bridge makes a model, the
+ * wrapper notes each size (padded to the alignment) with the tensor's file offset, and its
+ * alloc_buffer then knows where each tensor will lie and starts the buffer at the offset within
+ * a page that puts the most bytes in agreement with the file (a context whose tensors come as
+ * in the file: all of them). A wrong guess costs only speed: the reader checks each
+ * destination itself. The notes are the calling thread's (a load on another thread keeps its
+ * own), set only inside make_model. */
+typedef struct noted {
+    uint64_t file_off; /* UINT64_MAX: not a tensor of the file */
+    size_t size;       /* padded to the alignment, as ggml adds it up */
+} noted;
+
+typedef struct notes {
+    const wm_file *f;
+    ggml_backend_buffer_type_t w; /* the wrapper whose tensors these are */
+    noted *e;                     /* pages, cap entries */
+    size_t n, cap, len;
+} notes;
+
+static _Thread_local notes *notes_now;
+static _Thread_local notes notes_mine;
+
+#define RESIDUE_STEP 32u /* GGUF's and ggml's smallest alignment: offsets agree in its steps */
+
+static void note(notes *ns, ggml_backend_buffer_type_t w, const struct ggml_tensor *t,
+                 size_t size) {
+    if (ns->w != w) ns->n = 0, ns->w = w;
+    if (ns->n == ns->cap) ns->n = 0; /* more than any one buffer: start again */
+    size_t align = ggml_backend_buft_get_alignment(w), index;
+    noted *e = &ns->e[ns->n++];
+    e->size = align ? (size + align - 1) / align * align : size;
+    e->file_off = UINT64_MAX;
+    wm_tensor_info ti;
+    if (wm_file_find_tensor(ns->f, t->name, &index) == WM_OK &&
+        wm_file_tensor(ns->f, index, &ti) == WM_OK)
+        e->file_off = ti.offset;
+}
+
+/* The offset within a page at which a buffer of `size` bytes of w should start: the notes that
+ * end at the last one (or the one before: ggml notes the tensor that would not fit before it
+ * allocates the buffer of those that do) and add up to size are its tensors, in order; the
+ * offset is the one that puts the most of their bytes where their file offsets agree on the
+ * grid, among those the alignment allows. 0 where no such notes are. Consumes those notes. */
+static size_t own_shift(notes *ns, ggml_backend_buffer_type_t w, size_t size) {
+    if (!ns || ns->w != w) return 0;
+    size_t align = ggml_backend_buft_get_alignment(w);
+    for (size_t drop = 0; drop < 2 && drop < ns->n; drop++) {
+        size_t end = ns->n - drop, start = end, sum = 0;
+        while (start > 0 && sum < size)
+            sum += ns->e[--start].size;
+        if (sum != size) continue;
+        uint64_t weight[GRID / RESIDUE_STEP] = {0};
+        size_t at = 0;
+        for (size_t k = start; k < end; k++) {
+            const noted *e = &ns->e[k];
+            if (e->file_off != UINT64_MAX) {
+                size_t r = (size_t)((e->file_off % GRID + GRID - at % GRID) % GRID);
+                if (r % RESIDUE_STEP == 0 && (!align || r % align == 0))
+                    weight[r / RESIDUE_STEP] += e->size;
+            }
+            at += e->size;
+        }
+        size_t best = 0;
+        for (size_t r = 1; r < GRID / RESIDUE_STEP; r++)
+            if (weight[r] > weight[best]) best = r;
+        memmove(ns->e, ns->e + end, (ns->n - end) * sizeof *ns->e);
+        ns->n -= end;
+        return best * RESIDUE_STEP;
+    }
+    return 0;
+}
+
+static size_t own_alloc_size(ggml_backend_buffer_type_t w, const struct ggml_tensor *t) {
+    size_t size = ggml_backend_buft_get_alloc_size(own_of(w)->real, t);
+    if (notes_now) note(notes_now, w, t, size);
+    return size;
+}
+static bool own_is_host(ggml_backend_buffer_type_t w) {
+    return ggml_backend_buft_is_host(own_of(w)->real);
+}
+
+static const size_t huge_page = (size_t)2 << 20;
+
+static size_t own_len(size_t size) {
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    return (size + pg - 1) / pg * pg;
+}
+
+/* A buffer's pages: from its start (b->context, `shift` bytes into its first page) back to the
+ * page, then own_len(shift + size). */
+static void own_free(ggml_backend_buffer_t b) {
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE), shift = (uintptr_t)b->context % pg;
+    munmap((char *)b->context - shift, own_len(shift + b->size));
+}
+
+/* size bytes of pages at a 2 MiB boundary (the whole huge pages inside advised), or NULL. */
+static void *own_map(size_t size) {
+    size_t len = own_len(size), span = len + huge_page;
+    if (len < size || span < len) return NULL;
+    char *p = wm__llama_pages(span);
+    if (!p) return NULL;
+    uintptr_t at = ((uintptr_t)p + huge_page - 1) / huge_page * huge_page;
+    char *base = (char *)at;
+    if (base > p) munmap(p, (size_t)(base - p));
+    if (p + span > base + len) munmap(base + len, (size_t)(p + span - (base + len)));
+    if (len >= huge_page) (void)madvise(base, len / huge_page * huge_page, MADV_HUGEPAGE);
+    return base;
+}
+
+static ggml_backend_buffer_t own_alloc(ggml_backend_buffer_type_t w, size_t size) {
+    own_type *o = own_of(w);
+    size_t shift = own_shift(notes_now, w, size);
+    if (shift + size < size) return NULL;
+    char *map = own_map(shift + size);
+    if (!map) return NULL;
+    ggml_backend_buffer_t b = ggml_backend_buffer_init(o->real, o->iface, map + shift, size);
+    if (!b) munmap(map, own_len(shift + size));
+    return b;
+}
+
+/* The real type's buffer functions, read from a small buffer of it, if it holds what a CPU
+ * buffer holds (see above). */
+static bool probe(ggml_backend_buffer_type_t real, struct ggml_backend_buffer_i *iface) {
+    const size_t n = 64;
+    ggml_backend_buffer_t b = ggml_backend_buft_alloc_buffer(real, n);
+    if (!b) return false;
+    bool ok = b->buft == real && b->size == n && ggml_backend_buffer_get_size(b) == n &&
+              b->iface.get_base && b->iface.free_buffer && b->context &&
+              ggml_backend_buffer_get_base(b) == b->context;
+    if (ok && !owns.cpu_free) {
+        owns.cpu_free = b->iface.free_buffer;
+        owns.cpu_base = b->iface.get_base;
+    } else if (ok) {
+        ok = b->iface.free_buffer == owns.cpu_free && b->iface.get_base == owns.cpu_base;
+    }
+    if (ok) *iface = b->iface;
+    ggml_backend_buffer_free(b);
+    return ok;
+}
+
+/* Whether this ggml is the one whose layout the bridge was built with. */
+static bool same_ggml(const extras *x) {
+    if (strcmp(ggml_version(), WM_GGML_HEADER_VERSION) != 0) return false;
+    ggml_backend_reg_t reg = x->cpu ? ggml_backend_dev_backend_reg(x->cpu) : NULL;
+    return reg && reg->api_version == GGML_BACKEND_API_VERSION;
+}
+
+/* The wrapper of `real`, made on first use; NULL where it cannot be (the type is then
+ * llama.cpp's to allocate). The CPU type is probed first: the others are checked against it. */
+ggml_backend_buffer_type_t wm__llama_own_type(const extras *x, ggml_backend_buffer_type_t real) {
+    ggml_backend_buffer_type_t w = NULL;
+    pthread_mutex_lock(&owns.lock);
+    if (!owns.checked) {
+        struct ggml_backend_buffer_i cpu;
+        owns.checked = same_ggml(x) && probe(ggml_backend_cpu_buffer_type(), &cpu) ? 1 : -1;
+    }
+    for (size_t k = 0; owns.checked > 0 && !w && k < owns.n; k++)
+        if (owns.t[k].real == real) w = &owns.t[k].buft;
+    if (owns.checked > 0 && !w && owns.n < MAX_OWN) {
+        own_type *o = &owns.t[owns.n];
+        if (probe(real, &o->iface)) {
+            o->real = real;
+            o->iface.free_buffer = own_free;
+            o->buft.iface = (struct ggml_backend_buffer_type_i){
+                .get_name = own_name,
+                .alloc_buffer = own_alloc,
+                .get_alignment = own_alignment,
+                .get_max_size = own_max_size,
+                .get_alloc_size = own_alloc_size,
+                .is_host = own_is_host,
+            };
+            o->buft.device = real->device;
+            o->buft.context = real->context;
+            w = &o->buft;
+            owns.n++;
+        }
+    }
+    pthread_mutex_unlock(&owns.lock);
+    return w;
+}
+
+bool wm__llama_is_own(ggml_backend_buffer_t b) { return b && b->iface.free_buffer == own_free; }
+
+/* The notes of one model's making on this thread: an entry for each tensor of the file and
+ * some; none where their pages cannot be had (the buffers then start on a page: only slower). */
+void wm__llama_notes_begin(const wm_file *f) {
+    notes *ns = &notes_mine;
+    *ns = (notes){.f = f};
+    size_t cap = wm_file_tensor_count(f) + 64;
+    ns->len = cap * sizeof *ns->e;
+    ns->e = wm__llama_pages(ns->len);
+    if (!ns->e) return;
+    ns->cap = cap;
+    notes_now = ns;
+}
+
+void wm__llama_notes_end(void) {
+    notes *ns = &notes_mine;
+    notes_now = NULL;
+    wm__llama_pages_free(ns->e, ns->len);
+    ns->e = NULL;
+}
+#else
+void wm__llama_notes_begin(const wm_file *f) { (void)f; }
+void wm__llama_notes_end(void) {}
+
+ggml_backend_buffer_type_t wm__llama_own_type(const extras *x, ggml_backend_buffer_type_t real) {
+    (void)x, (void)real;
+    return NULL;
+}
+
+bool wm__llama_is_own(ggml_backend_buffer_t b) {
+    (void)b;
+    return false;
+}
+#endif
