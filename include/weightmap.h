@@ -263,8 +263,7 @@ typedef enum wm_format { WM_FORMAT_GGUF = 1, WM_FORMAT_SAFETENSORS = 2 } wm_form
  * reads and holds each byte once); one part of a GGUF split set opens that part. A path ending
  * in ".safetensors.index.json" opens the set the index describes (see "Sharded checkpoints"
  * below). wm_file_open_set opens the whole set a shard belongs to; wm_file_open_paths a list.
- * Changed in 1.2: before, a shard's or a split part's path opened its whole set, as
- * wm_file_open_set does now (a caller that relied on it calls that instead).
+ * (A library before 1.2 opened the whole set from a shard's or a split part's path.)
  * Returns WM_OK and *out, or: WM_EINVAL (NULL path or out), WM_ENOENT (no such file), WM_EPERM,
  * WM_EIO, WM_ENOMEM, WM_EFORMAT (not a weight file, or a malformed one: err names the offset
  * and field). On failure nothing is held (ledger unchanged, no descriptor left open).
@@ -369,13 +368,12 @@ typedef int (*wm_progress_fn)(void *user, uint64_t bytes_done, uint64_t bytes_to
 /* wm_read_item.flags: the sink receives the tensor's bytes in one call (offset 0, all nbytes),
  * for a destination that takes a tensor only whole (ggml's CPU repack buffers). The bytes are
  * read in pieces by several threads at once into one window and handed over by the thread that
- * read the last piece; such items are read first, the biggest first (since 1.3.1: before, one
- * thread read each, in the caller's order). */
+ * read the last piece; such items are read first, the biggest first. */
 #define WM_READ_WHOLE 1u
 /* wm_read_item.flags (added in 1.3): dst is set, but names the memory the sink writes the
  * tensor's bytes into (nbytes there, a CPU repack buffer's tensor), not a place to read into: the
  * bytes still go to wm_read_options.sink, and dst is only where WM_READ_PREFAULT faults (not
- * for an item also WM_READ_WHOLE, since 1.4: its sink's own writes fault that memory). */
+ * for an item also WM_READ_WHOLE: its sink's own writes fault that memory). */
 #define WM_READ_SINK_WRITES 2u
 /* wm_read_item.flags (added in 1.5): the sink's calls for this item each start on a row group's
  * boundary and hold whole groups of wm_read_options.row_group rows (a row: shape[0] elements; the
@@ -417,9 +415,9 @@ typedef enum wm_direct_io {
  * item's destination in (MADV_POPULATE_WRITE, 2 MiB a call) ahead of the reading threads, job by
  * job in the order they take them, skipping what a reader has begun: the kernel's zeroing of the
  * new pages runs beside the reads instead of inside their copies. Not a WM_READ_WHOLE item's
- * memory (since 1.4; 1.3 faulted it all: slower cold on a 16-CPU host). A hint: it writes no byte,
- * where the system lacks the call (or the thread cannot start) nothing happens, and the thread is
- * joined before the call returns. */
+ * memory (its sink's writes fault it). A hint: it writes no byte, where the system lacks the call
+ * (or the thread cannot start) nothing happens, and the thread is joined before the call
+ * returns. */
 #define WM_READ_PREFAULT 2u
 /* (WM_READ_SINK_WRITES and WM_READ_PREFAULT need a 1.3 library, wm_version_number() >= 1003000:
  * a 1.2 library refuses them as unknown flags, WM_EINVAL, before it reads anything.) */
@@ -438,9 +436,9 @@ typedef struct wm_read_options {
                                 0 = 64 MiB. Each thread's share is at least 1 MiB and at most
                                 8 MiB; besides, the WM_READ_WHOLE items being read have a window
                                 of their size each (reused from item to item until the call
-                                returns; since 1.5 together at most twice the biggest such
-                                item's, or 8 MiB a thread where that is more: a piece of a new
-                                item waits for a window to be given back) */
+                                returns; together at most twice the biggest such item's, or
+                                8 MiB a thread where that is more: a piece of a new item waits
+                                for a window to be given back) */
     wm_progress_fn progress; /* from the calling thread, after each piece it read and once at
                                 the end: bytes read so far, of all items; non-zero cancels */
     void *progress_user;
@@ -450,24 +448,23 @@ typedef struct wm_read_options {
 
 #define WM_READ_OPTIONS_INIT WM_SIZED_INIT(wm_read_options)
 
-/* Prefetch (added in 1.3; its memory changed in 1.4). Starts reading up to `bytes` of the file's
- * tensor data, from the start of its data (shard by shard, in order), and returns at once: for a
- * caller with other work to do before it can read, such as the llama.cpp bridge while llama.cpp
- * makes the model (the destinations do not exist yet), so that the disk works meanwhile. Only a
- * cold file: where a quarter or more of a shard's tensor data is cached, nothing.
- * Since 1.4 the bytes go past the page cache (O_DIRECT where the file system allows it; else
- * through the cache, dropped from it afterwards) into page-allocated memory the file holds,
+/* Prefetch (added in 1.3; a 1.3 library reads ahead into the page cache instead). Starts reading
+ * up to `bytes` of the file's tensor data, from the start of its data (shard by shard, in order),
+ * and returns at once: for a caller with other work to do before it can read, such as the
+ * llama.cpp bridge while llama.cpp makes the model (the destinations do not exist yet), so that
+ * the disk works meanwhile. Only a cold file: where a quarter or more of a shard's tensor data is
+ * cached, nothing. The bytes go past the page cache (O_DIRECT where the file system allows it;
+ * else through the cache, dropped from it afterwards) into page-allocated memory the file holds,
  * counted in the ledger as scratch (all of `bytes` from this call on; resident only as it is
  * read), read 4 MiB at a time in file order by threads of the library's own (at most 16, their
  * stacks scratch too). The next wm_file_read_tensors (and any other read of the file) copies
  * what is in, waits for a chunk being read and reads the rest itself; its start stops the
  * reading ahead, and its end frees the memory and joins the threads (once every read of the file
- * then running has left it: since 1.5, so that two reads at once are safe); wm_file_close does the
- * same if no read came. (1.3 asked the kernel's readahead into the page cache, POSIX_FADV_WILLNEED,
- * which read slower than the disk beside other work, and a chunk still in flight when the read
- * began was read twice.) A hint: returns the bytes asked for, 0 for none (a warm file, a second
- * call before the read, no memory or thread, NULL), rounded out to whole pages. Not concurrently
- * with another wm_file_prefetch or a read of the same file. */
+ * then running has left it, so that two reads at once are safe); wm_file_close does the same if
+ * no read came. Why not the kernel's readahead: docs/DECISIONS.md, "The read ahead". A hint:
+ * returns the bytes asked for, 0 for none (a warm file, a second call before the read, no memory
+ * or thread, NULL), rounded out to whole pages. Not concurrently with another wm_file_prefetch
+ * or a read of the same file. */
 WM_API uint64_t wm_file_prefetch(wm_file *file, uint64_t bytes);
 
 /* Reads the tensors items[0 .. n) names, each into item.dst or through opts->sink, in parallel

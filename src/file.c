@@ -1,9 +1,9 @@
 /*
  * file.c: the wm_file object's public face: open and close, and every getter. The open path runs
- * one way, downwards: wm_file_open, wm_file_open_set, wm_file_open_paths -> format/shards.c (a
- * set of files, or one) -> format/open.c (one file: open, detect, parse) -> format/gguf.c or
- * safetensors.c -> format/index.c (the name and key index). Nothing below calls back up into
- * this file.
+ * one way, downwards: wm_file_open, wm_file_open_set, wm_file_open_paths -> open/shards.c (a set
+ * of files, or one) -> open/open.c (one file: open, detect, read the header) -> format/gguf.c or
+ * safetensors.c (the parse) -> format/index.c (the name and key index). Nothing below calls back
+ * up into this file.
  *
  * Sections: open, close and references; file and tensor getters; metadata getters (scalars
  * converted on read, strings and arrays referenced in the header buffer).
@@ -26,7 +26,7 @@ static wm_status opened(wm_file *f, wm_file **out) {
 }
 
 /* Every path goes to shards.c: an index opens its set there, any other path the file alone
- * (format/open.c); wm_file_open_set asks for the whole set of a shard or split part too. */
+ * (open/open.c); wm_file_open_set asks for the whole set of a shard or split part too. */
 wm_status wm_file_open(const char *path, wm_file **out, wm_error *err) {
     if (out) *out = NULL;
     if (!path || !out) return wm__err(err, WM_EINVAL, 0, "wm_file_open: NULL path or out");

@@ -177,7 +177,7 @@ struct wm_file {
 
 /* Parsers (src/format/): bytes in, a wm_file's tables out; no I/O. Each fills a zeroed wm_file
  * whose header bytes src/open/ read; on failure the caller runs wm__file_free on the half-built
- * file. GGUF: format/gguf.h (passes over a growing prefix). safetensors: the 8 bytes of the
+ * file. GGUF: format/parse.h (passes over a growing prefix). safetensors: the 8 bytes of the
  * header's length checked against the limit and the file (*hlen), then the header's JSON text of
  * hlen bytes (it starts at file offset 8) into the tensor table and metadata. */
 wm_status wm__safetensors_header_len(const wm_file *f, const unsigned char lb[8], uint64_t *hlen,

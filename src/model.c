@@ -1,8 +1,8 @@
 /*
  * model.c: the lifecycle of a loaded model: the options every backend shares, load and release
  * through the backend table (backends.c), and the getters. The load plan is built in plan.c;
- * the host-side tools backends load with (regions, locking, the parallel reader) are in
- * backend/host.c.
+ * backends load into host memory of backend/host.c (regions, locking) and read through the
+ * reading engine (src/read/, met in backend/jobs.c).
  *
  * Sections: names; options; load and release; getters.
  */

@@ -456,8 +456,8 @@ WM_TEST(sink_whole_windows_are_reused) {
 }
 
 /* A whole item's window in huge pages: it starts on a 2 MiB boundary and is whole huge pages
- * (src/os/linux.c, wm__os_pages_alloc; host.c, window_len), so that where the kernel gives huge
- * pages (transparent_hugepage not "never") it can back every page of it with one, and a direct
+ * (src/os/linux.c, wm__os_pages_alloc; src/read/run.c, window_len), so that where the kernel gives
+ * huge pages (transparent_hugepage not "never") it can back every page of it with one, and a direct
  * read into it is a few long segments, not up to 254 of 4 KiB a request. Each sink call of a
  * whole item of 2 MiB or more finds the mapping that holds its bytes in /proc/self/smaps: its
  * start and size on the 2 MiB grid (with the alignment removed: 2 of 2 windows unaligned,
@@ -538,7 +538,7 @@ WM_TEST(sink_whole_windows_in_huge_pages) {
 }
 
 /* The windows of whole items together stay within the pool's cap: twice the biggest item's
- * window, or 8 MiB a thread where that is more (src/backend/host.c, whole_cap); a failure
+ * window, or 8 MiB a thread where that is more (src/read/run.c, whole_cap); a failure
  * while threads wait for room ends the read. Eight 16 MiB tensors asked for whole on three
  * threads: while one thread's sink copies an item out of its window, the other two take pieces
  * of the next two items, so without the cap three windows (54 MiB in whole huge pages) are held

@@ -80,7 +80,7 @@ struct wm_model {
     uint32_t n_chunks;
 
     wm_model_stats stats;
-    wm__reader rd; /* the load's reading engine (read.h): its policy, direct descriptors and
+    wm__reader rd; /* the load's reader (read/reader.h): its policy, direct descriptors and
                       counts (stats.bytes_read, read_direct, read_buffered at the load's end) */
 };
 

@@ -59,7 +59,7 @@ static void fail_pipe(wm__pipe *p, const wm_error *e) {
 
 /* ---- filling a slot ---- */
 
-/* Staged: preads a window into its slot (readers run this) through the load's reader (read.h),
+/* Staged: preads a window into its slot (readers run this) through the load's reader (reader.h),
  * which reads each range buffered or with O_DIRECT by what the page cache holds (or by the
  * policy the caller fixed). The slot mirrors the window's file range from the aligned block
  * that holds its start (windows are aligned file ranges of a multiple of WM_OS_DIRECT_ALIGN, so

@@ -4,8 +4,8 @@
  *
  * The pipeline gives every chunk of the plan (the packed layout) one device buffer and fills it
  * from the file through a ring of host slots: reader threads pread file windows into free slots
- * (the load's reader, src/read.h: buffered or direct per range; host.c's descriptors of their
- * own and counted threads); the loading
+ * (the load's reader, src/read/reader.h: buffered or direct per range; the engine's descriptors
+ * of their own and counted threads, src/read/engine.h); the loading
  * thread queues each window's copies to its tensors' devices, records an event per device after
  * them, and gives the slot back once the events have passed. Only the loading thread calls the
  * device operations. A device backend writes the table, not a pipeline: memory, host

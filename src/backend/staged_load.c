@@ -1,7 +1,7 @@
 /*
  * staged_load.c: a device load through the staged pipeline (staged.h): the window plan, the
  * pipeline's size within the pinned budget, what it reads from (the ring, or the registered
- * path's shared mappings; the load's reader, src/read.h, reads into the ring), the device
+ * path's shared mappings; the load's reader, src/read/reader.h, reads into the ring), the device
  * buffers, and release. staged.c runs the
  * pipe set up here.
  *

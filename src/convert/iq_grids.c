@@ -7,7 +7,7 @@
  * dequantizers of the peer library, not copied from source:
  *     ggml 0.23.0, commit 5b4ebc5, npm @node-llama-cpp/linux-x64@3.21.1
  * The grids are part of these types' file format (a codebook that every reader needs, like
- * a codec's constant tables), so weightmap ships them as data (docs/ARCHITECTURE.md, decisions).
+ * a codec's constant tables), so weightmap ships them as data (docs/DECISIONS.md).
  *
  * Each entry packs 8 (IQ3 types: 4) byte values, the first in the lowest byte. IQ1_S and
  * IQ1_M share one grid of signed bytes (-1, 0, 1).

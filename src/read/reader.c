@@ -149,7 +149,7 @@ static void decide(int fd, uint64_t a, uint64_t b, runs *rs) {
 
 /* A segment with cold runs reads its short cached runs direct too. Cached pages next to cold
  * ones are typically what readahead brought in (another reader's buffered reads; before 1.4.1
- * the open's header reads too, which src/format/open.c now keeps from reaching the data), and
+ * the open's header reads too, which src/open/open.c now keeps from reaching the data), and
  * some of them carry the kernel's readahead mark: reading one buffered
  * starts asynchronous readahead of the megabytes after it, which the next ranges then find
  * cached and read buffered, and so on, so that a file opened cold came in through single-stream

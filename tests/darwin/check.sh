@@ -144,8 +144,9 @@ task_scope)
     if echo "$strs" | grep -q "$s"; then ok "darwin.c.o names $s"; else fail "darwin.c.o does not name $s"; fi
   done
   if member_imports darwin.c.o _dlsym; then ok "darwin.c.o imports dlsym"; else fail "darwin.c.o does not import dlsym"; fi
-  # where a scope is opened: each worker's task (host.c) and every release (model.c)
-  for m in host.c.o model.c.o; do
+  # where a scope is opened: each reading thread's task (src/read/crew.c) and every release
+  # (model.c)
+  for m in crew.c.o model.c.o; do
     if member_imports $m _wm__os_task_scope; then ok "$m runs its work in wm__os_task_scope"; else
       fail "$m does not call wm__os_task_scope"; fi
   done
