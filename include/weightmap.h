@@ -649,6 +649,9 @@ typedef struct wm_tensor_select {
 
 /* Chooses a device for tensor `index`: an index into opts.devices (0 .. n_devices-1). */
 typedef unsigned (*wm_place_fn)(void *user, size_t index, const wm_tensor_info *tensor);
+/* Where tensor `index` goes in the caller's own device memory (wm_cuda_options.dst): a device
+ * address, as an integer. */
+typedef uint64_t (*wm_dst_fn)(void *user, size_t index, const wm_tensor_info *tensor);
 /* Chooses how tensor `index` is split over the ranks. */
 typedef wm_split (*wm_split_fn)(void *user, size_t index, const wm_tensor_info *tensor);
 /* A ready tp_split for llama-family models (the Megatron layout, as vLLM shards them): the
@@ -679,6 +682,20 @@ typedef struct wm_cuda_options {
      * a build without NCCL, the load fails with WM_EUNSUPPORTED. The communicator stays the
      * caller's; the load makes collective calls on it, so every rank must call wm_model_load. */
     void *nccl_comm;
+    /* Fields added after 1.0 go here, at the end, each with the version that added it. */
+    /* The caller's device memory (added in 1.7; the staged path): with `dst` set, the load
+     * allocates no device memory. Each tensor it loads is copied to dst(dst_user, index, info)
+     * instead: an address of device memory on the device that placement gives the tensor (use
+     * WM_PLACE_CALLBACK where that is not the default's), with room for the bytes the load
+     * delivers of it (info->nbytes; a selection's rows where rows are selected). The memory
+     * stays the caller's: the model counts none of it (ledger, device_bytes), its release frees
+     * none of it (the bytes stay), and wm_model_tensor_device_ptr gives the address back. An
+     * address that is 0, or not device memory of that device (as cudaPointerGetAttributes says),
+     * is WM_EINVAL naming the tensor, before anything is read. Not with the registered path,
+     * read-once or tensor parallelism (WM_EINVAL). A 1.6 library refuses a struct that sets
+     * them (WM_EINVAL: the ABI promise). */
+    wm_dst_fn dst;
+    void *dst_user;
 } wm_cuda_options;
 
 #define WM_CUDA_OPTIONS_INIT WM_SIZED_INIT(wm_cuda_options)

@@ -296,9 +296,23 @@ static bool mapped_layout(const wm_model *m) {
     return m->backend->maps_file && m->opts.mode != WM_MODE_HEAP;
 }
 
+/* The caller's device memory for tensor i (wm_cuda_options.dst): its address, which must not be
+ * 0 (the backend checks that it is device memory). */
+static wm_status caller_dst(wm_model *m, uint32_t i, wm__chunk *c, wm_error *err) {
+    wm_tensor_info info;
+    tensor_info(m->file, i, &info);
+    c->ext = m->cuda.dst(m->cuda.dst_user, i, &info);
+    if (!c->ext)
+        return wm__err(err, WM_EINVAL, 0, "%s: tensor '%s': wm_cuda_options.dst gave address 0",
+                       m->file->path, info.name);
+    return WM_OK;
+}
+
 static wm_status build_chunks(wm_model *m, const wm_load_options *o, wm_error *err) {
     const wm_file *f = m->file;
     bool mapped = mapped_layout(m);
+    /* the caller's memory: a chunk per tensor, each at the address the caller gives */
+    bool ext = o->backend == WM_BACKEND_CUDA && m->cuda.dst;
     uint64_t max = o->max_buffer_size ? o->max_buffer_size : UINT64_MAX;
     uint64_t page = wm__os_page_size();
     wm__chunk *c = NULL;
@@ -309,7 +323,7 @@ static wm_status build_chunks(wm_model *m, const wm_load_options *o, wm_error *e
         uint64_t end = t->offset + t->nbytes;
         /* Would t fit in the open chunk? */
         bool fits = false;
-        if (c && c->shard == t->shard && c->device == p->device) {
+        if (c && !ext && c->shard == t->shard && c->device == p->device) {
             uint64_t size =
                 mapped ? end - c->file_start : wm__align_up(c->size, TENSOR_ALIGN) + p->nbytes;
             fits = size <= max;
@@ -332,6 +346,11 @@ static wm_status build_chunks(wm_model *m, const wm_load_options *o, wm_error *e
             c->size = 0;
             c->first = (uint32_t)k;
             c->count = 0;
+            c->ext = 0;
+            if (ext && p->nbytes) {
+                wm_status st = caller_dst(m, i, c, err);
+                if (st) return st;
+            }
         }
         p->chunk = (uint32_t)(c - m->chunks);
         if (mapped) {

@@ -288,6 +288,33 @@ cudaError_t cudaHostRegister(void *p, size_t len, unsigned flags) {
     return ret(e);
 }
 
+/* What an address is: device memory (a cudaMalloc block, its device), pinned host memory (a
+ * registration) or unregistered, as the runtime (11 and later) answers for plain host memory. */
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *at, const void *p) {
+    OWN_THREAD();
+    if (!at) return ret(cudaErrorInvalidValue);
+    memset(at, 0, sizeof *at);
+    at->type = cudaMemoryTypeUnregistered;
+    at->device = -2;
+    int d = device_of(p, 1);
+    if (d >= 0) {
+        at->type = cudaMemoryTypeDevice;
+        at->device = d;
+        at->devicePointer = (void *)(uintptr_t)p;
+        return cudaSuccess;
+    }
+    uintptr_t a = (uintptr_t)p;
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < n_regs; i++)
+        if (a >= regs[i].base && a < regs[i].base + regs[i].len) {
+            at->type = cudaMemoryTypeHost;
+            at->device = regs[i].device;
+            at->hostPointer = (void *)(uintptr_t)p;
+        }
+    pthread_mutex_unlock(&lock);
+    return cudaSuccess;
+}
+
 cudaError_t cudaHostUnregister(void *p) {
     OWN_THREAD();
     uintptr_t a = (uintptr_t)p;

@@ -734,6 +734,174 @@ WM_TEST(fault_sweep_os_staged) {
     sweep_os(wmt_make_model("m.gguf", "--size 4M --format gguf"), sweep_opts(0));
 }
 
+/* ---- the caller's device memory (wm_cuda_options.dst) ---- */
+
+/* A device buffer of the caller's per tensor, as a runtime that placed the tensors itself holds
+ * (llama.cpp's CUDA buffers): dst hands out p[i]; `host` (when set) for tensor `bad` instead. */
+typedef struct caller_mem {
+    void **p;
+    size_t n;
+    size_t bad;
+    void *host;
+    bool zero; /* tensor `bad` gets address 0 */
+} caller_mem;
+
+static uint64_t caller_dst(void *user, size_t i, const wm_tensor_info *ti) {
+    (void)ti;
+    caller_mem *cm = user;
+    if (i == cm->bad && cm->zero) return 0;
+    if (i == cm->bad && cm->host) return (uint64_t)(uintptr_t)cm->host;
+    return (uint64_t)(uintptr_t)cm->p[i];
+}
+
+/* cudaMalloc'd buffers for every tensor of f, each filled with `fill`. */
+static caller_mem caller_alloc(const wm_file *f, unsigned char fill) {
+    caller_mem cm = {.n = wm_file_tensor_count(f), .bad = SIZE_MAX};
+    cm.p = calloc(cm.n, sizeof *cm.p);
+    CHECK(cm.p != NULL);
+    for (size_t i = 0; i < cm.n; i++) {
+        wm_tensor_info ti;
+        CHECK_STATUS(wm_file_tensor(f, i, &ti), WM_OK);
+        if (!ti.nbytes) continue;
+        CHECK_EQ(cudaMalloc(&cm.p[i], ti.nbytes), cudaSuccess);
+        unsigned char *b = malloc(ti.nbytes);
+        CHECK(b != NULL);
+        memset(b, fill, ti.nbytes);
+        CHECK_EQ(cudaMemcpy(cm.p[i], b, ti.nbytes, cudaMemcpyHostToDevice), cudaSuccess);
+        free(b);
+    }
+    return cm;
+}
+
+static void caller_free(caller_mem *cm) {
+    for (size_t i = 0; i < cm->n; i++)
+        if (cm->p[i]) CHECK_EQ(cudaFree(cm->p[i]), cudaSuccess);
+    free(cm->p);
+}
+
+/* Whether each tensor's caller buffer holds the file's bytes (want_file) or still `fill`. */
+static void caller_check(const wm_file *f, const caller_mem *cm, bool want_file,
+                         unsigned char fill) {
+    for (size_t i = 0; i < cm->n; i++) {
+        wm_tensor_info ti;
+        CHECK_STATUS(wm_file_tensor(f, i, &ti), WM_OK);
+        if (!ti.nbytes) continue;
+        unsigned char *got = malloc(ti.nbytes), *want = malloc(ti.nbytes);
+        CHECK(got && want);
+        CHECK_EQ(cudaMemcpy(got, cm->p[i], ti.nbytes, cudaMemcpyDeviceToHost), cudaSuccess);
+        if (want_file) {
+            int fd = open(wm_file_shard_path(f, ti.shard), O_RDONLY);
+            CHECK(fd >= 0);
+            CHECK_EQ(pread(fd, want, ti.nbytes, (off_t)ti.offset), ti.nbytes);
+            close(fd);
+        } else {
+            memset(want, fill, ti.nbytes);
+        }
+        CHECK_MSG(memcmp(got, want, ti.nbytes) == 0, "tensor %s: the caller's buffer holds %s",
+                  ti.name, want_file ? "other bytes than the file's" : "bytes written to it");
+        free(got);
+        free(want);
+    }
+}
+
+static wm_load_options caller_opts(caller_mem *cm) {
+    wm_load_options o = cuda_opts(WM_MODE_HEAP);
+    o.threads = 2;
+    cuda_o.pinned_budget = (uint64_t)4 << 20; /* many windows: tensors cross them */
+    cuda_o.dst = caller_dst;
+    cuda_o.dst_user = cm;
+    return o;
+}
+
+/* The staged pipeline fills the caller's device memory, tensor by tensor at the address dst
+ * gives: the bytes are the file's, the model counts none of it (ledger, device_bytes) and its
+ * release frees none of it: the bytes stay where they are after the release. */
+WM_TEST(caller_memory_filled_and_kept) {
+    NEED_GPU();
+    const char *paths[] = {wmt_make_model("m.gguf", "--size 12M --format gguf"),
+                           wmt_make_model("m.safetensors", "--size 12M --format safetensors")};
+    for (int k = 0; k < 2; k++) {
+        wm_file *f = OPEN_OK(paths[k]);
+        caller_mem cm = caller_alloc(f, 0x3C);
+        wm_load_options o = caller_opts(&cm);
+        wm_error err;
+        wm_model *m;
+        CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_OK);
+        wm_ledger l = WM_LEDGER_INIT;
+        wm_ledger_get(&l);
+        CHECK_EQ(l.cat[WM_LEDGER_DEVICE].current, 0);
+        CHECK_EQ(l.cat[WM_LEDGER_PINNED].current, 0);
+        wm_model_stats s = WM_MODEL_STATS_INIT;
+        wm_model_stats_get(m, &s);
+        CHECK_EQ(s.device_bytes, 0);
+        CHECK(s.tensor_bytes > 0);
+        for (size_t i = 0; i < cm.n; i++)
+            if (cm.p[i]) CHECK_EQ(wm_model_tensor_device_ptr(m, i), (uint64_t)(uintptr_t)cm.p[i]);
+        check_bytes(m);
+        wm_model_release(m);
+        check_nothing_held(paths[k]);
+        caller_check(f, &cm, true, 0);
+        caller_free(&cm);
+        wm_file_close(f);
+        CHECK_LEDGER_EMPTY();
+        CHECK_EQ(wmt_count_file_maps(paths[k]), 0);
+    }
+}
+
+/* An address that is not device memory of the tensor's device (host memory, pinned or not, or
+ * 0) is refused naming the tensor, before anything is read: every caller buffer keeps its
+ * bytes and nothing is held. dst is refused with the registered path. */
+WM_TEST(caller_memory_refused) {
+    NEED_GPU();
+    const char *path = wmt_make_model("m.gguf", "--size 4M --format gguf");
+    wm_file *f = OPEN_OK(path);
+    caller_mem cm = caller_alloc(f, 0x3C);
+    cm.bad = cm.n / 2;
+    wm_tensor_info bad;
+    CHECK_STATUS(wm_file_tensor(f, cm.bad, &bad), WM_OK);
+    CHECK(bad.nbytes > 0);
+    unsigned char host[64];
+    for (int how = 0; how < 2; how++) {
+        cm.host = how == 0 ? host : NULL;
+        cm.zero = how == 1;
+        wm_load_options o = caller_opts(&cm);
+        wm_error err;
+        wm_model *m = NULL;
+        CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EINVAL);
+        CHECK(m == NULL);
+        CHECK_MSG(strstr(err.msg, bad.name) != NULL, "the error names no tensor: %s", err.msg);
+        CHECK_EQ(cudaGetLastError(), cudaSuccess);
+        check_nothing_held(path);
+    }
+    caller_check(f, &cm, false, 0x3C);
+    cm.host = NULL;
+    cm.zero = false;
+    wm_load_options o = caller_opts(&cm);
+    o.mode = WM_MODE_MMAP;
+    cuda_o.registered = 1;
+    wm_error err;
+    wm_model *m = NULL;
+    CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_EINVAL);
+    CHECK(strstr(err.msg, "registered") != NULL);
+    caller_free(&cm);
+    wm_file_close(f);
+    CHECK_LEDGER_EMPTY();
+}
+
+/* Every CUDA call of a load into the caller's memory failed in turn: a clean error, nothing
+ * held, and a load past the last call fills the buffers. */
+WM_TEST(fault_sweep_caller_memory) {
+    NEED_GPU();
+    const char *path = wmt_make_model("m.gguf", "--size 6M --format gguf");
+    wm_file *f = OPEN_OK(path);
+    caller_mem cm = caller_alloc(f, 0x3C);
+    wm_file_close(f); /* the sweep opens the file itself and wants the ledger empty after */
+    wm_load_options o = caller_opts(&cm);
+    sweep(path, o, WM_OS_DEVICE);
+    caller_free(&cm);
+    CHECK_LEDGER_EMPTY();
+}
+
 /* Staged loads with 4 threads (and registered ones) make every CUDA call on the loading
  * thread: the mock counts a call from any other thread as a violation (and fails it). */
 WM_TEST(cuda_calls_only_on_loading_thread) {

@@ -32,6 +32,9 @@ typedef struct wm__chunk {
     size_t size;         /* bytes of the buffer: the file range (mapped) or the packed layout */
     uint32_t first;      /* tensors model->order[first .. first + count) */
     uint32_t count;
+    /* The caller's device memory for the chunk's one tensor (wm_cuda_options.dst), or 0: the
+     * backend makes the buffer. */
+    uint64_t ext;
 } wm__chunk;
 
 /* Where one tensor lives once loaded, and which of its bytes are read. Its source is `rows`

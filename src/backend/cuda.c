@@ -296,6 +296,14 @@ static wm_status cuda_check(const wm_file *f, const wm_load_options *o, wm_error
             return wm__err(err, WM_EINVAL, 0,
                            "%s: read-once runs one device per process on the staged path", path);
     }
+    if (o->cuda->dst && (o->cuda->registered || o->cuda->nccl_comm || o->tp_world > 1))
+        return wm__err(err, WM_EINVAL, 0,
+                       "%s: the caller's device memory (wm_cuda_options.dst) is filled by the "
+                       "staged path, one whole tensor each: not with %s",
+                       path,
+                       o->cuda->registered  ? "the registered path"
+                       : o->cuda->nccl_comm ? "read-once (nccl_comm)"
+                                            : "tensor parallelism");
     if (o->cuda->direct_io && o->tp_world > 1)
         return wm__err(err, WM_EINVAL, 0,
                        "%s: direct_io reads whole aligned windows; a tensor-parallel slice is "
@@ -323,6 +331,37 @@ static wm_status check_registered(const wm_model *m, int device, wm_error *err) 
 
 static void cuda_release(wm_model *m);
 
+/* Every chunk in the caller's memory (wm_cuda_options.dst) is device memory of its chunk's
+ * device, as the runtime sees the address. */
+static wm_status check_caller_memory(const wm_model *m, wm_error *err) {
+    for (uint32_t c = 0; c < m->n_chunks; c++) {
+        const wm__chunk *ch = &m->chunks[c];
+        if (!ch->ext) continue;
+        const wm__tensor *t = &m->file->tensors[m->order[ch->first]];
+        const char *name = m->file->names + t->name_off;
+        struct cudaPointerAttributes a;
+        cudaError_t ce = CU(cudaPointerGetAttributes(&a, (const void *)(uintptr_t)ch->ext));
+        if (ce == cudaErrorInvalidValue) { /* an address the runtime does not know */
+            (void)cudaGetLastError();
+            a.type = cudaMemoryTypeUnregistered;
+        } else if (ce) {
+            return cu_fail(err, ce, "cudaPointerGetAttributes", "%s: tensor '%s'", m->file->path,
+                           name);
+        }
+        int want = m->devs[ch->device];
+        if (a.type != cudaMemoryTypeDevice || a.device != want)
+            return wm__err(err, WM_EINVAL, 0,
+                           "%s: tensor '%s': wm_cuda_options.dst gave 0x%llx, which is not device "
+                           "memory of CUDA device %d (%s)",
+                           m->file->path, name, (unsigned long long)ch->ext, want,
+                           a.type == cudaMemoryTypeDevice    ? "it is another device's"
+                           : a.type == cudaMemoryTypeHost    ? "it is pinned host memory"
+                           : a.type == cudaMemoryTypeManaged ? "it is managed memory"
+                                                             : "the runtime does not know it");
+    }
+    return WM_OK;
+}
+
 /* The devices exist and can do what the load asks (all current in turn; *prev: the caller's). */
 static wm_status check_devices(wm_model *m, int *prev, wm_error *err) {
     wm_status st = use_device(m->devs[0], m->file->path, prev, err);
@@ -340,6 +379,7 @@ static wm_status check_devices(wm_model *m, int *prev, wm_error *err) {
 static wm_status cuda_load(wm_model *m, wm_error *err) {
     int prev = -1;
     wm_status st = check_devices(m, &prev, err);
+    if (!st && m->cuda.dst) st = check_caller_memory(m, err);
     wm__dev dv = {.ops = &cuda_ops, .m = m, .cur = -1};
     wm__staged_opts so = {.registered = m->cuda.registered != 0,
                           .pinned_budget = m->cuda.pinned_budget};

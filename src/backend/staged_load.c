@@ -309,7 +309,8 @@ typedef struct staged_state {
     uint32_t n_buf; /* entries of buf filled so far (release frees [0, n_buf)) */
 } staged_state;
 
-/* Device memory: one buffer per chunk, counted as it is made. */
+/* Device memory: one buffer per chunk, counted as it is made; a chunk in the caller's memory
+ * (wm__chunk.ext) is that memory, neither made nor counted. */
 static wm_status alloc_device(wm_model *m, wm__dev *dv, staged_state *ss, wm_error *err) {
     if (!m->n_chunks) return WM_OK;
     ss->buf = wm__calloc(m->n_chunks, sizeof *ss->buf);
@@ -317,7 +318,9 @@ static wm_status alloc_device(wm_model *m, wm__dev *dv, staged_state *ss, wm_err
     for (uint32_t c = 0; c < m->n_chunks; c++) {
         size_t size = m->chunks[c].size;
         unsigned d = m->chunks[c].device;
-        if (size) {
+        if (size && m->chunks[c].ext) {
+            ss->buf[c] = (unsigned char *)(uintptr_t)m->chunks[c].ext;
+        } else if (size) {
             void *b = NULL;
             int ce = dv->ops->alloc(dv, d, size, &b);
             if (ce) {
@@ -349,7 +352,7 @@ void wm__staged_release(wm_model *m, wm__dev *dv) {
     staged_state *ss = m->bctx;
     if (!ss) return;
     for (uint32_t c = 0; c < ss->n_buf; c++) {
-        if (!ss->buf[c]) continue;
+        if (!ss->buf[c] || m->chunks[c].ext) continue; /* the caller's memory stays */
         unsigned d = m->chunks[c].device;
         dv->ops->free(dv, d, ss->buf[c]);
         wm__ledger_device_release(m->devs[d], m->chunks[c].size);
