@@ -427,6 +427,7 @@ static void stderr_summary(const trace *t) {
         if (!t->rules[k].broken && !t->rules[k].judged)
             fprintf(stderr, "weightmap: trace: rule %s not judged: %s\n", t->rules[k].rule,
                     t->rules[k].how);
+    if (!t->n_rel) fprintf(stderr, "weightmap: trace: %s\n", trace_no_release_hint(t));
     for (uint64_t k = 0; k < t->st->n_specs && k < WMTRACE_MAX_SPECS; k++) {
         const wmtrace_spec *s = &t->st->specs[k];
         if (s->known || s->sites) continue;

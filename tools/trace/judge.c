@@ -96,6 +96,15 @@ static void rule_released(trace *t) {
     }
 }
 
+/* Load `load` was begun, has a handle, and no release received it before `now`. */
+static bool live_by_handle(const trace *t, int load, double now) {
+    const wmtrace_load *ld = trace_load_stats(t, load);
+    if (!ld || !ld->handle) return false;
+    for (int r = 0; r < t->n_rel; r++)
+        if (t->rel[r].by_handle && t->rel[r].load == load && t->rel[r].t < now) return false;
+    return true;
+}
+
 /* loads: more live mappings of the same bytes than opens of the file since the last release. */
 static void rule_loads(trace *t) {
     for (int i = 0; i < t->n_ev; i++) {
@@ -112,6 +121,9 @@ static void rule_loads(trace *t) {
             const tmap *o = &t->maps[k];
             if (o->fidx != m->fidx || o->t_map > now || (o->t_unmap >= 0 && o->t_unmap <= now))
                 continue;
+            if (m->load >= 0 && o->load >= 0 && o->load != m->load &&
+                live_by_handle(t, o->load, now))
+                continue; /* another model the runtime keeps, its release not come yet */
             if (o->off < m->off + m->len && m->off < o->off + o->len) depth++;
         }
         if (depth > (opens ? opens : 1)) {
@@ -324,8 +336,8 @@ static void facts_pairing(trace *t) {
                 if (when == t->t_end) when = t->ev[i].t;
             }
         add(t, NULL, when,
-            "release marker %s returned %" PRIu64 " time%s for no live load's handle (%d with "
-            "NULL, the others another object): not counted as releases",
+            "release marker %s returned %" PRIu64 " time%s for no live load's handle (%d of them "
+            "with NULL): not counted as releases",
             s->text, s->unpaired, s->unpaired == 1 ? "" : "s", nulls);
     }
     int by_time = 0, after_marker_load = 0;
@@ -399,9 +411,7 @@ static void state(trace *t, int k, bool judged, const char *fmt, ...) {
 /* Each rule: broken (its lines), judged and held (on what), or not judged (why). */
 static void judge_states(trace *t) {
     static const char *names[N_RULES] = {"released", "loads", "private", "scratch", "cycle"};
-    const char *none = "no release seen (mark the runtime's release function with "
-                       "--cycles-marker, or have the program raise the release signal: "
-                       "docs/TRACE.md)";
+    const char *none = "no release seen";
     bool files = t->n_files > 0;
     int paired = 0, read = 0;
     for (int r = 0; r < t->n_rel; r++) {
@@ -455,6 +465,16 @@ static void judge_states(trace *t) {
             t->rules[k].broken += t->v[i].rule && !strcmp(t->v[i].rule, names[k]);
         t->not_judged += !t->rules[k].broken && !t->rules[k].judged;
     }
+}
+
+const char *trace_no_release_hint(const trace *t) {
+    static char hint[300];
+    snprintf(hint, sizeof hint,
+             "no release seen: mark the runtime's release function with --cycles-marker SPEC, or "
+             "have the program raise the release signal, number %d, given to it in "
+             "$WMTRACE_SIGNAL (docs/TRACE.md)",
+             t->args.release_signal);
+    return hint;
 }
 
 const char *trace_outcome(const trace *t) {

@@ -114,9 +114,9 @@ static void text_markers(const trace *t) {
         if (s->known && !s->sites) continue;
         if (!n++) printf("\nmarkers:\n");
         printf("  %s marker %s%s%s%s: %" PRIu64 " site%s%s%s, %" PRIu64 " calls",
-               s->kind == 'L' ? "load" : "release", s->text, s->known ? " (" : "",
-               s->known ? s->runtime : "", s->known ? ", known" : "", s->sites,
-               s->sites == 1 ? "" : "s", s->sites ? " in " : "", s->object, s->hits);
+               s->kind == 'L' ? "load" : "release", s->text, s->known ? " (known: " : "",
+               s->known ? s->runtime : "", s->known ? ")" : "", s->sites, s->sites == 1 ? "" : "s",
+               s->sites ? " in " : "", s->object, s->hits);
         if (s->known == 2 && s->sites && !s->hits)
             printf(" (a fallback: not used where another runtime's marker is hooked)");
         if (s->unpaired) printf(", %" PRIu64 " for no live load's handle", s->unpaired);
@@ -216,6 +216,7 @@ static void text_verdict(const trace *t) {
         else
             printf("  %-9s %s: %s\n", r->rule, r->judged ? "judged, held" : "not judged", r->how);
     }
+    if (!t->n_rel) printf("  (%s)\n", trace_no_release_hint(t));
     for (uint64_t k = 0; k < t->st->n_specs && k < WMTRACE_MAX_SPECS; k++) {
         const wmtrace_spec *s = &t->st->specs[k];
         if (!s->known && !s->sites)

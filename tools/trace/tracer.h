@@ -120,7 +120,7 @@ typedef struct searched {
 typedef struct verdict {
     const char *rule; /* NULL: a fact, not a broken rule */
     double t;         /* where the picture places it */
-    char msg[512];
+    char msg[1024];
 } verdict;
 
 typedef struct trace {
@@ -154,6 +154,8 @@ typedef struct trace {
 
 /* The outcome: "broken", "not judged" or "clean". */
 const char *trace_outcome(const trace *t);
+/* What to do when no release was seen (one line). */
+const char *trace_no_release_hint(const trace *t);
 
 #define GROW(arr, n, cap)                                                                          \
     do {                                                                                           \
