@@ -197,12 +197,13 @@ typedef struct cycle_fig {
 } cycle_fig;
 
 /* The figure's value at release r; false where it was not read. live: the footprint less
- * malloc's free memory (clamped at 0). */
+ * malloc's free memory, plus 2^62 (malloc's free memory can be more than the footprint: its
+ * heaps' free tops, never touched; only the steps matter). */
 static bool fig_at(const trace *t, int r, const cycle_fig *f, bool live, uint64_t *v) {
     const tsample *a = &t->rel[r].at;
     if (!fig_read(a, f->bit) || (live && !fig_read(a, FIG_MFREE))) return false;
     memcpy(v, (const char *)a + f->off, sizeof *v);
-    if (live) *v = *v > a->mfree ? *v - a->mfree : 0;
+    if (live) *v = *v + ((uint64_t)1 << 62) - a->mfree; /* signed, shifted: steps compare */
     return true;
 }
 
@@ -357,35 +358,29 @@ static void facts_pairing(trace *t) {
 /* The allocator's share: what malloc holds free after the last release, apart from live memory,
  * and what returns it. */
 static void facts_allocator(trace *t) {
-    char b[6][32];
+    char b[7][32];
     int first = -1, last = -1;
     for (int r = 0; r < t->n_rel; r++)
         if (fig_read(&t->rel[r].at, FIG_FOOTPRINT | FIG_MFREE)) {
             if (first < 0) first = r;
             last = r;
         }
-    if (last < 0) return;
+    if (last <= first) return;
     const tsample *a = &t->rel[first].at, *z = &t->rel[last].at;
-    if (z->mfree < MIB) return;
-    uint64_t live0 = a->footprint > a->mfree ? a->footprint - a->mfree : 0;
-    uint64_t live1 = z->footprint > z->mfree ? z->footprint - z->mfree : 0;
-    char grew[400] = "";
-    if (last > first)
-        snprintf(grew, sizeof grew,
-                 "; from release %d the footprint went %s to %s, malloc's free memory %s to %s, "
-                 "live memory (the footprint less it) %s to %s",
-                 first + 1, cli_bytes(a->footprint, b[0]), cli_bytes(z->footprint, b[1]),
-                 cli_bytes(a->mfree, b[2]), cli_bytes(z->mfree, b[3]), cli_bytes(live0, b[4]),
-                 cli_bytes(live1, b[5]));
+    if (z->footprint < a->footprint + MIB || z->mfree < a->mfree + MIB) return;
+    uint64_t fp = z->footprint - a->footprint, mf = z->mfree - a->mfree;
     add(t, NULL, t->rel[last].t,
-        "after release %d malloc holds %s free, part of the footprint %s but not live memory%s: "
-        "glibc keeps freed blocks in its heap (its mmap threshold rises to a freed mapped "
-        "block's size, up to 32 MiB, so later big blocks come from the heap); malloc_trim(0) "
-        "in the program would return up to %s (the free memory's whole pages), and "
-        "mallopt(M_MMAP_THRESHOLD, 131072) or GLIBC_TUNABLES=glibc.malloc.mmap_threshold=131072 "
-        "keeps blocks of 128 KiB and more out of the heap",
-        last + 1, cli_bytes(z->mfree, b[0]), cli_bytes(z->footprint, b[1]), grew,
-        cli_bytes(z->mfree, b[2]));
+        "from release %d to release %d the footprint grew %s (%s to %s) and malloc's free memory "
+        "%s (%s to %s): %s the allocator's, not live memory. glibc keeps freed blocks in its "
+        "heap (its mmap threshold rises to a freed mapped block's size, up to 32 MiB, so later "
+        "big blocks come from the heap); malloc_trim(0) in the program would return up to %s "
+        "(the free memory's whole pages, what of it is resident), and mallopt(M_MMAP_THRESHOLD, "
+        "131072) or GLIBC_TUNABLES=glibc.malloc.mmap_threshold=131072 keeps blocks of 128 KiB "
+        "and more out of the heap",
+        first + 1, last + 1, cli_bytes(fp, b[0]), cli_bytes(a->footprint, b[1]),
+        cli_bytes(z->footprint, b[2]), cli_bytes(mf, b[3]), cli_bytes(a->mfree, b[4]),
+        cli_bytes(z->mfree, b[5]),
+        mf + MIB >= fp ? "that growth is" : "part of that growth is", cli_bytes(z->mfree, b[6]));
 }
 
 /* What the user's markers matched: one that matched nothing leaves its loads or releases
