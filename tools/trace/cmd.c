@@ -185,8 +185,9 @@ static bool find_lib(char out[PATH_MAX], size_t cap) {
  * paired with the load whose handle it receives. A call inside another marker's call on the same
  * thread is part of it (llama_model_free runs llama_model's destructor; whisper's init runs its
  * _no_state twin). ggml's backend buffers are a fallback: used only where no other runtime's
- * marker was hooked. ONNX Runtime's C API is a table of function pointers: its entry points
- * (OrtApis::CreateSession...) have names only where the library keeps its .symtab. */
+ * marker was hooked. ONNX Runtime's C API is a table of function pointers, its library stripped
+ * to OrtGetApiBase: the interposer hooks CreateSession, CreateSessionFromArray and
+ * ReleaseSession through the table that function returns (probe.c). */
 static const struct known {
     char kind;
     const char *spec, *runtime;
@@ -208,12 +209,7 @@ static const struct known {
     {'R', "free_sd_ctx=arg1", "stable-diffusion.cpp"},
     {'L', "new_upscaler_ctx=ret", "stable-diffusion.cpp"},
     {'R', "free_upscaler_ctx=arg1", "stable-diffusion.cpp"},
-    {'L', "_ZN7OrtApis13CreateSessionEPK6OrtEnvPKcPK17OrtSessionOptionsPP10OrtSession=*arg4",
-     "onnxruntime"},
-    {'L',
-     "_ZN7OrtApis22CreateSessionFromArrayEPK6OrtEnvPKvmPK17OrtSessionOptionsPP10OrtSession=*arg5",
-     "onnxruntime"},
-    {'R', "_ZN7OrtApis14ReleaseSessionEP10OrtSession=arg1", "onnxruntime"},
+    {'T', "OrtGetApiBase", "onnxruntime"},
     {'L', "ggml_backend_buft_alloc_buffer=ret", "ggml"},
     {'R', "ggml_backend_buffer_free=arg1", "ggml"},
 };
@@ -240,8 +236,10 @@ static void markers_env(const trace_args *a, char *out, size_t cap) {
         }
         if (!named && n < cap)
             n += (size_t)snprintf(out + n, cap - n, "%s%c %s %s", n ? "\n" : "",
-                                  known_markers[k].kind == 'L' ? 'l' : 'r', known_markers[k].spec,
-                                  known_markers[k].runtime);
+                                  known_markers[k].kind == 'L'   ? 'l'
+                                  : known_markers[k].kind == 'T' ? 't'
+                                                                 : 'r',
+                                  known_markers[k].spec, known_markers[k].runtime);
     }
 }
 

@@ -165,7 +165,7 @@ static void scan_object(const struct link_map *lm, bool first, struct object *o)
     scan sc = {lm->l_addr, name, 0, 0, 0};
     bool by_symbol = false;
     for (int k = 0; k < wt_n_specs; k++) {
-        if (!object_matches(wt_specs[k].object, name)) continue;
+        if (wt_specs[k].table || !object_matches(wt_specs[k].object, name)) continue;
         if (!wt_specs[k].symbol[0]) {
             uint64_t left = wt_elf_text_left(first ? "/proc/self/exe" : path, wt_specs[k].offset);
             if (left) {

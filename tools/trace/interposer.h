@@ -242,6 +242,8 @@ typedef struct wt_spec {
     uint64_t offset;  /* with object and no symbol: the address inside it */
     int known;        /* 0 the user's, 1 a known runtime's, 2 a fallback (wmtrace_spec.known) */
     int handle;       /* where the handle is (wmtrace_spec.handle) */
+    int table;        /* 1 + its index in ONNX Runtime's OrtApi table (hooked through the
+                         table OrtGetApiBase gives); 0: not one */
 } wt_spec;
 /* Known runtimes' markers hooked so far (a fallback is used only while this is 0). */
 extern HIDDEN int wt_known_sites;

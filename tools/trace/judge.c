@@ -379,8 +379,8 @@ static void facts_allocator(trace *t) {
         "and more out of the heap",
         first + 1, last + 1, cli_bytes(fp, b[0]), cli_bytes(a->footprint, b[1]),
         cli_bytes(z->footprint, b[2]), cli_bytes(mf, b[3]), cli_bytes(a->mfree, b[4]),
-        cli_bytes(z->mfree, b[5]),
-        mf + MIB >= fp ? "that growth is" : "part of that growth is", cli_bytes(z->mfree, b[6]));
+        cli_bytes(z->mfree, b[5]), mf + MIB >= fp ? "that growth is" : "part of that growth is",
+        cli_bytes(z->mfree, b[6]));
 }
 
 /* What the user's markers matched: one that matched nothing leaves its loads or releases

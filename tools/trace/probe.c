@@ -74,6 +74,60 @@ static void spec_place(wt_spec *sp, const char *text) {
     }
 }
 
+/* ONNX Runtime's C API is a table of function pointers (OrtApi, version 1's part frozen by a
+ * static_assert in onnxruntime_c_api.cc): CreateSession is its entry 7, CreateSessionFromArray
+ * 8, ReleaseSession 95. Its library is stripped to OrtGetApiBase, so "t OrtGetApiBase RUNTIME"
+ * marks that function, and at its first return the table's three entries are hooked. */
+static const struct {
+    int kind, index, handle;
+    const char *text;
+} ort_api[] = {
+    {'L', 7, 24, "OrtApi::CreateSession=*arg4"},
+    {'L', 8, 25, "OrtApi::CreateSessionFromArray=*arg5"},
+    {'R', 95, 11, "OrtApi::ReleaseSession=arg1"},
+};
+
+static void ort_specs(const char *runtime) {
+    for (size_t i = 0; i < sizeof ort_api / sizeof *ort_api && wt_n_specs < WMTRACE_MAX_SPECS;
+         i++) {
+        wt_spec *sp = &wt_specs[wt_n_specs];
+        wmtrace_spec *out = &wt_stats->specs[wt_n_specs++];
+        memset(sp, 0, sizeof *sp);
+        sp->kind = ort_api[i].kind;
+        sp->known = 1;
+        sp->handle = ort_api[i].handle;
+        sp->table = ort_api[i].index + 1;
+        out->kind = (uint64_t)sp->kind;
+        out->known = 1;
+        out->handle = (uint64_t)sp->handle;
+        snprintf(out->text, sizeof out->text, "%s", ort_api[i].text);
+        snprintf(out->runtime, sizeof out->runtime, "%s", runtime);
+    }
+}
+
+/* OrtGetApiBase returned base (an OrtApiBase: GetApi, GetVersionString): the table's entries are
+ * hooked, once. GetApi(1) returns the whole table for any version the library has, with no
+ * message. */
+static void ort_table(uint64_t base) {
+    static int done;
+    if (!base || __atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL)) return;
+    const void *(*get_api)(uint32_t);
+    memcpy(&get_api, (const void *)(uintptr_t)base, sizeof get_api);
+    const void *const *api = get_api ? get_api(1) : NULL;
+    if (!api) return;
+    const char *object = "";
+    for (int k = 0; k < wt_n_specs; k++)
+        if (wt_specs[k].kind == 'T') object = wt_stats->specs[k].object;
+    for (int k = 0; k < wt_n_specs; k++) {
+        if (!wt_specs[k].table) continue;
+        uintptr_t at = (uintptr_t)api[wt_specs[k].table - 1];
+        if (!at || wt_probe_arm(at, wt_specs[k].kind, k, 0) < 0) continue;
+        wmtrace_spec *out = &wt_stats->specs[k];
+        if (!out->sites++) snprintf(out->object, sizeof out->object, "%s", object);
+        __atomic_fetch_add(&wt_known_sites, 1, __ATOMIC_RELEASE);
+    }
+}
+
 /* "L SPEC" / "R SPEC" lines (the user's), "l SPEC RUNTIME" / "r SPEC RUNTIME" (a known runtime's;
  * RUNTIME ggml: a fallback); SPEC: SYMBOL, OBJECT:SYMBOL or OBJECT+0xOFFSET, then =ret, =argN or
  * =*argN where it says where the handle is. The tracer checked them. */
@@ -81,12 +135,12 @@ static void parse_specs(const char *s) {
     while (s && *s && wt_n_specs < WMTRACE_MAX_SPECS) {
         size_t n = strcspn(s, "\n");
         char k = s[0];
-        bool known = k == 'l' || k == 'r';
+        bool known = k == 'l' || k == 'r' || k == 't';
         if (n > 2 && n < sizeof wt_stats->specs[0].text && (k == 'L' || k == 'R' || known)) {
             wt_spec *sp = &wt_specs[wt_n_specs];
             wmtrace_spec *out = &wt_stats->specs[wt_n_specs];
             memset(sp, 0, sizeof *sp);
-            sp->kind = known ? k - 'a' + 'A' : k;
+            sp->kind = known ? k - 'a' + 'A' : k; /* t: T, a table's function */
             memcpy(out->text, s + 2, n - 2);
             out->kind = (uint64_t)sp->kind;
             char *rt = strchr(out->text, ' ');
@@ -104,6 +158,7 @@ static void parse_specs(const char *s) {
             spec_place(sp, place);
             if (sp->kind == 'L' && !known) wt_have_load_markers = 1;
             wt_n_specs++;
+            if (sp->kind == 'T') ort_specs(out->runtime);
         }
         s += n + (s[n] == '\n');
     }
@@ -527,6 +582,27 @@ static int64_t marker_entered(const probe *p, const wt_spec *sp, uint64_t hval) 
     return by_handle ? load : -1 - (load + 1) * 4; /* by time: encoded below zero */
 }
 
+/* The call's return is hooked: its frame on this thread's stack (false: nested too deep). */
+static bool push_frame(void **slot, const probe *p, int64_t arg, uint64_t hval, int counted) {
+    int d = wt_tl.ret_depth;
+    if (d >= (int)(sizeof wt_tl.ret_stack / sizeof wt_tl.ret_stack[0])) {
+        wt_warn("marker returns nested too deep on one thread: a return not seen");
+        return false;
+    }
+    wt_tl.ret_stack[d].ret = *slot;
+    wt_tl.ret_stack[d].slot = slot;
+    wt_tl.ret_stack[d].kind = p->kind;
+    wt_tl.ret_stack[d].spec = p->spec;
+    wt_tl.ret_stack[d].arg = arg;
+    wt_tl.ret_stack[d].hval = hval;
+    wt_tl.ret_stack[d].counted = counted;
+    wt_tl.ret_depth = d + 1;
+    if (counted && counted != 3 && p->kind == 'L') wt_tl.loads_open++;
+    if (counted && counted != 3 && p->kind == 'R') wt_tl.releases_open++;
+    *slot = (void *)wmtrace_probe_exit;
+    return true;
+}
+
 void *wmtrace_probe_enter(void **slot, long idx, const uint64_t *regs) {
     probe *p = &probes[idx];
     if (p->kind == 'D') { /* the dynamic linker's hook: objects came or went */
@@ -538,6 +614,13 @@ void *wmtrace_probe_enter(void **slot, long idx, const uint64_t *regs) {
     int e = errno, saved = wt_tl.in_hook;
     wt_tl.in_hook = 1;
     const wt_spec *sp = &wt_specs[p->spec];
+    if (p->kind == 'T') { /* a table's function: its return gives the table */
+        __atomic_fetch_add(&wt_stats->specs[p->spec].hits, 1, __ATOMIC_RELAXED);
+        push_frame(slot, p, -1, 0, 3);
+        wt_tl.in_hook = saved;
+        errno = e;
+        return p->ool;
+    }
     /* A fallback (ggml's buffers) only forwards where a known runtime's marker is hooked. */
     bool used = sp->known != 2 || !__atomic_load_n(&wt_known_sites, __ATOMIC_ACQUIRE);
     if (used) __atomic_fetch_add(&wt_stats->specs[p->spec].hits, 1, __ATOMIC_RELAXED);
@@ -545,23 +628,8 @@ void *wmtrace_probe_enter(void **slot, long idx, const uint64_t *regs) {
     int counted = used && !wt_tl.loads_open && !wt_tl.releases_open;
     int64_t arg = counted ? marker_entered(p, sp, hval) : -1;
     if (counted && p->kind == 'R' && arg == -2) counted = 2; /* for no load's handle */
-    int d = wt_tl.ret_depth;
-    if (d < (int)(sizeof wt_tl.ret_stack / sizeof wt_tl.ret_stack[0])) {
-        wt_tl.ret_stack[d].ret = *slot;
-        wt_tl.ret_stack[d].slot = slot;
-        wt_tl.ret_stack[d].kind = p->kind;
-        wt_tl.ret_stack[d].spec = p->spec;
-        wt_tl.ret_stack[d].arg = arg;
-        wt_tl.ret_stack[d].hval = hval;
-        wt_tl.ret_stack[d].counted = counted;
-        wt_tl.ret_depth = d + 1;
-        if (counted && p->kind == 'L') wt_tl.loads_open++;
-        if (counted && p->kind == 'R') wt_tl.releases_open++;
-        *slot = (void *)wmtrace_probe_exit;
-    } else {
-        wt_warn("marker returns nested too deep on one thread: a return not seen");
-        if (counted == 1 && p->kind == 'R') __atomic_fetch_sub(&wt_releasing, 1, __ATOMIC_ACQ_REL);
-    }
+    if (!push_frame(slot, p, arg, hval, counted) && counted == 1 && p->kind == 'R')
+        __atomic_fetch_sub(&wt_releasing, 1, __ATOMIC_ACQ_REL);
     wt_tl.in_hook = saved;
     errno = e;
     return p->ool;
@@ -613,7 +681,9 @@ void *wmtrace_probe_return(void **rsp, const uint64_t *regs) {
     }
     wt_tl.ret_depth = d;
     void *ret = wt_tl.ret_stack[d].ret;
-    if (wt_tl.ret_stack[d].counted) {
+    if (wt_tl.ret_stack[d].counted == 3) {
+        ort_table(regs[RAX]);
+    } else if (wt_tl.ret_stack[d].counted) {
         if (wt_active && wt_stats)
             marker_returned(&wt_tl.ret_stack[d], regs);
         else if (wt_tl.ret_stack[d].kind == 'L')

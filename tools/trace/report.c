@@ -114,9 +114,12 @@ static void text_markers(const trace *t) {
         if (s->known && !s->sites) continue;
         if (!n++) printf("\nmarkers:\n");
         printf("  %s marker %s%s%s%s: %" PRIu64 " site%s%s%s, %" PRIu64 " calls",
-               s->kind == 'L' ? "load" : "release", s->text, s->known ? " (known: " : "",
-               s->known ? s->runtime : "", s->known ? ")" : "", s->sites, s->sites == 1 ? "" : "s",
-               s->sites ? " in " : "", s->object, s->hits);
+               s->kind == 'L'   ? "load"
+               : s->kind == 'T' ? "table"
+                                : "release",
+               s->text, s->known ? " (known: " : "", s->known ? s->runtime : "",
+               s->known ? ")" : "", s->sites, s->sites == 1 ? "" : "s", s->sites ? " in " : "",
+               s->object, s->hits);
         if (s->known == 2 && s->sites && !s->hits)
             printf(" (a fallback: not used where another runtime's marker is hooked)");
         if (s->unpaired) printf(", %" PRIu64 " for no live load's handle", s->unpaired);
@@ -264,7 +267,10 @@ static void json_head(const trace *t) {
         printf("%s{\"spec\":", k ? "," : "");
         cli_json_cstr(stdout, sp->text);
         printf(",\"kind\":\"%s\",\"sites\":%" PRIu64 ",\"calls\":%" PRIu64 ",\"object\":",
-               sp->kind == 'L' ? "load" : "release", sp->sites, sp->hits);
+               sp->kind == 'L'   ? "load"
+               : sp->kind == 'T' ? "table"
+                                 : "release",
+               sp->sites, sp->hits);
         cli_json_cstr(stdout, sp->object);
         printf(",\"known\":");
         if (sp->known)
