@@ -1485,6 +1485,10 @@ WM_TEST(weightmap_cli_is_clean) {
         jnode *j = trace_json("", cmd, &rc);
         CHECK_MSG(rc == 0, "mode %s: exit %d", modes[i], rc);
         CHECK_EQ(n_items(j, "verdicts"), 0);
+        /* its own load and release, known markers: every rule judged */
+        CHECK_EQ(n_items(j, "releases"), 3);
+        CHECK_MSG(outcome_is(j, "clean"), "mode %s: %s (cycle: %s)", modes[i],
+                  jget(j, "outcome")->str, how(j, "cycle"));
         const jnode *f = jitem(jget(j, "files"), 0);
         CHECK(f != NULL); /* the tracer saw the model */
         CHECK_EQ(num(f, "live"), 0);

@@ -179,10 +179,14 @@ static volatile int load_lock;
 /* A load from a weight file's first touch pauses when its last weight file is closed: what it
  * frees then is set aside, scratch if the load goes on (a reopen), freed after its end if a
  * release comes first (the load then ended at the pause). */
-static struct pause { uint64_t since_ns, freed, largest, blocks; } pauses[WMTRACE_MAX_LOADS];
+static struct pause {
+    uint64_t since_ns, freed, largest, blocks;
+    uint64_t resident; /* what the load held was resident then (its end, if no touch comes) */
+} pauses[WMTRACE_MAX_LOADS];
 
 void wt_load_pause(int idx) {
     if (idx < 0 || idx >= WMTRACE_MAX_LOADS) return;
+    __atomic_store_n(&pauses[idx].resident, wt_load_kept_resident(idx), __ATOMIC_RELAXED);
     __atomic_store_n(&pauses[idx].since_ns, wt_now_ns(), __ATOMIC_RELEASE);
 }
 
@@ -254,7 +258,11 @@ void wt_load_end(int idx) {
     spages_load_ended((uint32_t)idx + 1);
     wt_tl.in_load_lock = 0;
     wt_spin_unlock(&load_lock);
-    __atomic_store_n(&ld->kept_resident, wt_load_kept_resident(idx), __ATOMIC_RELAXED);
+    /* ended at its pause: what it held was measured then (the release may have freed it) */
+    __atomic_store_n(&ld->kept_resident,
+                     end ? __atomic_load_n(&p->resident, __ATOMIC_RELAXED)
+                         : wt_load_kept_resident(idx),
+                     __ATOMIC_RELAXED);
     wt_line l;
     wt_begin(&l, 'E');
     wt_put_u(&l, (uint64_t)idx);

@@ -210,6 +210,8 @@ static const struct known {
     {'L', "new_upscaler_ctx=ret", "stable-diffusion.cpp"},
     {'R', "free_upscaler_ctx=arg1", "stable-diffusion.cpp"},
     {'T', "OrtGetApiBase", "onnxruntime"},
+    {'L', "wm_model_load=*arg3", "weightmap"},
+    {'R', "wm_model_release=arg1", "weightmap"},
     {'L', "ggml_backend_buft_alloc_buffer=ret", "ggml"},
     {'R', "ggml_backend_buffer_free=arg1", "ggml"},
 };
