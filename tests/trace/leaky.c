@@ -24,6 +24,8 @@
  *            footprint grows at every release by malloc's free memory alone
  *   untouched  the load takes 64 MiB of malloc memory it never touches (address space only),
  *            held until the release
+ *   leak     the load takes 2 MiB of malloc memory, touched, and nothing ever frees it: live
+ *            memory grows at every release
  *   threads  four threads allocate and free big and small blocks, some freed by another thread
  *   exit     no loading; exits with status CYCLES (the tracer must pass it on)
  *
@@ -214,6 +216,11 @@ __attribute__((noinline)) static int load_cycle(long pg) {
         pins[cycle % 64] = malloc(64); /* after it: the heap cannot be trimmed below it */
         seen = pins[cycle % 64];
         cycle++;
+    } else if (!strcmp(mode, "leak")) {
+        void *lost = malloc(2u << 20);
+        if (!lost) die("malloc");
+        memset(lost, 6, 2u << 20);
+        seen = lost; /* and never freed */
     } else if (!strcmp(mode, "untouched")) {
         heap_weights = malloc(64u << 20); /* glibc maps it; nothing touches its pages */
         if (!heap_weights) die("malloc");
