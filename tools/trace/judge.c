@@ -249,17 +249,21 @@ static void rule_cycle(trace *t) {
     };
     rule_state *st = &t->rules[4];
     st->judged = true;
+    bool allocator_growth = false;
     size_t n = 0;
     for (size_t k = 0; k < sizeof figs / sizeof *figs; k++) {
         const cycle_fig *f = &figs[k];
         uint64_t first = 0, last = 0, least = 0, lf = 0, ll = 0, lleast = 0;
         int seen = fig_series(t, f, false, &first, &last, &least);
         bool grew = seen >= 2 && least && least != UINT64_MAX;
-        if (grew && seen >= f->releases) {
-            /* the footprint's growth is the allocator's unless live memory grew at each too */
-            if (f->bit == FIG_FOOTPRINT && fig_series(t, f, true, &lf, &ll, &lleast) == seen &&
-                !(lleast && lleast != UINT64_MAX))
-                continue;
+        /* the footprint's growth is the allocator's unless live memory grew at each release too
+         * (then judged however few the releases: its steps say it) */
+        bool allocators = grew && f->bit == FIG_FOOTPRINT &&
+                          fig_series(t, f, true, &lf, &ll, &lleast) == seen &&
+                          !(lleast && lleast != UINT64_MAX);
+        if (allocators) {
+            allocator_growth = true;
+        } else if (grew && seen >= f->releases) {
             cycle_line(t, f, least, first, last);
         } else if (seen < 2 || grew) {
             char b[2][32];
@@ -281,10 +285,11 @@ static void rule_cycle(trace *t) {
         }
     }
     if (st->judged)
-        snprintf(st->how, sizeof st->how,
-                 "at %d releases: no figure grew at every release, or the footprint only by "
-                 "malloc's free memory",
-                 t->n_rel);
+        snprintf(st->how, sizeof st->how, "at %d releases: %s", t->n_rel,
+                 allocator_growth ? "the footprint grew at every release, but live memory (the "
+                                    "footprint less malloc's free memory) did not: the allocator's "
+                                    "growth (facts); no other figure grew at every release"
+                                  : "no figure grew at every release");
 }
 
 /* Facts: what each load kept of its malloc blocks (weights in malloc memory, when a runtime reads
