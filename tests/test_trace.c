@@ -617,6 +617,37 @@ WM_TEST(known_runtime_in_a_library_loaded_later) {
     jfree(j);
 }
 
+/* stable-diffusion.cpp's context and ggml's backend buffers, known by name in libraries loaded
+ * later (tests/trace/fakeggml.c): each paired by handle; ggml's buffers are a fallback, not used
+ * where another runtime's marker is hooked (whisper's, with a ggml buffer made and freed
+ * between its load and release as a compute buffer is). */
+WM_TEST(known_runtimes_sd_and_ggml_fallback) {
+    char cmd[8400], lib[4096];
+    const char *libs[2] = {"libwmtsd.so", "libwmtggml.so"}, *modes[2] = {"sd", "ggml"};
+    const char *names[2] = {"new_sd_ctx=", "ggml_backend_buffer_free="};
+    for (int k = 0; k < 2; k++) {
+        snprintf(lib, sizeof lib, "%s", prog(libs[k]));
+        snprintf(cmd, sizeof cmd, "%s %s %s 3 %s", prog("wcycles"), lib, FIXTURE, modes[k]);
+        int rc;
+        jnode *j = trace_json("", cmd, &rc);
+        CHECK_EQ(rc, 0);
+        const jnode *m = marker_named(j, names[k]);
+        CHECK_MSG(m && num(m, "calls") == 3, "%s: no marker %s called 3 times", modes[k], names[k]);
+        CHECK(!strcmp(jget(m, "known")->str, k ? "ggml" : "stable-diffusion.cpp"));
+        CHECK_EQ(n_items(j, "loads"), 3);
+        CHECK_EQ(n_items(j, "releases"), 3);
+        CHECK(!strcmp(first_str(j, "releases", "paired"), "handle"));
+        jfree(j);
+    }
+    int rc;
+    jnode *j = trace_json("", wcycles("both", 3), &rc);
+    CHECK_EQ(n_items(j, "releases"), 3);
+    const jnode *m = marker_named(j, "ggml_backend_buffer_free=");
+    CHECK(m && num(m, "sites") == 1 && num(m, "calls") == 0); /* hooked, not used */
+    CHECK(!strcmp(first_str(j, "releases", "source"), "whisper_free=arg1"));
+    jfree(j);
+}
+
 /* A runtime that keeps a second model and calls its release function with NULL too: paired by
  * handle, each release judges its own load's mapping, and the NULL calls are no releases; by
  * time (no handle in the markers), the kept model's mapping breaks `released` falsely. */
