@@ -700,6 +700,15 @@ WM_TEST(unmatched_marker_is_named) {
     CHECK(libc);
     jfree(j);
     stderr_has("weightmap: trace: marker nosuchsym matched nothing (searched ");
+    /* the picture's title says so too, not "clean" */
+    const char *svg = wmt_tmp("unmatched.svg");
+    CHECK_EQ(run_rc("%s trace --svg %s --cycles-marker nosuchsym -- true", WM_CLI, svg), 0);
+    size_t n;
+    char *text = wmt_read_file(svg, &n);
+    text = realloc(text, n + 1);
+    text[n] = 0;
+    CHECK_MSG(strstr(text, "(exit 0, ") && strstr(text, " s, not judged)</text>"), "%.400s", text);
+    free(text);
     stderr_has(" libc.so.6");
     CHECK_EQ(run_rc("%s trace --strict --cycles-marker nosuchsym -- true", WM_CLI), 3);
 }
