@@ -145,9 +145,11 @@ static void text_releases(const trace *t) {
     for (int i = 0; i < t->n_rel; i++) {
         const trelease *r = &t->rel[i], *p = i ? &t->rel[i - 1] : r;
         const tsample *a = &r->at;
-        char live[32] = "not read", pair[64];
-        if (fig_read(a, FIG_FOOTPRINT | FIG_MFREE))
-            cli_bytes(a->footprint > a->mfree ? a->footprint - a->mfree : 0, live);
+        char live[96] = "not read", pair[64];
+        if (fig_read(a, FIG_FOOTPRINT | FIG_MFREE) && a->footprint > a->mfree)
+            cli_bytes(a->footprint - a->mfree, live);
+        else if (fig_read(a, FIG_FOOTPRINT | FIG_MFREE))
+            snprintf(live, sizeof live, "0 B (malloc's free memory is more: untouched heap)");
         if (r->load < 0)
             snprintf(pair, sizeof pair, "no load before it");
         else
