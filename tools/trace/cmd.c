@@ -1,14 +1,16 @@
 /*
- * cmd.c: `weightmap trace [--file F]... [--load-marker SPEC]... [--cycles-marker SPEC]... [--json]
- * [--svg OUT] [--out REPORT] [--interval MS] -- CMD ARGS...`: runs CMD under libwmtrace.so
- * (LD_PRELOAD) and reports its weight-memory lifecycle: per thread the malloc family, per load
- * its scratch and what it kept, every mapping of a weight file, mlock, each release with the
- * process's figures and their change from the release before; then the facts and the verdicts
- * (docs/TRACE.md). Exit status: 1 when a rule is broken, else CMD's own (128+N when a signal N
- * ended it), 2 usage. tracer.h says which file holds what.
+ * cmd.c: `weightmap trace [--file F]... [--load-marker SPEC]... [--cycles-marker SPEC]...
+ * [--no-known-markers] [--release-signal SIG] [--strict] [--json] [--svg OUT] [--out REPORT]
+ * [--interval MS] -- CMD ARGS...`: runs CMD under libwmtrace.so (LD_PRELOAD) and reports its
+ * weight-memory lifecycle: per thread the malloc family, per load its scratch and what it kept,
+ * every mapping of a weight file, mlock, each release with the process's figures and their
+ * change from the release before; then the facts and the verdict: broken, clean or not judged,
+ * each rule's state (docs/TRACE.md). Exit status: 1 when a rule is broken, else CMD's own (128+N
+ * when a signal N ended it, 127 when it cannot be run), else 3 with --strict when something was
+ * not judged; 2 usage. tracer.h says which file holds what.
  *
- * This file: arguments and finding the library; running CMD (footprint sampled from outside);
- * cmd_trace.
+ * This file: arguments, the known runtimes' markers and finding the library; running CMD
+ * (footprint sampled from outside); cmd_trace.
  */
 #include "tracer.h"
 
