@@ -1,7 +1,10 @@
 /*
- * judge.c: what a trace says. Facts (what each load took from malloc and kept, where each
- * release ran) and verdicts (the rules of docs/TRACE.md: released, loads, private, scratch,
- * cycle), each placed at its time; and the helpers the reports share.
+ * judge.c: what a trace says. Facts (what each load took from malloc and kept, as address space
+ * and touched; where each release ran; release calls for no load's handle; releases paired by
+ * time only; the allocator's share of the footprint's growth) and verdicts (the rules of
+ * docs/TRACE.md: released, loads, private, scratch, cycle), each placed at its time; each rule's
+ * state (broken, judged and held, or not judged and why) and the outcome; and the helpers the
+ * reports share.
  */
 #include "tracer.h"
 
