@@ -38,6 +38,8 @@ test: format-check check-source test-normal test-asan test-cuda-mock test-fuzz t
 peer:
 	@scripts/peer.sh >/dev/null 2>&1 || echo "peer: llama.cpp's loader could not be installed; oracle tests will skip"
 	@scripts/peer-node.sh >/dev/null 2>&1 || echo "peer: @fugood/llama.node could not be installed; its trace tests will skip"
+	@scripts/peer-whisper.sh >/dev/null 2>&1 || echo "peer: @fugood/whisper.node could not be installed; its trace tests will skip"
+	@scripts/peer-onnx.sh >/dev/null 2>&1 || echo "peer: onnxruntime-node could not be installed; its trace tests will skip"
 
 # The ggml bridge (docs/GGML.md) and its tests need ggml: the peer's prebuilt ggml 0.23.0 with that
 # release's headers (scripts/ggml.sh, into the npm cache outside the clone, linked as bench/peers/ggml/;

@@ -15,13 +15,14 @@ import json, re, sys
 name, model, f = sys.argv[1:4]
 j = json.load(open(f)); M = 2**20
 rel, l = j['releases'], j['loads'][0]
-fp = ', '.join('%.1f' % (r['at']['footprint'] / M) for r in rel)
-mf = ', '.join('%.1f' % (r['at']['malloc_free'] / M) for r in rel)
+fig = lambda b: 'not read' if b is None else '%.1f' % (b / M)
+fp = ', '.join(fig(r['at']['footprint']) for r in rel)
+mf = ', '.join(fig(r['at']['malloc_free']) for r in rel)
 sr = ', '.join('-' if r['scratch_resident'] is None else '%.2f' % (r['scratch_resident'] / M) for r in rel)
 live = sum(1 for m in j['mappings'] if m['unmapped'] is None)
 v = j['verdicts']
 at = [re.match(r'release (\d+)', x['message']) for x in v]
-vd = 'clean' if not v else ', '.join(sorted(set(x['rule'] for x in v))) + ' (' + ', '.join(
+vd = j['outcome'] if not v else ', '.join(sorted(set(x['rule'] for x in v))) + ' (' + ', '.join(
     'release ' + m.group(1) if m else '?' for m in at) + ')'
 print('| %s | %s | %.1f | %s | %s | %.1f (%.1f) | %.1f (%.1f) | %s | %d (%d) | %s |' % (
     model, name, j['footprint']['first'] / M, fp, mf, l['kept_at_end'] / M, l['kept_largest'] / M,

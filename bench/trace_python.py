@@ -1,6 +1,8 @@
 """trace_python.py: a Python process that loads a model CYCLES times and releases it, for
-`weightmap trace` (bench/RESULTS.md, docs/TRACE.md). Each release is marked with SIGUSR1 (the
-tracer handles it; Python leaves SIGUSR1 alone).
+`weightmap trace` (bench/RESULTS.md, docs/TRACE.md). Each release is marked with the tracer's
+release signal, its number in $WMTRACE_SIGNAL (SIGRTMIN+4 unless --release-signal says
+otherwise; SIGUSR1 where the variable is not set: the tracer handles that one too when the
+program leaves it alone, as Python does).
 
     python3 bench/trace_python.py torch|weightmap MODEL CYCLES [mmap|heap]
 
@@ -29,7 +31,7 @@ def main():
         total = sum(float(t.flatten()[-1]) for t in sd.values())  # touches each, copies none
         del sd
         gc.collect()
-        os.kill(os.getpid(), signal.SIGUSR1)
+        os.kill(os.getpid(), int(os.environ.get("WMTRACE_SIGNAL", signal.SIGUSR1)))
         print(f"trace_python: {kind} cycle done ({total:.0f})", file=sys.stderr)
 
 

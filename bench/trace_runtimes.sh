@@ -40,12 +40,13 @@ import json, sys
 j = json.load(open(sys.argv[1]))
 mib = lambda b: f"{b / 1048576:.1f}"
 rel = j["releases"]
-fps = ", ".join(mib(r["at"]["footprint"]) for r in rel)
+fps = ", ".join("not read" if r["at"]["footprint"] is None else mib(r["at"]["footprint"])
+                for r in rel)
 kept = ", ".join(mib(l["kept_at_end"]) for l in j["loads"])
 scr = ", ".join(mib(l["scratch"]) for l in j["loads"])
 thr = sum(1 for r in rel if r["load"] and j["loads"][r["load"] - 1]["tid"] != r["tid"])
-calls = "; ".join(f'{m["spec"]} {m["calls"]}' for m in j["markers"]) or "SIGUSR1"
-rules = ", ".join(sorted({v["rule"] for v in j["verdicts"]})) or "clean"
+calls = "; ".join(f'{m["spec"]} {m["calls"]}' for m in j["markers"] if m["sites"]) or "signal"
+rules = ", ".join(sorted({v["rule"] for v in j["verdicts"]})) or j["outcome"]
 print(f"| {sys.argv[2]} | {calls} | {len(j['loads'])} | {len(rel)} ({thr} on another thread) "
       f"| {fps} | {kept} | {scr} | {len(j['mappings'])} | {rules} |")
 PY

@@ -119,6 +119,11 @@ static const cli_option trace_opts[] = {
     TEXT("cycles-marker", "SPEC", NULL,
          "the return of this function means \"the model is released\" (repeat for several)"),
     TEXT("release-marker", "SPEC", NULL, "the same as --cycles-marker"),
+    FLAG("no-known-markers",
+         "no known runtime's load and release functions as markers (llama.cpp, whisper.cpp...)"),
+    TEXT("release-signal", "SIG", "RTMIN+4",
+         "the signal the program raises for a release (a number, USR1, USR2, RTMIN+N)"),
+    FLAG("strict", "exit 3 when a rule could not be judged (1 when one is broken)"),
     FLAG("json", "the report as JSON"),
     TEXT("svg", "OUT", NULL, "also a picture of the footprint, loads, releases and mappings"),
     TEXT("out", "REPORT", "standard output", "write the report to this file"),
@@ -172,8 +177,10 @@ const cli_command cli_commands[] = {
      "file, mlock, the figures at each release and their change; then the facts and the\n"
      "verdicts (docs/TRACE.md has the rules). SPEC names any function of the process:\n"
      "SYMBOL, OBJECT:SYMBOL or OBJECT+0xOFFSET (OBJECT: the start of a loaded file's name),\n"
-     "hooked however it is called. Exit: 1 when a rule is broken, else CMD's status (128+N\n"
-     "for signal N). Options end at CMD.",
+     "hooked however it is called, then =ret, =argN or =*argN where the handle is that pairs\n"
+     "a release with its load. The verdict: broken, clean (every rule judged and held) or not\n"
+     "judged (which rule, and why). Exit: 1 when a rule is broken, else CMD's status (128+N\n"
+     "for signal N), else 3 with --strict when something was not judged. Options end at CMD.",
      trace_opts,
      "weightmap trace --load-marker wm_model_load --cycles-marker wm_model_release -- "
      "weightmap load m.gguf --mode heap",

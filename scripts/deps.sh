@@ -3,7 +3,9 @@
 # Called by every Makefile target, so a fresh Debian 12 machine needs nothing installed by hand.
 set -euo pipefail
 need=(cmake ninja-build gcc clang libclang-rt-14-dev llvm pkg-config clang-format librsvg2-bin netpbm
-      libzydis-dev)
+      libzydis-dev python3-onnx)
+# python3-onnx (with python3-numpy): the trace tests write their ONNX model with it
+# (tests/trace/onnx_model.py, run by Debian's /usr/bin/python3).
 # `deps.sh python`: also what the Python package needs (python/; make python, make test-python):
 # Python's headers, setuptools and pip to build and install it, NumPy, PyTorch (CPU) and pytest
 # for its tests, and DLPack's header.

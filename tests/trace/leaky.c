@@ -18,6 +18,14 @@
  *   lock     the file is mapped shared, mlocked, munlocked and unmapped (clean)
  *   split    the file is mapped in two chunks; only the first is unmapped
  *   fork     a forked child maps the file and exits without unmapping (the tracer skips it)
+ *   allocator  no file mapped; cycle N takes N+1 MiB of malloc memory from the heap (glibc's
+ *            mmap threshold raised first, as a runtime's first free raises it), touched, with
+ *            a small block after it, held until the release frees it: malloc keeps it, the
+ *            footprint grows at every release by malloc's free memory alone
+ *   untouched  the load takes 64 MiB of malloc memory it never touches (address space only),
+ *            held until the release
+ *   leak     the load takes 2 MiB of malloc memory, touched, and nothing ever frees it: live
+ *            memory grows at every release
  *   threads  four threads allocate and free big and small blocks, some freed by another thread
  *   exit     no loading; exits with status CYCLES (the tracer must pass it on)
  *
@@ -26,8 +34,10 @@
  * "released": it calls wmt_rt_release() in libwmtleakrt.so (call, the default), or
  * leaky_release(), internal like load_cycle (direct), or leaky_release() on a thread of its own
  * with every signal blocked (thread: a worker as libuv starts them), raises SIGUSR1 (signal: only
- * under the tracer, which handles it), or says nothing (none). leaky_release frees what "heap"
- * holds.
+ * under the tracer, which handles it), installs its own SIGUSR1 handler (as Node does for its
+ * inspector) and raises the signal the tracer names in WMTRACE_SIGNAL (rtsignal), calls
+ * wmt_rt_release with no descriptor left to open (nofd: the process cannot read its figures), or
+ * says nothing (none). leaky_release frees what "heap" holds.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -37,6 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -190,6 +201,30 @@ __attribute__((noinline)) static int load_cycle(long pg) {
         touch(a, half);
         touch(b, size - half);
         munmap(a, half); /* the second chunk is forgotten */
+    } else if (!strcmp(mode, "allocator")) {
+        static int cycle;
+        static void *pins[64];
+        if (!cycle) { /* a mapped block freed raises glibc's mmap threshold to its size */
+            void *big = malloc(16u << 20);
+            seen = big;
+            free(big);
+        }
+        size_t n = (size_t)(cycle + 1) << 20;
+        heap_weights = malloc(n);
+        if (!heap_weights) die("malloc");
+        memset(heap_weights, 5, n);
+        pins[cycle % 64] = malloc(64); /* after it: the heap cannot be trimmed below it */
+        seen = pins[cycle % 64];
+        cycle++;
+    } else if (!strcmp(mode, "leak")) {
+        void *lost = malloc(2u << 20);
+        if (!lost) die("malloc");
+        memset(lost, 6, 2u << 20);
+        seen = lost; /* and never freed */
+    } else if (!strcmp(mode, "untouched")) {
+        heap_weights = malloc(64u << 20); /* glibc maps it; nothing touches its pages */
+        if (!heap_weights) die("malloc");
+        seen = heap_weights;
     } else if (!strcmp(mode, "fork")) {
         pid_t pid = fork();
         if (pid == 0) {
@@ -225,14 +260,18 @@ static void *release_thread(void *arg) {
     return NULL;
 }
 
+static void on_usr1(int sig) { (void)sig; } /* Node's: its inspector */
+
 int main(int argc, char **argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: leaky MODE FILE CYCLES [call|signal|none]\n");
+        fprintf(stderr,
+                "usage: leaky MODE FILE CYCLES [call|direct|thread|signal|rtsignal|nofd|none]\n");
         return 2;
     }
     mode = argv[1];
     int cycles = atoi(argv[3]);
     const char *marker = argc > 4 ? argv[4] : "call";
+    if (!strcmp(marker, "rtsignal")) signal(SIGUSR1, on_usr1);
     if (!strcmp(mode, "exit")) return cycles;
     if (!strcmp(mode, "threads")) return threads();
     long pg = sysconf(_SC_PAGESIZE);
@@ -251,8 +290,20 @@ int main(int argc, char **argv) {
             pthread_t th;
             pthread_create(&th, NULL, release_thread, NULL);
             pthread_join(th, NULL);
-        } else if (!strcmp(marker, "signal"))
+        } else if (!strcmp(marker, "signal")) {
             raise(SIGUSR1);
+        } else if (!strcmp(marker, "rtsignal")) {
+            const char *sig = getenv("WMTRACE_SIGNAL");
+            if (sig) raise(atoi(sig));
+        } else if (!strcmp(marker, "nofd")) {
+            struct rlimit old, none;
+            getrlimit(RLIMIT_NOFILE, &old);
+            none = old;
+            none.rlim_cur = 3; /* stdin, stdout, stderr: no descriptor left to open */
+            setrlimit(RLIMIT_NOFILE, &none);
+            wmt_rt_release(c);
+            setrlimit(RLIMIT_NOFILE, &old);
+        }
         if (strcmp(marker, "direct") && strcmp(marker, "thread")) {
             free(heap_weights);
             heap_weights = NULL;

@@ -179,10 +179,14 @@ static volatile int load_lock;
 /* A load from a weight file's first touch pauses when its last weight file is closed: what it
  * frees then is set aside, scratch if the load goes on (a reopen), freed after its end if a
  * release comes first (the load then ended at the pause). */
-static struct pause { uint64_t since_ns, freed, largest, blocks; } pauses[WMTRACE_MAX_LOADS];
+static struct pause {
+    uint64_t since_ns, freed, largest, blocks;
+    uint64_t resident; /* what the load held was resident then (its end, if no touch comes) */
+} pauses[WMTRACE_MAX_LOADS];
 
 void wt_load_pause(int idx) {
     if (idx < 0 || idx >= WMTRACE_MAX_LOADS) return;
+    __atomic_store_n(&pauses[idx].resident, wt_load_kept_resident(idx), __ATOMIC_RELAXED);
     __atomic_store_n(&pauses[idx].since_ns, wt_now_ns(), __ATOMIC_RELEASE);
 }
 
@@ -254,6 +258,11 @@ void wt_load_end(int idx) {
     spages_load_ended((uint32_t)idx + 1);
     wt_tl.in_load_lock = 0;
     wt_spin_unlock(&load_lock);
+    /* ended at its pause: what it held was measured then (the release may have freed it) */
+    __atomic_store_n(&ld->kept_resident,
+                     end ? __atomic_load_n(&p->resident, __ATOMIC_RELAXED)
+                         : wt_load_kept_resident(idx),
+                     __ATOMIC_RELAXED);
     wt_line l;
     wt_begin(&l, 'E');
     wt_put_u(&l, (uint64_t)idx);
@@ -271,6 +280,20 @@ void wt_loading(void) {
         wt_load_resume(cur - 1);
     else
         wt_load_begin(-1);
+}
+
+int wt_load_by_handle(uint64_t h) {
+    if (!wt_stats || !h) return -1;
+    int n = (int)__atomic_load_n(&wt_stats->n_loads, __ATOMIC_ACQUIRE);
+    for (int i = n - 1; i >= 0; i--) {
+        wmtrace_load *ld = &wt_stats->loads[i];
+        if (__atomic_load_n(&ld->handle, __ATOMIC_ACQUIRE) != h) continue;
+        uint64_t no = 0;
+        if (__atomic_compare_exchange_n(&ld->released, &no, 1, false, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_RELAXED))
+            return i;
+    }
+    return -1;
 }
 
 uint64_t wt_load_kept(int idx) {
@@ -462,6 +485,35 @@ EXPORT void *valloc(size_t n) {
 }
 
 /* ---- what of a load's scratch is still there ---- */
+
+/* Resident bytes of the whole pages inside [p, p + n) (mincore, 256 pages a call). */
+static uint64_t resident_in(uintptr_t p, uint64_t n) {
+    enum { PIECE = 256 };
+    unsigned char vec[PIECE];
+    uintptr_t lo = (p + SPAGE - 1) / SPAGE * SPAGE, hi = (p + n) / SPAGE * SPAGE;
+    uint64_t bytes = 0;
+    for (uintptr_t a = lo; a < hi;) {
+        size_t pages = (hi - a) / SPAGE < PIECE ? (size_t)((hi - a) / SPAGE) : PIECE;
+        if (syscall(SYS_mincore, (void *)a, pages * SPAGE, vec) == 0)
+            for (size_t q = 0; q < pages; q++)
+                bytes += (vec[q] & 1) ? SPAGE : 0;
+        a += pages * SPAGE;
+    }
+    return bytes;
+}
+
+uint64_t wt_load_kept_resident(int idx) {
+    if (!wt_stats || idx < 0 || idx >= WMTRACE_MAX_LOADS) return 0;
+    uint64_t bytes = 0;
+    for (uint32_t h = 0; h < BLOCKS; h++) {
+        uintptr_t k = __atomic_load_n(&blocks[h].key, __ATOMIC_ACQUIRE);
+        if (k == 0 || k == TOMB ||
+            __atomic_load_n(&blocks[h].load, __ATOMIC_RELAXED) != (uint32_t)idx + 1)
+            continue;
+        bytes += resident_in(k, __atomic_load_n(&blocks[h].val, __ATOMIC_RELAXED) >> 12);
+    }
+    return bytes;
+}
 
 static struct srange merged[SCRATCH_RING]; /* wt_scratch_resident's work, under measure_lock */
 static volatile int measure_lock;

@@ -1,19 +1,22 @@
 /*
- * cmd.c: `weightmap trace [--file F]... [--load-marker SPEC]... [--cycles-marker SPEC]... [--json]
- * [--svg OUT] [--out REPORT] [--interval MS] -- CMD ARGS...`: runs CMD under libwmtrace.so
- * (LD_PRELOAD) and reports its weight-memory lifecycle: per thread the malloc family, per load
- * its scratch and what it kept, every mapping of a weight file, mlock, each release with the
- * process's figures and their change from the release before; then the facts and the verdicts
- * (docs/TRACE.md). Exit status: 1 when a rule is broken, else CMD's own (128+N when a signal N
- * ended it), 2 usage. tracer.h says which file holds what.
+ * cmd.c: `weightmap trace [--file F]... [--load-marker SPEC]... [--cycles-marker SPEC]...
+ * [--no-known-markers] [--release-signal SIG] [--strict] [--json] [--svg OUT] [--out REPORT]
+ * [--interval MS] -- CMD ARGS...`: runs CMD under libwmtrace.so (LD_PRELOAD) and reports its
+ * weight-memory lifecycle: per thread the malloc family, per load its scratch and what it kept,
+ * every mapping of a weight file, mlock, each release with the process's figures and their
+ * change from the release before; then the facts and the verdict: broken, clean or not judged,
+ * each rule's state (docs/TRACE.md). Exit status: 1 when a rule is broken, else CMD's own (128+N
+ * when a signal N ended it, 127 when it cannot be run), else 3 with --strict when something was
+ * not judged; 2 usage. tracer.h says which file holds what.
  *
- * This file: arguments and finding the library; running CMD (footprint sampled from outside);
- * cmd_trace.
+ * This file: arguments, the known runtimes' markers and finding the library; running CMD
+ * (footprint sampled from outside); cmd_trace.
  */
 #include "tracer.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -30,16 +33,70 @@
 
 /* ---- arguments, the library ---- */
 
+/* Why a marker spec of kind 'L' or 'R' is malformed, or NULL: SYMBOL, OBJECT:SYMBOL or
+ * OBJECT+0xHEX, then =ret, =argN or =*argN (N 1-6; a release's handle is an argument). */
+static const char *spec_error(char kind, const char *v) {
+    static const char sym_chars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                    "0123456789_.$@-";
+    if (!*v) return "empty";
+    if (strlen(v) >= 90) return "a spec under 90 bytes";
+    const char *eq = strchr(v, '=');
+    size_t n = eq ? (size_t)(eq - v) : strlen(v);
+    if (eq) {
+        const char *h = eq + 1;
+        bool arg = (!strncmp(h, "arg", 3) && h[3] >= '1' && h[3] <= '6' && !h[4]);
+        bool deref = (!strncmp(h, "*arg", 4) && h[4] >= '1' && h[4] <= '6' && !h[5]);
+        if (!arg && !deref && strcmp(h, "ret"))
+            return "the handle is =ret, =argN or =*argN (N 1-6)";
+        if (kind == 'R' && !arg) return "a release marker's handle is an argument: =argN";
+    }
+    char place[96];
+    snprintf(place, sizeof place, "%.*s", (int)n, v);
+    char *colon = strchr(place, ':'), *plus = strstr(place, "+0x");
+    if (plus) {
+        if (plus == place) return "OBJECT+0xOFFSET needs the OBJECT";
+        if (!plus[3] || strspn(plus + 3, "0123456789abcdefABCDEF") != strlen(plus + 3))
+            return "OBJECT+0xOFFSET needs a hexadecimal offset";
+        return NULL;
+    }
+    const char *symbol = place;
+    if (colon) {
+        if (colon == place || !colon[1]) return "OBJECT:SYMBOL needs both";
+        symbol = colon + 1;
+    }
+    if (strspn(symbol, sym_chars) != strlen(symbol))
+        return "a symbol is letters, digits and _ . $ @ (C++ names mangled)";
+    return NULL;
+}
+
 /* A marker spec of kind 'L' (load) or 'R' (release). */
 static int take_marker(trace_args *a, char kind, const char *v) {
     if (a->n_markers == MAX_MARKERS) return cli_usage("trace: at most %d markers", MAX_MARKERS);
-    if (strlen(v) >= 90 || strchr(v, '\n'))
-        return cli_usage("trace: marker '%s': a name under 90 bytes", v);
+    const char *why = spec_error(kind, v);
+    if (why) return cli_usage("trace: marker '%s': %s", v, why);
     static char buf[MAX_MARKERS][96];
     snprintf(buf[a->n_markers], sizeof buf[0], "%c %s", kind, v);
     a->markers[a->n_markers] = buf[a->n_markers];
     a->n_markers++;
     return -1;
+}
+
+/* The release signal a name or number gives (SIG optional: USR1, USR2, RTMIN+N, 1-64); 0 none. A
+ * signal that ends or stops a process by the kernel's hand (KILL, STOP) or that the tracer's
+ * hooks own (TRAP) is refused. */
+static int signal_number(const char *v) {
+    if (!strncmp(v, "SIG", 3)) v += 3;
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (end != v && !*end)
+        return n > 0 && n <= SIGRTMAX && n != SIGKILL && n != SIGSTOP && n != SIGTRAP ? (int)n : 0;
+    if (!strcmp(v, "USR1")) return SIGUSR1;
+    if (!strcmp(v, "USR2")) return SIGUSR2;
+    if (!strncmp(v, "RTMIN+", 6)) {
+        n = strtol(v + 6, &end, 10);
+        if (end != v + 6 && !*end && n >= 0 && SIGRTMIN + n <= SIGRTMAX) return SIGRTMIN + (int)n;
+    }
+    return 0;
 }
 
 /* The option just read (the table in cli/commands.c lists them, with --interval's range). */
@@ -62,6 +119,15 @@ static int take_option(trace_args *a, const cli_args *p) {
         return take_marker(a, 'R', v);
     } else if (cli_is(p, "load-marker")) {
         return take_marker(a, 'L', v);
+    } else if (cli_is(p, "strict")) {
+        a->strict = true;
+    } else if (cli_is(p, "no-known-markers")) {
+        a->no_known = true;
+    } else if (cli_is(p, "release-signal")) {
+        a->release_signal = signal_number(v);
+        if (a->release_signal <= 0)
+            return cli_usage("trace: --release-signal %s: a signal number, USR1, USR2 or RTMIN+N",
+                             v);
     } else if (cli_is(p, "svg")) {
         a->svg = v;
     } else if (cli_is(p, "out")) {
@@ -78,6 +144,7 @@ static int take_option(trace_args *a, const cli_args *p) {
 static int parse_args(int argc, char **argv, trace_args *a) {
     memset(a, 0, sizeof *a);
     a->interval_ms = 2;
+    a->release_signal = SIGRTMIN + 4;
     cli_args p;
     cli_args_init(&p, "trace", argc, argv);
     for (int k; (k = cli_next(&p)) != CLI_END;) {
@@ -111,6 +178,73 @@ static bool find_lib(char out[PATH_MAX], size_t cap) {
     if (access(out, R_OK) == 0) return true;
     snprintf(out, cap, "%s/../%s/libwmtrace.so", exe, WM_TRACE_LIBDIR);
     return access(out, R_OK) == 0;
+}
+
+/* ---- the known runtimes' markers ---- */
+
+/* Load and release entry points of the field's runtimes, markers by default where their symbols
+ * are visible (--no-known-markers: none). Each says where its handle is, so that a release is
+ * paired with the load whose handle it receives. A call inside another marker's call on the same
+ * thread is part of it (llama_model_free runs llama_model's destructor; whisper's init runs its
+ * _no_state twin). ggml's backend buffers are a fallback: used only where no other runtime's
+ * marker was hooked. ONNX Runtime's C API is a table of function pointers, its library stripped
+ * to OrtGetApiBase: the interposer hooks CreateSession, CreateSessionFromArray and
+ * ReleaseSession through the table that function returns (probe.c). */
+static const struct known {
+    char kind;
+    const char *spec, *runtime;
+} known_markers[] = {
+    {'L', "llama_model_load_from_file=ret", "llama.cpp"},
+    {'L', "llama_model_load_from_splits=ret", "llama.cpp"},
+    {'L', "llama_load_model_from_file=ret", "llama.cpp"},
+    {'R', "llama_model_free=arg1", "llama.cpp"},
+    {'R', "llama_free_model=arg1", "llama.cpp"},
+    {'R', "_ZN11llama_modelD2Ev=arg1", "llama.cpp"},
+    {'L', "whisper_init_from_file_with_params=ret", "whisper.cpp"},
+    {'L', "whisper_init_from_buffer_with_params=ret", "whisper.cpp"},
+    {'L', "whisper_init_with_params=ret", "whisper.cpp"},
+    {'L', "whisper_init_from_file_with_params_no_state=ret", "whisper.cpp"},
+    {'L', "whisper_init_from_buffer_with_params_no_state=ret", "whisper.cpp"},
+    {'L', "whisper_init_with_params_no_state=ret", "whisper.cpp"},
+    {'R', "whisper_free=arg1", "whisper.cpp"},
+    {'L', "new_sd_ctx=ret", "stable-diffusion.cpp"},
+    {'R', "free_sd_ctx=arg1", "stable-diffusion.cpp"},
+    {'L', "new_upscaler_ctx=ret", "stable-diffusion.cpp"},
+    {'R', "free_upscaler_ctx=arg1", "stable-diffusion.cpp"},
+    {'T', "OrtGetApiBase", "onnxruntime"},
+    {'L', "wm_model_load=*arg3", "weightmap"},
+    {'R', "wm_model_release=arg1", "weightmap"},
+    {'L', "ggml_backend_buft_alloc_buffer=ret", "ggml"},
+    {'R', "ggml_backend_buffer_free=arg1", "ggml"},
+};
+
+/* The symbol a spec names (no OBJECT, no handle), for comparing the user's with the known. */
+static void spec_symbol(const char *spec, char *out, size_t cap) {
+    const char *c = strchr(spec, ':');
+    const char *p = c ? c + 1 : spec;
+    snprintf(out, cap, "%.*s", (int)strcspn(p, "="), p);
+}
+
+/* WMTRACE_MARKERS: the user's markers, then the known ones they do not name already. */
+static void markers_env(const trace_args *a, char *out, size_t cap) {
+    size_t n = 0;
+    for (int i = 0; i < a->n_markers; i++)
+        n += (size_t)snprintf(out + n, cap - n, "%s%s", n ? "\n" : "", a->markers[i]);
+    for (size_t k = 0; !a->no_known && k < sizeof known_markers / sizeof *known_markers; k++) {
+        char mine[128], theirs[128];
+        spec_symbol(known_markers[k].spec, mine, sizeof mine);
+        bool named = false;
+        for (int i = 0; i < a->n_markers; i++) {
+            spec_symbol(a->markers[i] + 2, theirs, sizeof theirs);
+            named |= !strcmp(mine, theirs);
+        }
+        if (!named && n < cap)
+            n += (size_t)snprintf(out + n, cap - n, "%s%c %s %s", n ? "\n" : "",
+                                  known_markers[k].kind == 'L'   ? 'l'
+                                  : known_markers[k].kind == 'T' ? 't'
+                                                                 : 'r',
+                                  known_markers[k].spec, known_markers[k].runtime);
+    }
 }
 
 /* ---- running the command ---- */
@@ -177,11 +311,11 @@ static int run_child(trace *t, const char *lib, const char *out) {
         setenv(WMTRACE_ENV_OUT, out, 1);
         setenv(WMTRACE_ENV_PID, pidbuf, 1);
         if (nl) setenv(WMTRACE_ENV_FILES, named, 1);
-        char markers[MAX_MARKERS * 100] = "";
-        for (int i = 0, n = 0; i < t->args.n_markers; i++)
-            n += snprintf(markers + n, sizeof markers - (size_t)n, "%s%s", i ? "\n" : "",
-                          t->args.markers[i]);
-        if (t->args.n_markers) setenv(WMTRACE_ENV_MARKERS, markers, 1);
+        char markers[WMTRACE_MAX_SPECS * 128] = "", sig[16];
+        markers_env(&t->args, markers, sizeof markers);
+        if (markers[0]) setenv(WMTRACE_ENV_MARKERS, markers, 1);
+        snprintf(sig, sizeof sig, "%d", t->args.release_signal);
+        setenv(WMTRACE_ENV_SIGNAL, sig, 1);
         execvp(t->args.cmd[0], t->args.cmd);
         fprintf(stderr, "weightmap: trace: %s: %s\n", t->args.cmd[0], strerror(errno));
         _exit(127);
@@ -224,11 +358,33 @@ static void trace_free(trace *t) {
 
 static int traced_run(trace *t, const char *lib, const char *out, int fd);
 
+/* CMD can be run: a path that is an executable file, or a name found in PATH (as execvp). */
+static bool runnable(const char *cmd) {
+    struct stat st;
+    if (strchr(cmd, '/'))
+        return access(cmd, X_OK) == 0 && stat(cmd, &st) == 0 && !S_ISDIR(st.st_mode);
+    const char *path = getenv("PATH");
+    if (!path) path = "/bin:/usr/bin";
+    for (const char *p = path;; p++) {
+        size_t n = strcspn(p, ":");
+        char full[PATH_MAX];
+        snprintf(full, sizeof full, "%.*s%s%s", (int)n, n ? p : ".", "/", cmd);
+        if (access(full, X_OK) == 0 && stat(full, &st) == 0 && !S_ISDIR(st.st_mode)) return true;
+        p += n;
+        if (!*p) return false;
+    }
+}
+
 int cmd_trace(int argc, char **argv) {
     trace t;
     memset(&t, 0, sizeof t);
     int rc = parse_args(argc, argv, &t.args);
     if (rc >= 0) return rc;
+    if (!runnable(t.args.cmd[0])) {
+        fprintf(stderr, "weightmap: trace: %s: %s\n", t.args.cmd[0],
+                strchr(t.args.cmd[0], '/') ? "not an executable file" : "command not found");
+        return 127;
+    }
     char lib[PATH_MAX];
     if (!find_lib(lib, sizeof lib)) {
         fprintf(stderr,
@@ -258,6 +414,34 @@ int cmd_trace(int argc, char **argv) {
     return rc;
 }
 
+/* On stderr: how CMD ended if a signal ended it, each broken rule, each rule not judged and each
+ * marker that matched nothing (the report has the same). */
+static void stderr_summary(const trace *t) {
+    if (WIFSIGNALED(t->status))
+        fprintf(stderr,
+                "weightmap: trace: %s was ended by signal %d (%s): the report shows what it "
+                "did until then\n",
+                t->args.cmd[0], WTERMSIG(t->status), strsignal(WTERMSIG(t->status)));
+    for (int i = 0; i < t->n_v; i++)
+        if (t->v[i].rule)
+            fprintf(stderr, "weightmap: trace: rule %s: %s\n", t->v[i].rule, t->v[i].msg);
+    for (int k = 0; k < N_RULES; k++)
+        if (!t->rules[k].broken && !t->rules[k].judged)
+            fprintf(stderr, "weightmap: trace: rule %s not judged: %s\n", t->rules[k].rule,
+                    t->rules[k].how);
+    if (!t->n_rel) fprintf(stderr, "weightmap: trace: %s\n", trace_no_release_hint(t));
+    for (uint64_t k = 0; k < t->st->n_specs && k < WMTRACE_MAX_SPECS; k++) {
+        const wmtrace_spec *s = &t->st->specs[k];
+        if (s->known || s->sites) continue;
+        fprintf(stderr,
+                "weightmap: trace: marker %s matched nothing (searched %" PRIu64 " object%s:",
+                s->text, s->searched, s->searched == 1 ? "" : "s");
+        for (int i = 0; i < t->n_objects && i < 12; i++)
+            fprintf(stderr, " %s", t->objects[i].name);
+        fprintf(stderr, "%s)\n", t->n_objects > 12 ? " ..." : "");
+    }
+}
+
 /* Runs CMD, reads its trace, judges and reports; returns the exit status of `trace`. */
 static int traced_run(trace *t, const char *lib, const char *out, int fd) {
     int rc = run_child(t, lib, out);
@@ -282,9 +466,10 @@ static int traced_run(trace *t, const char *lib, const char *out, int fd) {
     else
         trace_report_text(t);
     fflush(stdout);
-    for (int i = 0; i < t->n_v; i++)
-        if (t->v[i].rule)
-            fprintf(stderr, "weightmap: trace: rule %s: %s\n", t->v[i].rule, t->v[i].msg);
+    stderr_summary(t);
     int svg_rc = t->args.svg ? trace_write_svg(t, t->args.svg) : 0;
-    return t->broken ? 1 : svg_rc ? 1 : trace_exit_of(t->status);
+    int own = trace_exit_of(t->status);
+    if (t->broken || svg_rc) return 1;
+    if (own) return own;
+    return t->args.strict && t->not_judged ? 3 : 0;
 }

@@ -58,6 +58,7 @@ int wt_elf_symbols(const char *path, void (*fn)(void *, const char *, uint64_t, 
     const ElfW(Shdr) *sh = (const ElfW(Shdr) *)(b + eh->e_shoff), *sym = NULL;
     for (int i = 0; i < eh->e_shnum; i++)
         if (sh[i].sh_type == SHT_SYMTAB || (sh[i].sh_type == SHT_DYNSYM && !sym)) sym = &sh[i];
+    int table = sym && sym->sh_type == SHT_SYMTAB ? 1 : 2;
     if (!sym || sym->sh_link >= eh->e_shnum || sym->sh_offset > size ||
         sym->sh_size > size - sym->sh_offset)
         goto done;
@@ -72,7 +73,7 @@ int wt_elf_symbols(const char *path, void (*fn)(void *, const char *, uint64_t, 
         if (!memchr(names + s[i].st_name, 0, str->sh_size - s[i].st_name)) continue;
         fn(arg, names + s[i].st_name, s[i].st_value, s[i].st_size);
     }
-    rc = 0;
+    rc = table;
 done:
     wt_sys_munmap(m, size);
     return rc;
@@ -119,7 +120,7 @@ size_t wt_tables_bytes_elf(void) { return sizeof objects; }
 typedef struct scan {
     uintptr_t base;
     const char *name; /* basename */
-    unsigned specs;   /* the specs that apply to this object */
+    uint64_t specs;   /* the specs that apply to this object */
     uintptr_t lo, hi;
 } scan;
 
@@ -137,6 +138,7 @@ static void site(scan *sc, int k, uintptr_t addr, uint64_t size) {
     if (wt_probe_arm(addr, wt_specs[k].kind, k, size) < 0) return;
     wmtrace_spec *out = &wt_stats->specs[k];
     if (!out->sites++) snprintf(out->object, sizeof out->object, "%s", sc->name);
+    if (wt_specs[k].known == 1) __atomic_fetch_add(&wt_known_sites, 1, __ATOMIC_RELEASE);
     if (!sc->lo || addr < sc->lo) sc->lo = addr;
     if (addr >= sc->hi) sc->hi = addr + 1;
 }
@@ -150,7 +152,9 @@ static void on_symbol(void *arg, const char *name, uint64_t value, uint64_t size
 
 static void scan_object(const struct link_map *lm, bool first, struct object *o) {
     const char *path = lm->l_name && lm->l_name[0] ? lm->l_name : first ? "/proc/self/exe" : NULL;
-    if (!path || strstr(path, "linux-vdso") || strstr(path, "libwmtrace")) return;
+    if (!path || strstr(path, "linux-vdso") || strstr(path, "libwmtrace") ||
+        strstr(path, "libZydis"))
+        return;
     char exe[512];
     const char *name = base_name(path);
     if (first && !(lm->l_name && lm->l_name[0])) {
@@ -161,7 +165,7 @@ static void scan_object(const struct link_map *lm, bool first, struct object *o)
     scan sc = {lm->l_addr, name, 0, 0, 0};
     bool by_symbol = false;
     for (int k = 0; k < wt_n_specs; k++) {
-        if (!object_matches(wt_specs[k].object, name)) continue;
+        if (wt_specs[k].table || !object_matches(wt_specs[k].object, name)) continue;
         if (!wt_specs[k].symbol[0]) {
             uint64_t left = wt_elf_text_left(first ? "/proc/self/exe" : path, wt_specs[k].offset);
             if (left) {
@@ -174,10 +178,18 @@ static void scan_object(const struct link_map *lm, bool first, struct object *o)
             }
             continue;
         }
-        sc.specs |= 1u << k;
+        sc.specs |= (uint64_t)1 << k;
+        __atomic_fetch_add(&wt_stats->specs[k].searched, 1, __ATOMIC_RELAXED);
         by_symbol = true;
     }
-    if (by_symbol) wt_elf_symbols(path, on_symbol, &sc);
+    if (by_symbol) {
+        int table = wt_elf_symbols(path, on_symbol, &sc);
+        wt_line l;
+        wt_begin(&l, 'S');
+        wt_put_s(&l, name);
+        wt_put_s(&l, table == 1 ? "symtab" : table == 2 ? "dynsym" : "none");
+        wt_end(&l);
+    }
     o->lo = sc.lo;
     o->hi = sc.hi;
 }

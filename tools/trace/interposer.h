@@ -95,9 +95,13 @@ typedef struct wt_thread_state {
         void **slot; /* where it was on the stack */
         int kind;    /* its probe's kind and spec (the probe's slot may serve another later) */
         int spec;
-        int64_t arg; /* what the entry recorded (the load's index) */
-    } ret_stack[64]; /* the marker returns under way on this thread */
+        int64_t arg;       /* what the entry recorded (the load's index; a release's paired load) */
+        uint64_t hval;     /* the handle argument read at the entry (argN, or the pointer *argN) */
+        int counted;       /* the outermost load or release on this thread: it is one */
+        uint64_t unpaired; /* a release for no live load's handle: the handle */
+    } ret_stack[64];       /* the marker returns under way on this thread */
     int ret_depth;
+    int loads_open, releases_open; /* counted marker calls under way on this thread */
 } wt_thread_state;
 extern HIDDEN TLS wt_thread_state wt_tl;
 
@@ -198,6 +202,12 @@ extern HIDDEN int wt_cur_load;  /* the load under way: index + 1, 0 none */
 extern HIDDEN int wt_last_load; /* the last load begun: index + 1, 0 none */
 extern HIDDEN int wt_releasing; /* release markers under way */
 uint64_t wt_load_kept(int idx) HIDDEN;
+/* Resident bytes (whole pages) of the big blocks of load idx still held. */
+uint64_t wt_load_kept_resident(int idx) HIDDEN;
+/* The latest load not yet released whose handle is h (index), -1 none; marks it released. */
+int wt_load_by_handle(uint64_t h) HIDDEN;
+/* Whether any load marker says where its handle is (a release can be paired by it). */
+extern HIDDEN int wt_load_handles;
 /* Bytes of load idx's scratch blocks (big blocks it freed before it ended, other than glibc's own
  * mappings) that are resident and in no live big block now, their whole pages; -1 when the ring
  * that remembers them was overwritten since the load began. */
@@ -217,7 +227,7 @@ void wt_named_files(const char *list) HIDDEN;
 
 /* Reads WMTRACE_MARKERS; arms the dynamic linker's hook and every site loaded now. */
 void wt_probes_start(const char *specs) HIDDEN;
-/* A release at a signal (SIGUSR1): ends the load under way, records the release. */
+/* A release at a signal: ends the load under way, records the release. */
 void wt_release_now(const char *source) HIDDEN;
 /* Arms an int3 probe of kind ('L', 'R', 'D': the dynamic linker's hook) at addr; -1 if it
  * cannot (the message is a W line). */
@@ -230,7 +240,13 @@ typedef struct wt_spec {
     char object[64];  /* "" any */
     char symbol[128]; /* "" when by offset */
     uint64_t offset;  /* with object and no symbol: the address inside it */
+    int known;        /* 0 the user's, 1 a known runtime's, 2 a fallback (wmtrace_spec.known) */
+    int handle;       /* where the handle is (wmtrace_spec.handle) */
+    int table;        /* 1 + its index in ONNX Runtime's OrtApi table (hooked through the
+                         table OrtGetApiBase gives); 0: not one */
 } wt_spec;
+/* Known runtimes' markers hooked so far (a fallback is used only while this is 0). */
+extern HIDDEN int wt_known_sites;
 extern HIDDEN wt_spec wt_specs[WMTRACE_MAX_SPECS];
 extern HIDDEN int wt_n_specs;
 /* The dynamic linker's debugger interface (struct r_debug *): DT_DEBUG of the program. */
@@ -238,7 +254,8 @@ void *wt_r_debug_get(void) HIDDEN;
 /* The bytes from vaddr to the end of the executable segment of the ELF file at path that holds
  * it; 0: none does. */
 uint64_t wt_elf_text_left(const char *path, uint64_t vaddr) HIDDEN;
-/* Calls fn for each defined function symbol of the ELF file at path (no allocation). */
+/* Calls fn for each defined function symbol of the ELF file at path (no allocation); returns 1
+ * when they came from its .symtab, 2 from its .dynsym, -1 when it could not be read. */
 int wt_elf_symbols(const char *path, void (*fn)(void *, const char *, uint64_t, uint64_t),
                    void *arg) HIDDEN;
 

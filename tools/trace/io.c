@@ -210,6 +210,7 @@ static void note_map(void *p, size_t len, int prot, int flags, int fd, off_t off
         wt_put_u(&l, (uint64_t)off);
         wt_put_u(&l, (uint64_t)prot);
         wt_put_u(&l, (uint64_t)flags);
+        wt_put_i(&l, (int64_t)__atomic_load_n(&wt_cur_load, __ATOMIC_ACQUIRE) - 1);
         wt_end(&l);
     } else if (flags & MAP_ANONYMOUS) {
         add_map((uintptr_t)p, len, -1, 0);

@@ -49,6 +49,12 @@ static void parse_release(trace *t, double when, int64_t tid, char *p) {
     char *q = p;
     r->scratch_resident = strtoll(p, &q, 10);
     if (q == p) r->scratch_resident = -1;
+    p = q;
+    while (*p == ' ')
+        p++;
+    r->by_handle = !strncmp(p, "handle", 6);
+    p += strcspn(p, " ");
+    r->kept_resident = strtoull(p, &p, 10);
     for (int i = t->n_ev - 1; i >= 0; i--)
         if (t->ev[i].type == 'r' && t->ev[i].tid == tid) {
             r->t_begin = t->ev[i].t;
@@ -59,15 +65,31 @@ static void parse_release(trace *t, double when, int64_t tid, char *p) {
 
 /* P FOOTPRINT RSS FILE LOCKED MAPS WMAPS MFREE: the figures the process took itself. The first
  * one after a release or at a load's start or end is theirs. */
+/* One figure of a P line; "-": not read (its bit set in *unread). */
+static uint64_t figure(char **p, unsigned bit, unsigned *unread) {
+    while (**p == ' ')
+        (*p)++;
+    if (**p == '-') {
+        (*p)++;
+        *unread |= bit;
+        return 0;
+    }
+    char *q = *p;
+    uint64_t v = strtoull(q, p, 10);
+    if (*p == q) *unread |= bit;
+    return v;
+}
+
 static void parse_point(trace *t, double when, char *p) {
     tsample s = {.t = when, .inside = true};
-    s.footprint = strtoull(p, &p, 10);
-    s.rss = strtoull(p, &p, 10);
-    s.file = strtoull(p, &p, 10);
-    s.locked = strtoull(p, &p, 10);
-    s.maps = strtoull(p, &p, 10);
-    s.wmaps = strtoull(p, &p, 10);
-    s.mfree = strtoull(p, &p, 10);
+    s.footprint = figure(&p, FIG_FOOTPRINT, &s.unread);
+    s.rss = figure(&p, FIG_RSS, &s.unread);
+    s.file = figure(&p, FIG_FILE, &s.unread);
+    s.locked = figure(&p, FIG_LOCKED, &s.unread);
+    s.maps = figure(&p, FIG_MAPS, &s.unread);
+    unsigned none = 0;
+    s.wmaps = figure(&p, 0, &none);
+    s.mfree = figure(&p, FIG_MFREE, &s.unread);
     GROW(t->samples, t->n_samples, t->cap_samples);
     t->samples[t->n_samples++] = s;
     const tevent *last = t->n_ev ? &t->ev[t->n_ev - 1] : NULL;
@@ -89,12 +111,26 @@ static void parse_map(trace *t, double when, int64_t tid, char *p) {
     m->off = strtoull(p, &p, 10);
     m->prot = (int)strtol(p, &p, 10);
     m->flags = (int)strtol(p, &p, 10);
+    char *q = p;
+    m->load = (int)strtol(p, &q, 10);
+    if (q == p) m->load = -1;
     m->tid = tid;
     m->t_map = when;
     m->t_unmap = -1;
     m->left = m->len;
     if (m->fidx >= 0 && m->fidx < 64) t->files[m->fidx].maps++;
     add_event(t, when, 'M', (uint64_t)(t->n_maps - 1), 0, 0, 0, NULL);
+}
+
+/* S NAME TABLE: an object searched for the markers' symbols (once per name). */
+static void parse_searched(trace *t, const char *p) {
+    if (t->n_objects >= (int)(sizeof t->objects / sizeof t->objects[0])) return;
+    size_t k = strcspn(p, " ");
+    for (int i = 0; i < t->n_objects; i++)
+        if (strlen(t->objects[i].name) == k && !strncmp(t->objects[i].name, p, k)) return;
+    searched *o = &t->objects[t->n_objects++];
+    snprintf(o->name, sizeof o->name, "%.*s", (int)k, p);
+    snprintf(o->table, sizeof o->table, "%s", p[k] ? p + k + 1 : "");
 }
 
 static void parse_line(trace *t, char *ln) {
@@ -166,6 +202,12 @@ static void parse_line(trace *t, char *ln) {
         break;
     }
     case 'r': add_event(t, when, 'r', strtoull(p, &p, 10), 0, 0, 0, NULL); break;
+    case 'n': {
+        uint64_t spec = strtoull(p, &p, 10);
+        add_event(t, when, 'n', spec, strtoull(p, &p, 16), 0, 0, NULL);
+        break;
+    }
+    case 'S': parse_searched(t, p); break;
     case 'R': parse_release(t, when, tid, p); break;
     case 'B':
     case 'E': {

@@ -35,38 +35,130 @@ int wt_n_specs;
 
 /* ---- specs ---- */
 
-/* "L SPEC" / "R SPEC" lines; SPEC: SYMBOL, OBJECT:SYMBOL or OBJECT+0xOFFSET. */
+/* Where the handle is, from a spec's end: "=ret", "=argN", "=*argN" (N 1-6); 0 none. The suffix
+ * is cut from text. */
+static uint64_t handle_of(char *text) {
+    char *eq = strrchr(text, '=');
+    if (!eq) return 0;
+    uint64_t h = 0;
+    if (!strcmp(eq, "=ret"))
+        h = 1;
+    else if (!strncmp(eq, "=arg", 4) && eq[4] >= '1' && eq[4] <= '6' && !eq[5])
+        h = 10 + (uint64_t)(eq[4] - '0');
+    else if (!strncmp(eq, "=*arg", 5) && eq[5] >= '1' && eq[5] <= '6' && !eq[6])
+        h = 20 + (uint64_t)(eq[5] - '0');
+    *eq = 0;
+    return h;
+}
+
+/* SYMBOL, OBJECT:SYMBOL or OBJECT+0xOFFSET into sp. */
+static void spec_place(wt_spec *sp, const char *text) {
+    const char *colon = strchr(text, ':'), *plus = strrchr(text, '+');
+    if (plus && plus[1] == '0' && (plus[2] == 'x' || plus[2] == 'X')) {
+        size_t on = (size_t)(plus - text);
+        if (on < sizeof sp->object) memcpy(sp->object, text, on);
+        for (const char *h = plus + 3; *h; h++) {
+            int d = *h >= '0' && *h <= '9'   ? *h - '0'
+                    : *h >= 'a' && *h <= 'f' ? *h - 'a' + 10
+                    : *h >= 'A' && *h <= 'F' ? *h - 'A' + 10
+                                             : -1;
+            if (d < 0) break;
+            sp->offset = sp->offset * 16 + (uint64_t)d;
+        }
+    } else if (colon) {
+        size_t on = (size_t)(colon - text);
+        if (on < sizeof sp->object) memcpy(sp->object, text, on);
+        snprintf(sp->symbol, sizeof sp->symbol, "%s", colon + 1);
+    } else {
+        snprintf(sp->symbol, sizeof sp->symbol, "%s", text);
+    }
+}
+
+/* ONNX Runtime's C API is a table of function pointers (OrtApi, version 1's part frozen by a
+ * static_assert in onnxruntime_c_api.cc): CreateSession is its entry 7, CreateSessionFromArray
+ * 8, ReleaseSession 95. Its library is stripped to OrtGetApiBase, so "t OrtGetApiBase RUNTIME"
+ * marks that function, and at its first return the table's three entries are hooked. */
+static const struct {
+    int kind, index, handle;
+    const char *text;
+} ort_api[] = {
+    {'L', 7, 24, "OrtApi::CreateSession=*arg4"},
+    {'L', 8, 25, "OrtApi::CreateSessionFromArray=*arg5"},
+    {'R', 95, 11, "OrtApi::ReleaseSession=arg1"},
+};
+
+static void ort_specs(const char *runtime) {
+    for (size_t i = 0; i < sizeof ort_api / sizeof *ort_api && wt_n_specs < WMTRACE_MAX_SPECS;
+         i++) {
+        wt_spec *sp = &wt_specs[wt_n_specs];
+        wmtrace_spec *out = &wt_stats->specs[wt_n_specs++];
+        memset(sp, 0, sizeof *sp);
+        sp->kind = ort_api[i].kind;
+        sp->known = 1;
+        sp->handle = ort_api[i].handle;
+        sp->table = ort_api[i].index + 1;
+        out->kind = (uint64_t)sp->kind;
+        out->known = 1;
+        out->handle = (uint64_t)sp->handle;
+        snprintf(out->text, sizeof out->text, "%s", ort_api[i].text);
+        snprintf(out->runtime, sizeof out->runtime, "%s", runtime);
+    }
+}
+
+/* OrtGetApiBase returned base (an OrtApiBase: GetApi, GetVersionString): the table's entries are
+ * hooked, once. GetApi(1) returns the whole table for any version the library has, with no
+ * message. */
+static void ort_table(uint64_t base) {
+    static int done;
+    if (!base || __atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL)) return;
+    const void *(*get_api)(uint32_t);
+    memcpy(&get_api, (const void *)(uintptr_t)base, sizeof get_api);
+    const void *const *api = get_api ? get_api(1) : NULL;
+    if (!api) return;
+    const char *object = "";
+    for (int k = 0; k < wt_n_specs; k++)
+        if (wt_specs[k].kind == 'T') object = wt_stats->specs[k].object;
+    for (int k = 0; k < wt_n_specs; k++) {
+        if (!wt_specs[k].table) continue;
+        uintptr_t at = (uintptr_t)api[wt_specs[k].table - 1];
+        if (!at || wt_probe_arm(at, wt_specs[k].kind, k, 0) < 0) continue;
+        wmtrace_spec *out = &wt_stats->specs[k];
+        if (!out->sites++) snprintf(out->object, sizeof out->object, "%s", object);
+        __atomic_fetch_add(&wt_known_sites, 1, __ATOMIC_RELEASE);
+    }
+}
+
+/* "L SPEC" / "R SPEC" lines (the user's), "l SPEC RUNTIME" / "r SPEC RUNTIME" (a known runtime's;
+ * RUNTIME ggml: a fallback); SPEC: SYMBOL, OBJECT:SYMBOL or OBJECT+0xOFFSET, then =ret, =argN or
+ * =*argN where it says where the handle is. The tracer checked them. */
 static void parse_specs(const char *s) {
     while (s && *s && wt_n_specs < WMTRACE_MAX_SPECS) {
         size_t n = strcspn(s, "\n");
-        if (n > 2 && n < sizeof wt_stats->specs[0].text && (s[0] == 'L' || s[0] == 'R')) {
+        char k = s[0];
+        bool known = k == 'l' || k == 'r' || k == 't';
+        if (n > 2 && n < sizeof wt_stats->specs[0].text && (k == 'L' || k == 'R' || known)) {
             wt_spec *sp = &wt_specs[wt_n_specs];
             wmtrace_spec *out = &wt_stats->specs[wt_n_specs];
             memset(sp, 0, sizeof *sp);
-            sp->kind = s[0];
+            sp->kind = known ? k - 'a' + 'A' : k; /* t: T, a table's function */
             memcpy(out->text, s + 2, n - 2);
-            out->kind = (uint64_t)s[0];
-            const char *text = out->text, *colon = strchr(text, ':'), *plus = strrchr(text, '+');
-            if (plus && plus[1] == '0' && (plus[2] == 'x' || plus[2] == 'X')) {
-                size_t on = (size_t)(plus - text);
-                if (on < sizeof sp->object) memcpy(sp->object, text, on);
-                for (const char *h = plus + 3; *h; h++) {
-                    int d = *h >= '0' && *h <= '9'   ? *h - '0'
-                            : *h >= 'a' && *h <= 'f' ? *h - 'a' + 10
-                            : *h >= 'A' && *h <= 'F' ? *h - 'A' + 10
-                                                     : -1;
-                    if (d < 0) break;
-                    sp->offset = sp->offset * 16 + (uint64_t)d;
-                }
-            } else if (colon) {
-                size_t on = (size_t)(colon - text);
-                if (on < sizeof sp->object) memcpy(sp->object, text, on);
-                snprintf(sp->symbol, sizeof sp->symbol, "%s", colon + 1);
-            } else {
-                snprintf(sp->symbol, sizeof sp->symbol, "%s", text);
+            out->kind = (uint64_t)sp->kind;
+            char *rt = strchr(out->text, ' ');
+            if (rt) {
+                *rt++ = 0;
+                snprintf(out->runtime, sizeof out->runtime, "%s", rt);
+                memset(rt, 0, strlen(rt));
             }
-            if (sp->kind == 'L') wt_have_load_markers = 1;
+            out->known = !known ? 0 : !strcmp(out->runtime, "ggml") ? 2 : 1;
+            sp->known = (int)out->known;
+            char place[sizeof out->text];
+            snprintf(place, sizeof place, "%s", out->text);
+            out->handle = handle_of(place);
+            sp->handle = (int)out->handle;
+            spec_place(sp, place);
+            if (sp->kind == 'L' && !known) wt_have_load_markers = 1;
             wt_n_specs++;
+            if (sp->kind == 'T') ort_specs(out->runtime);
         }
         s += n + (s[n] == '\n');
     }
@@ -383,6 +475,7 @@ __asm__(".macro WT_SAVE\n"
         "  WT_SAVE\n"
         "  lea 232(%rbp), %rdi\n"
         "  mov 96(%rbp), %rsi\n"
+        "  mov %rbp, %rdx\n"
         "  call wmtrace_probe_enter\n"
         "  mov %rax, 224(%rbp)\n"
         "  WT_RESTORE\n"
@@ -400,6 +493,7 @@ __asm__(".macro WT_SAVE\n"
         "  lea -128(%rsp), %rsp\n  .cfi_adjust_cfa_offset 128\n"
         "  WT_SAVE\n"
         "  lea 224(%rbp), %rdi\n"
+        "  mov %rbp, %rsi\n"
         "  call wmtrace_probe_return\n"
         "  mov %rax, 216(%rbp)\n"
         "  WT_RESTORE\n"
@@ -410,20 +504,29 @@ __asm__(".macro WT_SAVE\n"
         ".purgem WT_SAVE\n"
         ".purgem WT_RESTORE\n");
 
-void *wmtrace_probe_enter(void **slot, long idx) HIDDEN;
-void *wmtrace_probe_return(void **rsp) HIDDEN;
+void *wmtrace_probe_enter(void **slot, long idx, const uint64_t *regs) HIDDEN;
+void *wmtrace_probe_return(void **rsp, const uint64_t *regs) HIDDEN;
 
-/* The release returned: count it, say which load it follows and what of it malloc still holds,
- * then the process's figures. */
-static void released(const char *source) {
+/* The registers WT_SAVE pushed, from rbp up: rbp, rbx, r11, r10, r9, r8, rdi, rsi, rdx, rcx, rax,
+ * flags. Integer argument N (1-6) is at arg_at[N]; the return value at RAX. */
+static const int arg_at[7] = {0, 6, 7, 8, 9, 5, 4};
+#define RAX 10
+
+int wt_known_sites;
+int wt_load_handles;
+
+/* The release returned: count it, say which load it released (by handle, else the last begun)
+ * and what of it malloc still holds, then the process's figures. */
+static void released(const char *source, int load, bool by_handle) {
     __atomic_fetch_add(&wt_stats->markers, 1, __ATOMIC_RELAXED);
-    int last = __atomic_load_n(&wt_last_load, __ATOMIC_ACQUIRE) - 1;
     wt_line l;
     wt_begin(&l, 'R');
     wt_put_s(&l, source);
-    wt_put_i(&l, last);
-    wt_put_u(&l, wt_load_kept(last));
-    wt_put_i(&l, wt_scratch_resident(last));
+    wt_put_i(&l, load);
+    wt_put_u(&l, wt_load_kept(load));
+    wt_put_i(&l, wt_scratch_resident(load));
+    wt_put_s(&l, by_handle ? "handle" : "time");
+    wt_put_u(&l, wt_load_kept_resident(load));
     wt_end(&l);
     wt_point(true);
 }
@@ -441,11 +544,66 @@ void wt_release_now(const char *source) {
     int saved = wt_tl.in_hook;
     wt_tl.in_hook = 1;
     release_begins();
-    released(source);
+    released(source, __atomic_load_n(&wt_last_load, __ATOMIC_ACQUIRE) - 1, false);
     wt_tl.in_hook = saved;
 }
 
-void *wmtrace_probe_enter(void **slot, long idx) {
+/* A known runtime's load marker is called for the first time: loads are its calls from now on
+ * (a load begun at a weight file's touch ends here). */
+static void marker_loads_begin(void) {
+    if (__atomic_load_n(&wt_have_load_markers, __ATOMIC_ACQUIRE)) return;
+    int cur = __atomic_load_n(&wt_cur_load, __ATOMIC_ACQUIRE);
+    if (cur && wt_stats->loads[cur - 1].spec < 0) wt_load_end(cur - 1);
+    __atomic_store_n(&wt_have_load_markers, 1, __ATOMIC_RELEASE);
+}
+
+/* The entry of a marker that counts (the outermost on its thread). Returns the load begun, or
+ * for a release the load it releases (-1 the last begun, by time; -2 not a release of a load:
+ * its handle is no live load's). */
+static int64_t marker_entered(const probe *p, const wt_spec *sp, uint64_t hval) {
+    if (p->kind == 'L') {
+        if (sp->known) marker_loads_begin();
+        if (sp->handle) __atomic_store_n(&wt_load_handles, 1, __ATOMIC_RELEASE);
+        return wt_load_begin(p->spec);
+    }
+    int64_t load = __atomic_load_n(&wt_last_load, __ATOMIC_ACQUIRE) - 1;
+    bool by_handle =
+        sp->handle > 10 && sp->handle < 20 && __atomic_load_n(&wt_load_handles, __ATOMIC_ACQUIRE);
+    if (by_handle) {
+        load = hval ? wt_load_by_handle(hval) : -1;
+        if (load < 0) return -2;
+    }
+    __atomic_fetch_add(&wt_releasing, 1, __ATOMIC_ACQ_REL);
+    release_begins();
+    wt_line l;
+    wt_begin(&l, 'r');
+    wt_put_u(&l, (uint64_t)p->spec);
+    wt_end(&l);
+    return by_handle ? load : -1 - (load + 1) * 4; /* by time: encoded below zero */
+}
+
+/* The call's return is hooked: its frame on this thread's stack (false: nested too deep). */
+static bool push_frame(void **slot, const probe *p, int64_t arg, uint64_t hval, int counted) {
+    int d = wt_tl.ret_depth;
+    if (d >= (int)(sizeof wt_tl.ret_stack / sizeof wt_tl.ret_stack[0])) {
+        wt_warn("marker returns nested too deep on one thread: a return not seen");
+        return false;
+    }
+    wt_tl.ret_stack[d].ret = *slot;
+    wt_tl.ret_stack[d].slot = slot;
+    wt_tl.ret_stack[d].kind = p->kind;
+    wt_tl.ret_stack[d].spec = p->spec;
+    wt_tl.ret_stack[d].arg = arg;
+    wt_tl.ret_stack[d].hval = hval;
+    wt_tl.ret_stack[d].counted = counted;
+    wt_tl.ret_depth = d + 1;
+    if (counted && counted != 3 && p->kind == 'L') wt_tl.loads_open++;
+    if (counted && counted != 3 && p->kind == 'R') wt_tl.releases_open++;
+    *slot = (void *)wmtrace_probe_exit;
+    return true;
+}
+
+void *wmtrace_probe_enter(void **slot, long idx, const uint64_t *regs) {
     probe *p = &probes[idx];
     if (p->kind == 'D') { /* the dynamic linker's hook: objects came or went */
         struct r_debug *r = (struct r_debug *)wt_r_debug_get();
@@ -455,53 +613,83 @@ void *wmtrace_probe_enter(void **slot, long idx) {
     if (!wt_active || !wt_stats) return p->ool;
     int e = errno, saved = wt_tl.in_hook;
     wt_tl.in_hook = 1;
-    __atomic_fetch_add(&wt_stats->specs[p->spec].hits, 1, __ATOMIC_RELAXED);
-    int64_t arg = -1;
-    if (p->kind == 'L') {
-        arg = wt_load_begin(p->spec);
-    } else {
-        __atomic_fetch_add(&wt_releasing, 1, __ATOMIC_ACQ_REL);
-        release_begins();
-        wt_line l;
-        wt_begin(&l, 'r');
-        wt_put_u(&l, (uint64_t)p->spec);
-        wt_end(&l);
+    const wt_spec *sp = &wt_specs[p->spec];
+    if (p->kind == 'T') { /* a table's function: its return gives the table */
+        __atomic_fetch_add(&wt_stats->specs[p->spec].hits, 1, __ATOMIC_RELAXED);
+        push_frame(slot, p, -1, 0, 3);
+        wt_tl.in_hook = saved;
+        errno = e;
+        return p->ool;
     }
-    int d = wt_tl.ret_depth;
-    if (d < (int)(sizeof wt_tl.ret_stack / sizeof wt_tl.ret_stack[0])) {
-        wt_tl.ret_stack[d].ret = *slot;
-        wt_tl.ret_stack[d].slot = slot;
-        wt_tl.ret_stack[d].kind = p->kind;
-        wt_tl.ret_stack[d].spec = p->spec;
-        wt_tl.ret_stack[d].arg = arg;
-        wt_tl.ret_depth = d + 1;
-        *slot = (void *)wmtrace_probe_exit;
-    } else {
-        wt_warn("marker returns nested too deep on one thread: a return not seen");
-        if (p->kind == 'R') __atomic_fetch_sub(&wt_releasing, 1, __ATOMIC_ACQ_REL);
-    }
+    /* A fallback (ggml's buffers) only forwards where a known runtime's marker is hooked. */
+    bool used = sp->known != 2 || !__atomic_load_n(&wt_known_sites, __ATOMIC_ACQUIRE);
+    if (used) __atomic_fetch_add(&wt_stats->specs[p->spec].hits, 1, __ATOMIC_RELAXED);
+    uint64_t hval = sp->handle > 10 ? regs[arg_at[sp->handle % 10]] : 0;
+    int counted = used && !wt_tl.loads_open && !wt_tl.releases_open;
+    int64_t arg = counted ? marker_entered(p, sp, hval) : -1;
+    if (counted && p->kind == 'R' && arg == -2) counted = 2; /* for no load's handle */
+    if (!push_frame(slot, p, arg, hval, counted) && counted == 1 && p->kind == 'R')
+        __atomic_fetch_sub(&wt_releasing, 1, __ATOMIC_ACQ_REL);
     wt_tl.in_hook = saved;
     errno = e;
     return p->ool;
 }
 
+/* A counted marker call returned (frame f of this thread; regs: the registers at the return). */
+static void marker_returned(const __typeof__(wt_tl.ret_stack[0]) *f, const uint64_t *regs) {
+    const wt_spec *sp = &wt_specs[f->spec];
+    if (f->kind == 'L') {
+        wt_tl.loads_open--;
+        int idx = (int)f->arg;
+        if (idx >= 0 && sp->handle) {
+            uint64_t h = sp->handle == 1 ? regs[RAX] : sp->handle < 20 ? f->hval : 0;
+            if (sp->handle > 20 && f->hval) memcpy(&h, (const void *)(uintptr_t)f->hval, sizeof h);
+            __atomic_store_n(&wt_stats->loads[idx].handle, h, __ATOMIC_RELEASE);
+        }
+        wt_load_end(idx);
+        return;
+    }
+    wt_tl.releases_open--;
+    if (f->counted == 2) {
+        __atomic_fetch_add(&wt_stats->specs[f->spec].unpaired, 1, __ATOMIC_RELAXED);
+        wt_line l;
+        wt_begin(&l, 'n');
+        wt_put_u(&l, (uint64_t)f->spec);
+        wt_put_x(&l, f->hval);
+        wt_end(&l);
+        return;
+    }
+    bool by_handle = f->arg >= 0;
+    int load = by_handle ? (int)f->arg : (int)((-1 - f->arg) / 4) - 1;
+    released(wt_stats->specs[f->spec].text, load, by_handle);
+    __atomic_fetch_sub(&wt_releasing, 1, __ATOMIC_ACQ_REL);
+}
+
 /* rsp: the stack pointer after the function returned (its slot was just below). Frames left
  * without returning (longjmp, an exception caught above them) are dropped on the way. */
-void *wmtrace_probe_return(void **rsp) {
+void *wmtrace_probe_return(void **rsp, const uint64_t *regs) {
     int e = errno, saved = wt_tl.in_hook;
     wt_tl.in_hook = 1;
     int d = wt_tl.ret_depth - 1;
-    while (d > 0 && wt_tl.ret_stack[d].slot < rsp - 1)
+    while (d > 0 && wt_tl.ret_stack[d].slot < rsp - 1) {
+        int c = wt_tl.ret_stack[d].counted;
+        if (c && wt_tl.ret_stack[d].kind == 'L') wt_tl.loads_open--;
+        if (c && wt_tl.ret_stack[d].kind == 'R') wt_tl.releases_open--;
+        if (c == 1 && wt_tl.ret_stack[d].kind == 'R')
+            __atomic_fetch_sub(&wt_releasing, 1, __ATOMIC_ACQ_REL);
         d--;
+    }
     wt_tl.ret_depth = d;
     void *ret = wt_tl.ret_stack[d].ret;
-    if (wt_active && wt_stats) {
-        if (wt_tl.ret_stack[d].kind == 'L') {
-            wt_load_end((int)wt_tl.ret_stack[d].arg);
-        } else {
-            released(wt_stats->specs[wt_tl.ret_stack[d].spec].text);
-            __atomic_fetch_sub(&wt_releasing, 1, __ATOMIC_ACQ_REL);
-        }
+    if (wt_tl.ret_stack[d].counted == 3) {
+        ort_table(regs[RAX]);
+    } else if (wt_tl.ret_stack[d].counted) {
+        if (wt_active && wt_stats)
+            marker_returned(&wt_tl.ret_stack[d], regs);
+        else if (wt_tl.ret_stack[d].kind == 'L')
+            wt_tl.loads_open--;
+        else
+            wt_tl.releases_open--;
     }
     wt_tl.in_hook = saved;
     errno = e;

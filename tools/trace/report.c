@@ -18,7 +18,8 @@ static void flags_text(const tmap *m, char *out, size_t cap) {
 static void text_threads(const trace *t) {
     char b[6][32];
     const wmtrace_stats *st = t->st;
-    printf("\nthreads (malloc family; held at exit by size class):\n");
+    printf("\nthreads (malloc family; held at exit by size class: address space, touched or "
+           "not):\n");
     printf("  %-8s %-16s %-6s %9s %10s %10s %10s %10s %10s %10s %10s\n", "tid", "name", "loader",
            "allocs", "largest", "while-load", "<64K", "64K-1M", "1M-16M", ">=16M", "anon-held");
     for (uint64_t i = 0; i < st->n_threads && i < WMTRACE_MAX_THREADS; i++) {
@@ -76,7 +77,8 @@ static void text_files(const trace *t) {
     }
 }
 
-/* One figure and its change from the release before ("+1", "-2.0 MiB"; "" for the first). */
+/* One figure and its change from the release before ("+1", "-2.0 MiB"; "" for the first, or
+ * where either was not read). */
 static const char *delta(uint64_t now, uint64_t before, bool first, bool bytes, char buf[40]) {
     char b[32];
     if (first) return "";
@@ -88,33 +90,85 @@ static const char *delta(uint64_t now, uint64_t before, bool first, bool bytes, 
     return buf;
 }
 
-static void text_releases(const trace *t) {
-    char b[7][32], d[6][40];
-    printf("\nreleases: %d", t->n_rel);
+/* A figure of a release with its change ("not read" where the process could not read it). */
+static const char *fig(const trelease *r, const trelease *p, unsigned bit, size_t off, bool bytes,
+                       char out[80]) {
+    uint64_t v, w;
+    memcpy(&v, (const char *)&r->at + off, sizeof v);
+    memcpy(&w, (const char *)&p->at + off, sizeof w);
+    if (!fig_read(&r->at, bit)) return "not read";
+    char b[32], d[40];
+    bool first = r == p || !fig_read(&p->at, bit);
+    if (bytes)
+        snprintf(out, 80, "%s%s", cli_bytes(v, b), delta(v, w, first, true, d));
+    else
+        snprintf(out, 80, "%" PRIu64 "%s", v, delta(v, w, first, false, d));
+    return out;
+}
+
+/* The markers: the user's, and the known runtimes' that were hooked. */
+static void text_markers(const trace *t) {
+    int n = 0;
     for (uint64_t k = 0; k < t->st->n_specs && k < WMTRACE_MAX_SPECS; k++) {
         const wmtrace_spec *s = &t->st->specs[k];
-        printf("%s%s marker %s: %" PRIu64 " site%s%s%s, %" PRIu64 " calls", k ? "; " : " (",
-               s->kind == 'L' ? "load" : "release", s->text, s->sites, s->sites == 1 ? "" : "s",
-               s->sites ? " in " : "", s->object, s->hits);
+        if (s->known && !s->sites) continue;
+        if (!n++) printf("\nmarkers:\n");
+        printf("  %s marker %s%s%s%s: %" PRIu64 " site%s%s%s, %" PRIu64 " calls",
+               s->kind == 'L'   ? "load"
+               : s->kind == 'T' ? "table"
+                                : "release",
+               s->text, s->known ? " (known: " : "", s->known ? s->runtime : "",
+               s->known ? ")" : "", s->sites, s->sites == 1 ? "" : "s", s->sites ? " in " : "",
+               s->object, s->hits);
+        if (s->known == 2 && s->sites && !s->hits)
+            printf(" (a fallback: not used where another runtime's marker is hooked)");
+        if (s->unpaired) printf(", %" PRIu64 " for no live load's handle", s->unpaired);
+        if (!s->sites) {
+            printf(": matched nothing (searched %" PRIu64 " object%s:", s->searched,
+                   s->searched == 1 ? "" : "s");
+            size_t on = strcspn(s->text, ":+");
+            bool scoped = s->text[on] == ':' || (s->text[on] == '+' && s->text[on + 1] == '0');
+            for (int i = 0; i < t->n_objects; i++)
+                if (!scoped || !strncmp(t->objects[i].name, s->text, on))
+                    printf(" %s%s%s%s", t->objects[i].name, t->objects[i].table[0] ? " [" : "",
+                           t->objects[i].table, t->objects[i].table[0] ? "]" : "");
+            printf(")");
+        }
+        printf("\n");
     }
-    printf("%s\n", t->st->n_specs ? ")" : "");
+}
+
+static void text_releases(const trace *t) {
+    char b[5][32], f[8][80];
+    text_markers(t);
+    printf("\nreleases: %d\n", t->n_rel);
     for (int i = 0; i < t->n_rel; i++) {
         const trelease *r = &t->rel[i], *p = i ? &t->rel[i - 1] : r;
-        const tsample *a = &r->at, *q = &p->at;
-        printf("  #%d %.6f s %s thread %" PRId64 " (%.16s), after load %d: footprint %s%s, "
-               "resident %s%s, file-resident %s%s, mappings %" PRIu64 "%s (weight %" PRIu64
-               "%s), locked %s%s; malloc free %s, the load's malloc still held %s, its scratch "
-               "still resident %s\n",
-               i + 1, r->t, r->source, r->tid, trace_thread_name(t, r->tid), r->load + 1,
-               cli_bytes(a->footprint, b[0]), delta(a->footprint, q->footprint, !i, 1, d[0]),
-               cli_bytes(a->rss, b[1]), delta(a->rss, q->rss, !i, 1, d[1]),
-               cli_bytes(a->file, b[2]), delta(a->file, q->file, !i, 1, d[2]), a->maps,
-               delta(a->maps, q->maps, !i, 0, d[3]), a->wmaps,
-               delta(a->wmaps, q->wmaps, !i, 0, d[4]), cli_bytes(a->locked, b[3]),
-               delta(a->locked, q->locked, !i, 1, d[5]), cli_bytes(a->mfree, b[4]),
-               cli_bytes(r->kept, b[5]),
+        const tsample *a = &r->at;
+        char live[96] = "not read", pair[64];
+        if (fig_read(a, FIG_FOOTPRINT | FIG_MFREE) && a->footprint > a->mfree)
+            cli_bytes(a->footprint - a->mfree, live);
+        else if (fig_read(a, FIG_FOOTPRINT | FIG_MFREE))
+            snprintf(live, sizeof live, "0 B (malloc's free memory is more: untouched heap)");
+        if (r->load < 0)
+            snprintf(pair, sizeof pair, "no load before it");
+        else
+            snprintf(pair, sizeof pair, "%s load %d%s", r->by_handle ? "of" : "after", r->load + 1,
+                     r->by_handle ? " (its handle)" : " (by time only)");
+        printf("  #%d %.6f s %s thread %" PRId64 " (%.16s), %s: footprint %s, resident %s, "
+               "file-resident %s, mappings %s (weight %" PRIu64 "), locked %s; malloc free %s, "
+               "live (footprint less malloc free) %s; the load's malloc still held %s (%s of "
+               "it resident), its scratch still resident %s\n",
+               i + 1, r->t, r->source, r->tid, trace_thread_name(t, r->tid), pair,
+               fig(r, p, FIG_FOOTPRINT, offsetof(tsample, footprint), true, f[0]),
+               fig(r, p, FIG_RSS, offsetof(tsample, rss), true, f[1]),
+               fig(r, p, FIG_FILE, offsetof(tsample, file), true, f[2]),
+               fig(r, p, FIG_MAPS, offsetof(tsample, maps), false, f[3]), a->wmaps,
+               fig(r, p, FIG_LOCKED, offsetof(tsample, locked), true, f[4]),
+               fig(r, p, FIG_MFREE, offsetof(tsample, mfree), true, f[5]), live,
+               cli_bytes(r->kept, b[0]), cli_bytes(r->kept_resident, b[1]),
                r->scratch_resident < 0 ? "(not known)"
-                                       : cli_bytes((uint64_t)r->scratch_resident, b[6]));
+                                       : cli_bytes((uint64_t)r->scratch_resident, b[2]));
     }
 }
 
@@ -129,15 +183,51 @@ static void text_loads(const trace *t) {
             printf("%.6f s", t->loads[i].t_end);
         else
             printf("(not ended)");
+        char res[32];
         printf(" thread %" PRId64 " (%s): malloc %s in %" PRIu64 " big blocks; scratch %s "
-               "(largest %s); kept past its end %s; freed by a release %s\n",
+               "(largest %s); kept past its end %s of address space (%s of it resident); freed "
+               "by a release %s\n",
                ld->tid,
                ld->spec >= 0 && (uint64_t)ld->spec < WMTRACE_MAX_SPECS
                    ? t->st->specs[ld->spec].text
                    : "from the first weight-file touch",
                cli_bytes(ld->bytes, b[0]), ld->blocks, cli_bytes(ld->scratch, b[1]),
                cli_bytes(ld->scratch_largest, b[2]), cli_bytes(ld->kept_at_end, b[3]),
-               cli_bytes(ld->freed_in_release, b[4]));
+               cli_bytes(ld->kept_resident, res), cli_bytes(ld->freed_in_release, b[4]));
+    }
+}
+
+/* The outcome, the broken rules' lines, then each rule's state. */
+static void text_verdict(const trace *t) {
+    int broken_rules = 0;
+    for (int k = 0; k < N_RULES; k++)
+        broken_rules += t->rules[k].broken > 0;
+    if (t->broken)
+        printf("\nverdict: broken (%d rule%s broken", broken_rules, broken_rules == 1 ? "" : "s");
+    else if (t->not_judged)
+        printf("\nverdict: not judged (no rule broken, but %d thing%s not judged", t->not_judged,
+               t->not_judged == 1 ? "" : "s");
+    else
+        printf("\nverdict: clean (every rule judged and held");
+    printf(")\n");
+    for (int i = 0; i < t->broken; i++)
+        printf("  %s: %s\n", t->v[i].rule, t->v[i].msg);
+    printf("rules:\n");
+    for (int k = 0; k < N_RULES; k++) {
+        const rule_state *r = &t->rules[k];
+        if (r->broken)
+            printf("  %-9s broken (%d line%s above)\n", r->rule, r->broken,
+                   r->broken == 1 ? "" : "s");
+        else
+            printf("  %-9s %s: %s\n", r->rule, r->judged ? "judged, held" : "not judged", r->how);
+    }
+    if (!t->n_rel) printf("  (%s)\n", trace_no_release_hint(t));
+    for (uint64_t k = 0; k < t->st->n_specs && k < WMTRACE_MAX_SPECS; k++) {
+        const wmtrace_spec *s = &t->st->specs[k];
+        if (!s->known && !s->sites)
+            printf("  marker %s matched nothing (searched %" PRIu64
+                   " object%s; the markers section names them): not judged\n",
+                   s->text, s->searched, s->searched == 1 ? "" : "s");
     }
 }
 
@@ -161,29 +251,42 @@ void trace_report_text(const trace *t) {
     if (t->n_v > t->broken) printf("\nfacts:\n");
     for (int i = t->broken; i < t->n_v; i++)
         printf("  %s\n", t->v[i].msg);
-    if (!t->broken)
-        printf("\nverdict: clean (no rule broken)\n");
-    else
-        printf("\nverdict: %d rule%s broken\n", t->broken, t->broken == 1 ? "" : "s");
-    for (int i = 0; i < t->broken; i++)
-        printf("  %s: %s\n", t->v[i].rule, t->v[i].msg);
+    text_verdict(t);
 }
 
 static void json_head(const trace *t) {
     const wmtrace_stats *st = t->st;
     printf("{\"command\":");
     cli_json_cstr(stdout, t->args.cmd[0]);
-    printf(",\"pid\":%d,\"exit_status\":%d,\"normal_exit\":%s,\"seconds\":%.6f,\"ok\":%s",
+    const char *outcome = trace_outcome(t);
+    printf(",\"pid\":%d,\"exit_status\":%d,\"normal_exit\":%s,\"seconds\":%.6f,\"ok\":%s,"
+           "\"outcome\":\"%s\"",
            (int)t->pid, trace_exit_of(t->status), t->exited_normally ? "true" : "false", t->t_end,
-           t->broken ? "false" : "true");
+           strcmp(outcome, "clean") ? "false" : "true", outcome);
     printf(",\"markers\":[");
     for (uint64_t k = 0; k < st->n_specs && k < WMTRACE_MAX_SPECS; k++) {
+        const wmtrace_spec *sp = &st->specs[k];
         printf("%s{\"spec\":", k ? "," : "");
-        cli_json_cstr(stdout, st->specs[k].text);
+        cli_json_cstr(stdout, sp->text);
         printf(",\"kind\":\"%s\",\"sites\":%" PRIu64 ",\"calls\":%" PRIu64 ",\"object\":",
-               st->specs[k].kind == 'L' ? "load" : "release", st->specs[k].sites,
-               st->specs[k].hits);
-        cli_json_cstr(stdout, st->specs[k].object);
+               sp->kind == 'L'   ? "load"
+               : sp->kind == 'T' ? "table"
+                                 : "release",
+               sp->sites, sp->hits);
+        cli_json_cstr(stdout, sp->object);
+        printf(",\"known\":");
+        if (sp->known)
+            cli_json_cstr(stdout, sp->runtime);
+        else
+            printf("null");
+        printf(",\"searched\":%" PRIu64 ",\"unpaired\":%" PRIu64 "}", sp->searched, sp->unpaired);
+    }
+    printf("],\"objects_searched\":[");
+    for (int i = 0; i < t->n_objects; i++) {
+        printf("%s{\"name\":", i ? "," : "");
+        cli_json_cstr(stdout, t->objects[i].name);
+        printf(",\"symbols\":");
+        cli_json_cstr(stdout, t->objects[i].table);
         printf("}");
     }
     printf("],\"tracer_bytes\":%" PRIu64 ",\"threads\":[", st->tracer_bytes);
@@ -227,7 +330,7 @@ static void json_files(const trace *t) {
             printf("%.6f", m->t_unmap);
         else
             printf("null");
-        printf(",\"left\":%" PRIu64 "}", m->left);
+        printf(",\"left\":%" PRIu64 ",\"load\":%d}", m->left, m->load + 1);
     }
     printf("],\"locks\":[");
     for (int i = 0, n = 0; i < t->n_ev; i++) {
@@ -244,11 +347,25 @@ static void json_files(const trace *t) {
     }
 }
 
+/* A figure, or null where the process could not read it. */
+static void json_fig(const char *key, const tsample *s, unsigned bit, uint64_t v, bool comma) {
+    printf("%s\"%s\":", comma ? "," : "", key);
+    if (fig_read(s, bit))
+        printf("%" PRIu64, v);
+    else
+        printf("null");
+}
+
 static void json_point(const tsample *s) {
-    printf("{\"footprint\":%" PRIu64 ",\"resident\":%" PRIu64 ",\"file_resident\":%" PRIu64
-           ",\"locked\":%" PRIu64 ",\"mappings\":%" PRIu64 ",\"weight_mappings\":%" PRIu64
-           ",\"malloc_free\":%" PRIu64 "}",
-           s->footprint, s->rss, s->file, s->locked, s->maps, s->wmaps, s->mfree);
+    json_fig("footprint", s, FIG_FOOTPRINT, s->footprint, false);
+    json_fig("resident", s, FIG_RSS, s->rss, true);
+    json_fig("file_resident", s, FIG_FILE, s->file, true);
+    json_fig("locked", s, FIG_LOCKED, s->locked, true);
+    json_fig("mappings", s, FIG_MAPS, s->maps, true);
+    json_fig("weight_mappings", s, 0, s->wmaps, true);
+    json_fig("malloc_free", s, FIG_MFREE, s->mfree, true);
+    json_fig("live", s, FIG_FOOTPRINT | FIG_MFREE,
+             s->footprint > s->mfree ? s->footprint - s->mfree : 0, true);
 }
 
 static void json_releases(const trace *t) {
@@ -257,15 +374,17 @@ static void json_releases(const trace *t) {
         const trelease *r = &t->rel[i];
         printf("%s{\"time\":%.6f,\"entered\":%.6f,\"source\":", i ? "," : "", r->t, r->t_begin);
         cli_json_cstr(stdout, r->source);
-        printf(",\"tid\":%" PRId64 ",\"load\":%d,\"load_kept\":%" PRIu64, r->tid, r->load + 1,
-               r->kept);
+        printf(",\"tid\":%" PRId64 ",\"load\":%d,\"paired\":\"%s\",\"load_kept\":%" PRIu64
+               ",\"load_kept_resident\":%" PRIu64,
+               r->tid, r->load + 1, r->by_handle ? "handle" : "time", r->kept, r->kept_resident);
         if (r->scratch_resident >= 0)
             printf(",\"scratch_resident\":%" PRId64, r->scratch_resident);
         else
             printf(",\"scratch_resident\":null");
-        printf(",\"footprint\":%" PRIu64 ",\"at\":", r->at.footprint);
+        json_fig("footprint", &r->at, FIG_FOOTPRINT, r->at.footprint, true);
+        printf(",\"at\":{");
         json_point(&r->at);
-        printf("}");
+        printf("}}");
     }
     printf("],\"loads\":[");
     for (int i = 0; i < t->n_loads; i++) {
@@ -279,10 +398,12 @@ static void json_releases(const trace *t) {
         printf(",\"tid\":%" PRId64 ",\"marker\":%s,\"blocks\":%" PRIu64 ",\"bytes\":%" PRIu64
                ",\"scratch\":%" PRIu64 ",\"scratch_largest\":%" PRIu64 ",\"kept_at_end\":%" PRIu64
                ",\"kept_largest\":%" PRIu64 ",\"kept\":%" PRIu64 ",\"freed_in_release\":%" PRIu64
-               ",\"release_tid\":%" PRId64 "}",
+               ",\"release_tid\":%" PRId64 ",\"kept_resident\":%" PRIu64 ",\"handle\":%" PRIu64
+               ",\"released_by_handle\":%s}",
                ld->tid, ld->spec >= 0 ? "true" : "false", ld->blocks, ld->bytes, ld->scratch,
                ld->scratch_largest, ld->kept_at_end, ld->kept_largest, ld->kept,
-               ld->freed_in_release, ld->release_tid);
+               ld->freed_in_release, ld->release_tid, ld->kept_resident, ld->handle,
+               ld->released ? "true" : "false");
     }
 }
 
@@ -304,6 +425,18 @@ void trace_report_json(const trace *t) {
             cli_json_cstr(stdout, t->v[i].msg);
             printf("}");
         }
+    }
+    printf("],\"rules\":[");
+    for (int k = 0; k < N_RULES; k++) {
+        const rule_state *r = &t->rules[k];
+        printf("%s{\"rule\":\"%s\",\"state\":\"%s\",\"judged\":%s,\"broken\":%d,\"how\":",
+               k ? "," : "", r->rule,
+               r->broken   ? "broken"
+               : r->judged ? "held"
+                           : "not judged",
+               r->broken || r->judged ? "true" : "false", r->broken);
+        cli_json_cstr(stdout, r->broken ? "" : r->how);
+        printf("}");
     }
     printf("],\"warnings\":[");
     for (int i = 0, n = 0; i < t->n_ev; i++) {

@@ -250,7 +250,7 @@ int trace_write_svg(const trace *t, const char *path) {
     fprintf(f, "<text x=\"10\" y=\"20\" font-size=\"14\">weightmap trace: ");
     svg_text(f, t->args.cmd[0]);
     fprintf(f, " (exit %d, %.3f s, %s)</text>\n", trace_exit_of(t->status), t->t_end,
-            t->broken ? "rules broken" : "clean");
+            t->broken ? "rules broken" : trace_outcome(t));
     fprintf(f,
             "<text x=\"%.1f\" y=\"36\">footprint (anonymous + swap + shmem, blue), resident "
             "(grey); loads (bands), releases (dashed)</text>\n",

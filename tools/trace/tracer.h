@@ -21,7 +21,7 @@
 #include <sys/types.h>
 
 #define MAX_NAMED 64
-#define MAX_MARKERS 16
+#define MAX_MARKERS 16 /* the user's */
 
 typedef struct trace_args {
     const char *files[MAX_NAMED];
@@ -29,6 +29,9 @@ typedef struct trace_args {
     const char *markers[MAX_MARKERS]; /* "L SPEC" / "R SPEC" */
     int n_markers;
     bool json;
+    bool strict;        /* exit 3 when anything is not judged */
+    bool no_known;      /* no known runtime's markers */
+    int release_signal; /* its number */
     const char *svg;
     const char *out; /* the report to this file, not stdout */
     unsigned interval_ms;
@@ -50,6 +53,7 @@ typedef struct tmap {
     double t_map, t_unmap; /* seconds from the start; t_unmap < 0: still mapped */
     uint64_t left;
     int after_release; /* the first release it outlived (1-based), 0 none; -1: the end */
+    int load;          /* the load under way when it was mapped, -1 none */
 } tmap;
 
 typedef struct tevent {
@@ -65,15 +69,30 @@ typedef struct tevent {
 typedef struct tsample {
     double t;
     uint64_t footprint, rss, file, locked, maps, wmaps, mfree;
-    bool inside;
+    bool inside;     /* a P line: the process's own figures (none after a release: not read) */
+    unsigned unread; /* the FIG_ bits of the figures the process could not read */
 } tsample;
+enum {
+    FIG_FOOTPRINT = 1,
+    FIG_RSS = 2,
+    FIG_FILE = 4,
+    FIG_LOCKED = 8,
+    FIG_MAPS = 16,
+    FIG_MFREE = 32
+};
+/* The figure (FIG_ bit) was read at s. */
+static inline bool fig_read(const tsample *s, unsigned bit) {
+    return s->inside && !(s->unread & bit);
+}
 
 typedef struct trelease {
     double t, t_begin; /* its return; its entry (a release marker), else t */
     int64_t tid;
     char source[96];
-    int load;                 /* the last load begun before it, -1 none */
+    int load;                 /* the load it released, -1 none */
+    bool by_handle;           /* paired with that load by its handle, else by time */
     uint64_t kept;            /* that load's malloc blocks still held after it */
+    uint64_t kept_resident;   /* of them, resident (whole pages) */
     int64_t scratch_resident; /* of that load's scratch, bytes resident outside live big blocks
                                  after it (whole pages); -1 not known */
     tsample at;               /* the figures right after it */
@@ -84,10 +103,24 @@ typedef struct tload {
     tsample begin, end;
 } tload;
 
+/* A rule's outcome: broken (lines in the verdicts), judged and held, or not judged (why). */
+#define N_RULES 5
+typedef struct rule_state {
+    const char *rule;
+    int broken;
+    bool judged;
+    char how[400]; /* judged: on what; not judged: why */
+} rule_state;
+
+typedef struct searched {
+    char name[64];
+    char table[8];
+} searched;
+
 typedef struct verdict {
     const char *rule; /* NULL: a fact, not a broken rule */
     double t;         /* where the picture places it */
-    char msg[512];
+    char msg[1024];
 } verdict;
 
 typedef struct trace {
@@ -113,7 +146,16 @@ typedef struct trace {
     verdict *v;
     int n_v, cap_v;
     int broken; /* verdicts with a rule */
+    rule_state rules[N_RULES];
+    int not_judged;        /* rules not judged, and the user's markers that matched nothing */
+    searched objects[256]; /* the objects searched for the markers' symbols */
+    int n_objects;
 } trace;
+
+/* The outcome: "broken", "not judged" or "clean". */
+const char *trace_outcome(const trace *t);
+/* What to do when no release was seen (one line). */
+const char *trace_no_release_hint(const trace *t);
 
 #define GROW(arr, n, cap)                                                                          \
     do {                                                                                           \

@@ -177,16 +177,28 @@ static uint64_t field_kb(const char *buf, const char *key) {
 /* From /proc/self/status (the kernel's counters: smaps_rollup would be exact to the page but
  * walks every page table under the mmap lock, which cost a traced llama.cpp mmap load several
  * per cent), /proc/self/maps (its lines) and mallinfo2. */
+static void put_read(wt_line *l, bool read, uint64_t v) {
+    if (read)
+        wt_put_u(l, v);
+    else
+        wt_put_s(l, "-");
+}
+
 void wt_point(bool maps_too) {
     char buf[4096];
     uint64_t maps = 0;
-    read_proc("/proc/self/status", buf, sizeof buf, NULL);
+    bool status = read_proc("/proc/self/status", buf, sizeof buf, NULL) > 0 &&
+                  strstr(buf, "\nRssAnon:") != NULL;
     uint64_t fp =
         field_kb(buf, "\nRssAnon:") + field_kb(buf, "\nVmSwap:") + field_kb(buf, "\nRssShmem:");
     uint64_t rss = field_kb(buf, "\nVmRSS:"), file = field_kb(buf, "\nRssFile:");
     uint64_t locked = field_kb(buf, "\nVmLck:");
     char chunk[4096];
-    if (maps_too) read_proc("/proc/self/maps", chunk, sizeof chunk, &maps);
+    bool maps_read = false; /* not read at a load's start and end */
+    if (maps_too) {
+        read_proc("/proc/self/maps", chunk, sizeof chunk, &maps);
+        maps_read = maps > 0;
+    }
     uint64_t mfree = 0;
     if (r_mallinfo2) {
         int saved = wt_tl.in_hook;
@@ -196,13 +208,13 @@ void wt_point(bool maps_too) {
     }
     wt_line l;
     wt_begin(&l, 'P');
-    wt_put_u(&l, fp);
-    wt_put_u(&l, rss);
-    wt_put_u(&l, file);
-    wt_put_u(&l, locked);
-    wt_put_u(&l, maps);
+    put_read(&l, status, fp);
+    put_read(&l, status, rss);
+    put_read(&l, status, file);
+    put_read(&l, status, locked);
+    put_read(&l, maps_read, maps);
     wt_put_u(&l, (uint64_t)wt_weight_maps_live());
-    wt_put_u(&l, mfree);
+    put_read(&l, r_mallinfo2 != NULL, mfree);
     wt_end(&l);
 }
 
@@ -249,11 +261,52 @@ static const char *env(const char *name) {
 
 static void on_fork_child(void) { wt_active = 0; }
 
-static void on_sigusr1(int sig) {
-    (void)sig;
+/* The release signals: WMTRACE_SIGNAL (the tracer's default, a real-time signal runtimes leave
+ * alone: Node owns SIGUSR1 for its inspector), and SIGUSR1 too, each where the program left it
+ * at its default. */
+static int release_sig = -1;
+static char release_sig_name[24];
+
+static void on_release_signal(int sig) {
     int e = errno;
-    wt_release_now("SIGUSR1");
+    wt_release_now(sig == SIGUSR1 ? "SIGUSR1" : release_sig_name);
     errno = e;
+}
+
+static void signal_name(int sig, char out[24]) {
+    if (sig >= SIGRTMIN && sig <= SIGRTMAX) {
+        wt_line l = {.n = 0};
+        wt_put_u(&l, (uint64_t)(sig - SIGRTMIN));
+        l.b[l.n] = 0;
+        snprintf(out, 24, "SIGRTMIN+%s", l.b + 1);
+    } else if (sig == SIGUSR2) {
+        snprintf(out, 24, "SIGUSR2");
+    } else {
+        snprintf(out, 24, "signal-%d", sig);
+    }
+}
+
+static void take_signal(int sig) {
+    struct sigaction old;
+    if (sig <= 0 || sig >= 65 || wt_r_sigaction(sig, NULL, &old) != 0 || old.sa_handler != SIG_DFL)
+        return;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_release_signal;
+    sa.sa_flags = SA_RESTART;
+    wt_r_sigaction(sig, &sa, NULL);
+}
+
+static void release_signals_start(const char *num) {
+    int sig = 0;
+    for (const char *p = num; p && *p >= '0' && *p <= '9'; p++)
+        sig = sig * 10 + (*p - '0');
+    if (sig > 0 && sig < 65) {
+        release_sig = sig;
+        signal_name(sig, release_sig_name);
+        take_signal(sig);
+    }
+    if (sig != SIGUSR1) take_signal(SIGUSR1);
 }
 
 /* Maps the shared block of the trace file `out` and starts this image's figures. */
@@ -293,14 +346,7 @@ WMTRACE_CTOR STATIC_ENTRY void wmtrace_start(void) {
     if (!open_stats(out)) return;
     wt_named_files(env(WMTRACE_ENV_FILES));
     pthread_atfork(NULL, NULL, on_fork_child);
-    struct sigaction old;
-    if (wt_r_sigaction(SIGUSR1, NULL, &old) == 0 && old.sa_handler == SIG_DFL) {
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_sigusr1;
-        sa.sa_flags = SA_RESTART;
-        wt_r_sigaction(SIGUSR1, &sa, NULL);
-    }
+    release_signals_start(env(WMTRACE_ENV_SIGNAL));
     wt_active = 1;
     wt_line l;
     wt_begin(&l, 'X');
