@@ -1,5 +1,6 @@
 # The two commands that matter (see README.md):
-#   make demo   build, make the default model (512 MiB, cached in build/) and check it
+#   make demo   build the CLI (JOBS jobs: the CPU count), make the default model (512 MiB, cached
+#               in build/) and check it
 #   make test   the whole test suite: the C files formatted as .clang-format says (format-check),
 #               the directions docs/ARCHITECTURE.md states and the 100-line limit on functions
 #               (check-source), normal build, then again under ASan+UBSan (clang), the CUDA backend against the
@@ -23,11 +24,16 @@ all: build
 deps:
 	@scripts/deps.sh
 
+BUILD_CONFIGURE = cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON
 build: deps
-	@cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON >/dev/null
-	@cmake --build build
+	@$(BUILD_CONFIGURE) >/dev/null
+	@cmake --build build -j $(JOBS)
 
-demo: build
+# demo builds the CLI alone (the library and the tool: not the tests or the benchmarks), with as
+# many jobs as the machine has CPUs (JOBS)
+demo: deps
+	@$(BUILD_CONFIGURE) >/dev/null
+	@cmake --build build --target weightmap_cli -j $(JOBS)
 	@test -f $(DEMO_MODEL) || build/weightmap make-model $(DEMO_MODEL) --size 512M
 	build/weightmap demo --model $(DEMO_MODEL)
 

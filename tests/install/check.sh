@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The installed package as users get it (ctest install.consumers; docs/TESTING.md):
-#  1. `make install PREFIX=DIR DESTDIR=STAGE` passes both to `cmake --install`;
+#  1. `make install PREFIX=DIR DESTDIR=STAGE` passes both to `cmake --install`; `make demo`
+#     builds the CLI alone, with JOBS (the CPU count) jobs;
 #  2. a staged install (DESTDIR) is moved elsewhere: every RUNPATH in it is relative to $ORIGIN,
 #     no file in it names the source or the build tree (debug info aside), and the moved CLI
 #     runs: --version, info, check --ggml and check --llama where the bridges are built (their
@@ -30,6 +31,11 @@ libs() { ldd "$1" 2>&1 || true; } # all of ldd's output (a grep -q on its pipe w
 plan=$(make -n -C "$src" install PREFIX=/opt/wm-prefix DESTDIR=/wm-stage 2>/dev/null)
 grep -qF 'DESTDIR="/wm-stage" cmake --install build --prefix "/opt/wm-prefix"' <<<"$plan" \
   || fail "make install does not pass PREFIX and DESTDIR to cmake --install: $plan"
+# make demo builds the CLI alone, with JOBS jobs (the CPU count by default)
+plan=$(make -n -C "$src" demo JOBS=3 2>/dev/null)
+grep -qF 'cmake --build build --target weightmap_cli -j 3' <<<"$plan" \
+  || fail "make demo does not build only the CLI with JOBS jobs: $plan"
+grep -q "^cmake --build build *$\|^cmake --build build -j" <<<"$plan" && fail "make demo builds everything: $plan"
 
 # 2. stage, move, inspect, run
 DESTDIR="$tmp/stage" cmake --install "$bin" --prefix /opt/weightmap >/dev/null
