@@ -638,7 +638,7 @@ WM_TEST(sizes_up_to_p_and_the_true_reason) {
     usage_error("make-model x.gguf --size 20000P", "expected a size that fits in 64 bits");
     char *out;
     snprintf(args, sizeof args, "load %s --mode heap --max-buffer 1T", f);
-    CHECK_EQ(run_cli(&out, "%s", args), 0);
+    VERDICT_EXIT(run_cli(&out, "%s", args));
     free(out);
     char path[512];
     snprintf(path, sizeof path, "%s", wmt_tmp("huge.gguf"));
@@ -681,13 +681,13 @@ WM_TEST(make_model_failed_write_says_why_once_and_leaves_nothing) {
 WM_TEST(load_prints_no_rate_where_nothing_was_read) {
     const char *f = wmt_fixture("gguf/stories260K.gguf");
     char *out;
-    CHECK_EQ(run_cli(&out, "load %s --mode mmap --touch --cycles 2", f), 0);
+    VERDICT_EXIT(run_cli(&out, "load %s --mode mmap --touch --cycles 2", f));
     HAS(out, "         - |");
     HAS(out, "(GB/s -: mode mmap maps the file and reads nothing during the load");
     free(out);
     static const char *const moved[] = {"--mode heap", "--mode mmap --prefetch"};
     for (int i = 0; i < 2; i++) {
-        CHECK_EQ(run_cli(&out, "load %s %s", f, moved[i]), 0);
+        VERDICT_EXIT(run_cli(&out, "load %s %s", f, moved[i]));
         CHECK_MSG(strstr(out, "         - |") == NULL && strstr(out, "GB/s -") == NULL,
                   "%s: no rate:\n%s", moved[i], out);
         free(out);
