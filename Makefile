@@ -1,5 +1,6 @@
 # The two commands that matter (see README.md):
-#   make demo   build, make the default model (512 MiB, cached in build/) and check it
+#   make demo   build the CLI (JOBS jobs: the CPU count), make the default model (512 MiB, cached
+#               in build/) and check it
 #   make test   the whole test suite: the C files formatted as .clang-format says (format-check),
 #               the directions docs/ARCHITECTURE.md states and the 100-line limit on functions
 #               (check-source), normal build, then again under ASan+UBSan (clang), the CUDA backend against the
@@ -23,11 +24,16 @@ all: build
 deps:
 	@scripts/deps.sh
 
+BUILD_CONFIGURE = cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON
 build: deps
-	@cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON >/dev/null
-	@cmake --build build
+	@$(BUILD_CONFIGURE) >/dev/null
+	@cmake --build build -j $(JOBS)
 
-demo: build
+# demo builds the CLI alone (the library and the tool: not the tests or the benchmarks), with as
+# many jobs as the machine has CPUs (JOBS)
+demo: deps
+	@$(BUILD_CONFIGURE) >/dev/null
+	@cmake --build build --target weightmap_cli -j $(JOBS)
 	@test -f $(DEMO_MODEL) || build/weightmap make-model $(DEMO_MODEL) --size 512M
 	build/weightmap demo --model $(DEMO_MODEL)
 
@@ -138,14 +144,19 @@ install: build
 	DESTDIR="$(DESTDIR)" cmake --install build --prefix "$(PREFIX)"
 
 # The Python package (python/; README.md "Python"). `make python` installs it for Debian's
-# /usr/bin/python3 with pip, offline (--no-build-isolation --no-deps: Debian's setuptools, no
-# other registry), into /usr/local (--break-system-packages: PEP 668 refuses any pip install into
-# the system python otherwise; /usr/local is the place Debian leaves to local installs). Its
-# setup.py builds with this CMake in build-py/ (the static library, then python/_weightmap.c).
+# /usr/bin/python3 with pip, offline (--no-deps: no other registry), into /usr/local
+# (--break-system-packages: PEP 668 refuses any pip install into the system python otherwise;
+# /usr/local is the place Debian leaves to local installs). python/pyproject.toml names the
+# package's own build backend (python/_build/weightmap_build.py: this CMake in build-py/, the
+# static library, then python/_weightmap.c against it, and the wheel written by itself), so the
+# build needs no Python package, setuptools and wheel included.
 # test-python builds build-py/ and runs python/tests with pytest on that build, not an install;
 # then tests/install/wheel.sh builds the wheel (pip wheel ./python, offline), installs it into
-# fresh venvs and imports it there, and pip-installs ./python into a venv.
+# fresh venvs and imports it there, and pip-installs ./python into venvs with and without the
+# system's packages: for $(PYTHON), then for each of PYTHON_OTHERS (default: a pyenv CPython 3.9,
+# the oldest the package supports, where ~/.pyenv has one; each in its own build folder).
 PYTHON  ?= /usr/bin/python3
+PYTHON_OTHERS ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.9.*/bin/python3))
 PY_TEST_ENV = PYTHONPATH=$(CURDIR)/build-py/python WM_CLI=$(CURDIR)/build-py/weightmap PYTHONDONTWRITEBYTECODE=1
 python:
 	@scripts/deps.sh python
@@ -160,6 +171,7 @@ python-build:
 test-python: python-build
 	cd python/tests && $(PY_TEST_ENV) $(PYTHON) -m pytest -q -p no:cacheprovider
 	tests/install/wheel.sh $(PYTHON) $(CURDIR)/build-py
+	@for py in $(PYTHON_OTHERS); do tests/install/wheel.sh $$py || exit 1; done
 
 # The same tests on the extension and the library built with clang under ASan+UBSan
 # (build-py/asan/), the sanitizer's runtime preloaded into Debian's python3 (leak detection off:

@@ -37,6 +37,8 @@ typedef struct cli_option {
     uint64_t min, max; /* CLI_NUM and CLI_SIZE: the range cli_value_u64 accepts */
     const char *def;   /* the default as help prints it; NULL: none (off, for a flag) */
     const char *help;  /* one line */
+    bool absent;       /* this build lacks what it needs (check --ggml without the ggml bridge):
+                          --help and the usage leave it out; given, the handler says how to get it */
 } cli_option;
 
 typedef struct cli_command {

@@ -7,17 +7,20 @@
 #include "cli.h"
 
 #define END                                                                                        \
-    { NULL, CLI_FLAG, NULL, false, false, 0, 0, NULL, NULL }
+    { NULL, CLI_FLAG, NULL, false, false, 0, 0, NULL, NULL, false }
 #define FLAG(name, help)                                                                           \
-    { name, CLI_FLAG, NULL, false, false, 0, 0, NULL, help }
+    { name, CLI_FLAG, NULL, false, false, 0, 0, NULL, help, false }
+/* A flag that needs a part this build may lack: listed only where it is built (`have`). */
+#define FLAG_BUILT(name, have, help)                                                               \
+    { name, CLI_FLAG, NULL, false, false, 0, 0, NULL, help, !(have) }
 #define TEXT(name, value, def, help)                                                               \
-    { name, CLI_TEXT, value, false, false, 0, 0, def, help }
+    { name, CLI_TEXT, value, false, false, 0, 0, def, help, false }
 #define NUM(name, lo, hi, def, help)                                                               \
-    { name, CLI_NUM, "N", false, false, lo, hi, def, help }
+    { name, CLI_NUM, "N", false, false, lo, hi, def, help, false }
 #define NUM_AS(name, value, lo, hi, def, help)                                                     \
-    { name, CLI_NUM, value, false, false, lo, hi, def, help }
+    { name, CLI_NUM, value, false, false, lo, hi, def, help, false }
 #define SIZE(name, lo, def, help)                                                                  \
-    { name, CLI_SIZE, "BYTES", false, false, lo, UINT64_MAX, def, help }
+    { name, CLI_SIZE, "BYTES", false, false, lo, UINT64_MAX, def, help, false }
 
 /* --set, the same on every command that opens a FILE. */
 #define SET_OPT                                                                                    \
@@ -38,10 +41,10 @@ static const cli_option info_opts[] = {
 
 static const cli_option load_opts[] = {
     {"mode", CLI_TEXT, "heap|mmap|mmap-private", false, true, 0, 0, NULL,
-     "how the weights come into memory: read into the heap, mapped shared, mapped private"},
+     "how the weights come into memory: read into the heap, mapped shared, mapped private", false},
     SET_OPT,
     {"lock", CLI_TEXT, "best-effort|required", true, false, 0, 0, "off; --lock alone: required",
-     "mlock the weights; best-effort goes on without the lock where it is refused"},
+     "mlock the weights; best-effort goes on without the lock where it is refused", false},
     FLAG("prefetch", "mmap modes: read the data in at load (MADV_POPULATE_READ)"),
     FLAG("touch", "read a byte of every page after each load"),
     NUM("cycles", 1, CYCLES_MAX, "1", "load and release this many times"),
@@ -70,10 +73,11 @@ static const cli_option check_opts[] = {
     NUM("cycles", 1, CYCLES_MAX, "3", "cycles per mode"),
     NUM("threads", 0, 64, "0: one per online CPU", THREADS_HELP),
     FLAG("json", "JSON on one line instead of the table"),
-    FLAG("ggml", "load through the ggml bridge and read every tensor back through ggml "
-                 "(builds with it: WM_GGML)"),
-    FLAG("llama", "load into llama.cpp through the llama.cpp bridge, decode one token, free, "
-                  "and measure each cycle (builds with it: WM_LLAMA)"),
+    FLAG_BUILT("ggml", CLI_HAVE_GGML,
+               "load through the ggml bridge and read every tensor back through ggml"),
+    FLAG_BUILT("llama", CLI_HAVE_LLAMA,
+               "load into llama.cpp through the llama.cpp bridge, decode one token, free, "
+               "and measure each cycle"),
     END,
 };
 
@@ -95,7 +99,7 @@ static const cli_option probe_opts[] = {
 
 static const cli_option make_model_opts[] = {
     {"size", CLI_SIZE, "BYTES", false, true, 1, UINT64_MAX, NULL,
-     "the file's size at most; the shapes are chosen to come close"},
+     "the file's size at most; the shapes are chosen to come close", false},
     NUM("seed", 0, UINT64_MAX, "0", "the data's seed: the same arguments give the same bytes"),
     TEXT("format", "gguf|safetensors", "by OUT's extension, else gguf",
          "GGUF (Q8_0, Q4_0 matrices) or safetensors (F16)"),

@@ -434,17 +434,26 @@ static void load_report(const load_args *a, const cycle_result *res, uint64_t si
         printf("%5s %9s %9s | %11s %11s %11s %11s %7s | %11s %11s %7s\n", "cycle", "load s", "GB/s",
                "footprint", "resident", "privatised", "locked", "regions", "left", "ledger",
                "regions");
+        /* GB/s only where the load itself moves the bytes: heap mode, --prefetch, a device; a
+         * mapping is made at once and read later (--touch reads it after the timed load) */
+        bool moved =
+            a->opts.mode == WM_MODE_HEAP || a->opts.prefetch || a->opts.backend != WM_BACKEND_CPU;
         for (unsigned c = 0; c < a->cycles; c++) {
             const cycle_result *r = &res[c];
-            printf("%5u %9.4f %9.2f | %11s %11s %11s %11s %7" PRIu64 " | %11s %11s %7" PRIu64 "\n",
-                   c + 1, r->load_seconds,
-                   (double)r->stats.tensor_bytes / (r->load_seconds > 0 ? r->load_seconds : 1) /
-                       1e9,
-                   sbytes(r->footprint, b[1]), sbytes(r->resident, b[2]),
-                   cli_bytes(r->privatised, b[3]), cli_bytes(r->locked, b[4]), r->file_regions,
-                   sbytes(r->released_footprint, b[5]), cli_bytes(r->ledger_bytes, b[6]),
-                   r->released_regions);
+            char rate[16] = "-";
+            if (moved && r->load_seconds > 0)
+                snprintf(rate, sizeof rate, "%.2f",
+                         (double)r->stats.tensor_bytes / r->load_seconds / 1e9);
+            printf("%5u %9.4f %9s | %11s %11s %11s %11s %7" PRIu64 " | %11s %11s %7" PRIu64 "\n",
+                   c + 1, r->load_seconds, rate, sbytes(r->footprint, b[1]),
+                   sbytes(r->resident, b[2]), cli_bytes(r->privatised, b[3]),
+                   cli_bytes(r->locked, b[4]), r->file_regions, sbytes(r->released_footprint, b[5]),
+                   cli_bytes(r->ledger_bytes, b[6]), r->released_regions);
         }
+        if (!moved)
+            printf("(GB/s -: mode %s maps the file and reads nothing during the load; --prefetch "
+                   "reads it in)\n",
+                   wm_mode_name(a->opts.mode));
         printf("%s\n", ok ? "all memory returned" : "MEMORY NOT RETURNED");
     }
 }

@@ -25,7 +25,7 @@ static void option_help(char *buf, size_t cap, const cli_option *o) {
     if (o->kind == CLI_NUM)
         snprintf(range, sizeof range, "%" PRIu64 "..%" PRIu64, o->min, o->max);
     else if (o->kind == CLI_SIZE)
-        snprintf(range, sizeof range, "bytes: 4096, 512M, 1G%s", o->min ? "; not 0" : "");
+        snprintf(range, sizeof range, "bytes: 4096, 512M, 1G, 2T%s", o->min ? "; not 0" : "");
     int n = snprintf(buf, cap, "%s", o->help);
     if (n < 0 || (size_t)n >= cap) return;
     if (o->required)
@@ -64,6 +64,7 @@ void cli_help_command(FILE *out, const cli_command *c) {
     fprintf(out, "usage: weightmap %s", c->name);
     if (*args && !c->options_end_at_arg) fprintf(out, " %s", args);
     for (const cli_option *o = c->opts; o && o->name; o++) {
+        if (o->absent) continue;
         char t[96];
         option_text(t, sizeof t, o);
         if (o->required) fprintf(out, " %s", t);
@@ -74,6 +75,7 @@ void cli_help_command(FILE *out, const cli_command *c) {
     fprintf(out, "\n\n%s\n", c->about ? c->about : c->summary);
     if (c->opts && c->opts->name) fputs("\noptions:\n", out);
     for (const cli_option *o = c->opts; o && o->name; o++) {
+        if (o->absent) continue;
         char t[96], h[512];
         int n = option_text(t, sizeof t, o) + 2;
         fprintf(out, "  %s", t);
@@ -97,6 +99,7 @@ static void usage_line(FILE *out, const cli_command *c) {
     int col =
         fprintf(out, "  %s%s%s", c->name, *args && !args_last ? " " : "", args_last ? "" : args);
     for (const cli_option *o = c->opts; o && o->name; o++) {
+        if (o->absent) continue;
         char t[96], w[100];
         option_text(t, sizeof t, o);
         int n = snprintf(w, sizeof w, o->required ? " %s" : " [%s]", t);

@@ -24,6 +24,9 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 
 /* ---- deterministic data ---- */
 
@@ -237,8 +240,17 @@ typedef struct part {
 } part;
 
 /* Writes the data of a part's tensors; each tensor's offset is relative to data_start. */
+/* A write of `path` failed with errno `e`: one line saying so, and the partial file removed (a
+ * regular file only: OUT may be /dev/full or a pipe). */
+static void written_fail(const char *path, int e) {
+    struct stat st;
+    bool partial = stat(path, &st) == 0 && S_ISREG(st.st_mode) && unlink(path) == 0;
+    fprintf(stderr, "weightmap: %s: write failed: %s%s\n", path, e ? strerror(e) : "an I/O error",
+            partial ? " (the partial file was removed)" : "");
+}
+
 static int write_data(FILE *fp, const model_plan *p, const part *pt, uint64_t seed,
-                      uint64_t data_start, const char *out) {
+                      uint64_t data_start) {
     size_t chunk = 1 << 20;
     unsigned char *buf = malloc(chunk);
     if (!buf) return 1;
@@ -260,8 +272,7 @@ static int write_data(FILE *fp, const model_plan *p, const part *pt, uint64_t se
             fill(&r, t->type, buf, k);
             if (fwrite(buf, 1, k, fp) != k) {
                 free(buf);
-                fprintf(stderr, "weightmap: %s: write failed\n", out);
-                return 1;
+                return 1; /* write_file says so, with errno's text */
             }
             done += k;
             pos += k;
@@ -285,11 +296,13 @@ static int write_file(const char *out, out_buf *b, const model_plan *p, const pa
         fprintf(stderr, "weightmap: %s: cannot create: %s\n", out, strerror(errno));
         return 1;
     }
+    errno = 0;
     int rc = fwrite(b->p, 1, b->len, fp) == b->len ? 0 : 1;
     free(b->p);
-    if (!rc) rc = write_data(fp, p, pt, seed, data_start, out);
-    if (fclose(fp) != 0) rc = 1;
-    if (rc) fprintf(stderr, "weightmap: %s: write failed\n", out);
+    if (!rc) rc = write_data(fp, p, pt, seed, data_start);
+    int e = errno;
+    if (fclose(fp) != 0 && !rc) rc = 1, e = errno;
+    if (rc) written_fail(out, e);
     return rc;
 }
 
@@ -452,9 +465,10 @@ static int write_index(const char *path, const model_plan *p, const part *parts,
         }
     }
     fputs("\n  }\n}\n", fp);
-    int rc = ferror(fp) ? 1 : 0;
-    if (fclose(fp) != 0) rc = 1;
-    if (rc) fprintf(stderr, "weightmap: %s: write failed\n", path);
+    errno = 0;
+    int rc = ferror(fp) ? 1 : 0, e = errno;
+    if (fclose(fp) != 0 && !rc) rc = 1, e = errno;
+    if (rc) written_fail(path, e);
     return rc;
 }
 
@@ -514,11 +528,38 @@ static int write_set(const char *out, model_plan *p, bool st, uint32_t count, ui
         }
     }
     if (names)
-        for (uint32_t k = 0; k < count; k++)
+        for (uint32_t k = 0; k < count; k++) {
+            if (rc && names[k]) unlink(names[k]); /* a failed set leaves none of its parts */
             free(names[k]);
+        }
     free(names);
     free(parts);
     return rc;
+}
+
+/* Whether the filesystem OUT goes to has `size` bytes free for an unprivileged writer
+ * (statvfs's f_bavail), the bytes of a file OUT replaces counted as free; false after one line
+ * on stderr. Where statvfs cannot say (an odd filesystem), the write goes ahead: a failure is
+ * still caught and its partial file removed. */
+static bool room_for(const char *out, uint64_t size) {
+    char dir[4096];
+    const char *slash = strrchr(out, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else
+        snprintf(dir, sizeof dir, "%.*s", slash == out ? 1 : (int)(slash - out), out);
+    struct statvfs fs;
+    if (statvfs(dir, &fs) != 0) return true;
+    uint64_t avail = (uint64_t)fs.f_bavail * fs.f_frsize;
+    struct stat st;
+    if (stat(out, &st) == 0 && S_ISREG(st.st_mode)) avail += (uint64_t)st.st_size;
+    if (size <= avail) return true;
+    char need[32], have[32];
+    fprintf(stderr,
+            "weightmap: %s: not enough free space: the model needs %s, the filesystem of %s has "
+            "%s free (nothing was written)\n",
+            out, cli_bytes(size, need), dir, cli_bytes(avail, have));
+    return false;
 }
 
 /* Writes the model: one file, or `shards` parts (and a safetensors index). 0, or 1 after one
@@ -538,6 +579,10 @@ static int make_model(const char *out, uint64_t size, uint64_t seed, bool st, ui
         free(p.t);
         fprintf(stderr, "weightmap: %s: --shards %llu is more than the %zu tensors\n", out,
                 (unsigned long long)shards, p.n);
+        return 1;
+    }
+    if (!room_for(out, size)) {
+        free(p.t);
         return 1;
     }
     int rc = 0;

@@ -120,6 +120,12 @@ static void print_table(int pid, const probe_args *a, const wm_mem_figures *f,
                cli_bytes(tot[0], c[0]), cli_bytes(tot[1], c[1]), cli_bytes(tot[2], c[2]),
                cli_bytes(tot[3], c[3]), cli_bytes(tot[4], c[4]));
     }
+    /* what the columns mean (smaps' fields); dirty most of all, which a shared mapping of a
+     * file just written shows in full without costing this process anything of its own */
+    puts("  rss: the region's pages in RAM; privatised: pages copied into this process's own\n"
+         "  memory (written through a private mapping); dirty: pages changed and not yet written\n"
+         "  to the file (smaps' Private_Dirty): in a shared mapping (perms s) that is the file's\n"
+         "  page cache, e.g. a file just written, not memory of this process; locked: mlocked");
 }
 
 int cmd_probe(int argc, char **argv) {

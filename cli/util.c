@@ -42,9 +42,10 @@ static void value_words(const cli_option *o, char *buf, size_t cap) {
     if (o->kind == CLI_NUM)
         snprintf(buf, cap, "%" PRIu64 "..%" PRIu64, o->min, o->max);
     else if (o->kind == CLI_SIZE && o->min)
-        snprintf(buf, cap, "a size of at least %" PRIu64 " bytes (4096, 512M, 1G)", o->min);
+        snprintf(buf, cap, "a size of at least %" PRIu64 " byte%s (4096, 512M, 1G, 2T)", o->min,
+                 o->min == 1 ? "" : "s");
     else if (o->kind == CLI_SIZE)
-        snprintf(buf, cap, "a size in bytes (4096, 512M, 1G)");
+        snprintf(buf, cap, "a size in bytes (4096, 512M, 1G, 2T)");
     else
         snprintf(buf, cap, "%s", o->value ? o->value : "a value");
 }
@@ -105,6 +106,25 @@ int cli_bad_value(const cli_args *p, const char *expected) {
                      p->value ? p->value : "", expected);
 }
 
+/* Why `s` is no size (cli_parse_u64 refused it), for cli_bad_value's "expected ...": written as
+ * a size (digits, a suffix cli_parse_u64 takes) but past 64 bits, or not a size at all. */
+static const char *size_words(const char *s) {
+    char *end;
+    errno = 0;
+    bool digits = s && *s >= '0' && *s <= '9';
+    if (digits) strtoull(s, &end, 0);
+    bool too_big = digits && errno == ERANGE;
+    if (digits && !too_big) {
+        if (*end && strchr("KkMmGgTtPp", *end)) end++;
+        if (*end == 'i' || *end == 'B') end++;
+        if (*end == 'B') end++;
+        too_big = *end == 0; /* well written: only the value is too large */
+    }
+    if (too_big) return "a size that fits in 64 bits (at most 16 EiB)";
+    return "a size: a whole number of bytes with an optional suffix K, M, G, T or P (powers of "
+           "1024; KiB, KB also), e.g. 4096, 512M, 1G, 2T";
+}
+
 int cli_value_u64(const cli_args *p, uint64_t *out) {
     const cli_option *o = p->opt;
     uint64_t v = 0;
@@ -117,6 +137,8 @@ int cli_value_u64(const cli_args *p, uint64_t *out) {
         v = n;
     } else {
         ok = cli_parse_u64(p->value, &v);
+        if (!ok) /* the reason: not a size at all, or one past 16 EiB */
+            return cli_bad_value(p, size_words(p->value));
     }
     if (!ok || v < o->min || v > o->max) {
         char words[96];
@@ -206,6 +228,10 @@ bool cli_parse_u64(const char *s, uint64_t *out) {
         mul = 1024 * 1024, end++;
     else if (*end == 'G' || *end == 'g')
         mul = 1024ull * 1024 * 1024, end++;
+    else if (*end == 'T' || *end == 't')
+        mul = 1024ull * 1024 * 1024 * 1024, end++;
+    else if (*end == 'P' || *end == 'p')
+        mul = 1024ull * 1024 * 1024 * 1024 * 1024, end++;
     if (*end == 'i' || *end == 'B') end++;
     if (*end == 'B') end++;
     if (*end) return false;

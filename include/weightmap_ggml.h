@@ -70,6 +70,17 @@ WM_API const wm_model *wm_ggml_model(const wm_ggml *g);
  * file is left and the ledger holds nothing of this load. Accepts NULL; cannot fail. */
 WM_API void wm_ggml_free(wm_ggml *g_from_wm_ggml_load);
 
+/* Loads ggml's backends, the one call a program makes before its first load: the CPU backend
+ * (ggml as built for this bridge keeps it in libggml-cpu-*.so, one per CPU variant, and picks
+ * the best for the CPU it runs on) and any device backend beside it, from `dir`, or when `dir`
+ * is NULL from the folder ggml's own library was loaded from (installed: LIBDIR/weightmap/,
+ * pkg-config --variable=ggml_backend_dir weightmap-ggml; asked of the loader, so a moved install
+ * still finds it), as ggml_backend_load_all_from_path(dir) does. Returns WM_OK when ggml has a CPU
+ * device afterwards (also when one was loaded before), else WM_ENOENT (err names the folder).
+ * Holds nothing of weightmap's; backends stay loaded for the process, as ggml's own. Call it
+ * once, from one thread, before any other use of ggml's backends. */
+WM_API wm_status wm_ggml_backends_load(const char *dir, wm_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -34,6 +34,13 @@
 #include <stdint.h>
 #include <string.h>
 
+#if PY_VERSION_HEX < 0x030A0000 /* CPython 3.9 (pyproject's floor) has no Py_NewRef */
+static inline PyObject *Py_NewRef(PyObject *o) {
+    Py_INCREF(o);
+    return o;
+}
+#endif
+
 /* ---------------------------------------------------------------------------------------------
  * errors
  * ------------------------------------------------------------------------------------------- */

@@ -7,10 +7,11 @@ need=(cmake ninja-build gcc clang libclang-rt-14-dev llvm pkg-config clang-forma
 # python3-onnx (with python3-numpy): the trace tests write their ONNX model with it
 # (tests/trace/onnx_model.py, run by Debian's /usr/bin/python3).
 # `deps.sh python`: also what the Python package needs (python/; make python, make test-python):
-# Python's headers, setuptools and pip to build and install it, NumPy, PyTorch (CPU) and pytest
-# for its tests, and DLPack's header.
+# Python's headers, pip and venv to build and install it (its build backend is its own:
+# python/pyproject.toml; no setuptools), NumPy, PyTorch (CPU) and pytest for its tests, and
+# DLPack's header.
 if [ "${1:-}" = python ]; then
-  need+=(python3-dev python3-setuptools python3-pip python3-numpy python3-torch python3-pytest
+  need+=(python3-dev python3-pip python3-venv python3-numpy python3-torch python3-pytest
          libdlpack-dev)
 fi
 # `deps.sh arm64`: the AArch64 cross build and its tests (make arm64, make test-arm64): Debian's

@@ -6,8 +6,10 @@
  */
 #include "wmtest.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -343,8 +345,9 @@ WM_TEST(help_gives_defaults_and_ranges) {
     HAS(out, " --cycles N load and release this many times (1..100000; default 1) ");
     HAS(out, " --lock[=best-effort|required] mlock the weights;");
     HAS(out, " --hold after the last load, print this process's pid");
-    HAS(out, " --max-buffer BYTES the largest buffer one load allocates (bytes: 4096, 512M, 1G; "
-             "default 0: no limit) ");
+    HAS(out,
+        " --max-buffer BYTES the largest buffer one load allocates (bytes: 4096, 512M, 1G, 2T; "
+        "default 0: no limit) ");
     free(out);
     CHECK_EQ(run_cli(&out, "check --help"), 0);
     unwrap(out);
@@ -488,6 +491,8 @@ WM_TEST(load_hold_keeps_the_model_until_a_signal) {
         HAS(out, "\"file_regions\": [\n  {\"path\": ");
         CHECK_MSG(strstr(out, "},\n") == NULL, "more than one region:\n%s", out);
         free(out);
+        char *table = NULL; /* the table, checked once the holder is gone */
+        if (s == 0) CHECK_EQ(run_cli(&table, "probe --pid %d --file %s", (int)pid, path), 0);
         int status;
         CHECK_EQ(waitpid(pid, &status, WNOHANG), 0); /* still there */
         CHECK(kill(pid, sigs[s]) == 0);
@@ -505,6 +510,12 @@ WM_TEST(load_hold_keeps_the_model_until_a_signal) {
         HAS(text, "    1 ");
         HAS_VERDICT(text, "all memory returned");
         free(rest.p);
+        if (table) { /* the table says what its columns mean, dirty on a shared mapping too */
+            HAS(table, " r--s ");
+            HAS(table, "dirty: pages changed and not yet written");
+            HAS(table, "in a shared mapping (perms s) that is the file's\n  page cache");
+            free(table);
+        }
     }
 }
 
@@ -612,5 +623,111 @@ WM_TEST(trace_file_must_exist_says_so) {
     char *err = wmt_stderr_text();
     HAS(err, "--file names a file that exists before the program starts");
     HAS(err, p);
+    free(err);
+}
+
+/* Sizes take K, M, G, T and P; a value that is no size says so, and one past 64 bits says that
+ * (not "at least 1 byte"). make-model --size 1P is a size: refused before anything is written,
+ * naming the free space (no file left behind). */
+WM_TEST(sizes_up_to_p_and_the_true_reason) {
+    const char *f = wmt_fixture("gguf/stories260K.gguf");
+    char args[1024];
+    snprintf(args, sizeof args, "load %s --mode heap --max-buffer 2X", f);
+    usage_error(args, "load: bad --max-buffer '2X': expected a size: a whole number of bytes with "
+                      "an optional suffix K, M, G, T or P");
+    usage_error("make-model x.gguf --size 20000P", "expected a size that fits in 64 bits");
+    char *out;
+    snprintf(args, sizeof args, "load %s --mode heap --max-buffer 1T", f);
+    VERDICT_EXIT(run_cli(&out, "%s", args));
+    free(out);
+    char path[512];
+    snprintf(path, sizeof path, "%s", wmt_tmp("huge.gguf"));
+    CHECK_EQ(run_cli(&out, "make-model %s --size 1P", path), 1);
+    free(out);
+    char *err = wmt_stderr_text();
+    HAS(err, path);
+    HAS(err, "not enough free space: the model needs 1024.0 TiB, the filesystem of ");
+    HAS(err, "(nothing was written)");
+    free(err);
+    CHECK_MSG(access(path, F_OK) != 0, "%s was left behind", path);
+}
+
+/* A write that fails midway (the file size limit: EFBIG, as a full disk gives ENOSPC) is one line
+ * with errno's text, and the partial file is gone; /dev/full (not a regular file) is left alone. */
+WM_TEST(make_model_failed_write_says_why_once_and_leaves_nothing) {
+    char path[512], cmd[1200], *out;
+    snprintf(path, sizeof path, "%s", wmt_tmp("cut.gguf"));
+    snprintf(cmd, sizeof cmd, "trap '' XFSZ; ulimit -f 512; %s make-model %s --size 2M", WM_CLI,
+             path);
+    CHECK_EQ(wmt_run(cmd, &out), 1);
+    free(out);
+    char *err = wmt_stderr_text(), want[600];
+    snprintf(want, sizeof want, "weightmap: %s: write failed: %s (the partial file was removed)\n",
+             path, strerror(EFBIG));
+    CHECK_MSG(strcmp(err, want) == 0, "stderr:\n%s\nwanted:\n%s", err, want);
+    free(err);
+    CHECK_MSG(access(path, F_OK) != 0, "%s was left behind", path);
+    CHECK_EQ(run_cli(&out, "make-model /dev/full --size 2M"), 1);
+    free(out);
+    err = wmt_stderr_text();
+    snprintf(want, sizeof want, "weightmap: /dev/full: write failed: %s\n", strerror(ENOSPC));
+    CHECK_MSG(strcmp(err, want) == 0, "stderr:\n%s\nwanted:\n%s", err, want);
+    free(err);
+    CHECK(access("/dev/full", F_OK) == 0);
+}
+
+/* load prints a rate only where the load read the bytes: heap, or mmap with --prefetch; a plain
+ * mapping reads nothing during the load, and the table says so instead of a number. */
+WM_TEST(load_prints_no_rate_where_nothing_was_read) {
+    const char *f = wmt_fixture("gguf/stories260K.gguf");
+    char *out;
+    VERDICT_EXIT(run_cli(&out, "load %s --mode mmap --touch --cycles 2", f));
+    HAS(out, "         - |");
+    HAS(out, "(GB/s -: mode mmap maps the file and reads nothing during the load");
+    free(out);
+    static const char *const moved[] = {"--mode heap", "--mode mmap --prefetch"};
+    for (int i = 0; i < 2; i++) {
+        VERDICT_EXIT(run_cli(&out, "load %s %s", f, moved[i]));
+        CHECK_MSG(strstr(out, "         - |") == NULL && strstr(out, "GB/s -") == NULL,
+                  "%s: no rate:\n%s", moved[i], out);
+        free(out);
+    }
+}
+
+/* --help and the usage list check --ggml and --llama only in a build that has the bridge (one
+ * without it still takes the flag and says how to get the bridge). */
+WM_TEST(help_lists_only_the_bridges_built) {
+    static const char *const flag[] = {"--ggml", "--llama"};
+    for (size_t i = 0; i < 2; i++) {
+        char *out, *help, *usage;
+        run_cli(&out, "check %s %s --cycles 1", wmt_fixture("gguf/stories260K.gguf"), flag[i]);
+        free(out);
+        char *err = wmt_stderr_text();
+        bool built = strstr(err, "which this build lacks") == NULL;
+        free(err);
+        CHECK_EQ(run_cli(&help, "check --help"), 0);
+        CHECK_EQ(run_cli(&usage, "--help"), 0);
+        CHECK_MSG((strstr(help, flag[i]) != NULL) == built, "check --help and %s (built: %d):\n%s",
+                  flag[i], built, help);
+        CHECK_MSG((strstr(usage, flag[i]) != NULL) == built, "--help and %s (built: %d):\n%s",
+                  flag[i], built, usage);
+        free(help);
+        free(usage);
+    }
+}
+
+/* A file in neither format says both were looked for. */
+WM_TEST(unknown_file_names_the_formats_tried) {
+    const char *path = wmt_tmp("noise.bin");
+    FILE *fp = fopen(path, "wb");
+    CHECK(fp != NULL);
+    for (int i = 0; i < 4096; i++)
+        fputc((i * 131 + 7) & 0xff, fp);
+    fclose(fp);
+    char *out;
+    CHECK_EQ(run_cli(&out, "info %s", path), 1);
+    free(out);
+    char *err = wmt_stderr_text();
+    HAS(err, "not a GGUF file (no \"GGUF\" magic) nor safetensors (no 8-byte header length");
     free(err);
 }

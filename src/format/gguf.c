@@ -350,8 +350,11 @@ bool wm__gguf_pass(wm__gguf_state *s) {
             return fail(s, 0,
                         "not a GGUF file: it is a text file starting with \"version\" "
                         "(a Git LFS pointer?)");
-        return fail(s, 0, "bad magic %02x %02x %02x %02x: not a GGUF file", r->buf[0], r->buf[1],
-                    r->buf[2], r->buf[3]);
+        /* open.c sends here what it found no format in: say both were looked for */
+        return fail(s, 0,
+                    "bad magic %02x %02x %02x %02x: not a GGUF file (no \"GGUF\" magic) nor "
+                    "safetensors (no 8-byte header length then '{'), the formats weightmap reads",
+                    r->buf[0], r->buf[1], r->buf[2], r->buf[3]);
     }
     r->pos = 4;
     uint32_t version;

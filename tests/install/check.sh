@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # The installed package as users get it (ctest install.consumers; docs/TESTING.md):
-#  1. `make install PREFIX=DIR DESTDIR=STAGE` passes both to `cmake --install`;
+#  1. `make install PREFIX=DIR DESTDIR=STAGE` passes both to `cmake --install`; `make demo`
+#     builds the CLI alone, with JOBS (the CPU count) jobs;
 #  2. a staged install (DESTDIR) is moved elsewhere: every RUNPATH in it is relative to $ORIGIN,
 #     no file in it names the source or the build tree (debug info aside), and the moved CLI
 #     runs: --version, info, check --ggml and check --llama where the bridges are built (their
 #     libggml-base.so, libllama, libggml and ggml's CPU backends installed with them), trace
 #     (its interposer found relative to the binary);
-#  3. consumers of the moved prefix: pkg-config shared (ldd: libweightmap.so.1 from the prefix)
+#  3. consumers of the moved prefix: README.md's consumer lines, exactly as written, for every
+#     module (weightmap, weightmap-static, weightmap-llama[-static], weightmap-ggml[-static]) on a
+#     copy of the prefix at $HOME/.local (outside the loader's path: the .pc files' RUNPATH makes
+#     them run); the bridges' ggml_backend_dir and their one-call backend loaders (the folder,
+#     and the error where a folder has no backend); the bridges' CMake targets, shared and
+#     static; pkg-config shared (ldd: libweightmap.so.1 from the prefix)
 #     and static (weightmap-static.pc, the .so beside the archive: ldd shows no libweightmap),
 #     --static weightmap from a prefix that holds only the archive, find_package with both
 #     targets, find_package of the shared target with the CUDA toolkit hidden (and, in a CUDA
@@ -25,6 +31,11 @@ libs() { ldd "$1" 2>&1 || true; } # all of ldd's output (a grep -q on its pipe w
 plan=$(make -n -C "$src" install PREFIX=/opt/wm-prefix DESTDIR=/wm-stage 2>/dev/null)
 grep -qF 'DESTDIR="/wm-stage" cmake --install build --prefix "/opt/wm-prefix"' <<<"$plan" \
   || fail "make install does not pass PREFIX and DESTDIR to cmake --install: $plan"
+# make demo builds the CLI alone, with JOBS jobs (the CPU count by default)
+plan=$(make -n -C "$src" demo JOBS=3 2>/dev/null)
+grep -qF 'cmake --build build --target weightmap_cli -j 3' <<<"$plan" \
+  || fail "make demo does not build only the CLI with JOBS jobs: $plan"
+grep -q "^cmake --build build *$\|^cmake --build build -j" <<<"$plan" && fail "make demo builds everything: $plan"
 
 # 2. stage, move, inspect, run
 DESTDIR="$tmp/stage" cmake --install "$bin" --prefix /opt/weightmap >/dev/null
@@ -116,10 +127,61 @@ else
   cmake --build "$tmp/fps" >/dev/null
   "$tmp/fps/consumer_static" "$fixture" >/dev/null
 fi
+# the bridges' CMake targets (tests/install/CMakeLists.txt builds a consumer of each built here)
+for b in llama ggml; do
+  [ -f "$libdir/cmake/weightmap/weightmap${b^}Targets.cmake" ] || continue
+  for e in consumer_$b consumer_${b}_static; do
+    [ -x "$tmp/fp/$e" ] || fail "find_package did not define weightmap::${e#consumer_} (no $e built)"
+    "$tmp/fp/$e" "$fixture" >"$tmp/out.txt" 2>&1 || { cat "$tmp/out.txt" >&2; fail "$e (CMake) failed"; }
+  done
+  grep -q "libweightmap_$b.so" <<<"$(libs "$tmp/fp/consumer_${b}_static")" \
+    && fail "weightmap::${b}_static linked libweightmap_$b.so"
+done
 # C++
 c++ -std=c++11 -Wall -Wextra -Werror -o "$tmp/cxx" "$src/tests/install/consumer.cpp" -I"$p/include" \
   -L"$libdir" -lweightmap -Wl,-rpath,"$libdir"
 "$tmp/cxx"
+
+# 3b. README.md's consumer lines, as they stand there, on the prefix they name ($HOME/.local,
+# outside the loader's path): the prefix copied there, each line run in a folder holding an
+# app.c (the consumer of that line's module) and model.gguf; every module the prefix has
+# must have its line, and each program must run (the .pc files' RUNPATH), not only link.
+home="$tmp/home"
+mkdir -p "$home/.local"
+cp -a "$p/." "$home/.local/"
+mapfile -t lines < <(sed -n 's/^    \(export PKG_CONFIG_PATH=.*\|cc app\.c .*\)$/\1/p' "$src/README.md")
+[ "${#lines[@]}" -ge 7 ] || fail "README.md's consumer lines not found (${#lines[@]} lines)"
+ran=""
+for line in "${lines[@]:1}"; do
+  mod=$(sed -n 's/.*pkg-config --cflags --libs \([a-z-]*\)).*/\1/p' <<<"$line")
+  [ -f "$libdir/pkgconfig/$mod.pc" ] || continue
+  case "$mod" in weightmap-llama*) app=consumer_llama.c ;; weightmap-ggml*) app=consumer_ggml.c ;; *) app=consumer.c ;; esac
+  rm -rf "$tmp/readme" && mkdir "$tmp/readme"
+  cp "$src/tests/install/$app" "$tmp/readme/app.c"
+  ln -s "$fixture" "$tmp/readme/model.gguf"
+  (cd "$tmp/readme" && env -u PKG_CONFIG_PATH -u LD_LIBRARY_PATH HOME="$home" bash -ec "${lines[0]}"$'\n'"$line") \
+    >"$tmp/out.txt" 2>&1 || { cat "$tmp/out.txt" >&2; fail "README.md's line did not run: $line"; }
+  ran="$ran $mod"
+done
+for pc in "$libdir"/pkgconfig/*.pc; do
+  grep -qw -- "$(basename "$pc" .pc)" <<<"$ran" || fail "README.md has no consumer line for $(basename "$pc")"
+done
+# the bridges' ggml_backend_dir holds ggml's CPU backends, and the one-call helper says why
+# where a folder holds none
+for b in llama ggml; do
+  [ -f "$libdir/pkgconfig/weightmap-$b.pc" ] || continue
+  d=$(pkg-config --variable=ggml_backend_dir "weightmap-$b")
+  ls "$d"/libggml-cpu-*.so >/dev/null 2>&1 || fail "weightmap-$b.pc's ggml_backend_dir ($d) holds no CPU backend"
+  printf '%s\n' '#include <stdio.h>' "#include <weightmap_$b.h>" \
+    'int main(int argc, char **argv) {' '    wm_error err;' '    (void)argc;' \
+    "    if (wm_${b}_backends_load(argv[1], &err) == WM_OK) return 0;" '    puts(err.msg);' \
+    '    return err.code == WM_ENOENT ? 3 : 1;' '}' >"$tmp/bk.c"
+  cc -o "$tmp/bk" -Wall -Werror "$tmp/bk.c" $(pkg-config --cflags --libs "weightmap-$b")
+  rc=0; "$tmp/bk" "$tmp" >"$tmp/bk.txt" 2>&1 || rc=$?
+  [ $rc -eq 3 ] && grep -qF "$tmp: no ggml CPU backend there" "$tmp/bk.txt" \
+    || fail "wm_${b}_backends_load on a folder without backends: rc $rc, $(cat "$tmp/bk.txt")"
+  "$tmp/bk" "$d" >/dev/null 2>&1 || fail "wm_${b}_backends_load($d) failed"
+done
 
 # 4. the build tree as a package: its weightmap.pc and -Dweightmap_DIR=BUILD
 cc -o "$tmp/bt" "$src/tests/install/consumer.c" \
