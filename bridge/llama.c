@@ -182,6 +182,7 @@ typedef struct load {
     int mode;                 /* enum llama_load_mode used (never AUTO) */
     struct wm_llama_map *map; /* the mapped modes: the file's mapping (the load's reference) */
     wm_llama_span *spans;     /* the mapped tensors' ranges (pages, rec.n entries) */
+    struct wm_llama_populate *populate; /* the mapping's pages coming in beside the load */
     size_t n_spans, spans_len;
 } load;
 
@@ -380,7 +381,8 @@ static int on_progress(void *user, uint64_t done, uint64_t total) {
 static wm_status read_all(load *l, wm_error *err) {
     wm_read_options ro = WM_READ_OPTIONS_INIT;
     ro.threads = l->o.threads;
-    ro.direct_io = l->o.direct_io;
+    /* mapped: through the page cache, which the populate fills beside the reads */
+    ro.direct_io = l->map ? WM_DIRECT_OFF : l->o.direct_io;
     ro.window = l->o.window;
     ro.flags = l->serial ? WM_READ_SINK_SERIAL : 0;
     ro.row_group = ROW_GROUP;
@@ -544,16 +546,19 @@ static wm_status open_map(load *l, wm_error *err) {
     if (why)
         return fail(err, WM_EUNSUPPORTED, "%s: load_mode %s: the bridge cannot map here (%s)",
                     l->path, l->mode == LLAMA_LOAD_MODE_MMAP ? "MMAP" : "MMAP_MLOCK", why);
-    return wm__llama_map_open(l->f, &l->map, err);
+    wm_status st = wm__llama_map_open(l->f, &l->map, err);
+    if (!st) l->populate = wm__llama_populate_start(l->map, l->o.threads, &l->stats);
+    return st;
 }
 
-/* The mapped tensors' pages brought in, then what the mode locks: the mapped ranges, and each of
- * the bridge's own buffers that is not mapped (llama.cpp locks every host buffer it reads). */
+/* The mapping's pages in (the populate joined), then what the mode locks: the mapped tensors'
+ * ranges, and each of the bridge's own buffers that is not mapped (llama.cpp locks every host
+ * buffer it reads). */
 static wm_status populate_and_lock(load *l, wm_error *err) {
-    wm_status st = WM_OK;
-    if (l->map && l->n_spans)
-        st = wm__llama_populate(l->spans, &l->n_spans, l->o.threads, l->path, &l->stats, err);
+    wm_status st = wm__llama_populate_finish(l->populate, false, l->path, &l->stats, err);
+    l->populate = NULL;
     if (st || !wm__llama_mode_locks(l->mode)) return st;
+    l->n_spans = l->map ? wm__llama_merge(l->spans, l->n_spans) : 0;
     for (size_t k = 0; l->map && k < l->n_spans; k++)
         wm__llama_lock((void *)l->spans[k].lo, l->spans[k].hi - l->spans[k].lo, &l->stats);
     ggml_backend_buffer_t seen[MAX_OWN * 4];
@@ -601,6 +606,7 @@ static wm_status load_model(load *l, const wm_file *file, const struct llama_mod
     record_free(&l->rec);
     wm__llama_pages_free(l->items, l->items_len);
     wm__llama_pages_free(l->spans, l->spans_len);
+    wm__llama_populate_finish(l->populate, true, l->path, &l->stats, NULL); /* a failure's */
     if (st && model) llama_model_free(model); /* drops its buffers' references to the mapping */
     wm__llama_map_release(l->map);            /* the load's: the last unmaps */
     if (st) return st;

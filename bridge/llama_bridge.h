@@ -116,18 +116,27 @@ void wm__llama_map_release(struct wm_llama_map *map);
 /* Where tensor `index` of the file lies in the mapping. */
 void *wm__llama_map_tensor(const struct wm_llama_map *map, size_t index);
 
-/* A range of mapped bytes to bring in (and lock). */
+/* A range of mapped bytes (to lock). */
 typedef struct wm_llama_span {
     uintptr_t lo, hi;
 } wm_llama_span;
+/* Sorts the spans, rounds them to pages and merges those that overlap or touch; returns how many
+ * are left. */
+size_t wm__llama_merge(wm_llama_span *s, size_t n);
 
-/* Brings the spans' pages in (sorted and merged here, page-rounded: *n becomes their count):
- * MADV_POPULATE_READ by threads in 4 MiB pieces, as many as `threads` (0: the online CPUs, at least
- * 8, at most 64) where mincore finds most of the bytes out of the page cache, else at most 4. Fills
- * bytes_mapped_cached, seconds_populate, populate_threads. WM_EIO where a page cannot be read
- * (the file cut short under the mapping: the populate says so where a touch would SIGBUS). */
-wm_status wm__llama_populate(wm_llama_span *spans, size_t *n, unsigned threads, const char *path,
-                             wm_llama_stats *s, wm_error *err);
+/* The mapping's pages brought in by threads beside the load, from the moment the file is mapped:
+ * MADV_POPULATE_READ in 4 MiB pieces, by as many threads as `threads` (0: the online CPUs, at
+ * least 8, at most 64) where mincore finds most of the bytes out of the page cache, else half the
+ * CPUs, at most 4 (fills bytes_mapped_cached). NULL where its pages cannot be had (the pages then
+ * come in as they are touched). _finish joins the threads (stop: the load failed, hand out no
+ * more), fills seconds_populate and populate_threads, and returns WM_EIO where a page could not be
+ * read (the file cut short under the mapping: said where a touch would have been a SIGBUS). Every
+ * start is finished before the mapping can go. */
+struct wm_llama_populate;
+struct wm_llama_populate *wm__llama_populate_start(const struct wm_llama_map *map, unsigned threads,
+                                                   wm_llama_stats *s);
+wm_status wm__llama_populate_finish(struct wm_llama_populate *p, bool stop, const char *path,
+                                    wm_llama_stats *s, wm_error *err);
 /* mlock of [addr, addr + len), as llama.cpp's llama_mlock: on a refusal the first warns in
  * llama.cpp's log and sets s->lock_short, and the load goes on; bytes_locked counts the rest. */
 void wm__llama_lock(void *addr, size_t len, wm_llama_stats *s);

@@ -130,26 +130,34 @@ void *wm__llama_map_tensor(const struct wm_llama_map *map, size_t index) {
     return (void *)(uintptr_t)wm_model_tensor_data(map->model, index);
 }
 
-/* ---- populate ---- */
+/* ---- populate ----
+ * Started as soon as the file is mapped, before llama.cpp makes the model (which takes tens of
+ * milliseconds with the disk idle otherwise), over the whole mapping (llama.cpp's own mmap mode
+ * populates the whole file: MAP_POPULATE); joined before the load returns or fails (the threads
+ * touch the mapping: nothing is unmapped before). */
 
 #define PIECE ((size_t)4 << 20)
 #define MAX_POPULATE_THREADS 64
 
-typedef struct populate {
-    const wm_llama_span *spans;
+struct wm_llama_populate {
+    const struct wm_llama_map *map;
+    wm_llama_span span[16]; /* the mapping's buffers (one per shard) */
     size_t n;
     uint64_t total;
     atomic_uint_fast64_t next; /* bytes handed out, over the spans in order */
     atomic_int error;          /* the first errno */
-} populate;
+    atomic_int stop;           /* the load failed: hand out no more */
+    pthread_t th[MAX_POPULATE_THREADS];
+    unsigned started;
+    double t0;
+};
 
 static int span_cmp(const void *a, const void *b) {
     uintptr_t x = ((const wm_llama_span *)a)->lo, y = ((const wm_llama_span *)b)->lo;
     return x < y ? -1 : x > y;
 }
 
-/* Sorted, page-rounded, overlapping and touching spans merged; returns how many are left. */
-static size_t merge(wm_llama_span *s, size_t n) {
+size_t wm__llama_merge(wm_llama_span *s, size_t n) {
     uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
     for (size_t k = 0; k < n; k++)
         s[k].lo = s[k].lo / pg * pg, s[k].hi = (s[k].hi + pg - 1) / pg * pg;
@@ -195,15 +203,15 @@ static int populate_piece(void *at, size_t len) {
 }
 
 static void *populate_thread(void *arg) {
-    populate *p = arg;
+    struct wm_llama_populate *p = arg;
     for (;;) {
         uint64_t at = atomic_fetch_add(&p->next, PIECE);
-        if (at >= p->total || atomic_load(&p->error)) return NULL;
+        if (at >= p->total || atomic_load(&p->error) || atomic_load(&p->stop)) return NULL;
         size_t k = 0;
-        while (at >= p->spans[k].hi - p->spans[k].lo)
-            at -= p->spans[k].hi - p->spans[k].lo, k++;
-        size_t left = p->spans[k].hi - p->spans[k].lo - (size_t)at;
-        int e = populate_piece((void *)(p->spans[k].lo + at), left < PIECE ? left : PIECE);
+        while (at >= p->span[k].hi - p->span[k].lo)
+            at -= p->span[k].hi - p->span[k].lo, k++;
+        size_t left = p->span[k].hi - p->span[k].lo - (size_t)at;
+        int e = populate_piece((void *)(p->span[k].lo + at), left < PIECE ? left : PIECE);
         int none = 0;
         if (e) atomic_compare_exchange_strong(&p->error, &none, e);
     }
@@ -214,36 +222,55 @@ static void *populate_thread(void *arg) {
 static unsigned populate_threads(unsigned asked, uint64_t total, uint64_t in_cache) {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     unsigned n = asked ? asked : (unsigned)(cpus > 8 ? cpus : 8);
-    if (in_cache * 4 >= total * 3) n = n < 4 ? n : 4; /* three quarters cached: warm */
+    if (in_cache * 4 >= total * 3) { /* three quarters cached: page tables only, beside the
+                                          model's making: half the CPUs, at most 4 */
+        unsigned half = cpus > 1 ? (unsigned)(cpus / 2) : 1;
+        n = half < 4 ? half : 4;
+    }
     if (n > MAX_POPULATE_THREADS) n = MAX_POPULATE_THREADS;
     uint64_t pieces = (total + PIECE - 1) / PIECE;
     return pieces < n ? (unsigned)(pieces ? pieces : 1) : n;
 }
 
-wm_status wm__llama_populate(wm_llama_span *spans, size_t *n, unsigned threads, const char *path,
-                             wm_llama_stats *s, wm_error *err) {
-    double t0 = wm__llama_now();
-    populate p = {.spans = spans, .n = *n = merge(spans, *n)};
-    for (size_t k = 0; k < p.n; k++)
-        p.total += spans[k].hi - spans[k].lo;
-    atomic_init(&p.next, 0);
-    atomic_init(&p.error, 0);
-    s->bytes_mapped_cached = cached(spans, p.n);
-    unsigned want = populate_threads(threads, p.total, s->bytes_mapped_cached), started = 0;
-    pthread_t th[MAX_POPULATE_THREADS];
-    while (started + 1 < want && !FAULT(THREAD) &&
-           pthread_create(&th[started], NULL, populate_thread, &p) == 0)
-        started++; /* a thread refused: fewer do it */
-    populate_thread(&p);
-    for (unsigned k = 0; k < started; k++)
-        pthread_join(th[k], NULL);
-    s->populate_threads = started + 1;
-    s->seconds_populate = wm__llama_now() - t0;
-    int e = atomic_load(&p.error);
+struct wm_llama_populate *wm__llama_populate_start(const struct wm_llama_map *map, unsigned threads,
+                                                   wm_llama_stats *s) {
+    struct wm_llama_populate *p = wm__llama_pages(sizeof *p);
+    if (!p) return NULL; /* the pages come in as they are touched: only slower */
+    p->map = map;
+    p->t0 = wm__llama_now();
+    for (size_t b = 0; b < wm_model_buffer_count(map->model) && p->n < 16; b++) {
+        uintptr_t lo = (uintptr_t)wm_model_buffer_data(map->model, b);
+        if (lo) p->span[p->n++] = (wm_llama_span){lo, lo + wm_model_buffer_size(map->model, b)};
+    }
+    p->n = wm__llama_merge(p->span, p->n);
+    for (size_t k = 0; k < p->n; k++)
+        p->total += p->span[k].hi - p->span[k].lo;
+    atomic_init(&p->next, 0);
+    atomic_init(&p->error, 0);
+    atomic_init(&p->stop, 0);
+    s->bytes_mapped_cached = cached(p->span, p->n);
+    unsigned want = populate_threads(threads, p->total, s->bytes_mapped_cached);
+    while (p->started < want && !FAULT(THREAD) &&
+           pthread_create(&p->th[p->started], NULL, populate_thread, p) == 0)
+        p->started++; /* a thread refused: fewer do it (none: the join does it all) */
+    return p;
+}
+
+wm_status wm__llama_populate_finish(struct wm_llama_populate *p, bool stop, const char *path,
+                                    wm_llama_stats *s, wm_error *err) {
+    if (!p) return WM_OK;
+    if (stop) atomic_store(&p->stop, 1);
+    if (!stop && !p->started) populate_thread(p); /* no thread could start: this one */
+    for (unsigned k = 0; k < p->started; k++)
+        pthread_join(p->th[k], NULL);
+    s->populate_threads = p->started ? p->started : 1;
+    s->seconds_populate = wm__llama_now() - p->t0;
+    int e = stop ? 0 : atomic_load(&p->error);
+    wm__llama_pages_free(p, sizeof *p);
     if (!e) return WM_OK;
     wm_status st =
         fail(err, e == ENOMEM ? WM_ENOMEM : WM_EIO,
-             "%s: the mapped tensors' pages could not be brought in (%s)%s", path, strerror(e),
+             "%s: the mapped file's pages could not be brought in (%s)%s", path, strerror(e),
              e == EFAULT ? ": the file is shorter than when it was mapped" : "");
     if (err) err->os_errno = e;
     return st;
