@@ -11,9 +11,13 @@
  * its own buffer types (CPU, repacked CPU, GPU). Then weightmap's reader
  * (wm_file_read_tensors) fills every tensor in parallel: straight into host buffers, and
  * through a bounded page-allocated window and ggml_backend_tensor_set into any other (device
- * buffers; the CPU's repack buffers, in row groups: wm_llama_repack). When the call returns,
- * nothing of weightmap's is held (its ledger is as before: the file is closed, every thread, window
- * and table is gone); the model's memory is llama.cpp's, in llama.cpp's buffers. Where the model
+ * buffers; the CPU's repack buffers, in row groups: wm_llama_repack); in the mapped load modes
+ * (params.load_mode MMAP, MMAP_MLOCK, and AUTO where it resolves to MMAP: wm_llama_load_mode)
+ * the tensors of the plain CPU buffer point into a shared, read-only mapping of the file instead.
+ * When the call returns, nothing of weightmap's is held (its ledger is as before: the file is
+ * closed, every thread, window and table is gone) but, in the mapped modes, that mapping, which
+ * the model's CPU buffer holds and llama_model_free releases; the model's memory is llama.cpp's,
+ * in llama.cpp's buffers. Where the model
  * runs on the CPU those buffers are, by default, pages the bridge maps for llama.cpp's own buffer
  * types and llama_model_free unmaps (wm_llama_buffers: they rely on ggml's internal buffer
  * layout, used only when the ggml the process runs is the version the bridge was built with;
