@@ -243,6 +243,12 @@ static double warm_gib;
 
 static void print_row(int cold, int k, int b, int rounds) {
     cell *c = &cells[cold][k][b];
+    for (int r = 0; r < rounds; r++)
+        if (c->ms[r] < 0) { /* refused (the bridge's explicit MMAP with layers on a GPU) */
+            printf("| %s | %s | %s | refused (stderr says why) | - | - | - |\n",
+                   cold ? "cold" : "warm", mode_names[k], b ? "wm_llama_load" : "llama.cpp");
+            return;
+        }
     double ms[MAX_ROUNDS], an[MAX_ROUNDS], ra[MAX_ROUNDS];
     memcpy(ms, c->ms, sizeof ms), memcpy(an, c->anon, sizeof an), memcpy(ra, c->ratio, sizeof ra);
     bench_stats s = bench_stats_of(ms, (size_t)rounds), a = bench_stats_of(an, (size_t)rounds);

@@ -4,7 +4,7 @@
 # loader, cold and warm (load ms, the disk's ratio, RssAnon while loaded, the file's regions:
 # BUILD/bench/llama_modes), then each under `weightmap trace --cycles-marker llama_model_free`,
 # 5 cycles (tests/trace/llama_driver and tests/trace/wm_llama_driver, WM_LLAMA_LOAD_MODE), with
-# the peer's CPU variant for this machine: the rules broken, the footprint at each release. MODEL
+# the CPU variant ggml picks for this machine: the rules broken, the footprint at each release. MODEL
 # defaults to bench-llama-1200M.gguf (made with BUILD/weightmap make-model --size 1200M when
 # missing); BUILD: a build folder with the tests and benchmarks (build-test). FLAGS go to the
 # load table: --gpu (n_gpu_layers 999; the tracer's drivers stay on the CPU), --warm-memory GIB
@@ -17,7 +17,7 @@ shift; shift || true; shift || true
 G="$*"
 [ -f "$M" ] || "$B/weightmap" make-model "$M" --size 1200M >/dev/null
 "$B/bench/llama_modes" -r "$R" $G "$M"
-P=$(scripts/peer.sh)
+P=$(cd bench/peers/llama/lib && pwd) # the prebuilt libraries (scripts/llama.sh's links)
 J=$(mktemp)
 trap 'rm -f "$J"' EXIT
 verdict() { # LOADER MODE

@@ -410,6 +410,18 @@ static wm_status check_file(const wm_file *f, wm_error *err) {
     return check_tensors(f, err);
 }
 
+/* llama.cpp refused the model: its own reason (the last error line of its log, whatever the
+ * process's callback does with it), and what to do where the cause is known. */
+static wm_status refused(const load *l, const char *why, wm_error *err) {
+    const char *hint = "";
+    if (!ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU))
+        hint = " (no ggml backend is loaded: call ggml_backend_load_all() first)";
+    else if (wm_file_tensor_count(l->f) == 0)
+        hint = " (the file has no tensors: a vocabulary-only GGUF, no weights to load)";
+    return fail(err, WM_EDEVICE, "%s: llama.cpp refused the model%s: %.140s", l->path, hint,
+                why[0] ? why : "(no error line in its log)");
+}
+
 /* llama.cpp's model over the file's metadata, its buffers allocated, the tensors recorded. */
 static wm_status make_model(load *l, struct llama_model **model, wm_error *err) {
     struct gguf_context *g = NULL;
@@ -437,15 +449,15 @@ static wm_status make_model(load *l, struct llama_model **model, wm_error *err) 
         struct llama_model_params p = l->p;
         if (ov.list) p.tensor_buft_overrides = ov.list;
         if (own_cpu) wm__llama_notes_begin(l->f, l->map); /* laid out as the file; mapped */
+        char why[200];
         double t0 = wm__llama_now();
+        wm__llama_log_begin(why, sizeof why);
         *model = FAULT(DEVICE) ? NULL : llama_model_init_from_user(g, on_tensor, &l->rec, p);
+        wm__llama_log_end();
         l->stats.seconds_model = wm__llama_now() - t0;
         if (own_cpu) wm__llama_notes_end();
         if (!*model)
-            st = fail(err, WM_EDEVICE,
-                      "%s: llama.cpp refused the model (llama_model_init_from_user; "
-                      "its log says why)",
-                      l->path);
+            st = refused(l, why, err);
         else if (l->rec.out_of_memory)
             st = fail(err, WM_ENOMEM, "%s: out of memory recording llama.cpp's tensors", l->path);
     }

@@ -9,6 +9,7 @@
  *   llama_place.c  where the weights go: the CPU's extra (repack) buffer types, the overrides
  *   llama_own.c    the bridge's own weight buffers (ggml's internal layout, version-checked)
  *   llama_map.c    the load modes: AUTO resolved, the file's mapping, its populate, the locks
+ *   llama_log.c    llama.cpp's log during the load: passed on, and its reason for a refusal kept
  */
 #ifndef WM_BRIDGE_LLAMA_BRIDGE_H
 #define WM_BRIDGE_LLAMA_BRIDGE_H
@@ -125,8 +126,8 @@ typedef struct wm_llama_span {
 size_t wm__llama_merge(wm_llama_span *s, size_t n);
 
 /* The mapping's pages brought in by threads beside the load, from the moment the file is mapped:
- * MADV_POPULATE_READ in 4 MiB pieces, by as many threads as `threads` (0: the online CPUs, at
- * least 8, at most 64) where mincore finds most of the bytes out of the page cache, else half the
+ * MADV_POPULATE_READ in 1 MiB pieces, by as many threads as `threads` (0: the online CPUs, at
+ * least 16, at most 64) where mincore finds most of the bytes out of the page cache, else half the
  * CPUs, at most 4 (fills bytes_mapped_cached). NULL where its pages cannot be had (the pages then
  * come in as they are touched). _finish joins the threads (stop: the load failed, hand out no
  * more), fills seconds_populate and populate_threads, and returns WM_EIO where a page could not be
@@ -142,5 +143,14 @@ wm_status wm__llama_populate_finish(struct wm_llama_populate *p, bool stop, cons
 void wm__llama_lock(void *addr, size_t len, wm_llama_stats *s);
 /* The warning (llama.cpp's log) of an AUTO that resolved to MMAP where this load cannot map. */
 void wm__llama_warn_fallback(const char *path, const char *why);
+
+/* ---- llama_log.c ---- */
+
+/* From begin to end, on this thread: every line of llama.cpp's log still goes to the callback
+ * the process set (llama_log_set), and the last ERROR line that says why (not llama.cpp's closing
+ * "failed to load model") is kept in buf (cap bytes, NUL-terminated; "" when none). Loads on
+ * several threads at once each keep their own. */
+void wm__llama_log_begin(char *buf, size_t cap);
+void wm__llama_log_end(void);
 
 #endif /* WM_BRIDGE_LLAMA_BRIDGE_H */

@@ -136,7 +136,7 @@ void *wm__llama_map_tensor(const struct wm_llama_map *map, size_t index) {
  * populates the whole file: MAP_POPULATE); joined before the load returns or fails (the threads
  * touch the mapping: nothing is unmapped before). */
 
-#define PIECE ((size_t)4 << 20)
+#define PIECE ((size_t)1 << 20)
 #define MAX_POPULATE_THREADS 64
 
 struct wm_llama_populate {
@@ -221,7 +221,7 @@ static void *populate_thread(void *arg) {
  * CPUs, bounds them), cached ones only page tables. */
 static unsigned populate_threads(unsigned asked, uint64_t total, uint64_t in_cache) {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    unsigned n = asked ? asked : (unsigned)(cpus > 8 ? cpus : 8);
+    unsigned n = asked ? asked : (unsigned)(cpus > 16 ? cpus : 16);
     if (in_cache * 4 >= total * 3) { /* three quarters cached: page tables only, beside the
                                           model's making: half the CPUs, at most 4 */
         unsigned half = cpus > 1 ? (unsigned)(cpus / 2) : 1;

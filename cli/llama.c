@@ -16,7 +16,8 @@
  * whether any of them is still in use (1 MiB of allocator fragmentation allowed: SLACK). The
  * verdict is on the ledger, the mappings and the second figure. Built only where the bridge is
  * (CMake defines WM_CLI_LLAMA then; cli.h's CLI_HAVE_LLAMA is 0 otherwise). llama.cpp's log is
- * silenced; WM_LLAMA_LOG=1 lets it through.
+ * silenced; WM_LLAMA_LOG=1 lets it through (a refused model's error carries llama.cpp's reason
+ * either way: the bridge keeps its last error line).
  */
 #include "cli.h"
 #include "weightmap_llama.h"

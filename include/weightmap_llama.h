@@ -253,8 +253,10 @@ typedef struct wm_llama_options {
  * WM_EPERM, WM_EIO, WM_ENOMEM, WM_EFORMAT (not GGUF, malformed, cut short, a tensor of a type or
  * shape llama.cpp cannot hold, or other than the model expects, or absent where it has no
  * neutral value: err names the file, the tensor and the field), WM_ECANCELED (the progress
- * callback returned false), WM_EDEVICE (llama.cpp refused the model: its log says why, e.g. a
- * missing hyperparameter or no backend loaded; or a buffer refused its bytes). */
+ * callback returned false), WM_EDEVICE (llama.cpp refused the model: err carries the last error
+ * line of llama.cpp's log, kept whatever the process's log callback does with it, e.g. a missing
+ * hyperparameter, and says what to do where the cause is known: no ggml backend loaded, a
+ * vocabulary-only file; or a buffer refused its bytes). */
 WM_API wm_status wm_llama_load(const char *path, const struct llama_model_params *params,
                                const wm_llama_options *opts, struct llama_model **out,
                                wm_error *err);

@@ -427,9 +427,37 @@ WM_TEST(not_gguf_refused_before_llama) {
                   "llama.cpp loads GGUF files", true);
 }
 
+/* A sound GGUF file that is no model: llama.cpp refuses it, and the error carries llama.cpp's
+ * own reason (its log's last error line, kept whatever the process's callback does with it: the
+ * tests' callback only counts lines). */
 WM_TEST(model_rule_is_llama_cpps) {
-    /* a sound GGUF file that is no model (llama.cpp wants llama.context_length) */
-    check_refused(wmt_fixture("gguf/ratchet-test.gguf"), WM_EDEVICE, "llama.cpp refused", false);
+    check_refused(wmt_fixture("gguf/ratchet-test.gguf"), WM_EDEVICE,
+                  "key not found in model: llama.context_length", false);
+}
+
+/* A vocabulary-only GGUF (llama.cpp's ggml-vocab-*.gguf): refused by llama.cpp, and the error
+ * says the file has no weights, with llama.cpp's reason. */
+WM_TEST(vocabulary_only_file_says_no_weights) {
+    check_refused(wmt_fixture("gguf/ggml-vocab-llama-spm.gguf"), WM_EDEVICE,
+                  "a vocabulary-only GGUF, no weights", false);
+    check_refused(wmt_fixture("gguf/ggml-vocab-llama-spm.gguf"), WM_EDEVICE,
+                  "too many tensors created", false);
+}
+
+/* No backend loaded (this case's process never calls ggml_backend_load_all): the error says which
+ * call to make, nothing held. */
+WM_TEST(no_backend_says_which_call) {
+    const char *path = wmt_fixture("gguf/stories260K-q8_0.gguf");
+    struct llama_model_params p = cpu_params();
+    struct llama_model *m = (struct llama_model *)(uintptr_t)1;
+    wm_error err = {0};
+    llama_log_set(on_log, NULL);
+    CHECK_STATUS(wm_llama_load(path, &p, NULL, &m, &err), WM_EDEVICE);
+    CHECK(m == NULL);
+    CHECK_MSG_HAS(err, "call ggml_backend_load_all()");
+    CHECK_LEDGER_EMPTY();
+    CHECK_EQ(wmt_count_file_maps(path), 0);
+    fprintf(stderr, "refused: %s\n", err.msg);
 }
 
 WM_TEST(refusals_of_arguments) {
