@@ -696,6 +696,21 @@ WM_TEST(split_set_loads_from_any_part) {
             CHECK_EQ(wmt_count_file_maps(parts[k]), 0);
         free(wm.first);
     }
+    /* mapped (MMAP): every part mapped while loaded, the same tokens, nothing after the free */
+    struct llama_model_params mp = cpu_params();
+    mp.load_mode = LLAMA_LOAD_MODE_MMAP;
+    struct llama_model *mm = NULL;
+    wm_error merr;
+    CHECK_MSG(wm_llama_load(parts[1], &mp, NULL, &mm, &merr) == WM_OK, "%s", merr.msg);
+    for (int k = 0; k < 3; k++)
+        CHECK(wmt_count_file_maps(parts[k]) >= 1);
+    decoded md;
+    greedy(mm, &md);
+    llama_model_free(mm);
+    same(&md, &rd, "split set mapped through the bridge vs llama.cpp");
+    for (int k = 0; k < 3; k++)
+        CHECK_EQ(wmt_count_file_maps(parts[k]), 0);
+    free(md.first);
     free(rd.first);
     wm_file *f = OPEN_OK(parts[1]); /* that part alone */
     struct llama_model_params p = cpu_params();
