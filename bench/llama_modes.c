@@ -2,7 +2,7 @@
  * llama_modes.c: every load mode of llama.cpp v0.4.0 (params.load_mode: NONE, MMAP, MLOCK,
  * MMAP_MLOCK, DIRECT_IO) through the llama.cpp bridge (wm_llama_load) against llama.cpp's own
  * loader in the same mode, cold and warm, in one run (docs/LLAMA.md "Load modes",
- * bench/RESULTS.md "llama: load modes"; bench/llama_modes.sh adds the tracer's rules):
+ * bench/RESULTS.md, llama, "Load modes"; bench/llama_modes.sh adds the tracer's rules):
  *
  *   load ms   time to loaded, median (p10-p90) of the rounds, each load in a child process of
  *             its own; cold: fdatasync and POSIX_FADV_DONTNEED on the file first (what is left

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# llama_modes.sh BUILD [MODEL] [ROUNDS] [FLAGS]: the rows of bench/RESULTS.md "llama: load modes"
+# llama_modes.sh BUILD [MODEL] [ROUNDS] [FLAGS]: the rows of bench/RESULTS.md, llama, "Load modes"
 # in one run: every load mode of llama.cpp v0.4.0 through the bridge and by llama.cpp's own
 # loader, cold and warm (load ms, the disk's ratio, RssAnon while loaded, the file's regions:
 # BUILD/bench/llama_modes), then each under `weightmap trace --cycles-marker llama_model_free`,

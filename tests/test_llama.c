@@ -846,7 +846,7 @@ static void load_in_mode(const char *path, int mode, bool bridge, in_mode *r) {
  * malloc'd to the byte, and its load leaves a little more of its threads' and the library's
  * memory. Measured: the stories260K files 20-60 KiB above or below llama.cpp's in every mode, the
  * 32 MiB make-model file +340 KiB in the mapped modes, the 1.2 GiB bench model 1.7 MiB below
- * (bench/RESULTS.md "llama: load modes"). */
+ * (bench/RESULTS.md, llama, "Load modes"). */
 #define ANON_SLACK ((uint64_t)1 << 20)
 
 /* Under AddressSanitizer RssAnon holds its shadow memory and freed blocks in its quarantine,
