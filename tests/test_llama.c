@@ -995,25 +995,29 @@ WM_TEST(mapped_bad_input_refused_before_llama) {
     CHECK_LEDGER_EMPTY();
 }
 
-/* 20 load/decode/free cycles in each mapped mode: a mapping while loaded, none after each free,
- * and the ledger back to empty. */
-WM_TEST(mapped_cycles_leave_nothing) {
+/* 20 load/free cycles in every mode (a decode in the first of each): a mapping of the file while
+ * loaded in the mapped modes only, none after each free, and the ledger back to empty. */
+WM_TEST(mode_cycles_leave_nothing) {
     setup();
     const char *path = wmt_fixture("gguf/stories260K-q4_0.gguf");
-    for (int c = 0; c < 20; c++) {
-        struct llama_model_params p = cpu_params();
-        p.load_mode = c % 2 ? LLAMA_LOAD_MODE_MMAP_MLOCK : LLAMA_LOAD_MODE_MMAP;
-        struct llama_model *m = NULL;
-        wm_error err;
-        CHECK_MSG(wm_llama_load(path, &p, NULL, &m, &err) == WM_OK, "cycle %d: %s", c, err.msg);
-        CHECK(wmt_count_file_maps(path) >= 1);
-        decoded d;
-        greedy(m, &d);
-        free(d.first);
-        llama_model_free(m);
-        CHECK_EQ(wmt_count_file_maps(path), 0);
-        CHECK_LEDGER_EMPTY();
-    }
+    for (size_t k = 0; k < N_MODES; k++)
+        for (int c = 0; c < 20; c++) {
+            struct llama_model_params p = cpu_params();
+            p.load_mode = (enum llama_load_mode)all_modes[k];
+            struct llama_model *m = NULL;
+            wm_error err;
+            CHECK_MSG(wm_llama_load(path, &p, NULL, &m, &err) == WM_OK, "mode %d, cycle %d: %s",
+                      all_modes[k], c, err.msg);
+            CHECK_EQ(wmt_count_file_maps(path) >= 1, maps_file(all_modes[k]));
+            if (c == 0) {
+                decoded d;
+                greedy(m, &d);
+                free(d.first);
+            }
+            llama_model_free(m);
+            CHECK_EQ(wmt_count_file_maps(path), 0);
+            CHECK_LEDGER_EMPTY();
+        }
 }
 
 /* Every call of the mapped load failed in turn (the mapping's open, stat and map, the populate's
