@@ -995,6 +995,32 @@ WM_TEST(mapped_bad_input_refused_before_llama) {
     CHECK_LEDGER_EMPTY();
 }
 
+/* The mapping refused (mmap failing with ENODEV, a file system without mmap, and with ENOMEM:
+ * the library's fault table): the mapped load fails before llama.cpp is called (it logs
+ * nothing), naming the file, nothing held. */
+WM_TEST(mapped_map_refused_before_llama) {
+    setup();
+    const char *path = wmt_fixture("gguf/stories260K-q8_0.gguf");
+    static const int errs[] = {ENODEV, ENOMEM};
+    for (int k = 0; k < 2; k++) {
+        struct llama_model_params p = cpu_params();
+        p.load_mode = LLAMA_LOAD_MODE_MMAP;
+        struct llama_model *m = (struct llama_model *)(uintptr_t)1;
+        wm_error err = {0};
+        reset_log();
+        wm__fault_arm(WM_OS_MAP, 1, errs[k]);
+        wm_status st = wm_llama_load(path, &p, NULL, &m, &err);
+        wm__fault_reset();
+        CHECK(st == WM_EIO || st == WM_ENOMEM || st == WM_EUNSUPPORTED);
+        CHECK(m == NULL);
+        CHECK_MSG_HAS(err, "stories260K-q8_0.gguf");
+        CHECK_EQ(atomic_load(&log_lines), 0);
+        CHECK_EQ(wmt_count_file_maps(path), 0);
+        CHECK_LEDGER_EMPTY();
+        fprintf(stderr, "refused (%s): %s\n", strerror(errs[k]), err.msg);
+    }
+}
+
 /* 20 load/free cycles in every mode (a decode in the first of each): a mapping of the file while
  * loaded in the mapped modes only, none after each free, and the ledger back to empty. */
 WM_TEST(mode_cycles_leave_nothing) {
