@@ -72,8 +72,8 @@ static const cli_option check_opts[] = {
     FLAG("json", "JSON on one line instead of the table"),
     FLAG("ggml", "load through the ggml bridge and read every tensor back through ggml "
                  "(builds with it: WM_GGML)"),
-    FLAG("llama", "load into llama.cpp through the llama.cpp bridge, decode one token, free, "
-                  "and measure each cycle (builds with it: WM_LLAMA)"),
+    FLAG("llama", "load into llama.cpp through the llama.cpp bridge in each load mode, decode "
+                  "one token, free, and measure each cycle (builds with it: WM_LLAMA)"),
     END,
 };
 
