@@ -588,6 +588,9 @@ static double load_once(int c, const char *path, uint64_t data, uint64_t size) {
         if (c == C_WM_NOPFT) o.prefetch = WM_LLAMA_PREFETCH_OFF;
         if (c == C_WM_NOREPACK) o.repack = WM_LLAMA_REPACK_OFF;
         if (c == C_WM_WHOLE) o.repack = WM_LLAMA_REPACK_WHOLE;
+        /* the bridge's reading engine (NONE), as before 1.7: the load modes' rows are
+         * bench/llama_modes.c's */
+        p.load_mode = LLAMA_LOAD_MODE_NONE;
         if (curve) {
             p.progress_callback = on_curve;
             curve_t0 = t0;

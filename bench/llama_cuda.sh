@@ -16,8 +16,9 @@
 #
 # Builds libggml-cuda.so (ggml's CMake, GGML_BACKEND_DL, CUDA architecture 90, no CPU backend
 # of its own) and puts it beside the prebuilt libraries, where ggml_backend_load_all_from_path
-# finds it; builds bench_llama, makes the 1.2 GB model and runs `bench/llama --gpu` (every layer
-# offloaded) with the time that is left of LIMIT_S (default 560). The logs and the report go to
+# finds it; builds bench_llama (and bench_llama_modes), makes the 1.2 GB model and runs
+# `bench/llama --gpu` (every layer offloaded) with the time that is left of LIMIT_S (default 560),
+# then, with MODES=1, `bench/llama_modes --gpu` (every load mode, the bridge against llama.cpp). The logs and the report go to
 # $OUT (or ./llama-cuda.out). bench/RESULTS.md, "llama", says what it measured.
 set -u
 cd "$(dirname "$0")/.."
@@ -47,7 +48,7 @@ GEN=Ninja; command -v ninja > /dev/null || GEN="Unix Makefiles"
 # ours, beside the CUDA build (a minute of the CPUs; the CUDA build takes the rest)
 (
     cmake -S . -B build -G "$GEN" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_CUDA=OFF > "$O/cmake.log" 2>&1 &&
-        cmake --build build --target bench_llama weightmap_cli -j4 > "$O/build.log" 2>&1 &&
+        cmake --build build --target bench_llama bench_llama_modes weightmap_cli -j4 > "$O/build.log" 2>&1 &&
         mkdir -p bl && { [ -f bl/bench-llama-1200M.gguf ] ||
             build/weightmap make-model bl/bench-llama-1200M.gguf --size 1200M > /dev/null; }
     echo "ours: $?" > "$O/ours.rc"
@@ -82,3 +83,12 @@ timeout "$B" ../build/bench/llama -r "${ROUNDS:-5}" --load-only --gpu --warm-mem
 echo "bench exit $?"
 cat "$O/bench.txt"
 grep -E "device|tokens|windowed" "$O/bench.err" | sort | uniq -c | head -20
+# MODES=1: then every load mode with every layer on the GPU, the bridge against llama.cpp's same
+# mode (bench/llama_modes.c --gpu: AUTO as llama.cpp resolves it there; the bridge maps nothing
+# with layers on a GPU, and its explicit MMAP is refused, which its row says)
+if [ -n "${MODES:-}" ]; then
+    timeout $(($(left) - 5)) ../build/bench/llama_modes -r "${ROUNDS:-5}" --gpu --warm-memory 3 \
+        bench-llama-1200M.gguf > "$O/modes.txt" 2> "$O/modes.err"
+    echo "modes exit $?"
+    cat "$O/modes.txt"
+fi

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # trace_llama.sh BUILD MODEL...: the rows of bench/RESULTS.md "Under the tracer, the scratch
 # followed page by page": llama.cpp's read and mmap modes (tests/trace/llama_driver) and the
-# bridge (tests/trace/wm_llama_driver) with and without its trim and own buffers, 5 cycles each
+# bridge (tests/trace/wm_llama_driver, in its read mode NONE: bench/llama_modes.sh traces every
+# mode) with and without its trim and own buffers, 5 cycles each
 # under `weightmap trace --cycles-marker llama_model_free`, with the peer's CPU variant for this
 # machine. BUILD: a build folder with the tests (build-test).
 set -euo pipefail
@@ -37,7 +38,7 @@ for m in "$@"; do
     row "llama.cpp $([ $mode = 0 ] && echo read || echo mmap)" "$mn"
   done
   for e in X=1 WM_LLAMA_TRIM=off WM_LLAMA_BUFFERS=llama; do
-    env $e "$B/weightmap" trace --json --out "$J" --cycles-marker llama_model_free -- \
+    env WM_LLAMA_LOAD_MODE=0 $e "$B/weightmap" trace --json --out "$J" --cycles-marker llama_model_free -- \
       "$B/tests/trace/wm_llama_driver" "$P" 5 "$m" >/dev/null 2>&1 || true
     n="wm_llama_load"; [ "$e" != X=1 ] && n="wm_llama_load, \`${e#WM_LLAMA_}\`"
     row "$n" "$mn"

@@ -179,6 +179,11 @@ typedef struct load {
     size_t n_proofs;
     wm_file *own_file; /* wm_llama_load's own open of the file (prefetch), else NULL */
     wm_llama_stats stats;
+    int mode;                 /* enum llama_load_mode used (never AUTO) */
+    struct wm_llama_map *map; /* the mapped modes: the file's mapping (the load's reference) */
+    wm_llama_span *spans;     /* the mapped tensors' ranges (pages, rec.n entries) */
+    struct wm_llama_populate *populate; /* the mapping's pages coming in beside the load */
+    size_t n_spans, spans_len;
 } load;
 
 /* Bytes of a tensor llama.cpp asks for but the file lacks, where leaving it out would compute
@@ -261,12 +266,27 @@ static bool in_row_groups(load *l, const struct ggml_tensor *t) {
     return ok;
 }
 
-/* One read item per recorded tensor that the file holds (others filled); each read in place
- * into host memory or through the window. */
+/* The mapped modes: tensor t (file tensor `index`) of a CPU buffer that holds the mapping lies in
+ * the mapping, where its bytes are the file's: its place in the buffer is left unused (never
+ * touched: no page of it is ever faulted in). */
+static bool map_tensor(load *l, struct ggml_tensor *t, size_t index) {
+    if (!l->map || !t->buffer || wm__llama_buffer_map(t->buffer) != l->map) return false;
+    t->data = wm__llama_map_tensor(l->map, index);
+    l->stats.mapped++;
+    l->stats.bytes_mapped += ggml_nbytes(t);
+    l->spans[l->n_spans++] =
+        (wm_llama_span){(uintptr_t)t->data, (uintptr_t)t->data + ggml_nbytes(t)};
+    return true;
+}
+
+/* One read item per recorded tensor that the file holds and the mapping does not (others
+ * filled); each read in place into host memory or through the window. */
 static wm_status make_items(load *l, wm_error *err) {
     l->items_len = (l->rec.n ? l->rec.n : 1) * sizeof *l->items;
     l->items = wm__llama_pages(l->items_len);
-    if (!l->items)
+    l->spans_len = l->map ? (l->rec.n ? l->rec.n : 1) * sizeof *l->spans : 0;
+    l->spans = l->map ? wm__llama_pages(l->spans_len) : NULL;
+    if (!l->items || (l->map && !l->spans))
         return fail(err, WM_ENOMEM, "%s: out of memory for %zu read items", l->path, l->rec.n);
     for (size_t i = 0; i < l->rec.n; i++) {
         struct ggml_tensor *t = l->rec.t[i];
@@ -274,7 +294,7 @@ static wm_status make_items(load *l, wm_error *err) {
         wm_status st = match_tensor(l, t, &index, err);
         if (st == WM_ENOENT)
             st = fill_neutral(l, t, err);
-        else if (!st && ggml_nbytes(t)) {
+        else if (!st && ggml_nbytes(t) && !map_tensor(l, t, index)) {
             wm_read_item *it = &l->items[l->n_items++];
             ggml_backend_buffer_t buf = t->buffer;
             ggml_backend_buffer_type_t buft = buf ? ggml_backend_buffer_get_type(buf) : NULL;
@@ -361,7 +381,8 @@ static int on_progress(void *user, uint64_t done, uint64_t total) {
 static wm_status read_all(load *l, wm_error *err) {
     wm_read_options ro = WM_READ_OPTIONS_INIT;
     ro.threads = l->o.threads;
-    ro.direct_io = l->o.direct_io;
+    /* mapped: through the page cache, which the populate fills beside the reads */
+    ro.direct_io = l->map ? WM_DIRECT_OFF : l->o.direct_io;
     ro.window = l->o.window;
     ro.flags = l->serial ? WM_READ_SINK_SERIAL : 0;
     ro.row_group = ROW_GROUP;
@@ -387,6 +408,18 @@ static wm_status check_file(const wm_file *f, wm_error *err) {
         return fail(err, WM_EFORMAT, "%s: llama.cpp loads GGUF files; this one is %s",
                     wm_file_path(f), wm_format_name(wm_file_format(f)));
     return check_tensors(f, err);
+}
+
+/* llama.cpp refused the model: its own reason (the last error line of its log, whatever the
+ * process's callback does with it), and what to do where the cause is known. */
+static wm_status refused(const load *l, const char *why, wm_error *err) {
+    const char *hint = "";
+    if (!ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU))
+        hint = " (no ggml backend is loaded: call ggml_backend_load_all() first)";
+    else if (wm_file_tensor_count(l->f) == 0)
+        hint = " (the file has no tensors: a vocabulary-only GGUF, no weights to load)";
+    return fail(err, WM_EDEVICE, "%s: llama.cpp refused the model%s: %.140s", l->path, hint,
+                why[0] ? why : "(no error line in its log)");
 }
 
 /* llama.cpp's model over the file's metadata, its buffers allocated, the tensors recorded. */
@@ -415,16 +448,16 @@ static wm_status make_model(load *l, struct llama_model **model, wm_error *err) 
     if (!st) {
         struct llama_model_params p = l->p;
         if (ov.list) p.tensor_buft_overrides = ov.list;
-        if (own_cpu) wm__llama_notes_begin(l->f); /* own buffers laid out as the file */
+        if (own_cpu) wm__llama_notes_begin(l->f, l->map); /* laid out as the file; mapped */
+        char why[200];
         double t0 = wm__llama_now();
+        wm__llama_log_begin(why, sizeof why);
         *model = FAULT(DEVICE) ? NULL : llama_model_init_from_user(g, on_tensor, &l->rec, p);
+        wm__llama_log_end();
         l->stats.seconds_model = wm__llama_now() - t0;
         if (own_cpu) wm__llama_notes_end();
         if (!*model)
-            st = fail(err, WM_EDEVICE,
-                      "%s: llama.cpp refused the model (llama_model_init_from_user; "
-                      "its log says why)",
-                      l->path);
+            st = refused(l, why, err);
         else if (l->rec.out_of_memory)
             st = fail(err, WM_ENOMEM, "%s: out of memory recording llama.cpp's tensors", l->path);
     }
@@ -478,11 +511,9 @@ static wm_status choice(const load *l, const char *field, int v, int last, const
                 names);
 }
 
-/* The load up to the model handed over (or freed); the trim and the stats are the caller's. */
-static wm_status load_model(load *l, const wm_file *file, const struct llama_model_params *params,
-                            const wm_llama_options *opts, struct llama_model **out, wm_error *err) {
-    l->f = file;
-    l->path = wm_file_path(file);
+/* The options, each of wm_llama_options' enums 0 (AUTO) to its last, and the load mode. */
+static wm_status check_options(load *l, const struct llama_model_params *params,
+                               const wm_llama_options *opts, wm_error *err) {
     wm_status st = copy_sized(&l->o, sizeof l->o, opts, "wm_llama_options", err);
     if (!st)
         st = choice(l, "repack", (int)l->o.repack, WM_LLAMA_REPACK_WHOLE, "AUTO, OFF, WHOLE", err);
@@ -495,9 +526,78 @@ static wm_status load_model(load *l, const wm_file *file, const struct llama_mod
         st = choice(l, "prefault", (int)l->o.prefault, WM_LLAMA_PREFAULT_ON, "AUTO, OFF, ON", err);
     if (!st)
         st = choice(l, "prefetch", (int)l->o.prefetch, WM_LLAMA_PREFETCH_OFF, "AUTO, OFF", err);
+    l->p = params ? *params : llama_model_default_params();
+    if (!st)
+        st = wm__llama_mode(l->path, &l->p, l->o.load_mode, &l->stats.load_mode_asked, &l->mode,
+                            err);
+    return st;
+}
+
+/* Why this load cannot map the file (its CPU buffers must be the bridge's own), or NULL. */
+static const char *cannot_map(const load *l) {
+    if (!wm__llama_runs_on_cpu(&l->p)) return "layers on a GPU: llama.cpp allocates every buffer";
+    if (l->o.buffers != WM_LLAMA_BUFFERS_AUTO) return "wm_llama_options.buffers is LLAMA";
+    if (l->p.no_alloc) return "params.no_alloc";
+    extras x = {.cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU)};
+    if (!wm__llama_own_type(&x, ggml_backend_cpu_buffer_type()))
+        return "the ggml this process runs is not the one the bridge was built with";
+    return NULL;
+}
+
+/* The mapped modes, before llama.cpp is called: the file mapped (or AUTO read instead, where
+ * this load cannot map; an explicit mode is refused). */
+static wm_status open_map(load *l, wm_error *err) {
+    if (!wm__llama_mode_maps(l->mode)) return WM_OK;
+    const char *why = cannot_map(l);
+    if (why && l->stats.load_mode_asked == LLAMA_LOAD_MODE_AUTO) {
+        wm__llama_warn_fallback(l->path, why);
+        l->mode = LLAMA_LOAD_MODE_NONE;
+        l->stats.load_mode_fell_back = 1;
+        return WM_OK;
+    }
+    if (why)
+        return fail(err, WM_EUNSUPPORTED, "%s: load_mode %s: the bridge cannot map here (%s)",
+                    l->path, l->mode == LLAMA_LOAD_MODE_MMAP ? "MMAP" : "MMAP_MLOCK", why);
+    wm_status st = wm__llama_map_open(l->f, &l->map, err);
+    if (!st) l->populate = wm__llama_populate_start(l->map, l->o.threads, &l->stats);
+    return st;
+}
+
+/* The mapping's pages in (the populate joined), then what the mode locks: the mapped tensors'
+ * ranges, and each of the bridge's own buffers that is not mapped (llama.cpp locks every host
+ * buffer it reads). */
+static wm_status populate_and_lock(load *l, wm_error *err) {
+    wm_status st = wm__llama_populate_finish(l->populate, false, l->path, &l->stats, err);
+    l->populate = NULL;
+    if (st || !wm__llama_mode_locks(l->mode)) return st;
+    l->n_spans = l->map ? wm__llama_merge(l->spans, l->n_spans) : 0;
+    for (size_t k = 0; l->map && k < l->n_spans; k++)
+        wm__llama_lock((void *)l->spans[k].lo, l->spans[k].hi - l->spans[k].lo, &l->stats);
+    ggml_backend_buffer_t seen[MAX_OWN * 4];
+    size_t n = 0;
+    for (size_t i = 0; i < l->rec.n; i++) {
+        ggml_backend_buffer_t b = l->rec.t[i]->buffer;
+        bool skip = !wm__llama_is_own(b) || wm__llama_buffer_map(b);
+        for (size_t k = 0; !skip && k < n; k++)
+            skip = seen[k] == b;
+        if (skip) continue;
+        if (n < sizeof seen / sizeof *seen) seen[n++] = b;
+        wm__llama_lock(ggml_backend_buffer_get_base(b), ggml_backend_buffer_get_size(b), &l->stats);
+    }
+    return WM_OK;
+}
+
+/* The load up to the model handed over (or freed); the trim and the stats are the caller's. */
+static wm_status load_model(load *l, const wm_file *file, const struct llama_model_params *params,
+                            const wm_llama_options *opts, struct llama_model **out, wm_error *err) {
+    l->f = file;
+    l->path = wm_file_path(file);
+    wm_status st = check_options(l, params, opts, err);
     if (!st) st = check_file(file, err);
+    if (!st) st = open_map(l, err);
     if (st) return st;
-    if (l->own_file && l->o.prefetch == WM_LLAMA_PREFETCH_AUTO && l->o.direct_io != WM_DIRECT_OFF) {
+    if (l->own_file && l->o.prefetch == WM_LLAMA_PREFETCH_AUTO && l->o.direct_io != WM_DIRECT_OFF &&
+        !l->map) {
         /* the disk's work while llama.cpp makes the model, into the file's own memory until
          * read_all's read begins (which copies what came and frees it), or wm_llama_load's close
          * on a failure. 256 MiB: on the H200 host the model's making outlasts 128 MiB (the read
@@ -506,20 +606,22 @@ static wm_status load_model(load *l, const wm_file *file, const struct llama_mod
         uint64_t want = wm_file_tensor_bytes(file) / 4, most = (uint64_t)256 << 20;
         l->stats.bytes_prefetched = wm_file_prefetch(l->own_file, want < most ? want : most);
     }
-    l->p = params ? *params : llama_model_default_params();
     l->stats.size = sizeof l->stats;
+    l->stats.load_mode = l->mode;
     struct llama_model *model = NULL;
     st = make_model(l, &model, err);
     if (!st) st = make_items(l, err);
     if (!st) st = read_all(l, err);
+    if (!st) st = populate_and_lock(l, err);
     l->stats.tensors = l->rec.n;
     if (!st) l->stats.bytes_own = own_bytes(l);
     record_free(&l->rec);
     wm__llama_pages_free(l->items, l->items_len);
-    if (st) {
-        if (model) llama_model_free(model);
-        return st;
-    }
+    wm__llama_pages_free(l->spans, l->spans_len);
+    wm__llama_populate_finish(l->populate, true, l->path, &l->stats, NULL); /* a failure's */
+    if (st && model) llama_model_free(model); /* drops its buffers' references to the mapping */
+    wm__llama_map_release(l->map);            /* the load's: the last unmaps */
+    if (st) return st;
     *out = model;
     return WM_OK;
 }

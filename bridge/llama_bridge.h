@@ -8,6 +8,8 @@
  *   llama_meta.c   the file's metadata and tensor table as a gguf_context
  *   llama_place.c  where the weights go: the CPU's extra (repack) buffer types, the overrides
  *   llama_own.c    the bridge's own weight buffers (ggml's internal layout, version-checked)
+ *   llama_map.c    the load modes: AUTO resolved, the file's mapping, its populate, the locks
+ *   llama_log.c    llama.cpp's log during the load: passed on, and its reason for a refusal kept
  */
 #ifndef WM_BRIDGE_LLAMA_BRIDGE_H
 #define WM_BRIDGE_LLAMA_BRIDGE_H
@@ -28,8 +30,10 @@
 #ifdef WM_LLAMA_FAULTS
 #include "os/os.h"
 #define FAULT(kind) (wm__fault_hit(WM_OS_##kind) != 0)
+#define FAULT_ERRNO(kind) wm__fault_hit(WM_OS_##kind)
 #else
 #define FAULT(kind) 0
+#define FAULT_ERRNO(kind) 0
 #endif
 
 #define GRID 4096u /* the direct-read grid (WM_OS_DIRECT_ALIGN) */
@@ -86,8 +90,67 @@ ggml_backend_buffer_type_t wm__llama_own_type(const extras *x, ggml_backend_buff
 bool wm__llama_is_own(ggml_backend_buffer_t b);
 /* While llama.cpp makes the model on this thread: the sizes ggml asks of the wrappers are noted
  * with the tensors' file offsets, so that each buffer starts where its tensors agree with the
- * file on the grid (a no-op where the notes' pages cannot be had: only slower). */
-void wm__llama_notes_begin(const wm_file *f);
+ * file on the grid (a no-op where the notes' pages cannot be had: only slower); and, with a
+ * mapping (NULL: none), each buffer of the CPU type's wrapper made meanwhile holds a reference to
+ * it (wm__llama_map_hold), which the buffer's free drops after unmapping its own pages. */
+struct wm_llama_map;
+void wm__llama_notes_begin(const wm_file *f, struct wm_llama_map *map);
 void wm__llama_notes_end(void);
+/* The mapping own buffer b holds (NULL: none, or not an own buffer). */
+struct wm_llama_map *wm__llama_buffer_map(ggml_backend_buffer_t b);
+
+/* ---- llama_map.c: the load modes ---- */
+
+/* params->load_mode, or the options' choice, checked (WM_EINVAL naming the value) and AUTO
+ * resolved as llama.cpp v0.4.0 resolves it: *asked and *mode are enum llama_load_mode values. */
+wm_status wm__llama_mode(const char *path, const struct llama_model_params *p,
+                         wm_llama_load_mode chosen, int *asked, int *mode, wm_error *err);
+bool wm__llama_mode_maps(int mode);
+bool wm__llama_mode_locks(int mode);
+
+/* The file's MAP_SHARED, PROT_READ mapping (a weightmap WM_MODE_MMAP model of f), refcounted:
+ * wm__llama_map_open's reference and each hold are dropped by wm__llama_map_release, the last
+ * of which releases the model (unmaps, ledger back). */
+wm_status wm__llama_map_open(const wm_file *f, struct wm_llama_map **out, wm_error *err);
+void wm__llama_map_hold(struct wm_llama_map *map);
+void wm__llama_map_release(struct wm_llama_map *map);
+/* Where tensor `index` of the file lies in the mapping. */
+void *wm__llama_map_tensor(const struct wm_llama_map *map, size_t index);
+
+/* A range of mapped bytes (to lock). */
+typedef struct wm_llama_span {
+    uintptr_t lo, hi;
+} wm_llama_span;
+/* Sorts the spans, rounds them to pages and merges those that overlap or touch; returns how many
+ * are left. */
+size_t wm__llama_merge(wm_llama_span *s, size_t n);
+
+/* The mapping's pages brought in by threads beside the load, from the moment the file is mapped:
+ * MADV_POPULATE_READ in 1 MiB pieces, by as many threads as `threads` (0: the online CPUs, at
+ * least 16, at most 64) where mincore finds most of the bytes out of the page cache, else half the
+ * CPUs, at most 4 (fills bytes_mapped_cached). NULL where its pages cannot be had (the pages then
+ * come in as they are touched). _finish joins the threads (stop: the load failed, hand out no
+ * more), fills seconds_populate and populate_threads, and returns WM_EIO where a page could not be
+ * read (the file cut short under the mapping: said where a touch would have been a SIGBUS). Every
+ * start is finished before the mapping can go. */
+struct wm_llama_populate;
+struct wm_llama_populate *wm__llama_populate_start(const struct wm_llama_map *map, unsigned threads,
+                                                   wm_llama_stats *s);
+wm_status wm__llama_populate_finish(struct wm_llama_populate *p, bool stop, const char *path,
+                                    wm_llama_stats *s, wm_error *err);
+/* mlock of [addr, addr + len), as llama.cpp's llama_mlock: on a refusal the first warns in
+ * llama.cpp's log and sets s->lock_short, and the load goes on; bytes_locked counts the rest. */
+void wm__llama_lock(void *addr, size_t len, wm_llama_stats *s);
+/* The warning (llama.cpp's log) of an AUTO that resolved to MMAP where this load cannot map. */
+void wm__llama_warn_fallback(const char *path, const char *why);
+
+/* ---- llama_log.c ---- */
+
+/* From begin to end, on this thread: every line of llama.cpp's log still goes to the callback
+ * the process set (llama_log_set), and the last ERROR line that says why (not llama.cpp's closing
+ * "failed to load model") is kept in buf (cap bytes, NUL-terminated; "" when none). Loads on
+ * several threads at once each keep their own. */
+void wm__llama_log_begin(char *buf, size_t cap);
+void wm__llama_log_end(void);
 
 #endif /* WM_BRIDGE_LLAMA_BRIDGE_H */

@@ -38,6 +38,7 @@
 
 #ifdef WM_LLAMA_OWN_BUFFERS
 #include <ggml-backend-impl.h> /* internal: scripts/llama.sh's internal/ */
+#include <ggml-cpu.h>
 #include <ggml-version.h>
 #include <pthread.h>
 #include <sys/mman.h>
@@ -162,35 +163,58 @@ static size_t own_len(size_t size) {
     return (size + pg - 1) / pg * pg;
 }
 
-/* A buffer's pages: from its start (b->context, `shift` bytes into its first page) back to the
- * page, then own_len(shift + size). */
-static void own_free(ggml_backend_buffer_t b) {
+/* A buffer's pages: a header page (what the buffer holds), then from a 2 MiB boundary its
+ * bytes, which start `shift` bytes into their first page (b->context): own_len(shift + size). */
+typedef struct own_header {
+    struct wm_llama_map *map; /* the file's mapping its tensors lie in (mapped modes), or NULL */
+} own_header;
+
+static _Thread_local struct wm_llama_map *map_now; /* the load's mapping, during its making */
+
+static own_header *header_of(ggml_backend_buffer_t b) {
     size_t pg = (size_t)sysconf(_SC_PAGESIZE), shift = (uintptr_t)b->context % pg;
-    munmap((char *)b->context - shift, own_len(shift + b->size));
+    return (own_header *)(void *)((char *)b->context - shift - pg);
 }
 
-/* size bytes of pages at a 2 MiB boundary (the whole huge pages inside advised), or NULL. */
-static void *own_map(size_t size) {
-    size_t len = own_len(size), span = len + huge_page;
+static void own_free(ggml_backend_buffer_t b) {
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE), shift = (uintptr_t)b->context % pg;
+    own_header *h = header_of(b);
+    struct wm_llama_map *map = h->map;
+    munmap(h, pg + own_len(shift + b->size));
+    if (map) wm__llama_map_release(map); /* the buffer's reference: the last unmaps the file */
+}
+
+/* size bytes of pages at a 2 MiB boundary (the whole huge pages inside advised) after a header
+ * page, or NULL. */
+static char *own_map(size_t size) {
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE), len = own_len(size), span = pg + len + huge_page;
     if (len < size || span < len) return NULL;
     char *p = wm__llama_pages(span);
     if (!p) return NULL;
-    uintptr_t at = ((uintptr_t)p + huge_page - 1) / huge_page * huge_page;
-    char *base = (char *)at;
-    if (base > p) munmap(p, (size_t)(base - p));
+    uintptr_t at = ((uintptr_t)p + pg + huge_page - 1) / huge_page * huge_page;
+    char *base = (char *)at, *head = base - pg;
+    if (head > p) munmap(p, (size_t)(head - p));
     if (p + span > base + len) munmap(base + len, (size_t)(p + span - (base + len)));
     if (len >= huge_page) (void)madvise(base, len / huge_page * huge_page, MADV_HUGEPAGE);
+    ((own_header *)(void *)head)->map = NULL;
     return base;
 }
 
 static ggml_backend_buffer_t own_alloc(ggml_backend_buffer_type_t w, size_t size) {
     own_type *o = own_of(w);
-    size_t shift = own_shift(notes_now, w, size);
+    size_t shift = own_shift(notes_now, w, size), pg = (size_t)sysconf(_SC_PAGESIZE);
     if (shift + size < size) return NULL;
     char *map = own_map(shift + size);
     if (!map) return NULL;
     ggml_backend_buffer_t b = ggml_backend_buffer_init(o->real, o->iface, map + shift, size);
-    if (!b) munmap(map, own_len(shift + size));
+    if (!b) {
+        munmap(map - pg, pg + own_len(shift + size));
+        return NULL;
+    }
+    if (map_now && o->real == ggml_backend_cpu_buffer_type()) { /* its tensors may be mapped */
+        wm__llama_map_hold(map_now);
+        header_of(b)->map = map_now;
+    }
     return b;
 }
 
@@ -257,9 +281,14 @@ ggml_backend_buffer_type_t wm__llama_own_type(const extras *x, ggml_backend_buff
 
 bool wm__llama_is_own(ggml_backend_buffer_t b) { return b && b->iface.free_buffer == own_free; }
 
+struct wm_llama_map *wm__llama_buffer_map(ggml_backend_buffer_t b) {
+    return wm__llama_is_own(b) ? header_of(b)->map : NULL;
+}
+
 /* The notes of one model's making on this thread: an entry for each tensor of the file and
  * some; none where their pages cannot be had (the buffers then start on a page: only slower). */
-void wm__llama_notes_begin(const wm_file *f) {
+void wm__llama_notes_begin(const wm_file *f, struct wm_llama_map *map) {
+    map_now = map;
     notes *ns = &notes_mine;
     *ns = (notes){.f = f};
     size_t cap = wm_file_tensor_count(f) + 64;
@@ -272,13 +301,19 @@ void wm__llama_notes_begin(const wm_file *f) {
 
 void wm__llama_notes_end(void) {
     notes *ns = &notes_mine;
+    map_now = NULL;
     notes_now = NULL;
     wm__llama_pages_free(ns->e, ns->len);
     ns->e = NULL;
 }
 #else
-void wm__llama_notes_begin(const wm_file *f) { (void)f; }
+void wm__llama_notes_begin(const wm_file *f, struct wm_llama_map *map) { (void)f, (void)map; }
 void wm__llama_notes_end(void) {}
+
+struct wm_llama_map *wm__llama_buffer_map(ggml_backend_buffer_t b) {
+    (void)b;
+    return NULL;
+}
 
 ggml_backend_buffer_type_t wm__llama_own_type(const extras *x, ggml_backend_buffer_type_t real) {
     (void)x, (void)real;

@@ -76,8 +76,8 @@ static const cli_option check_opts[] = {
     FLAG_BUILT("ggml", CLI_HAVE_GGML,
                "load through the ggml bridge and read every tensor back through ggml"),
     FLAG_BUILT("llama", CLI_HAVE_LLAMA,
-               "load into llama.cpp through the llama.cpp bridge, decode one token, free, "
-               "and measure each cycle"),
+               "load into llama.cpp through the llama.cpp bridge in each load mode, decode one "
+               "token, free, and measure each cycle"),
     END,
 };
 

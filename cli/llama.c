@@ -1,9 +1,12 @@
 /*
  * llama.c: `weightmap check FILE --llama`, the file loaded into llama.cpp through the llama.cpp
- * bridge (include/weightmap_llama.h): a first load and release that llama.cpp's own one-time
- * set-up may use, then each cycle loads with wm_llama_load, runs one decode step (BOS, the
- * likeliest next token), frees the context and the model, and measures: weightmap's ledger
- * (nothing may be held once the load returned), the file's mappings (none), and the process's
+ * bridge (include/weightmap_llama.h) in each of llama.cpp's load modes (NONE, MMAP, MLOCK,
+ * MMAP_MLOCK, DIRECT_IO; AUTO is one of them, said in the first line): for each, a first load
+ * and release that llama.cpp's own one-time set-up may use, then each cycle loads with
+ * wm_llama_load, runs one decode step (BOS, the likeliest next token), frees the context and the
+ * model, and measures: weightmap's ledger (nothing may be held once the load returned but, in
+ * the mapped modes, the file's mapping), the file's mappings while loaded (in the mapped modes
+ * r--s only, else none) and after the release (none), and the process's
  * footprint after the release against the one before the cycles, twice: as llama_model_free
  * leaves it, and after malloc_trim(0). llama.cpp allocates its model's structures and its
  * context's buffers with malloc (and its weight buffers, where the bridge cannot give its own
@@ -13,7 +16,8 @@
  * whether any of them is still in use (1 MiB of allocator fragmentation allowed: SLACK). The
  * verdict is on the ledger, the mappings and the second figure. Built only where the bridge is
  * (CMake defines WM_CLI_LLAMA then; cli.h's CLI_HAVE_LLAMA is 0 otherwise). llama.cpp's log is
- * silenced; WM_LLAMA_LOG=1 lets it through.
+ * silenced; WM_LLAMA_LOG=1 lets it through (a refused model's error carries llama.cpp's reason
+ * either way: the bridge keeps its last error line).
  */
 #include "cli.h"
 #include "weightmap_llama.h"
@@ -48,15 +52,17 @@ static void quiet(enum ggml_log_level level, const char *text, void *user) {
 }
 
 typedef struct llama_cycle {
+    int mode; /* enum llama_load_mode */
     double load_seconds;
     wm_llama_stats stats;
     int token;
     char piece[32];
     uint64_t ledger_bytes, ledger_regions; /* with the model loaded, and after its release */
     uint64_t left_bytes, left_regions;
-    size_t file_regions; /* after the release */
-    int64_t footprint;   /* after the release, from the footprint before the cycles */
-    int64_t trimmed;     /* the same after malloc_trim(0) */
+    size_t maps, maps_not_rs; /* the file's regions with the model loaded, those not r--s */
+    size_t file_regions;      /* after the release */
+    int64_t footprint;        /* after the release, from the footprint before the cycles */
+    int64_t trimmed;          /* the same after malloc_trim(0) */
 } llama_cycle;
 
 static uint64_t footprint(void) {
@@ -68,6 +74,21 @@ static size_t file_regions(const char *path) {
     size_t n = 0;
     wm_mem_file_regions(0, path, NULL, 0, &n, NULL);
     return n;
+}
+
+/* The file's regions, and of those the ones that are not r--s (shared, read-only). */
+static size_t file_maps(const char *path, size_t *not_rs) {
+    wm_file_region r[64];
+    size_t n = 0;
+    *not_rs = 0;
+    if (wm_mem_file_regions(0, path, r, 64, &n, NULL) != WM_OK) return 0;
+    for (size_t k = 0; k < n && k < 64; k++)
+        *not_rs += strcmp(r[k].perms, "r--s") != 0;
+    return n;
+}
+
+static bool mapped_mode(int mode) {
+    return mode == LLAMA_LOAD_MODE_MMAP || mode == LLAMA_LOAD_MODE_MMAP_MLOCK;
 }
 
 /* One decode step from BOS: the likeliest next token and its text. */
@@ -97,10 +118,12 @@ static int decode_one(struct llama_model *m, llama_cycle *c, wm_error *err) {
     return 0;
 }
 
-static int one_cycle(const char *path, unsigned threads, uint64_t base, llama_cycle *c,
+static int one_cycle(const char *path, int mode, unsigned threads, uint64_t base, llama_cycle *c,
                      wm_error *err) {
     struct llama_model_params p = llama_model_default_params();
     p.n_gpu_layers = 0;
+    p.load_mode = (enum llama_load_mode)mode;
+    c->mode = mode;
     wm_llama_options o = WM_LLAMA_OPTIONS_INIT;
     o.threads = threads;
     c->stats = (wm_llama_stats)WM_LLAMA_STATS_INIT;
@@ -113,6 +136,7 @@ static int one_cycle(const char *path, unsigned threads, uint64_t base, llama_cy
     wm_ledger_get(&l);
     c->ledger_bytes = wm_ledger_bytes(&l);
     c->ledger_regions = wm_ledger_regions(&l);
+    c->maps = file_maps(path, &c->maps_not_rs);
     int rc = decode_one(m, c, err);
     llama_model_free(m);
     wm_ledger_get(&l);
@@ -127,9 +151,13 @@ static int one_cycle(const char *path, unsigned threads, uint64_t base, llama_cy
     return rc;
 }
 
+/* Loaded: the ledger empty and no mapping of the file, or in a mapped mode the file's mapping
+ * (in the ledger) and r--s regions only; released: nothing. */
 static bool cycle_ok(const llama_cycle *c) {
-    return c->ledger_bytes == 0 && c->ledger_regions == 0 && c->left_bytes == 0 &&
-           c->left_regions == 0 && c->file_regions == 0 &&
+    bool mapped = mapped_mode(c->mode);
+    bool loaded = mapped ? c->maps >= 1 && c->maps_not_rs == 0 && c->ledger_bytes > 0
+                         : c->maps == 0 && c->ledger_bytes == 0 && c->ledger_regions == 0;
+    return loaded && c->left_bytes == 0 && c->left_regions == 0 && c->file_regions == 0 &&
            (!JUDGE_FOOTPRINT || c->trimmed <= SLACK);
 }
 
@@ -143,64 +171,74 @@ static const char *sdelta(int64_t d, char buf[32]) {
     return buf;
 }
 
-static void report(const char *path, const llama_cycle *cs, unsigned cycles, bool ok, bool json) {
-    char b[4][32];
+static const int modes[] = {LLAMA_LOAD_MODE_NONE, LLAMA_LOAD_MODE_MMAP, LLAMA_LOAD_MODE_MLOCK,
+                            LLAMA_LOAD_MODE_MMAP_MLOCK, LLAMA_LOAD_MODE_DIRECT_IO};
+#define N_MODES (sizeof modes / sizeof *modes)
+
+static const char *mode_name(int mode) { return llama_load_mode_name((enum llama_load_mode)mode); }
+
+static void report_json(const char *path, const llama_cycle *cs, unsigned n, bool ok,
+                        int automode) {
+    printf("{\"file\": ");
+    cli_json_cstr(stdout, path);
+    printf(", \"via\": \"llama\", \"auto\": \"%s\", \"ok\": %s, \"cycles\": [", mode_name(automode),
+           ok ? "true" : "false");
+    for (unsigned i = 0; i < n; i++) {
+        const llama_cycle *c = &cs[i];
+        printf("%s{\"mode\": \"%s\", \"load_seconds\": %.6f, \"model_seconds\": %.6f, "
+               "\"read_seconds\": %.6f, \"tensors\": %zu, \"in_place\": %zu, \"windowed\": "
+               "%zu, \"repacked\": %zu, \"filled\": %zu, \"mapped\": %zu, \"bytes_read\": %" PRIu64
+               ", \"bytes_mapped\": %" PRIu64 ", \"bytes_locked\": %" PRIu64
+               ", \"lock_short\": %s, \"token\": %d, \"ledger_bytes\": %" PRIu64
+               ", \"left_bytes\": %" PRIu64 ", \"maps_loaded\": %zu, \"maps_not_rs\": %zu, "
+               "\"file_regions\": %zu, \"footprint_delta\": %" PRId64
+               ", \"footprint_delta_trimmed\": %" PRId64 ", \"ok\": %s}",
+               i ? ", " : "", mode_name(c->mode), c->load_seconds, c->stats.seconds_model,
+               c->stats.seconds_read, c->stats.tensors, c->stats.in_place, c->stats.windowed,
+               c->stats.repacked, c->stats.filled, c->stats.mapped, c->stats.bytes_read,
+               c->stats.bytes_mapped, c->stats.bytes_locked, c->stats.lock_short ? "true" : "false",
+               c->token, c->ledger_bytes, c->left_bytes, c->maps, c->maps_not_rs, c->file_regions,
+               c->footprint, c->trimmed, cycle_ok(c) ? "true" : "false");
+    }
+    printf("]}\n");
+}
+
+static void report(const char *path, const llama_cycle *cs, unsigned cycles, bool ok, bool json,
+                   int automode) {
+    unsigned n = (unsigned)N_MODES * cycles;
     if (json) {
-        printf("{\"file\": ");
-        cli_json_cstr(stdout, path);
-        printf(", \"via\": \"llama\", \"ok\": %s, \"cycles\": [", ok ? "true" : "false");
-        for (unsigned i = 0; i < cycles; i++) {
-            const llama_cycle *c = &cs[i];
-            printf("%s{\"load_seconds\": %.6f, \"model_seconds\": %.6f, \"read_seconds\": %.6f, "
-                   "\"tensors\": %zu, \"in_place\": %zu, \"windowed\": "
-                   "%zu, \"repacked\": %zu, \"filled\": %zu, \"bytes_read\": %" PRIu64
-                   ", \"token\": %d, \"ledger_bytes\": %" PRIu64 ", \"left_bytes\": %" PRIu64
-                   ", \"file_regions\": %zu, \"footprint_delta\": %" PRId64
-                   ", \"footprint_delta_trimmed\": %" PRId64 ", \"ok\": %s}",
-                   i ? ", " : "", c->load_seconds, c->stats.seconds_model, c->stats.seconds_read,
-                   c->stats.tensors, c->stats.in_place, c->stats.windowed, c->stats.repacked,
-                   c->stats.filled, c->stats.bytes_read, c->token, c->ledger_bytes, c->left_bytes,
-                   c->file_regions, c->footprint, c->trimmed, cycle_ok(c) ? "true" : "false");
-        }
-        printf("]}\n");
+        report_json(path, cs, n, ok, automode);
         return;
     }
-    printf("%s: %zu tensors through llama.cpp's llama_model_init_from_user (%zu in place, %zu "
-           "windowed, %zu repacked, %zu filled), %s read, %u cycles\n\n",
-           path, cs[0].stats.tensors, cs[0].stats.in_place, cs[0].stats.windowed,
-           cs[0].stats.repacked, cs[0].stats.filled, cli_bytes(cs[0].stats.bytes_read, b[0]),
-           cycles);
-    printf("%-5s %8s %8s %8s | %-20s | %9s %10s %7s | %11s %11s | %s\n", "cycle", "load s",
-           "read s", "GB/s", "next token after BOS", "ledger", "after free", "regions", "footprint",
-           "trimmed", "verdict");
-    for (unsigned i = 0; i < cycles; i++) {
+    char b[6][32];
+    printf("%s: %zu tensors through llama.cpp's llama_model_init_from_user, in each load mode "
+           "(AUTO is %s here), %u cycles each\n\n",
+           path, cs[0].stats.tensors, mode_name(automode), cycles);
+    printf("%-10s %5s %8s %10s %10s | %-20s | %9s %10s | %7s %5s | %11s %11s | %s\n", "mode",
+           "cycle", "load s", "mapped", "read", "next token after BOS", "ledger", "after free",
+           "regions", "after", "footprint", "trimmed", "verdict");
+    for (unsigned i = 0; i < n; i++) {
         const llama_cycle *c = &cs[i];
-        char tok[40];
+        char tok[40], t[32];
         snprintf(tok, sizeof tok, "%d '%s'", c->token, c->piece);
-        char t[32];
-        printf("%-5u %8.4f %8.4f %8.2f | %-20s | %9s %10s %7zu | %11s %11s | %s\n", i + 1,
-               c->load_seconds, c->stats.seconds_read,
-               c->load_seconds > 0 ? (double)c->stats.bytes_read / c->load_seconds / 1e9 : 0.0, tok,
-               cli_bytes(c->ledger_bytes, b[1]), cli_bytes(c->left_bytes, b[2]), c->file_regions,
-               sdelta(c->footprint, b[3]), sdelta(c->trimmed, t), cycle_ok(c) ? "ok" : "LEAK");
+        printf("%-10s %5u %8.4f %10s %10s | %-20s | %9s %10s | %7zu %5zu | %11s %11s | %s%s\n",
+               mode_name(c->mode), i % cycles + 1, c->load_seconds,
+               cli_bytes(c->stats.bytes_mapped, b[0]), cli_bytes(c->stats.bytes_read, b[1]), tok,
+               cli_bytes(c->ledger_bytes, b[2]), cli_bytes(c->left_bytes, b[3]), c->maps,
+               c->file_regions, sdelta(c->footprint, b[4]), sdelta(c->trimmed, t),
+               cycle_ok(c) ? "ok" : "LEAK", c->stats.lock_short ? " (mlock short)" : "");
     }
+    printf("\nregions: the file's mappings with the model loaded (r--s only in the mapped modes, "
+           "whose mapping is the ledger's while loaded), and after llama_model_free");
     if (!JUDGE_FOOTPRINT)
         printf("\nfootprint not judged: AddressSanitizer's allocator keeps freed memory in its "
                "quarantine");
-    else if (ok && cs[cycles - 1].footprint > SLACK && cs[cycles - 1].stats.bytes_own)
-        printf("\nthe weight buffers were the bridge's own pages (%s), unmapped by "
-               "llama_model_free; llama.cpp's own malloc memory (the model's structures, the "
-               "context's buffers): malloc kept %s of it as free memory (glibc; malloc_trim(0) "
-               "gave it back)",
-               cli_bytes(cs[cycles - 1].stats.bytes_own, b[1]),
-               sdelta(cs[cycles - 1].footprint, b[0]));
-    else if (ok && cs[cycles - 1].footprint > SLACK)
-        printf(
-            "\nllama.cpp's weight buffers are malloc's: after llama_model_free, malloc kept %s of "
-            "them as free memory (glibc; malloc_trim(0) gave it back)",
-            sdelta(cs[cycles - 1].footprint, b[0]));
-    printf("\n%s\n", ok ? "all memory returned: weightmap held nothing once each load returned, "
-                          "and llama_model_free gave every byte back"
+    else if (ok)
+        printf("\nfootprint: after llama_model_free, then after malloc_trim(0): what malloc kept "
+               "free of llama.cpp's own memory (the model's structures, the context's buffers) "
+               "shows in the first");
+    printf("\n%s\n", ok ? "all memory returned: weightmap held nothing once each load returned "
+                          "but the mapped modes' mapping, and llama_model_free gave every byte back"
                         : "MEMORY NOT RETURNED: see the rows marked LEAK");
 }
 
@@ -225,29 +263,40 @@ static void load_backends(void) {
     }
 }
 
+/* The cycles of one mode, after a warm-up cycle (llama.cpp's own one-time set-up). */
+static int mode_cycles(const char *path, int mode, unsigned cycles, unsigned threads,
+                       llama_cycle *cs, bool *ok, wm_error *err) {
+    llama_cycle warm;
+    if (one_cycle(path, mode, threads, footprint(), &warm, err)) return 1;
+    uint64_t base = footprint();
+    for (unsigned i = 0; i < cycles; i++) {
+        if (one_cycle(path, mode, threads, base, &cs[i], err)) return 1;
+        *ok = *ok && cycle_ok(&cs[i]);
+    }
+    return 0;
+}
+
 int cli_check_llama(const char *path, unsigned cycles, bool json, unsigned threads) {
     const char *log = getenv("WM_LLAMA_LOG");
     if (!log || strcmp(log, "1") != 0) llama_log_set(quiet, NULL);
     load_backends();
     llama_backend_init();
-    llama_cycle *cs = calloc(cycles + 1, sizeof *cs);
+    llama_cycle *cs = calloc(N_MODES * cycles, sizeof *cs);
     if (!cs) return 1;
     wm_error err;
-    /* the warm-up cycle: llama.cpp's own one-time set-up (backends, thread pools) */
-    if (one_cycle(path, threads, footprint(), &cs[cycles], &err)) {
-        free(cs);
-        return cli_fail(&err);
-    }
-    uint64_t base = footprint();
     bool ok = true;
-    for (unsigned i = 0; i < cycles; i++) {
-        if (one_cycle(path, threads, base, &cs[i], &err)) {
+    for (size_t k = 0; k < N_MODES; k++)
+        if (mode_cycles(path, modes[k], cycles, threads, cs + k * cycles, &ok, &err)) {
             free(cs);
             return cli_fail(&err);
         }
-        ok = ok && cycle_ok(&cs[i]);
+    /* what AUTO resolves to: a load with llama.cpp's default params says it */
+    llama_cycle a;
+    if (one_cycle(path, LLAMA_LOAD_MODE_AUTO, threads, footprint(), &a, &err)) {
+        free(cs);
+        return cli_fail(&err);
     }
-    report(path, cs, cycles, ok, json);
+    report(path, cs, cycles, ok, json, a.stats.load_mode);
     free(cs);
     return ok ? 0 : 1;
 }

@@ -11,9 +11,13 @@
  * its own buffer types (CPU, repacked CPU, GPU). Then weightmap's reader
  * (wm_file_read_tensors) fills every tensor in parallel: straight into host buffers, and
  * through a bounded page-allocated window and ggml_backend_tensor_set into any other (device
- * buffers; the CPU's repack buffers, in row groups: wm_llama_repack). When the call returns,
- * nothing of weightmap's is held (its ledger is as before: the file is closed, every thread, window
- * and table is gone); the model's memory is llama.cpp's, in llama.cpp's buffers. Where the model
+ * buffers; the CPU's repack buffers, in row groups: wm_llama_repack); in the mapped load modes
+ * (params.load_mode MMAP, MMAP_MLOCK, and AUTO where it resolves to MMAP: wm_llama_load_mode)
+ * the tensors of the plain CPU buffer point into a shared, read-only mapping of the file instead.
+ * When the call returns, nothing of weightmap's is held (its ledger is as before: the file is
+ * closed, every thread, window and table is gone) but, in the mapped modes, that mapping, which
+ * the model's CPU buffer holds and llama_model_free releases; the model's memory is llama.cpp's,
+ * in llama.cpp's buffers. Where the model
  * runs on the CPU those buffers are, by default, pages the bridge maps for llama.cpp's own buffer
  * types and llama_model_free unmaps (wm_llama_buffers: they rely on ggml's internal buffer
  * layout, used only when the ggml the process runs is the version the bridge was built with;
@@ -74,6 +78,20 @@ typedef struct wm_llama_stats {
     uint64_t bytes_laid_out; /* of the in-place tensors' bytes, those whose place agrees with
                                 their file offset on the 4 KiB grid (the bridge's own buffers
                                 start where most do): read direct into place, no staging copy */
+    /* added in 1.7: the load mode (wm_llama_options.load_mode, params.load_mode) */
+    int32_t load_mode_asked; /* enum llama_load_mode as asked (LLAMA_LOAD_MODE_AUTO included) */
+    int32_t load_mode;       /* enum llama_load_mode the load used: never AUTO */
+    uint32_t load_mode_fell_back; /* 1: AUTO resolved to MMAP, which this load could not map (see
+                                     wm_llama_load_mode), and it read instead: load_mode NONE */
+    uint32_t lock_short;          /* 1: mlock refused some bytes (RLIMIT_MEMLOCK): the load
+                                     warned through llama.cpp's log and went on, as llama.cpp does */
+    size_t mapped;                /* tensors backed by the file's MAP_SHARED, PROT_READ mapping
+                                     (the mapped modes), not read */
+    uint64_t bytes_mapped;        /* their bytes */
+    uint64_t bytes_mapped_cached; /* of those, in the page cache when the load began (mincore) */
+    uint64_t bytes_locked;        /* bytes under mlock (MLOCK, MMAP_MLOCK) */
+    double seconds_populate;      /* bringing the mapped pages in (MADV_POPULATE_READ) */
+    unsigned populate_threads;    /* threads that did it (more where the bytes were cold) */
 } wm_llama_stats;
 
 #define WM_LLAMA_STATS_INIT WM_SIZED_INIT(wm_llama_stats)
@@ -162,6 +180,45 @@ typedef enum wm_llama_prefetch {
     WM_LLAMA_PREFETCH_OFF = 1   /* the first read starts after llama.cpp has made the model */
 } wm_llama_prefetch;
 
+/* wm_llama_options.load_mode (added in 1.7): llama.cpp v0.4.0's enum llama_load_mode, which
+ * params.load_mode carries, as the load does it:
+ *   AUTO (-1, llama_model_default_params()'s): resolved as llama.cpp v0.4.0 resolves it
+ *       (llama-model.cpp load_tensors): MMAP, unless a device of the model (params.devices, or
+ *       else every GPU, or every integrated GPU where there is no discrete one; none with
+ *       split_mode NONE and main_gpu < 0; that GPU alone with split_mode NONE) says it cannot map
+ *       (ggml_backend_dev_props.caps.mmap_support false: CUDA and Vulkan integrated GPUs,
+ *       OpenCL, Hexagon), then NONE. Where it resolves to MMAP but this load cannot map (below),
+ *       it reads (NONE), says so in wm_llama_stats (load_mode_fell_back) and warns in
+ *       llama.cpp's log.
+ *   MMAP: every tensor llama.cpp keeps in a plain CPU buffer is backed by one MAP_SHARED,
+ *       PROT_READ mapping of the file (weightmap's WM_MODE_MMAP model, made before llama.cpp is
+ *       called; counted in the ledger while the model lives): never private, never written. Its
+ *       pages are brought in before the call returns (MADV_POPULATE_READ over the mapped
+ *       tensors' ranges, by more threads where mincore finds them cold), so that decoding does
+ *       not fault them one at a time. Repacked (extra buffer type) tensors are read as NONE
+ *       reads them. The CPU buffer's free (llama_model_free) drops the mapping. It needs the
+ *       bridge's own buffers (wm_llama_buffers: a model that runs on the CPU, the ggml the bridge
+ *       was built with, buffers AUTO, params.no_alloc false); elsewhere an explicit MMAP fails
+ *       with WM_EUNSUPPORTED naming the mode, before llama.cpp is called.
+ *   MLOCK: NONE, then every buffer of the bridge's own pages locked (mlock), as llama.cpp locks
+ *       each host buffer (a buffer llama.cpp allocates is not locked: wm_llama_stats.bytes_locked
+ *       counts what is).
+ *   MMAP_MLOCK: MMAP, the mapped tensors' ranges locked, and the own buffers that are not mapped.
+ *       Over RLIMIT_MEMLOCK both lock what they can, warn in llama.cpp's log (as llama.cpp does)
+ *       and go on: wm_llama_stats.lock_short.
+ *   NONE, DIRECT_IO: weightmap's reader, as before 1.7 (wm_llama_options.direct_io: AUTO reads
+ *       cold bytes with O_DIRECT).
+ * Another value of params.load_mode is refused (WM_EINVAL) before llama.cpp is called. */
+typedef enum wm_llama_load_mode {
+    WM_LLAMA_LOAD_PARAMS = 0, /* as params.load_mode says (llama.cpp's default: AUTO) */
+    WM_LLAMA_LOAD_AUTO = 1,   /* these choose, whatever params say: LLAMA_LOAD_MODE_X + 2 */
+    WM_LLAMA_LOAD_NONE = 2,
+    WM_LLAMA_LOAD_MMAP = 3,
+    WM_LLAMA_LOAD_MLOCK = 4,
+    WM_LLAMA_LOAD_MMAP_MLOCK = 5,
+    WM_LLAMA_LOAD_DIRECT_IO = 6
+} wm_llama_load_mode;
+
 /* Grows only at the end (weightmap.h, "the ABI promise"); NULL for every default, or start from
  * WM_LLAMA_OPTIONS_INIT. */
 typedef struct wm_llama_options {
@@ -180,20 +237,26 @@ typedef struct wm_llama_options {
     /* added in 1.3 (a caller of an older header: both AUTO) */
     wm_llama_prefault prefault;
     wm_llama_prefetch prefetch;
+    /* added in 1.7 (a caller of an older header: PARAMS) */
+    wm_llama_load_mode load_mode;
 } wm_llama_options;
 
 #define WM_LLAMA_OPTIONS_INIT WM_SIZED_INIT(wm_llama_options)
 
 /* Loads the GGUF model at `path` as llama_model_load_from_file(path, *params) would (params NULL:
- * llama_model_default_params(); load_mode is ignored: weightmap reads). A split set loads from
+ * llama_model_default_params(); load_mode as wm_llama_load_mode says). A split set loads from
  * any of its parts (weightmap opens the whole set). The model is the caller's, freed by
- * llama_model_free; nothing else is held after the call.
- * Returns WM_OK and *out, or: WM_EINVAL (NULL path or out, a bad options struct), WM_ENOENT,
+ * llama_model_free; nothing else is held after the call but, in the mapped modes, the file's
+ * mapping, which the model's CPU buffer holds and llama_model_free releases.
+ * Returns WM_OK and *out, or: WM_EINVAL (NULL path or out, a bad options struct or load_mode),
+ * WM_EUNSUPPORTED (MMAP or MMAP_MLOCK asked where the bridge cannot map), WM_ENOENT,
  * WM_EPERM, WM_EIO, WM_ENOMEM, WM_EFORMAT (not GGUF, malformed, cut short, a tensor of a type or
  * shape llama.cpp cannot hold, or other than the model expects, or absent where it has no
  * neutral value: err names the file, the tensor and the field), WM_ECANCELED (the progress
- * callback returned false), WM_EDEVICE (llama.cpp refused the model: its log says why, e.g. a
- * missing hyperparameter or no backend loaded; or a buffer refused its bytes). */
+ * callback returned false), WM_EDEVICE (llama.cpp refused the model: err carries the last error
+ * line of llama.cpp's log, kept whatever the process's log callback does with it, e.g. a missing
+ * hyperparameter, and says what to do where the cause is known: no ggml backend loaded, a
+ * vocabulary-only file; or a buffer refused its bytes). */
 WM_API wm_status wm_llama_load(const char *path, const struct llama_model_params *params,
                                const wm_llama_options *opts, struct llama_model **out,
                                wm_error *err);

@@ -1191,7 +1191,9 @@ WM_TEST(llama_read_mode_5_cycles) { llama_cycles(0); }
 WM_TEST(llama_mmap_mode_5_cycles) { llama_cycles(1); }
 
 /* The llama.cpp bridge (tests/trace/wm_llama_driver: wm_llama_load, then llama_model_free)
- * beside llama.cpp's own loader in read and mmap mode, 5 cycles of the same model each, with
+ * (in its read mode, NONE, and in its mmap mode, which must break no rule and hold nothing after
+ * a release either) beside llama.cpp's own loader in read and mmap mode, 5 cycles of the same
+ * model each, with
  * ggml's baseline CPU variant and with the variant this CPU picks from the whole peer folder.
  * stories260K: all three clean. A 64 MiB make-model file: the bridge maps nothing, and its loads
  * free no more malloc scratch than llama.cpp's mmap mode (its model construction and the
@@ -1267,8 +1269,18 @@ WM_TEST(llama_bridge_5_cycles) {
     const char *models[2] = {FIXTURE, m64};
     for (int d = 0; d < 2; d++)
         for (int k = 0; k < 2; k++) {
-            snprintf(cmd, sizeof cmd, "%s %s 5 %s", prog("wm_llama_driver"), dirs[d], models[k]);
+            snprintf(cmd, sizeof cmd, "env WM_LLAMA_LOAD_MODE=0 %s %s 5 %s",
+                     prog("wm_llama_driver"), dirs[d], models[k]);
             traced wm = traced_run(cmd, true);
+            /* the bridge's mmap mode (1.7): the file mapped, every rule kept, nothing held */
+            snprintf(cmd, sizeof cmd, "env WM_LLAMA_LOAD_MODE=1 %s %s 5 %s",
+                     prog("wm_llama_driver"), dirs[d], models[k]);
+            traced wmm = traced_run(cmd, false);
+            CHECK_MSG(wmm.verdicts == 0 && wmm.held == 0 && wmm.unfreed == 0 &&
+                          wmm.maps_moved == 0 && wmm.scratch <= wm.scratch + 65536,
+                      "the bridge's mmap mode: %d rules broken, %.0f bytes held after a release, "
+                      "%.0f unfreed, mappings moved at %d releases, scratch %.0f (read %.0f)",
+                      wmm.verdicts, wmm.held, wmm.unfreed, wmm.maps_moved, wmm.scratch, wm.scratch);
             snprintf(cmd, sizeof cmd, "%s %s 0 5 %s", prog("llama_driver"), dirs[d], models[k]);
             traced rd = traced_run(cmd, false);
             snprintf(cmd, sizeof cmd, "%s %s 1 5 %s", prog("llama_driver"), dirs[d], models[k]);

@@ -11,7 +11,9 @@
  * malloc_trim), and the bytes of the last load's weight buffers in the bridge's own pages.
  * The environment can turn the bridge's two mechanisms for the tracer off (the contrast of
  * trace.llama_bridge_5_cycles, bench/RESULTS.md "Under the tracer"): WM_LLAMA_BUFFERS=llama
- * (wm_llama_options.buffers WM_LLAMA_BUFFERS_LLAMA), WM_LLAMA_TRIM=off (WM_LLAMA_TRIM_OFF).
+ * (wm_llama_options.buffers WM_LLAMA_BUFFERS_LLAMA), WM_LLAMA_TRIM=off (WM_LLAMA_TRIM_OFF); and
+ * choose the load mode: WM_LLAMA_LOAD_MODE=N sets params.load_mode to N (llama.cpp's enum: 0
+ * NONE, 1 MMAP, ...; unset: llama_model_default_params()'s AUTO).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -49,6 +51,8 @@ int main(int argc, char **argv) {
     wm_llama_options o = WM_LLAMA_OPTIONS_INIT;
     o.stats = &stats;
     const char *b = getenv("WM_LLAMA_BUFFERS"), *t = getenv("WM_LLAMA_TRIM");
+    const char *mode = getenv("WM_LLAMA_LOAD_MODE"); /* params.load_mode (default: AUTO) */
+    if (mode) p.load_mode = (enum llama_load_mode)atoi(mode);
     if (b && !strcmp(b, "llama")) o.buffers = WM_LLAMA_BUFFERS_LLAMA;
     if (t && !strcmp(t, "off")) o.trim = WM_LLAMA_TRIM_OFF;
     double in_load = 0, in_trim = 0;

@@ -1,0 +1,328 @@
+/*
+ * llama_modes.c: every load mode of llama.cpp v0.4.0 (params.load_mode: NONE, MMAP, MLOCK,
+ * MMAP_MLOCK, DIRECT_IO) through the llama.cpp bridge (wm_llama_load) against llama.cpp's own
+ * loader in the same mode, cold and warm, in one run (docs/LLAMA.md "Load modes",
+ * bench/RESULTS.md, llama, "Load modes"; bench/llama_modes.sh adds the tracer's rules):
+ *
+ *   load ms   time to loaded, median (p10-p90) of the rounds, each load in a child process of
+ *             its own; cold: fdatasync and POSIX_FADV_DONTNEED on the file first (what is left
+ *             cached is printed), warm: the file read through once first;
+ *   anon MiB  RssAnon of the child with the model loaded, over the child's before the load
+ *             (median): the anonymous memory a device's killer counts (iOS: phys_footprint,
+ *             Android: the low-memory killer's anon+swap), which mapped file pages are not;
+ *   regions   the file's mappings while loaded (r--s: shared, read-only);
+ *   the disk  parallel O_DIRECT 8 MiB preads of the tensor data from the cold file, the same
+ *             rounds: each cold load's ratio to it, paired round by round (median).
+ *
+ *     build/bench/llama_modes [-r ROUNDS] [--gpu] [--warm-memory GIB] [MODEL]
+ *
+ * MODEL defaults to bench-llama-1200M.gguf in the working folder (`weightmap make-model FILE
+ * --size 1200M` makes it; bench/llama_modes.sh does when it is missing). --gpu
+ * offloads every layer (n_gpu_layers 999; a ggml CUDA backend beside the prebuilt libraries,
+ * bench/llama_cuda.sh): then AUTO resolves as llama.cpp resolves it there, and the bridge maps
+ * nothing (its explicit MMAP is refused: the row says so).
+ */
+#include "peer.h"
+#include "weightmap_llama.h"
+
+#include <fcntl.h>
+#include <ggml-backend.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MAX_ROUNDS 16
+#define BLOCK ((size_t)8 << 20)
+
+static const int modes[] = {0, 1, 2, 3, 4}; /* llama.cpp's enum llama_load_mode */
+#define N_MODES 5
+static const char *const mode_names[N_MODES] = {"none", "mmap", "mlock", "mmap+mlock", "dio"};
+static int gpu_layers;
+
+static void quiet(enum ggml_log_level level, const char *text, void *user) {
+    (void)level, (void)text, (void)user;
+}
+
+static uint64_t rss_anon(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    unsigned long long kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "RssAnon: %llu kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return (uint64_t)kb << 10;
+}
+
+static uint64_t cached_bytes(const char *path) {
+    int fd = open(path, O_RDONLY);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) return 0;
+    size_t len = (size_t)st.st_size, pg = (size_t)sysconf(_SC_PAGESIZE), n = (len + pg - 1) / pg;
+    void *p = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    unsigned char *v = malloc(n);
+    uint64_t c = 0;
+    if (p != MAP_FAILED && v && mincore(p, len, v) == 0)
+        for (size_t i = 0; i < n; i++)
+            c += (v[i] & 1) ? pg : 0;
+    if (p != MAP_FAILED) munmap(p, len);
+    free(v);
+    return c;
+}
+
+static void make_cold(const char *path) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return;
+    fdatasync(fd);
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    close(fd);
+}
+
+static void make_warm(const char *path) {
+    int fd = open(path, O_RDONLY);
+    char *b = malloc(BLOCK);
+    while (fd >= 0 && b && read(fd, b, BLOCK) > 0) {
+    }
+    free(b);
+    if (fd >= 0) close(fd);
+}
+
+/* ---- the guest's memory, backed before each measurement (--warm-memory GIB, as bench/llama.c:
+ * on a VM whose balloon hands freed memory back to the host, faulting fresh memory costs
+ * seconds; touched and freed just before, it costs what it does on a host) ---- */
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+static void warm_memory(double gib) {
+    size_t n = (size_t)(gib * 1073741824.0) / 4096 * 4096;
+    if (n == 0) return;
+    unsigned char *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return;
+    madvise(p, n, MADV_HUGEPAGE);
+    if (madvise(p, n, MADV_POPULATE_WRITE) != 0) memset(p, 1, n);
+    munmap(p, n);
+}
+
+/* ---- the disk: O_DIRECT preads of [data, size) by one thread per CPU ---- */
+
+typedef struct disk_run {
+    int fd;
+    uint64_t data, size;
+    atomic_uint_fast64_t next;
+} disk_run;
+
+static void *disk_thread(void *arg) {
+    disk_run *r = arg;
+    void *b = mmap(NULL, BLOCK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (b == MAP_FAILED) return NULL;
+    madvise(b, BLOCK, MADV_HUGEPAGE);
+    memset(b, 0, BLOCK);
+    uint64_t start = r->data / 4096 * 4096;
+    for (;;) {
+        uint64_t at = start + atomic_fetch_add(&r->next, BLOCK);
+        if (at >= r->size) break;
+        if (pread(r->fd, b, BLOCK, (off_t)at) <= 0) break;
+    }
+    munmap(b, BLOCK);
+    return NULL;
+}
+
+static double disk_ms(const char *path, uint64_t data, uint64_t size) {
+    disk_run r = {.fd = open(path, O_RDONLY | O_DIRECT), .data = data, .size = size};
+    if (r.fd < 0) return -1;
+    atomic_init(&r.next, 0);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    pthread_t th[64];
+    n = n < 1 ? 1 : n > 64 ? 64 : n;
+    double t0 = bench_now_ms();
+    for (long k = 0; k < n; k++)
+        pthread_create(&th[k], NULL, disk_thread, &r);
+    for (long k = 0; k < n; k++)
+        pthread_join(th[k], NULL);
+    close(r.fd);
+    return bench_now_ms() - t0;
+}
+
+/* ---- one load, in a child ---- */
+
+typedef struct result {
+    double ms;
+    double anon;
+    int regions, not_rs, mode_used, fell_back;
+} result;
+
+static int file_regions(const char *path, int *not_rs) {
+    wm_file_region r[64];
+    size_t n = 0;
+    *not_rs = 0;
+    if (wm_mem_file_regions(0, path, r, 64, &n, NULL) != WM_OK) return 0;
+    for (size_t k = 0; k < n && k < 64; k++)
+        *not_rs += strcmp(r[k].perms, "r--s") != 0;
+    return (int)n;
+}
+
+static result load_once(const char *path, int mode, bool bridge) {
+    llama_log_set(quiet, NULL);
+    ggml_backend_load_all_from_path(WM_LLAMA_LIBDIR);
+    llama_backend_init();
+    struct llama_model_params p = llama_model_default_params();
+    p.n_gpu_layers = gpu_layers;
+    p.load_mode = (enum llama_load_mode)mode;
+    result r = {.ms = -1, .mode_used = mode};
+    uint64_t before = rss_anon();
+    struct llama_model *m = NULL;
+    double t0 = bench_now_ms();
+    if (bridge) {
+        wm_llama_stats st = WM_LLAMA_STATS_INIT;
+        wm_llama_options o = WM_LLAMA_OPTIONS_INIT;
+        o.stats = &st;
+        wm_error err;
+        if (wm_llama_load(path, &p, &o, &m, &err) != WM_OK) {
+            fprintf(stderr, "llama_modes: %s: %s\n", mode_names[mode], err.msg);
+            return r;
+        }
+        r.mode_used = st.load_mode;
+        r.fell_back = (int)st.load_mode_fell_back;
+        fprintf(stderr,
+                "  wm_llama_load %s: model %.1f ms, reads %.1f ms (%.1f MiB), populate %.1f ms "
+                "(%u threads, %.1f of %.1f MiB cached), trim %.1f ms\n",
+                mode_names[mode], st.seconds_model * 1e3, st.seconds_read * 1e3,
+                (double)st.bytes_read / 1048576.0, st.seconds_populate * 1e3, st.populate_threads,
+                (double)st.bytes_mapped_cached / 1048576.0, (double)st.bytes_mapped / 1048576.0,
+                st.seconds_trim * 1e3);
+    } else {
+        m = llama_model_load_from_file(path, p);
+    }
+    r.ms = bench_now_ms() - t0;
+    if (!m) return (result){.ms = -1};
+    uint64_t after = rss_anon();
+    r.anon = after > before ? (double)(after - before) / 1048576.0 : 0;
+    r.regions = file_regions(path, &r.not_rs);
+    llama_model_free(m);
+    return r;
+}
+
+static result in_child(const char *path, int mode, bool bridge) {
+    int pfd[2];
+    result r = {.ms = -1};
+    if (pipe(pfd) != 0) return r;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(pfd[0]);
+        result v = load_once(path, mode, bridge);
+        if (write(pfd[1], &v, sizeof v) != (ssize_t)sizeof v) _exit(1);
+        _exit(0);
+    }
+    close(pfd[1]);
+    if (read(pfd[0], &r, sizeof r) != (ssize_t)sizeof r) r.ms = -1;
+    close(pfd[0]);
+    int status;
+    waitpid(pid, &status, 0);
+    return r;
+}
+
+/* ---- the run ---- */
+
+typedef struct cell {
+    double ms[MAX_ROUNDS], anon[MAX_ROUNDS], ratio[MAX_ROUNDS];
+    result last;
+} cell;
+
+static cell cells[2][N_MODES][2]; /* [cold][mode][bridge] */
+static double disk[MAX_ROUNDS];
+static double warm_gib;
+
+static void print_row(int cold, int k, int b, int rounds) {
+    cell *c = &cells[cold][k][b];
+    for (int r = 0; r < rounds; r++)
+        if (c->ms[r] < 0) { /* refused (the bridge's explicit MMAP with layers on a GPU) */
+            printf("| %s | %s | %s | refused (stderr says why) | - | - | - |\n",
+                   cold ? "cold" : "warm", mode_names[k], b ? "wm_llama_load" : "llama.cpp");
+            return;
+        }
+    double ms[MAX_ROUNDS], an[MAX_ROUNDS], ra[MAX_ROUNDS];
+    memcpy(ms, c->ms, sizeof ms), memcpy(an, c->anon, sizeof an), memcpy(ra, c->ratio, sizeof ra);
+    bench_stats s = bench_stats_of(ms, (size_t)rounds), a = bench_stats_of(an, (size_t)rounds);
+    char pair[32] = "-";
+    if (cold) snprintf(pair, sizeof pair, "%.3f", bench_stats_of(ra, (size_t)rounds).median);
+    printf("| %s | %s | %s | %.1f (%.1f-%.1f) | %s | %.1f | %d (%d not r--s)%s |\n",
+           cold ? "cold" : "warm", mode_names[k], b ? "wm_llama_load" : "llama.cpp", s.median,
+           s.p10, s.p90, pair, a.median, c->last.regions, c->last.not_rs,
+           c->last.fell_back ? ", read instead (AUTO fell back)" : "");
+}
+
+/* The rounds: the disk, then each mode, loader and temperature, in an order that rotates. */
+static void run_rounds(const char *path, uint64_t data, uint64_t size, int rounds) {
+    for (int r = 0; r < rounds; r++) {
+        make_cold(path);
+        disk[r] = disk_ms(path, data, size);
+        for (int k0 = 0; k0 < N_MODES; k0++)
+            for (int b0 = 0; b0 < 2; b0++)
+                for (int cold = 1; cold >= 0; cold--) {
+                    int k = (k0 + r) % N_MODES, b = (b0 + r) % 2; /* the order rotates */
+                    cold ? make_cold(path) : make_warm(path);
+                    warm_memory(warm_gib);
+                    uint64_t left = cold ? cached_bytes(path) : 0;
+                    result x = in_child(path, modes[k], b);
+                    cell *c = &cells[cold][k][b];
+                    c->ms[r] = x.ms, c->anon[r] = x.anon, c->last = x;
+                    c->ratio[r] = x.ms > 0 ? disk[r] / x.ms : 0;
+                    if (cold && left > (64u << 20))
+                        fprintf(stderr,
+                                "llama_modes: %llu bytes stayed cached before a cold load\n",
+                                (unsigned long long)left);
+                }
+    }
+}
+
+int main(int argc, char **argv) {
+    int rounds = 3;
+    const char *path = "bench-llama-1200M.gguf";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-r") && i + 1 < argc)
+            rounds = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--warm-memory") && i + 1 < argc)
+            warm_gib = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--gpu"))
+            gpu_layers = 999;
+        else
+            path = argv[i];
+    }
+    rounds = rounds < 1 ? 1 : rounds > MAX_ROUNDS ? MAX_ROUNDS : rounds;
+    if (access(path, R_OK) != 0) {
+        fprintf(stderr, "llama_modes: %s missing: make it with weightmap make-model --size 1200M\n",
+                path);
+        return 2;
+    }
+    wm_file *f = NULL;
+    if (wm_file_open(path, &f, NULL) != WM_OK) return 2;
+    uint64_t data = wm_file_data_offset(f), size = wm_file_size(f);
+    wm_file_close(f);
+    char machine[512];
+    bench_machine_line(machine, sizeof machine);
+    run_rounds(path, data, size, rounds);
+    bench_stats d = bench_stats_of(disk, (size_t)rounds);
+    printf("#### load modes: %s (%.1f MiB), %s%s, --warm-memory %.1f; median (p10-p90) of %d "
+           "rounds\n\n",
+           path, (double)(size - data) / 1048576.0, machine, gpu_layers ? ", --gpu" : "", warm_gib,
+           rounds);
+    printf("the disk (O_DIRECT 8 MiB preads, one thread per CPU, cold): %.1f ms (%.1f-%.1f), %.2f "
+           "GB/s\n\n",
+           d.median, d.p10, d.p90, (double)(size - data) / d.median / 1e6);
+    printf("| | mode | loader | load ms | cold: the disk / it, paired | RssAnon while loaded, MiB "
+           "| the file's regions while loaded |\n|---|---|---|---:|---:|---:|---|\n");
+    for (int cold = 1; cold >= 0; cold--)
+        for (int k = 0; k < N_MODES; k++)
+            for (int b = 0; b < 2; b++)
+                print_row(cold, k, b, rounds);
+    return 0;
+}

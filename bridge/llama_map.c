@@ -1,0 +1,313 @@
+/*
+ * llama_map.c: the llama.cpp bridge's load modes (llama_bridge.h; include/weightmap_llama.h,
+ * wm_llama_load_mode): AUTO resolved as llama.cpp v0.4.0 resolves it, the file's mapping (a
+ * weightmap WM_MODE_MMAP model, refcounted: the load and each mapped CPU buffer hold it), the
+ * populate of the mapped ranges, and the locks. Public API only, of weightmap, llama.cpp and
+ * ggml.
+ */
+#include "llama_bridge.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#endif
+
+/* ---- the mode ---- */
+
+static const char *mode_name(int m) {
+    static const char *const names[] = {"AUTO", "NONE", "MMAP", "MLOCK", "MMAP_MLOCK", "DIRECT_IO"};
+    return m >= -1 && m <= 4 ? names[m + 1] : "unknown";
+}
+
+bool wm__llama_mode_maps(int mode) {
+    return mode == LLAMA_LOAD_MODE_MMAP || mode == LLAMA_LOAD_MODE_MMAP_MLOCK;
+}
+
+bool wm__llama_mode_locks(int mode) {
+    return mode == LLAMA_LOAD_MODE_MLOCK || mode == LLAMA_LOAD_MODE_MMAP_MLOCK;
+}
+
+static bool is_gpu(ggml_backend_dev_t d, enum ggml_backend_dev_type t) {
+    return ggml_backend_dev_type(d) == t;
+}
+
+/* Whether device d can map (ggml_backend_dev_props.caps.mmap_support). */
+static bool maps(ggml_backend_dev_t d) {
+    struct ggml_backend_dev_props props;
+    memset(&props, 0, sizeof props);
+    ggml_backend_dev_get_props(d, &props);
+    return props.caps.mmap_support;
+}
+
+/* AUTO as llama.cpp v0.4.0 resolves it (llama.cpp llama_prepare_model_devices, then
+ * llama-model.cpp load_tensors): MMAP unless one of the model's devices cannot map. The model's
+ * devices: params.devices, or else every GPU, or every integrated GPU where there is no GPU (RPC
+ * servers count with the GPUs: they map); with split_mode NONE only main_gpu's (none where it is
+ * negative). */
+static int resolve_auto(const struct llama_model_params *p) {
+    ggml_backend_dev_t list[64];
+    size_t n = 0;
+    if (p->devices) {
+        for (ggml_backend_dev_t *d = p->devices; *d && n < 64; d++)
+            list[n++] = *d;
+    } else {
+        enum ggml_backend_dev_type want = GGML_BACKEND_DEVICE_TYPE_GPU;
+        for (int pass = 0; pass < 2 && n == 0; pass++, want = GGML_BACKEND_DEVICE_TYPE_IGPU)
+            for (size_t i = 0; i < ggml_backend_dev_count() && n < 64; i++)
+                if (is_gpu(ggml_backend_dev_get(i), want)) list[n++] = ggml_backend_dev_get(i);
+    }
+    if (p->split_mode == LLAMA_SPLIT_MODE_NONE && n) {
+        if (p->main_gpu < 0 || (size_t)p->main_gpu >= n)
+            n = 0; /* llama.cpp refuses the latter */
+        else
+            list[0] = list[p->main_gpu], n = 1;
+    }
+    for (size_t k = 0; k < n; k++)
+        if (!maps(list[k])) return LLAMA_LOAD_MODE_NONE;
+    return LLAMA_LOAD_MODE_MMAP;
+}
+
+wm_status wm__llama_mode(const char *path, const struct llama_model_params *p,
+                         wm_llama_load_mode chosen, int *asked, int *mode, wm_error *err) {
+    if ((unsigned)chosen > WM_LLAMA_LOAD_DIRECT_IO)
+        return fail(err, WM_EINVAL,
+                    "%s: wm_llama_options.load_mode %d is none of PARAMS (0), AUTO (1), NONE, "
+                    "MMAP, MLOCK, MMAP_MLOCK, DIRECT_IO (6)",
+                    path, (int)chosen);
+    int m = chosen == WM_LLAMA_LOAD_PARAMS ? (int)p->load_mode : (int)chosen - 2;
+    if (m < LLAMA_LOAD_MODE_AUTO || m > LLAMA_LOAD_MODE_DIRECT_IO)
+        return fail(err, WM_EINVAL,
+                    "%s: llama_model_params.load_mode %d is none of llama.cpp's AUTO (-1), NONE "
+                    "(0), MMAP (1), MLOCK (2), MMAP_MLOCK (3), DIRECT_IO (4)",
+                    path, m);
+    *asked = m;
+    *mode = m == LLAMA_LOAD_MODE_AUTO ? resolve_auto(p) : m;
+    return WM_OK;
+}
+
+/* ---- the mapping ---- */
+
+struct wm_llama_map {
+    wm_model *model;
+    atomic_uint refs;
+};
+
+wm_status wm__llama_map_open(const wm_file *f, struct wm_llama_map **out, wm_error *err) {
+    *out = NULL;
+    struct wm_llama_map *map = wm__llama_pages(sizeof *map);
+    if (!map)
+        return fail(err, WM_ENOMEM, "%s: out of memory for the file's mapping", wm_file_path(f));
+    wm_load_options lo = WM_LOAD_OPTIONS_INIT;
+    lo.mode = WM_MODE_MMAP;
+    /* the model holds the file (a reference), not this const pointer's owner */
+    wm_status st = wm_model_load((wm_file *)(uintptr_t)f, &lo, &map->model, err);
+    if (st) {
+        wm__llama_pages_free(map, sizeof *map);
+        return st;
+    }
+    atomic_init(&map->refs, 1);
+    *out = map;
+    return WM_OK;
+}
+
+void wm__llama_map_hold(struct wm_llama_map *map) { atomic_fetch_add(&map->refs, 1); }
+
+void wm__llama_map_release(struct wm_llama_map *map) {
+    if (!map || atomic_fetch_sub(&map->refs, 1) != 1) return;
+    wm_model_release(map->model);
+    wm__llama_pages_free(map, sizeof *map);
+}
+
+void *wm__llama_map_tensor(const struct wm_llama_map *map, size_t index) {
+    return (void *)(uintptr_t)wm_model_tensor_data(map->model, index);
+}
+
+/* ---- populate ----
+ * Started as soon as the file is mapped, before llama.cpp makes the model (which takes tens of
+ * milliseconds with the disk idle otherwise), over the whole mapping (llama.cpp's own mmap mode
+ * populates the whole file: MAP_POPULATE); joined before the load returns or fails (the threads
+ * touch the mapping: nothing is unmapped before). */
+
+#define PIECE ((size_t)1 << 20)
+#define MAX_POPULATE_THREADS 64
+
+struct wm_llama_populate {
+    const struct wm_llama_map *map;
+    wm_llama_span span[16]; /* the mapping's buffers (one per shard) */
+    size_t n;
+    uint64_t total;
+    atomic_uint_fast64_t next; /* bytes handed out, over the spans in order */
+    atomic_int error;          /* the first errno */
+    atomic_int stop;           /* the load failed: hand out no more */
+    pthread_t th[MAX_POPULATE_THREADS];
+    unsigned started;
+    double t0;
+};
+
+static int span_cmp(const void *a, const void *b) {
+    uintptr_t x = ((const wm_llama_span *)a)->lo, y = ((const wm_llama_span *)b)->lo;
+    return x < y ? -1 : x > y;
+}
+
+size_t wm__llama_merge(wm_llama_span *s, size_t n) {
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    for (size_t k = 0; k < n; k++)
+        s[k].lo = s[k].lo / pg * pg, s[k].hi = (s[k].hi + pg - 1) / pg * pg;
+    qsort(s, n, sizeof *s, span_cmp);
+    size_t m = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (m && s[k].lo <= s[m - 1].hi) {
+            if (s[k].hi > s[m - 1].hi) s[m - 1].hi = s[k].hi;
+        } else {
+            s[m++] = s[k];
+        }
+    }
+    return m;
+}
+
+/* Bytes of the spans in the page cache (mincore of the mapping, 1 MiB of pages a call). */
+static uint64_t cached(const wm_llama_span *s, size_t n) {
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    unsigned char vec[256];
+    uint64_t bytes = 0;
+    for (size_t k = 0; k < n; k++)
+        for (uintptr_t at = s[k].lo; at < s[k].hi;) {
+            size_t len = s[k].hi - at < sizeof vec * pg ? s[k].hi - at : sizeof vec * pg;
+            if (mincore((void *)at, len, vec) != 0) return bytes;
+            for (size_t p = 0; p < (len + pg - 1) / pg; p++)
+                bytes += (vec[p] & 1) ? pg : 0;
+            at += len;
+        }
+    return bytes;
+}
+
+/* One piece: MADV_POPULATE_READ (faults the pages in, reading what is not cached, privatising
+ * nothing); where the kernel lacks it (EINVAL), MADV_WILLNEED, and the first touches come later.
+ * 0 or an errno (EFAULT: a page past the file's end, which a touch would have taken as SIGBUS). */
+static int populate_piece(void *at, size_t len) {
+    int e = FAULT_ERRNO(ADVISE);
+    if (e) return e;
+    if (madvise(at, len, MADV_POPULATE_READ) == 0) return 0;
+    e = errno;
+    if (e == EINTR || e == EAGAIN) return madvise(at, len, MADV_POPULATE_READ) ? errno : 0;
+    if (e == EINVAL) return madvise(at, len, MADV_WILLNEED), 0;
+    return e;
+}
+
+static void *populate_thread(void *arg) {
+    struct wm_llama_populate *p = arg;
+    for (;;) {
+        uint64_t at = atomic_fetch_add(&p->next, PIECE);
+        if (at >= p->total || atomic_load(&p->error) || atomic_load(&p->stop)) return NULL;
+        size_t k = 0;
+        while (at >= p->span[k].hi - p->span[k].lo)
+            at -= p->span[k].hi - p->span[k].lo, k++;
+        size_t left = p->span[k].hi - p->span[k].lo - (size_t)at;
+        int e = populate_piece((void *)(p->span[k].lo + at), left < PIECE ? left : PIECE);
+        int none = 0;
+        if (e) atomic_compare_exchange_strong(&p->error, &none, e);
+    }
+}
+
+/* Threads for the populate: cold bytes want requests in flight (the disk's queue, not the
+ * CPUs, bounds them), cached ones only page tables. */
+static unsigned populate_threads(unsigned asked, uint64_t total, uint64_t in_cache) {
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned n = asked ? asked : (unsigned)(cpus > 16 ? cpus : 16);
+    if (in_cache * 4 >= total * 3) { /* three quarters cached: page tables only, beside the
+                                          model's making: half the CPUs, at most 4 */
+        unsigned half = cpus > 1 ? (unsigned)(cpus / 2) : 1;
+        n = half < 4 ? half : 4;
+    }
+    if (n > MAX_POPULATE_THREADS) n = MAX_POPULATE_THREADS;
+    uint64_t pieces = (total + PIECE - 1) / PIECE;
+    return pieces < n ? (unsigned)(pieces ? pieces : 1) : n;
+}
+
+struct wm_llama_populate *wm__llama_populate_start(const struct wm_llama_map *map, unsigned threads,
+                                                   wm_llama_stats *s) {
+    struct wm_llama_populate *p = wm__llama_pages(sizeof *p);
+    if (!p) return NULL; /* the pages come in as they are touched: only slower */
+    p->map = map;
+    p->t0 = wm__llama_now();
+    for (size_t b = 0; b < wm_model_buffer_count(map->model) && p->n < 16; b++) {
+        uintptr_t lo = (uintptr_t)wm_model_buffer_data(map->model, b);
+        if (lo) p->span[p->n++] = (wm_llama_span){lo, lo + wm_model_buffer_size(map->model, b)};
+    }
+    p->n = wm__llama_merge(p->span, p->n);
+    for (size_t k = 0; k < p->n; k++)
+        p->total += p->span[k].hi - p->span[k].lo;
+    atomic_init(&p->next, 0);
+    atomic_init(&p->error, 0);
+    atomic_init(&p->stop, 0);
+    s->bytes_mapped_cached = cached(p->span, p->n);
+    unsigned want = populate_threads(threads, p->total, s->bytes_mapped_cached);
+    while (p->started < want && !FAULT(THREAD) &&
+           pthread_create(&p->th[p->started], NULL, populate_thread, p) == 0)
+        p->started++; /* a thread refused: fewer do it (none: the join does it all) */
+    return p;
+}
+
+wm_status wm__llama_populate_finish(struct wm_llama_populate *p, bool stop, const char *path,
+                                    wm_llama_stats *s, wm_error *err) {
+    if (!p) return WM_OK;
+    if (stop) atomic_store(&p->stop, 1);
+    if (!stop && !p->started) populate_thread(p); /* no thread could start: this one */
+    for (unsigned k = 0; k < p->started; k++)
+        pthread_join(p->th[k], NULL);
+    s->populate_threads = p->started ? p->started : 1;
+    s->seconds_populate = wm__llama_now() - p->t0;
+    int e = stop ? 0 : atomic_load(&p->error);
+    wm__llama_pages_free(p, sizeof *p);
+    if (!e) return WM_OK;
+    wm_status st =
+        fail(err, e == ENOMEM ? WM_ENOMEM : WM_EIO,
+             "%s: the mapped file's pages could not be brought in (%s)%s", path, strerror(e),
+             e == EFAULT ? ": the file is shorter than when it was mapped" : "");
+    if (err) err->os_errno = e;
+    return st;
+}
+
+/* ---- locks ---- */
+
+/* A warning in llama.cpp's log (the callback llama_log_set gave, else llama.cpp's default). */
+static void warn(const char *text) {
+    ggml_log_callback cb = NULL;
+    void *user = NULL;
+    llama_log_get(&cb, &user);
+    if (cb) cb(GGML_LOG_LEVEL_WARN, text, user);
+}
+
+void wm__llama_lock(void *addr, size_t len, wm_llama_stats *s) {
+    if (!len || s->lock_short) return; /* llama.cpp warns once, then locks no more */
+    int e = FAULT_ERRNO(LOCK);
+    if (!e && mlock(addr, len) == 0) {
+        s->bytes_locked += len;
+        return;
+    }
+    if (!e) e = errno;
+    s->lock_short = 1;
+    char text[512];
+    snprintf(text, sizeof text,
+             "wm_llama_load: warning: failed to mlock %zu-byte buffer (after previously locking "
+             "%llu bytes): %s\nTry increasing RLIMIT_MEMLOCK ('ulimit -l' as root).\n",
+             len, (unsigned long long)s->bytes_locked, strerror(e));
+    warn(text);
+}
+
+void wm__llama_warn_fallback(const char *path, const char *why) {
+    char text[512];
+    snprintf(text, sizeof text,
+             "wm_llama_load: %s: load_mode AUTO resolves to %s, which the bridge cannot map here "
+             "(%s): it reads the model (NONE) instead\n",
+             path, mode_name(LLAMA_LOAD_MODE_MMAP), why);
+    warn(text);
+}
