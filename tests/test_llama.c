@@ -1049,7 +1049,7 @@ static void sweep_mapped(int mode) {
     run.o.load_mode = (wm_llama_load_mode)(mode + 2);
     wmt_sweep s = {.what = "wm_llama_load_file (mapped)",
                    .run = sweep_once,
-                   .check = sweep_check,
+                   .check = wmt_check_io_failure,
                    .user = &run,
                    .path = path,
                    .shown = "stories260K-q4_0.gguf",
