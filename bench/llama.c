@@ -26,9 +26,10 @@
  * --gpu offloads every layer (n_gpu_layers 999) in every load, llama.cpp's and the bridge's, to
  * the GPU of a ggml CUDA backend found beside the prebuilt libraries (bench/llama_cuda.sh builds
  * one): llama.cpp's read mode then uploads through its four 1 MiB pinned staging buffers, the
- * bridge through its window and ggml_backend_tensor_set. Each load of the first round also
- * decodes 8 greedy tokens from BOS on the GPU, outside its time, and prints them, so that the
- * loads are seen to give the same model.
+ * bridge's CUDA buffers are filled by weightmap's staged pipeline (where this build has the CUDA
+ * backend), and wm-set (named only) takes them through the window and ggml_backend_tensor_set. Each
+ * load of the first round also decodes 8 greedy tokens from BOS on the GPU, outside its time, and
+ * prints them, so that the loads are seen to give the same model.
  *
  * --only measures only the load contenders named (wm, wm-prefault, wm-noprefetch, read, mmap,
  * direct, disk, disk-4k, disk-fresh, mem, fresh: the rows in that order), for a quick A/B, and
@@ -37,10 +38,11 @@
  * that engine orders it: 8 MiB O_DIRECT preads in file order from one shared counter) and
  * wm-norepack (wm_llama_load with WM_LLAMA_REPACK_OFF: no tensor repacked), wm-whole
  * (WM_LLAMA_REPACK_WHOLE: each repacked tensor handed to ggml whole once read, 1.4's way; the
- * default hands it over in row groups as read) and wm-embdcpu (with --gpu: token_embd.weight in
- * a plain CPU buffer, not the GPU's pinned host buffer). --curve
- * prints, for each load through the bridge, when it had read each quarter of its bytes; --disk,
- * for each cold load, what the disk did meanwhile (/proc/diskstats, sampled every millisecond).
+ * default hands it over in row groups as read), wm-embdcpu (with --gpu: token_embd.weight in
+ * a plain CPU buffer, not the GPU's pinned host buffer) and wm-set (WM_LLAMA_UPLOAD_TENSOR_SET).
+ * --curve prints, for each load through the bridge, when it had read each quarter of its bytes;
+ * --disk, for each cold load, what the disk did meanwhile (/proc/diskstats, sampled every
+ * millisecond).
  *
  * MODEL defaults to bench-llama-1200M.gguf in the working folder, made with
  * `weightmap make-model ... --size 1200M` (the CLI beside this program's folder) when missing.
@@ -498,6 +500,7 @@ enum {
     C_WM_NOREPACK,
     C_WM_EMBD_CPU,
     C_WM_WHOLE,
+    C_WM_SET,
     N_LOAD
 };
 static const char *const load_names[N_LOAD] = {"wm_llama_load",
@@ -515,13 +518,14 @@ static const char *const load_names[N_LOAD] = {"wm_llama_load",
                                                "O_DIRECT 8 MiB preads in file order, one queue",
                                                "wm_llama_load, repack off",
                                                "wm_llama_load, token_embd in a CPU buffer",
-                                               "wm_llama_load, each repacked tensor whole"};
+                                               "wm_llama_load, each repacked tensor whole",
+                                               "wm_llama_load, device buffers by tensor_set"};
 
 /* --only: the contenders measured (their keys, comma-separated); all by default */
 static const char *const load_keys[N_LOAD] = {
-    "wm",         "wm-prefault", "wm-noprefetch", "read",    "mmap",  "direct",
-    "disk",       "disk-4k",     "disk-fresh",    "mem",     "fresh", "engine",
-    "disk-queue", "wm-norepack", "wm-embdcpu",    "wm-whole"};
+    "wm",         "wm-prefault", "wm-noprefetch", "read",     "mmap",  "direct",
+    "disk",       "disk-4k",     "disk-fresh",    "mem",      "fresh", "engine",
+    "disk-queue", "wm-norepack", "wm-embdcpu",    "wm-whole", "wm-set"};
 static bool chosen[N_LOAD];
 static bool all_chosen = true;
 
@@ -577,7 +581,7 @@ static double load_once(int c, const char *path, uint64_t data, uint64_t size) {
         p.tensor_buft_overrides = embd_cpu;
     }
     if (c == C_WM || c == C_WM_PF || c == C_WM_NOPFT || c == C_WM_NOREPACK || c == C_WM_EMBD_CPU ||
-        c == C_WM_WHOLE) {
+        c == C_WM_WHOLE || c == C_WM_SET) {
         wm_error err;
         wm_llama_stats st = WM_LLAMA_STATS_INIT;
         wm_llama_options o = WM_LLAMA_OPTIONS_INIT;
@@ -588,6 +592,7 @@ static double load_once(int c, const char *path, uint64_t data, uint64_t size) {
         if (c == C_WM_NOPFT) o.prefetch = WM_LLAMA_PREFETCH_OFF;
         if (c == C_WM_NOREPACK) o.repack = WM_LLAMA_REPACK_OFF;
         if (c == C_WM_WHOLE) o.repack = WM_LLAMA_REPACK_WHOLE;
+        if (c == C_WM_SET) o.upload = WM_LLAMA_UPLOAD_TENSOR_SET; /* 1.6's device upload */
         /* the bridge's reading engine (NONE), as before 1.7: the load modes' rows are
          * bench/llama_modes.c's */
         p.load_mode = LLAMA_LOAD_MODE_NONE;

@@ -184,6 +184,9 @@ typedef struct load {
     wm_llama_span *spans;     /* the mapped tensors' ranges (pages, rec.n entries) */
     struct wm_llama_populate *populate; /* the mapping's pages coming in beside the load */
     size_t n_spans, spans_len;
+    wm__llama_cuda cuda; /* the tensors in CUDA buffers, for the staged pipeline (upload AUTO) */
+    bool cuda_on;        /* upload AUTO and this weightmap has the CUDA backend */
+    uint64_t progress_base, progress_all; /* progress: bytes before this read, and of all reads */
 } load;
 
 /* Bytes of a tensor llama.cpp asks for but the file lacks, where leaving it out would compute
@@ -279,9 +282,27 @@ static bool map_tensor(load *l, struct ggml_tensor *t, size_t index) {
     return true;
 }
 
+/* A tensor in a CUDA device's buffer goes to the staged pipeline (llama_cuda.c), not to the
+ * window: true where it was taken. */
+static bool staged_tensor(load *l, struct ggml_tensor *t, size_t index) {
+    int ordinal;
+    if (!l->cuda_on || !wm__llama_cuda_buffer(t->buffer, &ordinal) ||
+        !wm__llama_cuda_add(&l->cuda, index, (uint64_t)(uintptr_t)t->data, ordinal, ggml_nbytes(t)))
+        return false;
+    l->stats.staged++;
+    l->stats.bytes_staged += ggml_nbytes(t);
+    return true;
+}
+
 /* One read item per recorded tensor that the file holds and the mapping does not (others
- * filled); each read in place into host memory or through the window. */
+ * filled); each read in place into host memory or through the window, or (in a CUDA buffer) by
+ * the staged pipeline. */
 static wm_status make_items(load *l, wm_error *err) {
+    l->cuda_on = l->o.upload == WM_LLAMA_UPLOAD_AUTO && wm_backend_available(WM_BACKEND_CUDA);
+    if (l->cuda_on) {
+        wm_status st = wm__llama_cuda_begin(&l->cuda, l->f, l->rec.n, err);
+        if (st) return st;
+    }
     l->items_len = (l->rec.n ? l->rec.n : 1) * sizeof *l->items;
     l->items = wm__llama_pages(l->items_len);
     l->spans_len = l->map ? (l->rec.n ? l->rec.n : 1) * sizeof *l->spans : 0;
@@ -294,7 +315,7 @@ static wm_status make_items(load *l, wm_error *err) {
         wm_status st = match_tensor(l, t, &index, err);
         if (st == WM_ENOENT)
             st = fill_neutral(l, t, err);
-        else if (!st && ggml_nbytes(t) && !map_tensor(l, t, index)) {
+        else if (!st && ggml_nbytes(t) && !map_tensor(l, t, index) && !staged_tensor(l, t, index)) {
             wm_read_item *it = &l->items[l->n_items++];
             ggml_backend_buffer_t buf = t->buffer;
             ggml_backend_buffer_type_t buft = buf ? ggml_backend_buffer_get_type(buf) : NULL;
@@ -371,11 +392,30 @@ static int to_buffer(void *user, const wm_read_item *item, uint64_t offset, cons
     return 0;
 }
 
-/* llama.cpp's progress callback, fed with the bytes read. */
+/* llama.cpp's progress callback, fed with the bytes read: the staged fill's, then the read's,
+ * as one count. */
 static int on_progress(void *user, uint64_t done, uint64_t total) {
     const load *l = user;
+    done += l->progress_base;
+    total = l->progress_all ? l->progress_all : total;
     float f = total ? (float)done / (float)total : 1.0f;
     return l->p.progress_callback && !l->p.progress_callback(f, l->p.progress_callback_user_data);
+}
+
+/* The tensors in CUDA buffers first (they take what the read ahead brought in, while it lasts),
+ * then the read of the rest. */
+static wm_status fill_cuda(load *l, wm_error *err) {
+    uint64_t rest = 0;
+    for (size_t i = 0; i < l->n_items; i++) {
+        wm_tensor_info ti;
+        if (wm_file_tensor(l->f, l->items[i].tensor, &ti) == WM_OK) rest += ti.nbytes;
+    }
+    l->progress_all = l->cuda.bytes + rest;
+    wm_status st = wm__llama_cuda_fill(&l->cuda, l->f, &l->o, on_progress, l, err);
+    l->stats.seconds_staged = l->cuda.seconds;
+    if (!st) l->stats.bytes_read += l->cuda.bytes;
+    l->progress_base = l->cuda.bytes;
+    return st;
 }
 
 static wm_status read_all(load *l, wm_error *err) {
@@ -518,7 +558,8 @@ static wm_status check_options(load *l, const struct llama_model_params *params,
     if (!st)
         st = choice(l, "repack", (int)l->o.repack, WM_LLAMA_REPACK_WHOLE, "AUTO, OFF, WHOLE", err);
     if (!st)
-        st = choice(l, "upload", (int)l->o.upload, WM_LLAMA_UPLOAD_WINDOW, "AUTO, WINDOW", err);
+        st = choice(l, "upload", (int)l->o.upload, WM_LLAMA_UPLOAD_TENSOR_SET,
+                    "AUTO, WINDOW, TENSOR_SET", err);
     if (!st)
         st = choice(l, "buffers", (int)l->o.buffers, WM_LLAMA_BUFFERS_LLAMA, "AUTO, LLAMA", err);
     if (!st) st = choice(l, "trim", (int)l->o.trim, WM_LLAMA_TRIM_OFF, "AUTO, OFF", err);
@@ -611,6 +652,7 @@ static wm_status load_model(load *l, const wm_file *file, const struct llama_mod
     struct llama_model *model = NULL;
     st = make_model(l, &model, err);
     if (!st) st = make_items(l, err);
+    if (!st) st = fill_cuda(l, err);
     if (!st) st = read_all(l, err);
     if (!st) st = populate_and_lock(l, err);
     l->stats.tensors = l->rec.n;
@@ -618,6 +660,7 @@ static wm_status load_model(load *l, const wm_file *file, const struct llama_mod
     record_free(&l->rec);
     wm__llama_pages_free(l->items, l->items_len);
     wm__llama_pages_free(l->spans, l->spans_len);
+    wm__llama_cuda_free(&l->cuda);
     wm__llama_populate_finish(l->populate, true, l->path, &l->stats, NULL); /* a failure's */
     if (st && model) llama_model_free(model); /* drops its buffers' references to the mapping */
     wm__llama_map_release(l->map);            /* the load's: the last unmaps */

@@ -10,6 +10,7 @@
  *   llama_own.c    the bridge's own weight buffers (ggml's internal layout, version-checked)
  *   llama_map.c    the load modes: AUTO resolved, the file's mapping, its populate, the locks
  *   llama_log.c    llama.cpp's log during the load: passed on, and its reason for a refusal kept
+ *   llama_cuda.c   the tensors in CUDA buffers, filled by the library's staged pipeline
  */
 #ifndef WM_BRIDGE_LLAMA_BRIDGE_H
 #define WM_BRIDGE_LLAMA_BRIDGE_H
@@ -152,5 +153,38 @@ void wm__llama_warn_fallback(const char *path, const char *why);
  * several threads at once each keep their own. */
 void wm__llama_log_begin(char *buf, size_t cap);
 void wm__llama_log_end(void);
+
+/* ---- llama_cuda.c: the tensors in CUDA buffers ---- */
+
+/* Whether buf is a CUDA device's own buffer, as ggml's public API tells (not host memory; its
+ * type is its device's, a GPU of the "CUDA" registry named "CUDA<n>"), and its device number. */
+bool wm__llama_cuda_buffer(ggml_backend_buffer_t buf, int *ordinal);
+
+/* The tensors the staged pipeline fills, by file index: sel (pages, room for `most`), and per
+ * file tensor its device address (addr, 0: none) and its device's index in devs (dev). */
+typedef struct wm__llama_cuda {
+    wm_tensor_select *sel;
+    size_t n, sel_len;
+    uint64_t *addr;
+    unsigned char *dev;
+    size_t per_len;
+    int devs[WM_LEDGER_DEVICES];
+    unsigned n_devs;
+    uint64_t bytes;                   /* the tensors' bytes */
+    uint64_t bytes_read, read_direct; /* what the fill read, and of it with O_DIRECT */
+    double seconds;                   /* the fill, wm_model_load to its release */
+} wm__llama_cuda;
+/* Room for `most` tensors of f (WM_ENOMEM, nothing held); wm__llama_cuda_free is its release. */
+wm_status wm__llama_cuda_begin(wm__llama_cuda *c, const wm_file *f, size_t most, wm_error *err);
+/* Adds file tensor `index` at device address addr of CUDA device `ordinal`; false when that would
+ * be a device more than WM_LEDGER_DEVICES (the tensor then goes by ggml_backend_tensor_set). */
+bool wm__llama_cuda_add(wm__llama_cuda *c, size_t index, uint64_t addr, int ordinal,
+                        uint64_t nbytes);
+/* One load of the library's CUDA backend (staged path, heap mode) of exactly those tensors into
+ * those addresses (wm_cuda_options.dst), released at once: the bytes stay in llama.cpp's
+ * buffers, nothing stays with the library. Reads by o->threads and o->direct_io. */
+wm_status wm__llama_cuda_fill(wm__llama_cuda *c, const wm_file *f, const wm_llama_options *o,
+                              wm_progress_fn progress, void *progress_user, wm_error *err);
+void wm__llama_cuda_free(wm__llama_cuda *c);
 
 #endif /* WM_BRIDGE_LLAMA_BRIDGE_H */

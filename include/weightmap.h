@@ -605,6 +605,10 @@ typedef enum wm_backend_kind { WM_BACKEND_CPU = 0, WM_BACKEND_CUDA = 1 } wm_back
 
 /* "cpu", "cuda"; NULL for another value. These are the names wm_backend_from_name reads. */
 WM_API const char *wm_backend_name(wm_backend_kind backend);
+/* Whether this build has the backend (added in 1.7): 1, or 0 where a load on it would be
+ * WM_EUNSUPPORTED (CUDA in a build without the toolkit) or the value is no backend. It starts
+ * nothing and says nothing of devices (wm_backend_init does). Thread-safe. */
+WM_API int wm_backend_available(wm_backend_kind backend);
 /* Parses a backend spec, the one grammar the CLI and the Python package share: "cpu", "cuda"
  * (device 0), "cuda:N", or "cuda:N,M,..." (several devices, each 0 .. WM_LEDGER_DEVICES-1, none
  * twice). Writes *backend and the devices listed (cpu: none; "cuda": device 0) into

@@ -92,6 +92,10 @@ typedef struct wm_llama_stats {
     uint64_t bytes_locked;        /* bytes under mlock (MLOCK, MMAP_MLOCK) */
     double seconds_populate;      /* bringing the mapped pages in (MADV_POPULATE_READ) */
     unsigned populate_threads;    /* threads that did it (more where the bytes were cold) */
+    /* added in 1.7: the tensors in CUDA buffers (upload AUTO) */
+    size_t staged;         /* filled by weightmap's staged pipeline into their device addresses */
+    uint64_t bytes_staged; /* their bytes */
+    double seconds_staged; /* that fill, start to end (before the read seconds_read times) */
 } wm_llama_stats;
 
 #define WM_LLAMA_STATS_INIT WM_SIZED_INIT(wm_llama_stats)
@@ -119,9 +123,16 @@ typedef enum wm_llama_repack {
 
 /* wm_llama_options.upload */
 typedef enum wm_llama_upload {
-    WM_LLAMA_UPLOAD_AUTO = 0,  /* host buffers read in place, every other through the window */
-    WM_LLAMA_UPLOAD_WINDOW = 1 /* every tensor through the window and ggml_backend_tensor_set,
-                                  as device buffers are (to exercise that path on a CPU) */
+    WM_LLAMA_UPLOAD_AUTO = 0,      /* host buffers read in place; a CUDA device's buffers filled by
+                                      weightmap's staged pipeline straight into each tensor's device
+                                      address (where this weightmap has the CUDA backend:
+                                      wm_backend_available; stats.staged counts them); every other
+                                      buffer through the window and ggml_backend_tensor_set */
+    WM_LLAMA_UPLOAD_WINDOW = 1,    /* every tensor through the window and ggml_backend_tensor_set,
+                                      as device buffers are (to exercise that path on a CPU) */
+    WM_LLAMA_UPLOAD_TENSOR_SET = 2 /* host buffers in place, every device buffer (CUDA's too)
+                                      through the window and ggml_backend_tensor_set (added in
+                                      1.7: AUTO's way before it; a 1.6 bridge refuses it) */
 } wm_llama_upload;
 
 /* wm_llama_options.buffers: who allocates the weight buffers of a model that runs on the CPU

@@ -1148,3 +1148,84 @@ WM_TEST(mapped_file_replaced_or_cut_while_loaded) {
                    WEXITSTATUS(status) != 4),
               "the child decoding after the cut: status %#x", status);
 }
+
+/* ---- CUDA buffers (a GPU host with ggml's CUDA backend, which bench/llama_cuda.sh builds) ---- */
+
+/* ggml's first device of its CUDA registry, or NULL. */
+static ggml_backend_dev_t cuda_device(void) {
+    for (size_t i = 0; i < ggml_backend_dev_count(); i++) {
+        ggml_backend_dev_t d = ggml_backend_dev_get(i);
+        ggml_backend_reg_t r = ggml_backend_dev_backend_reg(d);
+        if (ggml_backend_dev_type(d) == GGML_BACKEND_DEVICE_TYPE_GPU && r &&
+            strcmp(ggml_backend_reg_name(r), "CUDA") == 0)
+            return d;
+    }
+    return NULL;
+}
+
+/* A load with `layers` layers offloaded (read mode), by llama.cpp or the bridge, decoded; the
+ * device's free memory after the model's free in *free_after. */
+static void gpu_load(const char *path, int layers, bool bridge, wm_llama_upload upload,
+                     wm_llama_stats *s, decoded *d, size_t *free_after) {
+    struct llama_model_params p = llama_model_default_params();
+    p.n_gpu_layers = layers;
+    p.load_mode = LLAMA_LOAD_MODE_NONE;
+    struct llama_model *m = NULL;
+    if (bridge) {
+        wm_llama_options o = WM_LLAMA_OPTIONS_INIT;
+        o.upload = upload;
+        o.stats = s;
+        wm_error err;
+        CHECK_MSG(wm_llama_load(path, &p, &o, &m, &err) == WM_OK, "%s", err.msg);
+        wm_ledger l = WM_LEDGER_INIT;
+        wm_ledger_get(&l);
+        CHECK_EQ(l.cat[WM_LEDGER_PINNED].current, 0);
+        CHECK_EQ(l.cat[WM_LEDGER_DEVICE].current, 0);
+    } else {
+        m = llama_model_load_from_file(path, p);
+        CHECK_MSG(m != NULL, "llama.cpp did not load %s", path);
+    }
+    greedy(m, d);
+    llama_model_free(m);
+    size_t total;
+    ggml_backend_dev_memory(cuda_device(), free_after, &total);
+    CHECK_LEDGER_EMPTY();
+    CHECK_EQ(wmt_count_file_maps(path), 0);
+}
+
+/* Every layer on the GPU, and the layers split over the GPU and the CPU: the tensors in CUDA
+ * buffers are filled by weightmap's staged pipeline (stats.staged), the tokens and first logits
+ * equal llama.cpp's own load and the bridge's ggml_backend_tensor_set path, nothing is pinned or
+ * counted after the load, and the device's free memory after llama_model_free is what it was
+ * after llama.cpp's own load and free. */
+static void cuda_staged(const char *path) {
+    setup();
+    if (!cuda_device() || !wm_backend_available(WM_BACKEND_CUDA))
+        WM_SKIP("no CUDA device in ggml (bench/llama_cuda.sh builds ggml's CUDA backend) or no "
+                "CUDA backend in this weightmap");
+    static const int layers[] = {999, 1};
+    for (size_t k = 0; k < sizeof layers / sizeof *layers; k++) {
+        decoded ref, st, set;
+        wm_llama_stats s1 = WM_LLAMA_STATS_INIT, s2 = WM_LLAMA_STATS_INIT;
+        size_t f0, f1, f2;
+        gpu_load(path, layers[k], false, WM_LLAMA_UPLOAD_AUTO, NULL, &ref, &f0);
+        gpu_load(path, layers[k], true, WM_LLAMA_UPLOAD_AUTO, &s1, &st, &f1);
+        gpu_load(path, layers[k], true, WM_LLAMA_UPLOAD_TENSOR_SET, &s2, &set, &f2);
+        fprintf(stderr,
+                "%s, %d layers: %zu tensors (%llu bytes) staged in %.1f ms, %zu windowed, %zu "
+                "in place; device free after the free: %zu, %zu, %zu\n",
+                path, layers[k], s1.staged, (unsigned long long)s1.bytes_staged,
+                s1.seconds_staged * 1e3, s1.windowed, s1.in_place, f0, f1, f2);
+        CHECK(s1.staged > 0 && s1.bytes_staged > 0);
+        CHECK_EQ(s2.staged, 0);
+        CHECK_EQ(s1.staged + s1.windowed + s1.in_place, s2.windowed + s2.in_place);
+        same(&st, &ref, "staged into CUDA buffers against llama.cpp's own load");
+        same(&set, &ref, "ggml_backend_tensor_set against llama.cpp's own load");
+        CHECK_MSG(f1 == f0 && f2 == f0, "device free memory after the free: %zu, %zu against %zu",
+                  f1, f2, f0);
+        free(ref.first), free(st.first), free(set.first);
+    }
+}
+
+WM_TEST(cuda_staged_q8_0) { cuda_staged(wmt_fixture("gguf/stories260K-q8_0.gguf")); }
+WM_TEST(cuda_staged_make_model) { cuda_staged(wmt_make_model("m.gguf", "--size 32M")); }

@@ -30,6 +30,11 @@ wm_status wm_backend_init(wm_backend_kind backend, int device, wm_error *err) {
     return be->init ? be->init(device, err) : WM_OK;
 }
 
+int wm_backend_available(wm_backend_kind backend) {
+    return (unsigned)backend < sizeof table / sizeof table[0] && table[backend] &&
+           !table[backend]->absent;
+}
+
 /* ---- names ---- */
 
 const char *wm_backend_name(wm_backend_kind backend) {
