@@ -377,6 +377,30 @@ static void *cuda_host_ptr(const wm_model *m, size_t t) {
 
 static wm_status cuda_init(int device, wm_error *err);
 
+static wm_status cuda_cost(const wm_model *m, wm_direct_io io, wm_cost *c, wm_error *err) {
+    (void)io; /* the staged readers read into ring slots that mirror the file: no staging */
+    wm__staged_opts so = {.registered = m->cuda.registered != 0,
+                          .pinned_budget = m->cuda.pinned_budget};
+    return wm__staged_cost(m, &so, c, err);
+}
+
+/* Free and total memory of a device, as the runtime says (cudaMemGetInfo on it); the calling
+ * thread's current device is left as it was. */
+static wm_status cuda_mem_info(int device, uint64_t *free_bytes, uint64_t *total, wm_error *err) {
+    int prev = -1;
+    wm_status st = use_device(device, "wm_mem_available_get", &prev, err);
+    size_t fr = 0, tot = 0;
+    if (!st) {
+        cudaError_t ce = CU(cudaMemGetInfo(&fr, &tot));
+        if (ce) st = cu_fail(err, ce, "cudaMemGetInfo", "device %d", device);
+    }
+    restore_device(prev);
+    if (st) return st;
+    *free_bytes = fr;
+    *total = tot;
+    return WM_OK;
+}
+
 const wm__backend wm__backend_cuda = {
     .kind = WM_BACKEND_CUDA,
     .name = "cuda",
@@ -386,6 +410,8 @@ const wm__backend wm__backend_cuda = {
     .release = cuda_release,
     .host_ptr = cuda_host_ptr,
     .device_ptr = wm__staged_device_ptr,
+    .cost = cuda_cost,
+    .mem_info = cuda_mem_info,
 };
 
 /* ---- test hooks ---- */

@@ -83,6 +83,9 @@ typedef struct wm__staged_opts {
 wm_status wm__staged_load(wm_model *m, wm__dev *dv, const wm__staged_opts *o, wm_error *err);
 /* Frees every buffer made so far and the state; accepts a half-loaded model; cannot fail. */
 void wm__staged_release(wm_model *m, wm__dev *dv);
+/* What wm__staged_load would acquire for the plan in m, added into c (cost.c's categories).
+ * Acquires nothing; WM_EINVAL for a pinned budget the load would refuse. */
+wm_status wm__staged_cost(const wm_model *m, const wm__staged_opts *o, wm_cost *c, wm_error *err);
 /* The chunks' buffers (index = chunk; NULL for an empty chunk), or NULL before a load. */
 unsigned char *const *wm__staged_buffers(const wm_model *m);
 /* A tensor's device address, or 0. */

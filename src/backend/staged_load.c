@@ -371,3 +371,82 @@ uint64_t wm__staged_device_ptr(const wm_model *m, size_t t) {
     if (!ss || p->chunk >= ss->n_buf || !ss->buf[p->chunk]) return 0;
     return (uint64_t)(uintptr_t)(ss->buf[p->chunk] + p->dst_off);
 }
+
+/* ---- cost ---- */
+
+/* Windows of `wsize` that the plan's segments fall in, and pieces (plan_windows counts the same
+ * way): an upper bound of both, each segment's windows counted on their own. */
+static void count_windows(const wm_model *m, size_t wsize, uint64_t *pieces, uint64_t *windows) {
+    const wm_file *f = m->file;
+    *pieces = *windows = 0;
+    for (size_t k = 0; k < f->n_tensors; k++) {
+        uint32_t i = m->order[k];
+        const wm__place *p = &m->place[i];
+        for (uint64_t row = 0; row < p->rows && p->seg_bytes; row++) {
+            uint64_t seg = f->tensors[i].offset + p->src_off + row * p->src_stride;
+            uint64_t n = (seg + p->seg_bytes - 1) / wsize - seg / wsize + 1;
+            *pieces += n;
+            *windows += n;
+        }
+    }
+}
+
+/* What wm__staged_load acquires for the plan in m (the same sizing, size_pipe): one device
+ * buffer per chunk; the ring of slots (scratch, pinned while registered) or, on the registered
+ * path, the shared mappings of each shard and at most the pinned budget registered at once; the
+ * readers' stacks; the copy plan's tables. */
+wm_status wm__staged_cost(const wm_model *m, const wm__staged_opts *o, wm_cost *c, wm_error *err) {
+    unsigned workers = 1;
+    size_t wsize = 0;
+    wm_status st = size_pipe(m, o, &workers, &wsize, err);
+    if (st) return st;
+    uint64_t dev_total = 0;
+    for (uint32_t k = 0; k < m->n_chunks; k++) {
+        uint64_t size = m->chunks[k].size;
+        int d = m->devs[m->chunks[k].device];
+        dev_total += size;
+        if (d >= 0 && d < WM_LEDGER_DEVICES) c->device_peak[d] += size;
+    }
+    wm__cost_add(c, WM_LEDGER_DEVICE, dev_total, dev_total);
+    uint64_t state = wm__cost_block(sizeof(staged_state)) +
+                     (m->n_chunks ? wm__cost_block(m->n_chunks * sizeof(unsigned char *)) : 0);
+    wm__cost_add(c, WM_LEDGER_HEAP, state, state);
+    uint64_t pieces, windows;
+    count_windows(m, wsize ? wsize : 1, &pieces, &windows);
+    if (windows == 0) return WM_OK;
+    if (workers > windows) workers = (unsigned)windows;
+    unsigned slots = workers * wm__staged_tuning_now.slots;
+    unsigned readers = o->registered || workers == 1 ? 0 : workers;
+    c->threads = o->registered ? 1 : workers;
+    uint64_t cap = m->file->n_tensors + 16; /* the pieces' table grows by doubling from here */
+    while (cap < pieces)
+        cap *= 2;
+    uint64_t tables = wm__cost_block(cap * sizeof(wm__piece)) +
+                      wm__cost_block(cap / 2 * sizeof(wm__piece)) +
+                      wm__cost_block(windows * sizeof(wm__window)) +
+                      wm__cost_block(slots * sizeof(wm__slot) + readers * sizeof(wm_os_thread) +
+                                     3 * (uint64_t)slots * sizeof(unsigned));
+    wm__cost_add(c, WM_LEDGER_HEAP, tables, 0);
+    wm__cost_add(c, WM_LEDGER_SCRATCH, (uint64_t)readers * WM_OS_THREAD_STACK, 0);
+    if (!o->registered) {
+        uint64_t ring = (uint64_t)slots * wsize;
+        wm__cost_add(c, WM_LEDGER_SCRATCH, ring, 0);
+        wm__cost_add(c, WM_LEDGER_PINNED, ring, 0);
+        return WM_OK;
+    }
+    uint64_t page = wm__os_page_size(), mapped = 0;
+    for (uint32_t s = 0; s < m->file->n_shards; s++) {
+        uint64_t lo = UINT64_MAX, hi = 0;
+        for (size_t i = 0; i < m->file->n_tensors; i++) {
+            const wm__tensor *t = &m->file->tensors[i];
+            if (t->shard != s || t->nbytes == 0) continue;
+            if (t->offset < lo) lo = t->offset;
+            if (t->offset + t->nbytes > hi) hi = t->offset + t->nbytes;
+        }
+        if (hi) mapped += hi - lo / page * page;
+    }
+    wm__cost_add(c, WM_LEDGER_MAP_SHARED, mapped, 0);
+    uint64_t budget = o->pinned_budget ? o->pinned_budget : DEFAULT_BUDGET;
+    wm__cost_add(c, WM_LEDGER_PINNED, budget < mapped ? budget : mapped, 0);
+    return WM_OK;
+}
