@@ -266,19 +266,21 @@ static wm_status reuse(wm_pool *p, entry *e, wm_model **out, wm_error *err) {
     return WM_OK;
 }
 
-/* Opens, costs, makes room for and loads e's file; e->came holds what the ledger rose by. */
+/* Opens, costs, makes room for and loads e's file; e->came holds what the ledger rose by: the
+ * open file's bytes and the load's, each measured around its own step (an eviction between them
+ * returns bytes the new model must not be credited with). */
 static wm_status load_entry(wm_pool *p, entry *e, const wm_load_options *opts, wm_error *err) {
-    wm_ledger before, after;
-    wm_ledger_stat db[WM_LEDGER_DEVICES], da[WM_LEDGER_DEVICES];
-    snapshot(&before, db);
+    wm_ledger l0, l1, l2, l3;
+    wm_ledger_stat d0[WM_LEDGER_DEVICES], d1[WM_LEDGER_DEVICES];
+    wm_ledger_stat d2[WM_LEDGER_DEVICES], d3[WM_LEDGER_DEVICES];
+    snapshot(&l0, d0);
     wm_file *f = NULL;
     wm_status st = wm_file_open(e->path, &f, err);
     if (st) return st;
-    wm_ledger opened = WM_LEDGER_INIT;
-    wm_ledger_get(&opened);
+    snapshot(&l1, d1);
     uint64_t need = 0;
     for (size_t k = 0; k < sizeof host_cats / sizeof host_cats[0]; k++)
-        need += fell(opened.cat[host_cats[k]].current, before.cat[host_cats[k]].current);
+        need += fell(l1.cat[host_cats[k]].current, l0.cat[host_cats[k]].current);
     wm_cost c = WM_COST_INIT;
     st = wm_model_cost(f, opts, &c, err);
     need += c.host_peak;
@@ -287,18 +289,20 @@ static wm_status load_entry(wm_pool *p, entry *e, const wm_load_options *opts, w
         uint64_t at_peak = held_by(p, false, -1) + need;
         if (at_peak > p->st.held_peak) p->st.held_peak = at_peak;
         e->st = f->shards[0].st;
+        snapshot(&l2, d2);
         st = wm_model_load(f, opts, &e->model, err);
     }
     wm_file_close(f); /* a loaded model holds the file */
     if (st) return st;
-    snapshot(&after, da);
+    snapshot(&l3, d3);
     e->held = 0;
     for (int k = 0; k < WM_LEDGER_COUNT; k++)
-        e->came[k] = fell(after.cat[k].current, before.cat[k].current);
+        e->came[k] =
+            fell(l1.cat[k].current, l0.cat[k].current) + fell(l3.cat[k].current, l2.cat[k].current);
     for (size_t k = 0; k < sizeof host_cats / sizeof host_cats[0]; k++)
         e->held += e->came[host_cats[k]];
     for (int d = 0; d < WM_LEDGER_DEVICES; d++)
-        e->came_dev[d] = fell(da[d].current, db[d].current);
+        e->came_dev[d] = fell(d1[d].current, d0[d].current) + fell(d3[d].current, d2[d].current);
     p->st.loads++;
     return WM_OK;
 }

@@ -119,3 +119,321 @@ WM_TEST(cost_holds_against_ledger_and_kernel_every_fixture_every_mode) {
     }
     CHECK(files >= 30);
 }
+
+/* The cost of a load that fails: nothing held, the file named. */
+WM_TEST(cost_refuses_what_cannot_load_and_holds_nothing) {
+    const char *path = wmt_tmp("changing.gguf");
+    wmt_copy_file(wmt_fixture("gguf/stories260K.gguf"), path);
+    wm_file *f = OPEN_OK(path);
+    wm_ledger before = WM_LEDGER_INIT, after = WM_LEDGER_INIT;
+    wm_ledger_get(&before);
+    wm_load_options o = WM_LOAD_OPTIONS_INIT;
+    wm_cost c = WM_COST_INIT;
+    wm_error err;
+    CHECK_STATUS(wm_model_cost(f, &o, &c, &err), WM_EINVAL); /* no mode */
+    CHECK_MSG_HAS(err, path);
+    o.mode = WM_MODE_MMAP_PRIVATE;
+    o.lock = WM_LOCK_REQUIRED;
+    CHECK_STATUS(wm_model_cost(f, &o, &c, &err), WM_EINVAL);
+    CHECK_MSG_HAS(err, "lock");
+    o.lock = WM_LOCK_OFF;
+    FILE *fp = fopen(path, "ab");
+    CHECK(fp && fputs("grown", fp) >= 0 && fclose(fp) == 0);
+    CHECK_STATUS(wm_model_cost(f, &o, &c, &err), WM_EFORMAT);
+    CHECK_MSG_HAS(err, "changed size");
+    wm_ledger_get(&after);
+    CHECK_EQ(wm_ledger_bytes(&after), wm_ledger_bytes(&before));
+    CHECK_EQ(wm_ledger_regions(&after), wm_ledger_regions(&before));
+    CHECK_STATUS(wm_model_cost(NULL, &o, &c, &err), WM_EINVAL);
+    wm_file_close(f);
+}
+
+/* ---- what the system has ---- */
+
+WM_TEST(mem_available_reads_the_system) {
+    wm_mem_available a = WM_MEM_AVAILABLE_INIT;
+    wm_error err;
+    CHECK_STATUS(wm_mem_available_get(WM_BACKEND_CPU, 0, &a, &err), WM_OK);
+    CHECK(a.mem_available > 0 && a.mem_available != UINT64_MAX);
+    CHECK(a.host <= a.mem_available);
+    if (a.cgroup_limit != UINT64_MAX) CHECK(a.host <= a.cgroup_limit - a.cgroup_current);
+    CHECK_EQ(a.device_free, UINT64_MAX);
+    CHECK_STATUS(wm_mem_available_get(WM_BACKEND_CPU, 0, NULL, &err), WM_EINVAL);
+}
+
+/* ---- the pool ---- */
+
+/* Three copies of one model under three names (a, b, c): the same cost each. */
+static const char *copy_named(const char *name) {
+    const char *p = wmt_tmp(name);
+    wmt_copy_file(wmt_fixture("gguf/stories260K.gguf"), p);
+    return p;
+}
+
+static wm_load_options heap_opts(void) {
+    wm_load_options o = WM_LOAD_OPTIONS_INIT;
+    o.mode = WM_MODE_HEAP;
+    o.threads = 1;
+    o.direct_io = WM_DIRECT_OFF;
+    return o;
+}
+
+/* What a model of the copies holds (by the ledger) and needs at its load's peak (cost, with the
+ * file's own bytes), measured through a pool of no budget. */
+static void measure(const char *path, uint64_t *held, uint64_t *need) {
+    wm_pool_options po = WM_POOL_OPTIONS_INIT;
+    wm_pool *p;
+    CHECK_STATUS(wm_pool_open(&po, &p, NULL), WM_OK);
+    wm_load_options o = heap_opts();
+    wm_model *m;
+    CHECK_STATUS(wm_pool_get(p, path, &o, &m, NULL), WM_OK);
+    wm_pool_stats s = WM_POOL_STATS_INIT;
+    wm_pool_stats_get(p, &s);
+    *held = s.held;
+    *need = s.held_peak;
+    CHECK_STATUS(wm_pool_put(p, m, NULL), WM_OK);
+    CHECK_STATUS(wm_pool_close(p, NULL), WM_OK);
+    CHECK(*held > 1000000 && *need >= *held);
+}
+
+static char paths[3][512];
+
+static wm_pool *pool_for_two(uint64_t *held) {
+    const char *names[3] = {"a.gguf", "b.gguf", "c.gguf"};
+    for (int i = 0; i < 3; i++)
+        snprintf(paths[i], sizeof paths[i], "%s", copy_named(names[i]));
+    uint64_t need;
+    measure(paths[0], held, &need);
+    /* one held beside one loading fits; two held beside one loading does not */
+    wm_pool_options po = WM_POOL_OPTIONS_INIT;
+    po.budget = *held + need + *held / 2;
+    wm_pool *p;
+    CHECK_STATUS(wm_pool_open(&po, &p, NULL), WM_OK);
+    return p;
+}
+
+static void get_put(wm_pool *p, int i) {
+    wm_load_options o = heap_opts();
+    wm_model *m;
+    wm_error err;
+    CHECK_STATUS(wm_pool_get(p, paths[i], &o, &m, &err), WM_OK);
+    CHECK(wm_model_tensor_data(m, 0) != NULL);
+    CHECK_STATUS(wm_pool_put(p, m, &err), WM_OK);
+}
+
+WM_TEST(pool_evicts_least_recently_used_and_proves_every_byte_back) {
+    uint64_t held;
+    wm_pool *p = pool_for_two(&held);
+    get_put(p, 0);
+    get_put(p, 1);
+    get_put(p, 0); /* a is now the most recent: b goes first */
+    get_put(p, 2);
+    wm_pool_stats s = WM_POOL_STATS_INIT;
+    wm_pool_stats_get(p, &s);
+    CHECK_EQ(s.loads, 3);
+    CHECK_EQ(s.hits, 1);
+    CHECK_EQ(s.evictions, 1);
+    CHECK_EQ(s.last_evicted, 1);
+    CHECK_EQ(s.unproven, 0);
+    CHECK_EQ(s.returned, held); /* every byte the ledger counted at its load */
+    CHECK_EQ(s.resident, 2);
+    get_put(p, 0); /* still resident: a hit */
+    wm_pool_stats_get(p, &s);
+    CHECK_EQ(s.hits, 2);
+    get_put(p, 1); /* b was evicted: a load, evicting c (least recent) */
+    wm_pool_stats_get(p, &s);
+
+    CHECK_EQ(s.loads, 4);
+    CHECK_EQ(s.evictions, 2);
+    CHECK_EQ(s.unproven, 0);
+    CHECK(s.held <= s.held_peak);
+    CHECK_STATUS(wm_pool_close(p, NULL), WM_OK);
+}
+
+WM_TEST(pool_never_evicts_a_model_in_use_and_refuses_before_evicting) {
+    uint64_t held;
+    wm_pool *p = pool_for_two(&held);
+    wm_load_options o = heap_opts();
+    wm_model *a, *b, *c;
+    wm_error err;
+    CHECK_STATUS(wm_pool_get(p, paths[0], &o, &a, &err), WM_OK);
+    CHECK_STATUS(wm_pool_get(p, paths[1], &o, &b, &err), WM_OK);
+    /* both in use: c cannot fit, and nothing is evicted */
+    CHECK_STATUS(wm_pool_get(p, paths[2], &o, &c, &err), WM_ENOMEM);
+    CHECK_MSG_HAS(err, paths[2]);
+    CHECK_MSG_HAS(err, "in use");
+    CHECK(c == NULL);
+    wm_pool_stats s = WM_POOL_STATS_INIT;
+    wm_pool_stats_get(p, &s);
+    CHECK_EQ(s.evictions, 0);
+    CHECK_EQ(s.resident, 2);
+    CHECK_STATUS(wm_pool_put(p, b, &err), WM_OK);
+    CHECK_STATUS(wm_pool_get(p, paths[2], &o, &c, &err), WM_OK); /* b idle now: b goes */
+    wm_pool_stats_get(p, &s);
+    CHECK_EQ(s.evictions, 1);
+    CHECK(wm_model_tensor_data(a, 0) != NULL); /* a, in use, is still loaded */
+    CHECK_STATUS(wm_pool_put(p, a, &err), WM_OK);
+    CHECK_STATUS(wm_pool_put(p, c, &err), WM_OK);
+    CHECK_STATUS(wm_pool_close(p, NULL), WM_OK);
+}
+
+WM_TEST(pool_refuses_a_budget_below_the_model_before_anything) {
+    uint64_t held;
+    wm_pool *p = pool_for_two(&held);
+    get_put(p, 0);
+    wm_pool_close(p, NULL);
+    wm_pool_options po = WM_POOL_OPTIONS_INIT;
+    po.budget = held / 2;
+    CHECK_STATUS(wm_pool_open(&po, &p, NULL), WM_OK);
+    wm_ledger before = WM_LEDGER_INIT, after = WM_LEDGER_INIT;
+    wm_ledger_get(&before);
+    wm_load_options o = heap_opts();
+    wm_model *m;
+    wm_error err;
+    CHECK_STATUS(wm_pool_get(p, paths[0], &o, &m, &err), WM_ENOMEM);
+    CHECK_MSG_HAS(err, paths[0]);
+    CHECK_MSG_HAS(err, "budget");
+    wm_ledger_get(&after);
+    CHECK_EQ(wm_ledger_bytes(&after), wm_ledger_bytes(&before));
+    CHECK_EQ(wmt_count_file_maps(paths[0]), 0);
+    CHECK_STATUS(wm_pool_close(p, NULL), WM_OK);
+}
+
+WM_TEST(pool_bad_input_is_named_and_changes_nothing) {
+    uint64_t held;
+    wm_pool *p = pool_for_two(&held);
+    wm_load_options o = heap_opts();
+    wm_model *m, *own;
+    wm_error err;
+    CHECK_STATUS(wm_pool_get(p, paths[0], &o, &m, &err), WM_OK);
+    /* closed with a model in use: refused, the pool whole */
+    CHECK_STATUS(wm_pool_close(p, &err), WM_EINVAL);
+    CHECK_MSG_HAS(err, paths[0]);
+    CHECK_MSG_HAS(err, "in use");
+    CHECK(wm_model_tensor_data(m, 0) != NULL);
+    CHECK_STATUS(wm_pool_put(p, m, &err), WM_OK);
+    /* put back twice */
+    CHECK_STATUS(wm_pool_put(p, m, &err), WM_EINVAL);
+    CHECK_MSG_HAS(err, paths[0]);
+    CHECK_MSG_HAS(err, "put back twice");
+    /* a model that is not the pool's */
+    wm_file *f = OPEN_OK(paths[1]);
+    CHECK_STATUS(wm_model_load(f, &o, &own, &err), WM_OK);
+    CHECK_STATUS(wm_pool_put(p, own, &err), WM_EINVAL);
+    CHECK_MSG_HAS(err, "not this pool's");
+    wm_model_release(own);
+    wm_file_close(f);
+    /* a file that cannot be loaded */
+    CHECK_STATUS(wm_pool_get(p, wmt_fixture("malformed/lfs-pointer.gguf"), &o, &m, &err),
+                 WM_EFORMAT);
+    CHECK_MSG_HAS(err, "lfs-pointer.gguf");
+    wm_pool_stats s = WM_POOL_STATS_INIT;
+    wm_pool_stats_get(p, &s);
+    CHECK_EQ(s.resident, 1);
+    CHECK_EQ(s.in_use, 0);
+    CHECK_STATUS(wm_pool_close(p, &err), WM_OK);
+}
+
+WM_TEST(pool_file_changed_between_loads_is_named_and_released) {
+    uint64_t held;
+    wm_pool *p = pool_for_two(&held);
+    get_put(p, 0);
+    /* rewritten with other bytes (same size, another inode and time) */
+    char tmp[600];
+    snprintf(tmp, sizeof tmp, "%s.new", paths[0]);
+    wmt_copy_file(wmt_fixture("gguf/stories260K-f16.gguf"), tmp);
+    CHECK(rename(tmp, paths[0]) == 0);
+    wm_load_options o = heap_opts();
+    wm_model *m;
+    wm_error err;
+    CHECK_STATUS(wm_pool_get(p, paths[0], &o, &m, &err), WM_EFORMAT);
+    CHECK_MSG_HAS(err, paths[0]);
+    CHECK_MSG_HAS(err, "changed");
+    wm_pool_stats s = WM_POOL_STATS_INIT;
+    wm_pool_stats_get(p, &s);
+    CHECK_EQ(s.resident, 0);
+    CHECK_EQ(s.unproven, 0);
+    CHECK_EQ(s.returned, held);
+    CHECK_STATUS(wm_pool_get(p, paths[0], &o, &m, &err), WM_OK); /* the file as it is now */
+    CHECK_EQ(wm_file_size(wm_model_file(m)), 601248);
+    CHECK_STATUS(wm_pool_put(p, m, &err), WM_OK);
+    CHECK_STATUS(wm_pool_close(p, NULL), WM_OK);
+}
+
+WM_TEST(pool_mapped_model_sleeps_in_the_page_cache) {
+    uint64_t held;
+    wm_pool *p = pool_for_two(&held);
+    wm_pool_close(p, NULL);
+    wm_pool_options po = WM_POOL_OPTIONS_INIT;
+    po.budget = 1; /* every get evicts every idle model first */
+    CHECK_STATUS(wm_pool_open(&po, &p, NULL), WM_OK);
+    wm_load_options o = WM_LOAD_OPTIONS_INIT;
+    o.mode = WM_MODE_MMAP;
+    wm_model *m;
+    wm_error err;
+    CHECK_STATUS(wm_pool_get(p, paths[0], &o, &m, &err), WM_ENOMEM); /* budget 1 byte */
+    wm_pool_close(p, NULL);
+    po.budget = 2 * held + (4u << 20);
+    CHECK_STATUS(wm_pool_open(&po, &p, NULL), WM_OK);
+    for (int round = 0; round < 2; round++)
+        for (int i = 0; i < 3; i++) {
+            CHECK_STATUS(wm_pool_get(p, paths[i], &o, &m, &err), WM_OK);
+            CHECK_STATUS(wm_pool_put(p, m, &err), WM_OK);
+            CHECK_EQ(wm_pool_trim(p) > 0, 1); /* evicted: unmapped, asleep */
+            CHECK_EQ(wmt_count_file_maps(paths[i]), 0);
+            CHECK(wmt_cached_bytes(paths[i], 0, 1185376) > 0); /* its pages stay cached */
+        }
+    wm_pool_stats s = WM_POOL_STATS_INIT;
+    wm_pool_stats_get(p, &s);
+    CHECK_EQ(s.loads, 6);
+    CHECK_EQ(s.wakes, 3);
+    CHECK_EQ(s.unproven, 0);
+    CHECK_STATUS(wm_pool_close(p, NULL), WM_OK);
+}
+
+/* ---- threads ---- */
+
+#define THREADS 4
+static wm_pool *shared_pool;
+static int cycles(void) {
+    const char *s = getenv("WM_STRESS_CYCLES");
+    return s && atoi(s) > 0 ? atoi(s) : 100;
+}
+
+static void *worker(void *arg) {
+    unsigned seed = (unsigned)(uintptr_t)arg;
+    wm_load_options o = heap_opts();
+    for (int k = 0; k < cycles(); k++) {
+        int i = (int)(rand_r(&seed) % 3);
+        wm_model *m;
+        wm_error err;
+        wm_status st = wm_pool_get(shared_pool, paths[i], &o, &m, &err);
+        if (st == WM_ENOMEM) continue; /* the others hold it all now */
+        CHECK_STATUS(st, WM_OK);
+        const unsigned char *d = wm_model_tensor_data(m, 0);
+        CHECK(d != NULL);
+        volatile unsigned char x = d[0];
+        (void)x;
+        CHECK_STATUS(wm_pool_put(shared_pool, m, &err), WM_OK);
+    }
+    return NULL;
+}
+
+WM_TEST(pool_threads_share_one_pool) {
+    uint64_t held;
+    shared_pool = pool_for_two(&held);
+    pthread_t th[THREADS];
+    for (uintptr_t t = 0; t < THREADS; t++)
+        CHECK(pthread_create(&th[t], NULL, worker, (void *)(t + 1)) == 0);
+    for (int t = 0; t < THREADS; t++)
+        pthread_join(th[t], NULL);
+    wm_pool_stats s = WM_POOL_STATS_INIT;
+    wm_pool_stats_get(shared_pool, &s);
+    CHECK_EQ(s.in_use, 0);
+    CHECK_EQ(s.unproven, 0);
+    CHECK(s.resident <= 2);
+    CHECK(s.loads >= 1);
+    CHECK_STATUS(wm_pool_close(shared_pool, NULL), WM_OK);
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ(wmt_count_file_maps(paths[i]), 0);
+}
