@@ -27,9 +27,14 @@ build: deps
 	@cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON >/dev/null
 	@cmake --build build
 
+# The demo: check on the default model, then a short swap of three small models (16 MiB each,
+# made once beside it) through a pool whose budget holds two of them (a second or two).
+DEMO_SWAP := $(dir $(DEMO_MODEL))swap
 demo: build
 	@test -f $(DEMO_MODEL) || build/weightmap make-model $(DEMO_MODEL) --size 512M
 	build/weightmap demo --model $(DEMO_MODEL)
+	@for s in 1 2 3; do test -f $(DEMO_SWAP)-$$s.gguf || build/weightmap make-model $(DEMO_SWAP)-$$s.gguf --size 16M --seed $$s >/dev/null; done
+	build/weightmap swap $(DEMO_SWAP)-1.gguf $(DEMO_SWAP)-2.gguf $(DEMO_SWAP)-3.gguf --cycles 2 --budget 48M --threads 2
 
 test: format-check check-source test-normal test-asan test-cuda-mock test-fuzz test-tsan test-builds test-python test-python-asan test-docs test-arm64 test-darwin
 

@@ -154,6 +154,10 @@ typedef struct wm_ledger {
     uint32_t size; /* sizeof(wm_ledger) as the caller knows it: WM_LEDGER_INIT */
     wm_ledger_stat cat[WM_LEDGER_COUNT];
     uint64_t heap_largest; /* largest single request the counted allocator has served */
+    /* Added in 1.7: the host categories together (heap, scratch, map_shared, map_private); its
+     * peak is the most host memory held at once (the categories' peaks, reached at different
+     * moments, add up to more). */
+    wm_ledger_stat host;
 } wm_ledger;
 
 #define WM_LEDGER_INIT WM_SIZED_INIT(wm_ledger)

@@ -75,6 +75,11 @@ static void hold_cost(const char *path, wm_mode mode) {
                   wm_mode_name(mode), wm_ledger_category_name(cat), (unsigned long long)now,
                   (unsigned long long)c.ledger_loaded[cat]);
     }
+    /* The host categories together, at their peak: within what the pool is charged. */
+    uint64_t host_peak = after.host.peak - before.host.current;
+    CHECK_MSG(host_peak <= c.host_peak, "%s, %s: the ledger's host peak rose by %llu, cost %llu",
+              path, wm_mode_name(mode), (unsigned long long)host_peak,
+              (unsigned long long)c.host_peak);
     /* The kernel: the footprint (private memory) rose by at most the anonymous bytes the model
      * holds, pages rounded up (one 2 MiB huge page per region at most, the plan's tables in
      * malloc's heap up to a page each), and a shared mapping's resident pages are within it. */
@@ -436,4 +441,69 @@ WM_TEST(pool_threads_share_one_pool) {
     CHECK_STATUS(wm_pool_close(shared_pool, NULL), WM_OK);
     for (int i = 0; i < 3; i++)
         CHECK_EQ(wmt_count_file_maps(paths[i]), 0);
+}
+
+/* ---- the commands ---- */
+
+/* A safetensors file of one 64 GiB U8 tensor, sparse (no byte written): more than any test
+ * machine has, so heap mode cannot fit and mmap (page cache, nothing private) can. */
+static const char *sparse_big(void) {
+    const char *path = wmt_tmp("big.safetensors");
+    const uint64_t n = (uint64_t)64 << 30;
+    char hdr[256];
+    int len = snprintf(hdr, sizeof hdr,
+                       "{\"big\":{\"dtype\":\"U8\",\"shape\":[%llu],\"data_offsets\":[0,%llu]}}",
+                       (unsigned long long)n, (unsigned long long)n);
+    FILE *f = fopen(path, "wb");
+    uint64_t l = (uint64_t)len;
+    CHECK(f && fwrite(&l, 8, 1, f) == 1 && fwrite(hdr, 1, (size_t)len, f) == (size_t)len);
+    CHECK(fclose(f) == 0);
+    CHECK(truncate(path, (off_t)(8 + l + n)) == 0);
+    return path;
+}
+
+WM_TEST(cli_fit_says_what_does_not_fit_and_the_mode_that_would) {
+    const char *big = sparse_big();
+    char out[8192], args[1024];
+    snprintf(args, sizeof args, "fit %s --mode heap", big);
+    CHECK_EQ(wmt_cli(args, out, sizeof out), 1);
+    CHECK_MSG(strstr(out, "does not fit: host memory") && strstr(out, "mode mmap would fit"), "%s",
+              out);
+    snprintf(args, sizeof args, "fit %s --mode mmap --json", big);
+    CHECK_EQ(wmt_cli(args, out, sizeof out), 0);
+    CHECK_MSG(strstr(out, "\"fits\":true") && strstr(out, "\"file_shared\":68719476736"), "%s",
+              out);
+    snprintf(args, sizeof args, "fit %s --mode heap", wmt_fixture("gguf/stories260K.gguf"));
+    CHECK_EQ(wmt_cli(args, out, sizeof out), 0);
+    snprintf(args, sizeof args, "fit %s --mode heap", wmt_fixture("malformed/lfs-pointer.gguf"));
+    CHECK_EQ(wmt_cli(args, out, sizeof out), 1);
+    CHECK_MSG(strstr(out, "lfs-pointer.gguf"), "%s", out);
+    snprintf(args, sizeof args, "fit %s", wmt_fixture("gguf/stories260K.gguf"));
+    CHECK_EQ(wmt_cli(args, out, sizeof out), 2); /* no mode */
+}
+
+WM_TEST(cli_swap_verdict_and_a_budget_below_a_file_refused_at_once) {
+    const char *m[3];
+    char names[3][512];
+    for (int i = 0; i < 3; i++) {
+        char nm[32], opts[64];
+        snprintf(nm, sizeof nm, "s%d.gguf", i);
+        snprintf(opts, sizeof opts, "--size 4M --seed %d", i + 1);
+        snprintf(names[i], sizeof names[i], "%s", wmt_make_model(nm, opts));
+        m[i] = names[i];
+    }
+    static char out[1 << 16];
+    char args[2048];
+    /* two of them (4 MiB each, a load's peak 4 MiB + 2 threads' staging) fit, three do not */
+    snprintf(args, sizeof args, "swap %s %s %s --cycles 2 --budget 14M --threads 2 --json", m[0],
+             m[1], m[2]);
+    CHECK_EQ(wmt_cli(args, out, sizeof out), 0);
+    CHECK_MSG(strstr(out, "\"ok\":true") && strstr(out, "\"unproven\":0") &&
+                  strstr(out, "\"evictions\":4"),
+              "%s", out);
+    snprintf(args, sizeof args, "swap %s %s --budget 3M", m[0], m[1]);
+    CHECK_EQ(wmt_cli(args, out, sizeof out), 1);
+    CHECK_MSG(strstr(out, m[0]) && strstr(out, "below what this file needs") &&
+                  strstr(out, "nothing was loaded") && !strstr(out, "cycle"),
+              "%s", out);
 }
