@@ -76,8 +76,8 @@ test-asan: deps ggml llama
 test-cuda-mock: deps
 	@cmake -S . -B build-cuda-mock -G Ninja -DCMAKE_BUILD_TYPE=Debug -DWM_WERROR=ON -DCMAKE_C_COMPILER=clang \
 	  -DWM_FAULT_INJECTION=ON -DWM_CUDA_MOCK=ON -DWM_SANITIZE=address,undefined >/dev/null
-	@cmake --build build-cuda-mock --target test_cuda test_multi weightmap_cli
-	cd build-cuda-mock && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 $(CTEST) -L '^(cuda|multi)$$'
+	@cmake --build build-cuda-mock --target test_cuda test_multi test_budget weightmap_cli
+	cd build-cuda-mock && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 $(CTEST) -R '^(cuda|multi)\.|^budget\.cost_holds_for_the_cuda'
 
 # Fuzzing (docs/TESTING.md): libFuzzer harnesses tests/fuzz/fuzz_*.c in build-fuzz/ (clang, ASan,
 # UBSan, LSan). test-fuzz runs each from its corpus for FUZZ_CI_SECONDS (CI); fuzz is the long
@@ -105,14 +105,16 @@ fuzz: fuzz-build
 # (reader threads and the loading thread) against the mock runtime, labels cuda and multi (two
 # mock devices, tensor-parallel slices); and the trace
 # tool's interposer hooks called from several threads (label trace_tsan, tests/trace/tsan_hooks.c);
-# and the probes' ABI test (label trace_abi) with the TSan build's CLI and interposer.
-TSAN_EXCLUDE := ^model\.(heap_footprint_is_tensor_bytes_and_returns|lock_.*)$$
+# and the probes' ABI test (label trace_abi) with the TSan build's CLI and interposer; and the
+# pool of models under a budget (label budget: its lock, several threads on one pool), less the
+# cases that hold a cost against the kernel's figures.
+TSAN_EXCLUDE := ^model\.(heap_footprint_is_tensor_bytes_and_returns|lock_.*)$$|^budget\.(cost_|cli_).*
 test-tsan: deps
 	@cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON -DCMAKE_C_COMPILER=clang \
 	  -DWM_FAULT_INJECTION=ON -DWM_CUDA_MOCK=ON -DWM_SANITIZE=thread >/dev/null
-	@cmake --build build-tsan --target test_stress test_model test_cuda test_multi weightmap_cli wmt_trace_tsan test_trace
+	@cmake --build build-tsan --target test_stress test_model test_cuda test_multi test_budget weightmap_cli wmt_trace_tsan test_trace
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 WM_STRESS_CYCLES=$(TSAN_STRESS_CYCLES) \
-	  $(CTEST) -L '^(stress|model|cuda|multi|trace_tsan|trace_abi)$$' -E '$(TSAN_EXCLUDE)'
+	  $(CTEST) -L '^(stress|model|cuda|multi|trace_tsan|trace_abi|budget)$$' -E '$(TSAN_EXCLUDE)'
 
 # Benchmarks against llama.cpp (bench/README.md): installs the peer (npm cache) if needed,
 # then runs every bench executable with its defaults; a benchmark exits 77 to say "skipped".

@@ -125,6 +125,82 @@ WM_TEST(cost_holds_against_ledger_and_kernel_every_fixture_every_mode) {
     CHECK(files >= 30);
 }
 
+/* A cold file read with direct I/O: the staging the reader makes then (2 MiB a thread, its edge
+ * blocks) is within the cost, which counted it whether the file is warm or not. */
+WM_TEST(cost_holds_for_a_cold_heap_load_with_direct_reads) {
+    const uint64_t sizes[] = {3u << 20, 5000, 1u << 20, 777777};
+    const char *path = wmt_write_u8_tensors("cold.safetensors", sizes, 4);
+    wmt_make_cold(path, 0, 0);
+    wm_file *f = OPEN_OK(path);
+    wm_load_options o = WM_LOAD_OPTIONS_INIT;
+    o.mode = WM_MODE_HEAP;
+    o.threads = 2;
+    o.direct_io = WM_DIRECT_ON;
+    wm_cost c = WM_COST_INIT;
+    CHECK_STATUS(wm_model_cost(f, &o, &c, NULL), WM_OK);
+    wm_ledger before = WM_LEDGER_INIT, after = WM_LEDGER_INIT;
+    wm_ledger_get(&before);
+    wm_ledger_reset_peaks();
+    wm_model *m;
+    CHECK_STATUS(wm_model_load(f, &o, &m, NULL), WM_OK);
+    wm_ledger_get(&after);
+    wm_model_stats ms = WM_MODEL_STATS_INIT;
+    wm_model_stats_get(m, &ms);
+    CHECK(ms.read_direct > 0);
+    for (int cat = 0; cat < WM_LEDGER_COUNT; cat++) {
+        uint64_t peak = after.cat[cat].peak - before.cat[cat].current;
+        CHECK_MSG(peak <= c.ledger_peak[cat], "%s: the ledger's peak rose by %llu, cost %llu",
+                  wm_ledger_category_name(cat), (unsigned long long)peak,
+                  (unsigned long long)c.ledger_peak[cat]);
+    }
+    CHECK(after.host.peak - before.host.current <= c.host_peak);
+    /* here the staging was made: the scratch prediction is close, not only above */
+    uint64_t scratch = after.cat[WM_LEDGER_SCRATCH].peak - before.cat[WM_LEDGER_SCRATCH].current;
+    CHECK(c.ledger_peak[WM_LEDGER_SCRATCH] - scratch <= (2u << 20) + 8192 + 4096);
+    wm_model_release(m);
+    wm_file_close(f);
+}
+
+/* The CUDA backend's cost (the staged path: the ring, pinned while registered, the device
+ * buffers) against the ledger; the cuda-mock lane runs it against tests/cuda_mock.c. */
+WM_TEST(cost_holds_for_the_cuda_staged_path) {
+    wm_error err;
+    wm_status st = wm_backend_init(WM_BACKEND_CUDA, 0, &err);
+    if (st == WM_EUNSUPPORTED || st == WM_EDEVICE) WM_SKIP("no CUDA backend or device here");
+    CHECK_STATUS(st, WM_OK);
+    wm_file *f = OPEN_OK(wmt_fixture("gguf/stories260K.gguf"));
+    wm_load_options o = WM_LOAD_OPTIONS_INIT;
+    o.mode = WM_MODE_HEAP;
+    o.backend = WM_BACKEND_CUDA;
+    o.threads = 2;
+    wm_cost c = WM_COST_INIT;
+    CHECK_STATUS(wm_model_cost(f, &o, &c, &err), WM_OK);
+    CHECK_EQ(c.device_peak[0], c.peak.device);
+    CHECK(c.peak.pinned > 0);
+    wm_ledger before = WM_LEDGER_INIT, after = WM_LEDGER_INIT;
+    wm_ledger_get(&before);
+    wm_ledger_reset_peaks();
+    wm_model *m;
+    CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_OK);
+    wm_ledger_get(&after);
+    for (int cat = 0; cat < WM_LEDGER_COUNT; cat++) {
+        uint64_t peak = after.cat[cat].peak - before.cat[cat].current;
+        CHECK_MSG(peak <= c.ledger_peak[cat], "%s: the ledger's peak rose by %llu, cost %llu",
+                  wm_ledger_category_name(cat), (unsigned long long)peak,
+                  (unsigned long long)c.ledger_peak[cat]);
+    }
+    CHECK_EQ(after.cat[WM_LEDGER_DEVICE].current - before.cat[WM_LEDGER_DEVICE].current,
+             c.loaded.device);
+    wm_ledger_stat d0;
+    CHECK_STATUS(wm_ledger_device(0, &d0), WM_OK);
+    CHECK_EQ(d0.current, c.device_peak[0]);
+    wm_mem_available a = WM_MEM_AVAILABLE_INIT;
+    CHECK_STATUS(wm_mem_available_get(WM_BACKEND_CUDA, 0, &a, &err), WM_OK);
+    CHECK(a.device_free != UINT64_MAX && a.device_free <= a.device_total);
+    wm_model_release(m);
+    wm_file_close(f);
+}
+
 /* The cost of a load that fails: nothing held, the file named. */
 WM_TEST(cost_refuses_what_cannot_load_and_holds_nothing) {
     const char *path = wmt_tmp("changing.gguf");
@@ -471,8 +547,7 @@ WM_TEST(cli_fit_says_what_does_not_fit_and_the_mode_that_would) {
               out);
     snprintf(args, sizeof args, "fit %s --mode mmap --json", big);
     CHECK_EQ(wmt_cli(args, out, sizeof out), 0);
-    CHECK_MSG(strstr(out, "\"fits\":true") && strstr(out, "\"file_shared\":687194768"), "%s",
-              out);
+    CHECK_MSG(strstr(out, "\"fits\":true") && strstr(out, "\"file_shared\":687194768"), "%s", out);
     snprintf(args, sizeof args, "fit %s --mode heap", wmt_fixture("gguf/stories260K.gguf"));
     CHECK_EQ(wmt_cli(args, out, sizeof out), 0);
     snprintf(args, sizeof args, "fit %s --mode heap", wmt_fixture("malformed/lfs-pointer.gguf"));
@@ -497,10 +572,13 @@ WM_TEST(cli_swap_verdict_and_a_budget_below_a_file_refused_at_once) {
     /* two of them (4 MiB each, a load's peak 4 MiB + 2 threads' staging) fit, three do not */
     snprintf(args, sizeof args, "swap %s %s %s --cycles 2 --budget 14M --threads 2 --json", m[0],
              m[1], m[2]);
-    CHECK_EQ(wmt_cli(args, out, sizeof out), 0);
-    CHECK_MSG(strstr(out, "\"ok\":true") && strstr(out, "\"unproven\":0") &&
-                  strstr(out, "\"evictions\":4"),
+    int rc = wmt_cli(args, out, sizeof out);
+    CHECK_MSG(strstr(out, "\"peak_ok\":true") && strstr(out, "\"unproven\":0") &&
+                  strstr(out, "\"every_eviction_returned\":true") &&
+                  strstr(out, "\"ledger_after\":0") && strstr(out, "\"evictions\":4"),
               "%s", out);
+    /* ASan's allocator keeps freed blocks in quarantine: the footprint is not back there */
+    if (!WMT_ASAN) CHECK_MSG(rc == 0 && strstr(out, "\"ok\":true"), "%s", out);
     snprintf(args, sizeof args, "swap %s %s --budget 3M", m[0], m[1]);
     CHECK_EQ(wmt_cli(args, out, sizeof out), 1);
     CHECK_MSG(strstr(out, m[0]) && strstr(out, "below what this file needs") &&
