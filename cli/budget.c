@@ -369,9 +369,10 @@ static void verdict_print(const budget_args *a, const swap_verdict *v) {
            v->peak_ok ? "within" : "ABOVE");
     printf("%" PRIu64 " evictions returned %s, every byte by the ledger: %s\n", v->evictions,
            cli_bytes(v->returned, b1), v->proven ? "yes" : "NO");
-    printf("after the pool closed: footprint %+" PRId64 " bytes (bound %s), ledger %" PRIu64
-           " bytes: %s\n",
-           v->footprint_after, cli_bytes(FOOTPRINT_SLACK, b2), v->ledger_after,
+    int64_t fa = v->footprint_after;
+    printf("after the pool closed: footprint %s%s (bound %s), ledger %" PRIu64 " bytes: %s\n",
+           fa < 0 ? "-" : "+", cli_bytes((uint64_t)(fa < 0 ? -fa : fa), b1),
+           cli_bytes(FOOTPRINT_SLACK, b2), v->ledger_after,
            v->back ? "as before" : "NOT as before");
     if (!v->judged)
         printf("verdict: not judged: no switch evicted a model (raise --cycles or add a file)\n");
