@@ -21,7 +21,7 @@ typedef struct budget_args {
     int devices[WM_LEDGER_DEVICES];
     unsigned n_devices;
     bool json, mode_given;
-    uint64_t cycles, budget;
+    uint64_t cycles, budget, device_budget;
 } budget_args;
 
 /* The options fit and swap share; 2 after a usage error. */
@@ -65,6 +65,8 @@ static int parse(budget_args *a, const char *cmd, int argc, char **argv) {
             if (cli_value_u64(&p, &a->cycles)) return 2;
         } else if (cli_is(&p, "budget")) {
             if (cli_value_u64(&p, &a->budget)) return 2;
+        } else if (cli_is(&p, "device-budget")) {
+            if (cli_value_u64(&p, &a->device_budget)) return 2;
         } else if (cli_is(&p, "threads")) {
             uint64_t t;
             if (cli_value_u64(&p, &t)) return 2;
@@ -261,7 +263,7 @@ typedef struct swap_row {
     double seconds;
     int64_t footprint; /* from before the first load */
     uint64_t peak;     /* the ledger's host peak during the switch */
-    uint64_t returned;
+    uint64_t returned, returned_device;
     unsigned evicted;
     bool hit;
 } swap_row;
@@ -289,7 +291,19 @@ static int refuse_early(const budget_args *a, wm_error *err) {
         uint64_t size = wm_file_size(f);
         wm_file_close(f);
         if (st) return 1;
-        uint64_t need = c.host_peak > size ? c.host_peak : size;
+        uint64_t need = c.host_peak;
+        if (a->opts.backend == WM_BACKEND_CPU && size > need) need = size;
+        uint64_t dev_need = 0;
+        for (int d = 0; d < WM_LEDGER_DEVICES; d++)
+            if (c.device_peak[d] > dev_need) dev_need = c.device_peak[d];
+        if (a->device_budget && a->device_budget < dev_need) {
+            char b1[32], b2[32];
+            snprintf(err->msg, sizeof err->msg,
+                     "%s: the device budget %s is below what this file needs on a device (%s); "
+                     "nothing was loaded",
+                     a->files[i], cli_bytes(a->device_budget, b1), cli_bytes(dev_need, b2));
+            return 1;
+        }
         if (a->budget < need) {
             char b1[32], b2[32];
             snprintf(err->msg, sizeof err->msg,
@@ -321,6 +335,7 @@ static int one_switch(wm_pool *p, const budget_args *a, unsigned i, int64_t base
     wm_pool_stats_get(p, &s);
     r->seconds = s.last_get_seconds;
     r->returned = s.last_returned;
+    r->returned_device = s.last_returned_device;
     r->evicted = s.last_evicted;
     r->hit = s.hits > before.hits;
     r->footprint = footprint_now() - base;
@@ -332,19 +347,21 @@ static void row_text(const swap_row *r) {
     char b1[32], b2[32], b3[32];
     printf("%5u  %-28.28s %8.3f  %10s  %10s  %10s  %u%s\n", r->cycle, r->file, r->seconds,
            r->footprint < 0 ? "-" : cli_bytes((uint64_t)r->footprint, b1), cli_bytes(r->peak, b2),
-           cli_bytes(r->returned, b3), r->evicted, r->hit ? " (resident)" : "");
+           cli_bytes(r->returned + r->returned_device, b3), r->evicted,
+           r->hit ? " (resident)" : "");
 }
 
 static void row_json(const swap_row *r, bool first) {
     printf("%s{\"cycle\":%u,\"file\":", first ? "" : ",", r->cycle);
     cli_json_cstr(stdout, r->file);
     printf(",\"seconds\":%.6f,\"footprint\":%" PRId64 ",\"peak\":%" PRIu64 ",\"returned\":%" PRIu64
-           ",\"evicted\":%u,\"resident\":%s}",
-           r->seconds, r->footprint, r->peak, r->returned, r->evicted, r->hit ? "true" : "false");
+           ",\"returned_device\":%" PRIu64 ",\"evicted\":%u,\"resident\":%s}",
+           r->seconds, r->footprint, r->peak, r->returned, r->returned_device, r->evicted,
+           r->hit ? "true" : "false");
 }
 
 typedef struct swap_verdict {
-    uint64_t peak_max, evictions, unproven, returned, ledger_after;
+    uint64_t peak_max, evictions, unproven, returned, returned_device, ledger_after;
     int64_t footprint_after;
     bool peak_ok, proven, back, judged;
 } swap_verdict;
@@ -355,20 +372,28 @@ static void verdict_print(const budget_args *a, const swap_verdict *v) {
     if (a->json) {
         printf("],\"budget\":%" PRIu64 ",\"peak\":%" PRIu64 ",\"peak_slack\":%" PRIu64
                ",\"evictions\":%" PRIu64 ",\"unproven\":%" PRIu64 ",\"returned\":%" PRIu64
-               ",\"footprint_after\":%" PRId64 ",\"footprint_slack\":%" PRIu64
-               ",\"ledger_after\":%" PRIu64 ",\"peak_ok\":%s,\"every_eviction_returned\":%s,"
+               ",\"returned_device\":%" PRIu64 ",\"footprint_after\":%" PRId64
+               ",\"footprint_slack\":%" PRIu64 ",\"ledger_after\":%" PRIu64
+               ",\"peak_ok\":%s,\"every_eviction_returned\":%s,"
                "\"footprint_back\":%s,\"judged\":%s,\"ok\":%s}\n",
                a->budget, v->peak_max, PEAK_SLACK, v->evictions, v->unproven, v->returned,
-               v->footprint_after, FOOTPRINT_SLACK, v->ledger_after, v->peak_ok ? "true" : "false",
-               v->proven ? "true" : "false", v->back ? "true" : "false",
-               v->judged ? "true" : "false", ok && v->judged ? "true" : "false");
+               v->returned_device, v->footprint_after, FOOTPRINT_SLACK, v->ledger_after,
+               v->peak_ok ? "true" : "false", v->proven ? "true" : "false",
+               v->back ? "true" : "false", v->judged ? "true" : "false",
+               ok && v->judged ? "true" : "false");
         return;
     }
     printf("peak %s of a budget of %s (+%s for the pool's own entries): %s\n",
            cli_bytes(v->peak_max, b1), cli_bytes(a->budget, b2), cli_bytes(PEAK_SLACK, b3),
            v->peak_ok ? "within" : "ABOVE");
-    printf("%" PRIu64 " evictions returned %s, every byte by the ledger: %s\n", v->evictions,
-           cli_bytes(v->returned, b1), v->proven ? "yes" : "NO");
+    if (v->returned_device)
+        printf("%" PRIu64 " evictions returned %s (host) and %s (device), every byte by the "
+               "ledger: %s\n",
+               v->evictions, cli_bytes(v->returned, b1), cli_bytes(v->returned_device, b3),
+               v->proven ? "yes" : "NO");
+    else
+        printf("%" PRIu64 " evictions returned %s, every byte by the ledger: %s\n", v->evictions,
+               cli_bytes(v->returned, b1), v->proven ? "yes" : "NO");
     int64_t fa = v->footprint_after;
     printf("after the pool closed: footprint %s%s (bound %s), ledger %" PRIu64 " bytes: %s\n",
            fa < 0 ? "-" : "+", cli_bytes((uint64_t)(fa < 0 ? -fa : fa), b1),
@@ -413,6 +438,7 @@ int cmd_swap(int argc, char **argv) {
     int64_t base = footprint_now();
     wm_pool_options po = WM_POOL_OPTIONS_INIT;
     po.budget = a.budget;
+    po.device_budget = a.device_budget;
     wm_pool *p;
     if (wm_pool_open(&po, &p, &err)) return cli_fail(&err);
     swap_verdict v = {0};
@@ -429,6 +455,7 @@ int cmd_swap(int argc, char **argv) {
     v.evictions = s.evictions;
     v.unproven = s.unproven;
     v.returned = s.returned;
+    v.returned_device = s.returned_device;
     v.ledger_after = wm_ledger_bytes(&l);
     v.footprint_after = footprint_now() - base;
     v.peak_ok = v.peak_max <= a.budget + PEAK_SLACK;

@@ -131,6 +131,7 @@ static const cli_option fit_opts[] = {
 static const cli_option swap_opts[] = {
     {"budget", CLI_SIZE, "BYTES", false, true, 1, UINT64_MAX, NULL,
      "host bytes the pool's models may hold, loads' peaks included"},
+    SIZE("device-budget", 1, "no limit", "device bytes the pool's models may hold, per device"),
     NUM("cycles", 1, CYCLES_MAX, "3", "rounds over the files"),
     MODE_OPT(false, "heap"),
     BACKEND_OPT,

@@ -995,11 +995,13 @@ typedef struct wm_pool_stats {
     uint64_t hits;      /* gets served by a resident model */
     uint64_t wakes;     /* loads of a model evicted before from the page cache (mapped CPU) */
     uint64_t evictions;
-    uint64_t returned;       /* bytes the evictions returned, by the ledger */
-    uint64_t unproven;       /* evictions after which the ledger did not show every byte back */
-    double last_get_seconds; /* wall time of the last get (its evictions and load) */
-    uint64_t last_returned;  /* bytes the last get's evictions returned */
-    uint32_t last_evicted;   /* models the last get evicted */
+    uint64_t returned;        /* bytes the evictions returned, by the ledger */
+    uint64_t unproven;        /* evictions after which the ledger did not show every byte back */
+    double last_get_seconds;  /* wall time of the last get (its evictions and load) */
+    uint64_t last_returned;   /* bytes the last get's evictions returned */
+    uint32_t last_evicted;    /* models the last get evicted */
+    uint64_t returned_device; /* device bytes the evictions returned, by the ledger */
+    uint64_t last_returned_device; /* device bytes the last get's evictions returned */
 } wm_pool_stats;
 
 #define WM_POOL_STATS_INIT WM_SIZED_INIT(wm_pool_stats)

@@ -137,6 +137,9 @@ static uint64_t evict(wm_pool *p, entry *e) {
         returned += fell(before.cat[host_cats[k]].current, after.cat[host_cats[k]].current);
     for (int d = 0; d < WM_LEDGER_DEVICES; d++)
         proven &= fell(db[d].current, da[d].current) >= e->came_dev[d];
+    uint64_t dev = fell(before.cat[WM_LEDGER_DEVICE].current, after.cat[WM_LEDGER_DEVICE].current);
+    p->st.returned_device += dev;
+    p->st.last_returned_device += dev;
     p->st.evictions++;
     p->st.returned += returned;
     p->st.unproven += !proven;
@@ -353,6 +356,7 @@ wm_status wm_pool_get(wm_pool *p, const char *path, const wm_load_options *opts,
     wm__os_mutex_lock(&p->mu);
     double t0 = wm__os_now();
     p->st.last_returned = 0;
+    p->st.last_returned_device = 0;
     p->st.last_evicted = 0;
     wm_status st = get_locked(p, path, opts, out, err);
     p->st.last_get_seconds = wm__os_now() - t0;
