@@ -981,9 +981,19 @@ typedef struct wm_pool_options {
     uint32_t size;          /* sizeof(wm_pool_options): WM_POOL_OPTIONS_INIT */
     uint64_t budget;        /* host bytes (wm_cost.host_peak) the pool's models may hold; 0: none */
     uint64_t device_budget; /* device bytes per device (wm_cost.device_peak); 0: no limit */
+    uint32_t flags;         /* WM_POOL_SLEEP */
 } wm_pool_options;
 
 #define WM_POOL_OPTIONS_INIT WM_SIZED_INIT(wm_pool_options)
+
+/* wm_pool_options.flags: where a device needs room and an idle model of a backend that can
+ * sleep (CUDA) holds it, the model sleeps rather than goes, if the host budget has room for it:
+ * its device memory copied into page-allocated host memory registered with the device (ledger:
+ * heap and pinned) and freed on the device (proven by the ledger as an eviction is); its next
+ * get wakes it, copying the weights back at the bus's speed, with new device pointers (ask
+ * wm_model_tensor_device_ptr again after every get). A sleeping model holds its host copy,
+ * charged to the budget, until it wakes or is evicted. */
+#define WM_POOL_SLEEP 1u
 
 typedef struct wm_pool_stats {
     uint32_t size;      /* sizeof(wm_pool_stats): WM_POOL_STATS_INIT */
@@ -993,15 +1003,18 @@ typedef struct wm_pool_stats {
     uint64_t held_peak; /* the most held at once, loads' peaks included (charged at host_peak) */
     uint64_t loads;     /* loads (wakes included) */
     uint64_t hits;      /* gets served by a resident model */
-    uint64_t wakes;     /* loads of a model evicted before from the page cache (mapped CPU) */
+    uint64_t wakes;     /* models asleep brought back: a mapped CPU model reloaded from the page
+                           cache, a device model's weights copied back from pinned memory */
     uint64_t evictions;
     uint64_t returned;        /* bytes the evictions returned, by the ledger */
     uint64_t unproven;        /* evictions after which the ledger did not show every byte back */
     double last_get_seconds;  /* wall time of the last get (its evictions and load) */
     uint64_t last_returned;   /* bytes the last get's evictions returned */
     uint32_t last_evicted;    /* models the last get evicted */
-    uint64_t returned_device; /* device bytes the evictions returned, by the ledger */
+    uint64_t returned_device; /* device bytes the evictions and sleeps returned, by the ledger */
     uint64_t last_returned_device; /* device bytes the last get's evictions returned */
+    uint64_t sleeps;               /* device models put to sleep in pinned host memory */
+    uint32_t asleep;               /* of the resident models, asleep in pinned host memory */
 } wm_pool_stats;
 
 #define WM_POOL_STATS_INIT WM_SIZED_INIT(wm_pool_stats)

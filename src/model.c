@@ -338,6 +338,31 @@ wm_status wm_model_cost(wm_file *file, const wm_load_options *caller_opts, wm_co
     return st;
 }
 
+/* ---- sleep and wake (the pool's) ---- */
+
+bool wm__model_can_sleep(const wm_model *m) { return m && m->backend->sleep; }
+bool wm__model_asleep(const wm_model *m) { return m && m->asleep; }
+
+wm_status wm__model_sleep(wm_model *m, wm_error *err) {
+    if (!m || !m->backend->sleep)
+        return wm__err(err, WM_EUNSUPPORTED, 0, "%s: the %s backend cannot sleep a model",
+                       m ? m->file->path : "wm__model_sleep", m ? m->backend->name : "?");
+    if (m->asleep)
+        return wm__err(err, WM_EINVAL, 0, "%s: the model is asleep already", m->file->path);
+    wm_status st = m->backend->sleep(m, err);
+    if (!st) m->asleep = true;
+    return st;
+}
+
+wm_status wm__model_wake(wm_model *m, wm_error *err) {
+    if (!m || !m->asleep)
+        return wm__err(err, WM_EINVAL, 0, "%s: the model is not asleep",
+                       m ? m->file->path : "wm__model_wake");
+    wm_status st = m->backend->wake(m, err);
+    if (!st) m->asleep = false;
+    return st;
+}
+
 /* ---- getters ---- */
 
 const wm_file *wm_model_file(const wm_model *m) { return m ? m->file : NULL; }

@@ -65,11 +65,12 @@ typedef struct entry {
     wm_model *model; /* NULL: asleep (a mapped CPU model whose pages the page cache keeps) */
     wm_os_stat st;   /* the file when its model came */
     unsigned uses;
-    bool stale;                           /* the file changed: released at its last put */
-    uint64_t last;                        /* the pool's tick at the last get or put */
-    uint64_t came[WM_LEDGER_COUNT];       /* what the ledger rose by when the model came */
-    uint64_t came_dev[WM_LEDGER_DEVICES]; /* and per device */
-    uint64_t held;                        /* sum of came over host_cats */
+    bool stale;                            /* the file changed: released at its last put */
+    uint64_t last;                         /* the pool's tick at the last get or put */
+    uint64_t came[WM_LEDGER_COUNT];        /* what the ledger rose by when the model came */
+    uint64_t came_dev[WM_LEDGER_DEVICES];  /* and per device */
+    uint64_t held;                         /* sum of came over host_cats */
+    uint64_t slept_dev[WM_LEDGER_DEVICES]; /* asleep in pinned memory: what it held per device */
 } entry;
 
 struct wm_pool {
@@ -164,6 +165,73 @@ static void evict_entry(wm_pool *p, entry *e) {
     if (!sleeps(e) || e->stale) unlink_entry(p, e);
 }
 
+/* ---- sleeping (WM_POOL_SLEEP) ---- */
+
+static bool asleep(const entry *e) { return e->model && wm__model_asleep(e->model); }
+
+static uint64_t device_bytes(const entry *e) {
+    uint64_t s = 0;
+    for (int d = 0; d < WM_LEDGER_DEVICES; d++)
+        s += e->came_dev[d];
+    return s;
+}
+
+/* What the ledger did across a sleep or a wake, applied to e's credit: each category's rise
+ * added, its fall taken off; the devices' figures replaced. */
+static void recredit(entry *e, const wm_ledger *b, const wm_ledger *a, const wm_ledger_stat *db,
+                     const wm_ledger_stat *da) {
+    e->held = 0;
+    for (int c = 0; c < WM_LEDGER_COUNT; c++) {
+        uint64_t up = fell(a->cat[c].current, b->cat[c].current);
+        uint64_t down = fell(b->cat[c].current, a->cat[c].current);
+        e->came[c] = e->came[c] + up > down ? e->came[c] + up - down : 0;
+    }
+    for (size_t k = 0; k < sizeof host_cats / sizeof host_cats[0]; k++)
+        e->held += e->came[host_cats[k]];
+    for (int d = 0; d < WM_LEDGER_DEVICES; d++)
+        e->came_dev[d] =
+            e->came_dev[d] + fell(da[d].current, db[d].current) > fell(db[d].current, da[d].current)
+                ? e->came_dev[d] + fell(da[d].current, db[d].current) -
+                      fell(db[d].current, da[d].current)
+                : 0;
+}
+
+/* Puts e's model to sleep in pinned host memory: proven when every device gave back what the
+ * model held there. On failure the model is as it was (awake). */
+static wm_status sleep_entry(wm_pool *p, entry *e, wm_error *err) {
+    wm_ledger b, a;
+    wm_ledger_stat db[WM_LEDGER_DEVICES], da[WM_LEDGER_DEVICES];
+    snapshot(&b, db);
+    wm_status st = wm__model_sleep(e->model, err);
+    if (st) return st;
+    snapshot(&a, da);
+    bool proven = true;
+    for (int d = 0; d < WM_LEDGER_DEVICES; d++) {
+        e->slept_dev[d] = e->came_dev[d];
+        proven &= fell(db[d].current, da[d].current) >= e->came_dev[d];
+    }
+    uint64_t dev = fell(b.cat[WM_LEDGER_DEVICE].current, a.cat[WM_LEDGER_DEVICE].current);
+    recredit(e, &b, &a, db, da);
+    p->st.sleeps++;
+    p->st.unproven += !proven;
+    p->st.returned_device += dev;
+    p->st.last_returned_device += dev;
+    return WM_OK;
+}
+
+/* Wakes e's model (its device room made by the caller); on failure it stays asleep. */
+static wm_status wake_entry(wm_pool *p, entry *e, wm_error *err) {
+    wm_ledger b, a;
+    wm_ledger_stat db[WM_LEDGER_DEVICES], da[WM_LEDGER_DEVICES];
+    snapshot(&b, db);
+    wm_status st = wm__model_wake(e->model, err);
+    if (st) return st;
+    snapshot(&a, da);
+    recredit(e, &b, &a, db, da);
+    p->st.wakes++;
+    return WM_OK;
+}
+
 /* ---- evicting ---- */
 
 /* The least recently used idle resident model, or NULL. */
@@ -181,6 +249,43 @@ static bool fits(const wm_pool *p, uint64_t need, const uint64_t *need_dev, bool
     for (int d = 0; p->o.device_budget && d < WM_LEDGER_DEVICES; d++)
         if (need_dev[d] && held_by(p, in_use, d) + need_dev[d] > p->o.device_budget) return false;
     return true;
+}
+
+/* The least recently used idle awake model holding memory on device d, or NULL. */
+static entry *lru_idle_on(wm_pool *p, int d) {
+    entry *best = NULL;
+    for (entry *e = p->head; e; e = e->next)
+        if (e->model && !e->uses && !asleep(e) && e->came_dev[d] && (!best || e->last < best->last))
+            best = e;
+    return best;
+}
+
+/* A device (0 ..) short of room for need_dev beside every resident model, or -1. */
+static int device_short(const wm_pool *p, const uint64_t *need_dev) {
+    for (int d = 0; p->o.device_budget && d < WM_LEDGER_DEVICES; d++)
+        if (need_dev[d] && held_by(p, false, d) + need_dev[d] > p->o.device_budget) return d;
+    return -1;
+}
+
+static bool host_fits(const wm_pool *p, uint64_t need) {
+    return !p->o.budget || held_by(p, false, -1) + need <= p->o.budget;
+}
+
+/* Idle models go, least recently used first, until need and need_dev fit: for a device short of
+ * room, those holding memory there (asleep in pinned memory instead, with WM_POOL_SLEEP, where
+ * the host has room for the copy), for the host, any. */
+static wm_status free_room(wm_pool *p, uint64_t need, const uint64_t *need_dev) {
+    for (;;) {
+        bool host_ok = host_fits(p, need);
+        int d = device_short(p, need_dev);
+        if (host_ok && d < 0) return WM_OK;
+        entry *e = d >= 0 ? lru_idle_on(p, d) : lru_idle(p);
+        if (!e) return WM_OK; /* the load itself will say what is short */
+        if (d >= 0 && host_ok && (p->o.flags & WM_POOL_SLEEP) && wm__model_can_sleep(e->model) &&
+            host_fits(p, need + device_bytes(e)) && sleep_entry(p, e, NULL) == WM_OK)
+            continue;
+        evict_entry(p, e);
+    }
 }
 
 /* Refuses (before anything is evicted) a load that cannot fit even with every idle model gone,
@@ -205,10 +310,7 @@ static wm_status make_room(wm_pool *p, const char *path, uint64_t need, const ui
                        "%llu of the budget's %llu bytes (put one back first)",
                        path, (unsigned long long)need, (unsigned long long)held_by(p, true, -1),
                        (unsigned long long)p->o.budget);
-    entry *e;
-    while (!fits(p, need, need_dev, false) && (e = lru_idle(p)))
-        evict_entry(p, e);
-    return WM_OK;
+    return free_room(p, need, need_dev);
 }
 
 /* ---- get and put ---- */
@@ -227,6 +329,11 @@ wm_status wm_pool_open(const wm_pool_options *opts, wm_pool **out, wm_error *err
         wm__free(p);
         return wm__err(err, WM_ENOMEM, e, "wm_pool_open: cannot make the pool's lock: %s",
                        wm__errno_text(e));
+    }
+    if (o.flags & ~WM_POOL_SLEEP) {
+        wm__os_mutex_destroy(&p->mu);
+        wm__free(p);
+        return wm__err(err, WM_EINVAL, 0, "wm_pool_open: unknown flags 0x%x", o.flags);
     }
     p->o = o;
     p->st.size = sizeof p->st;
@@ -262,9 +369,18 @@ static wm_status reuse(wm_pool *p, entry *e, wm_model **out, wm_error *err) {
         if (!uses) evict_entry(p, e); /* e is freed */
         return st;
     }
-    e->uses++;
+    e->uses++; /* in use from here: never chosen to make room for itself */
+    if (asleep(e)) {
+        wm_status st = make_room(p, e->path, 0, e->slept_dev, err);
+        if (!st) st = wake_entry(p, e, err);
+        if (st) {
+            e->uses--;
+            return st;
+        }
+    } else {
+        p->st.hits++;
+    }
     e->last = ++p->tick;
-    p->st.hits++;
     *out = e->model;
     return WM_OK;
 }
@@ -398,6 +514,7 @@ void wm_pool_stats_get(wm_pool *p, wm_pool_stats *out) {
         for (const entry *e = p->head; e; e = e->next) {
             s.resident += e->model != NULL;
             s.in_use += e->model && e->uses;
+            s.asleep += asleep(e);
         }
         s.held = held_by(p, false, -1);
         wm__os_mutex_unlock(&p->mu);

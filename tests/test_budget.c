@@ -13,6 +13,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#ifdef WM_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 /* ---- the cost ---- */
 
 static const wm_mode modes[] = {WM_MODE_HEAP, WM_MODE_MMAP, WM_MODE_MMAP_PRIVATE};
@@ -470,6 +474,101 @@ WM_TEST(pool_mapped_model_sleeps_in_the_page_cache) {
     CHECK_EQ(s.wakes, 3);
     CHECK_EQ(s.unproven, 0);
     CHECK_STATUS(wm_pool_close(p, NULL), WM_OK);
+}
+
+/* Every tensor of m on the device equals the file's bytes (read back with cudaMemcpy). */
+static void device_equals_file(wm_model *m) {
+#ifdef WM_HAVE_CUDA
+    const wm_file *f = wm_model_file(m);
+    for (size_t i = 0; i < wm_file_tensor_count(f); i++) {
+        wm_tensor_info ti;
+        CHECK_STATUS(wm_file_tensor(f, i, &ti), WM_OK);
+        uint64_t d = wm_model_tensor_device_ptr(m, i);
+        CHECK(d != 0);
+        unsigned char *got = malloc(ti.nbytes), *want = malloc(ti.nbytes);
+        wm_read_item it = {.tensor = i, .dst = want};
+        CHECK_STATUS(wm_file_read_tensors(f, &it, 1, NULL, NULL), WM_OK);
+        CHECK_EQ(cudaMemcpy(got, (void *)(uintptr_t)d, ti.nbytes, cudaMemcpyDeviceToHost),
+                 cudaSuccess);
+        CHECK_MSG(memcmp(got, want, ti.nbytes) == 0, "tensor %s differs after a wake", ti.name);
+        free(got);
+        free(want);
+    }
+#else
+    (void)m;
+#endif
+}
+
+/* WM_POOL_SLEEP: with room on the device for one model, getting the other puts the idle one to
+ * sleep in pinned host memory (its device bytes back by the ledger), and getting it again wakes
+ * it with every byte as the file has it. The cuda-mock lane runs it against tests/cuda_mock.c. */
+WM_TEST(pool_device_model_sleeps_in_pinned_memory_and_wakes) {
+    wm_error err;
+    wm_status st = wm_backend_init(WM_BACKEND_CUDA, 0, &err);
+    if (st == WM_EUNSUPPORTED || st == WM_EDEVICE) WM_SKIP("no CUDA backend or device here");
+    CHECK_STATUS(st, WM_OK);
+    uint64_t held;
+    wm_pool_close(pool_for_two(&held), NULL); /* the three copies */
+    (void)held;
+    wm_load_options o = WM_LOAD_OPTIONS_INIT;
+    o.mode = WM_MODE_HEAP;
+    o.backend = WM_BACKEND_CUDA;
+    o.threads = 2;
+    wm_file *f = OPEN_OK(paths[0]);
+    wm_cost c = WM_COST_INIT;
+    CHECK_STATUS(wm_model_cost(f, &o, &c, &err), WM_OK);
+    wm_file_close(f);
+    uint64_t dev = c.device_peak[0];
+    wm_pool_options po = WM_POOL_OPTIONS_INIT;
+    po.budget = 1ull << 30;
+    po.device_budget = dev + dev / 2; /* one model on the device at a time */
+    po.flags = WM_POOL_SLEEP;
+    wm_pool *p;
+    CHECK_STATUS(wm_pool_open(&po, &p, &err), WM_OK);
+    wm_model *a, *b;
+    CHECK_STATUS(wm_pool_get(p, paths[0], &o, &a, &err), WM_OK);
+    CHECK_STATUS(wm_pool_put(p, a, &err), WM_OK);
+    CHECK_STATUS(wm_pool_get(p, paths[1], &o, &b, &err), WM_OK); /* a sleeps */
+    wm_pool_stats s = WM_POOL_STATS_INIT;
+    wm_pool_stats_get(p, &s);
+    CHECK_EQ(s.sleeps, 1);
+    CHECK_EQ(s.asleep, 1);
+    CHECK_EQ(s.evictions, 0);
+    CHECK_EQ(s.unproven, 0);
+    CHECK_EQ(s.last_returned_device, dev);
+    wm_ledger l = WM_LEDGER_INIT;
+    wm_ledger_get(&l);
+    CHECK_EQ(l.cat[WM_LEDGER_DEVICE].current, dev); /* b alone on the device */
+    CHECK(l.cat[WM_LEDGER_PINNED].current >= dev);  /* a's copy, pinned */
+    CHECK_EQ(wm_model_tensor_device_ptr(a, 0), 0);  /* asleep: no device pointer */
+    CHECK_STATUS(wm_pool_put(p, b, &err), WM_OK);
+    CHECK_STATUS(wm_pool_get(p, paths[0], &o, &a, &err), WM_OK); /* a wakes, b sleeps */
+    wm_pool_stats_get(p, &s);
+    CHECK_EQ(s.wakes, 1);
+    CHECK_EQ(s.sleeps, 2);
+    CHECK_EQ(s.unproven, 0);
+    device_equals_file(a);
+    CHECK_STATUS(wm_pool_put(p, a, &err), WM_OK);
+    /* without the host room for a copy, the idle model goes instead */
+    CHECK_STATUS(wm_pool_close(p, &err), WM_OK);
+    po.budget = 1ull << 30;
+    CHECK_STATUS(wm_pool_open(&po, &p, &err), WM_OK);
+    CHECK_STATUS(wm_pool_get(p, paths[0], &o, &a, &err), WM_OK);
+    CHECK_STATUS(wm_pool_put(p, a, &err), WM_OK);
+    wm_pool_stats_get(p, &s);
+    uint64_t a_host = s.held, need = s.held_peak; /* a's host bytes; a load's need */
+    CHECK_STATUS(wm_pool_close(p, &err), WM_OK);
+    po.budget = a_host + need + dev / 2; /* b fits beside a, a's copy would not */
+    CHECK_STATUS(wm_pool_open(&po, &p, &err), WM_OK);
+    CHECK_STATUS(wm_pool_get(p, paths[0], &o, &a, &err), WM_OK);
+    CHECK_STATUS(wm_pool_put(p, a, &err), WM_OK);
+    CHECK_STATUS(wm_pool_get(p, paths[1], &o, &b, &err), WM_OK);
+    CHECK_STATUS(wm_pool_put(p, b, &err), WM_OK);
+    wm_pool_stats_get(p, &s);
+    CHECK_EQ(s.sleeps, 0);
+    CHECK_EQ(s.evictions, 1);
+    CHECK_EQ(s.unproven, 0);
+    CHECK_STATUS(wm_pool_close(p, &err), WM_OK);
 }
 
 /* ---- threads ---- */

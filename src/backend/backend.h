@@ -80,9 +80,19 @@ struct wm_model {
     uint32_t n_chunks;
 
     wm_model_stats stats;
+    bool asleep;   /* the backend's sleep moved its device memory to pinned host memory */
     wm__reader rd; /* the load's reading engine (read.h): its policy, direct descriptors and
                       counts (stats.bytes_read, read_direct, read_buffered at the load's end) */
 };
+
+/* A loaded model of a backend that can sleep (its sleep slot): its device memory moved to
+ * pinned host memory (sleep) and back (wake), for the pool (pool.c). WM_EUNSUPPORTED where the
+ * backend cannot; WM_EINVAL for a model already in that state. The model's tensors' device
+ * pointers change at wake. Each completes or leaves the model as it was. */
+bool wm__model_can_sleep(const wm_model *m);
+bool wm__model_asleep(const wm_model *m);
+wm_status wm__model_sleep(wm_model *m, wm_error *err);
+wm_status wm__model_wake(wm_model *m, wm_error *err);
 
 /* Builds the plan (plan.c): order, place and chunks. On failure the caller frees what it holds
  * (model_free). */
@@ -120,6 +130,10 @@ struct wm__backend {
     wm_status (*cost)(const wm_model *m, wm_direct_io io, wm_cost *c, wm_error *err);
     /* Free and total memory of device `device` (wm_mem_available_get); NULL: no device. */
     wm_status (*mem_info)(int device, uint64_t *free_bytes, uint64_t *total, wm_error *err);
+    /* A loaded model's device memory to pinned host memory and back (wm__model_sleep); NULL:
+     * the backend cannot sleep a model. Each completes or leaves the model as it was. */
+    wm_status (*sleep)(wm_model *m, wm_error *err);
+    wm_status (*wake)(wm_model *m, wm_error *err);
 };
 
 /* ---- costs (cost.c): what a load will acquire, per ledger category ---- */

@@ -307,6 +307,9 @@ out:
 typedef struct staged_state {
     unsigned char **buf;
     uint32_t n_buf; /* entries of buf filled so far (release frees [0, n_buf)) */
+    /* Asleep (wm__staged_sleep): each chunk's bytes in page-allocated host memory registered
+     * with the devices, buf[] all NULL; NULL when awake. */
+    wm__region *host;
 } staged_state;
 
 /* Device memory: one buffer per chunk, counted as it is made. */
@@ -345,9 +348,22 @@ wm_status wm__staged_load(wm_model *m, wm__dev *dv, const wm__staged_opts *o, wm
     return st;
 }
 
+/* A sleeping model's host copies: unregistered, then freed (registrations before pages). */
+static void host_copies_free(wm__dev *dv, wm__region *host, uint32_t n) {
+    for (uint32_t c = 0; host && c < n; c++) {
+        if (!host[c].base) continue;
+        dv->ops->host_unregister(dv, host[c].base);
+        wm__ledger_release(WM_LEDGER_PINNED, host[c].len);
+        wm__region_free(&host[c]);
+    }
+    wm__free(host);
+}
+
 void wm__staged_release(wm_model *m, wm__dev *dv) {
     staged_state *ss = m->bctx;
     if (!ss) return;
+    host_copies_free(dv, ss->host, ss->n_buf);
+    ss->host = NULL;
     for (uint32_t c = 0; c < ss->n_buf; c++) {
         if (!ss->buf[c]) continue;
         unsigned d = m->chunks[c].device;
@@ -358,6 +374,104 @@ void wm__staged_release(wm_model *m, wm__dev *dv) {
     wm__free(ss->buf);
     wm__free(ss);
     m->bctx = NULL;
+}
+
+/* ---- sleep and wake ---- */
+
+/* One chunk's host copy: pages, registered, filled from the device. */
+static wm_status sleep_chunk(wm_model *m, wm__dev *dv, staged_state *ss, uint32_t c,
+                             wm_error *err) {
+    size_t size = m->chunks[c].size;
+    unsigned d = m->chunks[c].device;
+    wm__region *r = &ss->host[c];
+    wm_status st = wm__region_pages(m, size, WM_LEDGER_HEAP, r, err);
+    if (st) return st;
+    wm__os_advise(r->base, r->len, WM_OS_ADV_HUGEPAGE); /* a hint: failure is harmless */
+    int ce = dv->ops->host_register(dv, r->base, r->len, WM__HOST_PORTABLE);
+    if (!ce) {
+        wm__ledger_acquire(WM_LEDGER_PINNED, r->len);
+        ce = dv->ops->copy_sync(dv, d, r->base, ss->buf[c], size, false);
+        if (!ce) return WM_OK;
+        dv->ops->host_unregister(dv, r->base);
+        wm__ledger_release(WM_LEDGER_PINNED, r->len);
+    }
+    wm__region_free(r);
+    char prefix[160];
+    snprintf(prefix, sizeof prefix, "%s: putting buffer %u (%zu bytes) to sleep", m->file->path, c,
+             size);
+    return dv->ops->fail(dv, ce, prefix, err);
+}
+
+wm_status wm__staged_sleep(wm_model *m, wm__dev *dv, wm_error *err) {
+    staged_state *ss = m->bctx;
+    if (!ss || ss->host) return wm__err(err, WM_EINVAL, 0, "%s: no model to sleep", m->file->path);
+    if (ss->n_buf) {
+        ss->host = wm__calloc(ss->n_buf, sizeof *ss->host);
+        if (!ss->host) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory", m->file->path);
+    }
+    wm_status st = WM_OK;
+    for (uint32_t c = 0; c < ss->n_buf && !st; c++)
+        if (ss->buf[c]) st = sleep_chunk(m, dv, ss, c, err);
+    if (st) { /* as it was: awake, the copies made so far given back */
+        host_copies_free(dv, ss->host, ss->n_buf);
+        ss->host = NULL;
+        dv->ops->settle(dv);
+        return st;
+    }
+    for (uint32_t c = 0; c < ss->n_buf; c++) {
+        if (!ss->buf[c]) continue;
+        unsigned d = m->chunks[c].device;
+        dv->ops->free(dv, d, ss->buf[c]);
+        wm__ledger_device_release(m->devs[d], m->chunks[c].size);
+        m->stats.device_bytes -= m->chunks[c].size;
+        ss->buf[c] = NULL;
+    }
+    dv->ops->settle(dv);
+    return WM_OK;
+}
+
+/* Device buffers made again and filled from the host copies; on failure the ones made are
+ * freed (the model stays asleep). */
+wm_status wm__staged_wake(wm_model *m, wm__dev *dv, wm_error *err) {
+    staged_state *ss = m->bctx;
+    if (!ss || !ss->host) return wm__err(err, WM_EINVAL, 0, "%s: no model asleep", m->file->path);
+    wm_status st = WM_OK;
+    uint32_t c = 0;
+    for (; c < ss->n_buf && !st; c++) {
+        if (!ss->host[c].base) continue;
+        size_t size = m->chunks[c].size;
+        unsigned d = m->chunks[c].device;
+        void *b = NULL;
+        int ce = dv->ops->alloc(dv, d, size, &b);
+        if (!ce) {
+            ss->buf[c] = b;
+            wm__ledger_device_acquire(m->devs[d], size);
+            m->stats.device_bytes += size;
+            ce = dv->ops->copy_sync(dv, d, b, ss->host[c].base, size, true);
+        }
+        if (ce) {
+            char prefix[160];
+            snprintf(prefix, sizeof prefix, "%s: waking buffer %u (%zu bytes) on device %d",
+                     m->file->path, c, size, m->devs[d]);
+            st = dv->ops->fail(dv, ce, prefix, err);
+            c++; /* this chunk's buffer, if made, is freed below too */
+            break;
+        }
+    }
+    for (uint32_t k = 0; st && k < c; k++) { /* as it was: asleep */
+        if (!ss->buf[k]) continue;
+        unsigned d = m->chunks[k].device;
+        dv->ops->free(dv, d, ss->buf[k]);
+        wm__ledger_device_release(m->devs[d], m->chunks[k].size);
+        m->stats.device_bytes -= m->chunks[k].size;
+        ss->buf[k] = NULL;
+    }
+    if (!st) {
+        host_copies_free(dv, ss->host, ss->n_buf);
+        ss->host = NULL;
+    }
+    dv->ops->settle(dv);
+    return st;
 }
 
 unsigned char *const *wm__staged_buffers(const wm_model *m) {
