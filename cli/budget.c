@@ -20,7 +20,7 @@ typedef struct budget_args {
     wm_load_options opts;
     int devices[WM_LEDGER_DEVICES];
     unsigned n_devices;
-    bool json, mode_given;
+    bool json, mode_given, sleep;
     uint64_t cycles, budget, device_budget;
 } budget_args;
 
@@ -39,6 +39,8 @@ static int parse(budget_args *a, const char *cmd, int argc, char **argv) {
             a->files[a->n_files++] = v;
         } else if (cli_is(&p, "json")) {
             a->json = true;
+        } else if (cli_is(&p, "sleep")) {
+            a->sleep = true;
         } else if (cli_is(&p, "mode")) {
             a->opts.mode = wm_mode_from_name(v);
             a->mode_given = true;
@@ -260,12 +262,12 @@ int cmd_fit(int argc, char **argv) {
 typedef struct swap_row {
     unsigned cycle;
     const char *file;
-    double seconds;
+    double seconds, wake_seconds;
     int64_t footprint; /* from before the first load */
     uint64_t peak;     /* the ledger's host peak during the switch */
     uint64_t returned, returned_device;
     unsigned evicted;
-    bool hit;
+    bool hit, woke;
 } swap_row;
 
 /* The ledger's host bytes (what the budget counts) at their peak since the last reset: the most
@@ -334,10 +336,12 @@ static int one_switch(wm_pool *p, const budget_args *a, unsigned i, int64_t base
     (void)sum;
     wm_pool_stats_get(p, &s);
     r->seconds = s.last_get_seconds;
+    r->wake_seconds = s.last_wake_seconds;
     r->returned = s.last_returned;
     r->returned_device = s.last_returned_device;
     r->evicted = s.last_evicted;
     r->hit = s.hits > before.hits;
+    r->woke = s.wakes > before.wakes;
     r->footprint = footprint_now() - base;
     r->peak = host_peak();
     return wm_pool_put(p, m, err) != WM_OK;
@@ -348,20 +352,23 @@ static void row_text(const swap_row *r) {
     printf("%5u  %-28.28s %8.3f  %10s  %10s  %10s  %u%s\n", r->cycle, r->file, r->seconds,
            r->footprint < 0 ? "-" : cli_bytes((uint64_t)r->footprint, b1), cli_bytes(r->peak, b2),
            cli_bytes(r->returned + r->returned_device, b3), r->evicted,
-           r->hit ? " (resident)" : "");
+           r->hit    ? " (resident)"
+           : r->woke ? " (woke)"
+                     : "");
 }
 
 static void row_json(const swap_row *r, bool first) {
     printf("%s{\"cycle\":%u,\"file\":", first ? "" : ",", r->cycle);
     cli_json_cstr(stdout, r->file);
-    printf(",\"seconds\":%.6f,\"footprint\":%" PRId64 ",\"peak\":%" PRIu64 ",\"returned\":%" PRIu64
-           ",\"returned_device\":%" PRIu64 ",\"evicted\":%u,\"resident\":%s}",
-           r->seconds, r->footprint, r->peak, r->returned, r->returned_device, r->evicted,
-           r->hit ? "true" : "false");
+    printf(",\"seconds\":%.6f,\"wake_seconds\":%.6f,\"footprint\":%" PRId64 ",\"peak\":%" PRIu64
+           ",\"returned\":%" PRIu64 ",\"returned_device\":%" PRIu64
+           ",\"evicted\":%u,\"resident\":%s,\"woke\":%s}",
+           r->seconds, r->wake_seconds, r->footprint, r->peak, r->returned, r->returned_device,
+           r->evicted, r->hit ? "true" : "false", r->woke ? "true" : "false");
 }
 
 typedef struct swap_verdict {
-    uint64_t peak_max, evictions, unproven, returned, returned_device, ledger_after;
+    uint64_t peak_max, evictions, sleeps, unproven, returned, returned_device, ledger_after;
     int64_t footprint_after;
     bool peak_ok, proven, back, judged;
 } swap_verdict;
@@ -371,14 +378,14 @@ static void verdict_print(const budget_args *a, const swap_verdict *v) {
     bool ok = v->peak_ok && v->proven && v->back;
     if (a->json) {
         printf("],\"budget\":%" PRIu64 ",\"peak\":%" PRIu64 ",\"peak_slack\":%" PRIu64
-               ",\"evictions\":%" PRIu64 ",\"unproven\":%" PRIu64 ",\"returned\":%" PRIu64
-               ",\"returned_device\":%" PRIu64 ",\"footprint_after\":%" PRId64
-               ",\"footprint_slack\":%" PRIu64 ",\"ledger_after\":%" PRIu64
-               ",\"peak_ok\":%s,\"every_eviction_returned\":%s,"
+               ",\"evictions\":%" PRIu64 ",\"sleeps\":%" PRIu64 ",\"unproven\":%" PRIu64
+               ",\"returned\":%" PRIu64 ",\"returned_device\":%" PRIu64
+               ",\"footprint_after\":%" PRId64 ",\"footprint_slack\":%" PRIu64
+               ",\"ledger_after\":%" PRIu64 ",\"peak_ok\":%s,\"every_eviction_returned\":%s,"
                "\"footprint_back\":%s,\"judged\":%s,\"ok\":%s}\n",
-               a->budget, v->peak_max, PEAK_SLACK, v->evictions, v->unproven, v->returned,
-               v->returned_device, v->footprint_after, FOOTPRINT_SLACK, v->ledger_after,
-               v->peak_ok ? "true" : "false", v->proven ? "true" : "false",
+               a->budget, v->peak_max, PEAK_SLACK, v->evictions, v->sleeps, v->unproven,
+               v->returned, v->returned_device, v->footprint_after, FOOTPRINT_SLACK,
+               v->ledger_after, v->peak_ok ? "true" : "false", v->proven ? "true" : "false",
                v->back ? "true" : "false", v->judged ? "true" : "false",
                ok && v->judged ? "true" : "false");
         return;
@@ -386,14 +393,16 @@ static void verdict_print(const budget_args *a, const swap_verdict *v) {
     printf("peak %s of a budget of %s (+%s for the pool's own entries): %s\n",
            cli_bytes(v->peak_max, b1), cli_bytes(a->budget, b2), cli_bytes(PEAK_SLACK, b3),
            v->peak_ok ? "within" : "ABOVE");
+    char sl[48] = "";
+    if (v->sleeps) snprintf(sl, sizeof sl, " and %" PRIu64 " sleeps", v->sleeps);
     if (v->returned_device)
-        printf("%" PRIu64 " evictions returned %s (host) and %s (device), every byte by the "
+        printf("%" PRIu64 " evictions%s returned %s (host) and %s (device), every byte by the "
                "ledger: %s\n",
-               v->evictions, cli_bytes(v->returned, b1), cli_bytes(v->returned_device, b3),
+               v->evictions, sl, cli_bytes(v->returned, b1), cli_bytes(v->returned_device, b3),
                v->proven ? "yes" : "NO");
     else
-        printf("%" PRIu64 " evictions returned %s, every byte by the ledger: %s\n", v->evictions,
-               cli_bytes(v->returned, b1), v->proven ? "yes" : "NO");
+        printf("%" PRIu64 " evictions%s returned %s, every byte by the ledger: %s\n", v->evictions,
+               sl, cli_bytes(v->returned, b1), v->proven ? "yes" : "NO");
     int64_t fa = v->footprint_after;
     printf("after the pool closed: footprint %s%s (bound %s), ledger %" PRIu64 " bytes: %s\n",
            fa < 0 ? "-" : "+", cli_bytes((uint64_t)(fa < 0 ? -fa : fa), b1),
@@ -439,6 +448,7 @@ int cmd_swap(int argc, char **argv) {
     wm_pool_options po = WM_POOL_OPTIONS_INIT;
     po.budget = a.budget;
     po.device_budget = a.device_budget;
+    po.flags = a.sleep ? WM_POOL_SLEEP : 0;
     wm_pool *p;
     if (wm_pool_open(&po, &p, &err)) return cli_fail(&err);
     swap_verdict v = {0};
@@ -453,6 +463,7 @@ int cmd_swap(int argc, char **argv) {
     wm_ledger l = WM_LEDGER_INIT;
     wm_ledger_get(&l);
     v.evictions = s.evictions;
+    v.sleeps = s.sleeps;
     v.unproven = s.unproven;
     v.returned = s.returned;
     v.returned_device = s.returned_device;
@@ -462,7 +473,7 @@ int cmd_swap(int argc, char **argv) {
     v.proven = v.unproven == 0;
     v.back = v.ledger_after == 0 && v.footprint_after <= (int64_t)FOOTPRINT_SLACK &&
              v.footprint_after >= -(int64_t)FOOTPRINT_SLACK;
-    v.judged = v.evictions > 0;
+    v.judged = v.evictions + v.sleeps > 0;
     verdict_print(&a, &v);
     return v.peak_ok && v.proven && v.back && v.judged ? 0 : 1;
 }

@@ -1015,6 +1015,7 @@ typedef struct wm_pool_stats {
     uint64_t last_returned_device; /* device bytes the last get's evictions returned */
     uint64_t sleeps;               /* device models put to sleep in pinned host memory */
     uint32_t asleep;               /* of the resident models, asleep in pinned host memory */
+    double last_wake_seconds;      /* the last get's wake from pinned memory alone (0: none) */
 } wm_pool_stats;
 
 #define WM_POOL_STATS_INIT WM_SIZED_INIT(wm_pool_stats)

@@ -988,12 +988,15 @@ static int pool_model_give_back(PoolModel *pm) {
 }
 
 static PyObject *Pool_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"budget", "device_budget", NULL};
+    static char *kwlist[] = {"budget", "device_budget", "sleep", NULL};
     unsigned long long budget = 0, device_budget = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|KK", kwlist, &budget, &device_budget)) return NULL;
+    int sleep = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|KKp", kwlist, &budget, &device_budget, &sleep))
+        return NULL;
     wm_pool_options o = WM_POOL_OPTIONS_INIT;
     o.budget = budget;
     o.device_budget = device_budget;
+    o.flags = sleep ? WM_POOL_SLEEP : 0;
     wm_pool *p = NULL;
     wm_error err = {0};
     wm_status st = wm_pool_open(&o, &p, &err);
@@ -1069,14 +1072,16 @@ static PyObject *Pool_stats(Pool *self, PyObject *unused) {
     (void)unused;
     wm_pool_stats s = WM_POOL_STATS_INIT;
     wm_pool_stats_get(self->pool, &s);
-    return Py_BuildValue("{sIsIsKsKsKsKsKsKsKsKsdsKsI}", "resident", s.resident, "in_use", s.in_use,
-                         "held", (unsigned long long)s.held, "held_peak",
+    return Py_BuildValue("{sIsIsKsKsKsKsKsKsKsKsdsKsIsKsKsI}", "resident", s.resident, "in_use",
+                         s.in_use, "held", (unsigned long long)s.held, "held_peak",
                          (unsigned long long)s.held_peak, "loads", (unsigned long long)s.loads,
                          "hits", (unsigned long long)s.hits, "wakes", (unsigned long long)s.wakes,
                          "evictions", (unsigned long long)s.evictions, "returned",
                          (unsigned long long)s.returned, "unproven", (unsigned long long)s.unproven,
                          "last_get_seconds", s.last_get_seconds, "last_returned",
-                         (unsigned long long)s.last_returned, "last_evicted", s.last_evicted);
+                         (unsigned long long)s.last_returned, "last_evicted", s.last_evicted,
+                         "returned_device", (unsigned long long)s.returned_device, "sleeps",
+                         (unsigned long long)s.sleeps, "asleep", s.asleep);
 }
 
 static PyObject *Pool_trim(Pool *self, PyObject *unused) {
@@ -1112,7 +1117,7 @@ static PyTypeObject PoolType = {
     .tp_basicsize = sizeof(Pool),
     .tp_dealloc = (destructor)Pool_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Pool(budget=0, device_budget=0): models under a budget (wm_pool).",
+    .tp_doc = "Pool(budget=0, device_budget=0, sleep=False): models under a budget (wm_pool).",
     .tp_methods = Pool_methods,
     .tp_new = Pool_new,
 };

@@ -224,7 +224,9 @@ static wm_status wake_entry(wm_pool *p, entry *e, wm_error *err) {
     wm_ledger b, a;
     wm_ledger_stat db[WM_LEDGER_DEVICES], da[WM_LEDGER_DEVICES];
     snapshot(&b, db);
+    double t0 = wm__os_now();
     wm_status st = wm__model_wake(e->model, err);
+    p->st.last_wake_seconds = wm__os_now() - t0;
     if (st) return st;
     snapshot(&a, da);
     recredit(e, &b, &a, db, da);
@@ -474,6 +476,7 @@ wm_status wm_pool_get(wm_pool *p, const char *path, const wm_load_options *opts,
     p->st.last_returned = 0;
     p->st.last_returned_device = 0;
     p->st.last_evicted = 0;
+    p->st.last_wake_seconds = 0;
     wm_status st = get_locked(p, path, opts, out, err);
     p->st.last_get_seconds = wm__os_now() - t0;
     wm__os_mutex_unlock(&p->mu);

@@ -635,10 +635,12 @@ class Pool:
                 del emb
 
     ``close()`` (or leaving the ``with``) releases every model; it raises Error naming a model
-    still in use and leaves the pool open. Thread-safe: gets and puts from several threads."""
+    still in use and leaves the pool open. ``sleep=True``: an idle device model that must make
+    room sleeps in pinned host memory (within the budget) instead of going, and its next get
+    wakes it (WM_POOL_SLEEP). Thread-safe: gets and puts from several threads."""
 
-    def __init__(self, budget=0, *, device_budget=0):
-        self._p = _c.Pool(int(budget), int(device_budget))
+    def __init__(self, budget=0, *, device_budget=0, sleep=False):
+        self._p = _c.Pool(int(budget), int(device_budget), bool(sleep))
 
     def __enter__(self):
         return self
@@ -663,7 +665,8 @@ class Pool:
 
     def stats(self):
         """wm_pool_stats as a dict: resident, in_use, held, held_peak, loads, hits, wakes,
-        evictions, returned, unproven, last_get_seconds, last_returned, last_evicted."""
+        evictions, returned, unproven, last_get_seconds, last_returned, last_evicted,
+        returned_device, sleeps, asleep."""
         return self._p.stats()
 
     def trim(self):
