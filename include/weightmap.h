@@ -969,12 +969,13 @@ WM_API wm_status wm_mem_available_get(wm_backend_kind backend, int device, wm_me
  * least recently used first, until the load's cost (wm_model_cost: host_peak and device_peak,
  * plus the bytes the opened file holds) fits beside what stays; an eviction is proven by the
  * ledger (its categories fell by every byte the ledger rose by when that model came) before the
- * next load starts. A model in use is never evicted. A load that cannot fit, even with every
- * idle model gone, is refused before anything is evicted. Evicting a mapped (mmap) CPU model
- * leaves its pages in the page cache, so its next get is a warm load (the pool counts it a wake).
- * All calls are thread-safe; gets, puts and evictions are serialised by the pool's lock (a load
- * runs under it, so that the ledger's proof is the pool's alone: other loads in the process
- * meanwhile make an eviction unproven, counted in wm_pool_stats.unproven). */
+ * next load starts: an eviction the ledger does not prove stops the get (WM_EIO). A model in use is
+ * never evicted. A load that cannot fit, even with every idle model gone, is refused before
+ * anything is evicted. Evicting a mapped (mmap) CPU model leaves its pages in the page cache, so
+ * its next get is a warm load (the pool counts it a wake). All calls are thread-safe; gets, puts
+ * and evictions are serialised by the pool's lock (a load runs under it, so that the ledger's proof
+ * is the pool's alone: a load elsewhere in the process during an eviction can make it unproven,
+ * counted in wm_pool_stats.unproven). */
 typedef struct wm_pool wm_pool;
 
 typedef struct wm_pool_options {
@@ -1029,8 +1030,10 @@ WM_API wm_status wm_pool_open(const wm_pool_options *opts, wm_pool **out, wm_err
  * and wm_model_load return; WM_ENOMEM naming the file and the bytes when its cost is larger
  * than the budget, or than the budget less the models in use (nothing is evicted then);
  * WM_EFORMAT when the file changed (size, modification time, inode) since its resident model was
- * loaded (the stale model is evicted once idle; the next get loads the file anew). On failure
- * nothing of the call is held. */
+ * loaded (the stale model is evicted once idle; the next get loads the file anew); WM_EIO when
+ * the ledger did not show every byte of an evicted (or slept) model back, naming it and the
+ * bytes (the load does not start). On failure nothing of the call is held (models evicted to
+ * make room stay evicted). */
 WM_API wm_status wm_pool_get(wm_pool *pool, const char *path, const wm_load_options *opts,
                              wm_model **out, wm_error *err);
 /* Gives back one use of a model from wm_pool_get; the model stays resident, idle once its last

@@ -79,6 +79,8 @@ struct wm_pool {
     entry *head;
     uint64_t tick;
     wm_pool_stats st;
+    /* The last eviction or sleep the ledger did not prove: what was wanted back and what came */
+    uint64_t short_want, short_got;
 };
 
 static void entry_free(entry *e) {
@@ -129,10 +131,16 @@ static uint64_t evict(wm_pool *p, entry *e) {
     e->model = NULL;
     snapshot(&after, da);
     bool proven = true;
-    uint64_t returned = 0;
+    uint64_t returned = 0, want = 0, got = 0;
     for (int c = 0; c < WM_LEDGER_COUNT; c++) {
         uint64_t f = fell(before.cat[c].current, after.cat[c].current);
         proven &= f >= e->came[c];
+        want += e->came[c];
+        got += f < e->came[c] ? f : e->came[c];
+    }
+    if (!proven) {
+        p->short_want = want;
+        p->short_got = got;
     }
     for (size_t k = 0; k < sizeof host_cats / sizeof host_cats[0]; k++)
         returned += fell(before.cat[host_cats[k]].current, after.cat[host_cats[k]].current);
@@ -206,9 +214,17 @@ static wm_status sleep_entry(wm_pool *p, entry *e, wm_error *err) {
     if (st) return st;
     snapshot(&a, da);
     bool proven = true;
+    uint64_t want = 0, got = 0;
     for (int d = 0; d < WM_LEDGER_DEVICES; d++) {
+        uint64_t f = fell(db[d].current, da[d].current);
         e->slept_dev[d] = e->came_dev[d];
-        proven &= fell(db[d].current, da[d].current) >= e->came_dev[d];
+        proven &= f >= e->came_dev[d];
+        want += e->came_dev[d];
+        got += f < e->came_dev[d] ? f : e->came_dev[d];
+    }
+    if (!proven) {
+        p->short_want = want;
+        p->short_got = got;
     }
     uint64_t dev = fell(b.cat[WM_LEDGER_DEVICE].current, a.cat[WM_LEDGER_DEVICE].current);
     recredit(e, &b, &a, db, da);
@@ -275,18 +291,29 @@ static bool host_fits(const wm_pool *p, uint64_t need) {
 
 /* Idle models go, least recently used first, until need and need_dev fit: for a device short of
  * room, those holding memory there (asleep in pinned memory instead, with WM_POOL_SLEEP, where
- * the host has room for the copy), for the host, any. */
-static wm_status free_room(wm_pool *p, uint64_t need, const uint64_t *need_dev) {
+ * the host has room for the copy), for the host, any. Each eviction or sleep must be proven by
+ * the ledger before the next step: else WM_EIO naming the model, and the load does not start. */
+static wm_status free_room(wm_pool *p, const char *path, uint64_t need, const uint64_t *need_dev,
+                           wm_error *err) {
     for (;;) {
         bool host_ok = host_fits(p, need);
         int d = device_short(p, need_dev);
         if (host_ok && d < 0) return WM_OK;
         entry *e = d >= 0 ? lru_idle_on(p, d) : lru_idle(p);
         if (!e) return WM_OK; /* the load itself will say what is short */
-        if (d >= 0 && host_ok && (p->o.flags & WM_POOL_SLEEP) && wm__model_can_sleep(e->model) &&
-            host_fits(p, need + device_bytes(e)) && sleep_entry(p, e, NULL) == WM_OK)
-            continue;
-        evict_entry(p, e);
+        uint64_t unproven = p->st.unproven;
+        char gone[256];
+        snprintf(gone, sizeof gone, "%s", e->path);
+        bool slept = d >= 0 && host_ok && (p->o.flags & WM_POOL_SLEEP) &&
+                     wm__model_can_sleep(e->model) && host_fits(p, need + device_bytes(e)) &&
+                     sleep_entry(p, e, NULL) == WM_OK;
+        if (!slept) evict_entry(p, e); /* e may be freed */
+        if (p->st.unproven != unproven)
+            return wm__err(err, WM_EIO, 0,
+                           "%s: the ledger shows %llu of the %llu bytes of %s back after its %s "
+                           "(another load in the process meanwhile?); this load did not start",
+                           path, (unsigned long long)p->short_got,
+                           (unsigned long long)p->short_want, gone, slept ? "sleep" : "eviction");
     }
 }
 
@@ -312,7 +339,7 @@ static wm_status make_room(wm_pool *p, const char *path, uint64_t need, const ui
                        "%llu of the budget's %llu bytes (put one back first)",
                        path, (unsigned long long)need, (unsigned long long)held_by(p, true, -1),
                        (unsigned long long)p->o.budget);
-    return free_room(p, need, need_dev);
+    return free_room(p, path, need, need_dev, err);
 }
 
 /* ---- get and put ---- */
