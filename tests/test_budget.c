@@ -9,6 +9,7 @@
 #include "wmtest.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <pthread.h>
 #include <string.h>
 #include <unistd.h>
@@ -282,6 +283,7 @@ static void measure(const char *path, uint64_t *held, uint64_t *need) {
 }
 
 static char paths[3][512];
+static uint64_t pool_budget;
 
 static wm_pool *pool_for_two(uint64_t *held) {
     const char *names[3] = {"a.gguf", "b.gguf", "c.gguf"};
@@ -569,6 +571,55 @@ WM_TEST(pool_device_model_sleeps_in_pinned_memory_and_wakes) {
     CHECK_EQ(s.evictions, 1);
     CHECK_EQ(s.unproven, 0);
     CHECK_STATUS(wm_pool_close(p, &err), WM_OK);
+}
+
+/* Every OS call and allocation of a pool's life failed in turn (a get that loads, a put, a get
+ * that evicts the first to load the second, a put, the close): each run leaves the ledger as it
+ * was, no mapping and no descriptor. */
+static wm_status pool_scenario(void *user, wm_error *err) {
+    (void)user;
+    wm_pool_options po = WM_POOL_OPTIONS_INIT;
+    po.budget = pool_budget;
+    wm_pool *p;
+    wm_status st = wm_pool_open(&po, &p, err);
+    if (st) return st;
+    wm_load_options o = heap_opts();
+    for (int i = 0; i < 2 && !st; i++) {
+        wm_model *m;
+        st = wm_pool_get(p, paths[i], &o, &m, err);
+        if (!st) wm_pool_put(p, m, NULL);
+    }
+    CHECK_STATUS(wm_pool_close(p, NULL), WM_OK);
+    return st;
+}
+
+WM_TEST(pool_fault_sweep_leaves_nothing) {
+    uint64_t held, need;
+    wm_pool *p = pool_for_two(&held);
+    wm_pool_close(p, NULL);
+    measure(paths[0], &held, &need);
+    pool_budget = need + held / 2; /* one load fits, a held beside b's load does not */
+    wmt_sweep s = {.what = "pool", .run = pool_scenario, .path = paths[0]};
+    wmt_sweep_result res = {0};
+    const int errs[] = {EIO, ENOMEM};
+    wmt_sweep_any(&s, errs, 2, &res);
+    CHECK(res.counts[WM_OS_ANY] > 10);
+    CHECK(res.failed > 0);
+    CHECK_EQ(wmt_count_file_maps(paths[1]), 0);
+    /* the clean run evicted a to load b */
+    wm_pool_options po = WM_POOL_OPTIONS_INIT;
+    po.budget = pool_budget;
+    CHECK_STATUS(wm_pool_open(&po, &p, NULL), WM_OK);
+    wm_load_options o = heap_opts();
+    wm_model *m;
+    for (int i = 0; i < 2; i++) {
+        CHECK_STATUS(wm_pool_get(p, paths[i], &o, &m, NULL), WM_OK);
+        CHECK_STATUS(wm_pool_put(p, m, NULL), WM_OK);
+    }
+    wm_pool_stats st = WM_POOL_STATS_INIT;
+    wm_pool_stats_get(p, &st);
+    CHECK_EQ(st.evictions, 1);
+    CHECK_STATUS(wm_pool_close(p, NULL), WM_OK);
 }
 
 /* ---- threads ---- */
