@@ -622,6 +622,54 @@ WM_TEST(pool_fault_sweep_leaves_nothing) {
     CHECK_STATUS(wm_pool_close(p, NULL), WM_OK);
 }
 
+/* The same sweep over sleeps and wakes (WM_POOL_SLEEP, CUDA; the cuda-mock lane): a failed
+ * sleep leaves the model to be evicted, a failed wake leaves it asleep, and nothing leaks. */
+static wm_load_options sleep_opts;
+static uint64_t sleep_dev_budget;
+
+static wm_status sleep_scenario(void *user, wm_error *err) {
+    (void)user;
+    wm_pool_options po = WM_POOL_OPTIONS_INIT;
+    po.budget = 1ull << 30;
+    po.device_budget = sleep_dev_budget;
+    po.flags = WM_POOL_SLEEP;
+    wm_pool *p;
+    wm_status st = wm_pool_open(&po, &p, err);
+    if (st) return st;
+    const int order[] = {0, 1, 0};
+    for (int k = 0; k < 3 && !st; k++) {
+        wm_model *m;
+        st = wm_pool_get(p, paths[order[k]], &sleep_opts, &m, err);
+        if (!st) wm_pool_put(p, m, NULL);
+    }
+    CHECK_STATUS(wm_pool_close(p, NULL), WM_OK);
+    return st;
+}
+
+WM_TEST(pool_sleep_fault_sweep_leaves_nothing) {
+    wm_error err;
+    wm_status st = wm_backend_init(WM_BACKEND_CUDA, 0, &err);
+    if (st == WM_EUNSUPPORTED || st == WM_EDEVICE) WM_SKIP("no CUDA backend or device here");
+    CHECK_STATUS(st, WM_OK);
+    uint64_t held;
+    wm_pool_close(pool_for_two(&held), NULL);
+    sleep_opts = (wm_load_options)WM_LOAD_OPTIONS_INIT;
+    sleep_opts.mode = WM_MODE_HEAP;
+    sleep_opts.backend = WM_BACKEND_CUDA;
+    sleep_opts.threads = 2;
+    wm_file *f = OPEN_OK(paths[0]);
+    wm_cost c = WM_COST_INIT;
+    CHECK_STATUS(wm_model_cost(f, &sleep_opts, &c, &err), WM_OK);
+    wm_file_close(f);
+    sleep_dev_budget = c.device_peak[0] + c.device_peak[0] / 2;
+    wmt_sweep s = {.what = "pool sleep", .run = sleep_scenario, .path = paths[0]};
+    wmt_sweep_result res = {0};
+    const int errs[] = {EIO, ENOMEM};
+    wmt_sweep_any(&s, errs, 2, &res);
+    CHECK(res.counts[WM_OS_DEVICE] > 4);
+    CHECK(res.failed > 0);
+}
+
 /* ---- threads ---- */
 
 #define THREADS 4
