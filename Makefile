@@ -107,8 +107,8 @@ fuzz: fuzz-build
 # tool's interposer hooks called from several threads (label trace_tsan, tests/trace/tsan_hooks.c);
 # and the probes' ABI test (label trace_abi) with the TSan build's CLI and interposer; and the
 # pool of models under a budget (label budget: its lock, several threads on one pool), less the
-# cases that hold a cost against the kernel's figures.
-TSAN_EXCLUDE := ^model\.(heap_footprint_is_tensor_bytes_and_returns|lock_.*)$$|^budget\.(cost_|cli_).*
+# cases that hold a cost against the kernel's figures and the single-threaded fault sweeps.
+TSAN_EXCLUDE := ^model\.(heap_footprint_is_tensor_bytes_and_returns|lock_.*)$$|^budget\.(cost_|cli_|pool_.*fault_sweep).*
 test-tsan: deps
 	@cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON -DCMAKE_C_COMPILER=clang \
 	  -DWM_FAULT_INJECTION=ON -DWM_CUDA_MOCK=ON -DWM_SANITIZE=thread >/dev/null
