@@ -166,6 +166,43 @@ WM_TEST(cost_holds_for_a_cold_heap_load_with_direct_reads) {
     wm_file_close(f);
 }
 
+/* A converting heap load (f16 to f32): the conversion buffers, one a thread, within the cost. */
+WM_TEST(cost_holds_for_a_converting_load) {
+    wm_file *f = OPEN_OK(wmt_fixture("gguf/stories260K-f16.gguf"));
+    wm_convert_rule rule = {NULL, WM_TYPE_F16, WM_TYPE_F32};
+    wm_load_options o = WM_LOAD_OPTIONS_INIT;
+    o.mode = WM_MODE_HEAP;
+    o.threads = 2;
+    o.convert = &rule;
+    o.n_convert = 1;
+    o.direct_io = WM_DIRECT_OFF; /* no direct-I/O staging: the scratch is the conversion's */
+    wm_cost c = WM_COST_INIT;
+    CHECK_STATUS(wm_model_cost(f, &o, &c, NULL), WM_OK);
+    wm_ledger before = WM_LEDGER_INIT, after = WM_LEDGER_INIT;
+    wm_ledger_get(&before);
+    wm_ledger_reset_peaks();
+    wm_model *m;
+    CHECK_STATUS(wm_model_load(f, &o, &m, NULL), WM_OK);
+    wm_ledger_get(&after);
+    wm_model_stats ms = WM_MODEL_STATS_INIT;
+    wm_model_stats_get(m, &ms);
+    CHECK(ms.tensor_bytes > wm_file_tensor_bytes(f)); /* converted: wider */
+    for (int cat = 0; cat < WM_LEDGER_COUNT; cat++) {
+        uint64_t peak = after.cat[cat].peak - before.cat[cat].current;
+        CHECK_MSG(peak <= c.ledger_peak[cat], "%s: the ledger's peak rose by %llu, cost %llu",
+                  wm_ledger_category_name(cat), (unsigned long long)peak,
+                  (unsigned long long)c.ledger_peak[cat]);
+        CHECK_EQ(after.cat[cat].current - before.cat[cat].current, c.ledger_loaded[cat]);
+    }
+    CHECK_EQ(c.loaded.anonymous - c.ledger_loaded[WM_LEDGER_SCRATCH] >= ms.tensor_bytes, 1);
+    /* the stacks and conversion buffers made are the ones counted: at most one thread's
+     * buffer (256 KiB at most) fewer, where a thread finished before another made its own */
+    uint64_t scratch = after.cat[WM_LEDGER_SCRATCH].peak - before.cat[WM_LEDGER_SCRATCH].current;
+    CHECK(c.ledger_peak[WM_LEDGER_SCRATCH] - scratch <= (uint64_t)(c.threads - 1) * (256u << 10));
+    wm_model_release(m);
+    wm_file_close(f);
+}
+
 /* The CUDA backend's cost (the staged path: the ring, pinned while registered, the device
  * buffers) against the ledger; the cuda-mock lane runs it against tests/cuda_mock.c. */
 WM_TEST(cost_holds_for_the_cuda_staged_path) {
