@@ -948,7 +948,8 @@ typedef struct wm_mem_available {
                                 os_proc_available_memory where the SDK has it (iOS, tvOS,
                                 watchOS), unknown on macOS */
     uint64_t cgroup_limit;   /* Linux cgroup v2: the tightest memory.max from this process's
-                                cgroup up to the root; UINT64_MAX: none */
+                                cgroup up to the root (v1's memory.limit_in_bytes where v2 has
+                                none); UINT64_MAX: none */
     uint64_t cgroup_current; /* memory.current of that cgroup */
     uint64_t device_free;    /* the device asked for: free memory (CUDA: cudaMemGetInfo) */
     uint64_t device_total;

@@ -6,6 +6,7 @@
  *
  * Sections: the cost; what the system has; the pool; threads.
  */
+#include "os/fault.h" /* wm__fault_cgroup_files */
 #include "wmtest.h"
 
 #include <dirent.h>
@@ -282,6 +283,65 @@ WM_TEST(mem_available_reads_the_system) {
     if (a.cgroup_limit != UINT64_MAX) CHECK(a.host <= a.cgroup_limit - a.cgroup_current);
     CHECK_EQ(a.device_free, UINT64_MAX);
     CHECK_STATUS(wm_mem_available_get(WM_BACKEND_CPU, 0, NULL, &err), WM_EINVAL);
+}
+
+/* The cgroup's room, from a cgroup tree of the test's own making (fault.h re-points the files
+ * wm__os_mem_room reads): v2 (the cgroup and its ancestors, the least room wins) and v1. */
+static void put_file(const char *dir, const char *name, const char *text) {
+    char path[2200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    wmt_write_file(path, text, strlen(text));
+}
+
+static wm_mem_available room_with(const char *proc) {
+    char pc[1024];
+    snprintf(pc, sizeof pc, "%s", wmt_tmp("proc_cgroup"));
+    wmt_write_file(pc, proc, strlen(proc));
+    static char root[1024];
+    snprintf(root, sizeof root, "%s", wmt_tmp("cg"));
+    wm__fault_cgroup_files(pc, root);
+    wm_mem_available a = WM_MEM_AVAILABLE_INIT;
+    wm_status st = wm_mem_available_get(WM_BACKEND_CPU, 0, &a, NULL);
+    wm__fault_cgroup_files(NULL, NULL);
+    CHECK_STATUS(st, WM_OK);
+    return a;
+}
+
+WM_TEST(mem_available_reads_the_cgroups_room) {
+#ifndef WM_FAULT_INJECTION
+    WM_SKIP("needs a build with fault injection (the test's own cgroup tree)");
+#endif
+    const char *cg = wmt_tmp("cg");
+    char a[1024], b[1024], v1[1024];
+    snprintf(a, sizeof a, "%s/a", cg);
+    snprintf(b, sizeof b, "%s/a/b", cg);
+    snprintf(v1, sizeof v1, "%s/memory/x", cg);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' '%s'", b, v1);
+    CHECK(system(cmd) == 0);
+    put_file(b, "memory.max", "1000000\n");
+    put_file(b, "memory.current", "400000\n");
+    put_file(a, "memory.max", "max\n");
+    put_file(a, "memory.current", "500000\n");
+    wm_mem_available r = room_with("0::/a/b\n");
+    CHECK_EQ(r.cgroup_limit, 1000000);
+    CHECK_EQ(r.cgroup_current, 400000);
+    CHECK_EQ(r.host, 600000);
+    put_file(a, "memory.max", "800000\n"); /* the parent has less room: 100000 */
+    put_file(a, "memory.current", "700000\n");
+    r = room_with("0::/a/b\n");
+    CHECK_EQ(r.cgroup_limit, 800000);
+    CHECK_EQ(r.host, 100000);
+    /* cgroup v1's memory controller where v2 has none; its "no limit" is none */
+    put_file(v1, "memory.limit_in_bytes", "2000000\n");
+    put_file(v1, "memory.usage_in_bytes", "1500000\n");
+    r = room_with("4:memory:/x\n0::/\n");
+    CHECK_EQ(r.cgroup_limit, 2000000);
+    CHECK_EQ(r.host, 500000);
+    put_file(v1, "memory.limit_in_bytes", "9223372036854771712\n");
+    r = room_with("4:memory:/x\n0::/\n");
+    CHECK_EQ(r.cgroup_limit, UINT64_MAX);
+    CHECK_EQ(r.host, r.mem_available);
 }
 
 /* ---- the pool ---- */
