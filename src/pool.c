@@ -421,6 +421,12 @@ static wm_status load_entry(wm_pool *p, entry *e, const wm_load_options *opts, w
     wm_ledger l0, l1, l2, l3;
     wm_ledger_stat d0[WM_LEDGER_DEVICES], d1[WM_LEDGER_DEVICES];
     wm_ledger_stat d2[WM_LEDGER_DEVICES], d3[WM_LEDGER_DEVICES];
+    /* the path as it is now (an index's own stat for a set): what a later get compares */
+    wm_os_stat now;
+    int x = wm__os_stat_path(e->path, &now);
+    if (x)
+        return wm__err(err, wm__status_from_errno(x), x, "%s: cannot open: %s", e->path,
+                       wm__errno_text(x));
     snapshot(&l0, d0);
     wm_file *f = NULL;
     wm_status st = wm_file_open(e->path, &f, err);
@@ -436,7 +442,7 @@ static wm_status load_entry(wm_pool *p, entry *e, const wm_load_options *opts, w
     if (!st) {
         uint64_t at_peak = held_by(p, false, -1) + need;
         if (at_peak > p->st.held_peak) p->st.held_peak = at_peak;
-        e->st = f->shards[0].st;
+        e->st = now;
         snapshot(&l2, d2);
         st = wm_model_load(f, opts, &e->model, err);
     }

@@ -544,6 +544,33 @@ WM_TEST(pool_file_changed_between_loads_is_named_and_released) {
     CHECK_STATUS(wm_pool_close(p, NULL), WM_OK);
 }
 
+/* A set opened by its index: a second get is the resident model (the index's own file is what
+ * the pool watches for a change, not the first shard's). */
+WM_TEST(pool_set_by_its_index_is_resident) {
+    const char *one = wmt_make_model("set.safetensors", "--size 2M --shards 2");
+    (void)one;
+    const char *index = wmt_tmp("set.safetensors.index.json");
+    char ix[1024];
+    snprintf(ix, sizeof ix, "%s", index);
+    wm_pool_options po = WM_POOL_OPTIONS_INIT;
+    wm_pool *p;
+    CHECK_STATUS(wm_pool_open(&po, &p, NULL), WM_OK);
+    wm_load_options o = WM_LOAD_OPTIONS_INIT;
+    o.mode = WM_MODE_MMAP;
+    wm_model *m;
+    wm_error err;
+    for (int k = 0; k < 2; k++) {
+        CHECK_STATUS(wm_pool_get(p, ix, &o, &m, &err), WM_OK);
+        CHECK_EQ(wm_file_shard_count(wm_model_file(m)), 2);
+        CHECK_STATUS(wm_pool_put(p, m, &err), WM_OK);
+    }
+    wm_pool_stats s = WM_POOL_STATS_INIT;
+    wm_pool_stats_get(p, &s);
+    CHECK_EQ(s.loads, 1);
+    CHECK_EQ(s.hits, 1);
+    CHECK_STATUS(wm_pool_close(p, &err), WM_OK);
+}
+
 WM_TEST(pool_mapped_model_sleeps_in_the_page_cache) {
     uint64_t held;
     wm_pool *p = pool_for_two(&held);
