@@ -1030,11 +1030,11 @@ WM_API wm_status wm_pool_open(const wm_pool_options *opts, wm_pool **out, wm_err
  * it; wm_pool_put gives it back. Returns WM_OK and *out, or: what wm_file_open, wm_model_cost
  * and wm_model_load return; WM_ENOMEM naming the file and the bytes when its cost is larger
  * than the budget, or than the budget less the models in use (nothing is evicted then);
- * WM_EFORMAT when the file changed (size, modification time, inode) since its resident model was
- * loaded (the stale model is evicted once idle; the next get loads the file anew); WM_EIO when
- * the ledger did not show every byte of an evicted (or slept) model back, naming it and the
- * bytes (the load does not start). On failure nothing of the call is held (models evicted to
- * make room stay evicted). */
+ * WM_EFORMAT when the file changed (size, modification time, inode of the path asked for: a set's
+ * index) since its resident model was loaded (the stale model is evicted once idle; the next get
+ * loads the file anew); WM_EIO when the ledger did not show every byte of an evicted (or slept)
+ * model back, naming it and the bytes (the load does not start). On failure nothing of the call is
+ * held (models evicted to make room stay evicted). */
 WM_API wm_status wm_pool_get(wm_pool *pool, const char *path, const wm_load_options *opts,
                              wm_model **out, wm_error *err);
 /* Gives back one use of a model from wm_pool_get; the model stays resident, idle once its last
