@@ -159,6 +159,15 @@ static void fit_json(const char *path, const budget_args *a, const wm_cost *c,
     print_kinds_json(o, "loaded", &c->loaded, true);
     fprintf(o, "\"host_peak\":%" PRIu64 ",\"host_needed\":%" PRIu64 ",\"threads\":%u,",
             c->host_peak, c->host_needed, c->threads);
+    fputs("\"devices\":{", o);
+    bool first = true;
+    for (int d = 0; d < WM_LEDGER_DEVICES; d++) {
+        if (!c->device_peak[d]) continue;
+        fprintf(o, "%s\"%d\":{\"peak\":%" PRIu64 ",\"loaded\":%" PRIu64 "}", first ? "" : ",", d,
+                c->device_peak[d], c->device_loaded[d]);
+        first = false;
+    }
+    fputs("},", o);
     fputs("\"available\":{", o);
     json_u64(o, "host", av->host, true);
     json_u64(o, "mem_available", av->mem_available, true);

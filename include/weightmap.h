@@ -921,6 +921,9 @@ typedef struct wm_cost {
     uint64_t ledger_peak[WM_LEDGER_COUNT];
     uint64_t ledger_loaded[WM_LEDGER_COUNT];
     unsigned threads; /* threads the load would run (the plan's worker count) */
+    /* Device memory per device number while loaded (the device buffers: the same as at the
+     * peak, since no staging lives on a device). */
+    uint64_t device_loaded[WM_LEDGER_DEVICES];
 } wm_cost;
 
 #define WM_COST_INIT WM_SIZED_INIT(wm_cost)

@@ -237,6 +237,7 @@ WM_TEST(cost_holds_for_the_cuda_staged_path) {
     wm_ledger_stat d0;
     CHECK_STATUS(wm_ledger_device(0, &d0), WM_OK);
     CHECK_EQ(d0.current, c.device_peak[0]);
+    CHECK_EQ(d0.current, c.device_loaded[0]);
     wm_mem_available a = WM_MEM_AVAILABLE_INIT;
     CHECK_STATUS(wm_mem_available_get(WM_BACKEND_CUDA, 0, &a, &err), WM_OK);
     CHECK(a.device_free != UINT64_MAX && a.device_free <= a.device_total);

@@ -519,7 +519,10 @@ wm_status wm__staged_cost(const wm_model *m, const wm__staged_opts *o, wm_cost *
         uint64_t size = m->chunks[k].size;
         int d = m->devs[m->chunks[k].device];
         dev_total += size;
-        if (d >= 0 && d < WM_LEDGER_DEVICES) c->device_peak[d] += size;
+        if (d >= 0 && d < WM_LEDGER_DEVICES) {
+            c->device_peak[d] += size;
+            c->device_loaded[d] += size;
+        }
     }
     wm__cost_add(c, WM_LEDGER_DEVICE, dev_total, dev_total);
     uint64_t state = wm__cost_block(sizeof(staged_state)) +
