@@ -206,25 +206,19 @@ WM_TEST(cost_holds_for_a_converting_load) {
 
 /* The CUDA backend's cost (the staged path: the ring, pinned while registered, the device
  * buffers) against the ledger; the cuda-mock lane runs it against tests/cuda_mock.c. */
-WM_TEST(cost_holds_for_the_cuda_staged_path) {
+/* One CUDA load held against its cost: every category's peak within it, the device bytes
+ * exact. */
+static void hold_cuda_cost(wm_file *f, const wm_load_options *o) {
     wm_error err;
-    wm_status st = wm_backend_init(WM_BACKEND_CUDA, 0, &err);
-    if (st == WM_EUNSUPPORTED || st == WM_EDEVICE) WM_SKIP("no CUDA backend or device here");
-    CHECK_STATUS(st, WM_OK);
-    wm_file *f = OPEN_OK(wmt_fixture("gguf/stories260K.gguf"));
-    wm_load_options o = WM_LOAD_OPTIONS_INIT;
-    o.mode = WM_MODE_HEAP;
-    o.backend = WM_BACKEND_CUDA;
-    o.threads = 2;
     wm_cost c = WM_COST_INIT;
-    CHECK_STATUS(wm_model_cost(f, &o, &c, &err), WM_OK);
+    CHECK_STATUS(wm_model_cost(f, o, &c, &err), WM_OK);
     CHECK_EQ(c.device_peak[0], c.peak.device);
     CHECK(c.peak.pinned > 0);
     wm_ledger before = WM_LEDGER_INIT, after = WM_LEDGER_INIT;
     wm_ledger_get(&before);
     wm_ledger_reset_peaks();
     wm_model *m;
-    CHECK_STATUS(wm_model_load(f, &o, &m, &err), WM_OK);
+    CHECK_STATUS(wm_model_load(f, o, &m, &err), WM_OK);
     wm_ledger_get(&after);
     for (int cat = 0; cat < WM_LEDGER_COUNT; cat++) {
         uint64_t peak = after.cat[cat].peak - before.cat[cat].current;
@@ -238,10 +232,28 @@ WM_TEST(cost_holds_for_the_cuda_staged_path) {
     CHECK_STATUS(wm_ledger_device(0, &d0), WM_OK);
     CHECK_EQ(d0.current, c.device_peak[0]);
     CHECK_EQ(d0.current, c.device_loaded[0]);
+    wm_model_release(m);
+}
+
+WM_TEST(cost_holds_for_the_cuda_staged_path) {
+    wm_error err;
+    wm_status st = wm_backend_init(WM_BACKEND_CUDA, 0, &err);
+    if (st == WM_EUNSUPPORTED || st == WM_EDEVICE) WM_SKIP("no CUDA backend or device here");
+    CHECK_STATUS(st, WM_OK);
+    wm_file *f = OPEN_OK(wmt_fixture("gguf/stories260K.gguf"));
+    wm_load_options o = WM_LOAD_OPTIONS_INIT;
+    o.mode = WM_MODE_HEAP;
+    o.backend = WM_BACKEND_CUDA;
+    o.threads = 2;
+    hold_cuda_cost(f, &o); /* staged: the ring */
+    wm_cuda_options cu = WM_CUDA_OPTIONS_INIT;
+    cu.registered = 1;
+    o.mode = WM_MODE_MMAP;
+    o.cuda = &cu;
+    hold_cuda_cost(f, &o); /* registered: the file's mapping, windows pinned */
     wm_mem_available a = WM_MEM_AVAILABLE_INIT;
     CHECK_STATUS(wm_mem_available_get(WM_BACKEND_CUDA, 0, &a, &err), WM_OK);
     CHECK(a.device_free != UINT64_MAX && a.device_free <= a.device_total);
-    wm_model_release(m);
     wm_file_close(f);
 }
 

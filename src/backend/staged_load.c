@@ -551,7 +551,7 @@ wm_status wm__staged_cost(const wm_model *m, const wm__staged_opts *o, wm_cost *
         wm__cost_add(c, WM_LEDGER_PINNED, ring, 0);
         return WM_OK;
     }
-    uint64_t page = wm__os_page_size(), mapped = 0;
+    uint64_t page = wm__os_page_size(), mapped = 0, pinned = 0;
     for (uint32_t s = 0; s < m->file->n_shards; s++) {
         uint64_t lo = UINT64_MAX, hi = 0;
         for (size_t i = 0; i < m->file->n_tensors; i++) {
@@ -561,9 +561,11 @@ wm_status wm__staged_cost(const wm_model *m, const wm__staged_opts *o, wm_cost *
             if (t->offset + t->nbytes > hi) hi = t->offset + t->nbytes;
         }
         if (hi) mapped += hi - lo / page * page;
+        if (hi) pinned += wm__align_up(hi, page) - lo / page * page; /* windows: whole pages */
     }
     wm__cost_add(c, WM_LEDGER_MAP_SHARED, mapped, 0);
-    uint64_t budget = o->pinned_budget ? o->pinned_budget : DEFAULT_BUDGET;
-    wm__cost_add(c, WM_LEDGER_PINNED, budget < mapped ? budget : mapped, 0);
+    /* at most the budget registered at once, each window rounded out to whole pages */
+    uint64_t budget = (o->pinned_budget ? o->pinned_budget : DEFAULT_BUDGET) + 2 * page * slots;
+    wm__cost_add(c, WM_LEDGER_PINNED, budget < pinned ? budget : pinned, 0);
     return WM_OK;
 }
