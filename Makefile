@@ -30,12 +30,17 @@ build: deps
 	@cmake --build build -j $(JOBS)
 
 # demo builds the CLI alone (the library and the tool: not the tests or the benchmarks), with as
-# many jobs as the machine has CPUs (JOBS)
+# many jobs as the machine has CPUs (JOBS); then check on the default model, then a short swap of
+# three small models (16 MiB each, made once beside it) through a pool whose budget holds two of
+# them (a second or two).
+DEMO_SWAP := $(dir $(DEMO_MODEL))swap
 demo: deps
 	@$(BUILD_CONFIGURE) >/dev/null
 	@cmake --build build --target weightmap_cli -j $(JOBS)
 	@test -f $(DEMO_MODEL) || build/weightmap make-model $(DEMO_MODEL) --size 512M
 	build/weightmap demo --model $(DEMO_MODEL)
+	@for s in 1 2 3; do test -f $(DEMO_SWAP)-$$s.gguf || build/weightmap make-model $(DEMO_SWAP)-$$s.gguf --size 16M --seed $$s >/dev/null; done
+	build/weightmap swap $(DEMO_SWAP)-1.gguf $(DEMO_SWAP)-2.gguf $(DEMO_SWAP)-3.gguf --cycles 2 --budget 48M --threads 2
 
 test: format-check check-source test-normal test-asan test-cuda-mock test-fuzz test-tsan test-builds test-python test-python-asan test-docs test-arm64 test-darwin
 
@@ -79,8 +84,8 @@ test-asan: deps ggml llama
 test-cuda-mock: deps
 	@cmake -S . -B build-cuda-mock -G Ninja -DCMAKE_BUILD_TYPE=Debug -DWM_WERROR=ON -DCMAKE_C_COMPILER=clang \
 	  -DWM_FAULT_INJECTION=ON -DWM_CUDA_MOCK=ON -DWM_SANITIZE=address,undefined >/dev/null
-	@cmake --build build-cuda-mock --target test_cuda test_multi weightmap_cli
-	cd build-cuda-mock && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 $(CTEST) -L '^(cuda|multi)$$'
+	@cmake --build build-cuda-mock --target test_cuda test_multi test_budget weightmap_cli
+	cd build-cuda-mock && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 $(CTEST) -R '^(cuda|multi)\.|^budget\.(cost_holds_for_the_cuda|pool_device_model|pool_sleep_fault)'
 
 # Fuzzing (docs/TESTING.md): libFuzzer harnesses tests/fuzz/fuzz_*.c in build-fuzz/ (clang, ASan,
 # UBSan, LSan). test-fuzz runs each from its corpus for FUZZ_CI_SECONDS (CI); fuzz is the long
@@ -108,14 +113,16 @@ fuzz: fuzz-build
 # (reader threads and the loading thread) against the mock runtime, labels cuda and multi (two
 # mock devices, tensor-parallel slices); and the trace
 # tool's interposer hooks called from several threads (label trace_tsan, tests/trace/tsan_hooks.c);
-# and the probes' ABI test (label trace_abi) with the TSan build's CLI and interposer.
-TSAN_EXCLUDE := ^model\.(heap_footprint_is_tensor_bytes_and_returns|lock_.*)$$
+# and the probes' ABI test (label trace_abi) with the TSan build's CLI and interposer; and the
+# pool of models under a budget (label budget: its lock, several threads on one pool), less the
+# cases that hold a cost against the kernel's figures and the single-threaded fault sweeps.
+TSAN_EXCLUDE := ^model\.(heap_footprint_is_tensor_bytes_and_returns|lock_.*)$$|^budget\.(cost_|cli_|pool_.*fault_sweep).*
 test-tsan: deps
 	@cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_WERROR=ON -DCMAKE_C_COMPILER=clang \
 	  -DWM_FAULT_INJECTION=ON -DWM_CUDA_MOCK=ON -DWM_SANITIZE=thread >/dev/null
-	@cmake --build build-tsan --target test_stress test_model test_cuda test_multi weightmap_cli wmt_trace_tsan test_trace
+	@cmake --build build-tsan --target test_stress test_model test_cuda test_multi test_budget weightmap_cli wmt_trace_tsan test_trace
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 WM_STRESS_CYCLES=$(TSAN_STRESS_CYCLES) \
-	  $(CTEST) -L '^(stress|model|cuda|multi|trace_tsan|trace_abi)$$' -E '$(TSAN_EXCLUDE)'
+	  $(CTEST) -L '^(stress|model|cuda|multi|trace_tsan|trace_abi|budget)$$' -E '$(TSAN_EXCLUDE)'
 
 # Benchmarks against llama.cpp (bench/README.md): installs the peer (npm cache) if needed,
 # then runs every bench executable with its defaults; a benchmark exits 77 to say "skipped".

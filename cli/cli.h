@@ -5,9 +5,9 @@
  * Files: main.c (dispatch, usage and every command's --help, from the table); commands.c (THE
  * command table: names, summaries, options with their defaults and ranges, an example and the
  * handler of every command); util.c (the one option parser and the output helpers); one file per
- * command family: info.c, load.c (load, check), demo.c, probe.c, cat.c, makemodel.c, and the
- * tracer's command next to its interposer (tools/trace/). A command file names only what this
- * header declares, never another command file's names.
+ * command family: info.c, load.c (load, check), demo.c, probe.c, cat.c, makemodel.c, budget.c (fit,
+ * swap), and the tracer's command next to its interposer (tools/trace/). A command file names only
+ * what this header declares, never another command file's names.
  */
 #ifndef WM_CLI_H
 #define WM_CLI_H
@@ -66,6 +66,8 @@ int cmd_demo(int argc, char **argv);       /* demo.c */
 int cmd_probe(int argc, char **argv);      /* probe.c */
 int cmd_cat(int argc, char **argv);        /* cat.c */
 int cmd_make_model(int argc, char **argv); /* makemodel.c */
+int cmd_fit(int argc, char **argv);        /* budget.c */
+int cmd_swap(int argc, char **argv);       /* budget.c */
 int cmd_trace(int argc, char **argv);      /* the tracer's command, beside tools/trace/wmtrace.c */
 
 /* ---- the option parser (util.c), the one every command's handler uses ----

@@ -114,6 +114,38 @@ static const cli_option cat_opts[] = {
     END,
 };
 
+#define MODE_OPT(req, def)                                                                         \
+    {                                                                                              \
+        "mode", CLI_TEXT, "heap|mmap|mmap-private", false, req, 0, 0, def,                         \
+            "how the weights would come into memory (as load --mode)", false                       \
+    }
+#define BACKEND_OPT                                                                                \
+    TEXT("backend", "cpu|cuda[:N[,M...]]", "cpu", "where the tensors would go (as load --backend)")
+
+static const cli_option fit_opts[] = {
+    MODE_OPT(true, NULL),
+    {"lock", CLI_TEXT, "best-effort|required", true, false, 0, 0, "off; --lock alone: required",
+     "the load would mlock the weights", false},
+    BACKEND_OPT,
+    NUM("threads", 0, 64, "0: one per online CPU", THREADS_HELP),
+    FLAG("json", "JSON on one line instead of the table"),
+    END,
+};
+
+static const cli_option swap_opts[] = {
+    {"budget", CLI_SIZE, "BYTES", false, true, 1, UINT64_MAX, NULL,
+     "host bytes the pool's models may hold, loads' peaks included", false},
+    SIZE("device-budget", 1, "no limit", "device bytes the pool's models may hold, per device"),
+    FLAG("sleep", "a device model that must make room sleeps in pinned host memory instead of "
+                  "going, where the budget has room for its copy (WM_POOL_SLEEP)"),
+    NUM("cycles", 1, CYCLES_MAX, "3", "rounds over the files"),
+    MODE_OPT(false, "heap"),
+    BACKEND_OPT,
+    NUM("threads", 0, 64, "0: one per online CPU", THREADS_HELP),
+    FLAG("json", "JSON on one line instead of the table"),
+    END,
+};
+
 #ifdef WM_CLI_TRACE
 static const cli_option trace_opts[] = {
     TEXT("file", "F", "any GGUF or safetensors file over 1 MiB",
@@ -174,6 +206,22 @@ const cli_command cli_commands[] = {
      "opens it: a shard is that file alone, an index its set, and with --set a shard or split\n"
      "part its whole set.",
      cat_opts, "weightmap cat model.gguf token_embd.weight --as f32 > embd.f32", false, cmd_cat},
+    {"fit", "FILE", "what loading FILE will cost, against what the system has",
+     "What loading FILE in --mode on --backend will cost, from the plan the load would run\n"
+     "(staging, read threads, conversion buffers included): bytes by kind (anonymous, file\n"
+     "shared, file private, locked, pinned, device) at the load's peak and while loaded; and\n"
+     "what the system has now (MemAvailable, the cgroup's memory.max less memory.current, a\n"
+     "device's free memory). Exit 0 when it fits; 1 naming what does not fit and the mode\n"
+     "that would.",
+     fit_opts, "weightmap fit model.gguf --mode heap", false, cmd_fit},
+    {"swap", "FILE...", "load files in rotation through a pool under a budget; the verdict",
+     "Loads the files in turn, --cycles rounds, through a pool of models under --budget (least\n"
+     "recently used idle models evicted until the next fits), and prints per switch the time,\n"
+     "the footprint, the ledger's peak and the bytes the evictions returned; then the verdict:\n"
+     "the peak never above the budget (plus the pool's own entries), every eviction returned\n"
+     "every byte by the ledger, the footprint after the last release as before the first\n"
+     "load. A budget below what a file needs is refused at once, naming the file.",
+     swap_opts, "weightmap swap a.gguf b.gguf c.gguf --cycles 5 --budget 2G", false, cmd_swap},
 #ifdef WM_CLI_TRACE /* tools/trace/: Linux's (LD_PRELOAD, /proc; docs/PORTING.md for Darwin) */
     {"trace", "-- CMD ARGS...", "any program's weight-memory lifecycle, and the verdicts",
      "Runs CMD with libwmtrace.so preloaded and reports its weight-memory lifecycle: malloc\n"

@@ -46,7 +46,8 @@ extern "C" {
  *     built against an older header keeps working with a newer library: no function is removed
  *     or changes its signature, no enum value changes meaning, and no struct field moves.
  *   - Public structs that cross the boundary by value or through a caller-owned pointer
- *     (wm_load_options, wm_cuda_options, wm_ledger, wm_model_stats, wm_read_options) start with
+ *     (wm_load_options, wm_cuda_options, wm_ledger, wm_model_stats, wm_read_options, and since
+ *     1.7 wm_cost, wm_mem_available, wm_pool_options, wm_pool_stats) start with
  *     `uint32_t size`,
  *     the caller's sizeof, and only ever grow at the end. The library reads (or, for results,
  *     writes) only the first `size` bytes: fields a shorter, older struct lacks read as zero
@@ -153,6 +154,10 @@ typedef struct wm_ledger {
     uint32_t size; /* sizeof(wm_ledger) as the caller knows it: WM_LEDGER_INIT */
     wm_ledger_stat cat[WM_LEDGER_COUNT];
     uint64_t heap_largest; /* largest single request the counted allocator has served */
+    /* Added in 1.7: the host categories together (heap, scratch, map_shared, map_private); its
+     * peak is the most host memory held at once (the categories' peaks, reached at different
+     * moments, add up to more). */
+    wm_ledger_stat host;
 } wm_ledger;
 
 #define WM_LEDGER_INIT WM_SIZED_INIT(wm_ledger)
@@ -893,6 +898,178 @@ typedef struct wm_file_region {
  * WM_ENOENT: no such process or file. */
 WM_API wm_status wm_mem_file_regions(int pid, const char *path, wm_file_region *regions, size_t cap,
                                      size_t *count, wm_error *err);
+
+/* ---------------------------------------------------------------------------------------------
+ * Budgets (added in 1.7): what a load will cost before it runs, what the system has, and a pool
+ * of models under a budget
+ * ------------------------------------------------------------------------------------------- */
+
+/* Bytes of one load by kind (wm_cost). pinned and locked are parts of the other host kinds, not
+ * added to them. */
+typedef struct wm_cost_bytes {
+    uint64_t anonymous;    /* private anonymous host memory: heap-mode tensor pages, staging rings
+                              and windows, worker stacks, conversion buffers, the plan's tables
+                              (ledger: heap + scratch) */
+    uint64_t file_shared;  /* MAP_SHARED read-only file mappings: page-cache pages, evictable
+                              unless locked (ledger: map_shared) */
+    uint64_t file_private; /* MAP_PRIVATE writable mappings, commit-charged in full
+                              (ledger: map_private) */
+    uint64_t locked;       /* of the above, the bytes under mlock */
+    uint64_t pinned;       /* of the above, the bytes registered with or allocated for a device */
+    uint64_t device;       /* device memory, every device together (per device: device_peak) */
+} wm_cost_bytes;
+
+/* What a load will cost (wm_model_cost). Grows only at the end (the ABI promise). */
+typedef struct wm_cost {
+    uint32_t size;        /* sizeof(wm_cost) as the caller knows it: WM_COST_INIT */
+    wm_cost_bytes peak;   /* at the load's peak: an upper bound of what the load holds at once */
+    wm_cost_bytes loaded; /* once the load has returned, while the model is held */
+    /* Host bytes the model may hold resident (anonymous + file_shared + file_private), at the
+     * peak and while loaded: what a wm_pool budget is charged. */
+    uint64_t host_peak, host_loaded;
+    /* Of host_peak, what the system must have available (MemAvailable, the cgroup's room):
+     * anonymous + file_private + the locked part of file_shared; a shared mapping's other pages
+     * are page cache the kernel can drop. */
+    uint64_t host_needed;
+    /* Device memory per device number (0 .. WM_LEDGER_DEVICES-1), at the peak. */
+    uint64_t device_peak[WM_LEDGER_DEVICES];
+    /* The same load as the ledger counts it, per category (wm_ledger_category): the load raises
+     * each category's peak by at most ledger_peak[c] above its current when the load starts,
+     * and leaves its current raised by at most ledger_loaded[c]. */
+    uint64_t ledger_peak[WM_LEDGER_COUNT];
+    uint64_t ledger_loaded[WM_LEDGER_COUNT];
+    unsigned threads; /* threads the load would run (the plan's worker count) */
+    /* Device memory per device number while loaded (the device buffers: the same as at the
+     * peak, since no staging lives on a device). */
+    uint64_t device_loaded[WM_LEDGER_DEVICES];
+} wm_cost;
+
+#define WM_COST_INIT WM_SIZED_INIT(wm_cost)
+
+/* What loading `file` with `opts` will cost, computed from the load plan wm_model_load would run
+ * (the same checks, the same plan, the backend's staging: reader threads and their stacks,
+ * direct-I/O staging, conversion buffers, the CUDA staging ring), without loading anything: no
+ * tensor byte is read, nothing is mapped or allocated on a device. The figures are upper
+ * bounds (docs/ARCHITECTURE.md, "Budgets", says by how much and why). Writes the first
+ * out->size bytes of *out (out->size is left as it was).
+ * Returns WM_OK, or what wm_model_load would return before it acquires anything: WM_EINVAL (bad
+ * options), WM_EFORMAT (the file changed since it was opened), WM_EUNSUPPORTED (no such
+ * backend in this build), WM_ENOMEM. Holds nothing afterwards. Thread-safe as a reader of
+ * `file`. */
+WM_API wm_status wm_model_cost(wm_file *file, const wm_load_options *opts, wm_cost *out,
+                               wm_error *err);
+
+/* What the system has now (wm_mem_available_get). UINT64_MAX: unknown or unlimited. Grows only
+ * at the end. */
+typedef struct wm_mem_available {
+    uint32_t size;           /* sizeof(wm_mem_available): WM_MEM_AVAILABLE_INIT */
+    uint64_t host;           /* what a load may take: the least of mem_available and the cgroup's
+                                room (cgroup_limit - cgroup_current) */
+    uint64_t mem_available;  /* Linux: MemAvailable (/proc/meminfo); Darwin:
+                                os_proc_available_memory where the SDK has it (iOS, tvOS,
+                                watchOS), unknown on macOS */
+    uint64_t cgroup_limit;   /* Linux cgroup v2: the tightest memory.max from this process's
+                                cgroup up to the root (v1's memory.limit_in_bytes where v2 has
+                                none); UINT64_MAX: none */
+    uint64_t cgroup_current; /* memory.current of that cgroup */
+    uint64_t device_free;    /* the device asked for: free memory (CUDA: cudaMemGetInfo) */
+    uint64_t device_total;
+} wm_mem_available;
+
+#define WM_MEM_AVAILABLE_INIT WM_SIZED_INIT(wm_mem_available)
+
+/* Fills *out (its first out->size bytes) with what the system has now, and for backend CUDA
+ * what device `device` has free (through the backend; for WM_BACKEND_CPU device_free and
+ * device_total are UINT64_MAX). Returns WM_OK, or WM_EIO (a figure could not be read: err names
+ * the source), WM_EUNSUPPORTED (no CUDA backend in this build), WM_EDEVICE (no such device).
+ * Thread-safe. */
+WM_API wm_status wm_mem_available_get(wm_backend_kind backend, int device, wm_mem_available *out,
+                                      wm_error *err);
+
+/* A pool of models under a budget. get() returns the model resident for (path, mode, lock,
+ * backend, device) or loads it; before a load, idle models (put back, not in use) are evicted,
+ * least recently used first, until the load's cost (wm_model_cost: host_peak and device_peak,
+ * plus the bytes the opened file holds) fits beside what stays; an eviction is proven by the
+ * ledger (its categories fell by every byte the ledger rose by when that model came) before the
+ * next load starts: an eviction the ledger does not prove stops the get (WM_EIO). A model in use is
+ * never evicted. A load that cannot fit, even with every idle model gone, is refused before
+ * anything is evicted. Evicting a mapped (mmap) CPU model leaves its pages in the page cache, so
+ * its next get is a warm load (the pool counts it a wake). All calls are thread-safe; gets, puts
+ * and evictions are serialised by the pool's lock (a load runs under it, so that the ledger's proof
+ * is the pool's alone: a load elsewhere in the process during an eviction can make it unproven,
+ * counted in wm_pool_stats.unproven). */
+typedef struct wm_pool wm_pool;
+
+typedef struct wm_pool_options {
+    uint32_t size;          /* sizeof(wm_pool_options): WM_POOL_OPTIONS_INIT */
+    uint64_t budget;        /* host bytes (wm_cost.host_peak) the pool's models may hold; 0: none */
+    uint64_t device_budget; /* device bytes per device (wm_cost.device_peak); 0: no limit */
+    uint32_t flags;         /* WM_POOL_SLEEP */
+} wm_pool_options;
+
+#define WM_POOL_OPTIONS_INIT WM_SIZED_INIT(wm_pool_options)
+
+/* wm_pool_options.flags: where a device needs room and an idle model of a backend that can
+ * sleep (CUDA) holds it, the model sleeps rather than goes, if the host budget has room for it:
+ * its device memory copied into page-allocated host memory registered with the device (ledger:
+ * heap and pinned) and freed on the device (proven by the ledger as an eviction is); its next
+ * get wakes it, copying the weights back at the bus's speed, with new device pointers (ask
+ * wm_model_tensor_device_ptr again after every get). A sleeping model holds its host copy,
+ * charged to the budget, until it wakes or is evicted. */
+#define WM_POOL_SLEEP 1u
+
+typedef struct wm_pool_stats {
+    uint32_t size;      /* sizeof(wm_pool_stats): WM_POOL_STATS_INIT */
+    uint32_t resident;  /* models held (idle and in use) */
+    uint32_t in_use;    /* of them, in use (got and not yet put back) */
+    uint64_t held;      /* bytes the resident models hold, as the ledger counted them at load */
+    uint64_t held_peak; /* the most held at once, loads' peaks included (charged at host_peak) */
+    uint64_t loads;     /* loads (wakes included) */
+    uint64_t hits;      /* gets served by a resident model */
+    uint64_t wakes;     /* models asleep brought back: a mapped CPU model reloaded from the page
+                           cache, a device model's weights copied back from pinned memory */
+    uint64_t evictions;
+    uint64_t returned;        /* bytes the evictions returned, by the ledger */
+    uint64_t unproven;        /* evictions after which the ledger did not show every byte back */
+    double last_get_seconds;  /* wall time of the last get (its evictions and load) */
+    uint64_t last_returned;   /* bytes the last get's evictions returned */
+    uint32_t last_evicted;    /* models the last get evicted */
+    uint64_t returned_device; /* device bytes the evictions and sleeps returned, by the ledger */
+    uint64_t last_returned_device; /* device bytes the last get's evictions returned */
+    uint64_t sleeps;               /* device models put to sleep in pinned host memory */
+    uint32_t asleep;               /* of the resident models, asleep in pinned host memory */
+    double last_wake_seconds;      /* the last get's wake from pinned memory alone (0: none) */
+} wm_pool_stats;
+
+#define WM_POOL_STATS_INIT WM_SIZED_INIT(wm_pool_stats)
+
+/* Opens an empty pool. WM_EINVAL for NULL out or a bad options struct; WM_ENOMEM. */
+WM_API wm_status wm_pool_open(const wm_pool_options *opts, wm_pool **out, wm_error *err);
+/* The model for `path` loaded with `opts` (opts->size as for wm_model_load; the pool keys a
+ * model by path, mode, lock, backend and device, and takes the other options from the load that
+ * made it), marked in use (each get needs one put). The model stays the pool's: never release
+ * it; wm_pool_put gives it back. Returns WM_OK and *out, or: what wm_file_open, wm_model_cost
+ * and wm_model_load return; WM_ENOMEM naming the file and the bytes when its cost is larger
+ * than the budget, or than the budget less the models in use (nothing is evicted then);
+ * WM_EFORMAT when the file changed (size, modification time, inode of the path asked for: a set's
+ * index) since its resident model was loaded (the stale model is evicted once idle; the next get
+ * loads the file anew); WM_EIO when the ledger did not show every byte of an evicted (or slept)
+ * model back, naming it and the bytes (the load does not start). On failure nothing of the call is
+ * held (models evicted to make room stay evicted). */
+WM_API wm_status wm_pool_get(wm_pool *pool, const char *path, const wm_load_options *opts,
+                             wm_model **out, wm_error *err);
+/* Gives back one use of a model from wm_pool_get; the model stays resident, idle once its last
+ * use is back. WM_EINVAL naming the file for a model that is not in use (put back twice) or is
+ * not this pool's; nothing changes then. */
+WM_API wm_status wm_pool_put(wm_pool *pool, wm_model *model, wm_error *err);
+/* The pool's figures, into the first out->size bytes of *out. NULL pool: zeros. */
+WM_API void wm_pool_stats_get(wm_pool *pool, wm_pool_stats *out);
+/* Evicts every idle model now (each proven as at a get). Returns the bytes returned. */
+WM_API uint64_t wm_pool_trim(wm_pool *pool);
+/* Closes the pool: every model released, then the pool. Refuses while a model is in use:
+ * WM_EINVAL naming its file and its uses, and the pool stays open and whole (put the models
+ * back, then close again). NULL: WM_OK. Not to be called while another thread uses the pool. */
+WM_API wm_status wm_pool_close(wm_pool *pool, wm_error *err);
 
 #ifdef __cplusplus
 }

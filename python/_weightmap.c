@@ -8,6 +8,7 @@
  *   Handle    owns one wm_file and, once loaded, one wm_model; close() and the views
  *   Export    an object with __dlpack__/__dlpack_device__ for one tensor of a Handle
  *   views     the DLManagedTensor handed out, its deleter and the capsule's destructor
+ *   Pool      a wm_pool; PoolModel, one get of it; PoolTensor, a tensor's bytes as a buffer
  *   module    ledger(), file_regions(), mem_figures(), backend_init(), the module itself
  *
  * Ownership, the rule this file exists for: a Handle is released (wm_model_release, then
@@ -953,6 +954,328 @@ static PyTypeObject HandleType = {
 };
 
 /* ---------------------------------------------------------------------------------------------
+ * Pool: models under a budget (wm_pool). A PoolModel is one get; its put() gives the use back,
+ * or, while buffers of its tensors are alive (PoolTensor, through the buffer protocol), the last
+ * of them does, so that no memoryview outlives the use that keeps its bytes mapped. Every
+ * PoolModel holds its Pool, so a Pool dies only once every model is back.
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct Pool {
+    PyObject_HEAD wm_pool *pool; /* NULL once closed */
+} Pool;
+
+typedef struct PoolModel {
+    PyObject_HEAD Pool *owner;
+    wm_model *model; /* NULL once its use is back */
+    PyObject *path;
+    int put;          /* put() was called */
+    Py_ssize_t views; /* buffers alive */
+} PoolModel;
+
+typedef struct PoolTensor {
+    PyObject_HEAD PoolModel *owner;
+    size_t index;
+} PoolTensor;
+
+static PyTypeObject PoolType, PoolModelType, PoolTensorType;
+
+/* The use goes back to the pool (once). */
+static int pool_model_give_back(PoolModel *pm) {
+    if (pm->model == NULL || pm->owner->pool == NULL) return 0;
+    wm_error err = {0};
+    wm_status st;
+    wm_model *m = pm->model;
+    pm->model = NULL;
+    Py_BEGIN_ALLOW_THREADS st = wm_pool_put(pm->owner->pool, m, &err);
+    Py_END_ALLOW_THREADS if (st != WM_OK) {
+        raise_wm(st, &err);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *Pool_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"budget", "device_budget", "sleep", NULL};
+    unsigned long long budget = 0, device_budget = 0;
+    int sleep = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|KKp", kwlist, &budget, &device_budget, &sleep))
+        return NULL;
+    wm_pool_options o = WM_POOL_OPTIONS_INIT;
+    o.budget = budget;
+    o.device_budget = device_budget;
+    o.flags = sleep ? WM_POOL_SLEEP : 0;
+    wm_pool *p = NULL;
+    wm_error err = {0};
+    wm_status st = wm_pool_open(&o, &p, &err);
+    if (st != WM_OK) return raise_wm(st, &err);
+    Pool *self = (Pool *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        wm_pool_close(p, NULL);
+        return NULL;
+    }
+    self->pool = p;
+    return (PyObject *)self;
+}
+
+static void Pool_dealloc(Pool *self) {
+    wm_pool_close(self->pool, NULL); /* every PoolModel held this Pool: none is in use */
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int pool_open(Pool *self) {
+    if (self->pool != NULL) return 1;
+    PyErr_SetString(ClosedError, "the pool is closed");
+    return 0;
+}
+
+static PyObject *Pool_get(Pool *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"path", "mode", "lock", "backend", "device", "threads", NULL};
+    PyObject *path_obj;
+    const char *mode_name;
+    int lock = 0, backend = 0, device = 0;
+    unsigned threads = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&s|iiiI", kwlist, PyUnicode_FSConverter, &path_obj,
+                                     &mode_name, &lock, &backend, &device, &threads))
+        return NULL;
+    wm_load_options o = WM_LOAD_OPTIONS_INIT;
+    o.mode = wm_mode_from_name(mode_name);
+    o.lock = (wm_lock)lock;
+    o.backend = (wm_backend_kind)backend;
+    o.device = device;
+    o.threads = threads;
+    if (o.mode == WM_MODE_NONE) {
+        Py_DECREF(path_obj);
+        return PyErr_Format(ArgumentError,
+                            "mode must be 'mmap', 'heap' or 'mmap-private', not '%s'", mode_name);
+    }
+    if (!pool_open(self)) {
+        Py_DECREF(path_obj);
+        return NULL;
+    }
+    const char *path = PyBytes_AS_STRING(path_obj);
+    wm_model *m = NULL;
+    wm_error err = {0};
+    wm_status st;
+    Py_BEGIN_ALLOW_THREADS st = wm_pool_get(self->pool, path, &o, &m, &err);
+    Py_END_ALLOW_THREADS PoolModel *pm = NULL;
+    if (st == WM_OK) pm = PyObject_New(PoolModel, &PoolModelType);
+    if (pm != NULL) {
+        pm->path = PyUnicode_DecodeFSDefault(path);
+        pm->owner = self;
+        Py_INCREF(self);
+        pm->model = m;
+        pm->put = 0;
+        pm->views = 0;
+        if (pm->path == NULL) Py_CLEAR(pm); /* its dealloc gives the use back */
+    } else if (st == WM_OK) {
+        wm_pool_put(self->pool, m, NULL);
+    }
+    Py_DECREF(path_obj);
+    if (st != WM_OK) return raise_wm(st, &err);
+    return (PyObject *)pm;
+}
+
+static PyObject *Pool_stats(Pool *self, PyObject *unused) {
+    (void)unused;
+    wm_pool_stats s = WM_POOL_STATS_INIT;
+    wm_pool_stats_get(self->pool, &s);
+    return Py_BuildValue("{sIsIsKsKsKsKsKsKsKsKsdsKsIsKsKsI}", "resident", s.resident, "in_use",
+                         s.in_use, "held", (unsigned long long)s.held, "held_peak",
+                         (unsigned long long)s.held_peak, "loads", (unsigned long long)s.loads,
+                         "hits", (unsigned long long)s.hits, "wakes", (unsigned long long)s.wakes,
+                         "evictions", (unsigned long long)s.evictions, "returned",
+                         (unsigned long long)s.returned, "unproven", (unsigned long long)s.unproven,
+                         "last_get_seconds", s.last_get_seconds, "last_returned",
+                         (unsigned long long)s.last_returned, "last_evicted", s.last_evicted,
+                         "returned_device", (unsigned long long)s.returned_device, "sleeps",
+                         (unsigned long long)s.sleeps, "asleep", s.asleep);
+}
+
+static PyObject *Pool_trim(Pool *self, PyObject *unused) {
+    (void)unused;
+    if (!pool_open(self)) return NULL;
+    uint64_t r;
+    Py_BEGIN_ALLOW_THREADS r = wm_pool_trim(self->pool);
+    Py_END_ALLOW_THREADS return PyLong_FromUnsignedLongLong(r);
+}
+
+static PyObject *Pool_close(Pool *self, PyObject *unused) {
+    (void)unused;
+    if (self->pool == NULL) Py_RETURN_NONE;
+    wm_error err = {0};
+    wm_status st;
+    Py_BEGIN_ALLOW_THREADS st = wm_pool_close(self->pool, &err);
+    Py_END_ALLOW_THREADS if (st != WM_OK) return raise_wm(st, &err);
+    self->pool = NULL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef Pool_methods[] = {
+    {"get", (PyCFunction)(void (*)(void))Pool_get, METH_VARARGS | METH_KEYWORDS,
+     "get(path, mode, lock=0, backend=0, device=0, threads=0) -> PoolModel (wm_pool_get)"},
+    {"stats", (PyCFunction)Pool_stats, METH_NOARGS, "wm_pool_stats as a dict"},
+    {"trim", (PyCFunction)Pool_trim, METH_NOARGS, "evict every idle model; the bytes returned"},
+    {"close", (PyCFunction)Pool_close, METH_NOARGS,
+     "close(): every model released (wm_pool_close); Error naming a model still in use"},
+    {NULL, NULL, 0, NULL}};
+
+static PyTypeObject PoolType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "weightmap._weightmap.Pool",
+    .tp_basicsize = sizeof(Pool),
+    .tp_dealloc = (destructor)Pool_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Pool(budget=0, device_budget=0, sleep=False): models under a budget (wm_pool).",
+    .tp_methods = Pool_methods,
+    .tp_new = Pool_new,
+};
+
+static void PoolModel_dealloc(PoolModel *pm) {
+    if (pool_model_give_back(pm) != 0) PyErr_WriteUnraisable((PyObject *)pm);
+    Py_XDECREF(pm->path);
+    Py_XDECREF(pm->owner);
+    PyObject_Free(pm);
+}
+
+static PyObject *PoolModel_put(PoolModel *pm, PyObject *unused) {
+    (void)unused;
+    if (pm->put)
+        return PyErr_Format(ArgumentError,
+                            "%U: wm_pool_put: the model is not in use (put back "
+                            "twice?)",
+                            pm->path);
+    pm->put = 1;
+    if (pm->views == 0 && pool_model_give_back(pm) != 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static int pool_model_usable(PoolModel *pm) {
+    if (!pm->put && pm->model != NULL) return 1;
+    PyErr_Format(ClosedError, "%U: the model was put back", pm->path);
+    return 0;
+}
+
+static PyObject *PoolModel_names(PoolModel *pm, PyObject *unused) {
+    (void)unused;
+    if (!pool_model_usable(pm)) return NULL;
+    const wm_file *f = wm_model_file(pm->model);
+    size_t n = wm_file_tensor_count(f);
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; list && i < n; i++) {
+        wm_tensor_info ti;
+        PyObject *s = wm_file_tensor(f, i, &ti) == WM_OK ? PyUnicode_FromString(ti.name) : NULL;
+        if (s == NULL) {
+            Py_CLEAR(list);
+            if (!PyErr_Occurred()) PyErr_NoMemory();
+            break;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, s);
+    }
+    return list;
+}
+
+static PyObject *PoolModel_buffer(PoolModel *pm, PyObject *name) {
+    if (!pool_model_usable(pm)) return NULL;
+    const char *s = PyUnicode_AsUTF8(name);
+    if (s == NULL) return NULL;
+    size_t index;
+    if (wm_file_find_tensor(wm_model_file(pm->model), s, &index) != WM_OK)
+        return PyErr_Format(TensorNotFoundError, "%U: no tensor '%s'", pm->path, s);
+    if (wm_model_tensor_data(pm->model, index) == NULL)
+        return PyErr_Format(ArgumentError, "%U: tensor '%s' is not in host memory", pm->path, s);
+    PoolTensor *t = PyObject_New(PoolTensor, &PoolTensorType);
+    if (t == NULL) return NULL;
+    t->owner = pm;
+    Py_INCREF(pm);
+    t->index = index;
+    PyObject *view = PyMemoryView_FromObject((PyObject *)t);
+    Py_DECREF(t);
+    return view;
+}
+
+static PyObject *PoolModel_get_path(PoolModel *pm, void *c) {
+    (void)c;
+    Py_INCREF(pm->path);
+    return pm->path;
+}
+
+static PyObject *PoolModel_get_mode(PoolModel *pm, void *c) {
+    (void)c;
+    if (pm->model == NULL) Py_RETURN_NONE;
+    return PyUnicode_FromString(wm_mode_name(wm_model_mode(pm->model)));
+}
+
+static PyObject *PoolModel_get_in_use(PoolModel *pm, void *c) {
+    (void)c;
+    return PyBool_FromLong(pm->model != NULL);
+}
+
+static PyMethodDef PoolModel_methods[] = {
+    {"put", (PyCFunction)PoolModel_put, METH_NOARGS,
+     "put(): the use goes back to the pool (at once, or when the last buffer is released)"},
+    {"names", (PyCFunction)PoolModel_names, METH_NOARGS, "tensor names in header order"},
+    {"buffer", (PyCFunction)PoolModel_buffer, METH_O,
+     "buffer(name) -> memoryview of the tensor's bytes (read-only in mode mmap)"},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef PoolModel_getset[] = {
+    {"path", (getter)PoolModel_get_path, NULL, "the path asked for", NULL},
+    {"mode", (getter)PoolModel_get_mode, NULL, "the load mode, None once back", NULL},
+    {"in_use", (getter)PoolModel_get_in_use, NULL, "this use is not back yet", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyTypeObject PoolModelType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "weightmap._weightmap.PoolModel",
+    .tp_basicsize = sizeof(PoolModel),
+    .tp_dealloc = (destructor)PoolModel_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One use of a model of a Pool (wm_pool_get); put() gives it back.",
+    .tp_methods = PoolModel_methods,
+    .tp_getset = PoolModel_getset,
+};
+
+static int PoolTensor_getbuffer(PoolTensor *t, Py_buffer *view, int flags) {
+    PoolModel *pm = t->owner;
+    if (!pool_model_usable(pm)) return -1;
+    int read_only = wm_model_mode(pm->model) == WM_MODE_MMAP;
+    if ((flags & PyBUF_WRITABLE) && read_only) {
+        PyErr_Format(ArgumentError, "%U: a mode mmap model is read-only", pm->path);
+        return -1;
+    }
+    uint64_t n = 0;
+    wm_model_tensor_info(pm->model, t->index, NULL, &n);
+    void *p = (void *)wm_model_tensor_data(pm->model, t->index);
+    if (PyBuffer_FillInfo(view, (PyObject *)t, p, (Py_ssize_t)n, read_only, flags) != 0) return -1;
+    pm->views++;
+    return 0;
+}
+
+static void PoolTensor_releasebuffer(PoolTensor *t, Py_buffer *view) {
+    (void)view;
+    PoolModel *pm = t->owner;
+    if (--pm->views == 0 && pm->put && pool_model_give_back(pm) != 0)
+        PyErr_WriteUnraisable((PyObject *)pm);
+}
+
+static void PoolTensor_dealloc(PoolTensor *t) {
+    Py_XDECREF(t->owner);
+    PyObject_Free(t);
+}
+
+static PyBufferProcs PoolTensor_as_buffer = {
+    .bf_getbuffer = (getbufferproc)PoolTensor_getbuffer,
+    .bf_releasebuffer = (releasebufferproc)PoolTensor_releasebuffer,
+};
+
+static PyTypeObject PoolTensorType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "weightmap._weightmap.PoolTensor",
+    .tp_basicsize = sizeof(PoolTensor),
+    .tp_dealloc = (destructor)PoolTensor_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The bytes of one tensor of a PoolModel, through the buffer protocol.",
+    .tp_as_buffer = &PoolTensor_as_buffer,
+};
+
+/* ---------------------------------------------------------------------------------------------
  * module
  * ------------------------------------------------------------------------------------------- */
 
@@ -1274,7 +1597,13 @@ PyMODINIT_FUNC PyInit__weightmap(void) {
                              "An index a slice cannot take (out of range, or a form the "
                              "framework's indexer refuses); also an IndexError.",
                              PyExc_IndexError);
+    if (PyType_Ready(&PoolType) < 0 || PyType_Ready(&PoolModelType) < 0 ||
+        PyType_Ready(&PoolTensorType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     if (add_type(m, "Handle", (PyObject *)&HandleType) ||
+        add_type(m, "Pool", (PyObject *)&PoolType) ||
         add_type(m, "Export", (PyObject *)&ExportType) || add_type(m, "Error", Error) ||
         add_type(m, "FormatError", FormatError) || add_type(m, "NotFoundError", NotFoundError) ||
         add_type(m, "TensorNotFoundError", TensorNotFoundError) ||

@@ -20,6 +20,14 @@ typedef struct counter {
 
 static counter cats[WM_LEDGER_COUNT];
 static _Atomic uint64_t heap_largest;
+/* The host categories together (wm_ledger.host): their peak is the most held at once, which the
+ * categories' own peaks, reached at different moments, cannot say. */
+static counter host;
+
+static bool is_host(wm_ledger_category cat) {
+    return cat == WM_LEDGER_HEAP || cat == WM_LEDGER_SCRATCH || cat == WM_LEDGER_MAP_SHARED ||
+           cat == WM_LEDGER_MAP_PRIVATE;
+}
 
 static void raise_max(_Atomic uint64_t *m, uint64_t v) {
     uint64_t old = atomic_load(m);
@@ -30,11 +38,19 @@ static void raise_max(_Atomic uint64_t *m, uint64_t v) {
 static void count_in(counter *c, uint64_t bytes);
 static void count_out(counter *c, uint64_t bytes);
 
-void wm__ledger_acquire(wm_ledger_category cat, uint64_t bytes) { count_in(&cats[cat], bytes); }
-void wm__ledger_release(wm_ledger_category cat, uint64_t bytes) { count_out(&cats[cat], bytes); }
+void wm__ledger_acquire(wm_ledger_category cat, uint64_t bytes) {
+    count_in(&cats[cat], bytes);
+    if (is_host(cat)) count_in(&host, bytes);
+}
+
+void wm__ledger_release(wm_ledger_category cat, uint64_t bytes) {
+    count_out(&cats[cat], bytes);
+    if (is_host(cat)) count_out(&host, bytes);
+}
 
 void wm__ledger_shrink(wm_ledger_category cat, uint64_t bytes) {
     atomic_fetch_sub(&cats[cat].current, bytes);
+    if (is_host(cat)) atomic_fetch_sub(&host.current, bytes);
 }
 
 void wm__ledger_note_request(uint64_t bytes) { raise_max(&heap_largest, bytes); }
@@ -86,6 +102,10 @@ void wm_ledger_get(wm_ledger *out) {
         l.cat[i].regions = atomic_load(&cats[i].regions);
     }
     l.heap_largest = atomic_load(&heap_largest);
+    l.host.current = atomic_load(&host.current);
+    l.host.peak = atomic_load(&host.peak);
+    l.host.total = atomic_load(&host.total);
+    l.host.regions = atomic_load(&host.regions);
     wm__struct_out(out, &l, sizeof l, WM__LEDGER_SIZE_1_0);
 }
 
@@ -94,6 +114,7 @@ void wm_ledger_reset_peaks(void) {
         atomic_store(&cats[i].peak, atomic_load(&cats[i].current));
     for (int i = 0; i < WM_LEDGER_DEVICES; i++)
         atomic_store(&devices[i].peak, atomic_load(&devices[i].current));
+    atomic_store(&host.peak, atomic_load(&host.current));
     atomic_store(&heap_largest, 0);
 }
 

@@ -248,11 +248,13 @@ static wm_status check_unchanged(const wm_file *file, wm_error *err) {
     return WM_OK;
 }
 
-wm_status wm_model_load(wm_file *file, const wm_load_options *caller_opts, wm_model **out,
-                        wm_error *err) {
-    if (out) *out = NULL;
-    if (!file || !caller_opts || !out)
-        return wm__err(err, WM_EINVAL, 0, "wm_model_load: NULL file, options or out");
+/* Everything wm_model_load does before it acquires memory for tensors: the options copied in
+ * and checked, the backend, the file unchanged, the model object and its plan. On failure
+ * nothing is held (*out NULL); on success the caller releases the model with model_free. */
+static wm_status model_plan(wm_file *file, const wm_load_options *caller_opts, const char *who,
+                            wm_model **out, wm_error *err) {
+    *out = NULL;
+    if (!file || !caller_opts) return wm__err(err, WM_EINVAL, 0, "%s: NULL file or options", who);
     wm_load_options o;
     wm_cuda_options cu;
     wm_status st = options_in(file->path, caller_opts, &o, &cu, err);
@@ -263,7 +265,6 @@ wm_status wm_model_load(wm_file *file, const wm_load_options *caller_opts, wm_mo
     if (st) return st;
     st = check_options(file, be, opts, err);
     if (st) return st;
-    double t0 = wm__os_now();
     wm_model *m = wm__calloc(1, sizeof *m);
     if (!m) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory", file->path);
     m->file = wm__file_ref(file);
@@ -281,14 +282,28 @@ wm_status wm_model_load(wm_file *file, const wm_load_options *caller_opts, wm_mo
     m->opts.tp_split = NULL; /* m->cuda.nccl_comm stays: the backend completes the load with it */
     m->opts.select = NULL;
     m->opts.n_select = 0;
-
     st = check_unchanged(file, err);
+    if (!st) st = wm__plan_build(m, opts, err);
+    if (st) {
+        model_free(m);
+        return st;
+    }
+    *out = m;
+    return WM_OK;
+}
+
+wm_status wm_model_load(wm_file *file, const wm_load_options *caller_opts, wm_model **out,
+                        wm_error *err) {
+    if (out) *out = NULL;
+    if (!file || !caller_opts || !out)
+        return wm__err(err, WM_EINVAL, 0, "wm_model_load: NULL file, options or out");
+    double t0 = wm__os_now();
+    wm_model *m;
+    wm_status st = model_plan(file, caller_opts, "wm_model_load", &m, err);
+    if (st) return st;
+    st = wm__reader_init(&m->rd, file, read_policy(m->backend, &m->opts), err);
     if (st) goto fail;
-    st = wm__plan_build(m, opts, err);
-    if (st) goto fail;
-    st = wm__reader_init(&m->rd, file, read_policy(be, opts), err);
-    if (st) goto fail;
-    st = be->load(m, err);
+    st = m->backend->load(m, err);
     wm__reader_free(&m->rd); /* the direct descriptors live for the load only */
     if (st) goto fail;
     m->stats.load_seconds = wm__os_now() - t0;
@@ -299,6 +314,52 @@ wm_status wm_model_load(wm_file *file, const wm_load_options *caller_opts, wm_mo
     return WM_OK;
 fail:
     model_free(m);
+    return st;
+}
+
+/* The same plan as wm_model_load, costed instead of run (cost.c). */
+wm_status wm_model_cost(wm_file *file, const wm_load_options *caller_opts, wm_cost *out,
+                        wm_error *err) {
+    if (!file || !caller_opts || !out)
+        return wm__err(err, WM_EINVAL, 0, "wm_model_cost: NULL file, options or out");
+    wm_model *m;
+    wm_status st = model_plan(file, caller_opts, "wm_model_cost", &m, err);
+    if (st) return st;
+    wm_cost c = {.size = sizeof c};
+    wm_direct_io io = read_policy(m->backend, &m->opts);
+    wm__cost_plan_tables(m, &c);
+    wm__cost_reader(m, io, &c);
+    st = m->backend->cost(m, io, &c, err);
+    if (!st) {
+        wm__cost_finish(m, &c);
+        wm__struct_out(out, &c, sizeof c, sizeof c);
+    }
+    model_free(m);
+    return st;
+}
+
+/* ---- sleep and wake (the pool's) ---- */
+
+bool wm__model_can_sleep(const wm_model *m) { return m && m->backend->sleep; }
+bool wm__model_asleep(const wm_model *m) { return m && m->asleep; }
+
+wm_status wm__model_sleep(wm_model *m, wm_error *err) {
+    if (!m || !m->backend->sleep)
+        return wm__err(err, WM_EUNSUPPORTED, 0, "%s: the %s backend cannot sleep a model",
+                       m ? m->file->path : "wm__model_sleep", m ? m->backend->name : "?");
+    if (m->asleep)
+        return wm__err(err, WM_EINVAL, 0, "%s: the model is asleep already", m->file->path);
+    wm_status st = m->backend->sleep(m, err);
+    if (!st) m->asleep = true;
+    return st;
+}
+
+wm_status wm__model_wake(wm_model *m, wm_error *err) {
+    if (!m || !m->asleep)
+        return wm__err(err, WM_EINVAL, 0, "%s: the model is not asleep",
+                       m ? m->file->path : "wm__model_wake");
+    wm_status st = m->backend->wake(m, err);
+    if (!st) m->asleep = false;
     return st;
 }
 

@@ -301,7 +301,7 @@ static int listed_commands(char names[16][32]) {
 WM_TEST(every_command_has_help) {
     char names[16][32];
     int n = listed_commands(names);
-    CHECK_EQ(n, 8); /* info load check probe make-model demo cat trace */
+    CHECK_EQ(n, 10); /* info load check probe make-model demo cat fit swap trace */
     for (int i = 0; i < n; i++) {
         const char *forms[] = {"%s --help", "%s -h", "help %s"};
         for (int k = 0; k < 3; k++) {

@@ -32,7 +32,7 @@ from ._loading import loading
 __all__ = ["safe_open", "load_file", "loading", "ledger", "file_regions", "mem_figures",
            "backend_init", "Error", "SafetensorError", "FormatError", "NotFoundError",
            "TensorNotFoundError", "ClosedError", "ArgumentError", "SliceError", "MODES",
-           "BACKENDS"]
+           "BACKENDS", "Pool", "PooledModel"]
 __version__ = _c.version()
 
 # safetensors' name for its errors: the same class. Where safetensors is installed, Error is a
@@ -580,3 +580,98 @@ def load_file(filename, device="cpu", *, framework="pt", backend=None, mode=None
     with safe_open(filename, framework=framework, device=device, backend=backend, mode=mode,
                    lock=lock, dtype=dtype) as f:
         return f.get_tensors()
+
+
+class PooledModel:
+    """One use of a model of a :class:`Pool` (``Pool.get``). ``put()`` (or leaving the
+    ``with``) gives the use back: the model stays resident, idle, until the pool needs its room.
+    ``buffer(name)`` is a memoryview of a tensor's bytes (read-only in mode "mmap"); while one is
+    alive the use is not back (its last release gives it back), so no view outlives its bytes."""
+
+    def __init__(self, c_model):
+        self._m = c_model
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self._m.in_use:
+            self.put()
+
+    def put(self):
+        """Gives the use back; a second put() raises ArgumentError naming the file."""
+        self._m.put()
+
+    @property
+    def path(self):
+        return self._m.path
+
+    @property
+    def mode(self):
+        return self._m.mode
+
+    @property
+    def in_use(self):
+        return self._m.in_use
+
+    def keys(self):
+        return self._m.names()
+
+    def buffer(self, name):
+        return self._m.buffer(name)
+
+
+class Pool:
+    """Models under a budget (the C library's wm_pool): ``get(path)`` returns the resident model
+    or loads it, first evicting the least recently used idle models until the new one's cost
+    (wm_model_cost) fits in ``budget`` host bytes (and ``device_budget`` per device); every
+    eviction is proven by the ledger; a model in use is never evicted; a model that cannot fit
+    is refused (Error naming the file) before anything is evicted. ::
+
+        with weightmap.Pool(budget=2 << 30) as pool:
+            with pool.get("a.gguf", mode="mmap") as m:
+                emb = m.buffer("token_embd.weight")
+                ...
+                del emb
+
+    ``close()`` (or leaving the ``with``) releases every model; it raises Error naming a model
+    still in use and leaves the pool open. ``sleep=True``: an idle device model that must make
+    room sleeps in pinned host memory (within the budget) instead of going, and its next get
+    wakes it (WM_POOL_SLEEP). Thread-safe: gets and puts from several threads."""
+
+    def __init__(self, budget=0, *, device_budget=0, sleep=False):
+        self._p = _c.Pool(int(budget), int(device_budget), bool(sleep))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def get(self, filename, *, mode=None, device="cpu", lock=None, threads=0):
+        """A :class:`PooledModel` of `filename` loaded with `mode` (default "mmap-private" on the
+        CPU, "heap" on a device) on `device` ("cpu", "cuda:N")."""
+        backend, index = _parse_device(device)
+        on_device = backend != _c.BACKEND_CPU
+        m = _parse_mode(mode, None, on_device)
+        if lock not in _LOCKS:
+            raise ArgumentError(f"lock must be None, 'required' or 'best-effort', not {lock!r}")
+        return PooledModel(self._p.get(_os.fspath(filename), m, _LOCKS[lock], backend, index,
+                                       threads))
+
+    def put(self, model):
+        """The same as ``model.put()``."""
+        model.put()
+
+    def stats(self):
+        """wm_pool_stats as a dict: resident, in_use, held, held_peak, loads, hits, wakes,
+        evictions, returned, unproven, last_get_seconds, last_returned, last_evicted,
+        returned_device, sleeps, asleep."""
+        return self._p.stats()
+
+    def trim(self):
+        """Evicts every idle model now; the bytes returned."""
+        return self._p.trim()
+
+    def close(self):
+        self._p.close()

@@ -83,9 +83,19 @@ struct wm_model {
     uint32_t n_chunks;
 
     wm_model_stats stats;
+    bool asleep;   /* the backend's sleep moved its device memory to pinned host memory */
     wm__reader rd; /* the load's reader (read/reader.h): its policy, direct descriptors and
                       counts (stats.bytes_read, read_direct, read_buffered at the load's end) */
 };
+
+/* A loaded model of a backend that can sleep (its sleep slot): its device memory moved to
+ * pinned host memory (sleep) and back (wake), for the pool (pool.c). WM_EUNSUPPORTED where the
+ * backend cannot; WM_EINVAL for a model already in that state. The model's tensors' device
+ * pointers change at wake. Each completes or leaves the model as it was. */
+bool wm__model_can_sleep(const wm_model *m);
+bool wm__model_asleep(const wm_model *m);
+wm_status wm__model_sleep(wm_model *m, wm_error *err);
+wm_status wm__model_wake(wm_model *m, wm_error *err);
 
 /* Builds the plan (plan.c): order, place and chunks. On failure the caller frees what it holds
  * (model_free). */
@@ -118,7 +128,30 @@ struct wm__backend {
     void *(*host_ptr)(const wm_model *m, size_t tensor);
     /* Device pointer of a tensor, or 0. */
     uint64_t (*device_ptr)(const wm_model *m, size_t tensor);
+    /* What load would acquire for the plan in m, added into c per ledger category (cost.c);
+     * io is the reading policy the load would run. Acquires nothing. */
+    wm_status (*cost)(const wm_model *m, wm_direct_io io, wm_cost *c, wm_error *err);
+    /* Free and total memory of device `device` (wm_mem_available_get); NULL: no device. */
+    wm_status (*mem_info)(int device, uint64_t *free_bytes, uint64_t *total, wm_error *err);
+    /* A loaded model's device memory to pinned host memory and back (wm__model_sleep); NULL:
+     * the backend cannot sleep a model. Each completes or leaves the model as it was. */
+    wm_status (*sleep)(wm_model *m, wm_error *err);
+    wm_status (*wake)(wm_model *m, wm_error *err);
 };
+
+/* ---- costs (cost.c): what a load will acquire, per ledger category ---- */
+
+/* What the counted allocator charges for a block of n bytes. */
+uint64_t wm__cost_block(uint64_t n);
+void wm__cost_add(wm_cost *c, wm_ledger_category cat, uint64_t peak, uint64_t loaded);
+/* The plan's tables every load holds (the model, order, place, chunks; the plan's sort keys). */
+void wm__cost_plan_tables(const wm_model *m, wm_cost *c);
+/* The load's reader: its direct descriptors' table under policy io. */
+void wm__cost_reader(const wm_model *m, wm_direct_io io, wm_cost *c);
+/* The host backend's load (cpu.c): its chunks, state and heap-mode reader. */
+void wm__cost_host(const wm_model *m, wm_direct_io io, wm_cost *c);
+/* The kinds and totals of wm_cost from its ledger figures. */
+void wm__cost_finish(const wm_model *m, wm_cost *c);
 
 /* The rows of the table (backends.c). Every build defines both; a backend not built has only
  * kind, name and absent. */

@@ -139,6 +139,12 @@ static uint64_t cpu_device_ptr(const wm_model *m, size_t t) {
     return 0;
 }
 
+static wm_status cpu_cost(const wm_model *m, wm_direct_io io, wm_cost *c, wm_error *err) {
+    (void)err;
+    wm__cost_host(m, io, c);
+    return WM_OK;
+}
+
 const wm__backend wm__backend_cpu = {
     .kind = WM_BACKEND_CPU,
     .name = "cpu",
@@ -148,4 +154,5 @@ const wm__backend wm__backend_cpu = {
     .release = cpu_release,
     .host_ptr = cpu_host_ptr,
     .device_ptr = cpu_device_ptr,
+    .cost = cpu_cost,
 };

@@ -206,6 +206,17 @@ static int op_copy_2d(wm__dev *dv, unsigned d, void *s, void *dst, size_t dpitch
                 "cudaMemcpy2DAsync");
 }
 
+/* A copy that has ended when it returns, either way (a sleeping model's weights). */
+static int op_copy_sync(wm__dev *dv, unsigned d, void *dst, const void *src, size_t len,
+                        bool to_device) {
+    int e = make_current(dv, d);
+    if (e) return e;
+    return said(
+        dv,
+        CU(cudaMemcpy(dst, src, len, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost)),
+        "cudaMemcpy");
+}
+
 static int op_event_record(wm__dev *dv, unsigned d, void *ev, void *s) {
     int e = make_current(dv, d);
     if (e) return e;
@@ -245,6 +256,7 @@ static const wm__dev_ops cuda_ops = {
     .event_free = op_event_free,
     .copy = op_copy,
     .copy_2d = op_copy_2d,
+    .copy_sync = op_copy_sync,
     .event_record = op_event_record,
     .event_query = op_event_query,
     .event_wait = op_event_wait,
@@ -417,6 +429,44 @@ static void *cuda_host_ptr(const wm_model *m, size_t t) {
 
 static wm_status cuda_init(int device, wm_error *err);
 
+/* Sleep and wake (wm__model_sleep): the staged pipeline's, with the devices current in turn
+ * and the caller's current device left as it was. */
+static wm_status cuda_sleep_wake(wm_model *m, bool wake, wm_error *err) {
+    int prev = -1;
+    if (cudaGetDevice(&prev) != cudaSuccess) prev = -1;
+    wm__dev dv = {.ops = &cuda_ops, .m = m, .cur = -1};
+    wm_status st = wake ? wm__staged_wake(m, &dv, err) : wm__staged_sleep(m, &dv, err);
+    restore_device(prev);
+    return st;
+}
+
+static wm_status cuda_sleep(wm_model *m, wm_error *err) { return cuda_sleep_wake(m, false, err); }
+static wm_status cuda_wake(wm_model *m, wm_error *err) { return cuda_sleep_wake(m, true, err); }
+
+static wm_status cuda_cost(const wm_model *m, wm_direct_io io, wm_cost *c, wm_error *err) {
+    (void)io; /* the staged readers read into ring slots that mirror the file: no staging */
+    wm__staged_opts so = {.registered = m->cuda.registered != 0,
+                          .pinned_budget = m->cuda.pinned_budget};
+    return wm__staged_cost(m, &so, c, err);
+}
+
+/* Free and total memory of a device, as the runtime says (cudaMemGetInfo on it); the calling
+ * thread's current device is left as it was. */
+static wm_status cuda_mem_info(int device, uint64_t *free_bytes, uint64_t *total, wm_error *err) {
+    int prev = -1;
+    wm_status st = use_device(device, "wm_mem_available_get", &prev, err);
+    size_t fr = 0, tot = 0;
+    if (!st) {
+        cudaError_t ce = CU(cudaMemGetInfo(&fr, &tot));
+        if (ce) st = cu_fail(err, ce, "cudaMemGetInfo", "device %d", device);
+    }
+    restore_device(prev);
+    if (st) return st;
+    *free_bytes = fr;
+    *total = tot;
+    return WM_OK;
+}
+
 const wm__backend wm__backend_cuda = {
     .kind = WM_BACKEND_CUDA,
     .name = "cuda",
@@ -426,6 +476,10 @@ const wm__backend wm__backend_cuda = {
     .release = cuda_release,
     .host_ptr = cuda_host_ptr,
     .device_ptr = wm__staged_device_ptr,
+    .cost = cuda_cost,
+    .mem_info = cuda_mem_info,
+    .sleep = cuda_sleep,
+    .wake = cuda_wake,
 };
 
 /* ---- test hooks ---- */

@@ -52,6 +52,10 @@ typedef struct wm__dev_ops {
     int (*copy)(wm__dev *dv, unsigned d, void *stream, void *dst, const void *src, size_t len);
     int (*copy_2d)(wm__dev *dv, unsigned d, void *stream, void *dst, size_t dpitch, const void *src,
                    size_t spitch, size_t width, size_t rows);
+    /* Copies len bytes between host memory registered with host_register and device d's memory
+     * (to_device: host to device), ended when it returns (a sleeping model's weights). */
+    int (*copy_sync)(wm__dev *dv, unsigned d, void *dst, const void *src, size_t len,
+                     bool to_device);
     /* Records ev after what the stream holds; query: whether it has passed (*done, without
      * waiting); wait: until it has. */
     int (*event_record)(wm__dev *dv, unsigned d, void *ev, void *stream);
@@ -83,6 +87,17 @@ typedef struct wm__staged_opts {
 wm_status wm__staged_load(wm_model *m, wm__dev *dv, const wm__staged_opts *o, wm_error *err);
 /* Frees every buffer made so far and the state; accepts a half-loaded model; cannot fail. */
 void wm__staged_release(wm_model *m, wm__dev *dv);
+/* What wm__staged_load would acquire for the plan in m, added into c (cost.c's categories).
+ * Acquires nothing; WM_EINVAL for a pinned budget the load would refuse. */
+wm_status wm__staged_cost(const wm_model *m, const wm__staged_opts *o, wm_cost *c, wm_error *err);
+/* Sleep: every chunk's device buffer copied into page-allocated host memory registered with
+ * the device (ledger: heap and pinned), then the device buffer freed (the device's bytes back).
+ * Wake: device buffers made again, the copies put back, the host memory unregistered and freed;
+ * the tensors' device pointers are new. Each either completes or leaves the model as it was
+ * (awake, or asleep) with nothing else held. Only a loaded model; wm__staged_release frees a
+ * sleeping one's host copies. */
+wm_status wm__staged_sleep(wm_model *m, wm__dev *dv, wm_error *err);
+wm_status wm__staged_wake(wm_model *m, wm__dev *dv, wm_error *err);
 /* The chunks' buffers (index = chunk; NULL for an empty chunk), or NULL before a load. */
 unsigned char *const *wm__staged_buffers(const wm_model *m);
 /* A tensor's device address, or 0. */

@@ -307,6 +307,9 @@ out:
 typedef struct staged_state {
     unsigned char **buf;
     uint32_t n_buf; /* entries of buf filled so far (release frees [0, n_buf)) */
+    /* Asleep (wm__staged_sleep): each chunk's bytes in page-allocated host memory registered
+     * with the devices, buf[] all NULL; NULL when awake. */
+    wm__region *host;
 } staged_state;
 
 /* Device memory: one buffer per chunk, counted as it is made; a chunk in the caller's memory
@@ -348,9 +351,22 @@ wm_status wm__staged_load(wm_model *m, wm__dev *dv, const wm__staged_opts *o, wm
     return st;
 }
 
+/* A sleeping model's host copies: unregistered, then freed (registrations before pages). */
+static void host_copies_free(wm__dev *dv, wm__region *host, uint32_t n) {
+    for (uint32_t c = 0; host && c < n; c++) {
+        if (!host[c].base) continue;
+        dv->ops->host_unregister(dv, host[c].base);
+        wm__ledger_release(WM_LEDGER_PINNED, host[c].len);
+        wm__region_free(&host[c]);
+    }
+    wm__free(host);
+}
+
 void wm__staged_release(wm_model *m, wm__dev *dv) {
     staged_state *ss = m->bctx;
     if (!ss) return;
+    host_copies_free(dv, ss->host, ss->n_buf);
+    ss->host = NULL;
     for (uint32_t c = 0; c < ss->n_buf; c++) {
         if (!ss->buf[c] || m->chunks[c].ext) continue; /* the caller's memory stays */
         unsigned d = m->chunks[c].device;
@@ -363,6 +379,110 @@ void wm__staged_release(wm_model *m, wm__dev *dv) {
     m->bctx = NULL;
 }
 
+/* ---- sleep and wake ---- */
+
+/* One chunk's host copy: pages, registered, filled from the device. */
+static wm_status sleep_chunk(wm_model *m, wm__dev *dv, staged_state *ss, uint32_t c,
+                             wm_error *err) {
+    size_t size = m->chunks[c].size;
+    unsigned d = m->chunks[c].device;
+    wm__region *r = &ss->host[c];
+    wm_status st = wm__region_pages(m, size, WM_LEDGER_HEAP, r, err);
+    if (st) return st;
+    wm__os_advise(r->base, r->len, WM_OS_ADV_HUGEPAGE); /* a hint: failure is harmless */
+    int ce = dv->ops->host_register(dv, r->base, r->len, WM__HOST_PORTABLE);
+    if (!ce) {
+        wm__ledger_acquire(WM_LEDGER_PINNED, r->len);
+        ce = dv->ops->copy_sync(dv, d, r->base, ss->buf[c], size, false);
+        if (!ce) return WM_OK;
+        dv->ops->host_unregister(dv, r->base);
+        wm__ledger_release(WM_LEDGER_PINNED, r->len);
+    }
+    wm__region_free(r);
+    char prefix[160];
+    snprintf(prefix, sizeof prefix, "%s: putting buffer %u (%zu bytes) to sleep", m->file->path, c,
+             size);
+    return dv->ops->fail(dv, ce, prefix, err);
+}
+
+wm_status wm__staged_sleep(wm_model *m, wm__dev *dv, wm_error *err) {
+    staged_state *ss = m->bctx;
+    if (!ss || ss->host) return wm__err(err, WM_EINVAL, 0, "%s: no model to sleep", m->file->path);
+    for (uint32_t c = 0; c < ss->n_buf; c++)
+        if (m->chunks[c].ext)
+            return wm__err(err, WM_EINVAL, 0,
+                           "%s: the model's device memory is the caller's (wm_cuda_options.dst): "
+                           "it cannot sleep",
+                           m->file->path);
+    if (ss->n_buf) {
+        ss->host = wm__calloc(ss->n_buf, sizeof *ss->host);
+        if (!ss->host) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory", m->file->path);
+    }
+    wm_status st = WM_OK;
+    for (uint32_t c = 0; c < ss->n_buf && !st; c++)
+        if (ss->buf[c]) st = sleep_chunk(m, dv, ss, c, err);
+    if (st) { /* as it was: awake, the copies made so far given back */
+        host_copies_free(dv, ss->host, ss->n_buf);
+        ss->host = NULL;
+        dv->ops->settle(dv);
+        return st;
+    }
+    for (uint32_t c = 0; c < ss->n_buf; c++) {
+        if (!ss->buf[c]) continue;
+        unsigned d = m->chunks[c].device;
+        dv->ops->free(dv, d, ss->buf[c]);
+        wm__ledger_device_release(m->devs[d], m->chunks[c].size);
+        m->stats.device_bytes -= m->chunks[c].size;
+        ss->buf[c] = NULL;
+    }
+    dv->ops->settle(dv);
+    return WM_OK;
+}
+
+/* Device buffers made again and filled from the host copies; on failure the ones made are
+ * freed (the model stays asleep). */
+wm_status wm__staged_wake(wm_model *m, wm__dev *dv, wm_error *err) {
+    staged_state *ss = m->bctx;
+    if (!ss || !ss->host) return wm__err(err, WM_EINVAL, 0, "%s: no model asleep", m->file->path);
+    wm_status st = WM_OK;
+    uint32_t c = 0;
+    for (; c < ss->n_buf && !st; c++) {
+        if (!ss->host[c].base) continue;
+        size_t size = m->chunks[c].size;
+        unsigned d = m->chunks[c].device;
+        void *b = NULL;
+        int ce = dv->ops->alloc(dv, d, size, &b);
+        if (!ce) {
+            ss->buf[c] = b;
+            wm__ledger_device_acquire(m->devs[d], size);
+            m->stats.device_bytes += size;
+            ce = dv->ops->copy_sync(dv, d, b, ss->host[c].base, size, true);
+        }
+        if (ce) {
+            char prefix[160];
+            snprintf(prefix, sizeof prefix, "%s: waking buffer %u (%zu bytes) on device %d",
+                     m->file->path, c, size, m->devs[d]);
+            st = dv->ops->fail(dv, ce, prefix, err);
+            c++; /* this chunk's buffer, if made, is freed below too */
+            break;
+        }
+    }
+    for (uint32_t k = 0; st && k < c; k++) { /* as it was: asleep */
+        if (!ss->buf[k]) continue;
+        unsigned d = m->chunks[k].device;
+        dv->ops->free(dv, d, ss->buf[k]);
+        wm__ledger_device_release(m->devs[d], m->chunks[k].size);
+        m->stats.device_bytes -= m->chunks[k].size;
+        ss->buf[k] = NULL;
+    }
+    if (!st) {
+        host_copies_free(dv, ss->host, ss->n_buf);
+        ss->host = NULL;
+    }
+    dv->ops->settle(dv);
+    return st;
+}
+
 unsigned char *const *wm__staged_buffers(const wm_model *m) {
     const staged_state *ss = m->bctx;
     return ss ? ss->buf : NULL;
@@ -373,4 +493,88 @@ uint64_t wm__staged_device_ptr(const wm_model *m, size_t t) {
     const wm__place *p = &m->place[t];
     if (!ss || p->chunk >= ss->n_buf || !ss->buf[p->chunk]) return 0;
     return (uint64_t)(uintptr_t)(ss->buf[p->chunk] + p->dst_off);
+}
+
+/* ---- cost ---- */
+
+/* Windows of `wsize` that the plan's segments fall in, and pieces (plan_windows counts the same
+ * way): an upper bound of both, each segment's windows counted on their own. */
+static void count_windows(const wm_model *m, size_t wsize, uint64_t *pieces, uint64_t *windows) {
+    const wm_file *f = m->file;
+    *pieces = *windows = 0;
+    for (size_t k = 0; k < f->n_tensors; k++) {
+        uint32_t i = m->order[k];
+        const wm__place *p = &m->place[i];
+        for (uint64_t row = 0; row < p->rows && p->seg_bytes; row++) {
+            uint64_t seg = f->tensors[i].offset + p->src_off + row * p->src_stride;
+            uint64_t n = (seg + p->seg_bytes - 1) / wsize - seg / wsize + 1;
+            *pieces += n;
+            *windows += n;
+        }
+    }
+}
+
+/* What wm__staged_load acquires for the plan in m (the same sizing, size_pipe): one device
+ * buffer per chunk; the ring of slots (scratch, pinned while registered) or, on the registered
+ * path, the shared mappings of each shard and at most the pinned budget registered at once; the
+ * readers' stacks; the copy plan's tables. */
+wm_status wm__staged_cost(const wm_model *m, const wm__staged_opts *o, wm_cost *c, wm_error *err) {
+    unsigned workers = 1;
+    size_t wsize = 0;
+    wm_status st = size_pipe(m, o, &workers, &wsize, err);
+    if (st) return st;
+    uint64_t dev_total = 0;
+    for (uint32_t k = 0; k < m->n_chunks; k++) {
+        uint64_t size = m->chunks[k].ext ? 0 : m->chunks[k].size; /* the caller's: not ours */
+        int d = m->devs[m->chunks[k].device];
+        dev_total += size;
+        if (d >= 0 && d < WM_LEDGER_DEVICES) {
+            c->device_peak[d] += size;
+            c->device_loaded[d] += size;
+        }
+    }
+    wm__cost_add(c, WM_LEDGER_DEVICE, dev_total, dev_total);
+    uint64_t state = wm__cost_block(sizeof(staged_state)) +
+                     (m->n_chunks ? wm__cost_block(m->n_chunks * sizeof(unsigned char *)) : 0);
+    wm__cost_add(c, WM_LEDGER_HEAP, state, state);
+    uint64_t pieces, windows;
+    count_windows(m, wsize ? wsize : 1, &pieces, &windows);
+    if (windows == 0) return WM_OK;
+    if (workers > windows) workers = (unsigned)windows;
+    unsigned slots = workers * wm__staged_tuning_now.slots;
+    unsigned readers = o->registered || workers == 1 ? 0 : workers;
+    c->threads = o->registered ? 1 : workers;
+    uint64_t cap = m->file->n_tensors + 16; /* the pieces' table grows by doubling from here */
+    while (cap < pieces)
+        cap *= 2;
+    uint64_t tables = wm__cost_block(cap * sizeof(wm__piece)) +
+                      wm__cost_block(cap / 2 * sizeof(wm__piece)) +
+                      wm__cost_block(windows * sizeof(wm__window)) +
+                      wm__cost_block(slots * sizeof(wm__slot) + readers * sizeof(wm_os_thread) +
+                                     3 * (uint64_t)slots * sizeof(unsigned));
+    wm__cost_add(c, WM_LEDGER_HEAP, tables, 0);
+    wm__cost_add(c, WM_LEDGER_SCRATCH, (uint64_t)readers * WM_OS_THREAD_STACK, 0);
+    if (!o->registered) {
+        uint64_t ring = (uint64_t)slots * wsize;
+        wm__cost_add(c, WM_LEDGER_SCRATCH, ring, 0);
+        wm__cost_add(c, WM_LEDGER_PINNED, ring, 0);
+        return WM_OK;
+    }
+    uint64_t page = wm__os_page_size(), mapped = 0, pinned = 0;
+    for (uint32_t s = 0; s < m->file->n_shards; s++) {
+        uint64_t lo = UINT64_MAX, hi = 0;
+        for (size_t i = 0; i < m->file->n_tensors; i++) {
+            const wm__tensor *t = &m->file->tensors[i];
+            if (t->shard != s || t->nbytes == 0) continue;
+            if (t->offset < lo) lo = t->offset;
+            if (t->offset + t->nbytes > hi) hi = t->offset + t->nbytes;
+        }
+        if (hi) mapped += hi - lo / page * page;
+        if (hi) pinned += wm__align_up(hi, page) - lo / page * page; /* windows: whole pages */
+    }
+    wm__cost_add(c, WM_LEDGER_MAP_SHARED, mapped, 0);
+    /* at most the budget registered at once, each window rounded out to whole pages */
+    uint64_t budget = (o->pinned_budget ? o->pinned_budget : DEFAULT_BUDGET) + 2 * page * slots;
+    wm__cost_add(c, WM_LEDGER_PINNED, budget < pinned ? budget : pinned, 0);
+    return WM_OK;
 }

@@ -454,6 +454,34 @@ int wm__os_process_info(int pid, wm_os_process_info *out, wm_os_why *why) {
  * Advanced SIMD is part of every arm64 CPU Darwin runs on (sysctl hw.optional.neon is always 1
  * there); Darwin on x86-64 has none. */
 
+/* ---- memory the system has ---- */
+
+/* os_proc_available_memory (<os/proc.h>) exists on iOS 13, tvOS 13 and watchOS 6 and later: the
+ * bytes this process may still take before jetsam ends it. macOS declares it unavailable and has
+ * no per-process limit of that kind; its figure stays unknown (UINT64_MAX), said in why. */
+#if defined(__has_include)
+#if __has_include(<os/proc.h>) && __has_include(<TargetConditionals.h>)
+#include <TargetConditionals.h>
+#if TARGET_OS_IPHONE
+#include <os/proc.h>
+#define WM_HAVE_PROC_AVAILABLE 1
+#endif
+#endif
+#endif
+
+int wm__os_mem_room(wm_os_mem_room *out, wm_os_why *why) {
+    wm_os_mem_room r = {UINT64_MAX, UINT64_MAX, 0};
+    snprintf(why->source, sizeof why->source, "os_proc_available_memory");
+#ifdef WM_HAVE_PROC_AVAILABLE
+    r.available = (uint64_t)os_proc_available_memory();
+    why->detail = NULL;
+#else
+    why->detail = "macOS has no os_proc_available_memory: the room is unknown";
+#endif
+    *out = r;
+    return 0;
+}
+
 #if defined(__aarch64__) || defined(__arm64__)
 int wm__os_cpu_has_asimd(void) { return 1; }
 #else

@@ -18,6 +18,7 @@ static _Atomic int armed_err;
 static _Atomic int armed_sticky;
 static _Atomic uint64_t injected;
 static _Atomic int cached_pinned;
+static const char *_Atomic cgroup_files[2]; /* wm__fault_cgroup_files: NULL, the real ones */
 
 void wm__fault_reset(void) {
     atomic_store(&armed_kind, -1);
@@ -41,6 +42,16 @@ uint64_t wm__fault_count(wm_os_call kind) { return atomic_load(&counts[kind]); }
 uint64_t wm__fault_injected(void) { return atomic_load(&injected); }
 void wm__fault_pin_cached(int on) { atomic_store(&cached_pinned, on != 0); }
 int wm__fault_cached_pinned(void) { return atomic_load(&cached_pinned); }
+
+void wm__fault_cgroup_files(const char *proc_cgroup, const char *sys_cgroup) {
+    atomic_store(&cgroup_files[0], proc_cgroup);
+    atomic_store(&cgroup_files[1], sys_cgroup);
+}
+
+const char *wm__fault_cgroup_file(int which, const char *real) {
+    const char *p = atomic_load(&cgroup_files[which != 0]);
+    return p ? p : real;
+}
 
 int wm__fault_hit(wm_os_call call) {
     uint64_t n_kind = atomic_fetch_add(&counts[call], 1) + 1;
@@ -76,6 +87,10 @@ uint64_t wm__fault_count(wm_os_call kind) {
 }
 uint64_t wm__fault_injected(void) { return 0; }
 void wm__fault_pin_cached(int on) { (void)on; }
+void wm__fault_cgroup_files(const char *proc_cgroup, const char *sys_cgroup) {
+    (void)proc_cgroup;
+    (void)sys_cgroup;
+}
 
 #endif
 

@@ -32,5 +32,9 @@ const char *wm__fault_call_name(wm_os_call kind);
  * (O_DIRECT reopens, more residency checks) and make other calls than the counted run. Tests of
  * the routes themselves (test_cold.c) leave it unpinned and set the page cache up per run. */
 void wm__fault_pin_cached(int on);
+/* wm__os_mem_room reads `proc_cgroup` instead of /proc/self/cgroup and the tree under
+ * `sys_cgroup` instead of /sys/fs/cgroup (NULL, NULL: the real ones again), so that a test can
+ * hand it a cgroup of its own making (the strings must outlive the use). */
+void wm__fault_cgroup_files(const char *proc_cgroup, const char *sys_cgroup);
 
 #endif /* WM_FAULT_H */

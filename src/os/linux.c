@@ -446,6 +446,128 @@ int wm__os_process_info(int pid, wm_os_process_info *out, wm_os_why *why) {
     return 0;
 }
 
+/* ---- memory the system has (wm__os_mem_room) ---- */
+
+/* Reads a small file whole (NUL-terminated) into buf of cap bytes: 0 or an errno. */
+static int read_small(const char *path, char *buf, size_t cap) {
+    int e = wm__fault_hit(WM_OS_OPEN);
+    int fd = -1;
+    if (!e) e = wm__unix_open(path, 0, &fd);
+    if (e) return e;
+    size_t len = 0, got = 0;
+    while (len + 1 < cap && !(e = wm__unix_read(fd, buf + len, cap - 1 - len, &got)) && got)
+        len += got;
+    wm__os_close(fd);
+    buf[len] = 0;
+    return e;
+}
+
+/* A cgroup file's number ("max" is UINT64_MAX): 0, or an errno (ENOENT: no such file). */
+static int cgroup_number(const char *dir, const char *name, uint64_t *out) {
+    char path[512], buf[64];
+    if (snprintf(path, sizeof path, "%s%s/%s", wm__fault_cgroup_file(1, "/sys/fs/cgroup"), dir,
+                 name) >= (int)sizeof path)
+        return ENAMETOOLONG;
+    int e = read_small(path, buf, sizeof buf);
+    if (e) return e;
+    const char *s = buf;
+    if (strncmp(s, "max", 3) == 0) {
+        *out = UINT64_MAX;
+        return 0;
+    }
+    return parse_dec(&s, out) ? 0 : EINVAL;
+}
+
+/* This process's cgroup path in the hierarchy whose /proc/self/cgroup line starts with `tag`
+ * ("0::" for v2, the v1 memory controller's "N:memory:"), or "" where there is none (or it is the
+ * root, which has no limit). */
+static int cgroup_path(const char *tag, char *out, size_t cap) {
+    char buf[2048];
+    out[0] = 0;
+    int e = read_small(wm__fault_cgroup_file(0, "/proc/self/cgroup"), buf, sizeof buf);
+    if (e) return e == ENOENT ? 0 : e;
+    for (char *ln = buf; ln && *ln; ln = strchr(ln, '\n') ? strchr(ln, '\n') + 1 : NULL) {
+        const char *at = ln;
+        if (tag[0] == ':') { /* v1: any hierarchy number */
+            while (*at >= '0' && *at <= '9')
+                at++;
+        }
+        if (strncmp(at, tag, strlen(tag)) != 0) continue;
+        at += strlen(tag);
+        size_t n = strcspn(at, "\n");
+        if (n >= cap) return ENAMETOOLONG;
+        memcpy(out, at, n);
+        out[n] = 0;
+        if (n == 1 && out[0] == '/') out[0] = 0;
+        return 0;
+    }
+    return 0;
+}
+
+/* The cgroup and its ancestors: the one with the least room under its limit. v2: memory.max
+ * and memory.current under /sys/fs/cgroup; v1 (where v2 has no memory controller for this
+ * process): memory.limit_in_bytes and memory.usage_in_bytes under /sys/fs/cgroup/memory, a limit
+ * of 2^62 or more meaning none (v1 writes "no limit" as a page-rounded LONG_MAX). */
+static int cgroup_room_in(bool v1, wm_os_mem_room *out, wm_os_why *why) {
+    char dir[512];
+    int e = cgroup_path(v1 ? ":memory:" : "0::", dir, sizeof dir);
+    if (e) {
+        snprintf(why->source, sizeof why->source, "/proc/self/cgroup");
+        return e;
+    }
+    uint64_t best = UINT64_MAX;
+    while (dir[0]) {
+        char at[600];
+        snprintf(at, sizeof at, "%s%s", v1 ? "/memory" : "", dir);
+        uint64_t max = UINT64_MAX, cur = 0;
+        e = cgroup_number(at, v1 ? "memory.limit_in_bytes" : "memory.max", &max);
+        if (!e) e = cgroup_number(at, v1 ? "memory.usage_in_bytes" : "memory.current", &cur);
+        if (e && e != ENOENT && e != EACCES) {
+            snprintf(why->source, sizeof why->source, "/sys/fs/cgroup%.60s", at);
+            return e;
+        }
+        if (!e && max < ((uint64_t)1 << 62)) {
+            uint64_t room = max > cur ? max - cur : 0;
+            if (room < best) {
+                best = room;
+                out->cgroup_limit = max;
+                out->cgroup_current = cur;
+            }
+        }
+        char *slash = strrchr(dir, '/');
+        if (!slash) break;
+        *slash = 0;
+    }
+    return 0;
+}
+
+static int cgroup_room(wm_os_mem_room *out, wm_os_why *why) {
+    int e = cgroup_room_in(false, out, why);
+    if (!e && out->cgroup_limit == UINT64_MAX) e = cgroup_room_in(true, out, why);
+    return e;
+}
+
+int wm__os_mem_room(wm_os_mem_room *out, wm_os_why *why) {
+    wm_os_mem_room r = {UINT64_MAX, UINT64_MAX, 0};
+    why->detail = NULL;
+    snprintf(why->source, sizeof why->source, "/proc/meminfo");
+    line_reader lr;
+    int e = wm__fault_hit(WM_OS_OPEN);
+    lr.fd = -1;
+    lr.pos = lr.end = 0;
+    lr.eof = 0;
+    if (!e) e = wm__unix_open("/proc/meminfo", 0, &lr.fd);
+    line ln;
+    int have;
+    while (!e && !(e = next_line(&lr, &ln, &have)) && have)
+        if (FIELD_KB(&ln, "MemAvailable:", &r.available)) break;
+    wm__os_close(lr.fd);
+    if (!e) e = cgroup_room(&r, why);
+    if (e) return e;
+    *out = r;
+    return 0;
+}
+
 typedef struct maps_header {
     uint64_t start, end, offset, major, minor, inode;
     char perms[5];

@@ -81,6 +81,7 @@ typedef struct wm_os_stat {
     uint64_t dev;
     uint64_t ino;
     int is_regular;
+    uint64_t mtime_ns; /* last modification, nanoseconds since the epoch */
 } wm_os_stat;
 
 /* open(path, O_RDONLY | O_CLOEXEC), retried on EINTR (unix.c; Darwin the same). */
@@ -239,6 +240,20 @@ typedef struct wm_os_process_info {
 } wm_os_process_info;
 int wm__os_process_info(int pid, wm_os_process_info *out, wm_os_why *why);
 
+/* What the system has for this process now (wm_mem_available_get). UINT64_MAX: unknown or no
+ * limit. Linux: MemAvailable from /proc/meminfo; cgroup v2 from /proc/self/cgroup's "0::" path
+ * under /sys/fs/cgroup, the cgroup and each ancestor up to the root, the one with the least room
+ * (memory.max - memory.current) reported; where v2 gives none, the v1 memory controller's
+ * (memory.limit_in_bytes - memory.usage_in_bytes under /sys/fs/cgroup/memory) the same way.
+ * Darwin: os_proc_available_memory where the SDK declares it (iOS, tvOS, watchOS: the room before
+ * jetsam, which is the limit that kills there); macOS has no such call and no per-process limit,
+ * so its figure is unknown, said in why. Reads count as OPEN and PREAD for fault injection. */
+typedef struct wm_os_mem_room {
+    uint64_t available;
+    uint64_t cgroup_limit, cgroup_current;
+} wm_os_mem_room;
+int wm__os_mem_room(wm_os_mem_room *out, wm_os_why *why);
+
 /* One mapping of a file in a process, with its figures. */
 typedef struct wm_os_region {
     uint64_t start, end, offset; /* virtual addresses; file offset of start */
@@ -303,6 +318,16 @@ static inline int wm__fault_hit(wm_os_call call) {
     return 0;
 }
 static inline int wm__fault_cached_pinned(void) { return 0; }
+#endif
+/* The file wm__os_mem_room reads for /proc/self/cgroup (which 0) or the cgroup tree's root
+ * (which 1): `real`, unless a test re-pointed it (fault.h, wm__fault_cgroup_files). */
+#ifdef WM_FAULT_INJECTION
+const char *wm__fault_cgroup_file(int which, const char *real);
+#else
+static inline const char *wm__fault_cgroup_file(int which, const char *real) {
+    (void)which;
+    return real;
+}
 #endif
 
 #endif /* WM_OS_H */

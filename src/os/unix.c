@@ -73,6 +73,12 @@ static int stat_of(int fd, const char *path, wm_os_stat *out) {
     out->dev = (uint64_t)st.st_dev;
     out->ino = (uint64_t)st.st_ino;
     out->is_regular = S_ISREG(st.st_mode);
+#if defined(__APPLE__)
+    out->mtime_ns =
+        (uint64_t)st.st_mtimespec.tv_sec * 1000000000u + (uint64_t)st.st_mtimespec.tv_nsec;
+#else
+    out->mtime_ns = (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec;
+#endif
     return 0;
 }
 

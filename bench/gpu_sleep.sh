@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# bench/gpu_sleep.sh: an 8 GiB model brought back to cuda:0 after it was let go (issue 45,
+# bench/RESULTS.md "reload"), on a machine with a GPU, in one call.
+#
+# What it measures, each REPEAT times, the file warm in the page cache:
+#   sleep     `weightmap swap A B --backend cuda:0 --device-budget D --sleep`: two 8 GiB models
+#             in rotation through the pool with room on the device for one; every switch puts
+#             the idle one to sleep (its weights copied to pinned host memory, its device memory
+#             proven back by the ledger) and wakes the other (its weights copied back from pinned
+#             memory: the bus's speed). The issue's target: a wake under 0.3 s for 8 GiB.
+#   evict     the same without --sleep: every switch evicts one and reloads the other from the
+#             page cache through the staged path.
+#   reload    `weightmap load A --mode heap --backend cuda:0 --cycles REPEAT`: the same reload
+#             without the pool, for comparison (its per-cycle load seconds).
+#   bus       `bench/gpu h2d --bytes 8G`: pinned host-to-device copies of 8 GiB, the ceiling a
+#             pinned-memory sleep would wake at (the issue's target: under 0.3 s for 8 GiB).
+# Prints a table and writes the raw outputs to OUT.
+#
+# Usage: bench/gpu_sleep.sh [SIZE]        (SIZE default 8G)
+# Environment: OUT (default /tmp/wm-sleep-out), BUILD (default build-gpu), MODELS (default
+# /tmp/wm-gpu-models), DEPS (default .debs, as bench/gpu.sh), REPEAT (default 5).
+set -u
+SIZE=${1:-8G}
+OUT=${OUT:-/tmp/wm-sleep-out}
+BUILD=${BUILD:-build-gpu}
+MODELS=${MODELS:-/tmp/wm-gpu-models}
+DEPS=${DEPS:-.debs}
+REPEAT=${REPEAT:-5}
+NPROC=$(nproc)
+mkdir -p "$OUT" "$MODELS"
+say() { echo "== $(date +%T) $*" | tee -a "$OUT/log.txt"; }
+
+say "machine"
+nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv | tee "$OUT/machine.txt"
+
+say "build ($BUILD)"
+. scripts/gpu_env.sh
+wm_gpu_env "$DEPS" >"$OUT/env.txt"
+if ! { cmake -S . -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${cm[@]}" &&
+        cmake --build "$BUILD" -j"$NPROC" --target weightmap_cli bench_gpu; } >"$OUT/build.txt" 2>&1; then
+    tail -40 "$OUT/build.txt"
+    exit 1
+fi
+CLI="$BUILD/weightmap"
+
+say "models ($SIZE x 2)"
+for s in 1 2; do
+    f="$MODELS/sleep-$SIZE-$s.gguf"
+    [ -f "$f" ] || "$CLI" make-model "$f" --size "$SIZE" --seed "$s" >/dev/null || exit 1
+    cat "$f" >/dev/null # warm
+done
+A="$MODELS/sleep-$SIZE-1.gguf"
+B="$MODELS/sleep-$SIZE-2.gguf"
+BYTES=$(stat -c %s "$A")
+# room on the device for one model and a half: each switch evicts the other
+DEV=$((BYTES * 3 / 2))
+
+say "fit"
+"$CLI" fit "$A" --mode heap --backend cuda:0 | tee "$OUT/fit.txt"
+
+say "pool: swap on cuda:0, sleeping"
+timeout 900 "$CLI" swap "$A" "$B" --cycles "$REPEAT" --budget $((BYTES * 3)) --device-budget "$DEV" \
+    --backend cuda:0 --sleep --json >"$OUT/sleep.json" 2>"$OUT/sleep.err"
+echo "exit $?" | tee -a "$OUT/log.txt"
+cat "$OUT/sleep.err"
+
+say "pool: swap on cuda:0, evicting"
+timeout 900 "$CLI" swap "$A" "$B" --cycles "$REPEAT" --budget 4G --device-budget "$DEV" \
+    --backend cuda:0 --json >"$OUT/swap.json" 2>"$OUT/swap.err"
+echo "exit $?" | tee -a "$OUT/log.txt"
+cat "$OUT/swap.err"
+
+say "reload without the pool"
+timeout 900 "$CLI" load "$A" --mode heap --backend cuda:0 --cycles "$REPEAT" --json \
+    >"$OUT/load.json" 2>"$OUT/load.err"
+echo "exit $?" | tee -a "$OUT/log.txt"
+
+say "bus: pinned host-to-device"
+timeout 300 "$BUILD/bench/gpu" h2d --bytes "$BYTES" --repeat "$REPEAT" >"$OUT/h2d.txt" 2>&1
+cat "$OUT/h2d.txt"
+
+say "table"
+python3 - "$OUT" "$BYTES" <<'PY'
+import json, statistics, sys
+out, size = sys.argv[1], int(sys.argv[2])
+gib = size / 2**30
+def med(v): return statistics.median(v) if v else float("nan")
+try:
+    sw = json.load(open(f"{out}/sleep.json"))
+    woke = [r["wake_seconds"] for r in sw["switches"] if r.get("woke")]
+    switch = [r["seconds"] for r in sw["switches"] if r.get("woke")]
+    print(f"wake from pinned memory alone: median {med(woke):.3f} s over {len(woke)} wakes, "
+          f"{gib / med(woke):.1f} GiB/s (target: under 0.3 s for 8 GiB); the whole switch (the "
+          f"other put to sleep first, then the wake): median {med(switch):.3f} s; "
+          f"sleeps={sw['sleeps']} unproven={sw['unproven']} ok={sw['ok']}")
+except Exception as e:
+    print("sleep: no result:", e)
+try:
+    sw = json.load(open(f"{out}/swap.json"))
+    re = [r["seconds"] for r in sw["switches"] if r["evicted"] and not r["resident"]]
+    print(f"pool reload after an eviction (page cache, staged path): median {med(re):.3f} s over "
+          f"{len(re)} switches, {gib / med(re):.1f} GiB/s; unproven={sw['unproven']} "
+          f"ok={sw['ok']}")
+except Exception as e:
+    print("evict: no result:", e)
+try:
+    ld = json.load(open(f"{out}/load.json"))
+    secs = [c["load_seconds"] for c in ld["cycles"]]
+    print(f"reload without the pool: median {med(secs):.3f} s ({gib / med(secs):.1f} GiB/s)")
+except Exception as e:
+    print("load: no result:", e)
+print("bus (pinned H2D, the ceiling of a wake): see h2d.txt above")
+PY
