@@ -16,10 +16,14 @@
 #
 # Builds libggml-cuda.so (ggml's CMake, GGML_BACKEND_DL, CUDA architecture 90, no CPU backend
 # of its own) and puts it beside the prebuilt libraries, where ggml_backend_load_all_from_path
-# finds it; builds bench_llama (and bench_llama_modes), makes the 1.2 GB model and runs
-# `bench/llama --gpu` (every layer offloaded) with the time that is left of LIMIT_S (default 560),
-# then, with MODES=1, `bench/llama_modes --gpu` (every load mode, the bridge against llama.cpp). The logs and the report go to
-# $OUT (or ./llama-cuda.out). bench/RESULTS.md, "llama", says what it measured.
+# finds it; builds weightmap with its CUDA backend (the bridge fills llama.cpp's CUDA buffers
+# through it), bench_llama, bench_llama_modes and test_llama, makes a model of SIZE (default
+# 1200M; the fixtures the tests read carried in .fixtures/) and runs `bench/llama --gpu` (every
+# layer offloaded; ONLY: the contenders, default wm,wm-set,read,mmap,disk) with the time that is
+# left of LIMIT_S (default 560), then weightmap's own staged load of the same file to cuda:0 (the
+# ceiling, warm, median of 5) and test_llama's cuda_staged cases; with MODES=1, `bench/llama_modes
+# --gpu` (every load mode, the bridge against llama.cpp). The logs and the report go to $OUT (or
+# ./llama-cuda.out). bench/RESULTS.md, "llama", says what it measured.
 set -u
 cd "$(dirname "$0")/.."
 R=$PWD
@@ -44,13 +48,17 @@ cat "$O/host.txt"
 command -v nvcc > /dev/null || { echo "no nvcc on this machine"; exit 3; }
 mkdir -p bench/peers && ln -sfn "$R/.llama" bench/peers/llama
 GEN=Ninja; command -v ninja > /dev/null || GEN="Unix Makefiles"
+SIZE=${SIZE:-1200M}
+MODEL=bench-llama-$SIZE.gguf
 
-# ours, beside the CUDA build (a minute of the CPUs; the CUDA build takes the rest)
+# ours (with its CUDA backend: the bridge fills llama.cpp's CUDA buffers through it), beside the CUDA build (a minute of the CPUs; the CUDA build takes the rest)
 (
-    cmake -S . -B build -G "$GEN" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_CUDA=OFF > "$O/cmake.log" 2>&1 &&
-        cmake --build build --target bench_llama bench_llama_modes weightmap_cli -j4 > "$O/build.log" 2>&1 &&
-        mkdir -p bl && { [ -f bl/bench-llama-1200M.gguf ] ||
-            build/weightmap make-model bl/bench-llama-1200M.gguf --size 1200M > /dev/null; }
+    cmake -S . -B build -G "$GEN" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_FIXTURES="$R/.fixtures" \
+        > "$O/cmake.log" 2>&1 &&
+        cmake --build build --target bench_llama bench_llama_modes weightmap_cli test_llama -j4 \
+            > "$O/build.log" 2>&1 &&
+        mkdir -p bl && { [ -f "bl/$MODEL" ] ||
+            build/weightmap make-model "bl/$MODEL" --size "$SIZE" > /dev/null; }
     echo "ours: $?" > "$O/ours.rc"
 ) &
 OURS=$!
@@ -76,19 +84,38 @@ wait $OURS
 cat "$O/ours.rc"
 grep -q "ours: 0" "$O/ours.rc" || { tail -20 "$O/build.log"; exit 8; }
 cd bl
-B=$(($(left) - 15))
+B=$(($(left) - 75))
 echo "bench: $B s left"
 timeout "$B" ../build/bench/llama -r "${ROUNDS:-5}" --load-only --gpu --warm-memory 3 \
-    --only "${ONLY:-wm,read,mmap,disk}" > "$O/bench.txt" 2> "$O/bench.err"
+    --only "${ONLY:-wm,wm-set,read,mmap,disk}" --disk "$MODEL" > "$O/bench.txt" 2> "$O/bench.err"
 echo "bench exit $?"
 cat "$O/bench.txt"
-grep -E "device|tokens|windowed" "$O/bench.err" | sort | uniq -c | head -20
+grep -E "device|tokens|windowed|staged" "$O/bench.err" | sort | uniq -c | head -20
+# weightmap's own staged load of the same file to cuda:0, warm, in the same run: the ceiling the
+# bridge's GPU rows are held against (median of the cycles)
+timeout 40 ../build/weightmap load "$MODEL" --mode heap --backend cuda:0 --cycles 5 --json \
+    > "$O/ceiling.json" 2> "$O/ceiling.err"
+python3 - "$O/ceiling.json" << 'PY'
+import json, statistics, sys
+try:
+    d = json.load(open(sys.argv[1]))
+    t = sorted(c["load_seconds"] for c in d["cycles"])
+    m = statistics.median(t)
+    print("ceiling: weightmap load --backend cuda:0, warm: median %.1f ms (%s), %.2f GB/s"
+          % (m * 1e3, " ".join("%.1f" % (x * 1e3) for x in t), d["tensor_bytes"] / m / 1e9))
+except Exception as e:
+    print("ceiling: not measured (%s)" % e)
+PY
+# the bridge's CUDA path checked against llama.cpp's own load (tokens, logits, device memory)
+timeout 60 ../build/tests/test_llama cuda_staged_q8_0 > "$O/test-q8_0.txt" 2>&1; echo "test cuda_staged_q8_0: exit $?"
+timeout 60 ../build/tests/test_llama cuda_staged_make_model > "$O/test-mm.txt" 2>&1; echo "test cuda_staged_make_model: exit $?"
+grep -hE "staged in|FAIL|PASS|SKIP" "$O"/test-*.txt | head -12
 # MODES=1: then every load mode with every layer on the GPU, the bridge against llama.cpp's same
 # mode (bench/llama_modes.c --gpu: AUTO as llama.cpp resolves it there; the bridge maps nothing
 # with layers on a GPU, and its explicit MMAP is refused, which its row says)
 if [ -n "${MODES:-}" ]; then
     timeout $(($(left) - 5)) ../build/bench/llama_modes -r "${ROUNDS:-5}" --gpu --warm-memory 3 \
-        bench-llama-1200M.gguf > "$O/modes.txt" 2> "$O/modes.err"
+        "$MODEL" > "$O/modes.txt" 2> "$O/modes.err"
     echo "modes exit $?"
     cat "$O/modes.txt"
 fi
