@@ -76,9 +76,9 @@ extern "C" {
 #endif
 
 #define WM_VERSION_MAJOR 1
-#define WM_VERSION_MINOR 6
-#define WM_VERSION_PATCH 1
-#define WM_VERSION_STRING "1.6.1"
+#define WM_VERSION_MINOR 7
+#define WM_VERSION_PATCH 0
+#define WM_VERSION_STRING "1.7.0"
 /* MAJOR * 1000000 + MINOR * 1000 + PATCH, e.g. 1000000 for 1.0.0 (as wm_version_number). */
 #define WM_VERSION_NUMBER (WM_VERSION_MAJOR * 1000000 + WM_VERSION_MINOR * 1000 + WM_VERSION_PATCH)
 

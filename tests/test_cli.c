@@ -543,6 +543,14 @@ WM_TEST(readme_shows_the_usage) {
     char *text = realloc(readme, len + 1);
     CHECK(text != NULL);
     text[len] = 0;
+    /* README shows a build with both bridges; a build without one (the AArch64 lane's) leaves
+     * its option out of the usage, and README's line is compared without it */
+    static const char *const built[] = {" [--ggml]", " [--llama]"};
+    for (size_t k = 0; k < sizeof built / sizeof *built; k++) {
+        if (strstr(out, built[k] + 1)) continue;
+        for (char *at; (at = strstr(text, built[k]));)
+            memmove(at, at + strlen(built[k]), strlen(at + strlen(built[k])) + 1);
+    }
     CHECK_MSG(strstr(text, (const char *)want.p) != NULL,
               "README.md lacks the usage weightmap --help prints:\n%s", (const char *)want.p);
     free(text);
