@@ -92,7 +92,10 @@ echo "bench exit $?"
 cat "$O/bench.txt"
 grep -E "device|tokens|windowed|staged" "$O/bench.err" | sort | uniq -c | head -20
 # weightmap's own staged load of the same file to cuda:0, warm, in the same run: the ceiling the
-# bridge's GPU rows are held against (median of the cycles)
+# bridge's GPU rows are held against (median of the cycles). Warm: the file read into the page
+# cache first (the bench's last round was cold, and the staged path's direct reads of cold bytes
+# leave the page cache as it was)
+cat "$MODEL" > /dev/null
 timeout 40 ../build/weightmap load "$MODEL" --mode heap --backend cuda:0 --cycles 5 --json \
     > "$O/ceiling.json" 2> "$O/ceiling.err"
 python3 - "$O/ceiling.json" << 'PY'
