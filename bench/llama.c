@@ -93,40 +93,6 @@ static int ncpu(void) {
 
 /* ---- the page cache ---- */
 
-static uint64_t cached_bytes(const char *path) {
-    int fd = open(path, O_RDONLY);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0) return 0;
-    size_t len = (size_t)st.st_size, page = 4096, n = (len + page - 1) / page;
-    void *p = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
-    close(fd);
-    unsigned char *v = malloc(n);
-    uint64_t c = 0;
-    if (p != MAP_FAILED && v && mincore(p, len, v) == 0)
-        for (size_t i = 0; i < n; i++)
-            c += (v[i] & 1) ? page : 0;
-    if (p != MAP_FAILED) munmap(p, len);
-    free(v);
-    return c;
-}
-
-static void make_cold(const char *path) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return;
-    fdatasync(fd);
-    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    close(fd);
-}
-
-static void make_warm(const char *path) {
-    int fd = open(path, O_RDONLY);
-    char *b = malloc(BLOCK);
-    while (fd >= 0 && b && read(fd, b, BLOCK) > 0) {
-    }
-    free(b);
-    if (fd >= 0) close(fd);
-}
-
 /* ---- the guest's memory, backed before each measurement (--warm-memory) ---- */
 
 #ifndef MADV_POPULATE_WRITE
@@ -755,11 +721,11 @@ static void bench_load(const char *path, int rounds) {
             for (int w = 0; w < 2; w++) {
                 if ((cold_only(c) && !w) || (warm_only(c) && w)) continue;
                 if (w) {
-                    make_cold(path);
-                    uint64_t cached = cached_bytes(path);
+                    bench_make_cold(path);
+                    uint64_t cached = bench_cached_bytes(path);
                     if (cached > worst_cached) worst_cached = cached;
                 } else {
-                    make_warm(path);
+                    bench_make_warm(path);
                 }
                 a.c = c;
                 fingerprint = gpu_layers && r == 0 && !w;
@@ -852,7 +818,7 @@ static void bench_decode(const char *model, int rounds) {
             for (int j = 0; j < N_DECODE; j++) {
                 int c = (j + r) % N_DECODE;
                 decode_arg a = {c, out};
-                make_warm(out);
+                bench_make_warm(out);
                 v[c][r] = in_child(decode_child, &a);
                 fprintf(stderr, "round %d %s %s: %.2f tokens/s\n", r + 1, q[k].name,
                         decode_names[c], v[c][r]);

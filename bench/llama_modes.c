@@ -59,40 +59,6 @@ static uint64_t rss_anon(void) {
     return (uint64_t)kb << 10;
 }
 
-static uint64_t cached_bytes(const char *path) {
-    int fd = open(path, O_RDONLY);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0) return 0;
-    size_t len = (size_t)st.st_size, pg = (size_t)sysconf(_SC_PAGESIZE), n = (len + pg - 1) / pg;
-    void *p = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
-    close(fd);
-    unsigned char *v = malloc(n);
-    uint64_t c = 0;
-    if (p != MAP_FAILED && v && mincore(p, len, v) == 0)
-        for (size_t i = 0; i < n; i++)
-            c += (v[i] & 1) ? pg : 0;
-    if (p != MAP_FAILED) munmap(p, len);
-    free(v);
-    return c;
-}
-
-static void make_cold(const char *path) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return;
-    fdatasync(fd);
-    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    close(fd);
-}
-
-static void make_warm(const char *path) {
-    int fd = open(path, O_RDONLY);
-    char *b = malloc(BLOCK);
-    while (fd >= 0 && b && read(fd, b, BLOCK) > 0) {
-    }
-    free(b);
-    if (fd >= 0) close(fd);
-}
-
 /* ---- the guest's memory, backed before each measurement (--warm-memory GIB, as bench/llama.c:
  * on a VM whose balloon hands freed memory back to the host, faulting fresh memory costs
  * seconds; touched and freed just before, it costs what it does on a host) ---- */
@@ -263,15 +229,15 @@ static void print_row(int cold, int k, int b, int rounds) {
 /* The rounds: the disk, then each mode, loader and temperature, in an order that rotates. */
 static void run_rounds(const char *path, uint64_t data, uint64_t size, int rounds) {
     for (int r = 0; r < rounds; r++) {
-        make_cold(path);
+        bench_make_cold(path);
         disk[r] = disk_ms(path, data, size);
         for (int k0 = 0; k0 < N_MODES; k0++)
             for (int b0 = 0; b0 < 2; b0++)
                 for (int cold = 1; cold >= 0; cold--) {
                     int k = (k0 + r) % N_MODES, b = (b0 + r) % 2; /* the order rotates */
-                    cold ? make_cold(path) : make_warm(path);
+                    cold ? bench_make_cold(path) : bench_make_warm(path);
                     warm_memory(warm_gib);
-                    uint64_t left = cold ? cached_bytes(path) : 0;
+                    uint64_t left = cold ? bench_cached_bytes(path) : 0;
                     result x = in_child(path, modes[k], b);
                     cell *c = &cells[cold][k][b];
                     c->ms[r] = x.ms, c->anon[r] = x.anon, c->last = x;

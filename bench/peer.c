@@ -10,10 +10,13 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -221,4 +224,44 @@ void bench_machine_line(char *buf, size_t cap) {
     long cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? (long)CPU_COUNT(&set)
                                                             : sysconf(_SC_NPROCESSORS_ONLN);
     snprintf(buf, cap, "%s; %ld CPUs (nproc); %s; load average %s", date, cpus, model, load);
+}
+
+/* ---- the page cache ---- */
+
+uint64_t bench_cached_bytes(const char *path) {
+    int fd = open(path, O_RDONLY);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || st.st_size == 0) {
+        if (fd >= 0) close(fd);
+        return 0;
+    }
+    size_t len = (size_t)st.st_size, pg = (size_t)sysconf(_SC_PAGESIZE), n = (len + pg - 1) / pg;
+    void *p = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    unsigned char *v = malloc(n);
+    uint64_t c = 0;
+    if (p != MAP_FAILED && v && mincore(p, len, v) == 0)
+        for (size_t i = 0; i < n; i++)
+            c += (v[i] & 1) ? pg : 0;
+    if (p != MAP_FAILED) munmap(p, len);
+    free(v);
+    return c;
+}
+
+void bench_make_cold(const char *path) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return;
+    fdatasync(fd);
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    close(fd);
+}
+
+void bench_make_warm(const char *path) {
+    int fd = open(path, O_RDONLY);
+    size_t len = (size_t)8 << 20;
+    char *b = malloc(len);
+    while (fd >= 0 && b && read(fd, b, len) > 0) {
+    }
+    free(b);
+    if (fd >= 0) close(fd);
 }

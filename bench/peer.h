@@ -126,6 +126,16 @@ typedef struct bench_mem {
  * Returns 0, or -1 (errno set) when /proc cannot be read. */
 int bench_mem_get(bench_mem *out);
 
+/* ---- the page cache ---- */
+
+/* Bytes of `path` in the page cache (mincore over a shared mapping of it); 0 when it cannot be
+ * read. */
+uint64_t bench_cached_bytes(const char *path);
+/* Drops `path` from the page cache (fdatasync, POSIX_FADV_DONTNEED): a cold load follows. */
+void bench_make_cold(const char *path);
+/* Reads `path` whole, so that the page cache holds it: a warm load follows. */
+void bench_make_warm(const char *path);
+
 /* ---- paths and output ---- */
 
 /* Writes "<fixtures>/<rel>" into buf (fixtures: $WM_FIXTURES if set, else the compiled-in

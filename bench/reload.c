@@ -43,38 +43,9 @@
 /* ---- the page cache ---- */
 
 static double cached_share(const char *path) {
-    int fd = open(path, O_RDONLY);
     struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0 || st.st_size == 0) {
-        if (fd >= 0) close(fd);
-        return 0;
-    }
-    size_t len = (size_t)st.st_size, page = 4096, n = (len + page - 1) / page, c = 0;
-    void *p = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
-    close(fd);
-    unsigned char *v = malloc(n);
-    if (p != MAP_FAILED && v && mincore(p, len, v) == 0)
-        for (size_t i = 0; i < n; i++)
-            c += v[i] & 1;
-    if (p != MAP_FAILED) munmap(p, len);
-    free(v);
-    return (double)c / (double)n;
-}
-
-static void make_cold(const char *path) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return;
-    fdatasync(fd);
-    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    close(fd);
-}
-
-static void make_warm(const char *path) {
-    int fd = open(path, O_RDONLY);
-    static char b[1 << 20];
-    while (fd >= 0 && read(fd, b, sizeof b) > 0) {
-    }
-    if (fd >= 0) close(fd);
+    if (stat(path, &st) != 0 || st.st_size == 0) return 0;
+    return (double)bench_cached_bytes(path) / (double)st.st_size;
 }
 
 /* ---- contenders ---- */
@@ -101,9 +72,9 @@ static const contender contenders[] = {
 /* Before a timed load: the file cold or warm, as the contender wants (checked). */
 static int prepare(const contender *c, const char *path) {
     if (c->cold)
-        make_cold(path);
+        bench_make_cold(path);
     else
-        make_warm(path);
+        bench_make_warm(path);
     double share = cached_share(path);
     if (c->cold ? share > 0.02 : share < 0.98) {
         fprintf(stderr, "reload: %s: the file is %.0f%% cached, not %s\n", c->key, share * 100,
