@@ -131,6 +131,30 @@ WM_TEST(cost_holds_against_ledger_and_kernel_every_fixture_every_mode) {
     CHECK(files >= 30);
 }
 
+/* A load of f by o beside its cost: the cost, the ledger before the load and after it (its
+ * peaks reset between), and the model. */
+static wm_model *costed_load(wm_file *f, const wm_load_options *o, wm_cost *c, wm_ledger *before,
+                             wm_ledger *after) {
+    wm_error err;
+    CHECK_STATUS(wm_model_cost(f, o, c, &err), WM_OK);
+    wm_ledger_get(before);
+    wm_ledger_reset_peaks();
+    wm_model *m;
+    CHECK_STATUS(wm_model_load(f, o, &m, &err), WM_OK);
+    wm_ledger_get(after);
+    return m;
+}
+
+/* Every category's peak rise within the cost. */
+static void peaks_within(const wm_cost *c, const wm_ledger *before, const wm_ledger *after) {
+    for (int cat = 0; cat < WM_LEDGER_COUNT; cat++) {
+        uint64_t peak = after->cat[cat].peak - before->cat[cat].current;
+        CHECK_MSG(peak <= c->ledger_peak[cat], "%s: the ledger's peak rose by %llu, cost %llu",
+                  wm_ledger_category_name(cat), (unsigned long long)peak,
+                  (unsigned long long)c->ledger_peak[cat]);
+    }
+}
+
 /* A cold file read with direct I/O: the staging the reader makes then (2 MiB a thread, its edge
  * blocks) is within the cost, which counted it whether the file is warm or not. */
 WM_TEST(cost_holds_for_a_cold_heap_load_with_direct_reads) {
@@ -143,22 +167,12 @@ WM_TEST(cost_holds_for_a_cold_heap_load_with_direct_reads) {
     o.threads = 2;
     o.direct_io = WM_DIRECT_ON;
     wm_cost c = WM_COST_INIT;
-    CHECK_STATUS(wm_model_cost(f, &o, &c, NULL), WM_OK);
     wm_ledger before = WM_LEDGER_INIT, after = WM_LEDGER_INIT;
-    wm_ledger_get(&before);
-    wm_ledger_reset_peaks();
-    wm_model *m;
-    CHECK_STATUS(wm_model_load(f, &o, &m, NULL), WM_OK);
-    wm_ledger_get(&after);
+    wm_model *m = costed_load(f, &o, &c, &before, &after);
     wm_model_stats ms = WM_MODEL_STATS_INIT;
     wm_model_stats_get(m, &ms);
     CHECK(ms.read_direct > 0);
-    for (int cat = 0; cat < WM_LEDGER_COUNT; cat++) {
-        uint64_t peak = after.cat[cat].peak - before.cat[cat].current;
-        CHECK_MSG(peak <= c.ledger_peak[cat], "%s: the ledger's peak rose by %llu, cost %llu",
-                  wm_ledger_category_name(cat), (unsigned long long)peak,
-                  (unsigned long long)c.ledger_peak[cat]);
-    }
+    peaks_within(&c, &before, &after);
     CHECK(after.host.peak - before.host.current <= c.host_peak);
     /* here the staging was made: the scratch prediction is close, not only above */
     uint64_t scratch = after.cat[WM_LEDGER_SCRATCH].peak - before.cat[WM_LEDGER_SCRATCH].current;
@@ -178,23 +192,14 @@ WM_TEST(cost_holds_for_a_converting_load) {
     o.n_convert = 1;
     o.direct_io = WM_DIRECT_OFF; /* no direct-I/O staging: the scratch is the conversion's */
     wm_cost c = WM_COST_INIT;
-    CHECK_STATUS(wm_model_cost(f, &o, &c, NULL), WM_OK);
     wm_ledger before = WM_LEDGER_INIT, after = WM_LEDGER_INIT;
-    wm_ledger_get(&before);
-    wm_ledger_reset_peaks();
-    wm_model *m;
-    CHECK_STATUS(wm_model_load(f, &o, &m, NULL), WM_OK);
-    wm_ledger_get(&after);
+    wm_model *m = costed_load(f, &o, &c, &before, &after);
     wm_model_stats ms = WM_MODEL_STATS_INIT;
     wm_model_stats_get(m, &ms);
     CHECK(ms.tensor_bytes > wm_file_tensor_bytes(f)); /* converted: wider */
-    for (int cat = 0; cat < WM_LEDGER_COUNT; cat++) {
-        uint64_t peak = after.cat[cat].peak - before.cat[cat].current;
-        CHECK_MSG(peak <= c.ledger_peak[cat], "%s: the ledger's peak rose by %llu, cost %llu",
-                  wm_ledger_category_name(cat), (unsigned long long)peak,
-                  (unsigned long long)c.ledger_peak[cat]);
+    peaks_within(&c, &before, &after);
+    for (int cat = 0; cat < WM_LEDGER_COUNT; cat++)
         CHECK_EQ(after.cat[cat].current - before.cat[cat].current, c.ledger_loaded[cat]);
-    }
     CHECK_EQ(c.loaded.anonymous - c.ledger_loaded[WM_LEDGER_SCRATCH] >= ms.tensor_bytes, 1);
     /* the stacks and conversion buffers made are the ones counted: at most one thread's
      * buffer (256 KiB at most) fewer, where a thread finished before another made its own */
@@ -209,23 +214,12 @@ WM_TEST(cost_holds_for_a_converting_load) {
 /* One CUDA load held against its cost: every category's peak within it, the device bytes
  * exact. */
 static void hold_cuda_cost(wm_file *f, const wm_load_options *o) {
-    wm_error err;
     wm_cost c = WM_COST_INIT;
-    CHECK_STATUS(wm_model_cost(f, o, &c, &err), WM_OK);
+    wm_ledger before = WM_LEDGER_INIT, after = WM_LEDGER_INIT;
+    wm_model *m = costed_load(f, o, &c, &before, &after);
     CHECK_EQ(c.device_peak[0], c.peak.device);
     CHECK(c.peak.pinned > 0);
-    wm_ledger before = WM_LEDGER_INIT, after = WM_LEDGER_INIT;
-    wm_ledger_get(&before);
-    wm_ledger_reset_peaks();
-    wm_model *m;
-    CHECK_STATUS(wm_model_load(f, o, &m, &err), WM_OK);
-    wm_ledger_get(&after);
-    for (int cat = 0; cat < WM_LEDGER_COUNT; cat++) {
-        uint64_t peak = after.cat[cat].peak - before.cat[cat].current;
-        CHECK_MSG(peak <= c.ledger_peak[cat], "%s: the ledger's peak rose by %llu, cost %llu",
-                  wm_ledger_category_name(cat), (unsigned long long)peak,
-                  (unsigned long long)c.ledger_peak[cat]);
-    }
+    peaks_within(&c, &before, &after);
     CHECK_EQ(after.cat[WM_LEDGER_DEVICE].current - before.cat[WM_LEDGER_DEVICE].current,
              c.loaded.device);
     wm_ledger_stat d0;
