@@ -24,7 +24,6 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -736,31 +735,6 @@ static uint64_t rss_anon(void) {
     return (uint64_t)kb << 10;
 }
 
-/* The regions of this process that map `path`, and of those the ones that are not r--s (a shared,
- * read-only mapping): by device and inode, from /proc/self/maps. */
-static int file_maps_not_rs(const char *path, int *other) {
-    struct stat st;
-    CHECK(stat(path, &st) == 0);
-    FILE *f = fopen("/proc/self/maps", "r");
-    CHECK(f != NULL);
-    char line[1024];
-    int n = 0;
-    *other = 0;
-    while (fgets(line, sizeof line, f)) {
-        unsigned long long lo, hi, off, ino;
-        unsigned maj, mn;
-        char perms[8];
-        if (sscanf(line, "%llx-%llx %7s %llx %x:%x %llu", &lo, &hi, perms, &off, &maj, &mn, &ino) ==
-                7 &&
-            ino == (unsigned long long)st.st_ino && makedev(maj, mn) == st.st_dev) {
-            n++;
-            if (strcmp(perms, "r--s") != 0) (*other)++;
-        }
-    }
-    fclose(f);
-    return n;
-}
-
 typedef struct in_mode {
     decoded d;
     uint64_t anon;    /* RssAnon while loaded, over the process's before the load */
@@ -790,7 +764,7 @@ static void load_in_child(const char *path, int mode, bool bridge, in_mode *r, i
     }
     uint64_t after = rss_anon();
     r->anon = after > before ? after - before : 0; /* malloc may give back more than it takes */
-    r->maps = file_maps_not_rs(path, &r->not_rs);
+    r->maps = wmt_count_file_maps_of(path, &r->not_rs);
     keep_buffers(&r->d);
     greedy(m, &r->d);
     llama_model_free(m);

@@ -110,6 +110,9 @@ size_t wmt_copy_file(const char *from, const char *to);
  * /proc/self/maps; Darwin: proc_pidinfo's regions). wmtest_linux.c or wmtest_darwin.c, with
  * wmt_count_fds and wmt_rchar. */
 int wmt_count_file_maps(const char *path);
+/* The same, and in *not_shared_ro (NULL: not asked) how many of them are not a shared read-only
+ * mapping (Linux: not "r--s"; Darwin: writable, or private or copy-on-write). */
+int wmt_count_file_maps_of(const char *path, int *not_shared_ro);
 
 /* Opens `path`, which must succeed (else the case fails, naming the file and the status); the
  * caller closes the file. */

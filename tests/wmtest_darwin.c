@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <libproc.h>
+#include <mach/vm_prot.h>
 #include <malloc/malloc.h>
 #include <string.h>
 #include <sys/proc_info.h>
@@ -17,18 +18,26 @@
 
 /* Walks the regions from address 0: each answer is the region at or after the address asked
  * for; past the last one the kernel answers nothing. */
-int wmt_count_file_maps(const char *path) {
+int wmt_count_file_maps(const char *path) { return wmt_count_file_maps_of(path, NULL); }
+
+int wmt_count_file_maps_of(const char *path, int *not_shared_ro) {
     struct stat st;
     if (stat(path, &st) != 0) wmt_fail(__FILE__, __LINE__, "stat %s: %s", path, strerror(errno));
     struct proc_regionwithpathinfo ri;
     uint64_t addr = 0;
     int n = 0;
+    if (not_shared_ro) *not_shared_ro = 0;
     for (;;) {
         int got = proc_pidinfo(getpid(), PROC_PIDREGIONPATHINFO, addr, &ri, (int)sizeof ri);
         if (got < (int)sizeof ri) break;
         if (ri.prp_vip.vip_vi.vi_stat.vst_ino == (uint64_t)st.st_ino &&
-            (dev_t)ri.prp_vip.vip_vi.vi_stat.vst_dev == st.st_dev)
+            (dev_t)ri.prp_vip.vip_vi.vi_stat.vst_dev == st.st_dev) {
             n++;
+            if (not_shared_ro && ((ri.prp_prinfo.pri_protection & VM_PROT_WRITE) ||
+                                  ri.prp_prinfo.pri_share_mode == SM_PRIVATE ||
+                                  ri.prp_prinfo.pri_share_mode == SM_COW))
+                (*not_shared_ro)++;
+        }
         uint64_t end = ri.prp_prinfo.pri_address + ri.prp_prinfo.pri_size;
         if (end <= addr) break;
         addr = end;

@@ -15,21 +15,26 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-int wmt_count_file_maps(const char *path) {
+int wmt_count_file_maps(const char *path) { return wmt_count_file_maps_of(path, NULL); }
+
+int wmt_count_file_maps_of(const char *path, int *not_shared_ro) {
     struct stat st;
     if (stat(path, &st) != 0) wmt_fail(__FILE__, __LINE__, "stat %s: %s", path, strerror(errno));
     FILE *f = fopen("/proc/self/maps", "r");
     if (!f) wmt_fail(__FILE__, __LINE__, "open /proc/self/maps");
     char line[1024];
     int n = 0;
+    if (not_shared_ro) *not_shared_ro = 0;
     while (fgets(line, sizeof line, f)) {
         unsigned long long lo, hi, off, ino;
         unsigned maj, min;
         char perms[8];
         if (sscanf(line, "%llx-%llx %7s %llx %x:%x %llu", &lo, &hi, perms, &off, &maj, &min,
                    &ino) == 7 &&
-            ino == (unsigned long long)st.st_ino && makedev(maj, min) == st.st_dev)
+            ino == (unsigned long long)st.st_ino && makedev(maj, min) == st.st_dev) {
             n++;
+            if (not_shared_ro && strcmp(perms, "r--s") != 0) (*not_shared_ro)++;
+        }
     }
     fclose(f);
     return n;
