@@ -471,7 +471,7 @@ enum {
 };
 static const char *const load_names[N_LOAD] = {"wm_llama_load",
                                                "wm_llama_load, prefault on",
-                                               "wm_llama_load, prefetch off",
+                                               "wm_llama_load, prefetch off (no read ahead)",
                                                "llama.cpp read (load_mode 0)",
                                                "llama.cpp mmap (load_mode 1)",
                                                "llama.cpp direct I/O (load_mode 4)",
@@ -581,6 +581,15 @@ static double load_once(int c, const char *path, uint64_t data, uint64_t size) {
                 (double)st.bytes_own / 1048576.0, (double)st.bytes_prefetched / 1048576.0,
                 (double)led.cat[WM_LEDGER_SCRATCH].peak / 1048576.0, st.in_place,
                 (double)st.bytes_laid_out / 1048576.0, st.windowed, st.repacked, st.repacked_rows);
+        if (st.staged)
+            fprintf(stderr,
+                    "    device: %zu tensors staged (%.1f MiB), %zu of them read ahead during the "
+                    "making (%.1f MiB in %.1f ms, waited %.1f ms after it, copied in %.1f ms); "
+                    "the fill after the making %.1f ms\n",
+                    st.staged, (double)st.bytes_staged / 1048576.0, st.ahead,
+                    (double)st.bytes_ahead / 1048576.0, st.seconds_ahead * 1e3,
+                    st.seconds_ahead_wait * 1e3, st.seconds_ahead_copy * 1e3,
+                    st.seconds_staged * 1e3);
         if (curve)
             fprintf(stderr,
                     "    curve: first %.1f, 25%% %.1f, 50%% %.1f, 75%% %.1f, 100%% %.1f ms\n",

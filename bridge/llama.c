@@ -184,8 +184,9 @@ typedef struct load {
     wm_llama_span *spans;     /* the mapped tensors' ranges (pages, rec.n entries) */
     struct wm_llama_populate *populate; /* the mapping's pages coming in beside the load */
     size_t n_spans, spans_len;
-    wm__llama_cuda cuda; /* the tensors in CUDA buffers, for the staged pipeline (upload AUTO) */
-    bool cuda_on;        /* upload AUTO and this weightmap has the CUDA backend */
+    wm__llama_cuda cuda;   /* the tensors in CUDA buffers, for the staged pipeline (upload AUTO) */
+    bool cuda_on;          /* upload AUTO and this weightmap has the CUDA backend */
+    wm__llama_ahead ahead; /* those tensors loaded ahead, during the model's making */
     uint64_t progress_base, progress_all; /* progress: bytes before this read, and of all reads */
 } load;
 
@@ -282,13 +283,18 @@ static bool map_tensor(load *l, struct ggml_tensor *t, size_t index) {
     return true;
 }
 
-/* A tensor in a CUDA device's buffer goes to the staged pipeline (llama_cuda.c), not to the
- * window: true where it was taken. */
+/* A tensor in a CUDA device's buffer is copied from the ahead buffer where it was loaded ahead
+ * (llama_ahead.c), else goes to the staged pipeline (llama_cuda.c), not to the window: true where
+ * it was taken. */
 static bool staged_tensor(load *l, struct ggml_tensor *t, size_t index) {
     int ordinal;
-    if (!l->cuda_on || !wm__llama_cuda_buffer(t->buffer, &ordinal) ||
-        !wm__llama_cuda_add(&l->cuda, index, (uint64_t)(uintptr_t)t->data, ordinal, ggml_nbytes(t)))
+    if (!l->cuda_on || !wm__llama_cuda_buffer(t->buffer, &ordinal)) return false;
+    if (wm__llama_ahead_take(&l->ahead, t, index, ordinal)) {
+        l->stats.ahead++;
+    } else if (!wm__llama_cuda_add(&l->cuda, index, (uint64_t)(uintptr_t)t->data, ordinal,
+                                   ggml_nbytes(t))) {
         return false;
+    }
     l->stats.staged++;
     l->stats.bytes_staged += ggml_nbytes(t);
     return true;
@@ -410,11 +416,13 @@ static wm_status fill_cuda(load *l, wm_error *err) {
         wm_tensor_info ti;
         if (wm_file_tensor(l->f, l->items[i].tensor, &ti) == WM_OK) rest += ti.nbytes;
     }
-    l->progress_all = l->cuda.bytes + rest;
+    uint64_t ahead = l->ahead.bytes_taken;
+    l->progress_all = ahead + l->cuda.bytes + rest;
+    l->progress_base = ahead;
     wm_status st = wm__llama_cuda_fill(&l->cuda, l->f, &l->o, on_progress, l, err);
     l->stats.seconds_staged = l->cuda.seconds;
-    if (!st) l->stats.bytes_read += l->cuda.bytes;
-    l->progress_base = l->cuda.bytes;
+    if (!st) l->stats.bytes_read += ahead + l->cuda.bytes;
+    l->progress_base = ahead + l->cuda.bytes;
     return st;
 }
 
@@ -628,6 +636,15 @@ static wm_status populate_and_lock(load *l, wm_error *err) {
     return WM_OK;
 }
 
+/* What the read ahead to the device did (llama_ahead.c). */
+static void ahead_stats(load *l) {
+    const wm__llama_ahead *a = &l->ahead;
+    l->stats.bytes_ahead = a->bytes_read;
+    l->stats.seconds_ahead = a->seconds;
+    l->stats.seconds_ahead_wait = a->seconds_wait;
+    l->stats.seconds_ahead_copy = a->seconds_copy;
+}
+
 /* The load up to the model handed over (or freed); the trim and the stats are the caller's. */
 static wm_status load_model(load *l, const wm_file *file, const struct llama_model_params *params,
                             const wm_llama_options *opts, struct llama_model **out, wm_error *err) {
@@ -637,8 +654,11 @@ static wm_status load_model(load *l, const wm_file *file, const struct llama_mod
     if (!st) st = check_file(file, err);
     if (!st) st = open_map(l, err);
     if (st) return st;
+    /* the device's tensors to the device meanwhile, where they can be known (llama_ahead.c);
+     * else the start of a cold file into memory */
+    bool ahead = wm__llama_ahead_start(&l->ahead, file, &l->p, &l->o);
     if (l->own_file && l->o.prefetch == WM_LLAMA_PREFETCH_AUTO && l->o.direct_io != WM_DIRECT_OFF &&
-        !l->map) {
+        !l->map && !ahead) {
         /* the disk's work while llama.cpp makes the model, into the file's own memory until
          * read_all's read begins (which copies what came and frees it), or wm_llama_load's close
          * on a failure. 256 MiB: on the H200 host the model's making outlasts 128 MiB (the read
@@ -651,6 +671,7 @@ static wm_status load_model(load *l, const wm_file *file, const struct llama_mod
     l->stats.load_mode = l->mode;
     struct llama_model *model = NULL;
     st = make_model(l, &model, err);
+    if (ahead) wm__llama_ahead_join(&l->ahead, st != WM_OK);
     if (!st) st = make_items(l, err);
     if (!st) st = fill_cuda(l, err);
     if (!st) st = read_all(l, err);
@@ -661,6 +682,8 @@ static wm_status load_model(load *l, const wm_file *file, const struct llama_mod
     wm__llama_pages_free(l->items, l->items_len);
     wm__llama_pages_free(l->spans, l->spans_len);
     wm__llama_cuda_free(&l->cuda);
+    ahead_stats(l);
+    wm__llama_ahead_free(&l->ahead);
     wm__llama_populate_finish(l->populate, true, l->path, &l->stats, NULL); /* a failure's */
     if (st && model) llama_model_free(model); /* drops its buffers' references to the mapping */
     wm__llama_map_release(l->map);            /* the load's: the last unmaps */

@@ -11,6 +11,7 @@
  *   llama_map.c    the load modes: AUTO resolved, the file's mapping, its populate, the locks
  *   llama_log.c    llama.cpp's log during the load: passed on, and its reason for a refusal kept
  *   llama_cuda.c   the tensors in CUDA buffers, filled by the library's staged pipeline
+ *   llama_ahead.c  those tensors loaded to the device ahead, while llama.cpp makes the model
  */
 #ifndef WM_BRIDGE_LLAMA_BRIDGE_H
 #define WM_BRIDGE_LLAMA_BRIDGE_H
@@ -21,6 +22,8 @@
 
 #include <ggml-backend.h>
 #include <gguf.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -186,5 +189,45 @@ bool wm__llama_cuda_add(wm__llama_cuda *c, size_t index, uint64_t addr, int ordi
 wm_status wm__llama_cuda_fill(wm__llama_cuda *c, const wm_file *f, const wm_llama_options *o,
                               wm_progress_fn progress, void *progress_user, wm_error *err);
 void wm__llama_cuda_free(wm__llama_cuda *c);
+
+/* ---- llama_ahead.c: the device's tensors loaded ahead, during the model's making ---- */
+
+/* The model's devices as llama.cpp v0.4.0 picks them: how many (at most cap written). */
+size_t wm__llama_model_devices(const struct llama_model_params *p, ggml_backend_dev_t *list,
+                               size_t cap);
+
+typedef struct wm__llama_ahead {
+    const wm_file *f;
+    unsigned threads;
+    wm_direct_io direct_io;
+    int ordinal;               /* the CUDA device */
+    ggml_backend_buffer_t buf; /* ggml's CUDA buffer the tensors are loaded into */
+    wm_tensor_select *sel;     /* the tensors (pages) */
+    uint64_t *off;             /* per file tensor: its offset in buf plus 1; 0: not ahead */
+    size_t n, sel_len, off_len;
+    uint64_t bytes;      /* buf's size */
+    uint64_t bytes_read; /* what the ahead load read */
+    pthread_t thread;
+    bool running; /* the thread is to be joined */
+    bool ready;   /* joined, and every tensor is in buf */
+    atomic_int stop;
+    wm_status st; /* the ahead load's outcome */
+    double t0, seconds, seconds_wait, seconds_copy;
+    size_t taken; /* tensors copied into place */
+    uint64_t bytes_taken;
+} wm__llama_ahead;
+
+/* Starts loading ahead the tensors llama.cpp will place on the model's one CUDA device (see
+ * llama_ahead.c for when); false where it does not (nothing held then but what
+ * wm__llama_ahead_free frees). */
+bool wm__llama_ahead_start(wm__llama_ahead *a, const wm_file *f, const struct llama_model_params *p,
+                           const wm_llama_options *o);
+/* Waits for the ahead load (stop: have it stop early); whether every tensor is in the buffer. */
+bool wm__llama_ahead_join(wm__llama_ahead *a, bool stop);
+/* Tensor t (file tensor `index`, in a CUDA buffer of device `ordinal`) copied into place from the
+ * ahead buffer, where it is there: true. */
+bool wm__llama_ahead_take(wm__llama_ahead *a, struct ggml_tensor *t, size_t index, int ordinal);
+/* Joins (stopping it), frees the buffer and the tables; accepts one never started. */
+void wm__llama_ahead_free(wm__llama_ahead *a);
 
 #endif /* WM_BRIDGE_LLAMA_BRIDGE_H */

@@ -35,10 +35,6 @@ bool wm__llama_mode_locks(int mode) {
     return mode == LLAMA_LOAD_MODE_MLOCK || mode == LLAMA_LOAD_MODE_MMAP_MLOCK;
 }
 
-static bool is_gpu(ggml_backend_dev_t d, enum ggml_backend_dev_type t) {
-    return ggml_backend_dev_type(d) == t;
-}
-
 /* Whether device d can map (ggml_backend_dev_props.caps.mmap_support). */
 static bool maps(ggml_backend_dev_t d) {
     struct ggml_backend_dev_props props;
@@ -48,28 +44,11 @@ static bool maps(ggml_backend_dev_t d) {
 }
 
 /* AUTO as llama.cpp v0.4.0 resolves it (llama.cpp llama_prepare_model_devices, then
- * llama-model.cpp load_tensors): MMAP unless one of the model's devices cannot map. The model's
- * devices: params.devices, or else every GPU, or every integrated GPU where there is no GPU (RPC
- * servers count with the GPUs: they map); with split_mode NONE only main_gpu's (none where it is
- * negative). */
+ * llama-model.cpp load_tensors): MMAP unless one of the model's devices (wm__llama_model_devices;
+ * RPC servers count with the GPUs: they map) cannot map. */
 static int resolve_auto(const struct llama_model_params *p) {
     ggml_backend_dev_t list[64];
-    size_t n = 0;
-    if (p->devices) {
-        for (ggml_backend_dev_t *d = p->devices; *d && n < 64; d++)
-            list[n++] = *d;
-    } else {
-        enum ggml_backend_dev_type want = GGML_BACKEND_DEVICE_TYPE_GPU;
-        for (int pass = 0; pass < 2 && n == 0; pass++, want = GGML_BACKEND_DEVICE_TYPE_IGPU)
-            for (size_t i = 0; i < ggml_backend_dev_count() && n < 64; i++)
-                if (is_gpu(ggml_backend_dev_get(i), want)) list[n++] = ggml_backend_dev_get(i);
-    }
-    if (p->split_mode == LLAMA_SPLIT_MODE_NONE && n) {
-        if (p->main_gpu < 0 || (size_t)p->main_gpu >= n)
-            n = 0; /* llama.cpp refuses the latter */
-        else
-            list[0] = list[p->main_gpu], n = 1;
-    }
+    size_t n = wm__llama_model_devices(p, list, 64);
     for (size_t k = 0; k < n; k++)
         if (!maps(list[k])) return LLAMA_LOAD_MODE_NONE;
     return LLAMA_LOAD_MODE_MMAP;

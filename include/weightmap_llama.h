@@ -96,6 +96,13 @@ typedef struct wm_llama_stats {
     size_t staged;         /* filled by weightmap's staged pipeline into their device addresses */
     uint64_t bytes_staged; /* their bytes */
     double seconds_staged; /* that fill, start to end (before the read seconds_read times) */
+    /* added in 1.8: the device's tensors loaded ahead, during the model's making (prefetch AUTO,
+     * see wm_llama_prefetch); staged and bytes_staged count them too */
+    size_t ahead;              /* tensors copied into place from the ahead buffer */
+    uint64_t bytes_ahead;      /* bytes the read ahead loaded to the device */
+    double seconds_ahead;      /* the read ahead, start to end (beside seconds_model) */
+    double seconds_ahead_wait; /* of it, what the load waited for once the model was made */
+    double seconds_ahead_copy; /* the device-to-device copies into llama.cpp's buffers */
 } wm_llama_stats;
 
 #define WM_LLAMA_STATS_INIT WM_SIZED_INIT(wm_llama_stats)
@@ -185,9 +192,18 @@ typedef enum wm_llama_prefault {
  * quarter of the tensor data and 256 MiB, 1.3: an eighth and 128 MiB into the page cache); the
  * reads copy those bytes and the memory is freed before wm_llama_load returns. So a load's peak
  * holds the weights plus what the disk read during the model's making. wm_llama_load only (a
- * file the caller opened is not touched), and not with direct_io OFF. */
+ * file the caller opened is not touched), and not with direct_io OFF.
+ * Since 1.8, with layers on one CUDA device (upload AUTO, this weightmap's CUDA backend, no
+ * tensor_buft_overrides, split_mode not ROW), AUTO loads the tensors llama.cpp will put on that
+ * device instead (by llama.cpp's own rule of which layers it offloads), during the making, into
+ * a device buffer of the bridge's, and copies each into place device to device once the model is
+ * made (stats.ahead; wm_llama_load and wm_llama_load_file alike). That buffer is freed before the
+ * load returns, but during the load the device holds those bytes twice: it is made only where
+ * the device's free memory holds them twice and keeps max(1 GiB, a sixteenth of the device)
+ * besides; otherwise the load goes on without it. */
 typedef enum wm_llama_prefetch {
-    WM_LLAMA_PREFETCH_AUTO = 0, /* prefetch the start of a cold file during the model's making */
+    WM_LLAMA_PREFETCH_AUTO = 0, /* during the model's making: the device's tensors to the device
+                                   (1.8), else the start of a cold file into memory */
     WM_LLAMA_PREFETCH_OFF = 1   /* the first read starts after llama.cpp has made the model */
 } wm_llama_prefetch;
 

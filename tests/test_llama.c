@@ -1140,7 +1140,8 @@ static ggml_backend_dev_t cuda_device(void) {
 /* A load with `layers` layers offloaded (read mode), by llama.cpp or the bridge, decoded; the
  * device's free memory after the model's free in *free_after. */
 static void gpu_load(const char *path, int layers, bool bridge, wm_llama_upload upload,
-                     wm_llama_stats *s, decoded *d, size_t *free_after) {
+                     wm_llama_prefetch prefetch, wm_llama_stats *s, decoded *d,
+                     size_t *free_after) {
     struct llama_model_params p = llama_model_default_params();
     p.n_gpu_layers = layers;
     p.load_mode = LLAMA_LOAD_MODE_NONE;
@@ -1148,6 +1149,7 @@ static void gpu_load(const char *path, int layers, bool bridge, wm_llama_upload 
     if (bridge) {
         wm_llama_options o = WM_LLAMA_OPTIONS_INIT;
         o.upload = upload;
+        o.prefetch = prefetch;
         o.stats = s;
         wm_error err;
         CHECK_MSG(wm_llama_load(path, &p, &o, &m, &err) == WM_OK, "%s", err.msg);
@@ -1168,10 +1170,12 @@ static void gpu_load(const char *path, int layers, bool bridge, wm_llama_upload 
 }
 
 /* Every layer on the GPU, and the layers split over the GPU and the CPU: the tensors in CUDA
- * buffers are filled by weightmap's staged pipeline (stats.staged), the tokens and first logits
- * equal llama.cpp's own load and the bridge's ggml_backend_tensor_set path, nothing is pinned or
- * counted after the load, and the device's free memory after llama_model_free is what it was
- * after llama.cpp's own load and free (the staged path's; the tensor_set path's printed). */
+ * buffers are filled by weightmap's staged pipeline (stats.staged), loaded ahead during the
+ * model's making and copied into place (stats.ahead, prefetch AUTO) or after it (prefetch OFF);
+ * the tokens and first logits equal llama.cpp's own load and the bridge's
+ * ggml_backend_tensor_set path, nothing is pinned or counted after the load, and the device's
+ * free memory after llama_model_free is what it was after llama.cpp's own load and free (the
+ * staged paths'; the tensor_set path's printed). */
 static void cuda_staged(const char *path) {
     setup();
     if (!cuda_device() || !wm_backend_available(WM_BACKEND_CUDA))
@@ -1179,26 +1183,43 @@ static void cuda_staged(const char *path) {
                 "CUDA backend in this weightmap");
     static const int layers[] = {999, 1};
     for (size_t k = 0; k < sizeof layers / sizeof *layers; k++) {
-        decoded ref, st, set;
+        decoded ref, st, after, set;
         wm_llama_stats s1 = WM_LLAMA_STATS_INIT, s2 = WM_LLAMA_STATS_INIT;
-        size_t f0, f1, f2;
-        gpu_load(path, layers[k], false, WM_LLAMA_UPLOAD_AUTO, NULL, &ref, &f0);
-        gpu_load(path, layers[k], true, WM_LLAMA_UPLOAD_AUTO, &s1, &st, &f1);
-        gpu_load(path, layers[k], true, WM_LLAMA_UPLOAD_TENSOR_SET, &s2, &set, &f2);
+        wm_llama_stats s3 = WM_LLAMA_STATS_INIT;
+        size_t f0, f1, f2, f3;
+        const wm_llama_upload AUTO = WM_LLAMA_UPLOAD_AUTO;
+        gpu_load(path, layers[k], false, AUTO, WM_LLAMA_PREFETCH_AUTO, NULL, &ref, &f0);
+        gpu_load(path, layers[k], true, AUTO, WM_LLAMA_PREFETCH_AUTO, &s1, &st, &f1);
+        gpu_load(path, layers[k], true, AUTO, WM_LLAMA_PREFETCH_OFF, &s3, &after, &f3);
+        gpu_load(path, layers[k], true, WM_LLAMA_UPLOAD_TENSOR_SET, WM_LLAMA_PREFETCH_AUTO, &s2,
+                 &set, &f2);
         fprintf(stderr,
-                "%s, %d layers: %zu tensors (%llu bytes) staged in %.1f ms, %zu windowed, %zu "
-                "in place; device free after the free: %zu, %zu, %zu\n",
+                "%s, %d layers: %zu tensors (%llu bytes) staged in %.1f ms, %zu of them ahead "
+                "(%llu bytes read ahead in %.1f ms, waited %.1f ms, copied in %.1f ms), %zu "
+                "windowed, %zu in place; without the read ahead %zu staged; device free after "
+                "the free: %zu, %zu, %zu, %zu\n",
                 path, layers[k], s1.staged, (unsigned long long)s1.bytes_staged,
-                s1.seconds_staged * 1e3, s1.windowed, s1.in_place, f0, f1, f2);
+                s1.seconds_staged * 1e3, s1.ahead, (unsigned long long)s1.bytes_ahead,
+                s1.seconds_ahead * 1e3, s1.seconds_ahead_wait * 1e3, s1.seconds_ahead_copy * 1e3,
+                s1.windowed, s1.in_place, s3.staged, f0, f1, f3, f2);
         CHECK(s1.staged > 0 && s1.bytes_staged > 0);
+        /* the H100 host's device has the room, and llama.cpp's rule, applied ahead, names every
+         * tensor it puts on the device */
+        CHECK(s1.ahead > 0 && s1.bytes_ahead > 0);
+        CHECK_EQ(s1.ahead, s1.staged);
+        CHECK_EQ(s3.ahead, 0);
+        CHECK_EQ(s3.bytes_ahead, 0);
+        CHECK_EQ(s3.staged, s1.staged);
         CHECK_EQ(s2.staged, 0);
         CHECK_EQ(s1.staged + s1.windowed + s1.in_place, s2.windowed + s2.in_place);
-        same(&st, &ref, "staged into CUDA buffers against llama.cpp's own load");
+        same(&st, &ref, "staged (read ahead) into CUDA buffers against llama.cpp's own load");
+        same(&after, &ref, "staged after the making against llama.cpp's own load");
         same(&set, &ref, "ggml_backend_tensor_set against llama.cpp's own load");
-        /* the staged path's; the tensor_set path's is printed: on an H100 ggml's CUDA backend
+        /* the staged paths'; the tensor_set path's is printed: on an H100 ggml's CUDA backend
          * left 6 MiB less free after its first ggml_backend_tensor_set loads of a model */
         CHECK_MSG(f1 == f0, "device free memory after the free: %zu against %zu", f1, f0);
-        free(ref.first), free(st.first), free(set.first);
+        CHECK_MSG(f3 == f0, "device free memory after the free: %zu against %zu", f3, f0);
+        free(ref.first), free(st.first), free(after.first), free(set.first);
     }
 }
 
