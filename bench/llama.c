@@ -76,8 +76,18 @@
 #define DECODE_TOKENS 32
 #define BLOCK ((size_t)8 << 20)
 
+/* When the measurement in this process began (--disk's times are since then). */
+static double meas_t0;
+static bool fingerprint; /* --gpu, first round: print 8 greedy tokens after each load */
+
+/* llama.cpp's log: silent, but with WM_BENCH_TIMELINE=1 the first round's lines (--gpu) go to
+ * stderr with the milliseconds since the load's clock started (where the model's making spends
+ * its time). */
 static void quiet(enum ggml_log_level level, const char *text, void *user) {
-    (void)level, (void)text, (void)user;
+    (void)level, (void)user;
+    static int on = -1;
+    if (on < 0) on = getenv("WM_BENCH_TIMELINE") && atoi(getenv("WM_BENCH_TIMELINE")) > 0;
+    if (on && fingerprint && text) fprintf(stderr, "[%9.2f ms] %s", bench_now_ms() - meas_t0, text);
 }
 
 static void llama_init(void) {
@@ -126,9 +136,6 @@ static void warm_memory(double gib) {
         populate(&h[1]);
     munmap(p, n);
 }
-
-/* When the measurement in this process began (--disk's times are since then). */
-static double meas_t0;
 
 /* ---- the limits: parallel preads of [lo, hi) ---- */
 
@@ -271,8 +278,7 @@ static double engine_once(const char *path, uint64_t data, uint64_t size) {
 /* --curve: when a load through the bridge reached each quarter of its bytes (llama.cpp's progress
  * callback, which the bridge feeds with the bytes read), in ms since the call. */
 static bool curve;
-static int gpu_layers;   /* --gpu: 999 */
-static bool fingerprint; /* --gpu, first round: print 8 greedy tokens after each load */
+static int gpu_layers; /* --gpu: 999 */
 
 /* 8 greedy tokens from BOS, printed to stderr after `name` (--gpu: the loads give one model). */
 static void print_tokens(struct llama_model *m, const char *name) {
