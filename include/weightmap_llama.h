@@ -96,6 +96,11 @@ typedef struct wm_llama_stats {
     size_t staged;         /* filled by weightmap's staged pipeline into their device addresses */
     uint64_t bytes_staged; /* their bytes */
     double seconds_staged; /* that fill, start to end (before the read seconds_read times) */
+    /* added in 1.7: the mapped modes with layers on a GPU */
+    int32_t cpu_layers; /* the repeating layers llama.cpp keeps on the CPU, whose tensors (with
+                           the input layer's) are mapped, as in llama.cpp's mmap mode
+                           (max(block_count + 1 - n_gpu_layers, 0)); -1 where the model runs on
+                           the CPU (every tensor of its plain CPU buffer mapped) or nothing is */
 } wm_llama_stats;
 
 #define WM_LLAMA_STATS_INIT WM_SIZED_INIT(wm_llama_stats)
