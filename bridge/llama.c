@@ -586,9 +586,7 @@ static wm_status check_options(load *l, const struct llama_model_params *params,
     return st;
 }
 
-#ifdef WM_LLAMA_FAULTS
 int wm__llama_test_cpu_layers = -1;
-#endif
 
 /* With layers on a GPU: why llama.cpp's mmap mode would map something the bridge cannot (a
  * device whose own buffers llama.cpp makes from the mapping: buffer_from_host_ptr, Metal), or
@@ -620,9 +618,7 @@ static const char *cannot_map(load *l) {
     if (!wm__llama_own_type(&x, ggml_backend_cpu_buffer_type()))
         return "the ggml this process runs is not the one the bridge was built with";
     if (wm__llama_runs_on_cpu(&l->p)) {
-#ifdef WM_LLAMA_FAULTS
-        l->cpu_layers = wm__llama_test_cpu_layers;
-#endif
+        l->cpu_layers = wm__llama_test_cpu_layers; /* -1 but in test_llama's cases */
         return NULL;
     }
     const char *why = device_maps(l);

@@ -97,11 +97,10 @@ wm_status wm__llama_overrides(const wm_file *f, const struct llama_model_params 
                               ggml_backend_buffer_type_t const *own,
                               ggml_backend_buffer_type_t own_cpu, int cpu_layers, overrides *ov,
                               wm_error *err);
-#ifdef WM_LLAMA_FAULTS
-/* The test build only: >= 0 has a load whose model runs on the CPU place its tensors as with
- * layers on a GPU from this layer on (the mapped modes' GPU path on a host without one). */
+/* For test_llama (linked with the static library; hidden in the shared one): >= 0 has a mapped
+ * load whose model runs on the CPU place its tensors as with layers on a GPU from this layer on
+ * (the GPU path on a host without one). -1, its value, changes nothing. */
 extern int wm__llama_test_cpu_layers;
-#endif
 
 /* ---- llama_own.c: the bridge's own weight buffers ---- */
 

@@ -1132,9 +1132,9 @@ WM_TEST(mapped_file_replaced_or_cut_while_loaded) {
  * pinned host type it replaces with the CPU's) and fills the device buffers. The bridge predicts
  * that split before llama.cpp is called (its overrides send exactly those tensors to its own CPU
  * type, and its populate covers exactly their ranges): the prediction is tested here against
- * regcomp, and the path itself on this CPU-only host by the test build's
- * wm__llama_test_cpu_layers, which has a CPU load place its tensors as with layers on a GPU (the
- * layers from it on left to llama.cpp, which puts them in its own CPU buffer: read in place). */
+ * regcomp, and the path itself on this CPU-only host by the bridge's wm__llama_test_cpu_layers,
+ * which has a CPU load place its tensors as with layers on a GPU (the layers from it on would be
+ * the device's: here llama.cpp keeps them in a CPU buffer too, so they are mapped as well). */
 
 /* The bridge's own (bridge/llama_bridge.h), from its static library. */
 bool wm__llama_host_tensor(const char *name, int cpu_layers);
