@@ -112,10 +112,13 @@ PY
 # the bridge's CUDA path checked against llama.cpp's own load (tokens, logits, device memory)
 timeout 60 ../build/tests/test_llama cuda_staged_q8_0 > "$O/test-q8_0.txt" 2>&1; echo "test cuda_staged_q8_0: exit $?"
 timeout 60 ../build/tests/test_llama cuda_staged_make_model > "$O/test-mm.txt" 2>&1; echo "test cuda_staged_make_model: exit $?"
-grep -hE "staged in|FAIL|PASS|SKIP" "$O"/test-*.txt | head -12
+# the mapped modes with layers on the GPU (1 and all) against llama.cpp's own mmap load
+timeout 90 ../build/tests/test_llama cuda_mapped_q8_0 > "$O/test-mapped-q8_0.txt" 2>&1; echo "test cuda_mapped_q8_0: exit $?"
+timeout 90 ../build/tests/test_llama cuda_mapped_make_model > "$O/test-mapped-mm.txt" 2>&1; echo "test cuda_mapped_make_model: exit $?"
+grep -hE "staged in|tensors mapped|FAIL|PASS|SKIP" "$O"/test-*.txt | head -40
 # MODES=1: then every load mode with every layer on the GPU, the bridge against llama.cpp's same
-# mode (bench/llama_modes.c --gpu: AUTO as llama.cpp resolves it there; the bridge maps nothing
-# with layers on a GPU, and its explicit MMAP is refused, which its row says)
+# mode (bench/llama_modes.c --gpu: AUTO as llama.cpp resolves it there, MMAP for CUDA; the bridge
+# maps the input layer's tensors, as llama.cpp's mmap mode, and stages the rest)
 if [ -n "${MODES:-}" ]; then
     timeout $(($(left) - 5)) ../build/bench/llama_modes -r "${ROUNDS:-5}" --gpu --warm-memory 3 \
         "$MODEL" > "$O/modes.txt" 2> "$O/modes.err"

@@ -19,8 +19,10 @@
  * MODEL defaults to bench-llama-1200M.gguf in the working folder (`weightmap make-model FILE
  * --size 1200M` makes it; bench/llama_modes.sh does when it is missing). --gpu
  * offloads every layer (n_gpu_layers 999; a ggml CUDA backend beside the prebuilt libraries,
- * bench/llama_cuda.sh): then AUTO resolves as llama.cpp resolves it there, and the bridge maps
- * nothing (its explicit MMAP is refused: the row says so).
+ * bench/llama_cuda.sh): then AUTO resolves as llama.cpp resolves it there, and in the mapped
+ * modes the bridge maps what llama.cpp's mmap mode maps (the input layer's tensors: every layer
+ * is on the GPU) and fills the device's buffers by its staged pipeline (docs/LLAMA.md, "Mapped
+ * with layers on a GPU").
  */
 #include "peer.h"
 #include "weightmap_llama.h"
@@ -210,7 +212,7 @@ static double warm_gib;
 static void print_row(int cold, int k, int b, int rounds) {
     cell *c = &cells[cold][k][b];
     for (int r = 0; r < rounds; r++)
-        if (c->ms[r] < 0) { /* refused (the bridge's explicit MMAP with layers on a GPU) */
+        if (c->ms[r] < 0) { /* refused (the bridge's explicit MMAP where it cannot map) */
             printf("| %s | %s | %s | refused (stderr says why) | - | - | - |\n",
                    cold ? "cold" : "warm", mode_names[k], b ? "wm_llama_load" : "llama.cpp");
             return;

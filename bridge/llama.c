@@ -182,7 +182,11 @@ typedef struct load {
     int mode;                 /* enum llama_load_mode used (never AUTO) */
     struct wm_llama_map *map; /* the mapped modes: the file's mapping (the load's reference) */
     wm_llama_span *spans;     /* the mapped tensors' ranges (pages, rec.n entries) */
-    struct wm_llama_populate *populate; /* the mapping's pages coming in beside the load */
+    struct wm_llama_populate *populate;      /* the mapping's pages coming in beside the load */
+    struct wm_llama_populate *populate_more; /* those of mapped tensors it did not foresee */
+    int cpu_layers;    /* mapped with layers on a GPU: the layers kept on the CPU; else -1 */
+    size_t unforeseen; /* mapped tensors cpu_layers did not name (a caller's override) */
+    char why[200];     /* why this load cannot map */
     size_t n_spans, spans_len;
     wm__llama_cuda cuda;   /* the tensors in CUDA buffers, for the staged pipeline (upload AUTO) */
     bool cuda_on;          /* upload AUTO and this weightmap has the CUDA backend */
@@ -276,6 +280,8 @@ static bool in_row_groups(load *l, const struct ggml_tensor *t) {
 static bool map_tensor(load *l, struct ggml_tensor *t, size_t index) {
     if (!l->map || !t->buffer || wm__llama_buffer_map(t->buffer) != l->map) return false;
     t->data = wm__llama_map_tensor(l->map, index);
+    if (l->cpu_layers >= 0 && !wm__llama_host_tensor(ggml_get_name(t), l->cpu_layers))
+        l->unforeseen++;
     l->stats.mapped++;
     l->stats.bytes_mapped += ggml_nbytes(t);
     l->spans[l->n_spans++] =
@@ -429,8 +435,9 @@ static wm_status fill_cuda(load *l, wm_error *err) {
 static wm_status read_all(load *l, wm_error *err) {
     wm_read_options ro = WM_READ_OPTIONS_INIT;
     ro.threads = l->o.threads;
-    /* mapped: through the page cache, which the populate fills beside the reads */
-    ro.direct_io = l->map ? WM_DIRECT_OFF : l->o.direct_io;
+    /* mapped: through the page cache, which the populate fills beside the reads (with layers on
+     * a GPU it fills only the mapped tensors' ranges: the rest are read as in the read modes) */
+    ro.direct_io = l->map && l->cpu_layers < 0 ? WM_DIRECT_OFF : l->o.direct_io;
     ro.window = l->o.window;
     ro.flags = l->serial ? WM_READ_SINK_SERIAL : 0;
     ro.row_group = ROW_GROUP;
@@ -475,12 +482,13 @@ static wm_status make_model(load *l, struct llama_model **model, wm_error *err) 
     struct gguf_context *g = NULL;
     overrides ov = {0};
     wm_status st = wm__llama_metadata(l->f, &g, err);
-    bool cpu = wm__llama_runs_on_cpu(&l->p);
+    bool cpu = wm__llama_runs_on_cpu(&l->p) && l->cpu_layers < 0;
     bool repack = l->o.repack != WM_LLAMA_REPACK_OFF && l->p.use_extra_bufts && cpu;
     if (repack) wm__llama_cpu_extras(&l->x);
     /* (no_alloc, llama.cpp's memory-fit pass, makes dummy buffers of the type asked for: those
      * must be of llama.cpp's own types, which the scheduler knows) */
-    bool mine = l->o.buffers == WM_LLAMA_BUFFERS_AUTO && cpu && !l->p.no_alloc;
+    bool mine =
+        l->o.buffers == WM_LLAMA_BUFFERS_AUTO && (cpu || l->cpu_layers >= 0) && !l->p.no_alloc;
     ggml_backend_buffer_type_t own[MAX_EXTRA], own_cpu = NULL;
     if (mine) {
         extras probe_x = l->x;
@@ -492,10 +500,14 @@ static wm_status make_model(load *l, struct llama_model **model, wm_error *err) 
         if (!own[k]) own[k] = l->x.buft[k];
     }
     if (!st && (l->x.n || own_cpu))
-        st = wm__llama_overrides(l->f, &l->p, &l->x, own, own_cpu, &ov, err);
+        st = wm__llama_overrides(l->f, &l->p, &l->x, own, own_cpu, l->cpu_layers, &ov, err);
     if (!st) {
         struct llama_model_params p = l->p;
         if (ov.list) p.tensor_buft_overrides = ov.list;
+        /* mapped with layers on a GPU: the CPU's tensors in its own type, not the GPU's host
+         * (pinned) type, as llama.cpp's mmap mode does (llama-model-loader.cpp create_tensor:
+         * "avoid using a host buffer when using mmap") */
+        if (l->cpu_layers >= 0) p.no_host = true;
         if (own_cpu) wm__llama_notes_begin(l->f, l->map); /* laid out as the file; mapped */
         char why[200];
         double t0 = wm__llama_now();
@@ -582,34 +594,101 @@ static wm_status check_options(load *l, const struct llama_model_params *params,
     return st;
 }
 
-/* Why this load cannot map the file (its CPU buffers must be the bridge's own), or NULL. */
-static const char *cannot_map(const load *l) {
-    if (!wm__llama_runs_on_cpu(&l->p)) return "layers on a GPU: llama.cpp allocates every buffer";
+int wm__llama_test_cpu_layers = -1;
+
+/* With layers on a GPU: why llama.cpp's mmap mode would map something the bridge cannot (a
+ * device whose own buffers llama.cpp makes from the mapping: buffer_from_host_ptr, Metal), or
+ * NULL. */
+static const char *device_maps(load *l) {
+    ggml_backend_dev_t list[64];
+    size_t n = wm__llama_model_devices(&l->p, list, 64);
+    for (size_t k = 0; k < n; k++) {
+        struct ggml_backend_dev_props props;
+        memset(&props, 0, sizeof props);
+        ggml_backend_dev_get_props(list[k], &props);
+        if (!props.caps.buffer_from_host_ptr) continue;
+        snprintf(l->why, sizeof l->why,
+                 "device %s: llama.cpp makes its buffers from the mapping (buffer_from_host_ptr), "
+                 "which the bridge does not",
+                 ggml_backend_dev_name(list[k]));
+        return l->why;
+    }
+    return NULL;
+}
+
+/* Why this load cannot map the file (its CPU buffers must be the bridge's own), or NULL; sets
+ * cpu_layers: -1 where the model runs on the CPU, else the layers llama.cpp keeps there. */
+static const char *cannot_map(load *l) {
+    l->cpu_layers = -1;
     if (l->o.buffers != WM_LLAMA_BUFFERS_AUTO) return "wm_llama_options.buffers is LLAMA";
     if (l->p.no_alloc) return "params.no_alloc";
     extras x = {.cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU)};
     if (!wm__llama_own_type(&x, ggml_backend_cpu_buffer_type()))
         return "the ggml this process runs is not the one the bridge was built with";
+    if (wm__llama_runs_on_cpu(&l->p)) {
+        l->cpu_layers = wm__llama_test_cpu_layers; /* -1 but in test_llama's cases */
+        return NULL;
+    }
+    const char *why = device_maps(l);
+    if (why) return why;
+    l->cpu_layers = wm__llama_cpu_layers(l->f, &l->p);
+    if (l->cpu_layers < 0)
+        return "layers on a GPU, and no <general.architecture>.block_count in the file to tell "
+               "which stay on the CPU";
     return NULL;
+}
+
+/* The populate, from the moment the file is mapped: the whole mapping where the model runs on the
+ * CPU, else the ranges of the tensors cpu_layers names (the ones the overrides keep on the CPU:
+ * llama.cpp's mmap mode populates the whole file, device tensors too). */
+static void start_populate(load *l) {
+    if (l->cpu_layers < 0) {
+        l->populate = wm__llama_populate_start(l->map, NULL, 0, l->o.threads, &l->stats);
+        return;
+    }
+    size_t nt = wm_file_tensor_count(l->f), n = 0, len = (nt ? nt : 1) * sizeof(wm_llama_span);
+    wm_llama_span *spans = wm__llama_pages(len);
+    if (!spans) return; /* the pages come in as they are touched: only slower */
+    for (size_t i = 0; i < nt; i++) {
+        wm_tensor_info ti;
+        if (wm_file_tensor(l->f, i, &ti) != WM_OK || !ti.nbytes ||
+            !wm__llama_host_tensor(ti.name, l->cpu_layers))
+            continue;
+        uintptr_t lo = (uintptr_t)wm__llama_map_tensor(l->map, i);
+        spans[n++] = (wm_llama_span){lo, lo + (uintptr_t)ti.nbytes};
+    }
+    l->populate = wm__llama_populate_start(l->map, spans, n, l->o.threads, &l->stats);
+    wm__llama_pages_free(spans, len);
 }
 
 /* The mapped modes, before llama.cpp is called: the file mapped (or AUTO read instead, where
  * this load cannot map; an explicit mode is refused). */
 static wm_status open_map(load *l, wm_error *err) {
+    l->cpu_layers = -1;
     if (!wm__llama_mode_maps(l->mode)) return WM_OK;
     const char *why = cannot_map(l);
     if (why && l->stats.load_mode_asked == LLAMA_LOAD_MODE_AUTO) {
         wm__llama_warn_fallback(l->path, why);
         l->mode = LLAMA_LOAD_MODE_NONE;
         l->stats.load_mode_fell_back = 1;
+        l->cpu_layers = -1;
         return WM_OK;
     }
     if (why)
         return fail(err, WM_EUNSUPPORTED, "%s: load_mode %s: the bridge cannot map here (%s)",
                     l->path, l->mode == LLAMA_LOAD_MODE_MMAP ? "MMAP" : "MMAP_MLOCK", why);
     wm_status st = wm__llama_map_open(l->f, &l->map, err);
-    if (!st) l->populate = wm__llama_populate_start(l->map, l->o.threads, &l->stats);
+    if (!st) start_populate(l);
     return st;
+}
+
+/* Mapped tensors the populate did not foresee (a caller's override to the CPU type): their pages
+ * too, beside the reads. */
+static void populate_unforeseen(load *l) {
+    if (!l->unforeseen || !l->n_spans) return;
+    wm_llama_stats scratch = {0}; /* their cached bytes were counted (or brought in) already */
+    l->populate_more =
+        wm__llama_populate_start(l->map, l->spans, l->n_spans, l->o.threads, &scratch);
 }
 
 /* The mapping's pages in (the populate joined), then what the mode locks: the mapped tensors'
@@ -617,7 +696,10 @@ static wm_status open_map(load *l, wm_error *err) {
  * buffer it reads). */
 static wm_status populate_and_lock(load *l, wm_error *err) {
     wm_status st = wm__llama_populate_finish(l->populate, false, l->path, &l->stats, err);
-    l->populate = NULL;
+    wm_status more =
+        wm__llama_populate_finish(l->populate_more, false, l->path, &l->stats, st ? NULL : err);
+    l->populate = l->populate_more = NULL;
+    if (!st) st = more;
     if (st || !wm__llama_mode_locks(l->mode)) return st;
     l->n_spans = l->map ? wm__llama_merge(l->spans, l->n_spans) : 0;
     for (size_t k = 0; l->map && k < l->n_spans; k++)
@@ -669,10 +751,12 @@ static wm_status load_model(load *l, const wm_file *file, const struct llama_mod
     }
     l->stats.size = sizeof l->stats;
     l->stats.load_mode = l->mode;
+    l->stats.cpu_layers = l->cpu_layers;
     struct llama_model *model = NULL;
     st = make_model(l, &model, err);
     if (ahead) wm__llama_ahead_join(&l->ahead, st != WM_OK);
     if (!st) st = make_items(l, err);
+    if (!st) populate_unforeseen(l);
     if (!st) st = fill_cuda(l, err);
     if (!st) st = read_all(l, err);
     if (!st) st = populate_and_lock(l, err);
@@ -685,6 +769,7 @@ static wm_status load_model(load *l, const wm_file *file, const struct llama_mod
     ahead_stats(l);
     wm__llama_ahead_free(&l->ahead);
     wm__llama_populate_finish(l->populate, true, l->path, &l->stats, NULL); /* a failure's */
+    wm__llama_populate_finish(l->populate_more, true, l->path, &l->stats, NULL);
     if (st && model) llama_model_free(model); /* drops its buffers' references to the mapping */
     wm__llama_map_release(l->map);            /* the load's: the last unmaps */
     if (st) return st;

@@ -11,14 +11,15 @@
  * llama.cpp's ggml (ggml-backend.h).
  *
  * Which tensors: llama.cpp v0.4.0's own rule (llama-model.cpp, load_tensors), applied to the
- * file's block_count and the params: of n_layer layers, with n_gpu_layers offloaded (negative:
- * all), layers from n_layer + 1 - n_gpu_layers on go to the GPU; the output layer ("output*")
- * when any does; the input layer never, except the head's bytes where the file has no
- * output.weight and llama.cpp makes the head from token_embd.weight. Only where that rule is the
- * whole story: the model's devices are one device, a CUDA device's own buffer type ("CUDA<n>"),
- * with no tensor_buft_overrides and split_mode not ROW. A wrong guess moves bytes for nothing; it
- * never puts a wrong byte anywhere: a tensor loaded ahead that llama.cpp placed elsewhere is read
- * as usual, and one on the GPU that was not loaded ahead goes to the staged fill after the making.
+ * file's block_count and the params as the mapped modes apply it (wm__llama_cpu_layers,
+ * wm__llama_host_tensor): every tensor but the input layer's and those of the layers kept on the
+ * CPU (below block_count + 1 - n_gpu_layers; n_gpu_layers negative: none), and token_embd.weight
+ * too where the file has no output.weight and llama.cpp makes the head from it. Only where that
+ * rule is the whole story: the model's devices are one device, a CUDA device's own buffer type
+ * ("CUDA<n>"), with no tensor_buft_overrides and split_mode not ROW. A wrong guess moves bytes for
+ * nothing; it never puts a wrong byte anywhere: a tensor loaded ahead that llama.cpp placed
+ * elsewhere is read as usual, and one on the GPU that was not loaded ahead goes to the staged fill
+ * after the making.
  *
  * Room: the buffer doubles the model's device bytes during the load. It is made only where the
  * device's free memory (ggml_backend_dev_memory) holds the tensors twice and a reserve besides
@@ -34,31 +35,6 @@
 #define AHEAD_ALIGN 4096u                 /* each tensor's place in the buffer */
 #define AHEAD_RESERVE ((uint64_t)1 << 30) /* left free on the device, at least */
 #define AHEAD_LEAST ((uint64_t)64 << 20)  /* less than this is not worth a thread */
-
-/* The model's devices as llama.cpp v0.4.0 picks them (llama.cpp, llama_prepare_model_devices):
- * params.devices, or else every GPU, or every integrated GPU where there is no GPU; with
- * split_mode NONE only main_gpu's (none where it is out of range). Returns how many, at most cap
- * written. */
-size_t wm__llama_model_devices(const struct llama_model_params *p, ggml_backend_dev_t *list,
-                               size_t cap) {
-    size_t n = 0;
-    if (p->devices) {
-        for (ggml_backend_dev_t *d = p->devices; *d && n < cap; d++)
-            list[n++] = *d;
-    } else {
-        enum ggml_backend_dev_type want = GGML_BACKEND_DEVICE_TYPE_GPU;
-        for (int pass = 0; pass < 2 && n == 0; pass++, want = GGML_BACKEND_DEVICE_TYPE_IGPU)
-            for (size_t i = 0; i < ggml_backend_dev_count() && n < cap; i++)
-                if (ggml_backend_dev_type(ggml_backend_dev_get(i)) == want)
-                    list[n++] = ggml_backend_dev_get(i);
-    }
-    if (p->split_mode == LLAMA_SPLIT_MODE_NONE && n) {
-        if (p->main_gpu < 0 || (size_t)p->main_gpu >= n) return 0;
-        list[0] = list[p->main_gpu];
-        n = 1;
-    }
-    return n;
-}
 
 /* The CUDA device the model's offloaded layers all go to, and its number; NULL where the
  * model's devices are not exactly one such device. */
@@ -78,34 +54,13 @@ static ggml_backend_dev_t one_cuda_device(const struct llama_model_params *p, in
     return dev;
 }
 
-/* The first layer llama.cpp offloads, or -1 where none (n_layer: the file's block_count). */
-static long first_gpu_layer(const wm_file *f, const struct llama_model_params *p, long *n_layer) {
-    wm_string arch;
-    char key[96];
-    uint64_t n;
-    if (wm_file_get_string(f, "general.architecture", &arch) != WM_OK || arch.len > 64) return -1;
-    snprintf(key, sizeof key, "%.*s.block_count", (int)arch.len, arch.ptr);
-    if (wm_file_get_u64(f, key, &n) != WM_OK || n == 0 || n > 4096) return -1;
-    long gpu = p->n_gpu_layers >= 0 ? p->n_gpu_layers : (long)n + 1;
-    if (gpu <= 0) return -1;
-    *n_layer = (long)n;
-    return (long)n + 1 - gpu > 0 ? (long)n + 1 - gpu : 0;
-}
-
-/* Whether file tensor `name` goes to the GPU by llama.cpp's rule (from: the first offloaded
- * layer; head_from_embd: the file has no output.weight). */
-static bool goes_to_gpu(const char *name, long from, long n_layer, bool head_from_embd) {
-    if (strncmp(name, "blk.", 4) == 0) {
-        char *end;
-        long il = strtol(name + 4, &end, 10);
-        return end != name + 4 && *end == '.' && il >= from && il < n_layer;
-    }
-    if (strncmp(name, "output", 6) == 0) return true; /* from <= n_layer: the output layer */
-    return head_from_embd && strcmp(name, "token_embd.weight") == 0;
-}
-
-/* The tensors to load ahead (sel, off) and their bytes; false where there are none. */
-static bool choose(wm__llama_ahead *a, long from, long n_layer) {
+/* The tensors to load ahead (sel, off) and their bytes; false where there are none. By
+ * llama.cpp's rule (wm__llama_cpu_layers, wm__llama_host_tensor): every tensor but the input
+ * layer's and those of the layers kept on the CPU, and token_embd.weight where the head is made
+ * from it (the file has no output.weight). */
+static bool choose(wm__llama_ahead *a, const struct llama_model_params *p) {
+    int cpu_layers = wm__llama_cpu_layers(a->f, p);
+    if (cpu_layers < 0 || p->n_gpu_layers == 0) return false;
     size_t nt = wm_file_tensor_count(a->f), dummy;
     bool head_from_embd = wm_file_find_tensor(a->f, "output.weight", &dummy) != WM_OK;
     a->sel_len = (nt ? nt : 1) * sizeof *a->sel;
@@ -116,8 +71,9 @@ static bool choose(wm__llama_ahead *a, long from, long n_layer) {
     uint64_t at = 0;
     for (size_t i = 0; i < nt; i++) {
         wm_tensor_info ti;
-        if (wm_file_tensor(a->f, i, &ti) != WM_OK || !ti.nbytes ||
-            !goes_to_gpu(ti.name, from, n_layer, head_from_embd))
+        if (wm_file_tensor(a->f, i, &ti) != WM_OK || !ti.nbytes) continue;
+        if (wm__llama_host_tensor(ti.name, cpu_layers) &&
+            !(head_from_embd && strcmp(ti.name, "token_embd.weight") == 0))
             continue;
         a->sel[a->n++] = (wm_tensor_select){.tensor = i};
         a->off[i] = at + 1;
@@ -172,13 +128,12 @@ bool wm__llama_ahead_start(wm__llama_ahead *a, const wm_file *f, const struct ll
     a->f = f;
     a->threads = o->threads;
     a->direct_io = o->direct_io;
-    long n_layer = 0, from;
     ggml_backend_dev_t dev;
     if (o->prefetch != WM_LLAMA_PREFETCH_AUTO || o->upload != WM_LLAMA_UPLOAD_AUTO || p->no_alloc ||
         p->vocab_only || p->split_mode == LLAMA_SPLIT_MODE_ROW ||
         (p->tensor_buft_overrides && p->tensor_buft_overrides[0].pattern) ||
         !wm_backend_available(WM_BACKEND_CUDA) || !(dev = one_cuda_device(p, &a->ordinal)) ||
-        (from = first_gpu_layer(f, p, &n_layer)) < 0 || !choose(a, from, n_layer))
+        !choose(a, p))
         return false;
     size_t free_b = 0, total = 0;
     ggml_backend_dev_memory(dev, &free_b, &total);

@@ -66,8 +66,25 @@ typedef struct extras {
 
 void wm__llama_cpu_extras(extras *x);
 bool wm__llama_is_extra(const extras *x, ggml_backend_buffer_type_t buft);
+/* The model's devices as llama.cpp v0.4.0 picks them (llama.cpp llama_prepare_model_devices):
+ * params.devices, or else every GPU, or every integrated GPU where there is no GPU; with
+ * split_mode NONE main_gpu's alone (none where it is negative). At most cap; returns how many. */
+size_t wm__llama_model_devices(const struct llama_model_params *p, ggml_backend_dev_t *list,
+                               size_t cap);
 /* Whether the model's layers stay on the CPU: no GPU among its devices, or no layer offloaded. */
 bool wm__llama_runs_on_cpu(const struct llama_model_params *p);
+
+/* With layers on a GPU, the repeating layers llama.cpp keeps on the CPU: those below
+ * max(block_count + 1 - n_gpu_layers, 0) (n_gpu_layers < 0: all offloaded); -1 where the file
+ * has no <general.architecture>.block_count. */
+int wm__llama_cpu_layers(const wm_file *f, const struct llama_model_params *p);
+/* Whether llama.cpp keeps tensor `name` on the CPU with only layers below cpu_layers there:
+ * "blk.N." with N < cpu_layers, or a tensor of the input layer (token_embd and the like). The
+ * overrides (cpu_layers >= 0) send exactly these to own_cpu. */
+bool wm__llama_host_tensor(const char *name, int cpu_layers);
+/* Writes at out an alternation matching the numbers 0 to k - 1 (k >= 1) as llama.cpp writes
+ * layer numbers, unterminated (at most 200 bytes); returns its length. */
+size_t wm__llama_below_pattern(unsigned k, char *out);
 
 /* The override list handed to llama.cpp, in pages (mem, mem_len: wm__llama_pages_free). */
 typedef struct overrides {
@@ -77,10 +94,16 @@ typedef struct overrides {
 } overrides;
 
 /* The caller's overrides, then own[k] for the tensors extra buffer type k takes, then own_cpu
- * (NULL: none) for every other tensor. */
+ * (NULL: none) for every other tensor (cpu_layers < 0), or (cpu_layers >= 0, layers on a GPU)
+ * for those wm__llama_host_tensor names and those the caller sent to ggml's CPU buffer type. */
 wm_status wm__llama_overrides(const wm_file *f, const struct llama_model_params *p, const extras *x,
                               ggml_backend_buffer_type_t const *own,
-                              ggml_backend_buffer_type_t own_cpu, overrides *ov, wm_error *err);
+                              ggml_backend_buffer_type_t own_cpu, int cpu_layers, overrides *ov,
+                              wm_error *err);
+/* For test_llama (linked with the static library; hidden in the shared one): >= 0 has a mapped
+ * load whose model runs on the CPU place its tensors as with layers on a GPU from this layer on
+ * (the GPU path on a host without one). -1, its value, changes nothing. */
+extern int wm__llama_test_cpu_layers;
 
 /* ---- llama_own.c: the bridge's own weight buffers ---- */
 
@@ -138,8 +161,10 @@ size_t wm__llama_merge(wm_llama_span *s, size_t n);
  * read (the file cut short under the mapping: said where a touch would have been a SIGBUS). Every
  * start is finished before the mapping can go. */
 struct wm_llama_populate;
-struct wm_llama_populate *wm__llama_populate_start(const struct wm_llama_map *map, unsigned threads,
-                                                   wm_llama_stats *s);
+/* spans (n of them; NULL: the whole mapping): the ranges to bring in, copied. */
+struct wm_llama_populate *wm__llama_populate_start(const struct wm_llama_map *map,
+                                                   const wm_llama_span *spans, size_t n,
+                                                   unsigned threads, wm_llama_stats *s);
 wm_status wm__llama_populate_finish(struct wm_llama_populate *p, bool stop, const char *path,
                                     wm_llama_stats *s, wm_error *err);
 /* mlock of [addr, addr + len), as llama.cpp's llama_mlock: on a refusal the first warns in
@@ -191,10 +216,6 @@ wm_status wm__llama_cuda_fill(wm__llama_cuda *c, const wm_file *f, const wm_llam
 void wm__llama_cuda_free(wm__llama_cuda *c);
 
 /* ---- llama_ahead.c: the device's tensors loaded ahead, during the model's making ---- */
-
-/* The model's devices as llama.cpp v0.4.0 picks them: how many (at most cap written). */
-size_t wm__llama_model_devices(const struct llama_model_params *p, ggml_backend_dev_t *list,
-                               size_t cap);
 
 typedef struct wm__llama_ahead {
     const wm_file *f;

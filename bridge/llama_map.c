@@ -120,10 +120,12 @@ void *wm__llama_map_tensor(const struct wm_llama_map *map, size_t index) {
 
 struct wm_llama_populate {
     const struct wm_llama_map *map;
-    wm_llama_span span[16]; /* the mapping's buffers (one per shard) */
-    size_t n;
+    wm_llama_span *span; /* the ranges, merged (pages: span_len bytes) */
+    uint64_t *before;    /* per span, the bytes of the spans before it */
+    size_t n, span_len;
     uint64_t total;
-    atomic_uint_fast64_t next; /* bytes handed out, over the spans in order */
+    atomic_uint_fast64_t next; /* bytes handed out, over the spans in order (each from a
+                                  multiple of PIECE: before) */
     atomic_int error;          /* the first errno */
     atomic_int stop;           /* the load failed: hand out no more */
     pthread_t th[MAX_POPULATE_THREADS];
@@ -186,11 +188,18 @@ static void *populate_thread(void *arg) {
     for (;;) {
         uint64_t at = atomic_fetch_add(&p->next, PIECE);
         if (at >= p->total || atomic_load(&p->error) || atomic_load(&p->stop)) return NULL;
-        size_t k = 0;
-        while (at >= p->span[k].hi - p->span[k].lo)
-            at -= p->span[k].hi - p->span[k].lo, k++;
-        size_t left = p->span[k].hi - p->span[k].lo - (size_t)at;
-        int e = populate_piece((void *)(p->span[k].lo + at), left < PIECE ? left : PIECE);
+        size_t lo = 0, hi = p->n; /* the last span that starts at or before `at` */
+        while (hi - lo > 1) {
+            size_t mid = (lo + hi) / 2;
+            if (p->before[mid] <= at)
+                lo = mid;
+            else
+                hi = mid;
+        }
+        at -= p->before[lo];
+        if (at >= p->span[lo].hi - p->span[lo].lo) continue; /* the gap before the next span */
+        size_t left = p->span[lo].hi - p->span[lo].lo - (size_t)at;
+        int e = populate_piece((void *)(p->span[lo].lo + at), left < PIECE ? left : PIECE);
         int none = 0;
         if (e) atomic_compare_exchange_strong(&p->error, &none, e);
     }
@@ -211,24 +220,48 @@ static unsigned populate_threads(unsigned asked, uint64_t total, uint64_t in_cac
     return pieces < n ? (unsigned)(pieces ? pieces : 1) : n;
 }
 
-struct wm_llama_populate *wm__llama_populate_start(const struct wm_llama_map *map, unsigned threads,
-                                                   wm_llama_stats *s) {
+static void populate_free(struct wm_llama_populate *p) {
+    wm__llama_pages_free(p->span, p->span_len);
+    wm__llama_pages_free(p, sizeof *p);
+}
+
+/* The ranges to bring in: the spans given, else the mapping's buffers (one per shard). */
+static bool populate_spans(struct wm_llama_populate *p, const wm_llama_span *spans, size_t n) {
+    size_t nb = wm_model_buffer_count(p->map->model), cap = spans ? n : nb;
+    p->span_len = (cap ? cap : 1) * (sizeof *p->span + sizeof *p->before);
+    p->span = wm__llama_pages(p->span_len);
+    if (!p->span) return false;
+    p->before = (uint64_t *)(void *)(p->span + (cap ? cap : 1));
+    for (size_t b = 0; b < cap; b++) {
+        uintptr_t lo = spans ? spans[b].lo : (uintptr_t)wm_model_buffer_data(p->map->model, b);
+        uintptr_t hi = spans ? spans[b].hi : lo + wm_model_buffer_size(p->map->model, b);
+        if (lo && hi > lo) p->span[p->n++] = (wm_llama_span){lo, hi};
+    }
+    p->n = wm__llama_merge(p->span, p->n);
+    for (size_t k = 0; k < p->n; k++) { /* each span from a piece's start: none straddles two */
+        p->before[k] = (p->total + PIECE - 1) / PIECE * PIECE;
+        p->total = p->before[k] + (p->span[k].hi - p->span[k].lo);
+    }
+    return true;
+}
+
+struct wm_llama_populate *wm__llama_populate_start(const struct wm_llama_map *map,
+                                                   const wm_llama_span *spans, size_t n,
+                                                   unsigned threads, wm_llama_stats *s) {
     struct wm_llama_populate *p = wm__llama_pages(sizeof *p);
     if (!p) return NULL; /* the pages come in as they are touched: only slower */
     p->map = map;
     p->t0 = wm__llama_now();
-    for (size_t b = 0; b < wm_model_buffer_count(map->model) && p->n < 16; b++) {
-        uintptr_t lo = (uintptr_t)wm_model_buffer_data(map->model, b);
-        if (lo) p->span[p->n++] = (wm_llama_span){lo, lo + wm_model_buffer_size(map->model, b)};
+    if (!populate_spans(p, spans, n)) {
+        populate_free(p);
+        return NULL;
     }
-    p->n = wm__llama_merge(p->span, p->n);
-    for (size_t k = 0; k < p->n; k++)
-        p->total += p->span[k].hi - p->span[k].lo;
     atomic_init(&p->next, 0);
     atomic_init(&p->error, 0);
     atomic_init(&p->stop, 0);
-    s->bytes_mapped_cached = cached(p->span, p->n);
-    unsigned want = populate_threads(threads, p->total, s->bytes_mapped_cached);
+    uint64_t in_cache = cached(p->span, p->n);
+    s->bytes_mapped_cached += in_cache;
+    unsigned want = populate_threads(threads, p->total, in_cache);
     while (p->started < want && !FAULT(THREAD) &&
            pthread_create(&p->th[p->started], NULL, populate_thread, p) == 0)
         p->started++; /* a thread refused: fewer do it (none: the join does it all) */
@@ -242,10 +275,12 @@ wm_status wm__llama_populate_finish(struct wm_llama_populate *p, bool stop, cons
     if (!stop && !p->started) populate_thread(p); /* no thread could start: this one */
     for (unsigned k = 0; k < p->started; k++)
         pthread_join(p->th[k], NULL);
-    s->populate_threads = p->started ? p->started : 1;
-    s->seconds_populate = wm__llama_now() - p->t0;
+    unsigned threads = p->started ? p->started : 1;
+    double seconds = wm__llama_now() - p->t0;
+    if (threads > s->populate_threads) s->populate_threads = threads;
+    if (seconds > s->seconds_populate) s->seconds_populate = seconds;
     int e = stop ? 0 : atomic_load(&p->error);
-    wm__llama_pages_free(p, sizeof *p);
+    populate_free(p);
     if (!e) return WM_OK;
     wm_status st =
         fail(err, e == ENOMEM ? WM_ENOMEM : WM_EIO,

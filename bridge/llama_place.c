@@ -9,6 +9,7 @@
  * exactly those tensors. */
 #include "llama_bridge.h"
 
+#include <stdio.h>
 #include <string.h>
 
 void wm__llama_cpu_extras(extras *x) {
@@ -31,22 +32,97 @@ bool wm__llama_is_extra(const extras *x, ggml_backend_buffer_type_t buft) {
     return false;
 }
 
-/* Whether the model's layers stay on the CPU: no GPU among its devices, or no layer offloaded. */
+size_t wm__llama_model_devices(const struct llama_model_params *p, ggml_backend_dev_t *list,
+                               size_t cap) {
+    size_t n = 0;
+    if (p->devices) {
+        for (ggml_backend_dev_t *d = p->devices; *d && n < cap; d++)
+            list[n++] = *d;
+    } else {
+        enum ggml_backend_dev_type want = GGML_BACKEND_DEVICE_TYPE_GPU;
+        for (int pass = 0; pass < 2 && n == 0; pass++, want = GGML_BACKEND_DEVICE_TYPE_IGPU)
+            for (size_t i = 0; i < ggml_backend_dev_count() && n < cap; i++)
+                if (ggml_backend_dev_type(ggml_backend_dev_get(i)) == want)
+                    list[n++] = ggml_backend_dev_get(i);
+    }
+    if (p->split_mode == LLAMA_SPLIT_MODE_NONE && n) {
+        if (p->main_gpu < 0 || (size_t)p->main_gpu >= n)
+            n = 0; /* llama.cpp refuses the latter */
+        else
+            list[0] = list[p->main_gpu], n = 1;
+    }
+    return n;
+}
+
+/* Whether the model's layers stay on the CPU: no layer offloaded, or no GPU among its devices. */
 bool wm__llama_runs_on_cpu(const struct llama_model_params *p) {
     if (p->n_gpu_layers == 0) return true;
-    if (p->devices) {
-        for (ggml_backend_dev_t *d = p->devices; *d; d++) {
-            enum ggml_backend_dev_type t = ggml_backend_dev_type(*d);
-            if (t == GGML_BACKEND_DEVICE_TYPE_GPU || t == GGML_BACKEND_DEVICE_TYPE_IGPU)
-                return false;
-        }
-        return true;
-    }
-    for (size_t i = 0; i < ggml_backend_dev_count(); i++) {
-        enum ggml_backend_dev_type t = ggml_backend_dev_type(ggml_backend_dev_get(i));
+    ggml_backend_dev_t list[64];
+    size_t n = wm__llama_model_devices(p, list, 64);
+    for (size_t k = 0; k < n; k++) {
+        enum ggml_backend_dev_type t = ggml_backend_dev_type(list[k]);
         if (t == GGML_BACKEND_DEVICE_TYPE_GPU || t == GGML_BACKEND_DEVICE_TYPE_IGPU) return false;
     }
     return true;
+}
+
+/* ---- the layers kept on the CPU with layers on a GPU (llama-model.cpp load_tensors) ----
+ * The repeating layers il < i_gpu_start = max(block_count + 1 - n_gpu_layers, 0) and the input
+ * layer stay on the CPU; the output layer goes to a GPU from one offloaded layer on. */
+
+int wm__llama_cpu_layers(const wm_file *f, const struct llama_model_params *p) {
+    wm_string arch;
+    char key[128];
+    uint32_t blocks;
+    if (wm_file_get_string(f, "general.architecture", &arch) != WM_OK || arch.len > 64) return -1;
+    snprintf(key, sizeof key, "%.*s.block_count", (int)arch.len, arch.ptr);
+    if (wm_file_get_u32(f, key, &blocks) != WM_OK || blocks == 0 || blocks > 100000) return -1;
+    int64_t all = (int64_t)blocks, gpu = p->n_gpu_layers >= 0 ? p->n_gpu_layers : all + 1;
+    int64_t start = all + 1 - gpu;
+    return start < 0 ? 0 : (int)start;
+}
+
+/* llama.cpp's input-layer tensors (LLM_TENSOR_LAYER_INPUT in llama-arch.cpp's table). */
+static const char *const input_layer[] = {
+    "token_embd",           "position_embd",         "token_types",
+    "per_layer_token_embd", "masked_embd_centroids", "masked_embd_ordering"};
+#define N_INPUT (sizeof input_layer / sizeof *input_layer)
+
+bool wm__llama_host_tensor(const char *name, int cpu_layers) {
+    if (strncmp(name, "blk.", 4) == 0) {
+        const char *d = name + 4;
+        long n = 0;
+        while (*d >= '0' && *d <= '9' && n < 1000000)
+            n = n * 10 + (*d++ - '0');
+        return d > name + 4 && *d == '.' && (d - name == 5 || name[4] != '0') && n < cpu_layers;
+    }
+    for (size_t k = 0; k < N_INPUT; k++) {
+        size_t m = strlen(input_layer[k]);
+        if (strncmp(name, input_layer[k], m) == 0 && name[m] == '.') return true;
+    }
+    return false;
+}
+
+/* Appends to out an alternation (no group) that matches the decimal numbers 0 to k - 1 as
+ * llama.cpp writes layer numbers (no leading zero), k >= 1: each digit position of k - 1 below its
+ * digit with any digits after, the shorter lengths whole, then k - 1 itself. */
+size_t wm__llama_below_pattern(unsigned k, char *out) {
+    char m[16], *o = out;
+    int n = snprintf(m, sizeof m, "%u", k - 1);
+    for (int len = 1; len < n; len++) { /* every number shorter than k - 1 */
+        o += sprintf(o, "%s%s", o == out ? "" : "|", len == 1 ? "[0-9]" : "[1-9]");
+        for (int r = 1; r < len; r++)
+            o += sprintf(o, "[0-9]");
+    }
+    for (int i = 0; i < n; i++) { /* k - 1's length: a smaller digit at position i */
+        int lo = i == 0 && n > 1 ? 1 : 0, hi = m[i] - '0' - 1;
+        if (hi < lo) continue;
+        o += sprintf(o, "%s%.*s[%d-%d]", o == out ? "" : "|", i, m, lo, hi);
+        for (int r = i + 1; r < n; r++)
+            o += sprintf(o, "[0-9]");
+    }
+    o += sprintf(o, "%s%s", o == out ? "" : "|", m);
+    return (size_t)(o - out);
 }
 
 bool wm__llama_ends_with(const char *s, const char *tail) {
@@ -181,13 +257,39 @@ static size_t pattern_of(const wm_file *f, const int *pick, const roles *rs, int
     return alts;
 }
 
+/* The pattern of the tensors own_cpu takes: every one no pattern before took ("."), or (cpu_layers
+ * >= 0: layers on a GPU) the layers below cpu_layers and the input layer's, as
+ * wm__llama_host_tensor names them. */
+static void own_cpu_pattern(char **out, int cpu_layers) {
+    if (cpu_layers < 0) {
+        add_text(out, ".", 1, false);
+    } else {
+        if (cpu_layers > 0) {
+            add_text(out, "^blk\\.(", 7, false);
+            *out += wm__llama_below_pattern((unsigned)cpu_layers, *out);
+            add_text(out, ")\\.|", 4, false);
+        }
+        add_text(out, "^(", 2, false);
+        for (size_t k = 0; k < N_INPUT; k++) {
+            add_text(out, "|", k ? 1 : 0, false);
+            add_text(out, input_layer[k], strlen(input_layer[k]), false);
+        }
+        add_text(out, ")\\.", 3, false);
+    }
+    *(*out)++ = 0;
+}
+
 /* own[k]: the buffer type extra buffer type k's tensors go to (its wrapper, or itself); own_cpu:
- * where every other tensor goes (the CPU type's wrapper), or NULL (llama.cpp's choice). */
+ * where the tensors own_cpu_pattern names go (the CPU type's wrapper), or NULL (llama.cpp's
+ * choice). With cpu_layers >= 0 a caller's override to ggml's CPU buffer type goes to own_cpu:
+ * llama.cpp's mmap mode maps such a tensor (its choice among the CPU's types is the host buffer
+ * type, which it replaces with the CPU's where it maps). */
 wm_status wm__llama_overrides(const wm_file *f, const struct llama_model_params *p, const extras *x,
                               ggml_backend_buffer_type_t const *own,
-                              ggml_backend_buffer_type_t own_cpu, overrides *ov, wm_error *err) {
+                              ggml_backend_buffer_type_t own_cpu, int cpu_layers, overrides *ov,
+                              wm_error *err) {
     memset(ov, 0, sizeof *ov);
-    size_t nt = wm_file_tensor_count(f), nc = caller_overrides(p), text = 64;
+    size_t nt = wm_file_tensor_count(f), nc = caller_overrides(p), text = 512;
     for (size_t i = 0; i < nt; i++) {
         wm_tensor_info ti;
         wm_file_tensor(f, i, &ti);
@@ -216,6 +318,8 @@ wm_status wm__llama_overrides(const wm_file *f, const struct llama_model_params 
     }
     memcpy(ov->list, p->tensor_buft_overrides ? p->tensor_buft_overrides : ov->list,
            nc * sizeof *ov->list);
+    for (size_t k = 0; own_cpu && cpu_layers >= 0 && k < nc; k++)
+        if (ov->list[k].buft == ggml_backend_cpu_buffer_type()) ov->list[k].buft = own_cpu;
     char *out = (char *)ov->mem + list + picks;
     size_t n = nc;
     for (size_t k = 0; k < x->n; k++) {
@@ -223,10 +327,9 @@ wm_status wm__llama_overrides(const wm_file *f, const struct llama_model_params 
         if (pattern_of(f, pick, &rs, (int)k, &out))
             ov->list[n++] = (struct llama_model_tensor_buft_override){pat, own[k]};
     }
-    if (own_cpu) { /* every tensor no pattern before took */
+    if (own_cpu) {
         char *pat = out;
-        add_text(&out, ".", 1, false);
-        *out++ = 0;
+        own_cpu_pattern(&out, cpu_layers);
         ov->list[n++] = (struct llama_model_tensor_buft_override){pat, own_cpu};
     }
     ov->list[n] = (struct llama_model_tensor_buft_override){NULL, NULL};

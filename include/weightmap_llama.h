@@ -96,6 +96,11 @@ typedef struct wm_llama_stats {
     size_t staged;         /* filled by weightmap's staged pipeline into their device addresses */
     uint64_t bytes_staged; /* their bytes */
     double seconds_staged; /* that fill, start to end (before the read seconds_read times) */
+    /* added in 1.8: the mapped modes with layers on a GPU */
+    int32_t cpu_layers; /* the repeating layers llama.cpp keeps on the CPU, whose tensors (with
+                           the input layer's) are mapped, as in llama.cpp's mmap mode
+                           (max(block_count + 1 - n_gpu_layers, 0)); -1 where the model runs on
+                           the CPU (every tensor of its plain CPU buffer mapped) or nothing is */
     /* added in 1.8: the device's tensors loaded ahead, during the model's making (prefetch AUTO,
      * see wm_llama_prefetch); staged and bytes_staged count them too */
     size_t ahead;              /* tensors copied into place from the ahead buffer */
@@ -143,7 +148,8 @@ typedef enum wm_llama_upload {
 } wm_llama_upload;
 
 /* wm_llama_options.buffers: who allocates the weight buffers of a model that runs on the CPU
- * (n_gpu_layers 0, or no GPU among its devices; with layers on a GPU every buffer is llama.cpp's).
+ * (n_gpu_layers 0, or no GPU among its devices; with layers on a GPU every buffer is llama.cpp's,
+ * but in the mapped modes the CPU's buffer, whose tensors lie in the mapping: wm_llama_load_mode).
  * llama.cpp takes a CPU buffer from posix_memalign: once a first model is freed glibc's mmap
  * threshold rises past its size, and every later model's weights come from the heap and stay in
  * the process's footprint after llama_model_free. The bridge's own buffers are pages it maps and
@@ -214,19 +220,32 @@ typedef enum wm_llama_prefetch {
  *       else every GPU, or every integrated GPU where there is no discrete one; none with
  *       split_mode NONE and main_gpu < 0; that GPU alone with split_mode NONE) says it cannot map
  *       (ggml_backend_dev_props.caps.mmap_support false: CUDA and Vulkan integrated GPUs,
- *       OpenCL, Hexagon), then NONE. Where it resolves to MMAP but this load cannot map (below),
- *       it reads (NONE), says so in wm_llama_stats (load_mode_fell_back) and warns in
- *       llama.cpp's log.
+ *       OpenCL, Hexagon), then NONE. So: MMAP on a CPU, with layers on a discrete CUDA GPU
+ *       (since 1.7's GPU path, mapped: below), on Metal and on a discrete Vulkan GPU; NONE on an
+ *       integrated CUDA or Vulkan GPU, OpenCL and Hexagon. Where it resolves to MMAP but this load
+ *       cannot map (below), it reads (NONE), says so in wm_llama_stats (load_mode_fell_back) and
+ *       warns in llama.cpp's log.
  *   MMAP: every tensor llama.cpp keeps in a plain CPU buffer is backed by one MAP_SHARED,
  *       PROT_READ mapping of the file (weightmap's WM_MODE_MMAP model, made before llama.cpp is
  *       called; counted in the ledger while the model lives): never private, never written. Its
  *       pages are brought in before the call returns (MADV_POPULATE_READ over the mapped
  *       tensors' ranges, by more threads where mincore finds them cold), so that decoding does
  *       not fault them one at a time. Repacked (extra buffer type) tensors are read as NONE
- *       reads them. The CPU buffer's free (llama_model_free) drops the mapping. It needs the
- *       bridge's own buffers (wm_llama_buffers: a model that runs on the CPU, the ggml the bridge
- *       was built with, buffers AUTO, params.no_alloc false); elsewhere an explicit MMAP fails
- *       with WM_EUNSUPPORTED naming the mode, before llama.cpp is called.
+ *       reads them. The CPU buffer's free (llama_model_free) drops the mapping. With layers on a
+ *       GPU (n_gpu_layers != 0 and a GPU among the model's devices), as llama.cpp's mmap mode:
+ *       the input layer's tensors and those of the repeating layers below
+ *       max(block_count + 1 - n_gpu_layers, 0) stay on the CPU in the CPU's own buffer type (not
+ *       the GPU's pinned host type: params.no_host is set for llama.cpp) and are mapped, with any
+ *       other tensor llama.cpp puts in a CPU buffer (a caller's override to ggml's CPU type among
+ *       them); the device buffers are filled as in NONE (CUDA: weightmap's staged pipeline, cold
+ *       bytes with O_DIRECT; other devices: the window and ggml_backend_tensor_set), not through
+ *       the page cache as llama.cpp's mmap mode fills them; wm_llama_stats.cpu_layers says how
+ *       many layers stayed. It needs the bridge's own CPU buffer type (wm_llama_buffers: the ggml
+ *       the bridge was built with, buffers AUTO, params.no_alloc false) and, with layers on a
+ *       GPU, the file's <arch>.block_count and no device of the model that makes its own buffers
+ *       from the mapping (caps.buffer_from_host_ptr: Metal, whose buffers llama.cpp's mmap mode
+ *       maps too); elsewhere an explicit MMAP fails with WM_EUNSUPPORTED naming the mode and the
+ *       reason, before llama.cpp is called.
  *   MLOCK: NONE, then every buffer of the bridge's own pages locked (mlock), as llama.cpp locks
  *       each host buffer (a buffer llama.cpp allocates is not locked: wm_llama_stats.bytes_locked
  *       counts what is).

@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <ggml-backend.h>
 #include <malloc.h>
+#include <regex.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -302,11 +303,13 @@ WM_TEST(cycles_leave_nothing) {
 typedef struct sweep_run {
     wm_file *f;
     wm_llama_options o;
+    const struct llama_model_tensor_buft_override *ov; /* params' (NULL: none) */
 } sweep_run;
 
 static wm_status sweep_once(void *user, wm_error *err) {
     sweep_run *r = user;
     struct llama_model_params p = cpu_params();
+    p.tensor_buft_overrides = r->ov;
     struct llama_model *m = (struct llama_model *)(uintptr_t)1;
     wm_status st = wm_llama_load_file(r->f, &p, &r->o, &m, err);
     if (st) {
@@ -1123,6 +1126,184 @@ WM_TEST(mapped_file_replaced_or_cut_while_loaded) {
               "the child decoding after the cut: status %#x", status);
 }
 
+/* ---- the mapped modes with layers on a GPU ----
+ * llama.cpp's mmap mode with layers on a GPU maps the tensors it keeps in the CPU's own buffer
+ * type (the input layer's and the layers below max(block_count + 1 - n_gpu_layers, 0); the GPU's
+ * pinned host type it replaces with the CPU's) and fills the device buffers. The bridge predicts
+ * that split before llama.cpp is called (its overrides send exactly those tensors to its own CPU
+ * type, and its populate covers exactly their ranges): the prediction is tested here against
+ * regcomp, and the path itself on this CPU-only host by the bridge's wm__llama_test_cpu_layers,
+ * which has a CPU load place its tensors as with layers on a GPU (the layers from it on would be
+ * the device's: here llama.cpp keeps them in a CPU buffer too, so they are mapped as well). */
+
+/* The bridge's own (bridge/llama_bridge.h), from its static library. */
+bool wm__llama_host_tensor(const char *name, int cpu_layers);
+size_t wm__llama_below_pattern(unsigned k, char *out);
+int wm__llama_cpu_layers(const wm_file *f, const struct llama_model_params *p);
+extern int wm__llama_test_cpu_layers;
+
+/* The pattern of the layers below k matches exactly the layer numbers below k (as POSIX extended
+ * regular expressions read it, which the pattern's subset shares with std::regex), and
+ * wm__llama_host_tensor says the same of each name; the input layer is kept, other names not. */
+WM_TEST(cpu_layers_pattern_names_exactly_those_below) {
+    static const unsigned ks[] = {1, 2, 9, 10, 11, 26, 99, 100, 101, 137, 1000, 4321};
+    for (size_t i = 0; i < sizeof ks / sizeof *ks; i++) {
+        char pat[512] = "^blk\\.(", *at = pat + strlen(pat);
+        size_t n = wm__llama_below_pattern(ks[i], at);
+        CHECK(n > 0 && n < 200);
+        strcpy(at + n, ")\\.");
+        regex_t re;
+        CHECK_MSG(regcomp(&re, pat, REG_EXTENDED | REG_NOSUB) == 0, "%s", pat);
+        for (unsigned layer = 0; layer < ks[i] + 1200; layer++) {
+            char name[64];
+            snprintf(name, sizeof name, "blk.%u.attn_q.weight", layer);
+            bool matched = regexec(&re, name, 0, NULL, 0) == 0;
+            CHECK_MSG(matched == (layer < ks[i]), "k %u: '%s' against %s", ks[i], name, pat);
+            CHECK_EQ(wm__llama_host_tensor(name, (int)ks[i]), layer < ks[i]);
+            snprintf(name, sizeof name, "blk.0%u.ffn_up.weight", layer);
+            CHECK(!wm__llama_host_tensor(name, (int)ks[i])); /* not how llama.cpp names them */
+            CHECK(regexec(&re, name, 0, NULL, 0) != 0);
+        }
+        regfree(&re);
+    }
+    CHECK(wm__llama_host_tensor("token_embd.weight", 0));
+    CHECK(wm__llama_host_tensor("position_embd.weight", 0));
+    CHECK(!wm__llama_host_tensor("token_embd_norm.weight", 5));
+    CHECK(!wm__llama_host_tensor("output.weight", 5));
+    CHECK(!wm__llama_host_tensor("output_norm.weight", 5));
+    CHECK(!wm__llama_host_tensor("rope_freqs.weight", 5));
+    CHECK(!wm__llama_host_tensor("blk.x.attn_q.weight", 5));
+    /* llama.cpp's rule: stories260K has 5 blocks */
+    wm_file *f = OPEN_OK(wmt_fixture("gguf/stories260K.gguf"));
+    struct llama_model_params p = llama_model_default_params();
+    static const int ngl[] = {-1, 999, 6, 5, 1, 0}, want[] = {0, 0, 0, 1, 5, 6};
+    for (size_t k = 0; k < sizeof ngl / sizeof *ngl; k++) {
+        p.n_gpu_layers = ngl[k];
+        CHECK_EQ(wm__llama_cpu_layers(f, &p), want[k]);
+    }
+    wm_file_close(f);
+}
+
+/* Resident bytes of this process's regions that map `path` (/proc/self/smaps: the pages its
+ * page tables map, which a populate maps and nothing else of the load touches). */
+static uint64_t file_rss(const char *path) {
+    char real[4096], line[4096];
+    CHECK(realpath(path, real) != NULL);
+    FILE *f = fopen("/proc/self/smaps", "r");
+    CHECK(f != NULL);
+    uint64_t bytes = 0;
+    bool in = false;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long long kb;
+        size_t n = strlen(line), m = strlen(real);
+        if (n && line[n - 1] == '\n') line[--n] = 0;
+        if (strchr(line, '-') && strchr(line, '-') < strchr(line, ' ') && strchr(line, ' '))
+            in = n >= m && strcmp(line + n - m, real) == 0;
+        else if (in && sscanf(line, "Rss: %llu kB", &kb) == 1)
+            bytes += (uint64_t)kb << 10;
+    }
+    fclose(f);
+    return bytes;
+}
+
+/* The GPU path's placement on the CPU: for 0, 1 and 3 layers kept on the CPU, with and without a
+ * caller's override to ggml's CPU type. llama.cpp makes one context per buffer type's name
+ * (llama-model-loader.h ctx_key_comparator), allocated by the type of its first tensor: the
+ * bridge's own CPU type has the CPU's name, so once the input layer's token_embd goes to it every
+ * tensor llama.cpp keeps in a "CPU" buffer is there, and mapped, as in llama.cpp's mmap mode
+ * (here all of them: this host has no GPU to offload to). Those the prediction did not name
+ * (layers from cpu_layers on, the output layer, the overridden) are brought in by the second
+ * populate: the mapping's resident pages cover every mapped byte before the first decode. The
+ * same greedy tokens and first logits as llama.cpp's own mmap load (extra buffer types off on
+ * both sides: the GPU path never repacks, as llama.cpp does not with a GPU's host type first
+ * among the CPU's types); the file mapped r--s only while loaded, nothing of it or of the ledger
+ * after the free. */
+static void mapped_beside_gpu(const char *path) {
+    setup();
+    struct llama_model_params p = cpu_params();
+    p.load_mode = LLAMA_LOAD_MODE_MMAP;
+    p.use_extra_bufts = false;
+    decoded ref;
+    struct llama_model *m = llama_model_load_from_file(path, p);
+    CHECK(m != NULL);
+    greedy(m, &ref);
+    llama_model_free(m);
+    static const struct llama_model_tensor_buft_override none[] = {{NULL, NULL}};
+    struct llama_model_tensor_buft_override down[] = {{"ffn_down", NULL}, {NULL, NULL}};
+    down[0].buft = ggml_backend_cpu_buffer_type();
+    static const int ks[] = {0, 1, 3};
+    for (size_t k = 0; k < 3; k++)
+        for (int with = 0; with < 2; with++) {
+            wm_llama_stats s = WM_LLAMA_STATS_INIT;
+            wm_llama_options o = WM_LLAMA_OPTIONS_INIT;
+            o.stats = &s;
+            o.threads = 2;
+            p.tensor_buft_overrides = with ? down : none;
+            wm_error err;
+            wm__llama_test_cpu_layers = ks[k];
+            wm_status st = wm_llama_load(path, &p, &o, &m, &err);
+            wm__llama_test_cpu_layers = -1;
+            CHECK_MSG(st == WM_OK, "%s", err.msg);
+            int not_rs = -1;
+            CHECK(wmt_count_file_maps_of(path, &not_rs) >= 1);
+            CHECK_EQ(not_rs, 0);
+            uint64_t rss = file_rss(path);
+            fprintf(stderr,
+                    "%d layers kept%s: %zu of %zu tensors mapped (%llu bytes), %zu read; the "
+                    "mapping's resident bytes %llu\n",
+                    ks[k], with ? ", ffn_down to the CPU" : "", s.mapped, s.tensors,
+                    (unsigned long long)s.bytes_mapped, s.in_place, (unsigned long long)rss);
+            CHECK_EQ(s.cpu_layers, ks[k]);
+            CHECK_EQ(s.load_mode, LLAMA_LOAD_MODE_MMAP);
+            CHECK_EQ(s.tensors, s.mapped + s.filled);
+            CHECK(rss >= s.bytes_mapped);
+            CHECK_EQ(s.repacked, 0);
+            decoded d;
+            greedy(m, &d);
+            same(&d, &ref, "mapped beside a GPU's layers (on the CPU) against llama.cpp's mmap");
+            free(d.first);
+            llama_model_free(m);
+            CHECK_EQ(wmt_count_file_maps(path), 0);
+            CHECK_LEDGER_EMPTY();
+        }
+    free(ref.first);
+}
+
+WM_TEST(mapped_beside_gpu_f32) { mapped_beside_gpu(wmt_fixture("gguf/stories260K.gguf")); }
+WM_TEST(mapped_beside_gpu_q4_0) { mapped_beside_gpu(wmt_fixture("gguf/stories260K-q4_0.gguf")); }
+WM_TEST(mapped_beside_gpu_make_model) { mapped_beside_gpu(wmt_make_model("m.gguf", "--size 8M")); }
+
+/* Every call of that path failed in turn (the map, the populates, both of them: a caller's
+ * override to the CPU type makes the second): a failure holds nothing. */
+WM_TEST(fault_sweep_mapped_beside_gpu) {
+    setup();
+    const char *path = wmt_fixture("gguf/stories260K-q4_0.gguf");
+    struct llama_model_tensor_buft_override down[] = {{"ffn_down", NULL}, {NULL, NULL}};
+    down[0].buft = ggml_backend_cpu_buffer_type();
+    sweep_run run = {.f = OPEN_OK(path), .o = WM_LLAMA_OPTIONS_INIT, .ov = down};
+    run.o.threads = 2;
+    run.o.load_mode = WM_LLAMA_LOAD_MMAP;
+    wmt_sweep s = {.what = "wm_llama_load_file (mapped beside a GPU)",
+                   .run = sweep_once,
+                   .check = wmt_check_io_failure,
+                   .user = &run,
+                   .path = path,
+                   .shown = "stories260K-q4_0.gguf",
+                   .cycle = 1};
+    static const int errs[] = {EIO, ENOMEM};
+    wmt_sweep_result res = {0};
+    wm__llama_test_cpu_layers = 2;
+    wmt_sweep_any(&s, errs, 2, &res);
+    wm__llama_test_cpu_layers = -1;
+    CHECK(res.counts[WM_OS_MAP] >= 1 && res.counts[WM_OS_ADVISE] >= 2);
+    CHECK(res.failed > 0);
+    fprintf(stderr, "%llu calls (%llu map, %llu advise), %llu faulted runs, %llu failed\n",
+            (unsigned long long)res.counts[WM_OS_ANY], (unsigned long long)res.counts[WM_OS_MAP],
+            (unsigned long long)res.counts[WM_OS_ADVISE], (unsigned long long)res.runs,
+            (unsigned long long)res.failed);
+    wm_file_close(run.f);
+}
+
 /* ---- CUDA buffers (a GPU host with ggml's CUDA backend, which bench/llama_cuda.sh builds) ---- */
 
 /* ggml's first device of its CUDA registry, or NULL. */
@@ -1225,3 +1406,90 @@ static void cuda_staged(const char *path) {
 
 WM_TEST(cuda_staged_q8_0) { cuda_staged(wmt_fixture("gguf/stories260K-q8_0.gguf")); }
 WM_TEST(cuda_staged_make_model) { cuda_staged(wmt_make_model("m.gguf", "--size 32M")); }
+
+/* The mapped modes with layers on a GPU (1 layer, and all), against llama.cpp's own mmap load
+ * with the same params: the same greedy tokens and first logits, the same device buffers (the
+ * "CUDA0 model buffer size" lines; neither has a "CUDA_Host" one: llama.cpp's mmap mode keeps the
+ * CPU's tensors in the CPU's type), the CPU's tensors mapped (stats.mapped, at least token_embd;
+ * cpu_layers as llama.cpp places them) and the device's filled (staged where this weightmap has
+ * the CUDA backend); while loaded the file mapped r--s only, after llama_model_free not at all,
+ * the ledger empty, and the device's free memory what it was after llama.cpp's own load and free.
+ * MMAP, MMAP_MLOCK, and AUTO (which CUDA's mmap_support resolves to MMAP). */
+static void cuda_gpu_load_mapped(const char *path, int layers, int mode, bool bridge,
+                                 wm_llama_stats *s, decoded *d, size_t *free_after, int *maps,
+                                 int *not_rs) {
+    struct llama_model_params p = llama_model_default_params();
+    p.n_gpu_layers = layers;
+    p.load_mode = (enum llama_load_mode)mode;
+    struct llama_model *m = NULL;
+    reset_log();
+    if (bridge) {
+        wm_llama_options o = WM_LLAMA_OPTIONS_INIT;
+        o.stats = s;
+        wm_error err;
+        CHECK_MSG(wm_llama_load(path, &p, &o, &m, &err) == WM_OK, "%s", err.msg);
+    } else {
+        m = llama_model_load_from_file(path, p);
+        CHECK_MSG(m != NULL, "llama.cpp did not load %s", path);
+    }
+    *maps = wmt_count_file_maps_of(path, not_rs);
+    d->buffers[0] = 0; /* the device's buffer lines */
+    for (char *line = strtok(buffer_lines, "\n"); line; line = strtok(NULL, "\n")) {
+        if (!strstr(line, "CUDA")) continue;
+        size_t n = strlen(d->buffers);
+        snprintf(d->buffers + n, sizeof d->buffers - n, "%s\n", strstr(line, "CUDA"));
+    }
+    greedy(m, d);
+    llama_model_free(m);
+    size_t total;
+    ggml_backend_dev_memory(cuda_device(), free_after, &total);
+    CHECK_EQ(wmt_count_file_maps(path), 0);
+    CHECK_LEDGER_EMPTY();
+}
+
+static void cuda_mapped(const char *path) {
+    setup();
+    if (!cuda_device())
+        WM_SKIP("no CUDA device in ggml (bench/llama_cuda.sh builds ggml's CUDA backend)");
+    static const int layers[] = {1, 999};
+    static const int modes[] = {LLAMA_LOAD_MODE_MMAP, LLAMA_LOAD_MODE_MMAP_MLOCK,
+                                LLAMA_LOAD_MODE_AUTO};
+    wm_file *f = OPEN_OK(path);
+    for (size_t k = 0; k < 2; k++)
+        for (size_t j = 0; j < 3; j++) {
+            decoded ref, wm;
+            wm_llama_stats s = WM_LLAMA_STATS_INIT;
+            size_t f0, f1;
+            int maps0, maps1, bad0, bad1;
+            int ll_mode = modes[j] == LLAMA_LOAD_MODE_AUTO ? LLAMA_LOAD_MODE_MMAP : modes[j];
+            cuda_gpu_load_mapped(path, layers[k], ll_mode, false, NULL, &ref, &f0, &maps0, &bad0);
+            cuda_gpu_load_mapped(path, layers[k], modes[j], true, &s, &wm, &f1, &maps1, &bad1);
+            struct llama_model_params p = llama_model_default_params();
+            p.n_gpu_layers = layers[k];
+            fprintf(stderr,
+                    "%s, %d layers, %s: %zu tensors mapped (%llu bytes, %d layers on the CPU), "
+                    "%zu staged, %zu windowed, %zu in place; regions %d (llama.cpp %d); device "
+                    "free after the free %zu (llama.cpp %zu)\n%s",
+                    path, layers[k], llama_load_mode_name((enum llama_load_mode)modes[j]), s.mapped,
+                    (unsigned long long)s.bytes_mapped, s.cpu_layers, s.staged, s.windowed,
+                    s.in_place, maps1, maps0, f1, f0, wm.buffers);
+            CHECK_EQ(s.load_mode,
+                     LLAMA_LOAD_MODE_MMAP + (modes[j] == LLAMA_LOAD_MODE_MMAP_MLOCK) * 2);
+            CHECK_EQ(s.load_mode_fell_back, 0);
+            CHECK_EQ(s.cpu_layers, wm__llama_cpu_layers(f, &p));
+            CHECK(s.mapped > 0 && s.bytes_mapped > 0);
+            CHECK(maps1 >= 1 && bad1 == 0);
+            if (wm_backend_available(WM_BACKEND_CUDA)) CHECK(s.staged > 0);
+            CHECK_EQ(s.tensors, s.mapped + s.staged + s.windowed + s.in_place + s.filled);
+            CHECK_MSG(strcmp(wm.buffers, ref.buffers) == 0, "device buffers:\n%s against\n%s",
+                      wm.buffers, ref.buffers);
+            CHECK(strstr(wm.buffers, "CUDA_Host") == NULL);
+            same(&wm, &ref, "mapped beside CUDA layers against llama.cpp's own mmap load");
+            CHECK_MSG(f1 == f0, "device free memory after the free: %zu against %zu", f1, f0);
+            free(ref.first), free(wm.first);
+        }
+    wm_file_close(f);
+}
+
+WM_TEST(cuda_mapped_q8_0) { cuda_mapped(wmt_fixture("gguf/stories260K-q8_0.gguf")); }
+WM_TEST(cuda_mapped_make_model) { cuda_mapped(wmt_make_model("m.gguf", "--size 32M")); }
