@@ -11,6 +11,7 @@
  *   llama_map.c    the load modes: AUTO resolved, the file's mapping, its populate, the locks
  *   llama_log.c    llama.cpp's log during the load: passed on, and its reason for a refusal kept
  *   llama_cuda.c   the tensors in CUDA buffers, filled by the library's staged pipeline
+ *   llama_pool.c   llama models in a wm_pool: the cost of a load before it runs, get and put
  */
 #ifndef WM_BRIDGE_LLAMA_BRIDGE_H
 #define WM_BRIDGE_LLAMA_BRIDGE_H
@@ -65,6 +66,9 @@ void wm__llama_cpu_extras(extras *x);
 bool wm__llama_is_extra(const extras *x, ggml_backend_buffer_type_t buft);
 /* Whether the model's layers stay on the CPU: no GPU among its devices, or no layer offloaded. */
 bool wm__llama_runs_on_cpu(const struct llama_model_params *p);
+/* Which extra buffer type (index into x) llama.cpp's rule sends file tensor i (named `name`) to,
+ * or -1: the plain CPU buffer. */
+int wm__llama_extra_for(const extras *x, const wm_file *f, size_t i, const char *name);
 
 /* The override list handed to llama.cpp, in pages (mem, mem_len: wm__llama_pages_free). */
 typedef struct overrides {
@@ -89,6 +93,9 @@ wm_status wm__llama_overrides(const wm_file *f, const struct llama_model_params 
 ggml_backend_buffer_type_t wm__llama_own_type(const extras *x, ggml_backend_buffer_type_t real);
 /* Whether b is a buffer of the bridge's own pages. */
 bool wm__llama_is_own(ggml_backend_buffer_t b);
+/* Bytes (pages) of the own buffers alive in the process, but those whose tensors lie in a
+ * mapping (the ledger counts that): what the pool's proof counts (llama_pool.c). */
+uint64_t wm__llama_own_bytes(void);
 /* While llama.cpp makes the model on this thread: the sizes ggml asks of the wrappers are noted
  * with the tensors' file offsets, so that each buffer starts where its tensors agree with the
  * file on the grid (a no-op where the notes' pages cannot be had: only slower); and, with a
