@@ -339,17 +339,20 @@ static wm_status free_room(wm_pool *p, const char *path, uint64_t need, const ui
         entry *e = d >= 0 ? lru_idle_on(p, d) : lru_idle(p);
         if (!e) return WM_OK; /* the load itself will say what is short */
         uint64_t unproven = p->st.unproven;
-        char gone[256];
+        char gone[256], by[96] = "the ledger shows";
         snprintf(gone, sizeof gone, "%s", e->path);
+        if (e->owner.count)
+            snprintf(by, sizeof by, "the ledger and %s's counts show",
+                     e->owner.name ? e->owner.name : "the owner");
         bool slept = d >= 0 && host_ok && (p->o.flags & WM_POOL_SLEEP) && e->model &&
                      wm__model_can_sleep(e->model) && host_fits(p, need + device_bytes(e)) &&
                      sleep_entry(p, e, NULL) == WM_OK;
         if (!slept) evict_entry(p, e); /* e may be freed */
         if (p->st.unproven != unproven)
             return wm__err(err, WM_EIO, 0,
-                           "%s: the ledger shows %llu of the %llu bytes of %s back after its %s "
-                           "(another load in the process meanwhile?); this load did not start",
-                           path, (unsigned long long)p->short_got,
+                           "%s: %s %llu of the %llu bytes of %s back after its %s (another load "
+                           "in the process meanwhile?); this load did not start",
+                           path, by, (unsigned long long)p->short_got,
                            (unsigned long long)p->short_want, gone, slept ? "sleep" : "eviction");
     }
 }
