@@ -13,6 +13,7 @@
 #include "wmtest.h"
 
 #include <ggml-backend.h>
+#include <pthread.h>
 #include <string.h>
 
 /* The bridge's count of its own buffers alive (bridge/llama_own.c): what the pool proves by. */
@@ -288,6 +289,69 @@ WM_TEST(bad_input_is_named_and_holds_nothing) {
     CHECK_STATUS(wm_pool_close(pool, &err), WM_OK);
     CHECK_LEDGER_EMPTY();
     CHECK_EQ(wm__llama_own_bytes(), own0);
+    for (int i = 0; i < N_MODELS; i++)
+        CHECK_EQ(wmt_count_file_maps(paths[i]), 0);
+}
+
+/* ---- threads: two share one pool (the pool's lock serialises gets, loads and evictions) ---- */
+
+typedef struct shared {
+    wm_pool *pool;
+    char (*paths)[512];
+    llama_token (*want)[N_TOKENS];
+    int first;
+} shared;
+
+static void *worker(void *arg) {
+    shared *sh = arg;
+    struct llama_model_params p = params_of(LLAMA_LOAD_MODE_NONE);
+    for (int k = 0; k < 10; k++) {
+        int i = (sh->first + k) % N_MODELS;
+        struct llama_model *m = NULL;
+        wm_error err;
+        CHECK_MSG(wm_llama_pool_get(sh->pool, sh->paths[i], &p, NULL, &m, &err) == WM_OK, "%s",
+                  err.msg);
+        llama_token got[N_TOKENS];
+        greedy(m, got);
+        for (int t = 0; t < N_TOKENS; t++)
+            CHECK_EQ(got[t], sh->want[i][t]);
+        CHECK_STATUS(wm_llama_pool_put(sh->pool, m, &err), WM_OK);
+    }
+    return NULL;
+}
+
+WM_TEST(threads_share_one_pool) {
+    setup();
+    char paths[N_MODELS][512];
+    models(paths);
+    llama_token want[N_MODELS][N_TOKENS];
+    wm_cost c[N_MODELS];
+    references(paths, LLAMA_LOAD_MODE_NONE, want, c);
+    uint64_t peak = 0, loaded = 0;
+    for (int i = 0; i < N_MODELS; i++) {
+        if (c[i].host_peak > peak) peak = c[i].host_peak;
+        if (c[i].host_loaded > loaded) loaded = c[i].host_loaded;
+    }
+    wm_pool_options po = WM_POOL_OPTIONS_INIT;
+    po.budget = peak + loaded; /* one in use beside one loading: never a refusal */
+    shared sh[2] = {{.paths = paths, .want = want, .first = 0},
+                    {.paths = paths, .want = want, .first = 1}};
+    wm_error err;
+    CHECK_STATUS(wm_pool_open(&po, &sh[0].pool, &err), WM_OK);
+    sh[1].pool = sh[0].pool;
+    pthread_t th[2];
+    for (int t = 0; t < 2; t++)
+        CHECK(pthread_create(&th[t], NULL, worker, &sh[t]) == 0);
+    for (int t = 0; t < 2; t++)
+        pthread_join(th[t], NULL);
+    wm_pool_stats s = WM_POOL_STATS_INIT;
+    wm_pool_stats_get(sh[0].pool, &s);
+    CHECK_EQ(s.in_use, 0);
+    CHECK_EQ(s.unproven, 0);
+    CHECK(s.evictions > 0);
+    CHECK(s.held_peak <= po.budget);
+    CHECK_STATUS(wm_pool_close(sh[0].pool, &err), WM_OK);
+    CHECK_LEDGER_EMPTY();
     for (int i = 0; i < N_MODELS; i++)
         CHECK_EQ(wmt_count_file_maps(paths[i]), 0);
 }
