@@ -293,6 +293,42 @@ WM_TEST(bad_input_is_named_and_holds_nothing) {
         CHECK_EQ(wmt_count_file_maps(paths[i]), 0);
 }
 
+/* swap --llama: the verdict on three models through a budget of about two (in NONE and MMAP), and
+ * a budget below a file refused at once, naming it, before anything is loaded. */
+WM_TEST(cli_swap_llama_verdict_and_a_budget_below_refused) {
+    setup();
+    char paths[N_MODELS][512];
+    models(paths);
+    static const char *const modes[] = {"none", "mmap"};
+    static const int mode_of[] = {LLAMA_LOAD_MODE_NONE, LLAMA_LOAD_MODE_MMAP};
+    for (int k = 0; k < 2; k++) {
+        uint64_t peak = 0, loaded = 0;
+        for (int i = 0; i < N_MODELS; i++) {
+            struct llama_model_params p = params_of(mode_of[k]);
+            wm_cost c = WM_COST_INIT;
+            CHECK_STATUS(wm_llama_cost(paths[i], &p, NULL, &c, NULL), WM_OK);
+            if (c.host_peak > peak) peak = c.host_peak;
+            if (c.host_loaded > loaded) loaded = c.host_loaded;
+        }
+        char args[2048], out[16384];
+        snprintf(args, sizeof args, "swap --llama %s %s %s --cycles 3 --budget %llu --mode %s",
+                 paths[0], paths[1], paths[2], (unsigned long long)(peak + loaded),
+                 modes[k]); /* room for two */
+        int rc = wmt_cli(args, out, sizeof out);
+        CHECK_MSG(rc == 0, "exit %d:\n%s", rc, out);
+        CHECK_MSG(strstr(out, "verdict: within budget, every byte returned") &&
+                      strstr(out, "own buffers and the ledger: yes") &&
+                      strstr(out, "0 regions of the files: as before"),
+                  "%s", out);
+    }
+    char args[2048], out[4096];
+    snprintf(args, sizeof args, "swap --llama %s %s --budget 4M", paths[0], paths[1]);
+    CHECK_EQ(wmt_cli(args, out, sizeof out), 1);
+    CHECK_MSG(strstr(out, "a.gguf: the budget 4.0 MiB is below what this file needs") &&
+                  strstr(out, "nothing was loaded") && !strstr(out, "cycle"),
+              "%s", out);
+}
+
 /* ---- threads: two share one pool (the pool's lock serialises gets, loads and evictions) ---- */
 
 typedef struct shared {
