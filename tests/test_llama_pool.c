@@ -14,6 +14,7 @@
 
 #include <ggml-backend.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 /* The bridge's count of its own buffers alive (bridge/llama_own.c): what the pool proves by. */
@@ -291,6 +292,48 @@ WM_TEST(bad_input_is_named_and_holds_nothing) {
     CHECK_EQ(wm__llama_own_bytes(), own0);
     for (int i = 0; i < N_MODELS; i++)
         CHECK_EQ(wmt_count_file_maps(paths[i]), 0);
+}
+
+/* A file that changes between gets: named (WM_EFORMAT), its idle model freed at once (proven, as
+ * an eviction), and the next get loads the file as it is now, with its tokens. */
+WM_TEST(file_changed_between_gets_is_named_and_released) {
+    setup();
+    const char *path = wmt_tmp("m.gguf");
+    wmt_copy_file(wmt_make_model("a.gguf", "--size 8M --seed 1"), path);
+    const char *other = wmt_make_model("b.gguf", "--size 12M --seed 2");
+    struct llama_model_params p = params_of(LLAMA_LOAD_MODE_NONE);
+    llama_token want[N_TOKENS], got[N_TOKENS];
+    struct llama_model *m = NULL;
+    wm_error err;
+    CHECK_STATUS(wm_llama_load(other, &p, NULL, &m, &err), WM_OK);
+    greedy(m, want);
+    llama_model_free(m);
+    uint64_t own0 = wm__llama_own_bytes();
+    wm_pool_options po = WM_POOL_OPTIONS_INIT;
+    wm_pool *pool;
+    CHECK_STATUS(wm_pool_open(&po, &pool, &err), WM_OK);
+    CHECK_STATUS(wm_llama_pool_get(pool, path, &p, NULL, &m, &err), WM_OK);
+    CHECK_STATUS(wm_llama_pool_put(pool, m, &err), WM_OK);
+    wmt_copy_file(other, wmt_tmp("m.gguf.new"));
+    CHECK(rename(wmt_tmp("m.gguf.new"), path) == 0);
+    m = (struct llama_model *)(uintptr_t)1;
+    CHECK_STATUS(wm_llama_pool_get(pool, path, &p, NULL, &m, &err), WM_EFORMAT);
+    CHECK(m == NULL);
+    CHECK_MSG_HAS(err, "m.gguf: the file changed");
+    wm_pool_stats s = WM_POOL_STATS_INIT;
+    wm_pool_stats_get(pool, &s);
+    CHECK_EQ(s.resident, 0);
+    CHECK_EQ(s.evictions, 1);
+    CHECK_EQ(s.unproven, 0);
+    CHECK_EQ(wm__llama_own_bytes(), own0);
+    CHECK_STATUS(wm_llama_pool_get(pool, path, &p, NULL, &m, &err), WM_OK);
+    greedy(m, got);
+    for (int t = 0; t < N_TOKENS; t++)
+        CHECK_EQ(got[t], want[t]);
+    CHECK_STATUS(wm_llama_pool_put(pool, m, &err), WM_OK);
+    CHECK_STATUS(wm_pool_close(pool, &err), WM_OK);
+    CHECK_LEDGER_EMPTY();
+    CHECK_EQ(wmt_count_file_maps(path), 0);
 }
 
 /* swap --llama: the verdict on three models through a budget of about two (in NONE and MMAP), and
