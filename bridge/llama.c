@@ -596,43 +596,42 @@ static wm_status check_options(load *l, const struct llama_model_params *params,
 
 int wm__llama_test_cpu_layers = -1;
 
-/* With layers on a GPU: why llama.cpp's mmap mode would map something the bridge cannot (a
- * device whose own buffers llama.cpp makes from the mapping: buffer_from_host_ptr, Metal), or
- * NULL. */
-static const char *device_maps(load *l) {
+/* A device of the model that makes its buffers from the mapping itself (Metal): llama.cpp maps
+ * its tensors too, which the bridge does not. NULL where there is none; else the reason, in why. */
+static const char *device_maps(const struct llama_model_params *p, char *why, size_t why_len) {
     ggml_backend_dev_t list[64];
-    size_t n = wm__llama_model_devices(&l->p, list, 64);
+    size_t n = wm__llama_model_devices(p, list, 64);
     for (size_t k = 0; k < n; k++) {
         struct ggml_backend_dev_props props;
         memset(&props, 0, sizeof props);
         ggml_backend_dev_get_props(list[k], &props);
         if (!props.caps.buffer_from_host_ptr) continue;
-        snprintf(l->why, sizeof l->why,
+        snprintf(why, why_len,
                  "device %s: llama.cpp makes its buffers from the mapping (buffer_from_host_ptr), "
                  "which the bridge does not",
                  ggml_backend_dev_name(list[k]));
-        return l->why;
+        return why;
     }
     return NULL;
 }
 
-/* Why this load cannot map the file (its CPU buffers must be the bridge's own), or NULL; sets
- * cpu_layers: -1 where the model runs on the CPU, else the layers llama.cpp keeps there. */
-static const char *cannot_map(load *l) {
-    l->cpu_layers = -1;
-    if (l->o.buffers != WM_LLAMA_BUFFERS_AUTO) return "wm_llama_options.buffers is LLAMA";
-    if (l->p.no_alloc) return "params.no_alloc";
+const char *wm__llama_cannot_map(const wm_file *f, const struct llama_model_params *p,
+                                 const wm_llama_options *o, int *cpu_layers, char *why,
+                                 size_t why_len) {
+    *cpu_layers = -1;
+    if (o->buffers != WM_LLAMA_BUFFERS_AUTO) return "wm_llama_options.buffers is LLAMA";
+    if (p->no_alloc) return "params.no_alloc";
     extras x = {.cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU)};
     if (!wm__llama_own_type(&x, ggml_backend_cpu_buffer_type()))
         return "the ggml this process runs is not the one the bridge was built with";
-    if (wm__llama_runs_on_cpu(&l->p)) {
-        l->cpu_layers = wm__llama_test_cpu_layers; /* -1 but in test_llama's cases */
+    if (wm__llama_runs_on_cpu(p)) {
+        *cpu_layers = wm__llama_test_cpu_layers; /* -1 but in test_llama's cases */
         return NULL;
     }
-    const char *why = device_maps(l);
-    if (why) return why;
-    l->cpu_layers = wm__llama_cpu_layers(l->f, &l->p);
-    if (l->cpu_layers < 0)
+    const char *dev = device_maps(p, why, why_len);
+    if (dev) return dev;
+    *cpu_layers = wm__llama_cpu_layers(f, p);
+    if (*cpu_layers < 0)
         return "layers on a GPU, and no <general.architecture>.block_count in the file to tell "
                "which stay on the CPU";
     return NULL;
@@ -666,7 +665,8 @@ static void start_populate(load *l) {
 static wm_status open_map(load *l, wm_error *err) {
     l->cpu_layers = -1;
     if (!wm__llama_mode_maps(l->mode)) return WM_OK;
-    const char *why = cannot_map(l);
+    const char *why =
+        wm__llama_cannot_map(l->f, &l->p, &l->o, &l->cpu_layers, l->why, sizeof l->why);
     if (why && l->stats.load_mode_asked == LLAMA_LOAD_MODE_AUTO) {
         wm__llama_warn_fallback(l->path, why);
         l->mode = LLAMA_LOAD_MODE_NONE;

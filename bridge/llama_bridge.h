@@ -12,6 +12,7 @@
  *   llama_log.c    llama.cpp's log during the load: passed on, and its reason for a refusal kept
  *   llama_cuda.c   the tensors in CUDA buffers, filled by the library's staged pipeline
  *   llama_ahead.c  those tensors loaded to the device ahead, while llama.cpp makes the model
+ *   llama_pool.c   llama models in a wm_pool: the cost of a load before it runs, get and put
  */
 #ifndef WM_BRIDGE_LLAMA_BRIDGE_H
 #define WM_BRIDGE_LLAMA_BRIDGE_H
@@ -73,6 +74,9 @@ size_t wm__llama_model_devices(const struct llama_model_params *p, ggml_backend_
                                size_t cap);
 /* Whether the model's layers stay on the CPU: no GPU among its devices, or no layer offloaded. */
 bool wm__llama_runs_on_cpu(const struct llama_model_params *p);
+/* Which extra buffer type (index into x) llama.cpp's rule sends file tensor i (named `name`) to,
+ * or -1: the plain CPU buffer. */
+int wm__llama_extra_for(const extras *x, const wm_file *f, size_t i, const char *name);
 
 /* With layers on a GPU, the repeating layers llama.cpp keeps on the CPU: those below
  * max(block_count + 1 - n_gpu_layers, 0) (n_gpu_layers < 0: all offloaded); -1 where the file
@@ -115,6 +119,9 @@ extern int wm__llama_test_cpu_layers;
 ggml_backend_buffer_type_t wm__llama_own_type(const extras *x, ggml_backend_buffer_type_t real);
 /* Whether b is a buffer of the bridge's own pages. */
 bool wm__llama_is_own(ggml_backend_buffer_t b);
+/* Bytes (pages) of the own buffers alive in the process, but those whose tensors lie in a
+ * mapping (the ledger counts that): what the pool's proof counts (llama_pool.c). */
+uint64_t wm__llama_own_bytes(void);
 /* While llama.cpp makes the model on this thread: the sizes ggml asks of the wrappers are noted
  * with the tensors' file offsets, so that each buffer starts where its tensors agree with the
  * file on the grid (a no-op where the notes' pages cannot be had: only slower); and, with a
@@ -214,6 +221,16 @@ bool wm__llama_cuda_add(wm__llama_cuda *c, size_t index, uint64_t addr, int ordi
 wm_status wm__llama_cuda_fill(wm__llama_cuda *c, const wm_file *f, const wm_llama_options *o,
                               wm_progress_fn progress, void *progress_user, wm_error *err);
 void wm__llama_cuda_free(wm__llama_cuda *c);
+
+/* ---- llama.c ---- */
+
+/* Why a load of f with p and o cannot map the file (its CPU buffers must be the bridge's own),
+ * or NULL (why: room for a reason that names a device). *cpu_layers: -1 where the model runs on
+ * the CPU, else the layers llama.cpp keeps there (wm__llama_cpu_layers). wm_llama_load's rule,
+ * which wm_llama_cost follows. */
+const char *wm__llama_cannot_map(const wm_file *f, const struct llama_model_params *p,
+                                 const wm_llama_options *o, int *cpu_layers, char *why,
+                                 size_t why_len);
 
 /* ---- llama_ahead.c: the device's tensors loaded ahead, during the model's making ---- */
 

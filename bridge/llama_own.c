@@ -41,6 +41,7 @@
 #include <ggml-cpu.h>
 #include <ggml-version.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sys/mman.h>
 #include <unistd.h>
 typedef struct own_type {
@@ -167,7 +168,13 @@ static size_t own_len(size_t size) {
  * bytes, which start `shift` bytes into their first page (b->context): own_len(shift + size). */
 typedef struct own_header {
     struct wm_llama_map *map; /* the file's mapping its tensors lie in (mapped modes), or NULL */
+    size_t counted;           /* its bytes in own_live (0: a mapped buffer, whose pages stay
+                                 untouched: the mapping holds its tensors, the ledger counts it) */
 } own_header;
+
+/* Bytes of the own buffers alive in the process that hold their tensors (not a mapping's): what
+ * a pool proves an eviction by (wm__llama_own_bytes). */
+static _Atomic uint64_t own_live;
 
 static _Thread_local struct wm_llama_map *map_now; /* the load's mapping, during its making */
 
@@ -180,6 +187,7 @@ static void own_free(ggml_backend_buffer_t b) {
     size_t pg = (size_t)sysconf(_SC_PAGESIZE), shift = (uintptr_t)b->context % pg;
     own_header *h = header_of(b);
     struct wm_llama_map *map = h->map;
+    atomic_fetch_sub(&own_live, (uint64_t)h->counted);
     munmap(h, pg + own_len(shift + b->size));
     if (map) wm__llama_map_release(map); /* the buffer's reference: the last unmaps the file */
 }
@@ -196,7 +204,7 @@ static char *own_map(size_t size) {
     if (head > p) munmap(p, (size_t)(head - p));
     if (p + span > base + len) munmap(base + len, (size_t)(p + span - (base + len)));
     if (len >= huge_page) (void)madvise(base, len / huge_page * huge_page, MADV_HUGEPAGE);
-    ((own_header *)(void *)head)->map = NULL;
+    *(own_header *)(void *)head = (own_header){.map = NULL};
     return base;
 }
 
@@ -214,6 +222,9 @@ static ggml_backend_buffer_t own_alloc(ggml_backend_buffer_type_t w, size_t size
     if (map_now && o->real == ggml_backend_cpu_buffer_type()) { /* its tensors may be mapped */
         wm__llama_map_hold(map_now);
         header_of(b)->map = map_now;
+    } else {
+        header_of(b)->counted = pg + own_len(shift + size);
+        atomic_fetch_add(&own_live, (uint64_t)header_of(b)->counted);
     }
     return b;
 }
@@ -281,6 +292,8 @@ ggml_backend_buffer_type_t wm__llama_own_type(const extras *x, ggml_backend_buff
 
 bool wm__llama_is_own(ggml_backend_buffer_t b) { return b && b->iface.free_buffer == own_free; }
 
+uint64_t wm__llama_own_bytes(void) { return atomic_load(&own_live); }
+
 struct wm_llama_map *wm__llama_buffer_map(ggml_backend_buffer_t b) {
     return wm__llama_is_own(b) ? header_of(b)->map : NULL;
 }
@@ -324,4 +337,6 @@ bool wm__llama_is_own(ggml_backend_buffer_t b) {
     (void)b;
     return false;
 }
+
+uint64_t wm__llama_own_bytes(void) { return 0; }
 #endif

@@ -191,6 +191,10 @@ static int pick_extra(const extras *x, const wm_file *f, size_t i, const char *n
     return -1;
 }
 
+int wm__llama_extra_for(const extras *x, const wm_file *f, size_t i, const char *name) {
+    return pick_extra(x, f, i, name);
+}
+
 /* The role of a layer tensor "blk.N.ROLE.weight" (its bytes ROLE, n of them), or NULL. */
 static const char *layer_role(const char *name, size_t *n) {
     if (strncmp(name, "blk.", 4) != 0) return NULL;

@@ -20,7 +20,8 @@ typedef struct budget_args {
     wm_load_options opts;
     int devices[WM_LEDGER_DEVICES];
     unsigned n_devices;
-    bool json, mode_given, sleep;
+    bool json, mode_given, sleep, llama;
+    const char *mode_name; /* --mode as given (--llama takes llama.cpp's names) */
     uint64_t cycles, budget, device_budget;
 } budget_args;
 
@@ -41,10 +42,13 @@ static int parse(budget_args *a, const char *cmd, int argc, char **argv) {
             a->json = true;
         } else if (cli_is(&p, "sleep")) {
             a->sleep = true;
+        } else if (cli_is(&p, "llama")) {
+            a->llama = true;
         } else if (cli_is(&p, "mode")) {
             a->opts.mode = wm_mode_from_name(v);
             a->mode_given = true;
-            if (a->opts.mode == WM_MODE_NONE)
+            a->mode_name = v;
+            if (a->opts.mode == WM_MODE_NONE && strcmp(cmd, "swap") != 0)
                 return cli_bad_value(&p, "heap, mmap or mmap-private");
         } else if (cli_is(&p, "lock")) {
             if (!v || strcmp(v, "required") == 0)
@@ -76,6 +80,9 @@ static int parse(budget_args *a, const char *cmd, int argc, char **argv) {
         }
     }
     if (a->n_files == 0) return cli_usage("%s: no FILE given", cmd);
+    if (!a->llama && a->mode_given && a->opts.mode == WM_MODE_NONE)
+        return cli_usage("%s: bad --mode '%s': expected heap, mmap or mmap-private", cmd,
+                         a->mode_name);
     return 0;
 }
 
@@ -448,6 +455,15 @@ int cmd_swap(int argc, char **argv) {
     int u = parse(&a, "swap", argc, argv);
     if (u) return u;
     if (!a.budget) return cli_usage("swap: --budget is required");
+    if (a.llama && !CLI_HAVE_LLAMA)
+        return cli_usage("swap: --llama needs the llama.cpp bridge, which this build lacks: run "
+                         "scripts/llama.sh (or make llama), then configure again (WM_LLAMA=AUTO)");
+    if (a.llama && (a.opts.backend != WM_BACKEND_CPU || a.sleep || a.opts.lock))
+        return cli_usage("swap: --llama runs llama.cpp on the CPU: --backend, --sleep and --lock "
+                         "do not apply");
+    if (a.llama)
+        return cli_swap_llama(a.files, a.n_files, a.mode_name, a.cycles, a.budget, a.json,
+                              a.opts.threads);
     wm_error err = {0};
     if (a.opts.backend != WM_BACKEND_CPU &&
         wm_backend_init(a.opts.backend, a.opts.device, &err) != WM_OK)

@@ -170,13 +170,21 @@ extern const cli_via cli_ggml_via;
 /* check --llama (cli/llama.c, with the llama.cpp bridge): `cycles` loads into llama.cpp through
  * wm_llama_load, one decode step each, the verdict; exit 0 or 1. Without the bridge a stand-in
  * that is never reached (load.c refuses --llama first, on CLI_HAVE_LLAMA) and returns 2. */
+/* swap --llama (cli/llama_swap.c): the files as llama.cpp models in rotation through a pool
+ * (wm_llama_pool_get), `mode` llama.cpp's load mode by name (NULL: none); the verdict; exit 0, 1
+ * or 2. Without the bridge a stand-in that is never reached (budget.c refuses first). */
 #ifdef WM_CLI_LLAMA
 #define CLI_HAVE_LLAMA 1
 int cli_check_llama(const char *path, unsigned cycles, bool json, unsigned threads);
+int cli_swap_llama(const char *const *files, unsigned n, const char *mode, uint64_t cycles,
+                   uint64_t budget, bool json, unsigned threads);
 #else
 #define CLI_HAVE_LLAMA 0
 #define cli_check_llama(path, cycles, json, threads)                                               \
     ((void)(path), (void)(cycles), (void)(json), (void)(threads), 2)
+#define cli_swap_llama(files, n, mode, cycles, budget, json, threads)                              \
+    ((void)(files), (void)(n), (void)(mode), (void)(cycles), (void)(budget), (void)(json),         \
+     (void)(threads), 2)
 #endif
 /* check on `path` (opened by cli_open with `set`): every mode, `cycles` cycles, the verdict;
  * exit status 0, 1. With `via`, the loads go that way and each cycle verifies every tensor

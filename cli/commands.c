@@ -139,10 +139,16 @@ static const cli_option swap_opts[] = {
     FLAG("sleep", "a device model that must make room sleeps in pinned host memory instead of "
                   "going, where the budget has room for its copy (WM_POOL_SLEEP)"),
     NUM("cycles", 1, CYCLES_MAX, "3", "rounds over the files"),
-    MODE_OPT(false, "heap"),
+    {"mode", CLI_TEXT, "heap|mmap|mmap-private", false, false, 0, 0, "heap; --llama: none",
+     "how the weights come into memory (as load --mode); with --llama, llama.cpp's load mode: "
+     "none, mmap, mlock, mmap-mlock, direct-io or auto",
+     false},
     BACKEND_OPT,
     NUM("threads", 0, 64, "0: one per online CPU", THREADS_HELP),
     FLAG("json", "JSON on one line instead of the table"),
+    FLAG_BUILT("llama", CLI_HAVE_LLAMA,
+               "llama.cpp models through the llama.cpp bridge's pool (wm_llama_pool_get), on the "
+               "CPU, each decoding one token after its get; evictions are llama_model_free"),
     END,
 };
 

@@ -47,7 +47,8 @@ extern "C" {
  *     or changes its signature, no enum value changes meaning, and no struct field moves.
  *   - Public structs that cross the boundary by value or through a caller-owned pointer
  *     (wm_load_options, wm_cuda_options, wm_ledger, wm_model_stats, wm_read_options, and since
- *     1.7 wm_cost, wm_mem_available, wm_pool_options, wm_pool_stats) start with
+ *     1.7 wm_cost, wm_mem_available, wm_pool_options, wm_pool_stats, wm_pool_owner,
+ *     wm_pool_counts) start with
  *     `uint32_t size`,
  *     the caller's sizeof, and only ever grow at the end. The library reads (or, for results,
  *     writes) only the first `size` bytes: fields a shorter, older struct lacks read as zero
@@ -1070,6 +1071,64 @@ WM_API uint64_t wm_pool_trim(wm_pool *pool);
  * WM_EINVAL naming its file and its uses, and the pool stays open and whole (put the models
  * back, then close again). NULL: WM_OK. Not to be called while another thread uses the pool. */
 WM_API wm_status wm_pool_close(wm_pool *pool, wm_error *err);
+
+/* ---- objects of other libraries in a pool (added in 1.7) ----
+ * A pool can hold, beside weightmap's own models, objects that another library loads and frees
+ * (a bridge's: wm_llama_pool_get in weightmap_llama.h holds llama.cpp models this way). The
+ * object's owner hands the pool four functions (wm_pool_owner): what a load will cost, the
+ * load, the object's one release function, and what the owner holds now outside the ledger. The
+ * pool treats such an object as one of its models: keyed by (owner, path, the caller's key
+ * bytes), charged by its cost before the load and refused before anything is evicted when it
+ * cannot fit, evicted least recently used first (models and objects alike) only when idle, and
+ * each eviction proven before the next load starts: the ledger's categories fell by what they
+ * rose by across the object's load (the bytes weightmap holds for it, such as a file's mapping),
+ * and the owner's counts (wm_pool_counts) fell by what they rose by then. What neither the ledger
+ * nor the owner's counts see cannot be proven and is not claimed. */
+
+/* What an owner holds now, process-wide, outside weightmap's ledger (wm_pool_owner.count). */
+typedef struct wm_pool_counts {
+    uint32_t size;                      /* sizeof(wm_pool_counts): set by the pool */
+    uint64_t host;                      /* host bytes the owner accounts for (its own pages) */
+    uint64_t device[WM_LEDGER_DEVICES]; /* device memory in use per device number, by the
+                                           device's own figure (total - free): 0 where none */
+} wm_pool_counts;
+
+/* An owner's functions (wm_pool_get_object). The pool copies the struct into each entry; `name`
+ * must outlive the pool. Called with the pool's lock held: none may call into the same pool. */
+typedef struct wm_pool_owner {
+    uint32_t size;    /* sizeof(wm_pool_owner): WM_POOL_OWNER_INIT */
+    const char *name; /* names the owner in messages ("llama.cpp") */
+    /* What loading `path` with `args` will cost (host_peak and device_peak are charged, as a
+     * model's wm_model_cost is); on failure nothing is held and nothing is evicted. */
+    wm_status (*cost)(void *args, const char *path, wm_cost *out, wm_error *err);
+    /* Loads: WM_OK and a non-NULL *object, or a failure that holds nothing. */
+    wm_status (*load)(void *args, const char *path, void **object, wm_error *err);
+    /* The object's one release function: frees every byte load acquired; cannot fail. */
+    void (*release)(void *object);
+    /* What the owner holds now (NULL: nothing outside the ledger; the ledger alone proves). */
+    void (*count)(wm_pool_counts *out);
+} wm_pool_owner;
+
+#define WM_POOL_OWNER_INIT WM_SIZED_INIT(wm_pool_owner)
+
+/* The object for (owner, path, key) resident in the pool, or loaded by owner->load after idle
+ * models and objects are evicted, least recently used first, until owner->cost's host_peak (and
+ * device_peak per device) fits the budget beside what stays; marked in use (each get needs one
+ * wm_pool_put_object). `key` (key_len bytes, copied; NULL with 0) is what makes two loads of the
+ * same path different objects (the owner's load parameters, as bytes); `args` is handed to cost
+ * and load during this call only. Returns WM_OK and *out, or: WM_EINVAL (NULL pool, path, owner,
+ * function or out; a bad owner struct); what cost and load return (nothing evicted when cost
+ * fails); WM_ENOMEM naming the file and the bytes where the cost exceeds the budget, or the
+ * budget less what is in use (nothing evicted); WM_EFORMAT where the file changed since its
+ * resident object was loaded (as wm_pool_get); WM_EIO where an eviction was not proven (the
+ * ledger or the owner's counts did not fall by what they rose by), naming it and the bytes: the
+ * load does not start. The object stays the pool's: never release it yourself. Thread-safe. */
+WM_API wm_status wm_pool_get_object(wm_pool *pool, const char *path, const wm_pool_owner *owner,
+                                    const void *key, size_t key_len, void *args, void **out,
+                                    wm_error *err);
+/* Gives back one use of an object from wm_pool_get_object; WM_EINVAL naming the file for an object
+ * not in use (put back twice), or one that is not this pool's; nothing changes then. */
+WM_API wm_status wm_pool_put_object(wm_pool *pool, void *object, wm_error *err);
 
 #ifdef __cplusplus
 }

@@ -313,6 +313,63 @@ WM_API wm_status wm_llama_load_file(const wm_file *file, const struct llama_mode
                                     const wm_llama_options *opts, struct llama_model **out,
                                     wm_error *err);
 
+/* ---- Models under a budget (added in 1.7; docs/LLAMA.md, "Models under a budget") ----
+ *
+ * What a load will cost before it runs, and llama models held in a wm_pool (weightmap.h) beside
+ * weightmap's own models, under the pool's budget. */
+
+/* What wm_llama_load(path, params, opts) will cost, into the first out->size bytes of *out (set
+ * out->size: WM_COST_INIT), from the load's plan without loading anything: the file's tensor
+ * table placed as the load places it (the load mode resolved as the load resolves it, AUTO's
+ * fallback included; each tensor on the plain CPU buffer, an extra (repack) buffer type by
+ * llama.cpp's rule at that type's own alloc size, or a GPU by n_gpu_layers as llama.cpp v0.4.0
+ * offloads layers), by kind:
+ *   - NONE, MLOCK, DIRECT_IO: anonymous, every tensor's bytes (llama.cpp's or the bridge's own
+ *     buffers; MLOCK: locked too);
+ *   - MMAP, MMAP_MLOCK: file_shared, the file's shared mapping (what wm_model_cost says of a
+ *     WM_MODE_MMAP load of it: the ledger's map_shared while the model lives; MMAP_MLOCK: locked),
+ *     and anonymous for the repacked tensors only;
+ *   - device: the offloaded layers' bytes, charged to every GPU the model may use (split_mode
+ *     NONE: main_gpu alone), an upper bound per device;
+ *   - anonymous also holds a bound of what llama.cpp creates that the file lacks (a bias of f32
+ *     rows per matrix and 64 KiB), the own buffers' page overhead, and an estimate of llama.cpp's
+ *     own structures (the vocabulary: the file's header size while loaded, twice that at the
+ *     peak); at the peak, the reading engine's staging (wm_model_cost's plan of a heap load of
+ *     the file), the window where a tensor goes through it, the prefetch's most (a quarter of the
+ *     tensor data, at most 256 MiB) and what the open file holds.
+ * host_peak is what a pool charges. Upper bounds but for the vocabulary's estimate (which the
+ * tests hold against the measured bytes: docs/LLAMA.md). Returns WM_OK, or what wm_llama_load
+ * returns before llama.cpp is called (WM_EINVAL, WM_EUNSUPPORTED, the file's open and check
+ * failures); holds nothing afterwards. llama.cpp's backends must be loaded first. */
+WM_API wm_status wm_llama_cost(const char *path, const struct llama_model_params *params,
+                               const wm_llama_options *opts, wm_cost *out, wm_error *err);
+
+/* The llama model for (path, params, opts) resident in `pool`, or loaded by wm_llama_load after
+ * idle models (weightmap's own and llama models alike) are evicted, least recently used first,
+ * until wm_llama_cost's host_peak (and device_peak) fits the pool's budget beside what stays.
+ * The pool keys a model by the path and the parameters and options that shape it (n_gpu_layers,
+ * split_mode, the load mode as asked, main_gpu, the devices, tensor_split, the buffer type and kv
+ * overrides, the flags; repack, upload, buffers): the same path asked with other parameters is
+ * another model, loaded beside it. Threads, staging, trim, prefetch and the progress callback are
+ * taken from the get that loads (opts->stats is filled by a get that loads). An eviction is
+ * llama_model_free, proven before the next load starts (wm_pool_get_object): weightmap's ledger
+ * fell by what the load left in it (a mapped mode's mapping), the bridge's own weight buffers
+ * alive in the process fell by the model's, and each GPU's memory in use (total - free) fell by
+ * what it rose by across the load. Buffers llama.cpp allocates itself (WM_LLAMA_BUFFERS_LLAMA, a
+ * ggml other than the bridge's) are outside those counts: charged by the cost, not proven. A
+ * model in use is never evicted; each get needs one wm_llama_pool_put, after the contexts made
+ * from the model are freed (llama_free); never llama_model_free a pool's model. Returns WM_OK and
+ * *out, or what wm_pool_get_object and wm_llama_load return: WM_ENOMEM naming the file when its
+ * cost exceeds the budget (nothing evicted), WM_EIO when an eviction was not proven, the load's
+ * own failures (nothing held). Thread-safe (the pool's lock is held across the load). */
+WM_API wm_status wm_llama_pool_get(wm_pool *pool, const char *path,
+                                   const struct llama_model_params *params,
+                                   const wm_llama_options *opts, struct llama_model **out,
+                                   wm_error *err);
+/* Gives back one use of a model from wm_llama_pool_get (wm_pool_put_object): WM_EINVAL for a
+ * model not in use (put back twice) or not this pool's; nothing changes then. */
+WM_API wm_status wm_llama_pool_put(wm_pool *pool, struct llama_model *model, wm_error *err);
+
 /* Loads ggml's backends, the one call a program makes before its first load: the CPU backend
  * (ggml as built for this bridge keeps it in libggml-cpu-*.so, one per CPU variant, and picks
  * the best for the CPU it runs on) and any device backend beside it, from `dir`, or when `dir`

@@ -4,7 +4,12 @@
  * loaded when asked for after evicting the least recently used idle ones until the load's cost
  * fits, each eviction proven by the ledger before the next load starts.
  *
- * Sections: what the system has; entries; proofs; evicting; get and put; stats and close.
+ * Objects of other libraries (wm_pool_get_object: a bridge's models) are entries too: keyed by
+ * their owner and key bytes, loaded, costed and released through the owner's functions, proven by
+ * the ledger and by the owner's own counts (wm_pool_counts), each falling by what it rose by across
+ * the object's load.
+ *
+ * Sections: what the system has; entries; proofs; evicting; get and put; objects; stats and close.
  *
  * Why the pool's lock is held across a load: the proof that an eviction returned every byte is
  * the ledger's (global) currents falling by what they rose by when that model came; with the
@@ -71,6 +76,13 @@ typedef struct entry {
     uint64_t came_dev[WM_LEDGER_DEVICES];  /* and per device */
     uint64_t held;                         /* sum of came over host_cats */
     uint64_t slept_dev[WM_LEDGER_DEVICES]; /* asleep in pinned memory: what it held per device */
+    /* an owner's object (wm_pool_get_object) in place of a model */
+    void *object;
+    wm_pool_owner owner;
+    unsigned char *key;
+    size_t key_len;
+    uint64_t came_own; /* what the owner's host count rose by when the object came (in held);
+                          its device counts' rise is in came_dev, beside the ledger's */
 } entry;
 
 struct wm_pool {
@@ -85,24 +97,29 @@ struct wm_pool {
 
 static void entry_free(entry *e) {
     if (!e) return;
+    wm__free(e->key);
     wm__free(e->path);
     wm__free(e);
 }
 
+/* Holds a model or an object (an asleep mapped model's entry holds neither). */
+static bool resident(const entry *e) { return e->model || e->object; }
+
 static bool same_key(const entry *e, const char *path, const wm_load_options *o) {
-    return e->mode == o->mode && e->lock == o->lock && e->backend == o->backend &&
-           e->device == o->device && strcmp(e->path, path) == 0;
+    return !e->owner.release && e->mode == o->mode && e->lock == o->lock &&
+           e->backend == o->backend && e->device == o->device && strcmp(e->path, path) == 0;
 }
 
 /* A mapped CPU model sleeps when evicted: its pages stay in the page cache. */
 static bool sleeps(const entry *e) {
-    return e->backend == WM_BACKEND_CPU && e->mode == WM_MODE_MMAP && e->lock == WM_LOCK_OFF;
+    return !e->owner.release && e->backend == WM_BACKEND_CPU && e->mode == WM_MODE_MMAP &&
+           e->lock == WM_LOCK_OFF;
 }
 
 static uint64_t held_by(const wm_pool *p, bool in_use_only, int device) {
     uint64_t s = 0;
     for (const entry *e = p->head; e; e = e->next) {
-        if (!e->model || (in_use_only && !e->uses)) continue;
+        if (!resident(e) || (in_use_only && !e->uses)) continue;
         s += device < 0 ? e->held : e->came_dev[device];
     }
     return s;
@@ -121,17 +138,33 @@ static uint64_t fell(uint64_t before, uint64_t after) {
     return before > after ? before - after : 0;
 }
 
-/* Releases e's model and proves it by the ledger: every category (and device) fell by at least
- * what it rose by when the model came. Returns the host bytes returned. */
+/* What e's owner holds now (zeros for a model, or an owner without counts). */
+static void owner_counts(const entry *e, wm_pool_counts *c) {
+    *c = (wm_pool_counts){.size = sizeof *c};
+    if (e->owner.count) e->owner.count(c);
+}
+
+/* Releases e's model (or object) and proves it by the ledger: every category (and device) fell by
+ * at least what it rose by when the model came; an object's owner's counts too (host: came_own;
+ * each device: the ledger's and the owner's falls together, came_dev). Returns the host bytes
+ * returned. */
 static uint64_t evict(wm_pool *p, entry *e) {
     wm_ledger before, after;
     wm_ledger_stat db[WM_LEDGER_DEVICES], da[WM_LEDGER_DEVICES];
+    wm_pool_counts ob, oa;
     snapshot(&before, db);
-    wm_model_release(e->model);
+    owner_counts(e, &ob);
+    if (e->object)
+        e->owner.release(e->object);
+    else
+        wm_model_release(e->model);
     e->model = NULL;
+    e->object = NULL;
     snapshot(&after, da);
-    bool proven = true;
-    uint64_t returned = 0, want = 0, got = 0;
+    owner_counts(e, &oa);
+    uint64_t own = fell(ob.host, oa.host);
+    bool proven = own >= e->came_own;
+    uint64_t returned = own, want = e->came_own, got = own < e->came_own ? own : e->came_own;
     for (int c = 0; c < WM_LEDGER_COUNT; c++) {
         uint64_t f = fell(before.cat[c].current, after.cat[c].current);
         proven &= f >= e->came[c];
@@ -144,9 +177,12 @@ static uint64_t evict(wm_pool *p, entry *e) {
     }
     for (size_t k = 0; k < sizeof host_cats / sizeof host_cats[0]; k++)
         returned += fell(before.cat[host_cats[k]].current, after.cat[host_cats[k]].current);
-    for (int d = 0; d < WM_LEDGER_DEVICES; d++)
-        proven &= fell(db[d].current, da[d].current) >= e->came_dev[d];
     uint64_t dev = fell(before.cat[WM_LEDGER_DEVICE].current, after.cat[WM_LEDGER_DEVICE].current);
+    for (int d = 0; d < WM_LEDGER_DEVICES; d++) {
+        uint64_t od = fell(ob.device[d], oa.device[d]);
+        proven &= fell(db[d].current, da[d].current) + od >= e->came_dev[d];
+        dev += od;
+    }
     p->st.returned_device += dev;
     p->st.last_returned_device += dev;
     p->st.evictions++;
@@ -256,7 +292,7 @@ static wm_status wake_entry(wm_pool *p, entry *e, wm_error *err) {
 static entry *lru_idle(wm_pool *p) {
     entry *best = NULL;
     for (entry *e = p->head; e; e = e->next)
-        if (e->model && !e->uses && (!best || e->last < best->last)) best = e;
+        if (resident(e) && !e->uses && (!best || e->last < best->last)) best = e;
     return best;
 }
 
@@ -273,7 +309,8 @@ static bool fits(const wm_pool *p, uint64_t need, const uint64_t *need_dev, bool
 static entry *lru_idle_on(wm_pool *p, int d) {
     entry *best = NULL;
     for (entry *e = p->head; e; e = e->next)
-        if (e->model && !e->uses && !asleep(e) && e->came_dev[d] && (!best || e->last < best->last))
+        if (resident(e) && !e->uses && !asleep(e) && e->came_dev[d] &&
+            (!best || e->last < best->last))
             best = e;
     return best;
 }
@@ -302,17 +339,20 @@ static wm_status free_room(wm_pool *p, const char *path, uint64_t need, const ui
         entry *e = d >= 0 ? lru_idle_on(p, d) : lru_idle(p);
         if (!e) return WM_OK; /* the load itself will say what is short */
         uint64_t unproven = p->st.unproven;
-        char gone[256];
+        char gone[256], by[96] = "the ledger shows";
         snprintf(gone, sizeof gone, "%s", e->path);
-        bool slept = d >= 0 && host_ok && (p->o.flags & WM_POOL_SLEEP) &&
+        if (e->owner.count)
+            snprintf(by, sizeof by, "the ledger and %s's counts show",
+                     e->owner.name ? e->owner.name : "the owner");
+        bool slept = d >= 0 && host_ok && (p->o.flags & WM_POOL_SLEEP) && e->model &&
                      wm__model_can_sleep(e->model) && host_fits(p, need + device_bytes(e)) &&
                      sleep_entry(p, e, NULL) == WM_OK;
         if (!slept) evict_entry(p, e); /* e may be freed */
         if (p->st.unproven != unproven)
             return wm__err(err, WM_EIO, 0,
-                           "%s: the ledger shows %llu of the %llu bytes of %s back after its %s "
-                           "(another load in the process meanwhile?); this load did not start",
-                           path, (unsigned long long)p->short_got,
+                           "%s: %s %llu of the %llu bytes of %s back after its %s (another load "
+                           "in the process meanwhile?); this load did not start",
+                           path, by, (unsigned long long)p->short_got,
                            (unsigned long long)p->short_want, gone, slept ? "sleep" : "eviction");
     }
 }
@@ -377,7 +417,7 @@ static bool file_changed(const wm_os_stat *then, const wm_os_stat *now) {
 
 /* A resident model asked for again: the same file, or WM_EFORMAT (and the stale model goes as
  * soon as it is idle). */
-static wm_status reuse(wm_pool *p, entry *e, wm_model **out, wm_error *err) {
+static wm_status reuse(wm_pool *p, entry *e, void **out, wm_error *err) {
     wm_os_stat now;
     int x = wm__os_stat_path(e->path, &now);
     if (x || file_changed(&e->st, &now)) {
@@ -410,7 +450,7 @@ static wm_status reuse(wm_pool *p, entry *e, wm_model **out, wm_error *err) {
         p->st.hits++;
     }
     e->last = ++p->tick;
-    *out = e->model;
+    *out = e->object ? e->object : (void *)e->model;
     return WM_OK;
 }
 
@@ -466,7 +506,12 @@ static wm_status get_locked(wm_pool *p, const char *path, const wm_load_options 
     entry *e = p->head;
     while (e && !same_key(e, path, opts))
         e = e->next;
-    if (e && e->model) return reuse(p, e, out, err);
+    if (e && e->model) {
+        void *m;
+        wm_status st = reuse(p, e, &m, err);
+        if (!st) *out = m;
+        return st;
+    }
     bool fresh = !e;
     if (fresh) {
         e = wm__calloc(1, sizeof *e);
@@ -516,24 +561,155 @@ wm_status wm_pool_get(wm_pool *p, const char *path, const wm_load_options *opts,
     return st;
 }
 
-wm_status wm_pool_put(wm_pool *p, wm_model *model, wm_error *err) {
-    if (!p || !model) return wm__err(err, WM_EINVAL, 0, "wm_pool_put: NULL pool or model");
-    wm__os_mutex_lock(&p->mu);
-    entry *e = p->head;
-    while (e && e->model != model)
-        e = e->next;
+/* One use of e given back (what: "wm_pool_put: the model", ...), under the lock. */
+static wm_status put_locked(wm_pool *p, entry *e, const char *what, wm_error *err) {
     wm_status st = WM_OK;
-    if (!e)
-        st = wm__err(err, WM_EINVAL, 0, "%s: wm_pool_put: the model is not this pool's",
-                     wm_file_path(wm_model_file(model)));
-    else if (!e->uses)
-        st = wm__err(err, WM_EINVAL, 0,
-                     "%s: wm_pool_put: the model is not in use (put back twice?)", e->path);
+    if (!e->uses)
+        st = wm__err(err, WM_EINVAL, 0, "%s: %s is not in use (put back twice?)", e->path, what);
     else {
         e->uses--;
         e->last = ++p->tick;
         if (!e->uses && e->stale) evict_entry(p, e);
     }
+    return st;
+}
+
+wm_status wm_pool_put(wm_pool *p, wm_model *model, wm_error *err) {
+    if (!p || !model) return wm__err(err, WM_EINVAL, 0, "wm_pool_put: NULL pool or model");
+    wm__os_mutex_lock(&p->mu);
+    entry *e = p->head;
+    while (e && (e->model != model || e->owner.release))
+        e = e->next;
+    wm_status st = e ? put_locked(p, e, "wm_pool_put: the model", err)
+                     : wm__err(err, WM_EINVAL, 0, "%s: wm_pool_put: the model is not this pool's",
+                               wm_file_path(wm_model_file(model)));
+    wm__os_mutex_unlock(&p->mu);
+    return st;
+}
+
+/* ---- objects of other libraries (wm_pool_get_object) ---- */
+
+static bool same_object_key(const entry *e, const char *path, const wm_pool_owner *o,
+                            const void *key, size_t key_len) {
+    return e->owner.release == o->release && e->owner.load == o->load && e->key_len == key_len &&
+           (!key_len || memcmp(e->key, key, key_len) == 0) && strcmp(e->path, path) == 0;
+}
+
+/* Costs, makes room for and loads e's object through its owner; e->came, came_dev and came_own
+ * hold what the ledger and the owner's counts rose by across the load alone. */
+static wm_status load_object(wm_pool *p, entry *e, void *args, wm_error *err) {
+    wm_os_stat now;
+    int x = wm__os_stat_path(e->path, &now);
+    if (x)
+        return wm__err(err, wm__status_from_errno(x), x, "%s: cannot open: %s", e->path,
+                       wm__errno_text(x));
+    wm_cost c = WM_COST_INIT;
+    wm_status st = e->owner.cost(args, e->path, &c, err);
+    if (!st) st = make_room(p, e->path, c.host_peak, c.device_peak, err);
+    if (st) return st;
+    uint64_t at_peak = held_by(p, false, -1) + c.host_peak;
+    if (at_peak > p->st.held_peak) p->st.held_peak = at_peak;
+    wm_ledger l0, l1;
+    wm_ledger_stat d0[WM_LEDGER_DEVICES], d1[WM_LEDGER_DEVICES];
+    wm_pool_counts o0, o1;
+    snapshot(&l0, d0);
+    owner_counts(e, &o0);
+    void *obj = NULL;
+    st = e->owner.load(args, e->path, &obj, err);
+    if (!st && !obj)
+        st = wm__err(err, WM_EINVAL, 0, "%s: the %s owner's load returned no object", e->path,
+                     e->owner.name ? e->owner.name : "pool");
+    if (st) return st;
+    snapshot(&l1, d1);
+    owner_counts(e, &o1);
+    e->object = obj;
+    e->st = now;
+    e->came_own = fell(o1.host, o0.host);
+    e->held = e->came_own;
+    for (int k = 0; k < WM_LEDGER_COUNT; k++)
+        e->came[k] = fell(l1.cat[k].current, l0.cat[k].current);
+    for (size_t k = 0; k < sizeof host_cats / sizeof host_cats[0]; k++)
+        e->held += e->came[host_cats[k]];
+    for (int d = 0; d < WM_LEDGER_DEVICES; d++)
+        e->came_dev[d] = fell(d1[d].current, d0[d].current) + fell(o1.device[d], o0.device[d]);
+    p->st.loads++;
+    return WM_OK;
+}
+
+/* A new entry of owner o's for path and key, not yet listed; NULL when out of memory. */
+static entry *object_entry(const char *path, const wm_pool_owner *o, const void *key,
+                           size_t key_len) {
+    entry *e = wm__calloc(1, sizeof *e);
+    if (!e) return NULL;
+    e->path = wm__strdup(path);
+    e->key = key_len ? wm__alloc(key_len) : NULL;
+    if (!e->path || (key_len && !e->key)) {
+        entry_free(e);
+        return NULL;
+    }
+    if (key_len) memcpy(e->key, key, key_len);
+    e->key_len = key_len;
+    e->owner = *o;
+    return e;
+}
+
+static wm_status get_object_locked(wm_pool *p, const char *path, const wm_pool_owner *o,
+                                   const void *key, size_t key_len, void *args, void **out,
+                                   wm_error *err) {
+    entry *e = p->head;
+    while (e && !(e->owner.release && same_object_key(e, path, o, key, key_len)))
+        e = e->next;
+    if (e) return reuse(p, e, out, err); /* an object entry is listed only while resident */
+    e = object_entry(path, o, key, key_len);
+    if (!e) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory for the pool's entry", path);
+    wm_status st = load_object(p, e, args, err);
+    if (st) {
+        entry_free(e);
+        return st;
+    }
+    e->next = p->head;
+    p->head = e;
+    e->uses = 1;
+    e->last = ++p->tick;
+    *out = e->object;
+    return WM_OK;
+}
+
+wm_status wm_pool_get_object(wm_pool *p, const char *path, const wm_pool_owner *owner,
+                             const void *key, size_t key_len, void *args, void **out,
+                             wm_error *err) {
+    if (out) *out = NULL;
+    if (!p || !path || !owner || !out || (key_len && !key))
+        return wm__err(err, WM_EINVAL, 0, "wm_pool_get_object: NULL pool, path, owner, out or key");
+    wm_pool_owner o;
+    wm_status st =
+        wm__struct_in(&o, sizeof o, owner, sizeof o, "wm_pool_get_object: wm_pool_owner", err);
+    if (st) return st;
+    if (!o.cost || !o.load || !o.release)
+        return wm__err(err, WM_EINVAL, 0,
+                       "%s: wm_pool_get_object: the owner lacks its cost, load or release", path);
+    wm__os_mutex_lock(&p->mu);
+    double t0 = wm__os_now();
+    p->st.last_returned = 0;
+    p->st.last_returned_device = 0;
+    p->st.last_evicted = 0;
+    p->st.last_wake_seconds = 0;
+    st = get_object_locked(p, path, &o, key, key_len, args, out, err);
+    p->st.last_get_seconds = wm__os_now() - t0;
+    wm__os_mutex_unlock(&p->mu);
+    return st;
+}
+
+wm_status wm_pool_put_object(wm_pool *p, void *object, wm_error *err) {
+    if (!p || !object) return wm__err(err, WM_EINVAL, 0, "wm_pool_put_object: NULL pool or object");
+    wm__os_mutex_lock(&p->mu);
+    entry *e = p->head;
+    while (e && e->object != object)
+        e = e->next;
+    wm_status st = e ? put_locked(p, e, "wm_pool_put_object: the object", err)
+                     : wm__err(err, WM_EINVAL, 0,
+                               "wm_pool_put_object: the object is not this pool's (put back "
+                               "after its pool evicted it, or never got from it)");
     wm__os_mutex_unlock(&p->mu);
     return st;
 }
@@ -548,8 +724,8 @@ void wm_pool_stats_get(wm_pool *p, wm_pool_stats *out) {
         s = p->st;
         s.resident = s.in_use = 0;
         for (const entry *e = p->head; e; e = e->next) {
-            s.resident += e->model != NULL;
-            s.in_use += e->model && e->uses;
+            s.resident += resident(e);
+            s.in_use += resident(e) && e->uses;
             s.asleep += asleep(e);
         }
         s.held = held_by(p, false, -1);
@@ -581,7 +757,7 @@ wm_status wm_pool_close(wm_pool *p, wm_error *err) {
     if (!p) return WM_OK;
     wm__os_mutex_lock(&p->mu);
     for (const entry *e = p->head; e; e = e->next)
-        if (e->model && e->uses) {
+        if (resident(e) && e->uses) {
             wm_status st = wm__err(err, WM_EINVAL, 0,
                                    "%s: wm_pool_close: the model is in use (%u get%s not put "
                                    "back); the pool stays open",

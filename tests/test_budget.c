@@ -848,6 +848,181 @@ WM_TEST(pool_threads_share_one_pool) {
         CHECK_EQ(wmt_count_file_maps(paths[i]), 0);
 }
 
+/* ---- objects of other libraries (wm_pool_get_object) ----
+ * A fake owner whose objects hold `bytes` each in a count of its own (the owner's counts, as a
+ * bridge's own buffers): the pool charges its cost, evicts it least recently used beside
+ * weightmap's models, and proves each eviction by that count; a release that keeps its bytes
+ * (leaks) makes the next load stop, unstarted. */
+
+static _Atomic uint64_t fake_live;
+static int fake_loads;
+static bool fake_leaks;
+
+typedef struct fake_args {
+    uint64_t bytes;
+    bool cost_fails, load_gives_nothing;
+} fake_args;
+
+static wm_status fake_cost(void *args, const char *path, wm_cost *out, wm_error *err) {
+    const fake_args *a = args;
+    if (a->cost_fails) {
+        err->code = WM_EFORMAT;
+        snprintf(err->msg, sizeof err->msg, "%s: the fake cannot cost this", path);
+        return WM_EFORMAT;
+    }
+    out->host_peak = out->host_loaded = a->bytes;
+    return WM_OK;
+}
+
+static wm_status fake_load(void *args, const char *path, void **object, wm_error *err) {
+    (void)path, (void)err;
+    const fake_args *a = args;
+    fake_loads++;
+    if (a->load_gives_nothing) return WM_OK;
+    uint64_t *o = malloc(sizeof *o);
+    CHECK(o != NULL);
+    *o = a->bytes;
+    fake_live += a->bytes;
+    *object = o;
+    return WM_OK;
+}
+
+static void fake_release(void *object) {
+    uint64_t *o = object;
+    if (!fake_leaks) fake_live -= *o;
+    free(o);
+}
+
+static void fake_count(wm_pool_counts *c) { c->host = fake_live; }
+
+static const wm_pool_owner fake_owner = {.size = sizeof(wm_pool_owner),
+                                         .name = "fake",
+                                         .cost = fake_cost,
+                                         .load = fake_load,
+                                         .release = fake_release,
+                                         .count = fake_count};
+
+/* pool_for_two's pool and its budget. */
+static wm_pool *objects_pool(uint64_t *held, uint64_t *budget) {
+    uint64_t need;
+    wm_pool_close(pool_for_two(held), NULL);
+    measure(paths[0], held, &need);
+    wm_pool_options po = WM_POOL_OPTIONS_INIT;
+    po.budget = *budget = *held + need + *held / 2;
+    wm_pool *p;
+    CHECK_STATUS(wm_pool_open(&po, &p, NULL), WM_OK);
+    return p;
+}
+
+static void *fake_get(wm_pool *p, const char *path, int key, uint64_t bytes, wm_status want,
+                      wm_error *err) {
+    fake_args a = {.bytes = bytes};
+    void *o = (void *)(uintptr_t)1;
+    CHECK_STATUS(wm_pool_get_object(p, path, &fake_owner, &key, sizeof key, &a, &o, err), want);
+    CHECK(want != WM_OK || o != NULL);
+    CHECK(want == WM_OK || o == NULL);
+    return o;
+}
+
+WM_TEST(pool_objects_share_the_budget_with_models_and_are_proven) {
+    uint64_t held, budget;
+    wm_pool *p = objects_pool(&held, &budget); /* room for one model held beside one loading */
+    wm_error err;
+    get_put(p, 0);                    /* a model, idle */
+    uint64_t big = budget - held / 2; /* an object that needs more than the budget less it */
+    void *x = fake_get(p, paths[1], 1, big, WM_OK, &err); /* evicts the model */
+    wm_pool_stats s = WM_POOL_STATS_INIT;
+    wm_pool_stats_get(p, &s);
+    CHECK_EQ(s.evictions, 1);
+    CHECK_EQ(s.returned, held);
+    CHECK_EQ(s.held, big);
+    CHECK_STATUS(wm_pool_put_object(p, x, &err), WM_OK);
+    /* the same path and key: the resident object; another key: another object, evicting it */
+    CHECK(fake_get(p, paths[1], 1, big, WM_OK, &err) == x);
+    CHECK_STATUS(wm_pool_put_object(p, x, &err), WM_OK);
+    void *y = fake_get(p, paths[1], 2, big, WM_OK, &err);
+    CHECK(y != x);
+    wm_pool_stats_get(p, &s);
+    CHECK_EQ(s.evictions, 2);
+    CHECK_EQ(s.returned, held + big); /* the owner's count fell by the object's bytes */
+    CHECK_EQ(s.unproven, 0);
+    CHECK_EQ(fake_live, big);
+    CHECK_STATUS(wm_pool_put_object(p, y, &err), WM_OK);
+    /* an eviction whose release keeps its bytes: not proven, and the next load does not start */
+    fake_leaks = true;
+    int loads = fake_loads;
+    CHECK(fake_get(p, paths[2], 1, big, WM_EIO, &err) == NULL);
+    CHECK_EQ(fake_loads, loads);
+    CHECK_MSG_HAS(err, paths[2]);
+    CHECK_MSG_HAS(err, paths[1]);
+    CHECK_MSG_HAS(err, "fake's counts");
+    CHECK_MSG_HAS(err, "did not start");
+    wm_pool_stats_get(p, &s);
+    CHECK_EQ(s.unproven, 1);
+    fake_leaks = false;
+    fake_live = 0;
+    CHECK_STATUS(wm_pool_close(p, &err), WM_OK);
+}
+
+WM_TEST(pool_object_bad_input_is_named_and_changes_nothing) {
+    uint64_t held, budget;
+    wm_pool *p = objects_pool(&held, &budget);
+    wm_error err;
+    int key = 1;
+    void *o = NULL;
+    fake_args a = {.bytes = 4096};
+    /* an owner without its release, a longer owner struct with a field this library lacks */
+    wm_pool_owner bad = fake_owner;
+    bad.release = NULL;
+    CHECK_STATUS(wm_pool_get_object(p, paths[0], &bad, &key, sizeof key, &a, &o, &err), WM_EINVAL);
+    CHECK_MSG_HAS(err, "release");
+    struct {
+        wm_pool_owner o;
+        uint64_t more;
+    } longer = {fake_owner, 1};
+    longer.o.size = sizeof longer;
+    CHECK_STATUS(wm_pool_get_object(p, paths[0], &longer.o, &key, sizeof key, &a, &o, &err),
+                 WM_EINVAL);
+    CHECK_STATUS(wm_pool_get_object(p, paths[0], NULL, NULL, 0, &a, &o, &err), WM_EINVAL);
+    /* a cost that fails: nothing evicted, nothing loaded */
+    get_put(p, 0);
+    a.cost_fails = true;
+    int loads = fake_loads;
+    CHECK_STATUS(wm_pool_get_object(p, paths[1], &fake_owner, &key, sizeof key, &a, &o, &err),
+                 WM_EFORMAT);
+    CHECK_MSG_HAS(err, paths[1]);
+    CHECK_EQ(fake_loads, loads);
+    /* a load that gives no object */
+    a.cost_fails = false;
+    a.load_gives_nothing = true;
+    CHECK_STATUS(wm_pool_get_object(p, paths[1], &fake_owner, &key, sizeof key, &a, &o, &err),
+                 WM_EINVAL);
+    CHECK_MSG_HAS(err, "no object");
+    /* more than the budget: refused before anything is evicted */
+    a.load_gives_nothing = false;
+    a.bytes = budget + 1;
+    CHECK_STATUS(wm_pool_get_object(p, paths[1], &fake_owner, &key, sizeof key, &a, &o, &err),
+                 WM_ENOMEM);
+    CHECK_MSG_HAS(err, paths[1]);
+    wm_pool_stats s = WM_POOL_STATS_INIT;
+    wm_pool_stats_get(p, &s);
+    CHECK_EQ(s.resident, 1);
+    CHECK_EQ(s.evictions, 0);
+    /* put back twice, an object not the pool's, a close with one in use */
+    a.bytes = 4096;
+    o = fake_get(p, paths[1], 1, 4096, WM_OK, &err);
+    CHECK_STATUS(wm_pool_close(p, &err), WM_EINVAL);
+    CHECK_MSG_HAS(err, paths[1]);
+    CHECK_MSG_HAS(err, "in use");
+    CHECK_STATUS(wm_pool_put_object(p, o, &err), WM_OK);
+    CHECK_STATUS(wm_pool_put_object(p, o, &err), WM_EINVAL);
+    CHECK_MSG_HAS(err, "put back twice");
+    CHECK_STATUS(wm_pool_put_object(p, &key, &err), WM_EINVAL);
+    CHECK_MSG_HAS(err, "not this pool's");
+    CHECK_STATUS(wm_pool_close(p, &err), WM_OK);
+    CHECK_EQ(fake_live, 0);
+}
+
 /* ---- the commands ---- */
 
 /* A safetensors file of one 64 GiB U8 tensor, sparse (no byte written): more than any test
