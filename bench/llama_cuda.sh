@@ -55,7 +55,7 @@ MODEL=bench-llama-$SIZE.gguf
 (
     cmake -S . -B build -G "$GEN" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWM_FIXTURES="$R/.fixtures" \
         > "$O/cmake.log" 2>&1 &&
-        cmake --build build --target bench_llama bench_llama_modes weightmap_cli test_llama -j4 \
+        cmake --build build --target bench_llama bench_llama_modes weightmap_cli test_llama test_llama_pool -j4 \
             > "$O/build.log" 2>&1 &&
         mkdir -p bl && { [ -f "bl/$MODEL" ] ||
             build/weightmap make-model "bl/$MODEL" --size "$SIZE" > /dev/null; }
@@ -84,7 +84,17 @@ wait $OURS
 cat "$O/ours.rc"
 grep -q "ours: 0" "$O/ours.rc" || { tail -20 "$O/build.log"; exit 8; }
 cd bl
-B=$(($(left) - 75))
+# first the tests (GPU-only cases of test_llama and test_llama_pool), then the bench with the time left
+# the bridge's CUDA path checked against llama.cpp's own load (tokens, logits, device memory)
+timeout 60 ../build/tests/test_llama cuda_staged_q8_0 > "$O/test-q8_0.txt" 2>&1; echo "test cuda_staged_q8_0: exit $?"
+timeout 60 ../build/tests/test_llama cuda_staged_make_model > "$O/test-mm.txt" 2>&1; echo "test cuda_staged_make_model: exit $?"
+# the mapped modes with layers on the GPU (1 and all) against llama.cpp's own mmap load
+timeout 90 ../build/tests/test_llama cuda_mapped_q8_0 > "$O/test-mapped-q8_0.txt" 2>&1; echo "test cuda_mapped_q8_0: exit $?"
+timeout 90 ../build/tests/test_llama cuda_mapped_make_model > "$O/test-mapped-mm.txt" 2>&1; echo "test cuda_mapped_make_model: exit $?"
+# a pool of llama models on the GPU: every eviction proven by the device's free memory
+timeout 90 ../build/tests/test_llama_pool rotate_on_the_gpu > "$O/test-pool-gpu.txt" 2>&1; echo "test rotate_on_the_gpu: exit $?"
+grep -hE "staged in|tensors mapped|FAIL|PASS|SKIP" "$O"/test-*.txt | head -40
+B=$(($(left) - 45))
 echo "bench: $B s left"
 timeout "$B" ../build/bench/llama -r "${ROUNDS:-5}" --load-only --gpu --warm-memory 3 \
     --only "${ONLY:-wm,wm-noprefetch,wm-set,read,mmap,disk}" --disk "$MODEL" > "$O/bench.txt" 2> "$O/bench.err"
@@ -109,13 +119,6 @@ try:
 except Exception as e:
     print("ceiling: not measured (%s)" % e)
 PY
-# the bridge's CUDA path checked against llama.cpp's own load (tokens, logits, device memory)
-timeout 60 ../build/tests/test_llama cuda_staged_q8_0 > "$O/test-q8_0.txt" 2>&1; echo "test cuda_staged_q8_0: exit $?"
-timeout 60 ../build/tests/test_llama cuda_staged_make_model > "$O/test-mm.txt" 2>&1; echo "test cuda_staged_make_model: exit $?"
-# the mapped modes with layers on the GPU (1 and all) against llama.cpp's own mmap load
-timeout 90 ../build/tests/test_llama cuda_mapped_q8_0 > "$O/test-mapped-q8_0.txt" 2>&1; echo "test cuda_mapped_q8_0: exit $?"
-timeout 90 ../build/tests/test_llama cuda_mapped_make_model > "$O/test-mapped-mm.txt" 2>&1; echo "test cuda_mapped_make_model: exit $?"
-grep -hE "staged in|tensors mapped|FAIL|PASS|SKIP" "$O"/test-*.txt | head -40
 # MODES=1: then every load mode with every layer on the GPU, the bridge against llama.cpp's same
 # mode (bench/llama_modes.c --gpu: AUTO as llama.cpp resolves it there, MMAP for CUDA; the bridge
 # maps the input layer's tensors, as llama.cpp's mmap mode, and stages the rest)
