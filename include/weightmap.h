@@ -47,8 +47,8 @@ extern "C" {
  *     or changes its signature, no enum value changes meaning, and no struct field moves.
  *   - Public structs that cross the boundary by value or through a caller-owned pointer
  *     (wm_load_options, wm_cuda_options, wm_ledger, wm_model_stats, wm_read_options, and since
- *     1.7 wm_cost, wm_mem_available, wm_pool_options, wm_pool_stats, wm_pool_owner,
- *     wm_pool_counts) start with
+ *     1.7 wm_cost, wm_mem_available, wm_pool_options, wm_pool_stats, since 1.8
+ *     wm_pool_owner, wm_pool_counts) start with
  *     `uint32_t size`,
  *     the caller's sizeof, and only ever grow at the end. The library reads (or, for results,
  *     writes) only the first `size` bytes: fields a shorter, older struct lacks read as zero
@@ -1072,7 +1072,7 @@ WM_API uint64_t wm_pool_trim(wm_pool *pool);
  * back, then close again). NULL: WM_OK. Not to be called while another thread uses the pool. */
 WM_API wm_status wm_pool_close(wm_pool *pool, wm_error *err);
 
-/* ---- objects of other libraries in a pool (added in 1.7) ----
+/* ---- objects of other libraries in a pool (added in 1.8) ----
  * A pool can hold, beside weightmap's own models, objects that another library loads and frees
  * (a bridge's: wm_llama_pool_get in weightmap_llama.h holds llama.cpp models this way). The
  * object's owner hands the pool four functions (wm_pool_owner): what a load will cost, the

@@ -221,7 +221,7 @@ typedef enum wm_llama_prefetch {
  *       split_mode NONE and main_gpu < 0; that GPU alone with split_mode NONE) says it cannot map
  *       (ggml_backend_dev_props.caps.mmap_support false: CUDA and Vulkan integrated GPUs,
  *       OpenCL, Hexagon), then NONE. So: MMAP on a CPU, with layers on a discrete CUDA GPU
- *       (since 1.7's GPU path, mapped: below), on Metal and on a discrete Vulkan GPU; NONE on an
+ *       (since 1.8 also with layers on a GPU, mapped: below), on Metal and on a discrete Vulkan GPU; NONE on an
  *       integrated CUDA or Vulkan GPU, OpenCL and Hexagon. Where it resolves to MMAP but this load
  *       cannot map (below), it reads (NONE), says so in wm_llama_stats (load_mode_fell_back) and
  *       warns in llama.cpp's log.
@@ -313,7 +313,7 @@ WM_API wm_status wm_llama_load_file(const wm_file *file, const struct llama_mode
                                     const wm_llama_options *opts, struct llama_model **out,
                                     wm_error *err);
 
-/* ---- Models under a budget (added in 1.7; docs/LLAMA.md, "Models under a budget") ----
+/* ---- Models under a budget (added in 1.8; docs/LLAMA.md, "Models under a budget") ----
  *
  * What a load will cost before it runs, and llama models held in a wm_pool (weightmap.h) beside
  * weightmap's own models, under the pool's budget. */
