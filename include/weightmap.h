@@ -1039,6 +1039,25 @@ typedef struct wm_pool_stats {
     uint64_t sleeps;               /* device models put to sleep in pinned host memory */
     uint32_t asleep;               /* of the resident models, asleep in pinned host memory */
     double last_wake_seconds;      /* the last get's wake from pinned memory alone (0: none) */
+    /* The last get's wake from pinned memory (WM_POOL_SLEEP), part by part, in seconds (0:
+     * none): the device buffers made; the copies back (pieces queued over a few streams a
+     * device, until the last has ended); the host copy unregistered (unpinned); its pages given
+     * back. And the bytes it copied. */
+    double last_wake_alloc_seconds;
+    double last_wake_copy_seconds;
+    double last_wake_unregister_seconds;
+    double last_wake_free_seconds;
+    uint64_t last_wake_bytes;
+    /* The last get's sleeps (the idle models it put to sleep to make room; summed when several),
+     * whole and part by part, in seconds (0: none): the host copy's pages mapped; registered with
+     * the devices (pinned: the kernel faults every page in here); the copies from the devices;
+     * the device buffers freed. And the bytes they copied. */
+    double last_sleep_seconds;
+    double last_sleep_alloc_seconds;
+    double last_sleep_register_seconds;
+    double last_sleep_copy_seconds;
+    double last_sleep_free_seconds;
+    uint64_t last_sleep_bytes;
 } wm_pool_stats;
 
 #define WM_POOL_STATS_INIT WM_SIZED_INIT(wm_pool_stats)

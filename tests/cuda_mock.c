@@ -6,9 +6,10 @@
  * a machine without a GPU. It is strict where the real runtime is, and stricter where that finds
  * bugs:
  *   - "device memory" is malloc'd; cudaMemGetInfo reports a fixed total minus what is held;
- *   - copies are queued on their stream and only run when an event recorded after them, or
- *     the stream, is synchronised, so a slot refilled before its event has passed delivers
- *     the wrong bytes (the tests compare every byte);
+ *   - copies (host to device, and device to host for a sleeping model's weights) are queued on
+ *     their stream and only run when an event recorded after them, or the stream, is
+ *     synchronised, so a slot refilled (or a host copy read or freed) before its event has
+ *     passed delivers the wrong bytes (the tests compare every byte);
  *   - a copy must come from registered host memory, a registration must not overlap another,
  *     a read-only one must not be required to be writable, and unregistering an address that
  *     is not a registration's base gives cudaErrorHostMemoryNotRegistered;
@@ -61,6 +62,7 @@ static size_t n_blocks;
 
 typedef struct op {
     int is_event;
+    int d2h; /* device to host: dst is the registered host memory */
     void *dst;
     const void *src;
     size_t len;  /* bytes of a row */
@@ -366,8 +368,11 @@ static void drain(struct mock_stream *ms, size_t upto) {
     for (; ms->head < upto && ms->head < ms->n; ms->head++) {
         op *o = &ms->ops[ms->head];
         if (o->is_event) continue;
-        if (!registered(o->src, (o->rows - 1) * o->spitch + o->len)) {
-            fprintf(stderr, "cuda_mock: a queued copy's source was unregistered before it ran\n");
+        const void *host = o->d2h ? o->dst : o->src;
+        size_t pitch = o->d2h ? o->dpitch : o->spitch;
+        if (!registered(host, (o->rows - 1) * pitch + o->len)) {
+            fprintf(stderr, "cuda_mock: a queued copy's host memory was unregistered before it "
+                            "ran\n");
             abort();
         }
         for (size_t r = 0; r < o->rows; r++)
@@ -392,21 +397,26 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 }
 
 /* A host-to-device copy of `rows` rows of len bytes (spitch apart in the source, dpitch in the
- * destination), checked as the runtime would and queued on its stream. */
+ * destination), or a device-to-host one (a sleep's), checked as the runtime would and queued on
+ * its stream: the device side must be memory of the stream's device, the host side registered
+ * for it. */
 static cudaError_t queue_copy(void *dst, const void *src, size_t len, size_t rows, size_t spitch,
                               size_t dpitch, enum cudaMemcpyKind kind, cudaStream_t s) {
     struct mock_stream *ms = (struct mock_stream *)(void *)s;
     size_t src_span = (rows - 1) * spitch + len, dst_span = (rows - 1) * dpitch + len;
-    if (kind != cudaMemcpyHostToDevice || !rows || len > spitch || len > dpitch)
+    int d2h = kind == cudaMemcpyDeviceToHost;
+    if ((kind != cudaMemcpyHostToDevice && !d2h) || !rows || len > spitch || len > dpitch)
         return ret(cudaErrorInvalidValue);
     if (ms->device != current_device)
         return ret(device_violation("a copy queued on a stream of another device than the current",
                                     cudaErrorInvalidResourceHandle));
-    int dd = device_of(dst, dst_span);
+    int dd = d2h ? device_of(src, src_span) : device_of(dst, dst_span);
     if (dd != ms->device)
-        return ret(device_violation("a copy to memory of another device than its stream's",
+        return ret(device_violation(d2h ? "a copy from memory of another device than its stream's"
+                                        : "a copy to memory of another device than its stream's",
                                     cudaErrorInvalidValue));
-    int r = registered_for(src, src_span, ms->device);
+    int r =
+        d2h ? registered_for(dst, dst_span, ms->device) : registered_for(src, src_span, ms->device);
     if (r == 2)
         return ret(device_violation("a copy from a registration of another device that is not "
                                     "portable",
@@ -414,8 +424,13 @@ static cudaError_t queue_copy(void *dst, const void *src, size_t len, size_t row
     if (!r) return ret(cudaErrorInvalidValue);
     if (ms->n == MAX_OPS) drain(ms, ms->n);
     if (ms->n == MAX_OPS) return ret(cudaErrorMemoryAllocation);
-    ms->ops[ms->n++] =
-        (op){.dst = dst, .src = src, .len = len, .rows = rows, .spitch = spitch, .dpitch = dpitch};
+    ms->ops[ms->n++] = (op){.d2h = d2h,
+                            .dst = dst,
+                            .src = src,
+                            .len = len,
+                            .rows = rows,
+                            .spitch = spitch,
+                            .dpitch = dpitch};
     return cudaSuccess;
 }
 

@@ -206,15 +206,12 @@ static int op_copy_2d(wm__dev *dv, unsigned d, void *s, void *dst, size_t dpitch
                 "cudaMemcpy2DAsync");
 }
 
-/* A copy that has ended when it returns, either way (a sleeping model's weights). */
-static int op_copy_sync(wm__dev *dv, unsigned d, void *dst, const void *src, size_t len,
-                        bool to_device) {
+/* A device-to-host copy, queued (a sleeping model's weights, into its registered host copy). */
+static int op_copy_back(wm__dev *dv, unsigned d, void *s, void *dst, const void *src, size_t len) {
     int e = make_current(dv, d);
     if (e) return e;
-    return said(
-        dv,
-        CU(cudaMemcpy(dst, src, len, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost)),
-        "cudaMemcpy");
+    return said(dv, CU(cudaMemcpyAsync(dst, src, len, cudaMemcpyDeviceToHost, (cudaStream_t)s)),
+                "cudaMemcpyAsync");
 }
 
 static int op_event_record(wm__dev *dv, unsigned d, void *ev, void *s) {
@@ -256,7 +253,7 @@ static const wm__dev_ops cuda_ops = {
     .event_free = op_event_free,
     .copy = op_copy,
     .copy_2d = op_copy_2d,
-    .copy_sync = op_copy_sync,
+    .copy_back = op_copy_back,
     .event_record = op_event_record,
     .event_query = op_event_query,
     .event_wait = op_event_wait,
