@@ -111,6 +111,9 @@ uint64_t wm__staged_device_ptr(const wm_model *m, size_t tensor);
 #define WM__STAGED_SERIAL_RING 1u
 #define WM__STAGED_NO_REAP 2u
 void wm__staged_tune(size_t wsize, unsigned slots, unsigned flags);
+/* A sleep's and a wake's piece size (0: WM__SWAP_PIECE again), so that the tests' small models
+ * copy in many pieces, some not a page long. Not thread-safe: between sleeps. */
+void wm__staged_tune_swap(size_t piece);
 /* The base of the last staged ring (tests check that it is not registered after release). */
 void *wm__staged_last_ring(void);
 

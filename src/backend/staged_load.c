@@ -28,7 +28,7 @@
  * pins it, so a bigger window costs no serial faulting; it still means fewer, larger copies to
  * overlap. A registered window costs one registration, so there bigger is better (up to
  * MAX_WINDOW). bench/gpu.c changes them through wm__cuda_tune (cuda_tune.h), to measure. */
-wm__staged_tuning wm__staged_tuning_now = {(size_t)4 << 20, 2, false, false};
+wm__staged_tuning wm__staged_tuning_now = {(size_t)4 << 20, 2, false, false, WM__SWAP_PIECE};
 
 static _Atomic(void *) last_ring; /* test hook: base of the last staged ring */
 
@@ -42,6 +42,10 @@ void wm__staged_tune(size_t wsize, unsigned slots, unsigned flags) {
     if (slots) t->slots = slots > WM__STAGED_MAX_SLOTS ? WM__STAGED_MAX_SLOTS : slots;
     t->serial_ring = (flags & WM__STAGED_SERIAL_RING) != 0;
     t->no_reap = (flags & WM__STAGED_NO_REAP) != 0;
+}
+
+void wm__staged_tune_swap(size_t piece) {
+    wm__staged_tuning_now.swap_piece = piece ? piece : WM__SWAP_PIECE;
 }
 
 /* ---- the window plan ---- */
@@ -481,11 +485,12 @@ static int queues_make(const wm_model *m, wm__dev *dv, swap_queues *q) {
 static int queue_copies(wm_model *m, wm__dev *dv, staged_state *ss, swap_queues *q, bool back,
                         wm__swap_times *t, uint32_t *bad) {
     unsigned char *h = ss->host.base;
+    size_t piece = wm__staged_tuning_now.swap_piece;
     for (uint32_t c = 0; c < ss->n_buf; c++) {
         size_t size = m->chunks[c].size;
         unsigned d = m->chunks[c].device;
-        for (size_t off = 0; off < size; off += WM__SWAP_PIECE) {
-            size_t len = size - off < WM__SWAP_PIECE ? size - off : WM__SWAP_PIECE;
+        for (size_t off = 0; off < size; off += piece) {
+            size_t len = size - off < piece ? size - off : piece;
             void *s = q->stream[d][q->next[d]++ % WM__SWAP_STREAMS];
             int ce = back ? dv->ops->copy_back(dv, d, s, h + off, ss->buf[c] + off, len)
                           : dv->ops->copy(dv, d, s, ss->buf[c] + off, h + off, len);
