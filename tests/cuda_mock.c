@@ -10,6 +10,9 @@
  *     their stream and only run when an event recorded after them, or the stream, is
  *     synchronised, so a slot refilled (or a host copy read or freed) before its event has
  *     passed delivers the wrong bytes (the tests compare every byte);
+ *   - a stream destroyed with copies queued keeps them queued (the runtime runs them later);
+ *     memory freed or unregistered under such a copy aborts the test, and only
+ *     cudaDeviceSynchronize runs them;
  *   - a copy must come from registered host memory, a registration must not overlap another,
  *     a read-only one must not be required to be writable, and unregistering an address that
  *     is not a registration's base gives cudaErrorHostMemoryNotRegistered;
@@ -87,6 +90,11 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static reg regs[MAX_REG];
 static size_t n_regs;
 static size_t device_held;
+/* Copies still queued on a stream when it was destroyed: the runtime returns at once and runs
+ * them later, so they run here only at cudaDeviceSynchronize, and memory freed or unregistered
+ * under one of them aborts the test (a missing wait before a release). */
+static op orphans[MAX_OPS];
+static size_t n_orphans;
 static _Thread_local cudaError_t last_error;
 static _Thread_local int current_device;
 
@@ -228,10 +236,13 @@ static int device_of(const void *p, size_t len) {
     return d;
 }
 
+static void orphans_clear_of(const void *p, size_t len, const char *what);
+
 cudaError_t cudaFree(void *p) {
     OWN_THREAD();
     if (!p) return cudaSuccess;
     block *b = (block *)p - 1;
+    orphans_clear_of(p, b->len, "device memory freed");
     pthread_mutex_lock(&lock);
     device_held -= b->len;
     for (size_t i = 0; i < n_blocks; i++)
@@ -260,8 +271,11 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t len, enum cudaMemcpyKi
     return cudaSuccess;
 }
 
+static void orphans_run(void);
+
 cudaError_t cudaDeviceSynchronize(void) {
     OWN_THREAD();
+    orphans_run();
     return cudaSuccess;
 }
 
@@ -324,6 +338,7 @@ cudaError_t cudaHostUnregister(void *p) {
     pthread_mutex_lock(&lock);
     for (size_t i = 0; i < n_regs; i++)
         if (regs[i].base == a) {
+            orphans_clear_of(p, regs[i].len, "host memory unregistered");
             regs[i] = regs[--n_regs];
             e = cudaSuccess;
             break;
@@ -381,6 +396,14 @@ static void drain(struct mock_stream *ms, size_t upto) {
     if (ms->head == ms->n) ms->head = ms->n = 0;
 }
 
+static void orphans_run(void) {
+    for (size_t i = 0; i < n_orphans; i++)
+        for (size_t r = 0; r < orphans[i].rows; r++)
+            memcpy((char *)orphans[i].dst + r * orphans[i].dpitch,
+                   (const char *)orphans[i].src + r * orphans[i].spitch, orphans[i].len);
+    n_orphans = 0;
+}
+
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     OWN_THREAD();
     struct mock_stream *ms = (struct mock_stream *)(void *)s;
@@ -391,9 +414,28 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
     OWN_THREAD();
     struct mock_stream *ms = (struct mock_stream *)(void *)s;
-    drain(ms, ms->n);
+    for (; ms->head < ms->n; ms->head++)
+        if (!ms->ops[ms->head].is_event) {
+            if (n_orphans == MAX_OPS) abort();
+            orphans[n_orphans++] = ms->ops[ms->head];
+        }
     munmap(ms, sizeof *ms + MAX_OPS * sizeof(op));
     return cudaSuccess;
+}
+
+/* Aborts when [p, p + len) holds a byte a copy still queued (on a destroyed stream) reads or
+ * writes. */
+static void orphans_clear_of(const void *p, size_t len, const char *what) {
+    uintptr_t a = (uintptr_t)p;
+    for (size_t i = 0; i < n_orphans; i++) {
+        const op *o = &orphans[i];
+        uintptr_t s = (uintptr_t)o->src, d = (uintptr_t)o->dst;
+        size_t ss = (o->rows - 1) * o->spitch + o->len, ds = (o->rows - 1) * o->dpitch + o->len;
+        if ((s < a + len && a < s + ss) || (d < a + len && a < d + ds)) {
+            fprintf(stderr, "cuda_mock: %s under a copy still queued\n", what);
+            abort();
+        }
+    }
 }
 
 /* A host-to-device copy of `rows` rows of len bytes (spitch apart in the source, dpitch in the
