@@ -7,7 +7,10 @@
 #             in rotation through the pool with room on the device for one; every switch puts
 #             the idle one to sleep (its weights copied to pinned host memory, its device memory
 #             proven back by the ledger) and wakes the other (its weights copied back from pinned
-#             memory: the bus's speed). The target: a wake under 0.3 s for 8 GiB.
+#             memory: the bus's speed). The target: a wake under 0.3 s for 8 GiB. The
+#             table gives each wake and sleep part by part (swap --json's "wake" and "sleep":
+#             device buffers made, copies and their GiB/s, host copy unregistered and freed;
+#             host pages mapped, registered, copies, device buffers freed).
 #   evict     the same without --sleep: every switch evicts one and reloads the other from the
 #             page cache through the staged path.
 #   reload    `weightmap load A --mode heap --backend cuda:0 --cycles REPEAT`: the same reload
@@ -93,6 +96,21 @@ try:
           f"{gib / med(woke):.1f} GiB/s (target: under 0.3 s for 8 GiB); the whole switch (the "
           f"other put to sleep first, then the wake): median {med(switch):.3f} s; "
           f"sleeps={sw['sleeps']} unproven={sw['unproven']} ok={sw['ok']}")
+    def parts(kind, names):
+        rows = [r[kind] for r in sw["switches"] if kind in r]
+        if not rows:
+            print(f"  {kind}: no part-by-part figures (a build before the breakdown?)")
+            return
+        b = med([r["bytes"] for r in rows]) / 2**30
+        cp = med([r["copy_seconds"] for r in rows])
+        line = ", ".join(f"{n} {med([r[k] for r in rows]):.3f} s" for k, n in names)
+        print(f"  {kind} (median of {len(rows)}): whole {med([r['seconds'] for r in rows]):.3f} s"
+              f" = {line}; the copies {b / cp if cp else float('nan'):.1f} GiB/s of {b:.2f} GiB")
+    parts("wake", [("alloc_seconds", "device buffers"), ("copy_seconds", "copies"),
+                   ("unregister_seconds", "host copy unregistered"),
+                   ("free_seconds", "host pages freed")])
+    parts("sleep", [("alloc_seconds", "host pages"), ("register_seconds", "registered (pinned)"),
+                    ("copy_seconds", "copies"), ("free_seconds", "device buffers freed")])
 except Exception as e:
     print("sleep: no result:", e)
 try:
