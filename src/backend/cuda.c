@@ -19,6 +19,9 @@
  *     mapping registered with cudaHostRegisterReadOnly and unregistered once their events have
  *     passed, at most pinned_budget bytes at once. A private mapping is never registered: that
  *     would privatise every page.
+ * A loaded model's sleep and wake (the pool's) are the pipeline's too (staged_load.c): one host
+ * copy registered portable, cudaMemcpyAsync both ways in 64 MiB pieces over two streams a
+ * device, an event per stream waited for at the end.
  * Every fallible CUDA call first asks wm__fault_hit(WM_OS_DEVICE), so tests can fail the k-th
  * one; release calls cannot fail and are not counted. After a failure the runtime's last error
  * is cleared (on the loading thread, the only one that saw it), so the caller's next CUDA call
