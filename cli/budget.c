@@ -404,12 +404,12 @@ static void row_json(const swap_row *r, bool first) {
            ",\"evicted\":%u,\"resident\":%s,\"woke\":%s",
            r->seconds, r->wake_seconds, r->footprint, r->peak, r->returned, r->returned_device,
            r->evicted, r->hit ? "true" : "false", r->woke ? "true" : "false");
-    if (r->woke)
+    if (r->wake_bytes) /* a device model woken from pinned memory (not a mapped one's reload) */
         printf(",\"wake\":{\"seconds\":%.6f,\"alloc_seconds\":%.6f,\"copy_seconds\":%.6f,"
                "\"unregister_seconds\":%.6f,\"free_seconds\":%.6f,\"bytes\":%" PRIu64 "}",
                r->wake_seconds, r->wake_alloc, r->wake_copy, r->wake_unregister, r->wake_free,
                r->wake_bytes);
-    if (r->sleep_bytes || r->sleep_seconds > 0)
+    if (r->sleep_bytes)
         printf(",\"sleep\":{\"seconds\":%.6f,\"alloc_seconds\":%.6f,\"register_seconds\":%.6f,"
                "\"copy_seconds\":%.6f,\"free_seconds\":%.6f,\"bytes\":%" PRIu64 "}",
                r->sleep_seconds, r->sleep_alloc, r->sleep_register, r->sleep_copy, r->sleep_free,
