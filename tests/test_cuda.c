@@ -975,7 +975,7 @@ static void check_held(const held *want, const char *when) {
  * a little over 1 MiB that end inside pages), its device bytes (*dev) and its pieces (*pieces). */
 static wm_model *sleep_model(const char *path, wm_file **f, uint64_t *dev, uint64_t *pieces) {
     const size_t piece = ((size_t)1 << 20) + 333;
-    wm__staged_tune_swap(piece);
+    wm__staged_tune_swap(piece, 0, false);
     *f = OPEN_OK(path);
     wm_load_options o = cuda_opts(WM_MODE_HEAP);
     o.threads = 2;
@@ -1035,7 +1035,7 @@ WM_TEST(sleep_and_wake_bytes_and_ledger) {
     CHECK_MSG(wm__model_sleep(m, &err) == WM_OK, "sleep: %s", err.msg);
     wm_model_release(m);
     wm_file_close(f);
-    wm__staged_tune_swap(0);
+    wm__staged_tune_swap(0, 0, false);
     CHECK_LEDGER_EMPTY();
     CHECK_EQ(cudaGetLastError(), cudaSuccess);
 }
@@ -1103,7 +1103,7 @@ WM_TEST(fault_sweep_sleep_and_wake) {
     check_bytes(m);
     wm_model_release(m);
     wm_file_close(f);
-    wm__staged_tune_swap(0);
+    wm__staged_tune_swap(0, 0, false);
     CHECK_LEDGER_EMPTY();
 }
 #endif /* WM_HAVE_CUDA */

@@ -493,6 +493,11 @@ void wm__cuda_tune(size_t wsize, unsigned slots, unsigned flags) {
                         (flags & WM__CUDA_NO_REAP ? WM__STAGED_NO_REAP : 0));
 }
 
+/* bench/gpu.c's knobs of a sleep's and a wake's copies (cuda_tune.h). */
+void wm__cuda_tune_swap(size_t piece, unsigned streams, unsigned flags) {
+    wm__staged_tune_swap(piece, streams, (flags & WM__CUDA_SWAP_NO_HUGE) != 0);
+}
+
 /* ---- the init slot: starting the runtime ---- */
 
 /* How much wm_backend_init rehearses (wm__cuda_rehearsal changes it, to measure). */

@@ -111,9 +111,11 @@ uint64_t wm__staged_device_ptr(const wm_model *m, size_t tensor);
 #define WM__STAGED_SERIAL_RING 1u
 #define WM__STAGED_NO_REAP 2u
 void wm__staged_tune(size_t wsize, unsigned slots, unsigned flags);
-/* A sleep's and a wake's piece size (0: WM__SWAP_PIECE again), so that the tests' small models
- * copy in many pieces, some not a page long. Not thread-safe: between sleeps. */
-void wm__staged_tune_swap(size_t piece);
+/* A sleep's and a wake's copies: bytes a piece (0: WM__SWAP_PIECE), streams a device (0:
+ * WM__SWAP_STREAMS; at most WM__STAGED_MAX_STREAMS) and, with no_huge, no huge-page advice on
+ * the host copy: the tests' small models copy in many pieces, some not a page long, and
+ * bench/gpu measures the choices (cuda_tune.h). Not thread-safe: between sleeps. */
+void wm__staged_tune_swap(size_t piece, unsigned streams, bool no_huge);
 /* The base of the last staged ring (tests check that it is not registered after release). */
 void *wm__staged_last_ring(void);
 

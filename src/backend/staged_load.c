@@ -28,7 +28,10 @@
  * pins it, so a bigger window costs no serial faulting; it still means fewer, larger copies to
  * overlap. A registered window costs one registration, so there bigger is better (up to
  * MAX_WINDOW). bench/gpu.c changes them through wm__cuda_tune (cuda_tune.h), to measure. */
-wm__staged_tuning wm__staged_tuning_now = {(size_t)4 << 20, 2, false, false, WM__SWAP_PIECE};
+wm__staged_tuning wm__staged_tuning_now = {.window = (size_t)4 << 20,
+                                           .slots = 2,
+                                           .swap_piece = WM__SWAP_PIECE,
+                                           .swap_streams = WM__SWAP_STREAMS};
 
 static _Atomic(void *) last_ring; /* test hook: base of the last staged ring */
 
@@ -44,8 +47,13 @@ void wm__staged_tune(size_t wsize, unsigned slots, unsigned flags) {
     t->no_reap = (flags & WM__STAGED_NO_REAP) != 0;
 }
 
-void wm__staged_tune_swap(size_t piece) {
-    wm__staged_tuning_now.swap_piece = piece ? piece : WM__SWAP_PIECE;
+void wm__staged_tune_swap(size_t piece, unsigned streams, bool no_huge) {
+    wm__staged_tuning *t = &wm__staged_tuning_now;
+    t->swap_piece = piece ? piece : WM__SWAP_PIECE;
+    t->swap_streams = !streams                           ? WM__SWAP_STREAMS
+                      : streams > WM__STAGED_MAX_STREAMS ? WM__STAGED_MAX_STREAMS
+                                                         : streams;
+    t->swap_no_huge = no_huge;
 }
 
 /* ---- the window plan ---- */
@@ -431,7 +439,8 @@ static wm_status host_copy_make(wm_model *m, wm__dev *dv, staged_state *ss, wm__
     double t0 = wm__os_now();
     wm_status st = wm__region_pages(m, len, WM_LEDGER_HEAP, &ss->host, err);
     if (st) return st;
-    wm__os_advise(ss->host.base, len, WM_OS_ADV_HUGEPAGE); /* a hint: failure is harmless */
+    if (!wm__staged_tuning_now.swap_no_huge) /* a hint: failure is harmless */
+        wm__os_advise(ss->host.base, len, WM_OS_ADV_HUGEPAGE);
     double t1 = wm__os_now();
     t->host_alloc = t1 - t0;
     int ce = dv->ops->host_register(dv, ss->host.base, len, WM__HOST_PORTABLE);
@@ -449,10 +458,11 @@ static wm_status host_copy_make(wm_model *m, wm__dev *dv, staged_state *ss, wm__
     return dv->ops->fail(dv, ce, prefix, err);
 }
 
-/* The streams of a sleep's or a wake's copies, WM__SWAP_STREAMS a device, an event each. */
+/* The streams of a sleep's or a wake's copies, n a device (WM__SWAP_STREAMS), an event each. */
 typedef struct swap_queues {
-    void *stream[WM__STAGED_MAX_DEVS][WM__SWAP_STREAMS];
-    void *ev[WM__STAGED_MAX_DEVS][WM__SWAP_STREAMS];
+    void *stream[WM__STAGED_MAX_DEVS][WM__STAGED_MAX_STREAMS];
+    void *ev[WM__STAGED_MAX_DEVS][WM__STAGED_MAX_STREAMS];
+    unsigned n;
     unsigned next[WM__STAGED_MAX_DEVS]; /* the stream a device's next piece goes to */
 } swap_queues;
 
@@ -460,7 +470,7 @@ typedef struct swap_queues {
  * under a copy still queued. A release: cannot fail. */
 static void queues_free(wm__dev *dv, unsigned n_devs, swap_queues *q) {
     for (unsigned d = 0; d < n_devs; d++)
-        for (unsigned k = 0; k < WM__SWAP_STREAMS; k++) {
+        for (unsigned k = 0; k < q->n; k++) {
             if (q->stream[d][k]) {
                 dv->ops->stream_wait(dv, d, q->stream[d][k]);
                 dv->ops->stream_free(dv, d, q->stream[d][k]);
@@ -471,8 +481,9 @@ static void queues_free(wm__dev *dv, unsigned n_devs, swap_queues *q) {
 
 static int queues_make(const wm_model *m, wm__dev *dv, swap_queues *q) {
     int ce = 0;
+    q->n = wm__staged_tuning_now.swap_streams;
     for (unsigned d = 0; d < m->n_devs && !ce; d++)
-        for (unsigned k = 0; k < WM__SWAP_STREAMS && !ce; k++) {
+        for (unsigned k = 0; k < q->n && !ce; k++) {
             ce = dv->ops->stream_make(dv, d, &q->stream[d][k]);
             if (!ce) ce = dv->ops->event_make(dv, d, &q->ev[d][k]);
         }
@@ -491,7 +502,7 @@ static int queue_copies(wm_model *m, wm__dev *dv, staged_state *ss, swap_queues 
         unsigned d = m->chunks[c].device;
         for (size_t off = 0; off < size; off += piece) {
             size_t len = size - off < piece ? size - off : piece;
-            void *s = q->stream[d][q->next[d]++ % WM__SWAP_STREAMS];
+            void *s = q->stream[d][q->next[d]++ % q->n];
             int ce = back ? dv->ops->copy_back(dv, d, s, h + off, ss->buf[c] + off, len)
                           : dv->ops->copy(dv, d, s, ss->buf[c] + off, h + off, len);
             if (ce) {
@@ -506,10 +517,10 @@ static int queue_copies(wm_model *m, wm__dev *dv, staged_state *ss, swap_queues 
     *bad = ss->n_buf;
     int ce = 0;
     for (unsigned d = 0; d < m->n_devs && !ce; d++)
-        for (unsigned k = 0; k < WM__SWAP_STREAMS && !ce; k++)
+        for (unsigned k = 0; k < q->n && !ce; k++)
             ce = dv->ops->event_record(dv, d, q->ev[d][k], q->stream[d][k]);
     for (unsigned d = 0; d < m->n_devs && !ce; d++)
-        for (unsigned k = 0; k < WM__SWAP_STREAMS && !ce; k++)
+        for (unsigned k = 0; k < q->n && !ce; k++)
             ce = dv->ops->event_wait(dv, d, q->ev[d][k]);
     return ce;
 }

@@ -16,11 +16,15 @@
 
 /* How the pipeline runs (staged_load.c holds it; wm__staged_tune changes it, to measure). */
 typedef struct wm__staged_tuning {
-    size_t window;     /* staged window (slot) size */
-    unsigned slots;    /* slots per worker */
-    bool serial_ring;  /* register the ring before the readers start (they fault it in otherwise) */
-    bool no_reap;      /* never retire finished slots early with an event query */
-    size_t swap_piece; /* a sleep's and a wake's copies: bytes a copy (WM__SWAP_PIECE) */
+    size_t window;    /* staged window (slot) size */
+    unsigned slots;   /* slots per worker */
+    bool serial_ring; /* register the ring before the readers start (they fault it in otherwise) */
+    bool no_reap;     /* never retire finished slots early with an event query */
+    /* A sleep's and a wake's copies (wm__staged_tune_swap): bytes a copy (WM__SWAP_PIECE),
+     * streams a device (WM__SWAP_STREAMS), and no huge-page advice on the host copy. */
+    size_t swap_piece;
+    unsigned swap_streams;
+    bool swap_no_huge;
 } wm__staged_tuning;
 extern wm__staged_tuning wm__staged_tuning_now;
 
