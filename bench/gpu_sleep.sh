@@ -18,8 +18,9 @@
 #   parts     `bench/gpu sleep A --repeat REPEAT` with the default copies (64 MiB pieces over two
 #             streams, huge pages advised; bytes verified after the last wake), then with one
 #             choice changed at a time (1 or 4 streams, 16 MiB or 256 MiB pieces, no huge
-#             pages): the sleep and wake of one model without a pool, part by part, and how
-#             much of the host copy the kernel backed with huge pages.
+#             pages, no prefaulting threads before the registration): the sleep and wake of one
+#             model without a pool, part by part, and how much of the host copy the kernel
+#             backed with huge pages.
 #   bus       `bench/gpu h2d --bytes 8G`: pinned host-to-device copies of 8 GiB, the ceiling a
 #             pinned-memory sleep would wake at (the issue's target: under 0.3 s for 8 GiB).
 # Prints a table and writes the raw outputs to OUT.
@@ -87,7 +88,8 @@ say "sleep and wake alone, part by part, and the copies' choices (bench/gpu slee
 # the default (64 MiB pieces over 2 streams, huge pages advised; its bytes verified after),
 # then one choice changed at a time
 : >"$OUT/parts.jsonl"
-for v in "--verify" "--streams 1" "--streams 4" "--piece 16M" "--piece 256M" "--no-huge"; do
+for v in "--verify" "--streams 1" "--streams 4" "--piece 16M" "--piece 256M" "--no-huge" \
+    "--no-prefault"; do
     # shellcheck disable=SC2086 # $v is one or two words on purpose
     timeout 300 "$BUILD/bench/gpu" sleep "$A" --repeat "$REPEAT" $v >>"$OUT/parts.jsonl" \
         2>>"$OUT/parts.err"
@@ -157,6 +159,7 @@ try:
         r = json.loads(line)
         w, sl = r["wake"], r["sleep"]
         name = f"{r['piece'] >> 20}M x{r['streams']}" + ("" if r["huge_advised"] else " no-huge")
+        name += "" if r.get("prefault", True) else " no-prefault"
         if r["verified"] is not None:
             name += " verified" if r["verified"] else " DIFFERS"
         huge = r["anon_huge_asleep"] / r["bytes"] if r["bytes"] else 0

@@ -1051,9 +1051,9 @@ typedef struct wm_pool_stats {
     double last_wake_free_seconds;
     uint64_t last_wake_bytes;
     /* The last get's sleeps (the idle models it put to sleep to make room; summed when several),
-     * whole and part by part, in seconds (0: none): the host copy's pages mapped; registered with
-     * the devices (pinned: the kernel faults every page in here); the copies from the devices;
-     * the device buffers freed. And the bytes they copied. */
+     * whole and part by part, in seconds (0: none): the host copy's pages mapped and faulted in
+     * (by the load's threads, at once); registered with the devices (pinned); the copies from
+     * the devices; the device buffers freed. And the bytes they copied. */
     double last_sleep_seconds;
     double last_sleep_alloc_seconds;
     double last_sleep_register_seconds;

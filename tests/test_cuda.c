@@ -975,7 +975,7 @@ static void check_held(const held *want, const char *when) {
  * a little over 1 MiB that end inside pages), its device bytes (*dev) and its pieces (*pieces). */
 static wm_model *sleep_model(const char *path, wm_file **f, uint64_t *dev, uint64_t *pieces) {
     const size_t piece = ((size_t)1 << 20) + 333;
-    wm__staged_tune_swap(piece, 0, false);
+    wm__staged_tune_swap(piece, 0, false, false);
     *f = OPEN_OK(path);
     wm_load_options o = cuda_opts(WM_MODE_HEAP);
     o.threads = 2;
@@ -1035,7 +1035,7 @@ WM_TEST(sleep_and_wake_bytes_and_ledger) {
     CHECK_MSG(wm__model_sleep(m, &err) == WM_OK, "sleep: %s", err.msg);
     wm_model_release(m);
     wm_file_close(f);
-    wm__staged_tune_swap(0, 0, false);
+    wm__staged_tune_swap(0, 0, false, false);
     CHECK_LEDGER_EMPTY();
     CHECK_EQ(cudaGetLastError(), cudaSuccess);
 }
@@ -1061,9 +1061,10 @@ static uint64_t sweep_swap(wm_model *m, bool wake, wm_os_call kind) {
         CHECK_MSG(injected == 1, "%s call %llu of %llu was not met", wm__fault_call_name(kind),
                   (unsigned long long)k, (unsigned long long)n);
         CHECK_EQ(cudaGetLastError(), cudaSuccess);
-        if (st == WM_OK) { /* a hint's failure: done anyway; back as it was */
-            CHECK_MSG(kind == WM_OS_ADVISE, "%s: %s call %llu failed but it succeeded",
-                      wake ? "wake" : "sleep", wm__fault_call_name(kind), (unsigned long long)k);
+        if (st == WM_OK) { /* a hint's failure (advice, a prefaulting thread): done anyway */
+            CHECK_MSG(kind == WM_OS_ADVISE || kind == WM_OS_THREAD,
+                      "%s: %s call %llu failed but it succeeded", wake ? "wake" : "sleep",
+                      wm__fault_call_name(kind), (unsigned long long)k);
             CHECK_STATUS(wake ? wm__model_sleep(m, &err) : wm__model_wake(m, &err), WM_OK);
             continue;
         }
@@ -1103,7 +1104,7 @@ WM_TEST(fault_sweep_sleep_and_wake) {
     check_bytes(m);
     wm_model_release(m);
     wm_file_close(f);
-    wm__staged_tune_swap(0, 0, false);
+    wm__staged_tune_swap(0, 0, false, false);
     CHECK_LEDGER_EMPTY();
 }
 #endif /* WM_HAVE_CUDA */

@@ -44,6 +44,8 @@ static int parse_args(sleep_run *a, int argc, char **argv) {
             a->streams = (unsigned)v;
         } else if (!strcmp(argv[i], "--no-huge")) {
             a->flags |= WM__CUDA_SWAP_NO_HUGE;
+        } else if (!strcmp(argv[i], "--no-prefault")) {
+            a->flags |= WM__CUDA_SWAP_NO_PREFAULT;
         } else if (!strcmp(argv[i], "--verify")) {
             a->check = true;
         } else if (!strcmp(argv[i], "--repeat") && i + 1 < argc && parse_size(argv[++i], &v) && v) {
@@ -72,13 +74,16 @@ static double median_of(const wm__swap_times *t, unsigned n, size_t off) {
 static void print_run(const sleep_run *a, uint64_t bytes, bool verified) {
     double gib = (double)bytes / (1 << 30);
     printf("{\"bench\": \"sleep\", \"file\": \"%s\", \"bytes\": %" PRIu64 ", \"repeat\": %u, "
-           "\"piece\": %" PRIu64 ", \"streams\": %u, \"huge_advised\": %s, \"pieces\": %u, "
+           "\"piece\": %" PRIu64 ", \"streams\": %u, \"huge_advised\": %s, \"prefault\": %s, "
+           "\"pieces\": %u, "
            "\"anon_huge_asleep\": %" PRIu64 ", \"anon_huge_awake\": %" PRIu64
            ", \"pinned_asleep\": %" PRIu64 ", \"verified\": %s,\n",
            a->path, bytes, a->repeat, a->piece ? a->piece : (uint64_t)WM__SWAP_PIECE,
            a->streams ? a->streams : WM__SWAP_STREAMS,
-           a->flags & WM__CUDA_SWAP_NO_HUGE ? "false" : "true", a->woke[0].pieces, a->huge_asleep,
-           a->huge_awake, a->pinned_asleep, a->check ? (verified ? "true" : "false") : "null");
+           a->flags & WM__CUDA_SWAP_NO_HUGE ? "false" : "true",
+           a->flags & WM__CUDA_SWAP_NO_PREFAULT ? "false" : "true", a->woke[0].pieces,
+           a->huge_asleep, a->huge_awake, a->pinned_asleep,
+           a->check ? (verified ? "true" : "false") : "null");
     printf(" \"wake\": {\"seconds\": %.4f, \"device_alloc\": %.4f, \"copy\": %.4f, "
            "\"copy_gibps\": %.1f, \"host_unregister\": %.4f, \"host_free\": %.4f},\n",
            MED(woke, total), MED(woke, device_alloc), MED(woke, copy), gib / MED(woke, copy),

@@ -69,8 +69,8 @@ typedef struct wm__backend wm__backend;
  * host_alloc, host_register, copy and device_free; a wake device_alloc, copy, host_unregister
  * and host_free. */
 typedef struct wm__swap_times {
-    double host_alloc;      /* the host copy's pages mapped and advised (huge pages) */
-    double host_register;   /* the host copy registered with the devices (pinned: faulted in) */
+    double host_alloc;      /* the host copy's pages mapped, advised (huge pages), faulted in */
+    double host_register;   /* the host copy registered with the devices (pinned) */
     double device_alloc;    /* the device buffers made */
     double copy;            /* the copies: queues made, pieces issued, until the last has ended */
     double device_free;     /* the device buffers freed */

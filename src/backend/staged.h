@@ -90,7 +90,8 @@ void wm__staged_release(wm_model *m, wm__dev *dv);
  * Acquires nothing; WM_EINVAL for a pinned budget the load would refuse. */
 wm_status wm__staged_cost(const wm_model *m, const wm__staged_opts *o, wm_cost *c, wm_error *err);
 /* Sleep: the model's device buffers copied into one host copy (one page allocation of them all,
- * huge pages advised, one registration with every device; ledger: heap and pinned), in pieces
+ * huge pages advised, faulted in by the load's threads, then one registration with every device;
+ * ledger: heap and pinned), in pieces
  * of WM__SWAP_PIECE over WM__SWAP_STREAMS streams per device, one wait per stream at the end;
  * then the device buffers freed (the devices' bytes back). Wake: every device buffer made
  * first, the copies back likewise, then the host copy unregistered and freed (one call each);
@@ -112,10 +113,11 @@ uint64_t wm__staged_device_ptr(const wm_model *m, size_t tensor);
 #define WM__STAGED_NO_REAP 2u
 void wm__staged_tune(size_t wsize, unsigned slots, unsigned flags);
 /* A sleep's and a wake's copies: bytes a piece (0: WM__SWAP_PIECE), streams a device (0:
- * WM__SWAP_STREAMS; at most WM__STAGED_MAX_STREAMS) and, with no_huge, no huge-page advice on
- * the host copy: the tests' small models copy in many pieces, some not a page long, and
- * bench/gpu measures the choices (cuda_tune.h). Not thread-safe: between sleeps. */
-void wm__staged_tune_swap(size_t piece, unsigned streams, bool no_huge);
+ * WM__SWAP_STREAMS; at most WM__STAGED_MAX_STREAMS); with no_huge, no huge-page advice on the
+ * host copy; with no_prefault, the registration faults it in alone (no threads first). The
+ * tests' small models copy in many pieces, some not a page long, and bench/gpu measures the
+ * choices (cuda_tune.h). Not thread-safe: between sleeps. */
+void wm__staged_tune_swap(size_t piece, unsigned streams, bool no_huge, bool no_prefault);
 /* The base of the last staged ring (tests check that it is not registered after release). */
 void *wm__staged_last_ring(void);
 

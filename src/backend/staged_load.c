@@ -47,13 +47,14 @@ void wm__staged_tune(size_t wsize, unsigned slots, unsigned flags) {
     t->no_reap = (flags & WM__STAGED_NO_REAP) != 0;
 }
 
-void wm__staged_tune_swap(size_t piece, unsigned streams, bool no_huge) {
+void wm__staged_tune_swap(size_t piece, unsigned streams, bool no_huge, bool no_prefault) {
     wm__staged_tuning *t = &wm__staged_tuning_now;
     t->swap_piece = piece ? piece : WM__SWAP_PIECE;
     t->swap_streams = !streams                           ? WM__SWAP_STREAMS
                       : streams > WM__STAGED_MAX_STREAMS ? WM__STAGED_MAX_STREAMS
                                                          : streams;
     t->swap_no_huge = no_huge;
+    t->swap_no_prefault = no_prefault;
 }
 
 /* ---- the window plan ---- */
@@ -429,9 +430,42 @@ static size_t host_len(const wm_model *m, const staged_state *ss) {
     return len;
 }
 
+/* Faulting the host copy in before it is registered. The kernel zeroes every page it faults in,
+ * at one CPU's memory speed: cudaHostRegister faults what is not there yet on the calling
+ * thread, most of a second for 8 GiB. Faulted first by the load's threads (MADV_POPULATE_WRITE,
+ * slices of the piece size rounded up to whole huge pages), the registration only pins. A hint:
+ * where a thread cannot start or a slice cannot be faulted, the registration faults the rest. */
+typedef struct prefault_work {
+    unsigned char *base;
+    size_t len, slice;
+    _Atomic size_t next; /* the next slice's offset */
+} prefault_work;
+
+static void prefault_slices(void *arg) {
+    prefault_work *w = arg;
+    for (size_t off; (off = atomic_fetch_add(&w->next, w->slice)) < w->len;) {
+        size_t n = w->len - off < w->slice ? w->len - off : w->slice;
+        wm__os_advise(w->base + off, n, WM_OS_ADV_POPULATE_WRITE);
+    }
+}
+
+static void prefault(wm_model *m, unsigned char *base, size_t len) {
+    size_t slice = (size_t)wm__align_up(wm__staged_tuning_now.swap_piece, WM_OS_HUGE_PAGE);
+    prefault_work w = {.base = base, .len = len, .slice = slice};
+    size_t slices = (len + slice - 1) / slice;
+    unsigned n = wm__load_threads(m);
+    if (n > slices) n = (unsigned)slices;
+    wm_os_thread th[WM__MAX_THREADS];
+    wm__crew crew = {.fn = prefault_slices, .arg = &w, .th = th};
+    if (n > 1) (void)wm__crew_start(m->file->path, &crew, n - 1, NULL); /* fewer: still a hint */
+    prefault_slices(&w);                                                /* this thread too */
+    wm__crew_join(&crew);
+}
+
 /* The host copy of a model going to sleep: one page allocation (huge pages advised: a huge
- * page is one fault and one pin where 4 KiB pages are 512 of each), registered with every
- * device (portable) in one call. Times its parts into t. On failure nothing is held. */
+ * page is one fault and one pin where 4 KiB pages are 512 of each), faulted in by the load's
+ * threads, registered with every device (portable) in one call. Times its parts into t (the
+ * faulting in host_alloc). On failure nothing is held. */
 static wm_status host_copy_make(wm_model *m, wm__dev *dv, staged_state *ss, wm__swap_times *t,
                                 wm_error *err) {
     size_t len = host_len(m, ss);
@@ -441,6 +475,7 @@ static wm_status host_copy_make(wm_model *m, wm__dev *dv, staged_state *ss, wm__
     if (st) return st;
     if (!wm__staged_tuning_now.swap_no_huge) /* a hint: failure is harmless */
         wm__os_advise(ss->host.base, len, WM_OS_ADV_HUGEPAGE);
+    if (!wm__staged_tuning_now.swap_no_prefault) prefault(m, ss->host.base, len);
     double t1 = wm__os_now();
     t->host_alloc = t1 - t0;
     int ce = dv->ops->host_register(dv, ss->host.base, len, WM__HOST_PORTABLE);
