@@ -486,9 +486,7 @@ static wm_status host_copy_make(wm_model *m, wm__dev *dv, staged_state *ss, wm__
     }
     wm__region_free(&ss->host);
     char prefix[192];
-    snprintf(prefix, sizeof prefix,
-             "%s: putting the model to sleep: registering its host copy "
-             "(%zu bytes)",
+    snprintf(prefix, sizeof prefix, "%s: putting to sleep: registering the host copy (%zu bytes)",
              m->file->path, len);
     return dv->ops->fail(dv, ce, prefix, err);
 }
