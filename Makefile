@@ -85,7 +85,7 @@ test-cuda-mock: deps
 	@cmake -S . -B build-cuda-mock -G Ninja -DCMAKE_BUILD_TYPE=Debug -DWM_WERROR=ON -DCMAKE_C_COMPILER=clang \
 	  -DWM_FAULT_INJECTION=ON -DWM_CUDA_MOCK=ON -DWM_SANITIZE=address,undefined >/dev/null
 	@cmake --build build-cuda-mock --target test_cuda test_multi test_budget weightmap_cli
-	cd build-cuda-mock && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 $(CTEST) -R '^(cuda|multi)\.|^budget\.(cost_holds_for_the_cuda|pool_device_model|pool_sleep_fault)'
+	cd build-cuda-mock && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 $(CTEST) -R '^(cuda|multi)\.|^budget\.(cost_holds_for_the_cuda|pool_device_model|pool_sleep_fault|cli_swap_sleep)'
 
 # Fuzzing (docs/TESTING.md): libFuzzer harnesses tests/fuzz/fuzz_*.c in build-fuzz/ (clang, ASan,
 # UBSan, LSan). test-fuzz runs each from its corpus for FUZZ_CI_SECONDS (CI); fuzz is the long

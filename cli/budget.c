@@ -279,6 +279,10 @@ typedef struct swap_row {
     unsigned cycle;
     const char *file;
     double seconds, wake_seconds;
+    /* the get's wake and sleeps, part by part (wm_pool_stats' last_wake_* and last_sleep_*) */
+    double wake_alloc, wake_copy, wake_unregister, wake_free;
+    double sleep_seconds, sleep_alloc, sleep_register, sleep_copy, sleep_free;
+    uint64_t wake_bytes, sleep_bytes;
     int64_t footprint; /* from before the first load */
     uint64_t peak;     /* the ledger's host peak during the switch */
     uint64_t returned, returned_device;
@@ -353,6 +357,17 @@ static int one_switch(wm_pool *p, const budget_args *a, unsigned i, int64_t base
     wm_pool_stats_get(p, &s);
     r->seconds = s.last_get_seconds;
     r->wake_seconds = s.last_wake_seconds;
+    r->wake_alloc = s.last_wake_alloc_seconds;
+    r->wake_copy = s.last_wake_copy_seconds;
+    r->wake_unregister = s.last_wake_unregister_seconds;
+    r->wake_free = s.last_wake_free_seconds;
+    r->wake_bytes = s.last_wake_bytes;
+    r->sleep_seconds = s.last_sleep_seconds;
+    r->sleep_alloc = s.last_sleep_alloc_seconds;
+    r->sleep_register = s.last_sleep_register_seconds;
+    r->sleep_copy = s.last_sleep_copy_seconds;
+    r->sleep_free = s.last_sleep_free_seconds;
+    r->sleep_bytes = s.last_sleep_bytes;
     r->returned = s.last_returned;
     r->returned_device = s.last_returned_device;
     r->evicted = s.last_evicted;
@@ -363,6 +378,11 @@ static int one_switch(wm_pool *p, const budget_args *a, unsigned i, int64_t base
     return wm_pool_put(p, m, err) != WM_OK;
 }
 
+/* GiB/s of `bytes` in `seconds` (0 when either is 0). */
+static double gib_per_s(uint64_t bytes, double seconds) {
+    return bytes && seconds > 0 ? (double)bytes / (1 << 30) / seconds : 0;
+}
+
 static void row_text(const swap_row *r) {
     char b1[32], b2[32], b3[32];
     printf("%5u  %-28.28s %8.3f  %10s  %10s  %10s  %u%s\n", r->cycle, r->file, r->seconds,
@@ -371,6 +391,16 @@ static void row_text(const swap_row *r) {
            r->hit    ? " (resident)"
            : r->woke ? " (woke)"
                      : "");
+    if (r->sleep_bytes)
+        printf("       sleep %.3f s: host pages %.3f, registered %.3f, copies %.3f (%.1f GiB/s), "
+               "device freed %.3f\n",
+               r->sleep_seconds, r->sleep_alloc, r->sleep_register, r->sleep_copy,
+               gib_per_s(r->sleep_bytes, r->sleep_copy), r->sleep_free);
+    if (r->wake_bytes)
+        printf("       wake  %.3f s: device buffers %.3f, copies %.3f (%.1f GiB/s), unregistered "
+               "%.3f, host pages freed %.3f\n",
+               r->wake_seconds, r->wake_alloc, r->wake_copy, gib_per_s(r->wake_bytes, r->wake_copy),
+               r->wake_unregister, r->wake_free);
 }
 
 static void row_json(const swap_row *r, bool first) {
@@ -378,9 +408,20 @@ static void row_json(const swap_row *r, bool first) {
     cli_json_cstr(stdout, r->file);
     printf(",\"seconds\":%.6f,\"wake_seconds\":%.6f,\"footprint\":%" PRId64 ",\"peak\":%" PRIu64
            ",\"returned\":%" PRIu64 ",\"returned_device\":%" PRIu64
-           ",\"evicted\":%u,\"resident\":%s,\"woke\":%s}",
+           ",\"evicted\":%u,\"resident\":%s,\"woke\":%s",
            r->seconds, r->wake_seconds, r->footprint, r->peak, r->returned, r->returned_device,
            r->evicted, r->hit ? "true" : "false", r->woke ? "true" : "false");
+    if (r->wake_bytes) /* a device model woken from pinned memory (not a mapped one's reload) */
+        printf(",\"wake\":{\"seconds\":%.6f,\"alloc_seconds\":%.6f,\"copy_seconds\":%.6f,"
+               "\"unregister_seconds\":%.6f,\"free_seconds\":%.6f,\"bytes\":%" PRIu64 "}",
+               r->wake_seconds, r->wake_alloc, r->wake_copy, r->wake_unregister, r->wake_free,
+               r->wake_bytes);
+    if (r->sleep_bytes)
+        printf(",\"sleep\":{\"seconds\":%.6f,\"alloc_seconds\":%.6f,\"register_seconds\":%.6f,"
+               "\"copy_seconds\":%.6f,\"free_seconds\":%.6f,\"bytes\":%" PRIu64 "}",
+               r->sleep_seconds, r->sleep_alloc, r->sleep_register, r->sleep_copy, r->sleep_free,
+               r->sleep_bytes);
+    printf("}");
 }
 
 typedef struct swap_verdict {

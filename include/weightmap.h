@@ -1012,11 +1012,13 @@ typedef struct wm_pool_options {
 
 /* wm_pool_options.flags: where a device needs room and an idle model of a backend that can
  * sleep (CUDA) holds it, the model sleeps rather than goes, if the host budget has room for it:
- * its device memory copied into page-allocated host memory registered with the device (ledger:
- * heap and pinned) and freed on the device (proven by the ledger as an eviction is); its next
- * get wakes it, copying the weights back at the bus's speed, with new device pointers (ask
- * wm_model_tensor_device_ptr again after every get). A sleeping model holds its host copy,
- * charged to the budget, until it wakes or is evicted. */
+ * its device memory copied into one page-allocated host copy of exactly its device bytes,
+ * registered with the devices (ledger: heap and pinned), and freed on the device (proven by the
+ * ledger as an eviction is); its next get wakes it, copying the weights back at the bus's speed
+ * (pieces queued over a few streams a device, every device buffer made first), with new device
+ * pointers (ask wm_model_tensor_device_ptr again after every get), and gives the host copy
+ * back. A sleeping model holds its host copy, charged to the budget, until it wakes or is
+ * evicted. wm_pool_stats' last_wake_* and last_sleep_* say where the time went. */
 #define WM_POOL_SLEEP 1u
 
 typedef struct wm_pool_stats {
@@ -1040,6 +1042,25 @@ typedef struct wm_pool_stats {
     uint64_t sleeps;               /* device models put to sleep in pinned host memory */
     uint32_t asleep;               /* of the resident models, asleep in pinned host memory */
     double last_wake_seconds;      /* the last get's wake from pinned memory alone (0: none) */
+    /* The last get's wake from pinned memory (WM_POOL_SLEEP), part by part, in seconds (0:
+     * none): the device buffers made; the copies back (pieces queued over a few streams a
+     * device, until the last has ended); the host copy unregistered (unpinned); its pages given
+     * back. And the bytes it copied. */
+    double last_wake_alloc_seconds;
+    double last_wake_copy_seconds;
+    double last_wake_unregister_seconds;
+    double last_wake_free_seconds;
+    uint64_t last_wake_bytes;
+    /* The last get's sleeps (the idle models it put to sleep to make room; summed when several),
+     * whole and part by part, in seconds (0: none): the host copy's pages mapped and faulted in
+     * (by the load's threads, at once); registered with the devices (pinned); the copies from
+     * the devices; the device buffers freed. And the bytes they copied. */
+    double last_sleep_seconds;
+    double last_sleep_alloc_seconds;
+    double last_sleep_register_seconds;
+    double last_sleep_copy_seconds;
+    double last_sleep_free_seconds;
+    uint64_t last_sleep_bytes;
 } wm_pool_stats;
 
 #define WM_POOL_STATS_INIT WM_SIZED_INIT(wm_pool_stats)

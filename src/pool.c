@@ -264,6 +264,13 @@ static wm_status sleep_entry(wm_pool *p, entry *e, wm_error *err) {
     }
     uint64_t dev = fell(b.cat[WM_LEDGER_DEVICE].current, a.cat[WM_LEDGER_DEVICE].current);
     recredit(e, &b, &a, db, da);
+    const wm__swap_times *t = &e->model->slept;
+    p->st.last_sleep_seconds += t->total;
+    p->st.last_sleep_alloc_seconds += t->host_alloc;
+    p->st.last_sleep_register_seconds += t->host_register;
+    p->st.last_sleep_copy_seconds += t->copy;
+    p->st.last_sleep_free_seconds += t->device_free;
+    p->st.last_sleep_bytes += t->bytes;
     p->st.sleeps++;
     p->st.unproven += !proven;
     p->st.returned_device += dev;
@@ -282,6 +289,12 @@ static wm_status wake_entry(wm_pool *p, entry *e, wm_error *err) {
     if (st) return st;
     snapshot(&a, da);
     recredit(e, &b, &a, db, da);
+    const wm__swap_times *t = &e->model->woke;
+    p->st.last_wake_alloc_seconds = t->device_alloc;
+    p->st.last_wake_copy_seconds = t->copy;
+    p->st.last_wake_unregister_seconds = t->host_unregister;
+    p->st.last_wake_free_seconds = t->host_free;
+    p->st.last_wake_bytes = t->bytes;
     p->st.wakes++;
     return WM_OK;
 }
@@ -544,6 +557,16 @@ static wm_status get_locked(wm_pool *p, const char *path, const wm_load_options 
     return WM_OK;
 }
 
+/* The last get's wake and sleep parts, zeroed at the start of a get. */
+static void last_parts_clear(wm_pool_stats *s) {
+    s->last_wake_alloc_seconds = s->last_wake_copy_seconds = 0;
+    s->last_wake_unregister_seconds = s->last_wake_free_seconds = 0;
+    s->last_wake_bytes = 0;
+    s->last_sleep_seconds = s->last_sleep_alloc_seconds = s->last_sleep_register_seconds = 0;
+    s->last_sleep_copy_seconds = s->last_sleep_free_seconds = 0;
+    s->last_sleep_bytes = 0;
+}
+
 wm_status wm_pool_get(wm_pool *p, const char *path, const wm_load_options *opts, wm_model **out,
                       wm_error *err) {
     if (out) *out = NULL;
@@ -555,6 +578,7 @@ wm_status wm_pool_get(wm_pool *p, const char *path, const wm_load_options *opts,
     p->st.last_returned_device = 0;
     p->st.last_evicted = 0;
     p->st.last_wake_seconds = 0;
+    last_parts_clear(&p->st);
     wm_status st = get_locked(p, path, opts, out, err);
     p->st.last_get_seconds = wm__os_now() - t0;
     wm__os_mutex_unlock(&p->mu);

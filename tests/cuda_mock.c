@@ -6,9 +6,13 @@
  * a machine without a GPU. It is strict where the real runtime is, and stricter where that finds
  * bugs:
  *   - "device memory" is malloc'd; cudaMemGetInfo reports a fixed total minus what is held;
- *   - copies are queued on their stream and only run when an event recorded after them, or
- *     the stream, is synchronised, so a slot refilled before its event has passed delivers
- *     the wrong bytes (the tests compare every byte);
+ *   - copies (host to device, and device to host for a sleeping model's weights) are queued on
+ *     their stream and only run when an event recorded after them, or the stream, is
+ *     synchronised, so a slot refilled (or a host copy read or freed) before its event has
+ *     passed delivers the wrong bytes (the tests compare every byte);
+ *   - a stream destroyed with copies queued keeps them queued (the runtime runs them later);
+ *     memory freed or unregistered under such a copy aborts the test, and only
+ *     cudaDeviceSynchronize runs them;
  *   - a copy must come from registered host memory, a registration must not overlap another,
  *     a read-only one must not be required to be writable, and unregistering an address that
  *     is not a registration's base gives cudaErrorHostMemoryNotRegistered;
@@ -61,6 +65,7 @@ static size_t n_blocks;
 
 typedef struct op {
     int is_event;
+    int d2h; /* device to host: dst is the registered host memory */
     void *dst;
     const void *src;
     size_t len;  /* bytes of a row */
@@ -85,6 +90,11 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static reg regs[MAX_REG];
 static size_t n_regs;
 static size_t device_held;
+/* Copies still queued on a stream when it was destroyed: the runtime returns at once and runs
+ * them later, so they run here only at cudaDeviceSynchronize, and memory freed or unregistered
+ * under one of them aborts the test (a missing wait before a release). */
+static op orphans[MAX_OPS];
+static size_t n_orphans;
 static _Thread_local cudaError_t last_error;
 static _Thread_local int current_device;
 
@@ -226,10 +236,13 @@ static int device_of(const void *p, size_t len) {
     return d;
 }
 
+static void orphans_clear_of(const void *p, size_t len, const char *what);
+
 cudaError_t cudaFree(void *p) {
     OWN_THREAD();
     if (!p) return cudaSuccess;
     block *b = (block *)p - 1;
+    orphans_clear_of(p, b->len, "device memory freed");
     pthread_mutex_lock(&lock);
     device_held -= b->len;
     for (size_t i = 0; i < n_blocks; i++)
@@ -258,8 +271,11 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t len, enum cudaMemcpyKi
     return cudaSuccess;
 }
 
+static void orphans_run(void);
+
 cudaError_t cudaDeviceSynchronize(void) {
     OWN_THREAD();
+    orphans_run();
     return cudaSuccess;
 }
 
@@ -322,6 +338,7 @@ cudaError_t cudaHostUnregister(void *p) {
     pthread_mutex_lock(&lock);
     for (size_t i = 0; i < n_regs; i++)
         if (regs[i].base == a) {
+            orphans_clear_of(p, regs[i].len, "host memory unregistered");
             regs[i] = regs[--n_regs];
             e = cudaSuccess;
             break;
@@ -366,14 +383,25 @@ static void drain(struct mock_stream *ms, size_t upto) {
     for (; ms->head < upto && ms->head < ms->n; ms->head++) {
         op *o = &ms->ops[ms->head];
         if (o->is_event) continue;
-        if (!registered(o->src, (o->rows - 1) * o->spitch + o->len)) {
-            fprintf(stderr, "cuda_mock: a queued copy's source was unregistered before it ran\n");
+        const void *host = o->d2h ? o->dst : o->src;
+        size_t pitch = o->d2h ? o->dpitch : o->spitch;
+        if (!registered(host, (o->rows - 1) * pitch + o->len)) {
+            fprintf(stderr, "cuda_mock: a queued copy's host memory was unregistered before it "
+                            "ran\n");
             abort();
         }
         for (size_t r = 0; r < o->rows; r++)
             memcpy((char *)o->dst + r * o->dpitch, (const char *)o->src + r * o->spitch, o->len);
     }
     if (ms->head == ms->n) ms->head = ms->n = 0;
+}
+
+static void orphans_run(void) {
+    for (size_t i = 0; i < n_orphans; i++)
+        for (size_t r = 0; r < orphans[i].rows; r++)
+            memcpy((char *)orphans[i].dst + r * orphans[i].dpitch,
+                   (const char *)orphans[i].src + r * orphans[i].spitch, orphans[i].len);
+    n_orphans = 0;
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
@@ -386,27 +414,51 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
     OWN_THREAD();
     struct mock_stream *ms = (struct mock_stream *)(void *)s;
-    drain(ms, ms->n);
+    for (; ms->head < ms->n; ms->head++)
+        if (!ms->ops[ms->head].is_event) {
+            if (n_orphans == MAX_OPS) abort();
+            orphans[n_orphans++] = ms->ops[ms->head];
+        }
     munmap(ms, sizeof *ms + MAX_OPS * sizeof(op));
     return cudaSuccess;
 }
 
+/* Aborts when [p, p + len) holds a byte a copy still queued (on a destroyed stream) reads or
+ * writes. */
+static void orphans_clear_of(const void *p, size_t len, const char *what) {
+    uintptr_t a = (uintptr_t)p;
+    for (size_t i = 0; i < n_orphans; i++) {
+        const op *o = &orphans[i];
+        uintptr_t s = (uintptr_t)o->src, d = (uintptr_t)o->dst;
+        size_t ss = (o->rows - 1) * o->spitch + o->len, ds = (o->rows - 1) * o->dpitch + o->len;
+        if ((s < a + len && a < s + ss) || (d < a + len && a < d + ds)) {
+            fprintf(stderr, "cuda_mock: %s under a copy still queued\n", what);
+            abort();
+        }
+    }
+}
+
 /* A host-to-device copy of `rows` rows of len bytes (spitch apart in the source, dpitch in the
- * destination), checked as the runtime would and queued on its stream. */
+ * destination), or a device-to-host one (a sleep's), checked as the runtime would and queued on
+ * its stream: the device side must be memory of the stream's device, the host side registered
+ * for it. */
 static cudaError_t queue_copy(void *dst, const void *src, size_t len, size_t rows, size_t spitch,
                               size_t dpitch, enum cudaMemcpyKind kind, cudaStream_t s) {
     struct mock_stream *ms = (struct mock_stream *)(void *)s;
     size_t src_span = (rows - 1) * spitch + len, dst_span = (rows - 1) * dpitch + len;
-    if (kind != cudaMemcpyHostToDevice || !rows || len > spitch || len > dpitch)
+    int d2h = kind == cudaMemcpyDeviceToHost;
+    if ((kind != cudaMemcpyHostToDevice && !d2h) || !rows || len > spitch || len > dpitch)
         return ret(cudaErrorInvalidValue);
     if (ms->device != current_device)
         return ret(device_violation("a copy queued on a stream of another device than the current",
                                     cudaErrorInvalidResourceHandle));
-    int dd = device_of(dst, dst_span);
+    int dd = d2h ? device_of(src, src_span) : device_of(dst, dst_span);
     if (dd != ms->device)
-        return ret(device_violation("a copy to memory of another device than its stream's",
+        return ret(device_violation(d2h ? "a copy from memory of another device than its stream's"
+                                        : "a copy to memory of another device than its stream's",
                                     cudaErrorInvalidValue));
-    int r = registered_for(src, src_span, ms->device);
+    int r =
+        d2h ? registered_for(dst, dst_span, ms->device) : registered_for(src, src_span, ms->device);
     if (r == 2)
         return ret(device_violation("a copy from a registration of another device that is not "
                                     "portable",
@@ -414,8 +466,13 @@ static cudaError_t queue_copy(void *dst, const void *src, size_t len, size_t row
     if (!r) return ret(cudaErrorInvalidValue);
     if (ms->n == MAX_OPS) drain(ms, ms->n);
     if (ms->n == MAX_OPS) return ret(cudaErrorMemoryAllocation);
-    ms->ops[ms->n++] =
-        (op){.dst = dst, .src = src, .len = len, .rows = rows, .spitch = spitch, .dpitch = dpitch};
+    ms->ops[ms->n++] = (op){.d2h = d2h,
+                            .dst = dst,
+                            .src = src,
+                            .len = len,
+                            .rows = rows,
+                            .spitch = spitch,
+                            .dpitch = dpitch};
     return cudaSuccess;
 }
 

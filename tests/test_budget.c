@@ -801,6 +801,44 @@ WM_TEST(pool_sleep_fault_sweep_leaves_nothing) {
     CHECK(res.failed > 0);
 }
 
+/* `swap --sleep` on the CUDA backend (the cuda-mock lane) says where each wake and sleep spent
+ * its time, and what they copied: the model's device bytes. */
+WM_TEST(cli_swap_sleep_prints_the_wake_and_the_sleep_part_by_part) {
+    wm_error err;
+    wm_status st = wm_backend_init(WM_BACKEND_CUDA, 0, &err);
+    if (st == WM_EUNSUPPORTED || st == WM_EDEVICE) WM_SKIP("no CUDA backend or device here");
+    CHECK_STATUS(st, WM_OK);
+    char names[2][512];
+    for (int i = 0; i < 2; i++) {
+        char nm[32], opts[64];
+        snprintf(nm, sizeof nm, "w%d.gguf", i);
+        snprintf(opts, sizeof opts, "--size 4M --seed %d", i + 1);
+        snprintf(names[i], sizeof names[i], "%s", wmt_make_model(nm, opts));
+    }
+    wm_load_options o = WM_LOAD_OPTIONS_INIT;
+    o.mode = WM_MODE_HEAP;
+    o.backend = WM_BACKEND_CUDA;
+    wm_file *f = OPEN_OK(names[0]);
+    wm_cost c = WM_COST_INIT;
+    CHECK_STATUS(wm_model_cost(f, &o, &c, &err), WM_OK);
+    wm_file_close(f);
+    uint64_t dev = c.device_peak[0];
+    static char out[1 << 16];
+    char args[2048], want[128];
+    snprintf(args, sizeof args,
+             "swap %s %s --cycles 2 --budget 1G --device-budget %llu --backend cuda --sleep "
+             "--threads 2 --json",
+             names[0], names[1], (unsigned long long)(dev + dev / 2));
+    CHECK_EQ(wmt_cli(args, out, sizeof out) <= 1, 1); /* 1: ASan's quarantine (see above) */
+    const char *w = strstr(out, "\"wake\":{\"seconds\":");
+    const char *sl = strstr(out, "\"sleep\":{\"seconds\":");
+    CHECK_MSG(w && sl && strstr(out, "\"sleeps\":3") && strstr(out, "\"unproven\":0"), "%s", out);
+    snprintf(want, sizeof want, "\"bytes\":%llu}", (unsigned long long)dev);
+    CHECK_MSG(strstr(w, want) && strstr(sl, want), "no %s in %s", want, out);
+    CHECK_MSG(strstr(w, "\"unregister_seconds\":") && strstr(sl, "\"register_seconds\":"), "%s",
+              out);
+}
+
 /* ---- threads ---- */
 
 #define THREADS 4

@@ -7,7 +7,9 @@
  * give the device's free memory back to its baseline and leave the ledger at 0; the pinned
  * figure never exceeds the budget; after release the old ring is no longer registered; each
  * k-th CUDA call (and each k-th OS call of every kind) failed in turn gives a clean error and
- * holds nothing.
+ * holds nothing. A model put to sleep (its device memory to one pinned host copy) and woken holds
+ * exactly what the ledger says at each step and the file's bytes after, and every call of a
+ * sleep or a wake failed in turn leaves it as it was.
  * Without a GPU the no-device error (library and CLI) and the refused options are checked.
  * Built with -DWM_CUDA_MOCK=ON the same cases run against tests/cuda_mock.c, and one more checks
  * that a load calls CUDA only on the loading thread (the runtime keeps host memory for every
@@ -37,6 +39,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/cuda_tune.h" /* wm__cuda_test_last_ring */
+#include "backend/staged.h"    /* wm__model_sleep, wm__model_wake, wm__staged_tune_swap */
 #endif
 
 /* ---- helpers ---- */
@@ -941,4 +944,167 @@ WM_TEST(fault_sweep_os_registered) {
     sweep_os(wmt_make_model("m.gguf", "--size 4M --format gguf"), sweep_opts(1));
 }
 
+/* ---- sleep and wake (the pool's WM_POOL_SLEEP, src/backend/staged_load.c) ---- */
+
+/* The ledger's host, pinned and device bytes and regions now. */
+typedef struct held {
+    uint64_t bytes[WM_LEDGER_COUNT], regions[WM_LEDGER_COUNT];
+} held;
+
+static held held_now(void) {
+    wm_ledger l = WM_LEDGER_INIT;
+    wm_ledger_get(&l);
+    held h;
+    for (int c = 0; c < WM_LEDGER_COUNT; c++) {
+        h.bytes[c] = l.cat[c].current;
+        h.regions[c] = l.cat[c].regions;
+    }
+    return h;
+}
+
+static void check_held(const held *want, const char *when) {
+    held h = held_now();
+    for (int c = 0; c < WM_LEDGER_COUNT; c++)
+        CHECK_MSG(h.bytes[c] == want->bytes[c] && h.regions[c] == want->regions[c],
+                  "%s: ledger category %d holds %llu bytes in %llu regions, not %llu in %llu", when,
+                  c, (unsigned long long)h.bytes[c], (unsigned long long)h.regions[c],
+                  (unsigned long long)want->bytes[c], (unsigned long long)want->regions[c]);
+}
+
+/* A model on the device in chunks of up to 5 MiB (so several buffers, each copied in pieces of
+ * a little over 1 MiB that end inside pages), its device bytes (*dev) and its pieces (*pieces). */
+static wm_model *sleep_model(const char *path, wm_file **f, uint64_t *dev, uint64_t *pieces) {
+    const size_t piece = ((size_t)1 << 20) + 333;
+    wm__staged_tune_swap(piece, 0, false, false);
+    *f = OPEN_OK(path);
+    wm_load_options o = cuda_opts(WM_MODE_HEAP);
+    o.threads = 2;
+    o.max_buffer_size = (uint64_t)5 << 20;
+    wm_model *m = NULL;
+    wm_error err;
+    CHECK_MSG(wm_model_load(*f, &o, &m, &err) == WM_OK, "load: %s", err.msg);
+    wm_model_stats s = WM_MODEL_STATS_INIT;
+    wm_model_stats_get(m, &s);
+    CHECK(s.buffers >= 2);
+    *dev = s.device_bytes;
+    *pieces = 0;
+    for (uint32_t c = 0; c < m->n_chunks; c++)
+        *pieces += (m->chunks[c].size + piece - 1) / piece;
+    CHECK(*pieces > s.buffers);
+    return m;
+}
+
+/* Sleep and wake, twice: asleep, the device's bytes are back and the host copy holds exactly
+ * them, pinned, in one region (the ledger); awake, the device holds the file's bytes again and
+ * the host copy is gone; each part of each is timed. */
+WM_TEST(sleep_and_wake_bytes_and_ledger) {
+    NEED_GPU();
+    wm_error err;
+    CHECK_STATUS(wm_backend_init(WM_BACKEND_CUDA, 0, &err), WM_OK);
+    const char *path = wmt_make_model("m.gguf", "--size 12M --format gguf");
+    wm_file *f;
+    uint64_t dev, pieces;
+    wm_model *m = sleep_model(path, &f, &dev, &pieces);
+    held awake = held_now(), asleep = awake;
+    CHECK_EQ(awake.bytes[WM_LEDGER_DEVICE], dev);
+    CHECK_EQ(awake.bytes[WM_LEDGER_PINNED], 0);
+    asleep.bytes[WM_LEDGER_DEVICE] = 0;
+    asleep.regions[WM_LEDGER_DEVICE] = 0;
+    asleep.bytes[WM_LEDGER_PINNED] = dev; /* the host copy, to the byte */
+    asleep.regions[WM_LEDGER_PINNED] = 1; /* one registration */
+    asleep.bytes[WM_LEDGER_HEAP] += dev;
+    asleep.regions[WM_LEDGER_HEAP] += 1; /* one page allocation */
+    for (int cycle = 0; cycle < 2; cycle++) {
+        CHECK_MSG(wm__model_sleep(m, &err) == WM_OK, "sleep: %s", err.msg);
+        check_held(&asleep, "asleep");
+        CHECK_EQ(wm_model_tensor_device_ptr(m, 0), 0);
+        CHECK_EQ(m->slept.bytes, dev);
+        CHECK_EQ(m->slept.pieces, pieces);
+        CHECK(m->slept.total > 0 && m->slept.copy > 0 && m->slept.host_register > 0);
+        CHECK_STATUS(wm__model_sleep(m, &err), WM_EINVAL); /* asleep already */
+        CHECK_MSG(wm__model_wake(m, &err) == WM_OK, "wake: %s", err.msg);
+        check_held(&awake, "awake");
+        CHECK_EQ(m->woke.bytes, dev);
+        CHECK_EQ(m->woke.pieces, pieces);
+        CHECK(m->woke.total > 0 && m->woke.copy > 0 && m->woke.device_alloc > 0);
+        CHECK(m->woke.host_unregister > 0 && m->woke.host_free > 0);
+        check_bytes(m);
+    }
+    CHECK_STATUS(wm__model_wake(m, &err), WM_EINVAL); /* awake already */
+    /* released asleep: the host copy goes with the model */
+    CHECK_MSG(wm__model_sleep(m, &err) == WM_OK, "sleep: %s", err.msg);
+    wm_model_release(m);
+    wm_file_close(f);
+    wm__staged_tune_swap(0, 0, false, false);
+    CHECK_LEDGER_EMPTY();
+    CHECK_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+/* Fails the k-th call of `kind` in a sleep (wake: a wake) for every k: a failed sleep leaves
+ * the model awake with its bytes, a failed wake leaves it asleep, and either holds exactly what
+ * it held before (the ledger, category by category); only a failed hint (advice) may succeed.
+ * Returns the calls of that kind the clean run made. */
+static uint64_t sweep_swap(wm_model *m, bool wake, wm_os_call kind) {
+    wm_error err;
+    wm__fault_reset();
+    CHECK_STATUS(wake ? wm__model_wake(m, &err) : wm__model_sleep(m, &err), WM_OK);
+    uint64_t n = wm__fault_count(kind);
+    wm__fault_reset();
+    CHECK_STATUS(wake ? wm__model_sleep(m, &err) : wm__model_wake(m, &err), WM_OK);
+    held before = held_now();
+    for (uint64_t k = 1; k <= n; k++) {
+        wm__fault_reset();
+        wm__fault_arm(kind, k, k % 3 ? EIO : ENOMEM);
+        wm_status st = wake ? wm__model_wake(m, &err) : wm__model_sleep(m, &err);
+        uint64_t injected = wm__fault_injected();
+        wm__fault_reset();
+        CHECK_MSG(injected == 1, "%s call %llu of %llu was not met", wm__fault_call_name(kind),
+                  (unsigned long long)k, (unsigned long long)n);
+        CHECK_EQ(cudaGetLastError(), cudaSuccess);
+        if (st == WM_OK) { /* a hint's failure (advice, a prefaulting thread): done anyway */
+            CHECK_MSG(kind == WM_OS_ADVISE || kind == WM_OS_THREAD,
+                      "%s: %s call %llu failed but it succeeded", wake ? "wake" : "sleep",
+                      wm__fault_call_name(kind), (unsigned long long)k);
+            CHECK_STATUS(wake ? wm__model_sleep(m, &err) : wm__model_wake(m, &err), WM_OK);
+            continue;
+        }
+        CHECK_MSG(st == WM_EDEVICE || st == WM_ENOMEM, "%s call %llu: %s: %s",
+                  wm__fault_call_name(kind), (unsigned long long)k, wm_status_name(st), err.msg);
+        CHECK_EQ(wm__model_asleep(m), wake);
+        check_held(&before, wake ? "after a failed wake" : "after a failed sleep");
+        if (!wake) check_bytes(m);
+    }
+    return n;
+}
+
+/* Every call of a sleep and of a wake, of every kind (CUDA, pages, allocations, advice), failed
+ * in turn: the model is as it was and nothing more is held; then it wakes with the file's
+ * bytes and its release leaves nothing. */
+WM_TEST(fault_sweep_sleep_and_wake) {
+    NEED_GPU();
+    wm_error err;
+    CHECK_STATUS(wm_backend_init(WM_BACKEND_CUDA, 0, &err), WM_OK);
+    const char *path = wmt_make_model("m.gguf", "--size 6M --format gguf");
+    wm_file *f;
+    uint64_t dev, pieces;
+    wm_model *m = sleep_model(path, &f, &dev, &pieces);
+    uint64_t device_calls = 0;
+    for (int kind = 0; kind < WM_OS_CALL_COUNT; kind++) {
+        uint64_t n = sweep_swap(m, false, (wm_os_call)kind);
+        if (kind == WM_OS_DEVICE) device_calls = n;
+    }
+    /* a sleep: register, per device two streams and two events, every piece, two records and
+     * two waits (the current device is set once) */
+    CHECK_MSG(device_calls >= 1 + 4 + pieces + 4, "%llu CUDA calls in a sleep",
+              (unsigned long long)device_calls);
+    CHECK_MSG(wm__model_sleep(m, &err) == WM_OK, "sleep: %s", err.msg);
+    for (int kind = 0; kind < WM_OS_CALL_COUNT; kind++)
+        (void)sweep_swap(m, true, (wm_os_call)kind);
+    CHECK_MSG(wm__model_wake(m, &err) == WM_OK, "wake: %s", err.msg);
+    check_bytes(m);
+    wm_model_release(m);
+    wm_file_close(f);
+    wm__staged_tune_swap(0, 0, false, false);
+    CHECK_LEDGER_EMPTY();
+}
 #endif /* WM_HAVE_CUDA */

@@ -9,6 +9,9 @@
  * an event recorded across devices and a copy from a non-portable registration of another
  * device; the cases require its violation count to stay 0.
  *
+ * A model over two devices put to sleep (one pinned host copy, portable) and woken: each
+ * device's ledger figure falls to 0 and comes back, and every tensor is the file's again.
+ *
  * Tensor parallelism (CPU heap, and the CUDA staged path): rank r of W holds exactly its slice
  * of each split tensor (compared with the file's bytes, slice by slice), and the load reads
  * exactly the slices plus the replicated tensors: the library's own count (stats.bytes_read)
@@ -23,6 +26,7 @@
 #include "cuda_mock.h" /* wm__cuda_mock_violations, in -DWM_CUDA_MOCK=ON builds */
 #include "wmtest.h"
 
+#include "backend/backend.h" /* wm__model_sleep, wm__model_wake */
 #include "os/fault.h"
 
 #include <errno.h>
@@ -387,8 +391,47 @@ static wm_load_options two_devices(wm_mode mode, wm_placement placement) {
                              .placement = placement};
 }
 
+/* Puts a model over two devices to sleep and wakes it (the pool's WM_POOL_SLEEP): asleep, both
+ * devices' ledger figures are 0 and the one host copy (portable: both devices copy from it)
+ * holds their bytes, pinned; awake, each device holds what it held and every tensor the file's
+ * bytes again. The mock refuses a copy from a registration another device may not use. */
+static void sleep_and_wake_two(wm_model *m, const wm_file *f, const shard_bytes *file) {
+    wm_ledger_stat d0, d1, a0, a1;
+    CHECK_STATUS(wm_ledger_device(0, &d0), WM_OK);
+    CHECK_STATUS(wm_ledger_device(1, &d1), WM_OK);
+    wm_error err;
+    CHECK_MSG(wm__model_sleep(m, &err) == WM_OK, "sleep: %s", err.msg);
+    no_violations();
+    CHECK_STATUS(wm_ledger_device(0, &a0), WM_OK);
+    CHECK_STATUS(wm_ledger_device(1, &a1), WM_OK);
+    CHECK(a0.current == 0 && a1.current == 0);
+    wm_ledger l = WM_LEDGER_INIT;
+    wm_ledger_get(&l);
+    CHECK_EQ(l.cat[WM_LEDGER_PINNED].current, d0.current + d1.current);
+    CHECK_MSG(wm__model_wake(m, &err) == WM_OK, "wake: %s", err.msg);
+    no_violations();
+    CHECK_STATUS(wm_ledger_device(0, &a0), WM_OK);
+    CHECK_STATUS(wm_ledger_device(1, &a1), WM_OK);
+    CHECK(a0.current == d0.current && a1.current == d1.current);
+    wm_ledger_get(&l);
+    CHECK_EQ(l.cat[WM_LEDGER_PINNED].current, 0);
+    for (size_t i = 0; i < wm_file_tensor_count(f); i++) {
+        wm_tensor_info t;
+        CHECK_STATUS(wm_file_tensor(f, i, &t), WM_OK);
+        if (!t.nbytes) continue;
+        unsigned char *got = malloc(t.nbytes);
+        CHECK(got);
+        read_back(m, i, got, t.nbytes);
+        CHECK_MSG(memcmp(got, file->b[t.shard] + t.offset, t.nbytes) == 0,
+                  "tensor '%s' differs on device %d after a wake", t.name,
+                  wm_model_tensor_device(m, i));
+        free(got);
+    }
+}
+
 /* Loads over devices 0 and 1 with `placement`; every tensor whole on its device, the per-device
- * ledger exactly its buffers, everything back after release. Returns tensors on device 1. */
+ * ledger exactly its buffers, everything back after release; in mode heap the model sleeps and
+ * wakes too. Returns tensors on device 1. */
 static size_t load_two(const char *path, wm_placement placement, wm_mode mode) {
     wm_file *f;
     wm_error err;
@@ -430,6 +473,7 @@ static size_t load_two(const char *path, wm_placement placement, wm_mode mode) {
     CHECK(d0.current >= on[0] && d1.current >= on[1]);
     CHECK(d0.current < on[0] + 64 * (count[0] + 1) && d1.current < on[1] + 64 * (count[1] + 1));
     CHECK_EQ(l.cat[WM_LEDGER_PINNED].current, 0);
+    if (mode == WM_MODE_HEAP) sleep_and_wake_two(m, f, &file);
     wm_model_release(m);
     CHECK_STATUS(wm_ledger_device(0, &d0), WM_OK);
     CHECK_STATUS(wm_ledger_device(1, &d1), WM_OK);

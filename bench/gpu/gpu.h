@@ -60,6 +60,7 @@ int gpu_h2d(int argc, char **argv);      /* h2d.c */
 int gpu_pread(int argc, char **argv);    /* pread.c */
 int gpu_cycles(int argc, char **argv);   /* cycles.c */
 int gpu_register(int argc, char **argv); /* register.c */
+int gpu_sleep(int argc, char **argv);    /* sleep.c */
 #ifdef WM_HAVE_NCCL
 int gpu_ranks(int argc, char **argv); /* ranks.c */
 #endif

@@ -64,6 +64,23 @@ typedef struct wm__place {
 
 typedef struct wm__backend wm__backend;
 
+/* Where a backend's sleep or wake (wm__model_sleep, wm__model_wake) spent its time, in seconds,
+ * part by part (staged_load.c fills them; the pool's stats report them). A sleep fills
+ * host_alloc, host_register, copy and device_free; a wake device_alloc, copy, host_unregister
+ * and host_free. */
+typedef struct wm__swap_times {
+    double host_alloc;      /* the host copy's pages mapped, advised (huge pages), faulted in */
+    double host_register;   /* the host copy registered with the devices (pinned) */
+    double device_alloc;    /* the device buffers made */
+    double copy;            /* the copies: queues made, pieces issued, until the last has ended */
+    double device_free;     /* the device buffers freed */
+    double host_unregister; /* the host copy unregistered */
+    double host_free;       /* the host copy's pages given back */
+    double total;           /* the whole call */
+    uint64_t bytes;         /* bytes copied */
+    uint32_t pieces;        /* copies issued */
+} wm__swap_times;
+
 struct wm_model {
     wm_file *file;
     wm_load_options opts;        /* copy, for the load only: convert rules, devices, select and
@@ -83,7 +100,8 @@ struct wm_model {
     uint32_t n_chunks;
 
     wm_model_stats stats;
-    bool asleep;   /* the backend's sleep moved its device memory to pinned host memory */
+    bool asleep; /* the backend's sleep moved its device memory to pinned host memory */
+    wm__swap_times slept, woke; /* the last sleep's and the last wake's parts */
     wm__reader rd; /* the load's reader (read/reader.h): its policy, direct descriptors and
                       counts (stats.bytes_read, read_direct, read_buffered at the load's end) */
 };

@@ -19,6 +19,9 @@
  *     mapping registered with cudaHostRegisterReadOnly and unregistered once their events have
  *     passed, at most pinned_budget bytes at once. A private mapping is never registered: that
  *     would privatise every page.
+ * A loaded model's sleep and wake (the pool's) are the pipeline's too (staged_load.c): one host
+ * copy registered portable, cudaMemcpyAsync both ways in 64 MiB pieces over two streams a
+ * device, an event per stream waited for at the end.
  * Every fallible CUDA call first asks wm__fault_hit(WM_OS_DEVICE), so tests can fail the k-th
  * one; release calls cannot fail and are not counted. After a failure the runtime's last error
  * is cleared (on the loading thread, the only one that saw it), so the caller's next CUDA call
@@ -206,15 +209,12 @@ static int op_copy_2d(wm__dev *dv, unsigned d, void *s, void *dst, size_t dpitch
                 "cudaMemcpy2DAsync");
 }
 
-/* A copy that has ended when it returns, either way (a sleeping model's weights). */
-static int op_copy_sync(wm__dev *dv, unsigned d, void *dst, const void *src, size_t len,
-                        bool to_device) {
+/* A device-to-host copy, queued (a sleeping model's weights, into its registered host copy). */
+static int op_copy_back(wm__dev *dv, unsigned d, void *s, void *dst, const void *src, size_t len) {
     int e = make_current(dv, d);
     if (e) return e;
-    return said(
-        dv,
-        CU(cudaMemcpy(dst, src, len, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost)),
-        "cudaMemcpy");
+    return said(dv, CU(cudaMemcpyAsync(dst, src, len, cudaMemcpyDeviceToHost, (cudaStream_t)s)),
+                "cudaMemcpyAsync");
 }
 
 static int op_event_record(wm__dev *dv, unsigned d, void *ev, void *s) {
@@ -256,7 +256,7 @@ static const wm__dev_ops cuda_ops = {
     .event_free = op_event_free,
     .copy = op_copy,
     .copy_2d = op_copy_2d,
-    .copy_sync = op_copy_sync,
+    .copy_back = op_copy_back,
     .event_record = op_event_record,
     .event_query = op_event_query,
     .event_wait = op_event_wait,
@@ -491,6 +491,12 @@ void wm__cuda_tune(size_t wsize, unsigned slots, unsigned flags) {
     wm__staged_tune(wsize, slots,
                     (flags & WM__CUDA_SERIAL_RING ? WM__STAGED_SERIAL_RING : 0) |
                         (flags & WM__CUDA_NO_REAP ? WM__STAGED_NO_REAP : 0));
+}
+
+/* bench/gpu.c's knobs of a sleep's and a wake's copies (cuda_tune.h). */
+void wm__cuda_tune_swap(size_t piece, unsigned streams, unsigned flags) {
+    wm__staged_tune_swap(piece, streams, (flags & WM__CUDA_SWAP_NO_HUGE) != 0,
+                         (flags & WM__CUDA_SWAP_NO_PREFAULT) != 0);
 }
 
 /* ---- the init slot: starting the runtime ---- */

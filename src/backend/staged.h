@@ -52,10 +52,9 @@ typedef struct wm__dev_ops {
     int (*copy)(wm__dev *dv, unsigned d, void *stream, void *dst, const void *src, size_t len);
     int (*copy_2d)(wm__dev *dv, unsigned d, void *stream, void *dst, size_t dpitch, const void *src,
                    size_t spitch, size_t width, size_t rows);
-    /* Copies len bytes between host memory registered with host_register and device d's memory
-     * (to_device: host to device), ended when it returns (a sleeping model's weights). */
-    int (*copy_sync)(wm__dev *dv, unsigned d, void *dst, const void *src, size_t len,
-                     bool to_device);
+    /* Queues a device-to-host copy of len bytes from device d's memory into host memory
+     * registered with host_register (a sleeping model's weights). */
+    int (*copy_back)(wm__dev *dv, unsigned d, void *stream, void *dst, const void *src, size_t len);
     /* Records ev after what the stream holds; query: whether it has passed (*done, without
      * waiting); wait: until it has. */
     int (*event_record)(wm__dev *dv, unsigned d, void *ev, void *stream);
@@ -90,12 +89,17 @@ void wm__staged_release(wm_model *m, wm__dev *dv);
 /* What wm__staged_load would acquire for the plan in m, added into c (cost.c's categories).
  * Acquires nothing; WM_EINVAL for a pinned budget the load would refuse. */
 wm_status wm__staged_cost(const wm_model *m, const wm__staged_opts *o, wm_cost *c, wm_error *err);
-/* Sleep: every chunk's device buffer copied into page-allocated host memory registered with
- * the device (ledger: heap and pinned), then the device buffer freed (the device's bytes back).
- * Wake: device buffers made again, the copies put back, the host memory unregistered and freed;
+/* Sleep: the model's device buffers copied into one host copy (one page allocation of them all,
+ * huge pages advised, faulted in by the load's threads, then one registration with every device;
+ * ledger: heap and pinned), in pieces
+ * of WM__SWAP_PIECE over WM__SWAP_STREAMS streams per device, one wait per stream at the end;
+ * then the device buffers freed (the devices' bytes back). Wake: every device buffer made
+ * first, the copies back likewise, then the host copy unregistered and freed (one call each);
  * the tensors' device pointers are new. Each either completes or leaves the model as it was
- * (awake, or asleep) with nothing else held. Only a loaded model; wm__staged_release frees a
- * sleeping one's host copies. */
+ * (awake, or asleep) with nothing else held, and writes its parts' times into m->slept or
+ * m->woke. Only a loaded model; wm__staged_release frees a sleeping one's host copy. */
+#define WM__SWAP_PIECE ((size_t)64 << 20)
+#define WM__SWAP_STREAMS 2u
 wm_status wm__staged_sleep(wm_model *m, wm__dev *dv, wm_error *err);
 wm_status wm__staged_wake(wm_model *m, wm__dev *dv, wm_error *err);
 /* The chunks' buffers (index = chunk; NULL for an empty chunk), or NULL before a load. */
@@ -108,6 +112,12 @@ uint64_t wm__staged_device_ptr(const wm_model *m, size_t tensor);
 #define WM__STAGED_SERIAL_RING 1u
 #define WM__STAGED_NO_REAP 2u
 void wm__staged_tune(size_t wsize, unsigned slots, unsigned flags);
+/* A sleep's and a wake's copies: bytes a piece (0: WM__SWAP_PIECE), streams a device (0:
+ * WM__SWAP_STREAMS; at most WM__STAGED_MAX_STREAMS); with no_huge, no huge-page advice on the
+ * host copy; with no_prefault, the registration faults it in alone (no threads first). The
+ * tests' small models copy in many pieces, some not a page long, and bench/gpu measures the
+ * choices (cuda_tune.h). Not thread-safe: between sleeps. */
+void wm__staged_tune_swap(size_t piece, unsigned streams, bool no_huge, bool no_prefault);
 /* The base of the last staged ring (tests check that it is not registered after release). */
 void *wm__staged_last_ring(void);
 

@@ -9,7 +9,8 @@
  * crosses a window boundary is copied in pieces. When a load returns, its host memory is gone:
  * the model holds device memory only.
  *
- * Sections: tuning; the window plan; sizing; sources; filling; buffers, release and pointers.
+ * Sections: tuning; the window plan; sizing; sources; filling; buffers, release and pointers;
+ * sleep and wake (a loaded model's device memory to one pinned host copy and back); cost.
  */
 #include "staged_pipe.h"
 
@@ -27,7 +28,10 @@
  * pins it, so a bigger window costs no serial faulting; it still means fewer, larger copies to
  * overlap. A registered window costs one registration, so there bigger is better (up to
  * MAX_WINDOW). bench/gpu.c changes them through wm__cuda_tune (cuda_tune.h), to measure. */
-wm__staged_tuning wm__staged_tuning_now = {(size_t)4 << 20, 2, false, false};
+wm__staged_tuning wm__staged_tuning_now = {.window = (size_t)4 << 20,
+                                           .slots = 2,
+                                           .swap_piece = WM__SWAP_PIECE,
+                                           .swap_streams = WM__SWAP_STREAMS};
 
 static _Atomic(void *) last_ring; /* test hook: base of the last staged ring */
 
@@ -41,6 +45,16 @@ void wm__staged_tune(size_t wsize, unsigned slots, unsigned flags) {
     if (slots) t->slots = slots > WM__STAGED_MAX_SLOTS ? WM__STAGED_MAX_SLOTS : slots;
     t->serial_ring = (flags & WM__STAGED_SERIAL_RING) != 0;
     t->no_reap = (flags & WM__STAGED_NO_REAP) != 0;
+}
+
+void wm__staged_tune_swap(size_t piece, unsigned streams, bool no_huge, bool no_prefault) {
+    wm__staged_tuning *t = &wm__staged_tuning_now;
+    t->swap_piece = piece ? piece : WM__SWAP_PIECE;
+    t->swap_streams = !streams                           ? WM__SWAP_STREAMS
+                      : streams > WM__STAGED_MAX_STREAMS ? WM__STAGED_MAX_STREAMS
+                                                         : streams;
+    t->swap_no_huge = no_huge;
+    t->swap_no_prefault = no_prefault;
 }
 
 /* ---- the window plan ---- */
@@ -307,10 +321,31 @@ out:
 typedef struct staged_state {
     unsigned char **buf;
     uint32_t n_buf; /* entries of buf filled so far (release frees [0, n_buf)) */
-    /* Asleep (wm__staged_sleep): each chunk's bytes in page-allocated host memory registered
-     * with the devices, buf[] all NULL; NULL when awake. */
-    wm__region *host;
+    /* Asleep (wm__staged_sleep): buf[] all NULL, and every chunk's bytes in `host`, one after
+     * the other in chunk order (host_len: no padding, so the host copy is the device bytes to
+     * the byte), registered with the devices; `host` is empty for a model of no bytes. */
+    bool asleep;
+    wm__region host;
 } staged_state;
+
+/* Device memory of chunk c, counted as it is made; `what` (or NULL) says what for in the error. */
+static wm_status make_buffer(wm_model *m, wm__dev *dv, staged_state *ss, uint32_t c,
+                             const char *what, wm_error *err) {
+    size_t size = m->chunks[c].size;
+    unsigned d = m->chunks[c].device;
+    void *b = NULL;
+    int ce = dv->ops->alloc(dv, d, size, &b);
+    if (ce) {
+        char prefix[192];
+        snprintf(prefix, sizeof prefix, "%s: %s%sallocating %zu bytes for buffer %u on device %d",
+                 m->file->path, what ? what : "", what ? ": " : "", size, c, m->devs[d]);
+        return dv->ops->fail(dv, ce, prefix, err);
+    }
+    ss->buf[c] = b;
+    wm__ledger_device_acquire(m->devs[d], size);
+    m->stats.device_bytes += size;
+    return WM_OK;
+}
 
 /* Device memory: one buffer per chunk, counted as it is made; a chunk in the caller's memory
  * (wm__chunk.ext) is that memory, neither made nor counted. */
@@ -320,22 +355,11 @@ static wm_status alloc_device(wm_model *m, wm__dev *dv, staged_state *ss, wm_err
     if (!ss->buf) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory", m->file->path);
     for (uint32_t c = 0; c < m->n_chunks; c++) {
         size_t size = m->chunks[c].size;
-        unsigned d = m->chunks[c].device;
         if (size && m->chunks[c].ext) {
             ss->buf[c] = (unsigned char *)(uintptr_t)m->chunks[c].ext;
         } else if (size) {
-            void *b = NULL;
-            int ce = dv->ops->alloc(dv, d, size, &b);
-            if (ce) {
-                char prefix[160];
-                snprintf(prefix, sizeof prefix,
-                         "%s: allocating %zu bytes for buffer %u on device %d", m->file->path, size,
-                         c, m->devs[d]);
-                return dv->ops->fail(dv, ce, prefix, err);
-            }
-            ss->buf[c] = b;
-            wm__ledger_device_acquire(m->devs[d], size);
-            m->stats.device_bytes += size;
+            wm_status st = make_buffer(m, dv, ss, c, NULL, err);
+            if (st) return st;
         }
         ss->n_buf = c + 1;
     }
@@ -351,29 +375,39 @@ wm_status wm__staged_load(wm_model *m, wm__dev *dv, const wm__staged_opts *o, wm
     return st;
 }
 
-/* A sleeping model's host copies: unregistered, then freed (registrations before pages). */
-static void host_copies_free(wm__dev *dv, wm__region *host, uint32_t n) {
-    for (uint32_t c = 0; host && c < n; c++) {
-        if (!host[c].base) continue;
-        dv->ops->host_unregister(dv, host[c].base);
-        wm__ledger_release(WM_LEDGER_PINNED, host[c].len);
-        wm__region_free(&host[c]);
-    }
-    wm__free(host);
-}
-
-void wm__staged_release(wm_model *m, wm__dev *dv) {
-    staged_state *ss = m->bctx;
-    if (!ss) return;
-    host_copies_free(dv, ss->host, ss->n_buf);
-    ss->host = NULL;
+/* The device buffers made (not the caller's memory) freed and uncounted, their entries NULL. */
+static void device_buffers_free(wm_model *m, wm__dev *dv, staged_state *ss) {
     for (uint32_t c = 0; c < ss->n_buf; c++) {
         if (!ss->buf[c] || m->chunks[c].ext) continue; /* the caller's memory stays */
         unsigned d = m->chunks[c].device;
         dv->ops->free(dv, d, ss->buf[c]);
         wm__ledger_device_release(m->devs[d], m->chunks[c].size);
         m->stats.device_bytes -= m->chunks[c].size;
+        ss->buf[c] = NULL;
     }
+}
+
+/* A sleeping model's host copy: unregistered, then its pages freed (registration before pages),
+ * each part timed into t when t is not NULL. Accepts an empty region; leaves it empty. */
+static void host_copy_free(wm__dev *dv, staged_state *ss, wm__swap_times *t) {
+    wm__region *r = &ss->host;
+    if (!r->base) return;
+    double t0 = wm__os_now();
+    dv->ops->host_unregister(dv, r->base);
+    wm__ledger_release(WM_LEDGER_PINNED, r->len);
+    double t1 = wm__os_now();
+    wm__region_free(r);
+    if (t) {
+        t->host_unregister = t1 - t0;
+        t->host_free = wm__os_now() - t1;
+    }
+}
+
+void wm__staged_release(wm_model *m, wm__dev *dv) {
+    staged_state *ss = m->bctx;
+    if (!ss) return;
+    host_copy_free(dv, ss, NULL);
+    device_buffers_free(m, dv, ss);
     wm__free(ss->buf);
     wm__free(ss);
     m->bctx = NULL;
@@ -381,106 +415,224 @@ void wm__staged_release(wm_model *m, wm__dev *dv) {
 
 /* ---- sleep and wake ---- */
 
-/* One chunk's host copy: pages, registered, filled from the device. */
-static wm_status sleep_chunk(wm_model *m, wm__dev *dv, staged_state *ss, uint32_t c,
-                             wm_error *err) {
-    size_t size = m->chunks[c].size;
-    unsigned d = m->chunks[c].device;
-    wm__region *r = &ss->host[c];
-    wm_status st = wm__region_pages(m, size, WM_LEDGER_HEAP, r, err);
-    if (st) return st;
-    wm__os_advise(r->base, r->len, WM_OS_ADV_HUGEPAGE); /* a hint: failure is harmless */
-    int ce = dv->ops->host_register(dv, r->base, r->len, WM__HOST_PORTABLE);
-    if (!ce) {
-        wm__ledger_acquire(WM_LEDGER_PINNED, r->len);
-        ce = dv->ops->copy_sync(dv, d, r->base, ss->buf[c], size, false);
-        if (!ce) return WM_OK;
-        dv->ops->host_unregister(dv, r->base);
-        wm__ledger_release(WM_LEDGER_PINNED, r->len);
+/* Why pieces of WM__SWAP_PIECE (64 MiB) over WM__SWAP_STREAMS (2) streams a device: at the bus's
+ * ~50 GiB/s a piece takes ~1.3 ms, so a copy call's own cost (microseconds) is under 1% of it,
+ * and an 8 GiB model is 128 calls; with two streams the copy engine always has the next piece
+ * queued behind the one it runs, whatever a stream does between them, and a chunk of several
+ * GiB is not one copy that a failure or a wait must take whole. Every piece is queued before
+ * the first wait: one event per stream, recorded after its last piece, waited for at the end. */
+
+/* The host copy's bytes: every chunk's, packed in chunk order. */
+static size_t host_len(const wm_model *m, const staged_state *ss) {
+    size_t len = 0;
+    for (uint32_t c = 0; c < ss->n_buf; c++)
+        len += m->chunks[c].size;
+    return len;
+}
+
+/* Faulting the host copy in before it is registered. The kernel zeroes every page it faults in,
+ * at one CPU's memory speed: cudaHostRegister faults what is not there yet on the calling
+ * thread, most of a second for 8 GiB. Faulted first by the load's threads (MADV_POPULATE_WRITE,
+ * slices of the piece size rounded up to whole huge pages), the registration only pins. A hint:
+ * where a thread cannot start or a slice cannot be faulted, the registration faults the rest. */
+typedef struct prefault_work {
+    unsigned char *base;
+    size_t len, slice;
+    _Atomic size_t next; /* the next slice's offset */
+} prefault_work;
+
+static void prefault_slices(void *arg) {
+    prefault_work *w = arg;
+    for (size_t off; (off = atomic_fetch_add(&w->next, w->slice)) < w->len;) {
+        size_t n = w->len - off < w->slice ? w->len - off : w->slice;
+        wm__os_advise(w->base + off, n, WM_OS_ADV_POPULATE_WRITE);
     }
-    wm__region_free(r);
-    char prefix[160];
-    snprintf(prefix, sizeof prefix, "%s: putting buffer %u (%zu bytes) to sleep", m->file->path, c,
-             size);
+}
+
+static void prefault(wm_model *m, unsigned char *base, size_t len) {
+    size_t slice = (size_t)wm__align_up(wm__staged_tuning_now.swap_piece, WM_OS_HUGE_PAGE);
+    prefault_work w = {.base = base, .len = len, .slice = slice};
+    size_t slices = (len + slice - 1) / slice;
+    unsigned n = wm__load_threads(m);
+    if (n > slices) n = (unsigned)slices;
+    wm_os_thread th[WM__MAX_THREADS];
+    wm__crew crew = {.fn = prefault_slices, .arg = &w, .th = th};
+    if (n > 1) (void)wm__crew_start(m->file->path, &crew, n - 1, NULL); /* fewer: still a hint */
+    prefault_slices(&w);                                                /* this thread too */
+    wm__crew_join(&crew);
+}
+
+/* The host copy of a model going to sleep: one page allocation (huge pages advised: a huge
+ * page is one fault and one pin where 4 KiB pages are 512 of each), faulted in by the load's
+ * threads, registered with every device (portable) in one call. Times its parts into t (the
+ * faulting in host_alloc). On failure nothing is held. */
+static wm_status host_copy_make(wm_model *m, wm__dev *dv, staged_state *ss, wm__swap_times *t,
+                                wm_error *err) {
+    size_t len = host_len(m, ss);
+    if (!len) return WM_OK;
+    double t0 = wm__os_now();
+    wm_status st = wm__region_pages(m, len, WM_LEDGER_HEAP, &ss->host, err);
+    if (st) return st;
+    if (!wm__staged_tuning_now.swap_no_huge) /* a hint: failure is harmless */
+        wm__os_advise(ss->host.base, len, WM_OS_ADV_HUGEPAGE);
+    if (!wm__staged_tuning_now.swap_no_prefault) prefault(m, ss->host.base, len);
+    double t1 = wm__os_now();
+    t->host_alloc = t1 - t0;
+    int ce = dv->ops->host_register(dv, ss->host.base, len, WM__HOST_PORTABLE);
+    t->host_register = wm__os_now() - t1;
+    if (!ce) {
+        wm__ledger_acquire(WM_LEDGER_PINNED, len);
+        return WM_OK;
+    }
+    wm__region_free(&ss->host);
+    char prefix[192];
+    snprintf(prefix, sizeof prefix, "%s: putting to sleep: registering the host copy (%zu bytes)",
+             m->file->path, len);
+    return dv->ops->fail(dv, ce, prefix, err);
+}
+
+/* The streams of a sleep's or a wake's copies, n a device (WM__SWAP_STREAMS), an event each. */
+typedef struct swap_queues {
+    void *stream[WM__STAGED_MAX_DEVS][WM__STAGED_MAX_STREAMS];
+    void *ev[WM__STAGED_MAX_DEVS][WM__STAGED_MAX_STREAMS];
+    unsigned n;
+    unsigned next[WM__STAGED_MAX_DEVS]; /* the stream a device's next piece goes to */
+} swap_queues;
+
+/* Waits until what each stream holds has run, then frees streams and events: nothing is freed
+ * under a copy still queued. A release: cannot fail. */
+static void queues_free(wm__dev *dv, unsigned n_devs, swap_queues *q) {
+    for (unsigned d = 0; d < n_devs; d++)
+        for (unsigned k = 0; k < q->n; k++) {
+            if (q->stream[d][k]) {
+                dv->ops->stream_wait(dv, d, q->stream[d][k]);
+                dv->ops->stream_free(dv, d, q->stream[d][k]);
+            }
+            if (q->ev[d][k]) dv->ops->event_free(dv, d, q->ev[d][k]);
+        }
+}
+
+static int queues_make(const wm_model *m, wm__dev *dv, swap_queues *q) {
+    int ce = 0;
+    q->n = wm__staged_tuning_now.swap_streams;
+    for (unsigned d = 0; d < m->n_devs && !ce; d++)
+        for (unsigned k = 0; k < q->n && !ce; k++) {
+            ce = dv->ops->stream_make(dv, d, &q->stream[d][k]);
+            if (!ce) ce = dv->ops->event_make(dv, d, &q->ev[d][k]);
+        }
+    return ce;
+}
+
+/* Queues every chunk's copy between its device buffer and its place in the host copy (back:
+ * device to host) in pieces that take turns on the device's streams, then records each
+ * stream's event and waits for them all. *bad: the chunk whose copy failed (n_buf: a wait). */
+static int queue_copies(wm_model *m, wm__dev *dv, staged_state *ss, swap_queues *q, bool back,
+                        wm__swap_times *t, uint32_t *bad) {
+    unsigned char *h = ss->host.base;
+    size_t piece = wm__staged_tuning_now.swap_piece;
+    for (uint32_t c = 0; c < ss->n_buf; c++) {
+        size_t size = m->chunks[c].size;
+        unsigned d = m->chunks[c].device;
+        for (size_t off = 0; off < size; off += piece) {
+            size_t len = size - off < piece ? size - off : piece;
+            void *s = q->stream[d][q->next[d]++ % q->n];
+            int ce = back ? dv->ops->copy_back(dv, d, s, h + off, ss->buf[c] + off, len)
+                          : dv->ops->copy(dv, d, s, ss->buf[c] + off, h + off, len);
+            if (ce) {
+                *bad = c;
+                return ce;
+            }
+            t->pieces++;
+            t->bytes += len;
+        }
+        h += size;
+    }
+    *bad = ss->n_buf;
+    int ce = 0;
+    for (unsigned d = 0; d < m->n_devs && !ce; d++)
+        for (unsigned k = 0; k < q->n && !ce; k++)
+            ce = dv->ops->event_record(dv, d, q->ev[d][k], q->stream[d][k]);
+    for (unsigned d = 0; d < m->n_devs && !ce; d++)
+        for (unsigned k = 0; k < q->n && !ce; k++)
+            ce = dv->ops->event_wait(dv, d, q->ev[d][k]);
+    return ce;
+}
+
+/* A sleep's (back) or a wake's copies, queues made and given back; on failure every copy queued
+ * has ended before it returns. Times the whole into t->copy. */
+static wm_status copy_all(wm_model *m, wm__dev *dv, staged_state *ss, bool back, wm__swap_times *t,
+                          wm_error *err) {
+    double t0 = wm__os_now();
+    swap_queues q = {0};
+    uint32_t bad = ss->n_buf;
+    int ce = queues_make(m, dv, &q);
+    if (!ce) ce = queue_copies(m, dv, ss, &q, back, t, &bad);
+    queues_free(dv, m->n_devs, &q);
+    t->copy = wm__os_now() - t0;
+    if (!ce) return WM_OK;
+    char prefix[192];
+    if (bad < ss->n_buf)
+        snprintf(prefix, sizeof prefix, "%s: %s buffer %u (%zu bytes) on device %d", m->file->path,
+                 back ? "putting to sleep" : "waking", bad, m->chunks[bad].size,
+                 m->devs[m->chunks[bad].device]);
+    else
+        snprintf(prefix, sizeof prefix, "%s: %s the model: its copies", m->file->path,
+                 back ? "putting to sleep" : "waking");
     return dv->ops->fail(dv, ce, prefix, err);
 }
 
 wm_status wm__staged_sleep(wm_model *m, wm__dev *dv, wm_error *err) {
     staged_state *ss = m->bctx;
-    if (!ss || ss->host) return wm__err(err, WM_EINVAL, 0, "%s: no model to sleep", m->file->path);
+    if (!ss || ss->asleep)
+        return wm__err(err, WM_EINVAL, 0, "%s: no model to sleep", m->file->path);
     for (uint32_t c = 0; c < ss->n_buf; c++)
         if (m->chunks[c].ext)
             return wm__err(err, WM_EINVAL, 0,
                            "%s: the model's device memory is the caller's (wm_cuda_options.dst): "
                            "it cannot sleep",
                            m->file->path);
-    if (ss->n_buf) {
-        ss->host = wm__calloc(ss->n_buf, sizeof *ss->host);
-        if (!ss->host) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory", m->file->path);
-    }
-    wm_status st = WM_OK;
-    for (uint32_t c = 0; c < ss->n_buf && !st; c++)
-        if (ss->buf[c]) st = sleep_chunk(m, dv, ss, c, err);
-    if (st) { /* as it was: awake, the copies made so far given back */
-        host_copies_free(dv, ss->host, ss->n_buf);
-        ss->host = NULL;
+    wm__swap_times t = {0};
+    double t0 = wm__os_now();
+    wm_status st = host_copy_make(m, dv, ss, &t, err);
+    if (!st) st = copy_all(m, dv, ss, true, &t, err);
+    if (st) { /* as it was: awake, the host copy given back */
+        host_copy_free(dv, ss, NULL);
         dv->ops->settle(dv);
         return st;
     }
-    for (uint32_t c = 0; c < ss->n_buf; c++) {
-        if (!ss->buf[c]) continue;
-        unsigned d = m->chunks[c].device;
-        dv->ops->free(dv, d, ss->buf[c]);
-        wm__ledger_device_release(m->devs[d], m->chunks[c].size);
-        m->stats.device_bytes -= m->chunks[c].size;
-        ss->buf[c] = NULL;
-    }
+    double t1 = wm__os_now();
+    device_buffers_free(m, dv, ss);
+    t.device_free = wm__os_now() - t1;
+    ss->asleep = true;
     dv->ops->settle(dv);
+    t.total = wm__os_now() - t0;
+    m->slept = t;
     return WM_OK;
 }
 
-/* Device buffers made again and filled from the host copies; on failure the ones made are
- * freed (the model stays asleep). */
+/* Every device buffer made first, then the copies back, then the host copy given back; on
+ * failure the buffers made are freed (the model stays asleep, its host copy whole). */
 wm_status wm__staged_wake(wm_model *m, wm__dev *dv, wm_error *err) {
     staged_state *ss = m->bctx;
-    if (!ss || !ss->host) return wm__err(err, WM_EINVAL, 0, "%s: no model asleep", m->file->path);
+    if (!ss || !ss->asleep) return wm__err(err, WM_EINVAL, 0, "%s: no model asleep", m->file->path);
+    wm__swap_times t = {0};
+    double t0 = wm__os_now();
     wm_status st = WM_OK;
-    uint32_t c = 0;
-    for (; c < ss->n_buf && !st; c++) {
-        if (!ss->host[c].base) continue;
-        size_t size = m->chunks[c].size;
-        unsigned d = m->chunks[c].device;
-        void *b = NULL;
-        int ce = dv->ops->alloc(dv, d, size, &b);
-        if (!ce) {
-            ss->buf[c] = b;
-            wm__ledger_device_acquire(m->devs[d], size);
-            m->stats.device_bytes += size;
-            ce = dv->ops->copy_sync(dv, d, b, ss->host[c].base, size, true);
-        }
-        if (ce) {
-            char prefix[160];
-            snprintf(prefix, sizeof prefix, "%s: waking buffer %u (%zu bytes) on device %d",
-                     m->file->path, c, size, m->devs[d]);
-            st = dv->ops->fail(dv, ce, prefix, err);
-            c++; /* this chunk's buffer, if made, is freed below too */
-            break;
-        }
+    for (uint32_t c = 0; c < ss->n_buf && !st; c++)
+        if (m->chunks[c].size) st = make_buffer(m, dv, ss, c, "waking the model", err);
+    t.device_alloc = wm__os_now() - t0;
+    if (!st) st = copy_all(m, dv, ss, false, &t, err);
+    if (st) { /* as it was: asleep */
+        device_buffers_free(m, dv, ss);
+        dv->ops->settle(dv);
+        return st;
     }
-    for (uint32_t k = 0; st && k < c; k++) { /* as it was: asleep */
-        if (!ss->buf[k]) continue;
-        unsigned d = m->chunks[k].device;
-        dv->ops->free(dv, d, ss->buf[k]);
-        wm__ledger_device_release(m->devs[d], m->chunks[k].size);
-        m->stats.device_bytes -= m->chunks[k].size;
-        ss->buf[k] = NULL;
-    }
-    if (!st) {
-        host_copies_free(dv, ss->host, ss->n_buf);
-        ss->host = NULL;
-    }
+    host_copy_free(dv, ss, &t);
+    ss->asleep = false;
     dv->ops->settle(dv);
-    return st;
+    t.total = wm__os_now() - t0;
+    m->woke = t;
+    return WM_OK;
 }
 
 unsigned char *const *wm__staged_buffers(const wm_model *m) {

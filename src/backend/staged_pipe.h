@@ -20,6 +20,13 @@ typedef struct wm__staged_tuning {
     unsigned slots;   /* slots per worker */
     bool serial_ring; /* register the ring before the readers start (they fault it in otherwise) */
     bool no_reap;     /* never retire finished slots early with an event query */
+    /* A sleep's and a wake's copies (wm__staged_tune_swap): bytes a copy (WM__SWAP_PIECE),
+     * streams a device (WM__SWAP_STREAMS); no huge-page advice on the host copy; no faulting
+     * of it in by threads before its registration. */
+    size_t swap_piece;
+    unsigned swap_streams;
+    bool swap_no_huge;
+    bool swap_no_prefault;
 } wm__staged_tuning;
 extern wm__staged_tuning wm__staged_tuning_now;
 
