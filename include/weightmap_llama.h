@@ -221,23 +221,21 @@ typedef enum wm_llama_prefetch {
  *       split_mode NONE and main_gpu < 0; that GPU alone with split_mode NONE) says it cannot map
  *       (ggml_backend_dev_props.caps.mmap_support false: CUDA and Vulkan integrated GPUs,
  *       OpenCL, Hexagon), then NONE. So: MMAP on a CPU, with layers on a discrete CUDA GPU
- *       (since 1.8 also with layers on a GPU, mapped: below), on Metal and on a discrete Vulkan GPU; NONE on an
- *       integrated CUDA or Vulkan GPU, OpenCL and Hexagon. Where it resolves to MMAP but this load
- *       cannot map (below), it reads (NONE), says so in wm_llama_stats (load_mode_fell_back) and
- *       warns in llama.cpp's log.
- *   MMAP: every tensor llama.cpp keeps in a plain CPU buffer is backed by one MAP_SHARED,
- *       PROT_READ mapping of the file (weightmap's WM_MODE_MMAP model, made before llama.cpp is
- *       called; counted in the ledger while the model lives): never private, never written. Its
- *       pages are brought in before the call returns (MADV_POPULATE_READ over the mapped
- *       tensors' ranges, by more threads where mincore finds them cold), so that decoding does
- *       not fault them one at a time. Repacked (extra buffer type) tensors are read as NONE
- *       reads them. The CPU buffer's free (llama_model_free) drops the mapping. With layers on a
- *       GPU (n_gpu_layers != 0 and a GPU among the model's devices), as llama.cpp's mmap mode:
- *       the input layer's tensors and those of the repeating layers below
- *       max(block_count + 1 - n_gpu_layers, 0) stay on the CPU in the CPU's own buffer type (not
- *       the GPU's pinned host type: params.no_host is set for llama.cpp) and are mapped, with any
- *       other tensor llama.cpp puts in a CPU buffer (a caller's override to ggml's CPU type among
- *       them); the device buffers are filled as in NONE (CUDA: weightmap's staged pipeline, cold
+ *       (since 1.8 also with layers on a GPU, mapped: below), on Metal and on a discrete Vulkan
+ * GPU; NONE on an integrated CUDA or Vulkan GPU, OpenCL and Hexagon. Where it resolves to MMAP but
+ * this load cannot map (below), it reads (NONE), says so in wm_llama_stats (load_mode_fell_back)
+ * and warns in llama.cpp's log. MMAP: every tensor llama.cpp keeps in a plain CPU buffer is backed
+ * by one MAP_SHARED, PROT_READ mapping of the file (weightmap's WM_MODE_MMAP model, made before
+ * llama.cpp is called; counted in the ledger while the model lives): never private, never written.
+ * Its pages are brought in before the call returns (MADV_POPULATE_READ over the mapped tensors'
+ * ranges, by more threads where mincore finds them cold), so that decoding does not fault them one
+ * at a time. Repacked (extra buffer type) tensors are read as NONE reads them. The CPU buffer's
+ * free (llama_model_free) drops the mapping. With layers on a GPU (n_gpu_layers != 0 and a GPU
+ * among the model's devices), as llama.cpp's mmap mode: the input layer's tensors and those of the
+ * repeating layers below max(block_count + 1 - n_gpu_layers, 0) stay on the CPU in the CPU's own
+ * buffer type (not the GPU's pinned host type: params.no_host is set for llama.cpp) and are mapped,
+ * with any other tensor llama.cpp puts in a CPU buffer (a caller's override to ggml's CPU type
+ * among them); the device buffers are filled as in NONE (CUDA: weightmap's staged pipeline, cold
  *       bytes with O_DIRECT; other devices: the window and ggml_backend_tensor_set), not through
  *       the page cache as llama.cpp's mmap mode fills them; wm_llama_stats.cpu_layers says how
  *       many layers stayed. It needs the bridge's own CPU buffer type (wm_llama_buffers: the ggml
