@@ -167,6 +167,25 @@ extern const cli_via cli_ggml_via;
 #define CLI_HAVE_GGML 0
 #define CLI_GGML_VIA ((const cli_via *)0)
 #endif
+/* What check --llama and swap --llama share. What the trimmed footprint may grow over the
+ * cycles: llama.cpp's own small blocks fragment glibc's heap by a few KiB a cycle (measured the
+ * same with llama_model_load_from_file); a weight buffer left behind is the model's size. Under
+ * AddressSanitizer freed memory sits in its quarantine, which malloc_trim cannot give back: the
+ * footprint is not judged there (said in the output). */
+#define CLI_LLAMA_SLACK ((int64_t)1 << 20)
+#if defined(__SANITIZE_ADDRESS__)
+#define CLI_LLAMA_JUDGE_FOOTPRINT 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CLI_LLAMA_JUDGE_FOOTPRINT 0
+#endif
+#endif
+#ifndef CLI_LLAMA_JUDGE_FOOTPRINT
+#define CLI_LLAMA_JUDGE_FOOTPRINT 1
+#endif
+/* llama.cpp's log silenced, unless WM_LLAMA_LOG=1 (cli/llama.c; with the bridge only). */
+void cli_llama_log_quiet(void);
+
 /* check --llama (cli/llama.c, with the llama.cpp bridge): `cycles` loads into llama.cpp through
  * wm_llama_load, one decode step each, the verdict; exit 0 or 1. Without the bridge a stand-in
  * that is never reached (load.c refuses --llama first, on CLI_HAVE_LLAMA) and returns 2. */

@@ -12,12 +12,12 @@
  * context's buffers with malloc (and its weight buffers, where the bridge cannot give its own
  * pages: wm_llama_stats.bytes_own 0), and glibc keeps what they free (its mmap threshold rises
  * with the first large free), so the first figure shows those bytes still in the footprint after
- * every release; the second says
- * whether any of them is still in use (1 MiB of allocator fragmentation allowed: SLACK). The
- * verdict is on the ledger, the mappings and the second figure. Built only where the bridge is
- * (CMake defines WM_CLI_LLAMA then; cli.h's CLI_HAVE_LLAMA is 0 otherwise). llama.cpp's log is
- * silenced; WM_LLAMA_LOG=1 lets it through (a refused model's error carries llama.cpp's reason
- * either way: the bridge keeps its last error line).
+ * every release; the second says whether any of them is still in use (1 MiB of allocator
+ * fragmentation allowed: CLI_LLAMA_SLACK, cli.h). The verdict is on the ledger, the mappings
+ * and the second figure. Built only where the bridge is (CMake defines WM_CLI_LLAMA then; cli.h's
+ * CLI_HAVE_LLAMA is 0 otherwise). llama.cpp's log is silenced; WM_LLAMA_LOG=1 lets it through (a
+ * refused model's error carries llama.cpp's reason either way: the bridge keeps its last error
+ * line).
  */
 #include "cli.h"
 #include "weightmap_llama.h"
@@ -29,26 +29,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* What the trimmed footprint may grow over the cycles: llama.cpp's own small blocks fragment
- * glibc's heap by a few KiB a cycle (measured the same with llama_model_load_from_file); a weight
- * buffer left behind is the model's size. */
-#define SLACK ((int64_t)1 << 20)
-
-/* Under AddressSanitizer freed memory sits in its quarantine, which malloc_trim cannot give
- * back: the footprint is not judged there (said in the output). */
-#if defined(__SANITIZE_ADDRESS__)
-#define JUDGE_FOOTPRINT 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define JUDGE_FOOTPRINT 0
-#endif
-#endif
-#ifndef JUDGE_FOOTPRINT
-#define JUDGE_FOOTPRINT 1
-#endif
-
 static void quiet(enum ggml_log_level level, const char *text, void *user) {
     (void)level, (void)text, (void)user;
+}
+
+void cli_llama_log_quiet(void) {
+    const char *log = getenv("WM_LLAMA_LOG");
+    if (!log || strcmp(log, "1") != 0) llama_log_set(quiet, NULL);
 }
 
 typedef struct llama_cycle {
@@ -158,7 +145,7 @@ static bool cycle_ok(const llama_cycle *c) {
     bool loaded = mapped ? c->maps >= 1 && c->maps_not_rs == 0 && c->ledger_bytes > 0
                          : c->maps == 0 && c->ledger_bytes == 0 && c->ledger_regions == 0;
     return loaded && c->left_bytes == 0 && c->left_regions == 0 && c->file_regions == 0 &&
-           (!JUDGE_FOOTPRINT || c->trimmed <= SLACK);
+           (!CLI_LLAMA_JUDGE_FOOTPRINT || c->trimmed <= CLI_LLAMA_SLACK);
 }
 
 static const char *sdelta(int64_t d, char buf[32]) {
@@ -230,7 +217,7 @@ static void report(const char *path, const llama_cycle *cs, unsigned cycles, boo
     }
     printf("\nregions: the file's mappings with the model loaded (r--s only in the mapped modes, "
            "whose mapping is the ledger's while loaded), and after llama_model_free");
-    if (!JUDGE_FOOTPRINT)
+    if (!CLI_LLAMA_JUDGE_FOOTPRINT)
         printf("\nfootprint not judged: AddressSanitizer's allocator keeps freed memory in its "
                "quarantine");
     else if (ok)
@@ -277,8 +264,7 @@ static int mode_cycles(const char *path, int mode, unsigned cycles, unsigned thr
 }
 
 int cli_check_llama(const char *path, unsigned cycles, bool json, unsigned threads) {
-    const char *log = getenv("WM_LLAMA_LOG");
-    if (!log || strcmp(log, "1") != 0) llama_log_set(quiet, NULL);
+    cli_llama_log_quiet();
     load_backends();
     llama_backend_init();
     llama_cycle *cs = calloc(N_MODES * cycles, sizeof *cs);

@@ -17,26 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SLACK ((int64_t)1 << 20) /* as check --llama: llama.cpp's small blocks */
-
-/* Under AddressSanitizer freed memory sits in its quarantine, which malloc_trim cannot give
- * back: the footprint is not judged there (said in the output), as check --llama. */
-#if defined(__SANITIZE_ADDRESS__)
-#define JUDGE_FOOTPRINT 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define JUDGE_FOOTPRINT 0
-#endif
-#endif
-#ifndef JUDGE_FOOTPRINT
-#define JUDGE_FOOTPRINT 1
-#endif
-
-/* The footprint back within SLACK (where it is judged). */
-static bool footprint_back(int64_t fp) { return !JUDGE_FOOTPRINT || (fp <= SLACK && fp >= -SLACK); }
-
-static void quiet(enum ggml_log_level level, const char *text, void *user) {
-    (void)level, (void)text, (void)user;
+/* The footprint back within CLI_LLAMA_SLACK (where it is judged). */
+static bool footprint_back(int64_t fp) {
+    return !CLI_LLAMA_JUDGE_FOOTPRINT || (fp <= CLI_LLAMA_SLACK && fp >= -CLI_LLAMA_SLACK);
 }
 
 static int mode_of(const char *name) {
@@ -152,9 +135,9 @@ static void verdict(const swap_llama *s, const wm_pool_stats *st, uint64_t ledge
                ",\"ledger_after\":%" PRIu64 ",\"file_regions_after\":%zu,\"peak_ok\":%s,"
                "\"every_eviction_returned\":%s,\"footprint_back\":%s,\"judged\":%s,\"ok\":%s}\n",
                s->budget, st->held_peak, st->evictions, st->unproven, st->returned,
-               st->returned_device, fp, SLACK, ledger, regions, peak_ok ? "true" : "false",
-               proven ? "true" : "false", back ? "true" : "false", judged ? "true" : "false",
-               ok ? "true" : "false");
+               st->returned_device, fp, CLI_LLAMA_SLACK, ledger, regions,
+               peak_ok ? "true" : "false", proven ? "true" : "false", back ? "true" : "false",
+               judged ? "true" : "false", ok ? "true" : "false");
         return;
     }
     printf("held at most %s of a budget of %s (each load charged its wm_llama_cost peak): %s\n",
@@ -165,8 +148,8 @@ static void verdict(const swap_llama *s, const wm_pool_stats *st, uint64_t ledge
     printf("after the pool closed: footprint %s%s after malloc_trim (bound %s%s), ledger %" PRIu64
            " bytes, %zu regions of the files: %s\n",
            fp < 0 ? "-" : "+", cli_bytes((uint64_t)(fp < 0 ? -fp : fp), b1),
-           cli_bytes((uint64_t)SLACK, b3),
-           JUDGE_FOOTPRINT ? "" : "; not judged under AddressSanitizer", ledger, regions,
+           cli_bytes((uint64_t)CLI_LLAMA_SLACK, b3),
+           CLI_LLAMA_JUDGE_FOOTPRINT ? "" : "; not judged under AddressSanitizer", ledger, regions,
            back ? "as before" : "NOT as before");
     if (!judged)
         printf("verdict: not judged: no switch evicted a model (raise --cycles or add a file)\n");
@@ -195,8 +178,7 @@ int cli_swap_llama(const char *const *files, unsigned n, const char *mode, uint6
         return cli_usage("swap: bad --mode '%s': expected none, mmap, mlock, mmap-mlock, "
                          "direct-io or auto (llama.cpp's load modes, with --llama)",
                          mode);
-    const char *log = getenv("WM_LLAMA_LOG");
-    if (!log || strcmp(log, "1") != 0) llama_log_set(quiet, NULL);
+    cli_llama_log_quiet();
     wm_error err = {0};
     if (wm_llama_backends_load(NULL, &err)) return cli_fail(&err);
     llama_backend_init();
