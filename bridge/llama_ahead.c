@@ -96,18 +96,10 @@ static int ahead_progress(void *user, uint64_t done, uint64_t total) {
 
 static void *ahead_run(void *arg) {
     wm__llama_ahead *a = arg;
-    wm_cuda_options cu = WM_CUDA_OPTIONS_INIT;
-    cu.dst = ahead_dst;
-    cu.dst_user = a;
-    wm_load_options lo = WM_LOAD_OPTIONS_INIT;
-    lo.mode = WM_MODE_HEAP;
-    lo.backend = WM_BACKEND_CUDA;
-    lo.cuda = &cu;
-    lo.threads = a->threads;
-    lo.direct_io = a->direct_io;
+    wm_cuda_options cu;
+    wm_load_options lo;
+    wm__llama_cuda_options(&lo, &cu, ahead_dst, a, a->sel, a->n, a->threads, a->direct_io);
     lo.device = a->ordinal;
-    lo.select = a->sel;
-    lo.n_select = a->n;
     lo.progress = ahead_progress;
     lo.progress_user = a;
     wm_model *m = NULL;

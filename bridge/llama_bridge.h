@@ -221,6 +221,12 @@ bool wm__llama_cuda_add(wm__llama_cuda *c, size_t index, uint64_t addr, int ordi
 wm_status wm__llama_cuda_fill(wm__llama_cuda *c, const wm_file *f, const wm_llama_options *o,
                               wm_progress_fn progress, void *progress_user, wm_error *err);
 void wm__llama_cuda_free(wm__llama_cuda *c);
+/* A load of the tensors sel[0 .. n) in heap mode to the CUDA backend into caller memory (dst,
+ * user: wm_cuda_options.dst), with the bridge's reading options; the caller adds the devices and
+ * the progress. */
+void wm__llama_cuda_options(wm_load_options *lo, wm_cuda_options *cu, wm_dst_fn dst, void *user,
+                            const wm_tensor_select *sel, size_t n, unsigned threads,
+                            wm_direct_io direct_io);
 
 /* ---- llama.c ---- */
 

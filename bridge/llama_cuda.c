@@ -79,26 +79,34 @@ static unsigned dev_of(void *user, size_t index, const wm_tensor_info *t) {
     return ((const wm__llama_cuda *)user)->dev[index];
 }
 
+void wm__llama_cuda_options(wm_load_options *lo, wm_cuda_options *cu, wm_dst_fn dst, void *user,
+                            const wm_tensor_select *sel, size_t n, unsigned threads,
+                            wm_direct_io direct_io) {
+    *cu = (wm_cuda_options)WM_CUDA_OPTIONS_INIT;
+    cu->dst = dst;
+    cu->dst_user = user;
+    *lo = (wm_load_options)WM_LOAD_OPTIONS_INIT;
+    lo->mode = WM_MODE_HEAP;
+    lo->backend = WM_BACKEND_CUDA;
+    lo->cuda = cu;
+    lo->threads = threads;
+    lo->direct_io = direct_io;
+    lo->select = sel;
+    lo->n_select = n;
+}
+
 wm_status wm__llama_cuda_fill(wm__llama_cuda *c, const wm_file *f, const wm_llama_options *o,
                               wm_progress_fn progress, void *progress_user, wm_error *err) {
     if (!c->n) return WM_OK;
-    wm_cuda_options cu = WM_CUDA_OPTIONS_INIT;
-    cu.dst = dst_of;
-    cu.dst_user = c;
-    wm_load_options lo = WM_LOAD_OPTIONS_INIT;
-    lo.mode = WM_MODE_HEAP;
-    lo.backend = WM_BACKEND_CUDA;
-    lo.cuda = &cu;
-    lo.threads = o->threads;
-    lo.direct_io = o->direct_io;
+    wm_cuda_options cu;
+    wm_load_options lo;
+    wm__llama_cuda_options(&lo, &cu, dst_of, c, c->sel, c->n, o->threads, o->direct_io);
     lo.devices = c->devs;
     lo.n_devices = c->n_devs;
     lo.device = c->devs[0];
     lo.placement = c->n_devs > 1 ? WM_PLACE_CALLBACK : WM_PLACE_BALANCE;
     lo.place_tensor = dev_of;
     lo.place_user = c;
-    lo.select = c->sel;
-    lo.n_select = c->n;
     lo.progress = progress;
     lo.progress_user = progress_user;
     /* The model holds the file while it lives (a reference of its own, nothing of the caller's
