@@ -77,9 +77,9 @@ extern "C" {
 #endif
 
 #define WM_VERSION_MAJOR 1
-#define WM_VERSION_MINOR 7
+#define WM_VERSION_MINOR 8
 #define WM_VERSION_PATCH 0
-#define WM_VERSION_STRING "1.7.0"
+#define WM_VERSION_STRING "1.8.0"
 /* MAJOR * 1000000 + MINOR * 1000 + PATCH, e.g. 1000000 for 1.0.0 (as wm_version_number). */
 #define WM_VERSION_NUMBER (WM_VERSION_MAJOR * 1000000 + WM_VERSION_MINOR * 1000 + WM_VERSION_PATCH)
 
@@ -1042,7 +1042,8 @@ typedef struct wm_pool_stats {
     uint64_t sleeps;               /* device models put to sleep in pinned host memory */
     uint32_t asleep;               /* of the resident models, asleep in pinned host memory */
     double last_wake_seconds;      /* the last get's wake from pinned memory alone (0: none) */
-    /* The last get's wake from pinned memory (WM_POOL_SLEEP), part by part, in seconds (0:
+    /* Added in 1.8. The last get's wake from pinned memory (WM_POOL_SLEEP), part by part, in
+     * seconds (0:
      * none): the device buffers made; the copies back (pieces queued over a few streams a
      * device, until the last has ended); the host copy unregistered (unpinned); its pages given
      * back. And the bytes it copied. */
