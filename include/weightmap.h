@@ -1043,10 +1043,9 @@ typedef struct wm_pool_stats {
     uint32_t asleep;               /* of the resident models, asleep in pinned host memory */
     double last_wake_seconds;      /* the last get's wake from pinned memory alone (0: none) */
     /* Added in 1.8. The last get's wake from pinned memory (WM_POOL_SLEEP), part by part, in
-     * seconds (0:
-     * none): the device buffers made; the copies back (pieces queued over a few streams a
-     * device, until the last has ended); the host copy unregistered (unpinned); its pages given
-     * back. And the bytes it copied. */
+     * seconds (0: none): the device buffers made; the copies back (pieces queued over a few
+     * streams a device, until the last has ended); the host copy unregistered (unpinned); its
+     * pages given back. And the bytes it copied. */
     double last_wake_alloc_seconds;
     double last_wake_copy_seconds;
     double last_wake_unregister_seconds;
