@@ -614,8 +614,10 @@ WM_TEST(cold_direct_warm_buffered) {
         CHECK_MSG(st == WM_OK, "load: %s", err.msg);
         wm_model_stats s = WM_MODEL_STATS_INIT;
         wm_model_stats_get(m, &s);
-        CHECK_EQ(s.read_buffered, warm);
-        CHECK_EQ(s.read_direct, total - warm);
+        CHECK_MSG(s.read_buffered == warm && s.read_direct == total - warm,
+                  "%u thread(s), %llu bytes warm: %llu read buffered, %llu direct (%llu warm)",
+                  threads, (unsigned long long)warm_len, (unsigned long long)s.read_buffered,
+                  (unsigned long long)s.read_direct, (unsigned long long)warm);
         CHECK_EQ(wmt_cached_bytes(path, 0, WARM_OFF), 0);
         CHECK_EQ(wmt_cached_bytes(path, WARM_OFF + warm_len, size - WARM_OFF - warm_len), 0);
         check_bytes(m); /* reads the file itself: after the page cache was looked at */

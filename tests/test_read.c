@@ -1221,6 +1221,33 @@ WM_TEST(cold_file_sink_direct_by_default) {
     wm_file_close(f);
 }
 
+/* A sink job whose first megabytes are cached and the rest not: the cached run is read
+ * buffered and the cold run after it with O_DIRECT into the thread's window, where it lies past
+ * the job's first block (under UBSan its place was once formed by subtracting a wrapped offset
+ * from the job's: src/read/reader.c, read_direct). The warm range [4 MiB, 14 MiB) of the cold
+ * file ends 2 MiB into its fifth tensor (each of 3 MiB and a bit). */
+WM_TEST(sink_cold_run_after_a_cached_one) {
+    const char *path = wmt_cold_file();
+    wm_file *f = OPEN_OK(path);
+    uint64_t size = wm_file_size(f), warm_end = WMT_WARM_OFF + WMT_WARM_LEN + ((uint64_t)2 << 20);
+    host_set h;
+    sink_rec s;
+    sink_setup(f, &h, &s, 0);
+    wmt_make_cold(path, WMT_WARM_OFF, warm_end - WMT_WARM_OFF);
+    wm_read_options o = WM_READ_OPTIONS_INIT;
+    o.threads = 2;
+    o.sink = sink;
+    o.sink_user = &s;
+    wm_error err;
+    CHECK_MSG(wm_file_read_tensors(f, h.items, h.n, &o, &err) == WM_OK, "%s", err.msg);
+    CHECK_EQ(wmt_cached_bytes(path, warm_end, size - warm_end), 0); /* the cold part: direct */
+    sink_done(&h);
+    check_equal_file(f, path, &h);
+    host_free(&h);
+    CHECK_EQ(scratch_now(), 0);
+    wm_file_close(f);
+}
+
 /* ---- wm_file_prefetch ----
  * A cold file: the call starts reading the start of the tensor data into memory of the file's
  * own (scratch in the ledger) and returns at once; wm__file_prefetch_wait (src/read/engine.h) joins
