@@ -1221,6 +1221,82 @@ WM_TEST(cold_file_sink_direct_by_default) {
     wm_file_close(f);
 }
 
+/* A sink job whose first megabytes are cached and the rest not: the cached run is read
+ * buffered and the cold run after it with O_DIRECT into the thread's window, where it lies past
+ * the job's first block (under UBSan its place was once formed by subtracting a wrapped offset
+ * from the job's: src/read/reader.c, read_direct). The warm range [4 MiB, 14 MiB) of the cold
+ * file ends 2 MiB into its fifth tensor (each of 3 MiB and a bit). */
+WM_TEST(sink_cold_run_after_a_cached_one) {
+    const char *path = wmt_cold_file();
+    wm_file *f = OPEN_OK(path);
+    uint64_t size = wm_file_size(f), warm_end = WMT_WARM_OFF + WMT_WARM_LEN + ((uint64_t)2 << 20);
+    host_set h;
+    sink_rec s;
+    sink_setup(f, &h, &s, 0);
+    wmt_make_cold(path, WMT_WARM_OFF, warm_end - WMT_WARM_OFF);
+    wm_read_options o = WM_READ_OPTIONS_INIT;
+    o.threads = 2;
+    o.sink = sink;
+    o.sink_user = &s;
+    wm_error err;
+    CHECK_MSG(wm_file_read_tensors(f, h.items, h.n, &o, &err) == WM_OK, "%s", err.msg);
+    CHECK_EQ(wmt_cached_bytes(path, warm_end, size - warm_end), 0); /* the cold part: direct */
+    sink_done(&h);
+    check_equal_file(f, path, &h);
+    host_free(&h);
+    CHECK_EQ(scratch_now(), 0);
+    wm_file_close(f);
+}
+
+/* A destination that mirrors the file (wm__read_req.mirror) may be written over the aligned
+ * blocks that cover the request and nowhere else: 17 MiB from an offset off the 4 KiB grid,
+ * read by the reader itself into memory that is exactly that cover and ends at an inaccessible
+ * page (on 4 KiB pages one lies before it too): with O_DIRECT (three 8 MiB segments, the later
+ * ones starting past the request's first block) and, under AUTO, cold but for 2 MiB in it (a
+ * cold run after a cached one). Every byte comes, by the route asked, and a read outside the
+ * cover would fail (EFAULT) or fault. Under UBSan the later runs' place was once formed by
+ * subtracting a wrapped offset (src/read/reader.c, read_direct). */
+WM_TEST(mirror_reads_stay_in_the_aligned_cover) {
+    const char *path = wmt_make_model("m.gguf", "--size 24M");
+    wm_file *f = OPEN_OK(path);
+    size_t flen, page = (size_t)sysconf(_SC_PAGESIZE);
+    unsigned char *file = wmt_read_file(path, &flen);
+    uint64_t off = wm_file_data_offset(f) + 12345, len = (uint64_t)17 << 20;
+    CHECK(off + len <= flen);
+    uint64_t lo = off / 4096 * 4096, cover = (off + len + 4095) / 4096 * 4096 - lo;
+    size_t room = (size_t)(cover + page - 1) / page * page;
+    unsigned char *mem = mmap(NULL, room + 2 * page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(mem != MAP_FAILED);
+    CHECK(mprotect(mem + page, room, PROT_READ | PROT_WRITE) == 0);
+    unsigned char *at = mem + page + (room - cover); /* the cover, up to the last guard */
+    for (int auto_io = 0; auto_io < 2; auto_io++) {
+        uint64_t warm_off = lo + ((uint64_t)1 << 20), warm = auto_io ? (uint64_t)2 << 20 : 0;
+        wmt_make_cold(path, warm_off, warm);
+        wm__reader rd;
+        wm_error err;
+        CHECK_STATUS(wm__reader_init(&rd, f, auto_io ? WM_DIRECT_AUTO : WM_DIRECT_ON, &err), WM_OK);
+        memset(at, 0, (size_t)cover);
+        wm__read_req q = {.fd = f->shards[0].fd,
+                          .off = off,
+                          .len = (size_t)len,
+                          .dst = at + (off - lo),
+                          .mirror = true};
+        wm_status st = wm__read(&rd, &q, NULL, &err);
+        CHECK_MSG(st == WM_OK, "%s", err.msg);
+        CHECK_MSG(atomic_load(&rd.buffered_bytes) == warm &&
+                      atomic_load(&rd.direct_bytes) == len - warm,
+                  "%s: %llu bytes read buffered, %llu direct", auto_io ? "auto" : "on",
+                  (unsigned long long)atomic_load(&rd.buffered_bytes),
+                  (unsigned long long)atomic_load(&rd.direct_bytes));
+        CHECK(memcmp(q.dst, file + off, (size_t)len) == 0);
+        wm__reader_free(&rd);
+    }
+    munmap(mem, room + 2 * page);
+    free(file);
+    CHECK_EQ(scratch_now(), 0);
+    wm_file_close(f);
+}
+
 /* ---- wm_file_prefetch ----
  * A cold file: the call starts reading the start of the tensor data into memory of the file's
  * own (scratch in the ledger) and returns at once; wm__file_prefetch_wait (src/read/engine.h) joins

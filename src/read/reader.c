@@ -244,7 +244,10 @@ static wm_status read_direct(wm__reader *rd, const wm__read_req *q, int dfd, uin
                              wm__stage *stage, wm_error *err) {
     if (q->mirror) {
         uint64_t lo = down(a), hi = up(b);
-        unsigned char *buf = q->dst - (q->off - lo);
+        /* The block at lo lies after dst's byte (a run past the request's first block: a later
+         * segment, or a cold run after a cached one) or before it (in the blocks the mirror
+         * may write): the offset is added or subtracted as what it is, never wrapped. */
+        unsigned char *buf = lo >= q->off ? q->dst + (lo - q->off) : q->dst - (q->off - lo);
         wm_status st =
             pread_exact(rd, q, dfd, buf, lo, (size_t)(hi - lo), (size_t)(b - lo), true, err);
         if (!st) atomic_fetch_add(&rd->direct_bytes, b - a);
