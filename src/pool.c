@@ -171,17 +171,20 @@ static uint64_t evict(wm_pool *p, entry *e) {
         want += e->came[c];
         got += f < e->came[c] ? f : e->came[c];
     }
-    if (!proven) {
-        p->short_want = want;
-        p->short_got = got;
-    }
     for (size_t k = 0; k < sizeof host_cats / sizeof host_cats[0]; k++)
         returned += fell(before.cat[host_cats[k]].current, after.cat[host_cats[k]].current);
     uint64_t dev = fell(before.cat[WM_LEDGER_DEVICE].current, after.cat[WM_LEDGER_DEVICE].current);
     for (int d = 0; d < WM_LEDGER_DEVICES; d++) {
         uint64_t od = fell(ob.device[d], oa.device[d]);
-        proven &= fell(db[d].current, da[d].current) + od >= e->came_dev[d];
+        uint64_t back = fell(db[d].current, da[d].current) + od;
+        proven &= back >= e->came_dev[d];
+        want += e->came_dev[d];
+        got += back < e->came_dev[d] ? back : e->came_dev[d];
         dev += od;
+    }
+    if (!proven) { /* host and devices together, for the error */
+        p->short_want = want;
+        p->short_got = got;
     }
     p->st.returned_device += dev;
     p->st.last_returned_device += dev;

@@ -456,6 +456,14 @@ WM_TEST(rotate_on_the_gpu) {
     wm_error err;
     CHECK_MSG(wm_llama_cost(paths[0], &p, NULL, &c, &err) == WM_OK, "%s", err.msg);
     CHECK(c.device_peak[0] > 0);
+    /* The process's first load and decode on the device set up what stays for the process (the
+     * runtimes' modules, ggml's compute pool and cuBLAS), which no eviction gives back: once
+     * before the pool, as a runtime's first model would. */
+    struct llama_model *w = NULL;
+    CHECK_MSG(wm_llama_load(paths[0], &p, NULL, &w, &err) == WM_OK, "%s", err.msg);
+    llama_token wt[N_TOKENS];
+    greedy(w, wt);
+    llama_model_free(w);
     wm_pool_options po = WM_POOL_OPTIONS_INIT;
     po.device_budget = c.device_peak[0] + c.device_peak[0] / 2; /* one model on the device */
     wm_pool *pool;
