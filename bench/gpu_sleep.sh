@@ -16,9 +16,10 @@
 #   reload    `weightmap load A --mode heap --backend cuda:0 --cycles REPEAT`: the same reload
 #             without the pool, for comparison (its per-cycle load seconds).
 #   parts     `bench/gpu sleep A --repeat REPEAT` with the default copies (64 MiB pieces over two
-#             streams, huge pages advised; bytes verified after the last wake), then with one
-#             choice changed at a time (1 or 4 streams, 16 MiB or 256 MiB pieces, no huge
-#             pages, no prefaulting threads before the registration): the sleep and wake of one
+#             streams, the host copy in 8 parts, huge pages advised; bytes verified after the
+#             last wake), then with one choice changed at a time (the host copy in one part, 1
+#             or 4 streams, 16 MiB or 256 MiB pieces, no huge pages, no prefaulting threads
+#             before the registration): the sleep and wake of one
 #             model without a pool, part by part, and how much of the host copy the kernel
 #             backed with huge pages.
 #   bus       `bench/gpu h2d --bytes 8G`: pinned host-to-device copies of 8 GiB, the ceiling a
@@ -88,8 +89,8 @@ say "sleep and wake alone, part by part, and the copies' choices (bench/gpu slee
 # the default (64 MiB pieces over 2 streams, huge pages advised; its bytes verified after),
 # then one choice changed at a time
 : >"$OUT/parts.jsonl"
-for v in "--verify" "--streams 1" "--streams 4" "--piece 16M" "--piece 256M" "--no-huge" \
-    "--no-prefault"; do
+for v in "--verify" "--one-part" "--streams 1" "--streams 4" "--piece 16M" "--piece 256M" \
+    "--no-huge" "--no-prefault"; do
     # shellcheck disable=SC2086 # $v is one or two words on purpose
     timeout 300 "$BUILD/bench/gpu" sleep "$A" --repeat "$REPEAT" $v >>"$OUT/parts.jsonl" \
         2>>"$OUT/parts.err"
@@ -160,6 +161,7 @@ try:
         w, sl = r["wake"], r["sleep"]
         name = f"{r['piece'] >> 20}M x{r['streams']}" + ("" if r["huge_advised"] else " no-huge")
         name += "" if r.get("prefault", True) else " no-prefault"
+        name += " one part" if r.get("parts", 1) == 1 else ""
         if r["verified"] is not None:
             name += " verified" if r["verified"] else " DIFFERS"
         huge = r["anon_huge_asleep"] / r["bytes"] if r["bytes"] else 0

@@ -978,11 +978,17 @@ static void check_held(const held *want, const char *when) {
                   (unsigned long long)want->bytes[c], (unsigned long long)want->regions[c]);
 }
 
+/* The bytes of a part of a host copy of `len` bytes (staged_load.c's rule). */
+static size_t swap_part(uint64_t len) {
+    size_t huge = (size_t)2 << 20;
+    return ((size_t)(len + WM__SWAP_PARTS - 1) / WM__SWAP_PARTS + huge - 1) / huge * huge;
+}
+
 /* A model on the device in chunks of up to 5 MiB (so several buffers, each copied in pieces of
  * a little over 1 MiB that end inside pages), its device bytes (*dev) and its pieces (*pieces). */
 static wm_model *sleep_model(const char *path, wm_file **f, uint64_t *dev, uint64_t *pieces) {
     const size_t piece = ((size_t)1 << 20) + 333;
-    wm__staged_tune_swap(piece, 0, false, false);
+    wm__staged_tune_swap(piece, 0, 0, false, false);
     *f = OPEN_OK(path);
     wm_load_options o = cuda_opts(WM_MODE_HEAP);
     o.threads = 2;
@@ -994,16 +1000,25 @@ static wm_model *sleep_model(const char *path, wm_file **f, uint64_t *dev, uint6
     wm_model_stats_get(m, &s);
     CHECK(s.buffers >= 2);
     *dev = s.device_bytes;
+    /* the pieces: each chunk's in turn, none across two parts of the host copy (the chunks
+     * packed in order; WM__SWAP_PARTS parts of whole huge pages) */
+    size_t part = swap_part(*dev), ho = 0;
     *pieces = 0;
     for (uint32_t c = 0; c < m->n_chunks; c++)
-        *pieces += (m->chunks[c].size + piece - 1) / piece;
+        for (size_t off = 0, len; off < m->chunks[c].size; off += len, ho += len, ++*pieces) {
+            len = m->chunks[c].size - off < piece ? m->chunks[c].size - off : piece;
+            size_t edge = (ho / part + 1) * part;
+            if (ho + len > edge) len = edge - ho;
+        }
     CHECK(*pieces > s.buffers);
     return m;
 }
 
 /* Sleep and wake, twice: asleep, the device's bytes are back and the host copy holds exactly
- * them, pinned, in one region (the ledger); awake, the device holds the file's bytes again and
- * the host copy is gone; each part of each is timed. */
+ * them, in one page allocation pinned in WM__SWAP_PARTS registrations (the ledger: 6 for this
+ * 12 MiB model's parts of 2 MiB); awake, the device holds the file's bytes again and the host
+ * copy is gone (its parts unregistered as the wake's copies out of them ended); each part of
+ * each is timed. */
 WM_TEST(sleep_and_wake_bytes_and_ledger) {
     NEED_GPU();
     wm_error err;
@@ -1018,7 +1033,9 @@ WM_TEST(sleep_and_wake_bytes_and_ledger) {
     asleep.bytes[WM_LEDGER_DEVICE] = 0;
     asleep.regions[WM_LEDGER_DEVICE] = 0;
     asleep.bytes[WM_LEDGER_PINNED] = dev; /* the host copy, to the byte */
-    asleep.regions[WM_LEDGER_PINNED] = 1; /* one registration */
+    size_t part = swap_part(dev);
+    asleep.regions[WM_LEDGER_PINNED] = (dev + part - 1) / part; /* a registration a part */
+    CHECK(asleep.regions[WM_LEDGER_PINNED] > 1);
     asleep.bytes[WM_LEDGER_HEAP] += dev;
     asleep.regions[WM_LEDGER_HEAP] += 1; /* one page allocation */
     for (int cycle = 0; cycle < 2; cycle++) {
@@ -1042,7 +1059,7 @@ WM_TEST(sleep_and_wake_bytes_and_ledger) {
     CHECK_MSG(wm__model_sleep(m, &err) == WM_OK, "sleep: %s", err.msg);
     wm_model_release(m);
     wm_file_close(f);
-    wm__staged_tune_swap(0, 0, false, false);
+    wm__staged_tune_swap(0, 0, 0, false, false);
     CHECK_LEDGER_EMPTY();
     CHECK_EQ(cudaGetLastError(), cudaSuccess);
 }
@@ -1111,7 +1128,7 @@ WM_TEST(fault_sweep_sleep_and_wake) {
     check_bytes(m);
     wm_model_release(m);
     wm_file_close(f);
-    wm__staged_tune_swap(0, 0, false, false);
+    wm__staged_tune_swap(0, 0, 0, false, false);
     CHECK_LEDGER_EMPTY();
 }
 #endif /* WM_HAVE_CUDA */

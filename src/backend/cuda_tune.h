@@ -17,6 +17,7 @@ void wm__cuda_tune(size_t wsize, unsigned slots, unsigned flags);
  * a device (0: 2; at most 4) and these flags. Not thread-safe: call it between sleeps. */
 #define WM__CUDA_SWAP_NO_HUGE 1u     /* no huge-page advice on the host copy */
 #define WM__CUDA_SWAP_NO_PREFAULT 2u /* the registration faults the host copy in, alone */
+#define WM__CUDA_SWAP_ONE_PART 4u    /* one registration of the host copy, not WM__SWAP_PARTS */
 void wm__cuda_tune_swap(size_t piece, unsigned streams, unsigned flags);
 /* How much wm_backend_init rehearses a load's CUDA calls (rounds; events and copies a round;
  * bytes registered, 0: keep), for the next wm_backend_init. */

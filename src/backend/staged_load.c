@@ -31,7 +31,8 @@
 wm__staged_tuning wm__staged_tuning_now = {.window = (size_t)4 << 20,
                                            .slots = 2,
                                            .swap_piece = WM__SWAP_PIECE,
-                                           .swap_streams = WM__SWAP_STREAMS};
+                                           .swap_streams = WM__SWAP_STREAMS,
+                                           .swap_parts = WM__SWAP_PARTS};
 
 static _Atomic(void *) last_ring; /* test hook: base of the last staged ring */
 
@@ -47,8 +48,12 @@ void wm__staged_tune(size_t wsize, unsigned slots, unsigned flags) {
     t->no_reap = (flags & WM__STAGED_NO_REAP) != 0;
 }
 
-void wm__staged_tune_swap(size_t piece, unsigned streams, bool no_huge, bool no_prefault) {
+void wm__staged_tune_swap(size_t piece, unsigned streams, unsigned parts, bool no_huge,
+                          bool no_prefault) {
     wm__staged_tuning *t = &wm__staged_tuning_now;
+    t->swap_parts = !parts                       ? WM__SWAP_PARTS
+                    : parts > WM__SWAP_MAX_PARTS ? WM__SWAP_MAX_PARTS
+                                                 : parts;
     t->swap_piece = piece ? piece : WM__SWAP_PIECE;
     t->swap_streams = !streams                           ? WM__SWAP_STREAMS
                       : streams > WM__STAGED_MAX_STREAMS ? WM__STAGED_MAX_STREAMS
@@ -326,6 +331,11 @@ typedef struct staged_state {
      * the byte), registered with the devices; `host` is empty for a model of no bytes. */
     bool asleep;
     wm__region host;
+    /* Its registrations: parts of host_part bytes (the last shorter), bit k of host_pinned set
+     * while part k is registered (and counted pinned). */
+    size_t host_part;
+    uint32_t host_parts;
+    uint64_t host_pinned;
 } staged_state;
 
 /* Device memory of chunk c, counted as it is made; `what` (or NULL) says what for in the error. */
@@ -387,18 +397,47 @@ static void device_buffers_free(wm_model *m, wm__dev *dv, staged_state *ss) {
     }
 }
 
-/* A sleeping model's host copy: unregistered, then its pages freed (registration before pages),
- * each part timed into t when t is not NULL. Accepts an empty region; leaves it empty. */
+/* Part k of the host copy: where it starts and its length. */
+static size_t part_at(const staged_state *ss, uint32_t k, size_t *len) {
+    size_t at = (size_t)k * ss->host_part;
+    *len = ss->host.len - at < ss->host_part ? ss->host.len - at : ss->host_part;
+    return at;
+}
+
+/* Part k unregistered (and uncounted pinned), where it is registered. A release: cannot fail. */
+static void part_unregister(wm__dev *dv, staged_state *ss, uint32_t k) {
+    if (!(ss->host_pinned >> k & 1)) return;
+    size_t len, at = part_at(ss, k, &len);
+    dv->ops->host_unregister(dv, (unsigned char *)ss->host.base + at);
+    wm__ledger_release(WM_LEDGER_PINNED, len);
+    ss->host_pinned &= ~((uint64_t)1 << k);
+}
+
+/* Part k registered with every device (portable) and counted pinned; 0 or the device's code. */
+static int part_register(wm__dev *dv, staged_state *ss, uint32_t k) {
+    size_t len, at = part_at(ss, k, &len);
+    int ce =
+        dv->ops->host_register(dv, (unsigned char *)ss->host.base + at, len, WM__HOST_PORTABLE);
+    if (ce) return ce;
+    wm__ledger_acquire(WM_LEDGER_PINNED, len);
+    ss->host_pinned |= (uint64_t)1 << k;
+    return 0;
+}
+
+/* A sleeping model's host copy: its registered parts unregistered, then its pages freed
+ * (registrations before pages), each part timed into t when t is not NULL (added to what the
+ * wake's copies unregistered already). Accepts an empty region; leaves it empty. */
 static void host_copy_free(wm__dev *dv, staged_state *ss, wm__swap_times *t) {
     wm__region *r = &ss->host;
     if (!r->base) return;
     double t0 = wm__os_now();
-    dv->ops->host_unregister(dv, r->base);
-    wm__ledger_release(WM_LEDGER_PINNED, r->len);
+    for (uint32_t k = 0; k < ss->host_parts; k++)
+        part_unregister(dv, ss, k);
     double t1 = wm__os_now();
     wm__region_free(r);
+    ss->host_parts = 0;
     if (t) {
-        t->host_unregister = t1 - t0;
+        t->host_unregister += t1 - t0;
         t->host_free = wm__os_now() - t1;
     }
 }
@@ -478,25 +517,34 @@ static wm_status host_copy_make(wm_model *m, wm__dev *dv, staged_state *ss, wm__
     if (!wm__staged_tuning_now.swap_no_prefault) prefault(m, ss->host.base, len);
     double t1 = wm__os_now();
     t->host_alloc = t1 - t0;
-    int ce = dv->ops->host_register(dv, ss->host.base, len, WM__HOST_PORTABLE);
+    /* parts of whole huge pages, as many as asked where the copy is that big */
+    size_t huge = WM_OS_HUGE_PAGE, parts = wm__staged_tuning_now.swap_parts;
+    size_t part = (size_t)wm__align_up((len + parts - 1) / parts, huge);
+    ss->host_part = part;
+    ss->host_parts = (uint32_t)((len + part - 1) / part);
+    ss->host_pinned = 0;
+    int ce = 0;
+    for (uint32_t k = 0; k < ss->host_parts && !ce; k++)
+        ce = part_register(dv, ss, k);
     t->host_register = wm__os_now() - t1;
-    if (!ce) {
-        wm__ledger_acquire(WM_LEDGER_PINNED, len);
-        return WM_OK;
-    }
-    wm__region_free(&ss->host);
+    if (!ce) return WM_OK;
+    host_copy_free(dv, ss, NULL);
     char prefix[192];
     snprintf(prefix, sizeof prefix, "%s: putting to sleep: registering the host copy (%zu bytes)",
              m->file->path, len);
     return dv->ops->fail(dv, ce, prefix, err);
 }
 
-/* The streams of a sleep's or a wake's copies, n a device (WM__SWAP_STREAMS), an event each. */
+/* The streams of a sleep's or a wake's copies, n a device (WM__SWAP_STREAMS), an event each;
+ * for a wake, an event per part of the host copy on every stream too (pev, n_pev: part k's on
+ * device d's stream j at (k * n_devs + d) * n + j), each recorded after the part's last piece. */
 typedef struct swap_queues {
     void *stream[WM__STAGED_MAX_DEVS][WM__STAGED_MAX_STREAMS];
     void *ev[WM__STAGED_MAX_DEVS][WM__STAGED_MAX_STREAMS];
     unsigned n;
     unsigned next[WM__STAGED_MAX_DEVS]; /* the stream a device's next piece goes to */
+    void **pev;
+    size_t n_pev;
 } swap_queues;
 
 /* Waits until what each stream holds has run, then frees streams and events: nothing is freed
@@ -510,38 +558,79 @@ static void queues_free(wm__dev *dv, unsigned n_devs, swap_queues *q) {
             }
             if (q->ev[d][k]) dv->ops->event_free(dv, d, q->ev[d][k]);
         }
+    for (size_t i = 0; i < q->n_pev; i++)
+        if (q->pev[i]) dv->ops->event_free(dv, (unsigned)(i / q->n % n_devs), q->pev[i]);
+    wm__free(q->pev);
+    q->pev = NULL;
 }
 
+/* The streams and their events, and the parts' events where q->pev has room for them. */
 static int queues_make(const wm_model *m, wm__dev *dv, swap_queues *q) {
     int ce = 0;
-    q->n = wm__staged_tuning_now.swap_streams;
     for (unsigned d = 0; d < m->n_devs && !ce; d++)
         for (unsigned k = 0; k < q->n && !ce; k++) {
             ce = dv->ops->stream_make(dv, d, &q->stream[d][k]);
             if (!ce) ce = dv->ops->event_make(dv, d, &q->ev[d][k]);
         }
+    for (size_t i = 0; i < q->n_pev && !ce; i++)
+        ce = dv->ops->event_make(dv, (unsigned)(i / q->n % m->n_devs), &q->pev[i]);
+    return ce;
+}
+
+/* Records part k's events, one on every stream. */
+static int part_record(const wm_model *m, wm__dev *dv, swap_queues *q, uint32_t k) {
+    int ce = 0;
+    for (unsigned d = 0; d < m->n_devs && !ce; d++)
+        for (unsigned j = 0; j < q->n && !ce; j++)
+            ce = dv->ops->event_record(dv, d, q->pev[((size_t)k * m->n_devs + d) * q->n + j],
+                                       q->stream[d][j]);
+    return ce;
+}
+
+/* A wake's parts of the host copy, in order: each unregistered once its events have passed
+ * (the copies out of it ended), while the later parts' copies run. Times it into t. */
+static int parts_release(const wm_model *m, wm__dev *dv, staged_state *ss, swap_queues *q,
+                         wm__swap_times *t) {
+    int ce = 0;
+    for (uint32_t k = 0; k < ss->host_parts && !ce; k++) {
+        for (unsigned d = 0; d < m->n_devs && !ce; d++)
+            for (unsigned j = 0; j < q->n && !ce; j++)
+                ce = dv->ops->event_wait(dv, d, q->pev[((size_t)k * m->n_devs + d) * q->n + j]);
+        if (ce) break;
+        double t0 = wm__os_now();
+        part_unregister(dv, ss, k);
+        t->host_unregister += wm__os_now() - t0;
+    }
     return ce;
 }
 
 /* Queues every chunk's copy between its device buffer and its place in the host copy (back:
- * device to host) in pieces that take turns on the device's streams, then records each
- * stream's event and waits for them all. *bad: the chunk whose copy failed (n_buf: a wait). */
+ * device to host) in pieces that take turns on the device's streams, none across two parts of
+ * the host copy (two registrations); a wake records each part's events after its last piece and
+ * unregisters the parts as they are done; then records each stream's event and waits for them all.
+ * *bad: the chunk whose copy failed (n_buf: a wait). */
 static int queue_copies(wm_model *m, wm__dev *dv, staged_state *ss, swap_queues *q, bool back,
                         wm__swap_times *t, uint32_t *bad) {
     unsigned char *h = ss->host.base;
-    size_t piece = wm__staged_tuning_now.swap_piece;
+    size_t piece = wm__staged_tuning_now.swap_piece, ho = 0;
+    bool cut = ss->host_parts > 1, by_part = !back && q->pev; /* a copy stays in one part */
     for (uint32_t c = 0; c < ss->n_buf; c++) {
         size_t size = m->chunks[c].size;
         unsigned d = m->chunks[c].device;
-        for (size_t off = 0; off < size; off += piece) {
-            size_t len = size - off < piece ? size - off : piece;
+        for (size_t off = 0, len; off < size; off += len) {
+            len = size - off < piece ? size - off : piece;
+            size_t edge = (ho / ss->host_part + 1) * ss->host_part;
+            if (cut && ho + len > edge) len = edge - ho;
             void *s = q->stream[d][q->next[d]++ % q->n];
             int ce = back ? dv->ops->copy_back(dv, d, s, h + off, ss->buf[c] + off, len)
                           : dv->ops->copy(dv, d, s, ss->buf[c] + off, h + off, len);
+            if (!ce && by_part && ((ho + len) % ss->host_part == 0 || ho + len == ss->host.len))
+                ce = part_record(m, dv, q, (uint32_t)((ho + len - 1) / ss->host_part));
             if (ce) {
                 *bad = c;
                 return ce;
             }
+            ho += len;
             t->pieces++;
             t->bytes += len;
         }
@@ -552,6 +641,7 @@ static int queue_copies(wm_model *m, wm__dev *dv, staged_state *ss, swap_queues 
     for (unsigned d = 0; d < m->n_devs && !ce; d++)
         for (unsigned k = 0; k < q->n && !ce; k++)
             ce = dv->ops->event_record(dv, d, q->ev[d][k], q->stream[d][k]);
+    if (!ce && by_part) ce = parts_release(m, dv, ss, q, t);
     for (unsigned d = 0; d < m->n_devs && !ce; d++)
         for (unsigned k = 0; k < q->n && !ce; k++)
             ce = dv->ops->event_wait(dv, d, q->ev[d][k]);
@@ -563,8 +653,13 @@ static int queue_copies(wm_model *m, wm__dev *dv, staged_state *ss, swap_queues 
 static wm_status copy_all(wm_model *m, wm__dev *dv, staged_state *ss, bool back, wm__swap_times *t,
                           wm_error *err) {
     double t0 = wm__os_now();
-    swap_queues q = {0};
+    swap_queues q = {.n = wm__staged_tuning_now.swap_streams};
     uint32_t bad = ss->n_buf;
+    if (!back && ss->host_parts > 1) { /* a wake's: the parts' events */
+        q.n_pev = (size_t)ss->host_parts * m->n_devs * q.n;
+        q.pev = wm__calloc(q.n_pev, sizeof *q.pev);
+        if (!q.pev) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory", m->file->path);
+    }
     int ce = queues_make(m, dv, &q);
     if (!ce) ce = queue_copies(m, dv, ss, &q, back, t, &bad);
     queues_free(dv, m->n_devs, &q);
@@ -622,7 +717,9 @@ wm_status wm__staged_wake(wm_model *m, wm__dev *dv, wm_error *err) {
         if (m->chunks[c].size) st = make_buffer(m, dv, ss, c, "waking the model", err);
     t.device_alloc = wm__os_now() - t0;
     if (!st) st = copy_all(m, dv, ss, false, &t, err);
-    if (st) { /* as it was: asleep */
+    if (st) { /* as it was: asleep, its host copy registered again where parts went already */
+        for (uint32_t k = 0; k < ss->host_parts; k++)
+            if (!(ss->host_pinned >> k & 1)) (void)part_register(dv, ss, k);
         device_buffers_free(m, dv, ss);
         dv->ops->settle(dv);
         return st;

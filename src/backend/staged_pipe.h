@@ -25,6 +25,7 @@ typedef struct wm__staged_tuning {
      * of it in by threads before its registration. */
     size_t swap_piece;
     unsigned swap_streams;
+    unsigned swap_parts; /* the host copy's registrations (WM__SWAP_PARTS) */
     bool swap_no_huge;
     bool swap_no_prefault;
 } wm__staged_tuning;
