@@ -21,10 +21,11 @@
  * elsewhere is read as usual, and one on the GPU that was not loaded ahead goes to the staged fill
  * after the making.
  *
- * Room: the buffer doubles the model's device bytes during the load. It is made only where the
- * device's free memory (ggml_backend_dev_memory) holds the tensors twice and a reserve besides
- * (AHEAD_RESERVE or a sixteenth of the device, the larger), so that llama.cpp's own buffers still
- * fit; otherwise the load runs as without it. wm_llama_options.prefetch OFF turns it off.
+ * Room: the buffer doubles the model's device bytes during the load. It is made (by the thread,
+ * beside the making, as its first step) only where the device's free memory
+ * (ggml_backend_dev_memory) holds the tensors twice and a reserve besides (AHEAD_RESERVE or a
+ * sixteenth of the device, the larger), so that llama.cpp's own buffers still fit; otherwise the
+ * load runs as without it. wm_llama_options.prefetch OFF turns it off.
  */
 #include "llama_bridge.h"
 
@@ -96,6 +97,13 @@ static int ahead_progress(void *user, uint64_t done, uint64_t total) {
 
 static void *ahead_run(void *arg) {
     wm__llama_ahead *a = arg;
+    /* the buffer made here, beside the making (a cudaMalloc of the model's size) */
+    if (!FAULT(DEVICE)) a->buf = ggml_backend_buft_alloc_buffer(a->buft, a->bytes);
+    if (!a->buf) {
+        a->st = WM_ENOMEM;
+        a->seconds = wm__llama_now() - a->t0;
+        return NULL;
+    }
     wm_cuda_options cu;
     wm_load_options lo;
     wm__llama_cuda_options(&lo, &cu, ahead_dst, a, a->sel, a->n, a->threads, a->direct_io);
@@ -131,9 +139,7 @@ bool wm__llama_ahead_start(wm__llama_ahead *a, const wm_file *f, const struct ll
     ggml_backend_dev_memory(dev, &free_b, &total);
     uint64_t reserve = total / 16 > AHEAD_RESERVE ? total / 16 : AHEAD_RESERVE;
     if ((uint64_t)free_b < 2 * a->bytes + reserve) return false;
-    if (!FAULT(DEVICE))
-        a->buf = ggml_backend_buft_alloc_buffer(ggml_backend_dev_buffer_type(dev), a->bytes);
-    if (!a->buf) return false;
+    a->buft = ggml_backend_dev_buffer_type(dev);
     a->t0 = wm__llama_now();
     atomic_init(&a->stop, 0);
     a->running = !FAULT(THREAD) && pthread_create(&a->thread, NULL, ahead_run, a) == 0;

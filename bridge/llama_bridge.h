@@ -244,8 +244,9 @@ typedef struct wm__llama_ahead {
     const wm_file *f;
     unsigned threads;
     wm_direct_io direct_io;
-    int ordinal;               /* the CUDA device */
-    ggml_backend_buffer_t buf; /* ggml's CUDA buffer the tensors are loaded into */
+    int ordinal;                     /* the CUDA device */
+    ggml_backend_buffer_type_t buft; /* the device's own buffer type */
+    ggml_backend_buffer_t buf; /* ggml's CUDA buffer the tensors are loaded into (the thread's) */
     wm_tensor_select *sel;     /* the tensors (pages) */
     uint64_t *off;             /* per file tensor: its offset in buf plus 1; 0: not ahead */
     size_t n, sel_len, off_len;
