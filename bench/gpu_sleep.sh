@@ -28,7 +28,8 @@
 #
 # Usage: bench/gpu_sleep.sh [SIZE]        (SIZE default 8G)
 # Environment: OUT (default /tmp/wm-sleep-out), BUILD (default build-gpu), MODELS (default
-# /tmp/wm-gpu-models), DEPS (default .debs, as bench/gpu.sh), REPEAT (default 5).
+# /tmp/wm-gpu-models), DEPS (default .debs, as bench/gpu.sh), REPEAT (default 5), CHOICES (the
+# parts' choices, comma-separated; default all of the above).
 set -u
 SIZE=${1:-8G}
 OUT=${OUT:-/tmp/wm-sleep-out}
@@ -89,8 +90,9 @@ say "sleep and wake alone, part by part, and the copies' choices (bench/gpu slee
 # the default (64 MiB pieces over 2 streams, huge pages advised; its bytes verified after),
 # then one choice changed at a time
 : >"$OUT/parts.jsonl"
-for v in "--verify" "--one-part" "--streams 1" "--streams 4" "--piece 16M" "--piece 256M" \
-    "--no-huge" "--no-prefault"; do
+# CHOICES: a shorter list, comma-separated (e.g. "--verify,--one-part")
+IFS=, read -r -a choices <<<"${CHOICES:---verify,--one-part,--streams 1,--streams 4,--piece 16M,--piece 256M,--no-huge,--no-prefault}"
+for v in "${choices[@]}"; do
     # shellcheck disable=SC2086 # $v is one or two words on purpose
     timeout 300 "$BUILD/bench/gpu" sleep "$A" --repeat "$REPEAT" $v >>"$OUT/parts.jsonl" \
         2>>"$OUT/parts.err"
