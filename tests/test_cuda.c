@@ -614,6 +614,18 @@ WM_TEST(cold_direct_warm_buffered) {
         CHECK_MSG(st == WM_OK, "load: %s", err.msg);
         wm_model_stats s = WM_MODEL_STATS_INIT;
         wm_model_stats_get(m, &s);
+        uint64_t still = wmt_cached_bytes(path, WARM_OFF, warm_len);
+        if (s.read_buffered != warm && still < warm_len) {
+            /* the kernel let warm pages go between the warming and their read (a host short of
+             * memory: a direct read then does not bring them back), which the routes follow:
+             * not this test's to judge (once in about 185 runs on a loaded 2-core VM) */
+            static char why[128];
+            snprintf(why, sizeof why, "the page cache let %llu of the %llu warm bytes go",
+                     (unsigned long long)(warm_len - still), (unsigned long long)warm_len);
+            wm_model_release(m);
+            wm_file_close(f);
+            WM_SKIP(why);
+        }
         CHECK_MSG(s.read_buffered == warm && s.read_direct == total - warm,
                   "%u thread(s), %llu bytes warm: %llu read buffered, %llu direct (%llu warm)",
                   threads, (unsigned long long)warm_len, (unsigned long long)s.read_buffered,
