@@ -1075,20 +1075,40 @@ static PyObject *Pool_get(Pool *self, PyObject *args, PyObject *kw) {
     return (PyObject *)pm;
 }
 
+/* The last get's wake and sleeps, part by part (wm_pool_stats' last_wake_*, last_sleep_*). */
+static int Pool_swap_stats(PyObject *d, const wm_pool_stats *s) {
+    PyObject *w = Py_BuildValue(
+        "{sdsdsdsdsK}", "alloc_seconds", s->last_wake_alloc_seconds, "copy_seconds",
+        s->last_wake_copy_seconds, "unregister_seconds", s->last_wake_unregister_seconds,
+        "free_seconds", s->last_wake_free_seconds, "bytes", (unsigned long long)s->last_wake_bytes);
+    PyObject *z = Py_BuildValue(
+        "{sdsdsdsdsdsK}", "seconds", s->last_sleep_seconds, "alloc_seconds",
+        s->last_sleep_alloc_seconds, "register_seconds", s->last_sleep_register_seconds,
+        "copy_seconds", s->last_sleep_copy_seconds, "free_seconds", s->last_sleep_free_seconds,
+        "bytes", (unsigned long long)s->last_sleep_bytes);
+    int bad = !w || !z || PyDict_SetItemString(d, "last_wake", w) ||
+              PyDict_SetItemString(d, "last_sleep", z);
+    Py_XDECREF(w);
+    Py_XDECREF(z);
+    return bad ? -1 : 0;
+}
+
 static PyObject *Pool_stats(Pool *self, PyObject *unused) {
     (void)unused;
     wm_pool_stats s = WM_POOL_STATS_INIT;
     wm_pool_stats_get(self->pool, &s);
-    return Py_BuildValue("{sIsIsKsKsKsKsKsKsKsKsdsKsIsKsKsI}", "resident", s.resident, "in_use",
-                         s.in_use, "held", (unsigned long long)s.held, "held_peak",
-                         (unsigned long long)s.held_peak, "loads", (unsigned long long)s.loads,
-                         "hits", (unsigned long long)s.hits, "wakes", (unsigned long long)s.wakes,
-                         "evictions", (unsigned long long)s.evictions, "returned",
-                         (unsigned long long)s.returned, "unproven", (unsigned long long)s.unproven,
-                         "last_get_seconds", s.last_get_seconds, "last_returned",
-                         (unsigned long long)s.last_returned, "last_evicted", s.last_evicted,
-                         "returned_device", (unsigned long long)s.returned_device, "sleeps",
-                         (unsigned long long)s.sleeps, "asleep", s.asleep);
+    PyObject *d = Py_BuildValue(
+        "{sIsIsKsKsKsKsKsKsKsKsdsKsIsKsKsI}", "resident", s.resident, "in_use", s.in_use, "held",
+        (unsigned long long)s.held, "held_peak", (unsigned long long)s.held_peak, "loads",
+        (unsigned long long)s.loads, "hits", (unsigned long long)s.hits, "wakes",
+        (unsigned long long)s.wakes, "evictions", (unsigned long long)s.evictions, "returned",
+        (unsigned long long)s.returned, "unproven", (unsigned long long)s.unproven,
+        "last_get_seconds", s.last_get_seconds, "last_returned",
+        (unsigned long long)s.last_returned, "last_evicted", s.last_evicted, "returned_device",
+        (unsigned long long)s.returned_device, "sleeps", (unsigned long long)s.sleeps, "asleep",
+        s.asleep);
+    if (d && Pool_swap_stats(d, &s)) Py_CLEAR(d);
+    return d;
 }
 
 static PyObject *Pool_trim(Pool *self, PyObject *unused) {

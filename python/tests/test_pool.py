@@ -38,6 +38,13 @@ def test_get_put_as_context_managers_evicts_least_recent(tmp_path):
         s = pool.stats()
         assert s["evictions"] == 1 and s["unproven"] == 0 and s["returned"] == held
         assert s["resident"] == 2 and s["hits"] == 1
+        # on the CPU nothing sleeps: the wake's and the sleep's parts are there, all zero
+        assert set(s["last_wake"]) == {
+            "alloc_seconds", "copy_seconds", "unregister_seconds", "free_seconds", "bytes"}
+        assert set(s["last_sleep"]) == {
+            "seconds", "alloc_seconds", "register_seconds", "copy_seconds", "free_seconds",
+            "bytes"}
+        assert not any(s["last_wake"].values()) and not any(s["last_sleep"].values())
     assert weightmap.ledger()["bytes"] == 0
 
 

@@ -666,7 +666,10 @@ class Pool:
     def stats(self):
         """wm_pool_stats as a dict: resident, in_use, held, held_peak, loads, hits, wakes,
         evictions, returned, unproven, last_get_seconds, last_returned, last_evicted,
-        returned_device, sleeps, asleep."""
+        returned_device, sleeps, asleep; and (1.8) the last get's wake and sleeps part by part,
+        last_wake (alloc_seconds, copy_seconds, unregister_seconds, free_seconds, bytes) and
+        last_sleep (seconds, alloc_seconds, register_seconds, copy_seconds, free_seconds, bytes):
+        zeros where there was none."""
         return self._p.stats()
 
     def trim(self):
