@@ -185,6 +185,11 @@ extern const cli_via cli_ggml_via;
 #endif
 /* llama.cpp's log silenced, unless WM_LLAMA_LOG=1 (cli/llama.c; with the bridge only). */
 void cli_llama_log_quiet(void);
+/* One decode step of model m (a struct llama_model) from BOS: the likeliest next token, and its
+ * text into piece (cap bytes, NUL-terminated; NULL: not asked); -1 where llama.cpp could not
+ * decode (cli/llama.c; with the bridge only). */
+struct llama_model;
+int cli_llama_decode_one(struct llama_model *m, char *piece, size_t cap);
 
 /* check --llama (cli/llama.c, with the llama.cpp bridge): `cycles` loads into llama.cpp through
  * wm_llama_load, one decode step each, the verdict; exit 0 or 1. Without the bridge a stand-in

@@ -78,8 +78,7 @@ static bool mapped_mode(int mode) {
     return mode == LLAMA_LOAD_MODE_MMAP || mode == LLAMA_LOAD_MODE_MMAP_MLOCK;
 }
 
-/* One decode step from BOS: the likeliest next token and its text. */
-static int decode_one(struct llama_model *m, llama_cycle *c, wm_error *err) {
+int cli_llama_decode_one(struct llama_model *m, char *piece, size_t cap) {
     const struct llama_vocab *v = llama_model_get_vocab(m);
     struct llama_context_params cp = llama_context_default_params();
     cp.n_ctx = 16;
@@ -88,21 +87,28 @@ static int decode_one(struct llama_model *m, llama_cycle *c, wm_error *err) {
     struct llama_context *ctx = llama_init_from_model(m, cp);
     llama_token tok = llama_vocab_bos(v);
     struct llama_batch b = llama_batch_get_one(&tok, 1);
-    if (!ctx || llama_decode(ctx, b) != 0) {
-        if (ctx) llama_free(ctx);
-        err->code = WM_EDEVICE;
-        snprintf(err->msg, sizeof err->msg, "llama.cpp could not decode a token with the model");
-        return 1;
+    int best = -1;
+    if (ctx && llama_decode(ctx, b) == 0) {
+        const float *lg = llama_get_logits_ith(ctx, -1);
+        best = 0;
+        for (int k = 1; k < llama_vocab_n_tokens(v); k++)
+            if (lg[k] > lg[best]) best = k;
+        if (piece && cap) {
+            int len = llama_token_to_piece(v, best, piece, (int32_t)cap - 1, 0, true);
+            piece[len > 0 ? len : 0] = 0;
+        }
     }
-    const float *lg = llama_get_logits_ith(ctx, -1);
-    int n = llama_vocab_n_tokens(v), best = 0;
-    for (int k = 1; k < n; k++)
-        if (lg[k] > lg[best]) best = k;
-    c->token = best;
-    int len = llama_token_to_piece(v, best, c->piece, (int32_t)sizeof c->piece - 1, 0, true);
-    c->piece[len > 0 ? len : 0] = 0;
-    llama_free(ctx);
-    return 0;
+    if (ctx) llama_free(ctx);
+    return best;
+}
+
+/* One decode step from BOS: the likeliest next token and its text. */
+static int decode_one(struct llama_model *m, llama_cycle *c, wm_error *err) {
+    c->token = cli_llama_decode_one(m, c->piece, sizeof c->piece);
+    if (c->token >= 0) return 0;
+    err->code = WM_EDEVICE;
+    snprintf(err->msg, sizeof err->msg, "llama.cpp could not decode a token with the model");
+    return 1;
 }
 
 static int one_cycle(const char *path, int mode, unsigned threads, uint64_t base, llama_cycle *c,

@@ -43,27 +43,6 @@ static int64_t footprint_trimmed(void) {
     return wm_mem_figures_get(0, &m, NULL) == WM_OK ? (int64_t)m.footprint : 0;
 }
 
-/* One decode step from BOS: the likeliest next token; -1 when llama.cpp could not decode. */
-static int decode_one(struct llama_model *m) {
-    const struct llama_vocab *v = llama_model_get_vocab(m);
-    struct llama_context_params cp = llama_context_default_params();
-    cp.n_ctx = 16;
-    cp.n_batch = 16;
-    cp.n_threads = cp.n_threads_batch = 1;
-    struct llama_context *ctx = llama_init_from_model(m, cp);
-    llama_token tok = llama_vocab_bos(v);
-    struct llama_batch b = llama_batch_get_one(&tok, 1);
-    int best = -1;
-    if (ctx && llama_decode(ctx, b) == 0) {
-        const float *lg = llama_get_logits_ith(ctx, -1);
-        best = 0;
-        for (int k = 1; k < llama_vocab_n_tokens(v); k++)
-            if (lg[k] > lg[best]) best = k;
-    }
-    if (ctx) llama_free(ctx);
-    return best;
-}
-
 typedef struct swap_llama {
     const char *const *files;
     unsigned n;
@@ -95,7 +74,7 @@ static int one_switch(const swap_llama *s, wm_pool *pool, unsigned cyc, unsigned
                       bool first, wm_error *err) {
     struct llama_model *m;
     if (wm_llama_pool_get(pool, s->files[i], &s->p, &s->o, &m, err)) return 1;
-    int tok = decode_one(m);
+    int tok = cli_llama_decode_one(m, NULL, 0);
     wm_pool_stats st = WM_POOL_STATS_INIT;
     wm_pool_stats_get(pool, &st);
     if (wm_llama_pool_put(pool, m, err)) return 1;
@@ -190,7 +169,7 @@ int cli_swap_llama(const char *const *files, unsigned n, const char *mode, uint6
     if (refuse_early(&s, mode ? mode : "none", &err)) return cli_fail(&err);
     struct llama_model *warm; /* llama.cpp's one-time set-up, before the footprint's base */
     if (wm_llama_load(files[0], &s.p, &s.o, &warm, &err)) return cli_fail(&err);
-    decode_one(warm);
+    cli_llama_decode_one(warm, NULL, 0);
     llama_model_free(warm);
     int64_t base = footprint_trimmed();
     wm_pool_options po = WM_POOL_OPTIONS_INIT;
