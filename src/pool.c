@@ -560,8 +560,12 @@ static wm_status get_locked(wm_pool *p, const char *path, const wm_load_options 
     return WM_OK;
 }
 
-/* The last get's wake and sleep parts, zeroed at the start of a get. */
-static void last_parts_clear(wm_pool_stats *s) {
+/* The start of a get (of a model or an object): what the stats say of the last get, zeroed. */
+static void last_clear(wm_pool_stats *s) {
+    s->last_returned = 0;
+    s->last_returned_device = 0;
+    s->last_evicted = 0;
+    s->last_wake_seconds = 0;
     s->last_wake_alloc_seconds = s->last_wake_copy_seconds = 0;
     s->last_wake_unregister_seconds = s->last_wake_free_seconds = 0;
     s->last_wake_bytes = 0;
@@ -577,11 +581,7 @@ wm_status wm_pool_get(wm_pool *p, const char *path, const wm_load_options *opts,
         return wm__err(err, WM_EINVAL, 0, "wm_pool_get: NULL pool, path, options or out");
     wm__os_mutex_lock(&p->mu);
     double t0 = wm__os_now();
-    p->st.last_returned = 0;
-    p->st.last_returned_device = 0;
-    p->st.last_evicted = 0;
-    p->st.last_wake_seconds = 0;
-    last_parts_clear(&p->st);
+    last_clear(&p->st);
     wm_status st = get_locked(p, path, opts, out, err);
     p->st.last_get_seconds = wm__os_now() - t0;
     wm__os_mutex_unlock(&p->mu);
@@ -717,10 +717,7 @@ wm_status wm_pool_get_object(wm_pool *p, const char *path, const wm_pool_owner *
                        "%s: wm_pool_get_object: the owner lacks its cost, load or release", path);
     wm__os_mutex_lock(&p->mu);
     double t0 = wm__os_now();
-    p->st.last_returned = 0;
-    p->st.last_returned_device = 0;
-    p->st.last_evicted = 0;
-    p->st.last_wake_seconds = 0;
+    last_clear(&p->st);
     st = get_object_locked(p, path, &o, key, key_len, args, out, err);
     p->st.last_get_seconds = wm__os_now() - t0;
     wm__os_mutex_unlock(&p->mu);
