@@ -103,40 +103,6 @@ static int ncpu(void) {
 
 /* ---- the page cache ---- */
 
-/* ---- the guest's memory, backed before each measurement (--warm-memory) ---- */
-
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
-
-typedef struct warm_half {
-    unsigned char *p;
-    size_t n;
-} warm_half;
-
-static void *populate(void *arg) {
-    const warm_half *h = arg;
-    if (madvise(h->p, h->n, MADV_POPULATE_WRITE) != 0) memset(h->p, 1, h->n);
-    return NULL;
-}
-
-static void warm_memory(double gib) {
-    size_t n = (size_t)(gib * 1073741824.0) / 4096 * 4096;
-    if (n == 0) return;
-    unsigned char *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return;
-    madvise(p, n, MADV_HUGEPAGE);
-    warm_half h[2] = {{p, n / 2}, {p + n / 2, n - n / 2}};
-    pthread_t th;
-    bool two = pthread_create(&th, NULL, populate, &h[1]) == 0;
-    populate(&h[0]);
-    if (two)
-        pthread_join(th, NULL);
-    else
-        populate(&h[1]);
-    munmap(p, n);
-}
-
 /* ---- the limits: parallel preads of [lo, hi) ---- */
 
 typedef struct slice {
@@ -745,7 +711,7 @@ static void bench_load(const char *path, int rounds) {
                 a.c = c;
                 fingerprint = gpu_layers && r == 0 && !w;
                 cold_now = w;
-                warm_memory(warm_gib);
+                bench_warm_memory(warm_gib);
                 v[w][c][r] = in_child(load_child, &a);
                 fprintf(stderr, "round %d %s %s: %.1f ms\n", r + 1, load_names[c],
                         w ? "cold" : "warm", v[w][c][r]);

@@ -61,24 +61,6 @@ static uint64_t rss_anon(void) {
     return (uint64_t)kb << 10;
 }
 
-/* ---- the guest's memory, backed before each measurement (--warm-memory GIB, as bench/llama.c:
- * on a VM whose balloon hands freed memory back to the host, faulting fresh memory costs
- * seconds; touched and freed just before, it costs what it does on a host) ---- */
-
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
-
-static void warm_memory(double gib) {
-    size_t n = (size_t)(gib * 1073741824.0) / 4096 * 4096;
-    if (n == 0) return;
-    unsigned char *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return;
-    madvise(p, n, MADV_HUGEPAGE);
-    if (madvise(p, n, MADV_POPULATE_WRITE) != 0) memset(p, 1, n);
-    munmap(p, n);
-}
-
 /* ---- the disk: O_DIRECT preads of [data, size) by one thread per CPU ---- */
 
 typedef struct disk_run {
@@ -238,7 +220,7 @@ static void run_rounds(const char *path, uint64_t data, uint64_t size, int round
                 for (int cold = 1; cold >= 0; cold--) {
                     int k = (k0 + r) % N_MODES, b = (b0 + r) % 2; /* the order rotates */
                     cold ? bench_make_cold(path) : bench_make_warm(path);
-                    warm_memory(warm_gib);
+                    bench_warm_memory(warm_gib);
                     uint64_t left = cold ? bench_cached_bytes(path) : 0;
                     result x = in_child(path, modes[k], b);
                     cell *c = &cells[cold][k][b];

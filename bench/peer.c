@@ -11,7 +11,9 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -254,6 +256,40 @@ void bench_make_cold(const char *path) {
     fdatasync(fd);
     posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
     close(fd);
+}
+
+/* ---- the guest's memory ---- */
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+typedef struct warm_half {
+    unsigned char *p;
+    size_t n;
+} warm_half;
+
+static void *warm_populate(void *arg) {
+    const warm_half *h = arg;
+    if (madvise(h->p, h->n, MADV_POPULATE_WRITE) != 0) memset(h->p, 1, h->n);
+    return NULL;
+}
+
+void bench_warm_memory(double gib) {
+    size_t n = (size_t)(gib * 1073741824.0) / 4096 * 4096;
+    if (n == 0) return;
+    unsigned char *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return;
+    madvise(p, n, MADV_HUGEPAGE);
+    warm_half h[2] = {{p, n / 2}, {p + n / 2, n - n / 2}};
+    pthread_t th;
+    bool two = pthread_create(&th, NULL, warm_populate, &h[1]) == 0;
+    warm_populate(&h[0]);
+    if (two)
+        pthread_join(th, NULL);
+    else
+        warm_populate(&h[1]);
+    munmap(p, n);
 }
 
 void bench_make_warm(const char *path) {

@@ -136,6 +136,14 @@ void bench_make_cold(const char *path);
 /* Reads `path` whole, so that the page cache holds it: a warm load follows. */
 void bench_make_warm(const char *path);
 
+/* ---- the guest's memory ---- */
+
+/* Touches and frees `gib` GiB of fresh memory (huge pages advised, two threads), before a
+ * measurement (--warm-memory): on a VM whose balloon hands freed memory back to the host,
+ * faulting fresh memory costs seconds; touched and freed just before, it costs what it does on a
+ * host. */
+void bench_warm_memory(double gib);
+
 /* ---- paths and output ---- */
 
 /* Writes "<fixtures>/<rel>" into buf (fixtures: $WM_FIXTURES if set, else the compiled-in
