@@ -18,7 +18,7 @@
  *
  * Sections: helpers; always (no GPU needed); with a GPU.
  */
-#include "cuda_mock.h" /* wm__cuda_mock_violations, in -DWM_CUDA_MOCK=ON builds */
+#include "cuda_mock.h" /* wm__cuda_mock_violations and _unregistered_under_copies (mock builds) */
 #include "wmtest.h"
 
 #include "os/fault.h"
@@ -1058,7 +1058,17 @@ WM_TEST(sleep_and_wake_bytes_and_ledger) {
         CHECK_EQ(m->slept.pieces, pieces);
         CHECK(m->slept.total > 0 && m->slept.copy > 0 && m->slept.host_register > 0);
         CHECK_STATUS(wm__model_sleep(m, &err), WM_EINVAL); /* asleep already */
+#ifdef WM_CUDA_MOCK
+        unsigned long under = wm__cuda_mock_unregistered_under_copies();
+#endif
         CHECK_MSG(wm__model_wake(m, &err) == WM_OK, "wake: %s", err.msg);
+#ifdef WM_CUDA_MOCK
+        /* every part but the last let go while the later parts' copies were still queued */
+        under = wm__cuda_mock_unregistered_under_copies() - under;
+        CHECK_MSG(under == asleep.regions[WM_LEDGER_PINNED] - 1,
+                  "%lu parts unregistered under copies still queued, not %llu", under,
+                  (unsigned long long)asleep.regions[WM_LEDGER_PINNED] - 1);
+#endif
         check_held(&awake, "awake");
         CHECK_EQ(m->woke.bytes, dev);
         CHECK_EQ(m->woke.pieces, pieces);
