@@ -1405,7 +1405,12 @@ static void llama_node_cycles(bool mmap_on) {
         const jnode *at = jget(r, "at");
         CHECK(num(at, "footprint") > 0 && num(at, "resident") > 0 && num(at, "mappings") > 0);
         CHECK_EQ(num(at, "weight_mappings"), 0);
-        CHECK_EQ(num(r, "load_kept"), 0); /* the load's malloc memory is back */
+        /* the load's malloc memory is back, but for blocks node's own threads allocated beside
+         * the load and free later (88360 bytes in one fresh-clone CI run of 2026-12-07, the same
+         * figure as below): far under the weights a release that kept them would leave
+         * (the fixture, 1.1 MB) */
+        CHECK_MSG(num(r, "load_kept") <= 256 * 1024, "the load kept %.0f bytes after its release",
+                  num(r, "load_kept"));
     }
     const jnode *f = jitem(jget(j, "files"), 0);
     const jnode *ld;
