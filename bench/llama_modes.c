@@ -14,8 +14,9 @@
  *   the disk  parallel O_DIRECT 8 MiB preads of the tensor data from the cold file, the same
  *             rounds: each cold load's ratio to it, paired round by round (median).
  *
- *     build/bench/llama_modes [-r ROUNDS] [--gpu] [--warm-memory GIB] [MODEL]
+ *     build/bench/llama_modes [-r ROUNDS] [--gpu] [--warm-memory GIB] [--modes LIST] [MODEL]
  *
+ * --modes: only the modes named, comma-separated as the table names them (mmap,dio).
  * MODEL defaults to bench-llama-1200M.gguf in the working folder (`weightmap make-model FILE
  * --size 1200M` makes it; bench/llama_modes.sh does when it is missing). --gpu
  * offloads every layer (n_gpu_layers 999; a ggml CUDA backend beside the prebuilt libraries,
@@ -188,6 +189,7 @@ typedef struct cell {
 } cell;
 
 static cell cells[2][N_MODES][2]; /* [cold][mode][bridge] */
+static bool skip[N_MODES];         /* --modes: the modes left out */
 static double disk[MAX_ROUNDS];
 static double warm_gib;
 
@@ -219,6 +221,7 @@ static void run_rounds(const char *path, uint64_t data, uint64_t size, int round
             for (int b0 = 0; b0 < 2; b0++)
                 for (int cold = 1; cold >= 0; cold--) {
                     int k = (k0 + r) % N_MODES, b = (b0 + r) % 2; /* the order rotates */
+                    if (skip[k]) continue;
                     cold ? bench_make_cold(path) : bench_make_warm(path);
                     bench_warm_memory(warm_gib);
                     uint64_t left = cold ? bench_cached_bytes(path) : 0;
@@ -234,6 +237,19 @@ static void run_rounds(const char *path, uint64_t data, uint64_t size, int round
     }
 }
 
+/* --modes LIST: only the modes named (comma-separated, as the table names them). */
+static void only_modes(const char *list) {
+    for (int k = 0; k < N_MODES; k++) {
+        size_t n = strlen(mode_names[k]);
+        const char *at = list;
+        skip[k] = true;
+        while ((at = strstr(at, mode_names[k])) != NULL) {
+            if ((at == list || at[-1] == ',') && (at[n] == ',' || at[n] == 0)) skip[k] = false;
+            at += n;
+        }
+    }
+}
+
 int main(int argc, char **argv) {
     int rounds = 3;
     const char *path = "bench-llama-1200M.gguf";
@@ -244,6 +260,8 @@ int main(int argc, char **argv) {
             warm_gib = atof(argv[++i]);
         else if (!strcmp(argv[i], "--gpu"))
             gpu_layers = 999;
+        else if (!strcmp(argv[i], "--modes") && i + 1 < argc)
+            only_modes(argv[++i]);
         else
             path = argv[i];
     }
@@ -272,7 +290,7 @@ int main(int argc, char **argv) {
            "| the file's regions while loaded |\n|---|---|---|---:|---:|---:|---|\n");
     for (int cold = 1; cold >= 0; cold--)
         for (int k = 0; k < N_MODES; k++)
-            for (int b = 0; b < 2; b++)
+            for (int b = 0; b < 2 && !skip[k]; b++)
                 print_row(cold, k, b, rounds);
     return 0;
 }

@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -225,6 +226,53 @@ WM_TEST(mmap_touch_privatises_nothing) {
     wm_model *m = load_ok(f, &o);
     touch(m);
     CHECK_EQ(file_figures(path).privatised, 0);
+    wm_model_release(m);
+    wm_file_close(f);
+}
+
+/* Whether the mapping of path (its first region in /proc/self/smaps) has the VmFlags flag. */
+static bool file_vm_flag(const char *path, const char *flag) {
+    FILE *f = fopen("/proc/self/smaps", "r");
+    CHECK(f != NULL);
+    char line[4096];
+    bool in = false, has = false;
+    while (f && fgets(line, sizeof line, f)) {
+        size_t n = strlen(line), k = strlen(path);
+        const char *sp = strchr(line, ' ');
+        if (sp && sp > line && sp[-1] != ':') { /* a region's first line, not "Name: value" */
+            in = n > k && !strncmp(line + n - 1 - k, path, k);
+            continue;
+        }
+        if (in && !strncmp(line, "VmFlags:", 8)) {
+            char want[8];
+            snprintf(want, sizeof want, " %s", flag);
+            for (char *at = line + 8; (at = strstr(at, want)) != NULL; at++)
+                has = has || at[3] == ' ' || at[3] == '\n';
+            break;
+        }
+    }
+    if (f) fclose(f);
+    return has;
+}
+
+/* MMAP advises huge pages over its shared mapping (src/backend/cpu.c load_mapped): where the
+ * filesystem's page cache holds large folios a fault brings in and maps a whole one (cold loads
+ * fewer, larger reads; warm populates and page tables 1/512 of the entries). A private mapping is
+ * not advised. */
+WM_TEST(mmap_mapping_advised_huge_pages) {
+    if (access("/sys/kernel/mm/transparent_hugepage/enabled", R_OK) != 0) {
+        WM_SKIP("no transparent huge pages on this kernel");
+    }
+    const char *path = made_model("m.gguf", "8M");
+    wm_file *f = open_ok(path);
+    wm_load_options o = {.mode = WM_MODE_MMAP};
+    wm_model *m = load_ok(f, &o);
+    CHECK(file_vm_flag(path, "hg"));
+    CHECK_EQ(file_figures(path).regions, 1);
+    wm_model_release(m);
+    o.mode = WM_MODE_MMAP_PRIVATE;
+    m = load_ok(f, &o);
+    CHECK(!file_vm_flag(path, "hg"));
     wm_model_release(m);
     wm_file_close(f);
 }
