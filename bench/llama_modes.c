@@ -189,7 +189,7 @@ typedef struct cell {
 } cell;
 
 static cell cells[2][N_MODES][2]; /* [cold][mode][bridge] */
-static bool skip[N_MODES];         /* --modes: the modes left out */
+static bool skip[N_MODES];        /* --modes: the modes left out */
 static double disk[MAX_ROUNDS];
 static double warm_gib;
 

@@ -47,7 +47,8 @@ static wm_status load_mapped(wm_model *m, cpu_state *cs, wm_error *err) {
         if (st) return st;
         cs->n_regions++;
         m->stats.mapped_bytes += r->len;
-        if (kind == WM_OS_MAP_PRIVATE_RW) m->stats.committed += r->len;
+        if (kind == WM_OS_MAP_PRIVATE_RW)
+            m->stats.committed += r->len;
         else /* a hint (failure is harmless): a fault brings in a whole huge folio where the
               * filesystem's page cache holds large folios, and maps it with one entry */
             wm__os_advise(r->base, r->len, WM_OS_ADV_HUGEPAGE);
