@@ -725,6 +725,7 @@ static void ahead_stats(load *l) {
     l->stats.seconds_ahead = a->seconds;
     l->stats.seconds_ahead_wait = a->seconds_wait;
     l->stats.seconds_ahead_copy = a->seconds_copy;
+    l->stats.seconds_ahead_buffer = a->seconds_buffer;
 }
 
 /* The load up to the model handed over (or freed); the trim and the stats are the caller's. */

@@ -99,6 +99,7 @@ static void *ahead_run(void *arg) {
     wm__llama_ahead *a = arg;
     /* the buffer made here, beside the making (a cudaMalloc of the model's size) */
     if (!FAULT(DEVICE)) a->buf = ggml_backend_buft_alloc_buffer(a->buft, a->bytes);
+    a->seconds_buffer = wm__llama_now() - a->t0;
     if (!a->buf) {
         a->st = WM_ENOMEM;
         a->seconds = wm__llama_now() - a->t0;

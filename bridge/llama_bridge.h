@@ -258,7 +258,8 @@ typedef struct wm__llama_ahead {
     atomic_int stop;
     wm_status st; /* the ahead load's outcome */
     double t0, seconds, seconds_wait, seconds_copy;
-    size_t taken; /* tensors copied into place */
+    double seconds_buffer; /* of seconds, its device buffer's allocation */
+    size_t taken;          /* tensors copied into place */
     uint64_t bytes_taken;
 } wm__llama_ahead;
 

@@ -108,6 +108,9 @@ typedef struct wm_llama_stats {
     double seconds_ahead;      /* the read ahead, start to end (beside seconds_model) */
     double seconds_ahead_wait; /* of it, what the load waited for once the model was made */
     double seconds_ahead_copy; /* the device-to-device copies into llama.cpp's buffers */
+    /* added in 1.8.1 */
+    double seconds_ahead_buffer; /* of seconds_ahead, the making of its device buffer (a
+                                    cudaMalloc of the tensors' bytes), before its first read */
 } wm_llama_stats;
 
 #define WM_LLAMA_STATS_INIT WM_SIZED_INIT(wm_llama_stats)
