@@ -124,7 +124,7 @@ void wm__staged_tune(size_t wsize, unsigned slots, unsigned flags);
 /* A sleep's and a wake's copies: bytes a piece and a bounce slot (0: WM__SWAP_PIECE), streams
  * a device (0: WM__SWAP_STREAMS; at most WM__STAGED_MAX_STREAMS); with pinned_whole, no bounce
  * ring: the host copy registered whole, copied from directly, unregistered after the wake's
- * copies (as before 1.9); with no_huge, no huge-page advice on the host copy; with no_prefault,
+ * copies (as in 1.8); with no_huge, no huge-page advice on the host copy; with no_prefault,
  * no threads fault the host copy and the ring in first (the copies and the registration do). The
  * tests' small models copy in many pieces, some not a page long, and bench/gpu measures the choices
  * (cuda_tune.h). Not thread-safe: between sleeps. */
