@@ -1106,8 +1106,9 @@ WM_TEST(sleep_and_wake_bytes_and_ledger) {
 }
 
 /* The pinned_whole choice (bench/gpu sleep --pinned-whole): asleep, the host copy is registered
- * whole (pinned to the byte, one registration); woken, the file's bytes and nothing held. With
- * one thread (no worker), so that the bounce ring's copies are the loading thread's alone. */
+ * whole (pinned to the byte, one registration), and woken from itself even with the choice
+ * changed back meanwhile; woken, the file's bytes and nothing held. And the bounce ring with
+ * one thread (no worker), so that the ring's copies are the loading thread's alone. */
 WM_TEST(sleep_and_wake_pinned_whole_and_one_thread) {
     NEED_GPU();
     wm_error err;
@@ -1130,6 +1131,8 @@ WM_TEST(sleep_and_wake_pinned_whole_and_one_thread) {
         uint64_t longest, want = whole ? dev : ring_bytes(pieces);
         CHECK_EQ(pinned_peak(&longest), want);
         CHECK_EQ(longest, want);
+        /* the choice back to the ring: a host copy pinned whole still wakes from itself */
+        wm__staged_tune_swap(SLEEP_PIECE, 0, false, false, false);
         CHECK_MSG(wm__model_wake(m, &err) == WM_OK, "wake: %s", err.msg);
         CHECK_EQ(pinned_peak(&longest), want); /* whole: registered since the sleep */
 #ifdef WM_CUDA_MOCK

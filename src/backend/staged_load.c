@@ -656,7 +656,8 @@ typedef struct bounce {
     wm__dev *dv;
     bool back; /* a sleep's: device to host */
     size_t n_pieces, piece;
-    uint32_t c; /* the piece cursor: chunk, offset in it, offset in the host copy */
+    size_t slot_len; /* the longest piece, in whole pages */
+    uint32_t c;      /* the piece cursor: chunk, offset in it, offset in the host copy */
     size_t off, ho;
     wm__region ring;
     bool pinned, sync_made, stop;
@@ -853,8 +854,8 @@ static int bounce_sleep(bounce *b, wm__swap_times *t, uint32_t *bad) {
     return ce;
 }
 
-/* The ring's slots of piece bytes (whole pages each): two per stream and device, at most the
- * pieces and BOUNCE_MAX_SLOTS. */
+/* The ring's slots, each the longest piece in whole pages (a piece, or the longest chunk where
+ * every chunk is shorter): two per stream and device, at most the pieces and BOUNCE_MAX_SLOTS. */
 static unsigned bounce_slots(const wm_model *m, size_t n_pieces) {
     size_t n = 2 * (size_t)wm__staged_tuning_now.swap_streams * m->n_devs;
     if (n > n_pieces) n = n_pieces;
@@ -912,7 +913,7 @@ static int bounce_sync_init(bounce *b) {
  * registration (pinned); the times into t->host_alloc and t->host_register. */
 static wm_status bounce_ring(bounce *b, wm__swap_times *t, wm_error *err) {
     wm_model *m = b->m;
-    size_t slot_len = (size_t)wm__align_up(b->piece, wm__os_page_size());
+    size_t slot_len = b->slot_len;
     double t0 = wm__os_now();
     wm_status st = wm__region_pages(m, slot_len * b->n_slots, WM_LEDGER_SCRATCH, &b->ring, err);
     if (st) return st;
@@ -959,9 +960,12 @@ static wm_status bounce_open(bounce *b, wm__swap_times *t, wm_error *err) {
  * parts into host_alloc, host_register, host_unregister and host_free. */
 static wm_status copy_bounce(wm_model *m, wm__dev *dv, staged_state *ss, bool back,
                              wm__swap_times *t, wm_error *err) {
-    size_t piece = wm__staged_tuning_now.swap_piece, n_pieces = 0;
-    for (uint32_t c = 0; c < ss->n_buf; c++)
-        n_pieces += (m->chunks[c].size + piece - 1) / piece;
+    size_t piece = wm__staged_tuning_now.swap_piece, n_pieces = 0, longest = 0;
+    for (uint32_t c = 0; c < ss->n_buf; c++) {
+        size_t size = m->chunks[c].size;
+        n_pieces += (size + piece - 1) / piece;
+        if ((size < piece ? size : piece) > longest) longest = size < piece ? size : piece;
+    }
     if (!n_pieces) return WM_OK;
     bounce *b = wm__calloc(1, sizeof *b);
     if (!b) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory", m->file->path);
@@ -970,6 +974,7 @@ static wm_status copy_bounce(wm_model *m, wm__dev *dv, staged_state *ss, bool ba
                   .back = back,
                   .n_pieces = n_pieces,
                   .piece = piece,
+                  .slot_len = (size_t)wm__align_up(longest, wm__os_page_size()),
                   .n_slots = bounce_slots(m, n_pieces),
                   .q = {.n = wm__staged_tuning_now.swap_streams}};
     wm_status st = bounce_open(b, t, err);
@@ -984,10 +989,12 @@ static wm_status copy_bounce(wm_model *m, wm__dev *dv, staged_state *ss, bool ba
     return st;
 }
 
+/* A host copy registered whole (made so by the pinned_whole choice at its sleep, whatever the
+ * choice is at the wake) is copied directly; any other through a bounce ring. */
 static wm_status copy_all(wm_model *m, wm__dev *dv, staged_state *ss, bool back, wm__swap_times *t,
                           wm_error *err) {
-    return wm__staged_tuning_now.swap_pinned_whole ? copy_whole(m, dv, ss, back, t, err)
-                                                   : copy_bounce(m, dv, ss, back, t, err);
+    return ss->host_pinned ? copy_whole(m, dv, ss, back, t, err)
+                           : copy_bounce(m, dv, ss, back, t, err);
 }
 
 wm_status wm__staged_sleep(wm_model *m, wm__dev *dv, wm_error *err) {
