@@ -361,7 +361,8 @@ static wm_status free_room(wm_pool *p, const char *path, uint64_t need, const ui
             snprintf(by, sizeof by, "the ledger and %s's counts show",
                      e->owner.name ? e->owner.name : "the owner");
         bool slept = d >= 0 && host_ok && (p->o.flags & WM_POOL_SLEEP) && e->model &&
-                     wm__model_can_sleep(e->model) && host_fits(p, need + device_bytes(e)) &&
+                     wm__model_can_sleep(e->model) &&
+                     host_fits(p, need + device_bytes(e) + wm__model_swap_extra(e->model)) &&
                      sleep_entry(p, e, NULL) == WM_OK;
         if (!slept) evict_entry(p, e); /* e may be freed */
         if (p->st.unproven != unproven)
@@ -456,7 +457,8 @@ static wm_status reuse(wm_pool *p, entry *e, void **out, wm_error *err) {
     }
     e->uses++; /* in use from here: never chosen to make room for itself */
     if (asleep(e)) {
-        wm_status st = make_room(p, e->path, 0, e->slept_dev, err);
+        /* the wake's own host bytes (the bounce ring) while it runs */
+        wm_status st = make_room(p, e->path, wm__model_swap_extra(e->model), e->slept_dev, err);
         if (!st) st = wake_entry(p, e, err);
         if (st) {
             e->uses--;

@@ -1047,11 +1047,21 @@ static uint64_t pinned_peak(uint64_t *longest) {
     return l.cat[WM_LEDGER_PINNED].peak;
 }
 
+/* The ledger's host figure now and its peak since the last reset. */
+static uint64_t host_now(uint64_t *peak) {
+    wm_ledger l = WM_LEDGER_INIT;
+    wm_ledger_get(&l);
+    *peak = l.host.peak;
+    return l.host.current;
+}
+
 /* Sleep and wake, twice, through the bounce ring: asleep, the device's bytes are back and the
  * host copy holds exactly them, in one page allocation that is never registered (heap, pinned
  * 0); during each, the most registered at once is the ring (four slots of a piece: a third of
- * this 12 MiB model), registered in one call (the mock's longest registration); awake, the
- * device holds the file's bytes again and the host copy is gone; each part of each is timed. */
+ * this 12 MiB model), registered in one call (the mock's longest registration), and the host
+ * peak no more than the host copy and what wm__model_swap_extra said (the pool counts it);
+ * awake, the device holds the file's bytes again and the host copy is gone; each part of each
+ * is timed. */
 WM_TEST(sleep_and_wake_bytes_and_ledger) {
     NEED_GPU();
     wm_error err;
@@ -1071,8 +1081,15 @@ WM_TEST(sleep_and_wake_bytes_and_ledger) {
     CHECK(ring < dev / 2);
     for (int cycle = 0; cycle < 2; cycle++) {
         pinned_reset();
+        uint64_t extra = wm__model_swap_extra(m), hpeak, host = host_now(&hpeak);
+        CHECK(extra >= ring);
         CHECK_MSG(wm__model_sleep(m, &err) == WM_OK, "sleep: %s", err.msg);
         check_held(&asleep, "asleep");
+        (void)host_now(&hpeak);
+        CHECK_MSG(hpeak <= host + dev + extra,
+                  "a sleep's host peak %llu is above %llu held + %llu copy + %llu extra",
+                  (unsigned long long)hpeak, (unsigned long long)host, (unsigned long long)dev,
+                  (unsigned long long)extra);
         uint64_t longest, peak = pinned_peak(&longest);
         CHECK_MSG(peak == ring && longest == ring,
                   "a sleep registered %llu bytes at once (%llu in one call), not the ring's %llu",
@@ -1083,7 +1100,13 @@ WM_TEST(sleep_and_wake_bytes_and_ledger) {
         CHECK(m->slept.total > 0 && m->slept.copy > 0 && m->slept.host_register > 0);
         CHECK(m->slept.host_alloc > 0 && m->slept.host_unregister > 0);
         CHECK_STATUS(wm__model_sleep(m, &err), WM_EINVAL); /* asleep already */
+        extra = wm__model_swap_extra(m);
+        host = host_now(&hpeak);
+        CHECK(extra >= ring);
         CHECK_MSG(wm__model_wake(m, &err) == WM_OK, "wake: %s", err.msg);
+        (void)host_now(&hpeak);
+        CHECK_MSG(hpeak <= host + extra, "a wake's host peak %llu is above %llu held + %llu extra",
+                  (unsigned long long)hpeak, (unsigned long long)host, (unsigned long long)extra);
         peak = pinned_peak(&longest);
         CHECK_MSG(peak == ring && longest == ring,
                   "a wake registered %llu bytes at once (%llu in one call), not the ring's %llu",

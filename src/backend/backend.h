@@ -118,6 +118,9 @@ bool wm__model_can_sleep(const wm_model *m);
 bool wm__model_asleep(const wm_model *m);
 wm_status wm__model_sleep(wm_model *m, wm_error *err);
 wm_status wm__model_wake(wm_model *m, wm_error *err);
+/* Host bytes the next sleep (asleep: the next wake) holds beside the model's own while it runs
+ * (CUDA: the bounce ring, its state, the threads' stacks); 0 where the backend holds none. */
+uint64_t wm__model_swap_extra(const wm_model *m);
 
 /* Builds the plan (plan.c): order, place and chunks. On failure the caller frees what it holds
  * (model_free). */
@@ -159,6 +162,9 @@ struct wm__backend {
      * the backend cannot sleep a model. Each completes or leaves the model as it was. */
     wm_status (*sleep)(wm_model *m, wm_error *err);
     wm_status (*wake)(wm_model *m, wm_error *err);
+    /* Host bytes the next sleep (asleep: the next wake) holds beside the model's own while it
+     * runs, at most; NULL: none. */
+    uint64_t (*swap_extra)(const wm_model *m);
 };
 
 /* ---- costs (cost.c): what a load will acquire, per ledger category ---- */

@@ -480,6 +480,7 @@ const wm__backend wm__backend_cuda = {
     .mem_info = cuda_mem_info,
     .sleep = cuda_sleep,
     .wake = cuda_wake,
+    .swap_extra = wm__staged_swap_extra,
 };
 
 /* ---- test hooks ---- */

@@ -111,6 +111,10 @@ wm_status wm__staged_cost(const wm_model *m, const wm__staged_opts *o, wm_cost *
 #define WM__SWAP_STREAMS 2u
 wm_status wm__staged_sleep(wm_model *m, wm__dev *dv, wm_error *err);
 wm_status wm__staged_wake(wm_model *m, wm__dev *dv, wm_error *err);
+/* Host bytes the next sleep (or, asleep, the next wake) of m holds beside the model's own while
+ * it runs, at most: the bounce ring, its state and the threads' stacks (with pinned_whole, the
+ * prefaulting threads' stacks alone). The pool counts them before it lets a model sleep or wake. */
+uint64_t wm__staged_swap_extra(const wm_model *m);
 /* The chunks' buffers (index = chunk; NULL for an empty chunk), or NULL before a load. */
 unsigned char *const *wm__staged_buffers(const wm_model *m);
 /* A tensor's device address, or 0. */

@@ -955,17 +955,36 @@ static wm_status bounce_open(bounce *b, wm__swap_times *t, wm_error *err) {
     return WM_OK;
 }
 
-/* A sleep's (back) or a wake's copies through a bounce ring, all of it given back before it
- * returns; on failure every copy queued has ended. Times the copies into t->copy and the ring's
- * parts into host_alloc, host_register, host_unregister and host_free. */
-static wm_status copy_bounce(wm_model *m, wm__dev *dv, staged_state *ss, bool back,
-                             wm__swap_times *t, wm_error *err) {
+/* The pieces of a swap's copies, and (*slot_len) the longest in whole pages. */
+static size_t bounce_pieces(const wm_model *m, const staged_state *ss, size_t *slot_len) {
     size_t piece = wm__staged_tuning_now.swap_piece, n_pieces = 0, longest = 0;
     for (uint32_t c = 0; c < ss->n_buf; c++) {
         size_t size = m->chunks[c].size;
         n_pieces += (size + piece - 1) / piece;
         if ((size < piece ? size : piece) > longest) longest = size < piece ? size : piece;
     }
+    *slot_len = (size_t)wm__align_up(longest, wm__os_page_size());
+    return n_pieces;
+}
+
+uint64_t wm__staged_swap_extra(const wm_model *m) {
+    const staged_state *ss = m->bctx;
+    if (!ss) return 0;
+    unsigned threads = wm__load_threads(m);
+    uint64_t stacks = (uint64_t)(threads ? threads - 1 : 0) * WM_OS_THREAD_STACK;
+    bool whole = ss->asleep ? ss->host_pinned : wm__staged_tuning_now.swap_pinned_whole;
+    size_t slot_len, n_pieces = bounce_pieces(m, ss, &slot_len);
+    if (whole || !n_pieces) return stacks; /* the prefaulting threads' */
+    return stacks + (uint64_t)bounce_slots(m, n_pieces) * slot_len + wm__cost_block(sizeof(bounce));
+}
+
+/* A sleep's (back) or a wake's copies through a bounce ring, all of it given back before it
+ * returns; on failure every copy queued has ended. Times the copies into t->copy and the ring's
+ * parts into host_alloc, host_register, host_unregister and host_free. */
+static wm_status copy_bounce(wm_model *m, wm__dev *dv, staged_state *ss, bool back,
+                             wm__swap_times *t, wm_error *err) {
+    size_t piece = wm__staged_tuning_now.swap_piece, slot_len;
+    size_t n_pieces = bounce_pieces(m, ss, &slot_len);
     if (!n_pieces) return WM_OK;
     bounce *b = wm__calloc(1, sizeof *b);
     if (!b) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory", m->file->path);
@@ -974,7 +993,7 @@ static wm_status copy_bounce(wm_model *m, wm__dev *dv, staged_state *ss, bool ba
                   .back = back,
                   .n_pieces = n_pieces,
                   .piece = piece,
-                  .slot_len = (size_t)wm__align_up(longest, wm__os_page_size()),
+                  .slot_len = slot_len,
                   .n_slots = bounce_slots(m, n_pieces),
                   .q = {.n = wm__staged_tuning_now.swap_streams}};
     wm_status st = bounce_open(b, t, err);
