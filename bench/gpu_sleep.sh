@@ -22,8 +22,10 @@
 #             after the last wake), then with one choice changed at a time (--pinned-whole: no
 #             ring, the host copy registered whole at the sleep and unregistered after the wake's
 #             copies, as in 1.8; 1 or 4 streams; 16 MiB or 256 MiB pieces and slots; no huge
-#             pages; no prefaulting threads): the sleep and wake of one model without a pool,
-#             part by part, and how much of the host copy the kernel backed with huge pages.
+#             pages; no prefaulting threads before the host copy is used: the ring's workers
+#             fault it as they copy into it, beside the device's copies): the sleep and wake of
+#             one model without a pool, part by part, and how much of the host copy the kernel
+#             backed with huge pages.
 #   bus       `bench/gpu h2d --bytes 8G`: pinned host-to-device copies of 8 GiB, the ceiling a
 #             pinned-memory sleep would wake at (the target: under 0.3 s for 8 GiB).
 # Prints a table and writes the raw outputs to OUT.

@@ -129,7 +129,8 @@ void wm__staged_tune(size_t wsize, unsigned slots, unsigned flags);
  * a device (0: WM__SWAP_STREAMS; at most WM__STAGED_MAX_STREAMS); with pinned_whole, no bounce
  * ring: the host copy registered whole, copied from directly, unregistered after the wake's
  * copies (as in 1.8); with no_huge, no huge-page advice on the host copy; with no_prefault,
- * no threads fault the host copy and the ring in first (the copies and the registration do). The
+ * no threads fault the host copy in first (at a sleep the workers' copies into it do, beside
+ * the device's copies; with pinned_whole, its registration, on one thread). The
  * tests' small models copy in many pieces, some not a page long, and bench/gpu measures the choices
  * (cuda_tune.h). Not thread-safe: between sleeps. */
 void wm__staged_tune_swap(size_t piece, unsigned streams, bool pinned_whole, bool no_huge,

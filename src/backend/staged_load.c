@@ -918,7 +918,7 @@ static wm_status bounce_ring(bounce *b, wm__swap_times *t, wm_error *err) {
     wm_status st = wm__region_pages(m, slot_len * b->n_slots, WM_LEDGER_SCRATCH, &b->ring, err);
     if (st) return st;
     wm__os_advise(b->ring.base, b->ring.len, WM_OS_ADV_HUGEPAGE); /* a hint */
-    if (!wm__staged_tuning_now.swap_no_prefault) prefault(m, b->ring.base, b->ring.len);
+    prefault(m, b->ring.base, b->ring.len); /* else the registration faults it on one thread */
     for (unsigned k = 0; k < b->n_slots; k++)
         b->slot[k] =
             (bounce_slot){.buf = (unsigned char *)b->ring.base + k * slot_len, .pending = -1};

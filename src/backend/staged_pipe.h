@@ -23,7 +23,7 @@ typedef struct wm__staged_tuning {
     /* A sleep's and a wake's copies (wm__staged_tune_swap): bytes a copy (WM__SWAP_PIECE, a
      * bounce slot's size), streams a device (WM__SWAP_STREAMS); the host copy registered whole
      * and copied from directly (no bounce ring); no huge-page advice on the host copy; no
-     * faulting of it (and of the ring) in by threads first. */
+     * faulting of the host copy in by threads first. */
     size_t swap_piece;
     unsigned swap_streams;
     bool swap_pinned_whole;
