@@ -93,15 +93,15 @@ wm_status wm__staged_cost(const wm_model *m, const wm__staged_opts *o, wm_cost *
  * huge pages advised, faulted in by the load's threads; ledger: heap, never pinned) through a
  * bounce ring: a few slots of WM__SWAP_PIECE (two per stream and device, no more than the
  * pieces; ledger: scratch, and pinned while registered: once per sleep or wake, on the loading
- * thread). The loading thread queues each piece's device-to-host copy into a free slot over
- * WM__SWAP_STREAMS streams per device and waits for its event; the load's threads copy the slot
- * into the host copy and give it back. Then the device buffers freed (the devices' bytes back).
- * Wake: every device buffer made first, then the reverse: the threads fill free slots from the
- * host copy, the loading thread queues each filled slot's copy to the device and waits for its
- * event before the slot is filled again; then the ring and the host copy freed; the tensors'
- * device pointers are new. Where no thread can start, the loading thread copies the slots
- * itself. The pinned_whole choice (wm__staged_tune_swap, to measure) instead registers the host
- * copy whole at the sleep and unregisters it after the wake's copies, and copies from it
+ * thread). The loading thread queues each piece's device-to-host copy into a free slot (the
+ * devices' pieces in turn) over WM__SWAP_STREAMS streams per device and waits for its event; the
+ * load's threads copy the slot into the host copy and give it back. Then the device buffers freed
+ * (the devices' bytes back). Wake: every device buffer made first, then the reverse: the threads
+ * fill free slots from the host copy, the loading thread queues each filled slot's copy to the
+ * device and waits for its event before the slot is filled again; then the ring and the host copy
+ * freed; the tensors' device pointers are new. Where no thread can start, the loading thread copies
+ * the slots itself. The pinned_whole choice (wm__staged_tune_swap, to measure) instead registers
+ * the host copy whole at the sleep and unregisters it after the wake's copies, and copies from it
  * directly. Each either completes or leaves the model as it was (awake, or asleep) with nothing
  * else held, and writes its parts' times into m->slept or m->woke (wm__swap_times: host_alloc,
  * the host copy's pages and the ring's; host_register and host_unregister, the ring's, or the

@@ -651,14 +651,21 @@ typedef struct bounce_slot {
     void *ev[WM__STAGED_MAX_DEVS];
 } bounce_slot;
 
+/* Where a device's next piece is: its chunk, the offset in it, the chunk's place in the host
+ * copy. */
+typedef struct bounce_cursor {
+    uint32_t c;
+    size_t off, at;
+} bounce_cursor;
+
 typedef struct bounce {
     wm_model *m;
     wm__dev *dv;
     bool back; /* a sleep's: device to host */
     size_t n_pieces, piece;
     size_t slot_len; /* the longest piece, in whole pages */
-    uint32_t c;      /* the piece cursor: chunk, offset in it, offset in the host copy */
-    size_t off, ho;
+    bounce_cursor cur[WM__STAGED_MAX_DEVS];
+    unsigned turn; /* the device whose piece is next, where it has one */
     wm__region ring;
     bool pinned, sync_made, stop;
     unsigned n_slots;
@@ -759,22 +766,34 @@ static int slot_settle(bounce *b, bounce_slot *sl) {
     return ce;
 }
 
-/* The next piece (in chunk order) given to slot sl. */
+/* Moves device d's cursor to its next chunk with bytes left; false where it has none. */
+static bool cursor_seek(const wm_model *m, bounce_cursor *k, unsigned d) {
+    const staged_state *ss = m->bctx;
+    while (k->c < ss->n_buf && (m->chunks[k->c].device != d || k->off == m->chunks[k->c].size)) {
+        k->at += m->chunks[k->c].size;
+        k->c++;
+        k->off = 0;
+    }
+    return k->c < ss->n_buf;
+}
+
+/* The next piece given to slot sl: the devices take turns (so that with several, every link
+ * is busy), each device's pieces in chunk order. */
 static void slot_take_piece(bounce *b, bounce_slot *sl) {
     const wm_model *m = b->m;
     const staged_state *ss = m->bctx;
-    while (b->off == m->chunks[b->c].size) {
-        b->c++;
-        b->off = 0;
-    }
-    size_t size = m->chunks[b->c].size;
-    sl->len = size - b->off < b->piece ? size - b->off : b->piece;
-    sl->host = (unsigned char *)ss->host.base + b->ho;
-    sl->dev = ss->buf[b->c] + b->off;
-    sl->chunk = b->c;
-    sl->d = m->chunks[b->c].device;
-    b->off += sl->len;
-    b->ho += sl->len;
+    unsigned d = b->turn;
+    for (unsigned i = 0; i < m->n_devs && !cursor_seek(m, &b->cur[d], d); i++)
+        d = (d + 1) % m->n_devs;
+    bounce_cursor *k = &b->cur[d];
+    size_t size = m->chunks[k->c].size;
+    sl->len = size - k->off < b->piece ? size - k->off : b->piece;
+    sl->host = (unsigned char *)ss->host.base + k->at + k->off;
+    sl->dev = ss->buf[k->c] + k->off;
+    sl->chunk = k->c;
+    sl->d = d;
+    k->off += sl->len;
+    b->turn = (d + 1) % m->n_devs;
 }
 
 /* Queues slot sl's copy (a wake's: to its device; a sleep's: from it) and records its event. */
