@@ -636,7 +636,7 @@ static void device_equals_file(wm_model *m) {
  * sleep in host memory (its device bytes back by the ledger; pageable, copied through a small
  * pinned bounce ring that is gone once the sleep is done), and getting it again wakes
  * it with every byte as the file has it. The cuda-mock lane runs it against tests/cuda_mock.c. */
-WM_TEST(pool_device_model_sleeps_in_pinned_memory_and_wakes) {
+WM_TEST(pool_device_model_sleeps_in_host_memory_and_wakes) {
     wm_error err;
     wm_status st = wm_backend_init(WM_BACKEND_CUDA, 0, &err);
     if (st == WM_EUNSUPPORTED || st == WM_EDEVICE) WM_SKIP("no CUDA backend or device here");
