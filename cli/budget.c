@@ -411,7 +411,7 @@ static void row_json(const swap_row *r, bool first) {
            ",\"evicted\":%u,\"resident\":%s,\"woke\":%s",
            r->seconds, r->wake_seconds, r->footprint, r->peak, r->returned, r->returned_device,
            r->evicted, r->hit ? "true" : "false", r->woke ? "true" : "false");
-    if (r->wake_bytes) /* a device model woken from pinned memory (not a mapped one's reload) */
+    if (r->wake_bytes) /* a device model woken from host memory (not a mapped one's reload) */
         printf(",\"wake\":{\"seconds\":%.6f,\"alloc_seconds\":%.6f,\"copy_seconds\":%.6f,"
                "\"unregister_seconds\":%.6f,\"free_seconds\":%.6f,\"bytes\":%" PRIu64 "}",
                r->wake_seconds, r->wake_alloc, r->wake_copy, r->wake_unregister, r->wake_free,

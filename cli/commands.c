@@ -136,7 +136,7 @@ static const cli_option swap_opts[] = {
     {"budget", CLI_SIZE, "BYTES", false, true, 1, UINT64_MAX, NULL,
      "host bytes the pool's models may hold, loads' peaks included", false},
     SIZE("device-budget", 1, "no limit", "device bytes the pool's models may hold, per device"),
-    FLAG("sleep", "a device model that must make room sleeps in pinned host memory instead of "
+    FLAG("sleep", "a device model that must make room sleeps in host memory instead of "
                   "going, where the budget has room for its copy (WM_POOL_SLEEP)"),
     NUM("cycles", 1, CYCLES_MAX, "3", "rounds over the files"),
     {"mode", CLI_TEXT, "heap|mmap|mmap-private", false, false, 0, 0, "heap; --llama: none",

@@ -1030,7 +1030,7 @@ typedef struct wm_pool_stats {
     uint64_t loads;     /* loads (wakes included) */
     uint64_t hits;      /* gets served by a resident model */
     uint64_t wakes;     /* models asleep brought back: a mapped CPU model reloaded from the page
-                           cache, a device model's weights copied back from pinned memory */
+                           cache, a device model's weights copied back from host memory */
     uint64_t evictions;
     uint64_t returned;        /* bytes the evictions returned, by the ledger */
     uint64_t unproven;        /* evictions after which the ledger did not show every byte back */
@@ -1039,22 +1039,25 @@ typedef struct wm_pool_stats {
     uint32_t last_evicted;    /* models the last get evicted */
     uint64_t returned_device; /* device bytes the evictions and sleeps returned, by the ledger */
     uint64_t last_returned_device; /* device bytes the last get's evictions returned */
-    uint64_t sleeps;               /* device models put to sleep in pinned host memory */
-    uint32_t asleep;               /* of the resident models, asleep in pinned host memory */
-    double last_wake_seconds;      /* the last get's wake from pinned memory alone (0: none) */
-    /* Added in 1.8. The last get's wake from pinned memory (WM_POOL_SLEEP), part by part, in
-     * seconds (0: none): the device buffers made; the copies back (pieces queued over a few
-     * streams a device, until the last has ended); the host copy unregistered (unpinned); its
-     * pages given back. And the bytes it copied. */
+    uint64_t sleeps;               /* device models put to sleep in host memory */
+    uint32_t asleep;               /* of the resident models, asleep in host memory */
+    double last_wake_seconds;      /* the last get's wake from host memory alone (0: none) */
+    /* Added in 1.8. The last get's wake from host memory (WM_POOL_SLEEP), part by part, in
+     * seconds (0: none): the device buffers made; the copies back (through a small pinned
+     * bounce ring, pieces queued over a few streams a device, until the last has ended); the
+     * ring unregistered (unpinned; in 1.8, the whole host copy); its pages and the
+     * host copy's given back. And the bytes it copied. */
     double last_wake_alloc_seconds;
     double last_wake_copy_seconds;
     double last_wake_unregister_seconds;
     double last_wake_free_seconds;
     uint64_t last_wake_bytes;
     /* The last get's sleeps (the idle models it put to sleep to make room; summed when several),
-     * whole and part by part, in seconds (0: none): the host copy's pages mapped and faulted in
-     * (by the load's threads, at once); registered with the devices (pinned); the copies from
-     * the devices; the device buffers freed. And the bytes they copied. */
+     * whole and part by part, in seconds (0: none): the host copy's pages (and the bounce
+     * ring's) mapped and faulted in (by the load's threads, at once); the ring registered with
+     * the devices (pinned; in 1.8, the whole host copy); the copies from the devices
+     * (through the ring, until the last is in the host copy); the device buffers freed. And the
+     * bytes they copied. */
     double last_sleep_seconds;
     double last_sleep_alloc_seconds;
     double last_sleep_register_seconds;

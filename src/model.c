@@ -342,6 +342,9 @@ wm_status wm_model_cost(wm_file *file, const wm_load_options *caller_opts, wm_co
 
 bool wm__model_can_sleep(const wm_model *m) { return m && m->backend->sleep; }
 bool wm__model_asleep(const wm_model *m) { return m && m->asleep; }
+uint64_t wm__model_swap_extra(const wm_model *m) {
+    return m && m->backend->swap_extra ? m->backend->swap_extra(m) : 0;
+}
 
 wm_status wm__model_sleep(wm_model *m, wm_error *err) {
     if (!m || !m->backend->sleep)

@@ -75,7 +75,7 @@ typedef struct entry {
     uint64_t came[WM_LEDGER_COUNT];        /* what the ledger rose by when the model came */
     uint64_t came_dev[WM_LEDGER_DEVICES];  /* and per device */
     uint64_t held;                         /* sum of came over host_cats */
-    uint64_t slept_dev[WM_LEDGER_DEVICES]; /* asleep in pinned memory: what it held per device */
+    uint64_t slept_dev[WM_LEDGER_DEVICES]; /* asleep in host memory: what it held per device */
     /* an owner's object (wm_pool_get_object) in place of a model */
     void *object;
     wm_pool_owner owner;
@@ -243,7 +243,7 @@ static void recredit(entry *e, const wm_ledger *b, const wm_ledger *a, const wm_
                 : 0;
 }
 
-/* Puts e's model to sleep in pinned host memory: proven when every device gave back what the
+/* Puts e's model to sleep in host memory: proven when every device gave back what the
  * model held there. On failure the model is as it was (awake). */
 static wm_status sleep_entry(wm_pool *p, entry *e, wm_error *err) {
     wm_ledger b, a;
@@ -343,7 +343,7 @@ static bool host_fits(const wm_pool *p, uint64_t need) {
 }
 
 /* Idle models go, least recently used first, until need and need_dev fit: for a device short of
- * room, those holding memory there (asleep in pinned memory instead, with WM_POOL_SLEEP, where
+ * room, those holding memory there (asleep in host memory instead, with WM_POOL_SLEEP, where
  * the host has room for the copy), for the host, any. Each eviction or sleep must be proven by
  * the ledger before the next step: else WM_EIO naming the model, and the load does not start. */
 static wm_status free_room(wm_pool *p, const char *path, uint64_t need, const uint64_t *need_dev,
@@ -361,7 +361,8 @@ static wm_status free_room(wm_pool *p, const char *path, uint64_t need, const ui
             snprintf(by, sizeof by, "the ledger and %s's counts show",
                      e->owner.name ? e->owner.name : "the owner");
         bool slept = d >= 0 && host_ok && (p->o.flags & WM_POOL_SLEEP) && e->model &&
-                     wm__model_can_sleep(e->model) && host_fits(p, need + device_bytes(e)) &&
+                     wm__model_can_sleep(e->model) &&
+                     host_fits(p, need + device_bytes(e) + wm__model_swap_extra(e->model)) &&
                      sleep_entry(p, e, NULL) == WM_OK;
         if (!slept) evict_entry(p, e); /* e may be freed */
         if (p->st.unproven != unproven)
@@ -456,7 +457,8 @@ static wm_status reuse(wm_pool *p, entry *e, void **out, wm_error *err) {
     }
     e->uses++; /* in use from here: never chosen to make room for itself */
     if (asleep(e)) {
-        wm_status st = make_room(p, e->path, 0, e->slept_dev, err);
+        /* the wake's own host bytes (the bounce ring) while it runs */
+        wm_status st = make_room(p, e->path, wm__model_swap_extra(e->model), e->slept_dev, err);
         if (!st) st = wake_entry(p, e, err);
         if (st) {
             e->uses--;

@@ -114,6 +114,18 @@ static unsigned long violations;
  * were: a wake that lets the host copy's parts go as their copies end does so while the later
  * parts' copies are still queued. */
 static unsigned long pending_copies, unregistered_under_copies;
+/* The longest registration made since the tests last asked (a sleep's and a wake's bounce ring
+ * against a host copy registered whole). */
+static size_t largest_registration;
+
+size_t wm__cuda_mock_largest_registration(void);
+size_t wm__cuda_mock_largest_registration(void) {
+    pthread_mutex_lock(&lock);
+    size_t n = largest_registration;
+    largest_registration = 0;
+    pthread_mutex_unlock(&lock);
+    return n;
+}
 
 unsigned long wm__cuda_mock_unregistered_under_copies(void);
 unsigned long wm__cuda_mock_unregistered_under_copies(void) {
@@ -313,6 +325,7 @@ cudaError_t cudaHostRegister(void *p, size_t len, unsigned flags) {
             e = cudaErrorHostMemoryAlreadyRegistered;
     if (!e && n_regs == MAX_REG) e = cudaErrorMemoryAllocation;
     if (!e) regs[n_regs++] = (reg){a, len, current_device, (flags & cudaHostRegisterPortable) != 0};
+    if (!e && len > largest_registration) largest_registration = len;
     pthread_mutex_unlock(&lock);
     return ret(e);
 }

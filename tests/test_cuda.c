@@ -18,7 +18,7 @@
  *
  * Sections: helpers; always (no GPU needed); with a GPU.
  */
-#include "cuda_mock.h" /* wm__cuda_mock_violations and _unregistered_under_copies (mock builds) */
+#include "cuda_mock.h" /* wm__cuda_mock_violations, _largest_registration (mock builds) */
 #include "wmtest.h"
 
 #include "os/fault.h"
@@ -990,17 +990,24 @@ static void check_held(const held *want, const char *when) {
                   (unsigned long long)want->bytes[c], (unsigned long long)want->regions[c]);
 }
 
-/* The bytes of a part of a host copy of `len` bytes (staged_load.c's rule). */
-static size_t swap_part(uint64_t len) {
-    size_t huge = (size_t)2 << 20;
-    return ((size_t)(len + WM__SWAP_PARTS - 1) / WM__SWAP_PARTS + huge - 1) / huge * huge;
+/* The sleeps' and wakes' pieces in the tests: a little over 1 MiB, so that pieces end inside
+ * pages and a bounce slot is not a whole number of pages. */
+#define SLEEP_PIECE (((size_t)1 << 20) + 333)
+
+/* The bounce ring of a sleep or a wake (staged_load.c's rule): two slots of a piece (whole
+ * pages) per stream, one device, no more than the pieces. */
+static uint64_t ring_bytes(uint64_t pieces) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    uint64_t slots = 2 * WM__SWAP_STREAMS < pieces ? 2 * WM__SWAP_STREAMS : pieces;
+    return slots * ((SLEEP_PIECE + page - 1) / page * page);
 }
 
 /* A model on the device in chunks of up to 5 MiB (so several buffers, each copied in pieces of
- * a little over 1 MiB that end inside pages), its device bytes (*dev) and its pieces (*pieces). */
-static wm_model *sleep_model(const char *path, wm_file **f, uint64_t *dev, uint64_t *pieces) {
-    const size_t piece = ((size_t)1 << 20) + 333;
-    wm__staged_tune_swap(piece, 0, 0, false, false);
+ * SLEEP_PIECE), its device bytes (*dev) and its pieces (*pieces); pinned_whole: the host copy
+ * registered whole, no bounce ring. */
+static wm_model *sleep_model(const char *path, bool pinned_whole, wm_file **f, uint64_t *dev,
+                             uint64_t *pieces) {
+    wm__staged_tune_swap(SLEEP_PIECE, 0, pinned_whole, false, false);
     *f = OPEN_OK(path);
     wm_load_options o = cuda_opts(WM_MODE_HEAP);
     o.threads = 2;
@@ -1012,25 +1019,49 @@ static wm_model *sleep_model(const char *path, wm_file **f, uint64_t *dev, uint6
     wm_model_stats_get(m, &s);
     CHECK(s.buffers >= 2);
     *dev = s.device_bytes;
-    /* the pieces: each chunk's in turn, none across two parts of the host copy (the chunks
-     * packed in order; WM__SWAP_PARTS parts of whole huge pages) */
-    size_t part = swap_part(*dev), ho = 0;
-    *pieces = 0;
+    *pieces = 0; /* each chunk's in turn */
     for (uint32_t c = 0; c < m->n_chunks; c++)
-        for (size_t off = 0, len; off < m->chunks[c].size; off += len, ho += len, ++*pieces) {
-            len = m->chunks[c].size - off < piece ? m->chunks[c].size - off : piece;
-            size_t edge = (ho / part + 1) * part;
-            if (ho + len > edge) len = edge - ho;
-        }
+        *pieces += (m->chunks[c].size + SLEEP_PIECE - 1) / SLEEP_PIECE;
     CHECK(*pieces > s.buffers);
     return m;
 }
 
-/* Sleep and wake, twice: asleep, the device's bytes are back and the host copy holds exactly
- * them, in one page allocation pinned in WM__SWAP_PARTS registrations (the ledger: 6 for this
- * 12 MiB model's parts of 2 MiB); awake, the device holds the file's bytes again and the host
- * copy is gone (its parts unregistered as the wake's copies out of them ended); each part of
- * each is timed. */
+/* The ledger's pinned peak and the mock's longest registration begin again. */
+static void pinned_reset(void) {
+    wm_ledger_reset_peaks();
+#ifdef WM_CUDA_MOCK
+    (void)wm__cuda_mock_largest_registration();
+#endif
+}
+
+/* The most host memory registered at once since pinned_reset (the ledger's pinned peak), and
+ * *longest, the longest registration made since (the mock's; on a GPU, the peak). Begins again. */
+static uint64_t pinned_peak(uint64_t *longest) {
+    wm_ledger l = WM_LEDGER_INIT;
+    wm_ledger_get(&l);
+    *longest = l.cat[WM_LEDGER_PINNED].peak;
+#ifdef WM_CUDA_MOCK
+    *longest = wm__cuda_mock_largest_registration();
+#endif
+    pinned_reset();
+    return l.cat[WM_LEDGER_PINNED].peak;
+}
+
+/* The ledger's host figure now and its peak since the last reset. */
+static uint64_t host_now(uint64_t *peak) {
+    wm_ledger l = WM_LEDGER_INIT;
+    wm_ledger_get(&l);
+    *peak = l.host.peak;
+    return l.host.current;
+}
+
+/* Sleep and wake, twice, through the bounce ring: asleep, the device's bytes are back and the
+ * host copy holds exactly them, in one page allocation that is never registered (heap, pinned
+ * 0); during each, the most registered at once is the ring (four slots of a piece: a third of
+ * this 12 MiB model), registered in one call (the mock's longest registration), and the host
+ * peak no more than the host copy and what wm__model_swap_extra said (the pool counts it);
+ * awake, the device holds the file's bytes again and the host copy is gone; each part of each
+ * is timed. */
 WM_TEST(sleep_and_wake_bytes_and_ledger) {
     NEED_GPU();
     wm_error err;
@@ -1038,42 +1069,53 @@ WM_TEST(sleep_and_wake_bytes_and_ledger) {
     const char *path = wmt_make_model("m.gguf", "--size 12M --format gguf");
     wm_file *f;
     uint64_t dev, pieces;
-    wm_model *m = sleep_model(path, &f, &dev, &pieces);
+    wm_model *m = sleep_model(path, false, &f, &dev, &pieces);
     held awake = held_now(), asleep = awake;
     CHECK_EQ(awake.bytes[WM_LEDGER_DEVICE], dev);
     CHECK_EQ(awake.bytes[WM_LEDGER_PINNED], 0);
     asleep.bytes[WM_LEDGER_DEVICE] = 0;
     asleep.regions[WM_LEDGER_DEVICE] = 0;
-    asleep.bytes[WM_LEDGER_PINNED] = dev; /* the host copy, to the byte */
-    size_t part = swap_part(dev);
-    asleep.regions[WM_LEDGER_PINNED] = (dev + part - 1) / part; /* a registration a part */
-    CHECK(asleep.regions[WM_LEDGER_PINNED] > 1);
-    asleep.bytes[WM_LEDGER_HEAP] += dev;
+    asleep.bytes[WM_LEDGER_HEAP] += dev; /* the host copy, to the byte, not pinned */
     asleep.regions[WM_LEDGER_HEAP] += 1; /* one page allocation */
+    uint64_t ring = ring_bytes(pieces);
+    CHECK(ring < dev / 2);
     for (int cycle = 0; cycle < 2; cycle++) {
+        pinned_reset();
+        uint64_t extra = wm__model_swap_extra(m), hpeak, host = host_now(&hpeak);
+        CHECK(extra >= ring);
         CHECK_MSG(wm__model_sleep(m, &err) == WM_OK, "sleep: %s", err.msg);
         check_held(&asleep, "asleep");
+        (void)host_now(&hpeak);
+        CHECK_MSG(hpeak <= host + dev + extra,
+                  "a sleep's host peak %llu is above %llu held + %llu copy + %llu extra",
+                  (unsigned long long)hpeak, (unsigned long long)host, (unsigned long long)dev,
+                  (unsigned long long)extra);
+        uint64_t longest, peak = pinned_peak(&longest);
+        CHECK_MSG(peak == ring && longest == ring,
+                  "a sleep registered %llu bytes at once (%llu in one call), not the ring's %llu",
+                  (unsigned long long)peak, (unsigned long long)longest, (unsigned long long)ring);
         CHECK_EQ(wm_model_tensor_device_ptr(m, 0), 0);
         CHECK_EQ(m->slept.bytes, dev);
         CHECK_EQ(m->slept.pieces, pieces);
         CHECK(m->slept.total > 0 && m->slept.copy > 0 && m->slept.host_register > 0);
+        CHECK(m->slept.host_alloc > 0 && m->slept.host_unregister > 0);
         CHECK_STATUS(wm__model_sleep(m, &err), WM_EINVAL); /* asleep already */
-#ifdef WM_CUDA_MOCK
-        unsigned long under = wm__cuda_mock_unregistered_under_copies();
-#endif
+        extra = wm__model_swap_extra(m);
+        host = host_now(&hpeak);
+        CHECK(extra >= ring);
         CHECK_MSG(wm__model_wake(m, &err) == WM_OK, "wake: %s", err.msg);
-#ifdef WM_CUDA_MOCK
-        /* every part but the last let go while the later parts' copies were still queued */
-        under = wm__cuda_mock_unregistered_under_copies() - under;
-        CHECK_MSG(under == asleep.regions[WM_LEDGER_PINNED] - 1,
-                  "%lu parts unregistered under copies still queued, not %llu", under,
-                  (unsigned long long)asleep.regions[WM_LEDGER_PINNED] - 1);
-#endif
+        (void)host_now(&hpeak);
+        CHECK_MSG(hpeak <= host + extra, "a wake's host peak %llu is above %llu held + %llu extra",
+                  (unsigned long long)hpeak, (unsigned long long)host, (unsigned long long)extra);
+        peak = pinned_peak(&longest);
+        CHECK_MSG(peak == ring && longest == ring,
+                  "a wake registered %llu bytes at once (%llu in one call), not the ring's %llu",
+                  (unsigned long long)peak, (unsigned long long)longest, (unsigned long long)ring);
         check_held(&awake, "awake");
         CHECK_EQ(m->woke.bytes, dev);
         CHECK_EQ(m->woke.pieces, pieces);
         CHECK(m->woke.total > 0 && m->woke.copy > 0 && m->woke.device_alloc > 0);
-        CHECK(m->woke.host_unregister > 0 && m->woke.host_free > 0);
+        CHECK(m->woke.host_register > 0 && m->woke.host_unregister > 0 && m->woke.host_free > 0);
         check_bytes(m);
     }
     CHECK_STATUS(wm__model_wake(m, &err), WM_EINVAL); /* awake already */
@@ -1081,7 +1123,51 @@ WM_TEST(sleep_and_wake_bytes_and_ledger) {
     CHECK_MSG(wm__model_sleep(m, &err) == WM_OK, "sleep: %s", err.msg);
     wm_model_release(m);
     wm_file_close(f);
-    wm__staged_tune_swap(0, 0, 0, false, false);
+    wm__staged_tune_swap(0, 0, false, false, false);
+    CHECK_LEDGER_EMPTY();
+    CHECK_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+/* The pinned_whole choice (bench/gpu sleep --pinned-whole): asleep, the host copy is registered
+ * whole (pinned to the byte, one registration), and woken from itself even with the choice
+ * changed back meanwhile; woken, the file's bytes and nothing held. And the bounce ring with
+ * one thread (no worker), so that the ring's copies are the loading thread's alone. */
+WM_TEST(sleep_and_wake_pinned_whole_and_one_thread) {
+    NEED_GPU();
+    wm_error err;
+    CHECK_STATUS(wm_backend_init(WM_BACKEND_CUDA, 0, &err), WM_OK);
+    const char *path = wmt_make_model("m.gguf", "--size 8M --format gguf");
+    for (int whole = 0; whole < 2; whole++) {
+        wm_file *f;
+        uint64_t dev, pieces;
+        wm_model *m = sleep_model(path, whole, &f, &dev, &pieces);
+        m->opts.threads = 1;
+        held awake = held_now(), asleep = awake;
+        asleep.bytes[WM_LEDGER_DEVICE] = asleep.regions[WM_LEDGER_DEVICE] = 0;
+        asleep.bytes[WM_LEDGER_HEAP] += dev;
+        asleep.regions[WM_LEDGER_HEAP] += 1;
+        asleep.bytes[WM_LEDGER_PINNED] = whole ? dev : 0;
+        asleep.regions[WM_LEDGER_PINNED] = whole ? 1 : 0;
+        pinned_reset();
+        CHECK_MSG(wm__model_sleep(m, &err) == WM_OK, "sleep: %s", err.msg);
+        check_held(&asleep, whole ? "asleep, pinned whole" : "asleep, one thread");
+        uint64_t longest, want = whole ? dev : ring_bytes(pieces);
+        CHECK_EQ(pinned_peak(&longest), want);
+        CHECK_EQ(longest, want);
+        /* the choice back to the ring: a host copy pinned whole still wakes from itself */
+        wm__staged_tune_swap(SLEEP_PIECE, 0, false, false, false);
+        CHECK_MSG(wm__model_wake(m, &err) == WM_OK, "wake: %s", err.msg);
+        CHECK_EQ(pinned_peak(&longest), want); /* whole: registered since the sleep */
+#ifdef WM_CUDA_MOCK
+        CHECK_EQ(longest, whole ? 0 : want);
+#endif
+        check_held(&awake, "awake");
+        CHECK_EQ(m->woke.bytes, dev);
+        check_bytes(m);
+        wm_model_release(m);
+        wm_file_close(f);
+    }
+    wm__staged_tune_swap(0, 0, false, false, false);
     CHECK_LEDGER_EMPTY();
     CHECK_EQ(cudaGetLastError(), cudaSuccess);
 }
@@ -1123,34 +1209,37 @@ static uint64_t sweep_swap(wm_model *m, bool wake, wm_os_call kind) {
     return n;
 }
 
-/* Every call of a sleep and of a wake, of every kind (CUDA, pages, allocations, advice), failed
- * in turn: the model is as it was and nothing more is held; then it wakes with the file's
- * bytes and its release leaves nothing. */
+/* Every call of a sleep and of a wake, of every kind (CUDA, pages, allocations, advice,
+ * threads), failed in turn, through the bounce ring and with the host copy pinned whole: the
+ * model is as it was and nothing more is held; then it wakes with the file's bytes and its
+ * release leaves nothing. */
 WM_TEST(fault_sweep_sleep_and_wake) {
     NEED_GPU();
     wm_error err;
     CHECK_STATUS(wm_backend_init(WM_BACKEND_CUDA, 0, &err), WM_OK);
     const char *path = wmt_make_model("m.gguf", "--size 6M --format gguf");
-    wm_file *f;
-    uint64_t dev, pieces;
-    wm_model *m = sleep_model(path, &f, &dev, &pieces);
-    uint64_t device_calls = 0;
-    for (int kind = 0; kind < WM_OS_CALL_COUNT; kind++) {
-        uint64_t n = sweep_swap(m, false, (wm_os_call)kind);
-        if (kind == WM_OS_DEVICE) device_calls = n;
+    for (int whole = 0; whole < 2; whole++) {
+        wm_file *f;
+        uint64_t dev, pieces;
+        wm_model *m = sleep_model(path, whole, &f, &dev, &pieces);
+        uint64_t device_calls = 0;
+        for (int kind = 0; kind < WM_OS_CALL_COUNT; kind++) {
+            uint64_t n = sweep_swap(m, false, (wm_os_call)kind);
+            if (kind == WM_OS_DEVICE) device_calls = n;
+        }
+        /* a sleep: register, per device two streams and two events, every piece, and at least
+         * two records and two waits (the current device is set once) */
+        CHECK_MSG(device_calls >= 1 + 4 + pieces + 4, "%llu CUDA calls in a sleep",
+                  (unsigned long long)device_calls);
+        CHECK_MSG(wm__model_sleep(m, &err) == WM_OK, "sleep: %s", err.msg);
+        for (int kind = 0; kind < WM_OS_CALL_COUNT; kind++)
+            (void)sweep_swap(m, true, (wm_os_call)kind);
+        CHECK_MSG(wm__model_wake(m, &err) == WM_OK, "wake: %s", err.msg);
+        check_bytes(m);
+        wm_model_release(m);
+        wm_file_close(f);
     }
-    /* a sleep: register, per device two streams and two events, every piece, two records and
-     * two waits (the current device is set once) */
-    CHECK_MSG(device_calls >= 1 + 4 + pieces + 4, "%llu CUDA calls in a sleep",
-              (unsigned long long)device_calls);
-    CHECK_MSG(wm__model_sleep(m, &err) == WM_OK, "sleep: %s", err.msg);
-    for (int kind = 0; kind < WM_OS_CALL_COUNT; kind++)
-        (void)sweep_swap(m, true, (wm_os_call)kind);
-    CHECK_MSG(wm__model_wake(m, &err) == WM_OK, "wake: %s", err.msg);
-    check_bytes(m);
-    wm_model_release(m);
-    wm_file_close(f);
-    wm__staged_tune_swap(0, 0, 0, false, false);
+    wm__staged_tune_swap(0, 0, false, false, false);
     CHECK_LEDGER_EMPTY();
 }
 #endif /* WM_HAVE_CUDA */

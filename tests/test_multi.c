@@ -392,9 +392,10 @@ static wm_load_options two_devices(wm_mode mode, wm_placement placement) {
 }
 
 /* Puts a model over two devices to sleep and wakes it (the pool's WM_POOL_SLEEP): asleep, both
- * devices' ledger figures are 0 and the one host copy (portable: both devices copy from it)
- * holds their bytes, pinned; awake, each device holds what it held and every tensor the file's
- * bytes again. The mock refuses a copy from a registration another device may not use. */
+ * devices' ledger figures are 0 and the one host copy holds their bytes, not pinned (the bounce
+ * ring, portable: both devices copy through it, is gone); awake, each device holds what it held
+ * and every tensor the file's bytes again. The mock refuses a copy from a registration another
+ * device may not use. */
 static void sleep_and_wake_two(wm_model *m, const wm_file *f, const shard_bytes *file) {
     wm_ledger_stat d0, d1, a0, a1;
     CHECK_STATUS(wm_ledger_device(0, &d0), WM_OK);
@@ -407,7 +408,8 @@ static void sleep_and_wake_two(wm_model *m, const wm_file *f, const shard_bytes 
     CHECK(a0.current == 0 && a1.current == 0);
     wm_ledger l = WM_LEDGER_INIT;
     wm_ledger_get(&l);
-    CHECK_EQ(l.cat[WM_LEDGER_PINNED].current, d0.current + d1.current);
+    CHECK_EQ(l.cat[WM_LEDGER_PINNED].current, 0);
+    CHECK(l.cat[WM_LEDGER_HEAP].current >= d0.current + d1.current);
     CHECK_MSG(wm__model_wake(m, &err) == WM_OK, "wake: %s", err.msg);
     no_violations();
     CHECK_STATUS(wm_ledger_device(0, &a0), WM_OK);

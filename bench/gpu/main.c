@@ -37,19 +37,20 @@
  *       the file's shared mapping window by window (cudaHostRegisterReadOnly), copy and
  *       unregister; figures for each part and for the three pipelined per thread.
  *   gpu sleep FILE [--repeat R] [--piece BYTES] [--streams N] [--no-huge] [--no-prefault]
- *       [--one-part]
- *            [--verify]
+ *       [--pinned-whole] [--verify]
  *       the pool's sleep and wake (WM_POOL_SLEEP) of FILE loaded on device 0 (heap), R times:
- *       the median of each part (wake: device buffers, copies and their GiB/s, host copy
- *       unregistered, its pages freed; sleep: pages, registration, copies, device buffers
+ *       the median of each part (wake: device buffers, ring pages, ring registered, copies
+ *       and their GiB/s, ring unregistered, ring and host copy freed; sleep: host copy and
+ *       ring pages, ring registered, copies, ring unregistered and freed, device buffers
  *       freed), how much of the host copy the kernel gave huge pages (AnonHugePages asleep and
- *       awake), with --verify every byte after the last wake. --piece (64M), --streams (2),
- *       --no-huge, --no-prefault (the registration faults the host copy in alone, no threads
- *       first) and --one-part (one registration of the host copy, unregistered after the wake's
- *       last copy, as before 1.8's parts) change the copies (wm__cuda_tune_swap), to measure.
- *   gpu pread FILE [--threads N] [--block BYTES] [--repeat R] [--run BYTES]
- *       the ceiling of the page cache: N threads pread the file in blocks, into reused
- *       per-thread buffers and into one buffer the size of the file (both pre-faulted).
+ *       awake), with --verify every byte after the last wake. --piece (64M: a bounce slot),
+ *       --streams (2), --no-huge, --no-prefault (no threads fault the host copy in first: at
+ *       a sleep the ring's workers fault it as they copy into it) and --pinned-whole (no bounce
+ * ring: the host copy registered whole at the sleep, copied from directly, unregistered after the
+ * wake's copies, as in 1.8) change the copies (wm__cuda_tune_swap), to measure. gpu pread FILE
+ * [--threads N] [--block BYTES] [--repeat R] [--run BYTES] the ceiling of the page cache: N threads
+ * pread the file in blocks, into reused per-thread buffers and into one buffer the size of the file
+ * (both pre-faulted).
  *       --run: each block read as runs of BYTES every 2*BYTES (half the file, a pread each: the
  *       rows of a last-dimension slice); GB/s of the bytes read. With --own-fd each thread
  *       preads through a descriptor of its own; with --mapped the runs are copied from a shared

@@ -46,8 +46,8 @@ static int parse_args(sleep_run *a, int argc, char **argv) {
             a->flags |= WM__CUDA_SWAP_NO_HUGE;
         } else if (!strcmp(argv[i], "--no-prefault")) {
             a->flags |= WM__CUDA_SWAP_NO_PREFAULT;
-        } else if (!strcmp(argv[i], "--one-part")) {
-            a->flags |= WM__CUDA_SWAP_ONE_PART;
+        } else if (!strcmp(argv[i], "--pinned-whole")) {
+            a->flags |= WM__CUDA_SWAP_PINNED_WHOLE;
         } else if (!strcmp(argv[i], "--verify")) {
             a->check = true;
         } else if (!strcmp(argv[i], "--repeat") && i + 1 < argc && parse_size(argv[++i], &v) && v) {
@@ -77,24 +77,28 @@ static void print_run(const sleep_run *a, uint64_t bytes, bool verified) {
     double gib = (double)bytes / (1 << 30);
     printf("{\"bench\": \"sleep\", \"file\": \"%s\", \"bytes\": %" PRIu64 ", \"repeat\": %u, "
            "\"piece\": %" PRIu64 ", \"streams\": %u, \"huge_advised\": %s, \"prefault\": %s, "
-           "\"parts\": %u, \"pieces\": %u, "
+           "\"pinned_whole\": %s, \"pieces\": %u, "
            "\"anon_huge_asleep\": %" PRIu64 ", \"anon_huge_awake\": %" PRIu64
            ", \"pinned_asleep\": %" PRIu64 ", \"verified\": %s,\n",
            a->path, bytes, a->repeat, a->piece ? a->piece : (uint64_t)WM__SWAP_PIECE,
            a->streams ? a->streams : WM__SWAP_STREAMS,
            a->flags & WM__CUDA_SWAP_NO_HUGE ? "false" : "true",
            a->flags & WM__CUDA_SWAP_NO_PREFAULT ? "false" : "true",
-           a->flags & WM__CUDA_SWAP_ONE_PART ? 1u : WM__SWAP_PARTS, a->woke[0].pieces,
+           a->flags & WM__CUDA_SWAP_PINNED_WHOLE ? "true" : "false", a->woke[0].pieces,
            a->huge_asleep, a->huge_awake, a->pinned_asleep,
            a->check ? (verified ? "true" : "false") : "null");
-    printf(" \"wake\": {\"seconds\": %.4f, \"device_alloc\": %.4f, \"copy\": %.4f, "
-           "\"copy_gibps\": %.1f, \"host_unregister\": %.4f, \"host_free\": %.4f},\n",
-           MED(woke, total), MED(woke, device_alloc), MED(woke, copy), gib / MED(woke, copy),
+    printf(" \"wake\": {\"seconds\": %.4f, \"device_alloc\": %.4f, \"host_alloc\": %.4f, "
+           "\"host_register\": %.4f, \"copy\": %.4f, \"copy_gibps\": %.1f, "
+           "\"host_unregister\": %.4f, \"host_free\": %.4f},\n",
+           MED(woke, total), MED(woke, device_alloc), MED(woke, host_alloc),
+           MED(woke, host_register), MED(woke, copy), gib / MED(woke, copy),
            MED(woke, host_unregister), MED(woke, host_free));
     printf(" \"sleep\": {\"seconds\": %.4f, \"host_alloc\": %.4f, \"host_register\": %.4f, "
-           "\"copy\": %.4f, \"copy_gibps\": %.1f, \"device_free\": %.4f}}\n",
+           "\"copy\": %.4f, \"copy_gibps\": %.1f, \"host_unregister\": %.4f, "
+           "\"host_free\": %.4f, \"device_free\": %.4f}}\n",
            MED(slept, total), MED(slept, host_alloc), MED(slept, host_register), MED(slept, copy),
-           gib / MED(slept, copy), MED(slept, device_free));
+           gib / MED(slept, copy), MED(slept, host_unregister), MED(slept, host_free),
+           MED(slept, device_free));
 }
 
 /* Copies every tensor back and compares it with the file (after the last wake). */

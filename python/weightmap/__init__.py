@@ -636,7 +636,7 @@ class Pool:
 
     ``close()`` (or leaving the ``with``) releases every model; it raises Error naming a model
     still in use and leaves the pool open. ``sleep=True``: an idle device model that must make
-    room sleeps in pinned host memory (within the budget) instead of going, and its next get
+    room sleeps in host memory (within the budget) instead of going, and its next get
     wakes it (WM_POOL_SLEEP). Thread-safe: gets and puts from several threads."""
 
     def __init__(self, budget=0, *, device_budget=0, sleep=False):

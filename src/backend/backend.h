@@ -65,17 +65,21 @@ typedef struct wm__place {
 typedef struct wm__backend wm__backend;
 
 /* Where a backend's sleep or wake (wm__model_sleep, wm__model_wake) spent its time, in seconds,
- * part by part (staged_load.c fills them; the pool's stats report them). A sleep fills
- * host_alloc, host_register, copy and device_free; a wake device_alloc, copy, host_unregister
- * and host_free. */
+ * part by part (staged_load.c fills them; the pool's stats report them). CUDA copies through a
+ * bounce ring (staged.h): host_alloc, host_register, host_unregister and host_free are the
+ * ring's at both (and the host copy's pages: made at a sleep, in host_alloc; freed at a wake,
+ * in host_free); with the pinned_whole choice the registration is the host copy's, made at the
+ * sleep and undone at the wake. A sleep fills host_alloc, host_register, copy, host_unregister,
+ * host_free and device_free; a wake device_alloc and the same host parts and copy. */
 typedef struct wm__swap_times {
-    double host_alloc;      /* the host copy's pages mapped, advised (huge pages), faulted in */
-    double host_register;   /* the host copy registered with the devices (pinned) */
+    double host_alloc;      /* host pages mapped, advised (huge pages), faulted in */
+    double host_register;   /* the ring (or the host copy) registered with the devices */
     double device_alloc;    /* the device buffers made */
-    double copy;            /* the copies: queues made, pieces issued, until the last has ended */
+    double copy;            /* the copies: pieces issued (and moved through the ring), until
+                               the last has ended */
     double device_free;     /* the device buffers freed */
-    double host_unregister; /* the host copy unregistered */
-    double host_free;       /* the host copy's pages given back */
+    double host_unregister; /* the ring (or the host copy) unregistered */
+    double host_free;       /* host pages given back (the ring's; the host copy's at a wake) */
     double total;           /* the whole call */
     uint64_t bytes;         /* bytes copied */
     uint32_t pieces;        /* copies issued */
@@ -100,20 +104,23 @@ struct wm_model {
     uint32_t n_chunks;
 
     wm_model_stats stats;
-    bool asleep; /* the backend's sleep moved its device memory to pinned host memory */
+    bool asleep;                /* the backend's sleep moved its device memory to host memory */
     wm__swap_times slept, woke; /* the last sleep's and the last wake's parts */
     wm__reader rd; /* the load's reader (read/reader.h): its policy, direct descriptors and
                       counts (stats.bytes_read, read_direct, read_buffered at the load's end) */
 };
 
 /* A loaded model of a backend that can sleep (its sleep slot): its device memory moved to
- * pinned host memory (sleep) and back (wake), for the pool (pool.c). WM_EUNSUPPORTED where the
+ * host memory (sleep) and back (wake), for the pool (pool.c). WM_EUNSUPPORTED where the
  * backend cannot; WM_EINVAL for a model already in that state. The model's tensors' device
  * pointers change at wake. Each completes or leaves the model as it was. */
 bool wm__model_can_sleep(const wm_model *m);
 bool wm__model_asleep(const wm_model *m);
 wm_status wm__model_sleep(wm_model *m, wm_error *err);
 wm_status wm__model_wake(wm_model *m, wm_error *err);
+/* Host bytes the next sleep (asleep: the next wake) holds beside the model's own while it runs
+ * (CUDA: the bounce ring, its state, the threads' stacks); 0 where the backend holds none. */
+uint64_t wm__model_swap_extra(const wm_model *m);
 
 /* Builds the plan (plan.c): order, place and chunks. On failure the caller frees what it holds
  * (model_free). */
@@ -151,10 +158,13 @@ struct wm__backend {
     wm_status (*cost)(const wm_model *m, wm_direct_io io, wm_cost *c, wm_error *err);
     /* Free and total memory of device `device` (wm_mem_available_get); NULL: no device. */
     wm_status (*mem_info)(int device, uint64_t *free_bytes, uint64_t *total, wm_error *err);
-    /* A loaded model's device memory to pinned host memory and back (wm__model_sleep); NULL:
+    /* A loaded model's device memory to host memory and back (wm__model_sleep); NULL:
      * the backend cannot sleep a model. Each completes or leaves the model as it was. */
     wm_status (*sleep)(wm_model *m, wm_error *err);
     wm_status (*wake)(wm_model *m, wm_error *err);
+    /* Host bytes the next sleep (asleep: the next wake) holds beside the model's own while it
+     * runs, at most; NULL: none. */
+    uint64_t (*swap_extra)(const wm_model *m);
 };
 
 /* ---- costs (cost.c): what a load will acquire, per ledger category ---- */

@@ -480,6 +480,7 @@ const wm__backend wm__backend_cuda = {
     .mem_info = cuda_mem_info,
     .sleep = cuda_sleep,
     .wake = cuda_wake,
+    .swap_extra = wm__staged_swap_extra,
 };
 
 /* ---- test hooks ---- */
@@ -495,7 +496,7 @@ void wm__cuda_tune(size_t wsize, unsigned slots, unsigned flags) {
 
 /* bench/gpu.c's knobs of a sleep's and a wake's copies (cuda_tune.h). */
 void wm__cuda_tune_swap(size_t piece, unsigned streams, unsigned flags) {
-    wm__staged_tune_swap(piece, streams, flags & WM__CUDA_SWAP_ONE_PART ? 1 : 0,
+    wm__staged_tune_swap(piece, streams, (flags & WM__CUDA_SWAP_PINNED_WHOLE) != 0,
                          (flags & WM__CUDA_SWAP_NO_HUGE) != 0,
                          (flags & WM__CUDA_SWAP_NO_PREFAULT) != 0);
 }

@@ -15,9 +15,9 @@
 void wm__cuda_tune(size_t wsize, unsigned slots, unsigned flags);
 /* A sleep's and a wake's copies (the pool's WM_POOL_SLEEP): bytes a piece (0: 64 MiB), streams
  * a device (0: 2; at most 4) and these flags. Not thread-safe: call it between sleeps. */
-#define WM__CUDA_SWAP_NO_HUGE 1u     /* no huge-page advice on the host copy */
-#define WM__CUDA_SWAP_NO_PREFAULT 2u /* the registration faults the host copy in, alone */
-#define WM__CUDA_SWAP_ONE_PART 4u    /* one registration of the host copy, not WM__SWAP_PARTS */
+#define WM__CUDA_SWAP_NO_HUGE 1u      /* no huge-page advice on the host copy */
+#define WM__CUDA_SWAP_NO_PREFAULT 2u  /* no threads fault the host copy in first */
+#define WM__CUDA_SWAP_PINNED_WHOLE 4u /* the host copy registered whole, no bounce ring */
 void wm__cuda_tune_swap(size_t piece, unsigned streams, unsigned flags);
 /* How much wm_backend_init rehearses a load's CUDA calls (rounds; events and copies a round;
  * bytes registered, 0: keep), for the next wm_backend_init. */

@@ -90,25 +90,31 @@ void wm__staged_release(wm_model *m, wm__dev *dv);
  * Acquires nothing; WM_EINVAL for a pinned budget the load would refuse. */
 wm_status wm__staged_cost(const wm_model *m, const wm__staged_opts *o, wm_cost *c, wm_error *err);
 /* Sleep: the model's device buffers copied into one host copy (one page allocation of them all,
- * huge pages advised, faulted in by the load's threads, then registered with every device in
- * WM__SWAP_PARTS parts; ledger: heap and pinned), in pieces
- * of WM__SWAP_PIECE over WM__SWAP_STREAMS streams per device, one wait per stream at the end;
- * then the device buffers freed (the devices' bytes back). Wake: every device buffer made
- * first, the copies back likewise, each part of the host copy unregistered once its copies have
- * ended (the later parts' still running), then the host copy freed;
- * the tensors' device pointers are new. Each either completes or leaves the model as it was
- * (awake, or asleep) with nothing else held, and writes its parts' times into m->slept or
- * m->woke. Only a loaded model; wm__staged_release frees a sleeping one's host copy. */
+ * huge pages advised, faulted in by the load's threads; ledger: heap, never pinned) through a
+ * bounce ring: a few slots of WM__SWAP_PIECE (two per stream and device, no more than the
+ * pieces; ledger: scratch, and pinned while registered: once per sleep or wake, on the loading
+ * thread). The loading thread queues each piece's device-to-host copy into a free slot (the
+ * devices' pieces in turn) over WM__SWAP_STREAMS streams per device and waits for its event; the
+ * load's threads copy the slot into the host copy and give it back. Then the device buffers freed
+ * (the devices' bytes back). Wake: every device buffer made first, then the reverse: the threads
+ * fill free slots from the host copy, the loading thread queues each filled slot's copy to the
+ * device and waits for its event before the slot is filled again; then the ring and the host copy
+ * freed; the tensors' device pointers are new. Where no thread can start, the loading thread copies
+ * the slots itself. The pinned_whole choice (wm__staged_tune_swap, to measure) instead registers
+ * the host copy whole at the sleep and unregisters it after the wake's copies, and copies from it
+ * directly. Each either completes or leaves the model as it was (awake, or asleep) with nothing
+ * else held, and writes its parts' times into m->slept or m->woke (wm__swap_times: host_alloc,
+ * the host copy's pages and the ring's; host_register and host_unregister, the ring's, or the
+ * host copy's with pinned_whole; host_free, the ring's pages and at a wake the host copy's).
+ * Only a loaded model; wm__staged_release frees a sleeping one's host copy. */
 #define WM__SWAP_PIECE ((size_t)64 << 20)
 #define WM__SWAP_STREAMS 2u
-/* The host copy is registered in WM__SWAP_PARTS parts (whole huge pages each; fewer for a small
- * copy), so that a wake unregisters each part as soon as the copies out of it have ended, while
- * the later parts' copies still run: unpinning 8 GiB took 152 ms on the H100 host, beside 179 ms
- * of copies. At most WM__SWAP_MAX_PARTS. */
-#define WM__SWAP_PARTS 8u
-#define WM__SWAP_MAX_PARTS 64u
 wm_status wm__staged_sleep(wm_model *m, wm__dev *dv, wm_error *err);
 wm_status wm__staged_wake(wm_model *m, wm__dev *dv, wm_error *err);
+/* Host bytes the next sleep (or, asleep, the next wake) of m holds beside the model's own while
+ * it runs, at most: the bounce ring, its state and the threads' stacks (with pinned_whole, the
+ * prefaulting threads' stacks alone). The pool counts them before it lets a model sleep or wake. */
+uint64_t wm__staged_swap_extra(const wm_model *m);
 /* The chunks' buffers (index = chunk; NULL for an empty chunk), or NULL before a load. */
 unsigned char *const *wm__staged_buffers(const wm_model *m);
 /* A tensor's device address, or 0. */
@@ -119,13 +125,15 @@ uint64_t wm__staged_device_ptr(const wm_model *m, size_t tensor);
 #define WM__STAGED_SERIAL_RING 1u
 #define WM__STAGED_NO_REAP 2u
 void wm__staged_tune(size_t wsize, unsigned slots, unsigned flags);
-/* A sleep's and a wake's copies: bytes a piece (0: WM__SWAP_PIECE), streams a device (0:
- * WM__SWAP_STREAMS; at most WM__STAGED_MAX_STREAMS), parts of the host copy (0: WM__SWAP_PARTS;
- * 1: one registration, unregistered after every copy; at most WM__SWAP_MAX_PARTS); with
- * no_huge, no huge-page advice on the host copy; with no_prefault, the registration faults it in
- * alone (no threads first). The tests' small models copy in many pieces, some not a page long,
- * and bench/gpu measures the choices (cuda_tune.h). Not thread-safe: between sleeps. */
-void wm__staged_tune_swap(size_t piece, unsigned streams, unsigned parts, bool no_huge,
+/* A sleep's and a wake's copies: bytes a piece and a bounce slot (0: WM__SWAP_PIECE), streams
+ * a device (0: WM__SWAP_STREAMS; at most WM__STAGED_MAX_STREAMS); with pinned_whole, no bounce
+ * ring: the host copy registered whole, copied from directly, unregistered after the wake's
+ * copies (as in 1.8); with no_huge, no huge-page advice on the host copy; with no_prefault,
+ * no threads fault the host copy in first (at a sleep the workers' copies into it do, beside
+ * the device's copies; with pinned_whole, its registration, on one thread). The
+ * tests' small models copy in many pieces, some not a page long, and bench/gpu measures the choices
+ * (cuda_tune.h). Not thread-safe: between sleeps. */
+void wm__staged_tune_swap(size_t piece, unsigned streams, bool pinned_whole, bool no_huge,
                           bool no_prefault);
 /* The base of the last staged ring (tests check that it is not registered after release). */
 void *wm__staged_last_ring(void);

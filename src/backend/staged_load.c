@@ -10,12 +10,14 @@
  * the model holds device memory only.
  *
  * Sections: tuning; the window plan; sizing; sources; filling; buffers, release and pointers;
- * sleep and wake (a loaded model's device memory to one pinned host copy and back); cost.
+ * sleep and wake (a loaded model's device memory to one pageable host copy and back, through a
+ * small registered bounce ring); cost.
  */
 #include "staged_pipe.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define DEFAULT_BUDGET ((uint64_t)256 << 20)
 #define MAX_WINDOW ((size_t)64 << 20)
@@ -31,8 +33,7 @@
 wm__staged_tuning wm__staged_tuning_now = {.window = (size_t)4 << 20,
                                            .slots = 2,
                                            .swap_piece = WM__SWAP_PIECE,
-                                           .swap_streams = WM__SWAP_STREAMS,
-                                           .swap_parts = WM__SWAP_PARTS};
+                                           .swap_streams = WM__SWAP_STREAMS};
 
 static _Atomic(void *) last_ring; /* test hook: base of the last staged ring */
 
@@ -48,12 +49,10 @@ void wm__staged_tune(size_t wsize, unsigned slots, unsigned flags) {
     t->no_reap = (flags & WM__STAGED_NO_REAP) != 0;
 }
 
-void wm__staged_tune_swap(size_t piece, unsigned streams, unsigned parts, bool no_huge,
+void wm__staged_tune_swap(size_t piece, unsigned streams, bool pinned_whole, bool no_huge,
                           bool no_prefault) {
     wm__staged_tuning *t = &wm__staged_tuning_now;
-    t->swap_parts = !parts                       ? WM__SWAP_PARTS
-                    : parts > WM__SWAP_MAX_PARTS ? WM__SWAP_MAX_PARTS
-                                                 : parts;
+    t->swap_pinned_whole = pinned_whole;
     t->swap_piece = piece ? piece : WM__SWAP_PIECE;
     t->swap_streams = !streams                           ? WM__SWAP_STREAMS
                       : streams > WM__STAGED_MAX_STREAMS ? WM__STAGED_MAX_STREAMS
@@ -328,14 +327,10 @@ typedef struct staged_state {
     uint32_t n_buf; /* entries of buf filled so far (release frees [0, n_buf)) */
     /* Asleep (wm__staged_sleep): buf[] all NULL, and every chunk's bytes in `host`, one after
      * the other in chunk order (host_len: no padding, so the host copy is the device bytes to
-     * the byte), registered with the devices; `host` is empty for a model of no bytes. */
+     * the byte), pageable; `host` is empty for a model of no bytes. */
     bool asleep;
     wm__region host;
-    /* Its registrations: parts of host_part bytes (the last shorter), bit k of host_pinned set
-     * while part k is registered (and counted pinned). */
-    size_t host_part;
-    uint32_t host_parts;
-    uint64_t host_pinned;
+    bool host_pinned; /* the pinned_whole choice: `host` registered whole (and counted pinned) */
 } staged_state;
 
 /* Device memory of chunk c, counted as it is made; `what` (or NULL) says what for in the error. */
@@ -397,48 +392,38 @@ static void device_buffers_free(wm_model *m, wm__dev *dv, staged_state *ss) {
     }
 }
 
-/* Part k of the host copy: where it starts and its length. */
-static size_t part_at(const staged_state *ss, uint32_t k, size_t *len) {
-    size_t at = (size_t)k * ss->host_part;
-    *len = ss->host.len - at < ss->host_part ? ss->host.len - at : ss->host_part;
-    return at;
+/* The host copy registered whole (the pinned_whole choice) unregistered and uncounted pinned,
+ * where it is. A release: cannot fail. */
+static void host_unpin(wm__dev *dv, staged_state *ss) {
+    if (!ss->host_pinned) return;
+    dv->ops->host_unregister(dv, ss->host.base);
+    wm__ledger_release(WM_LEDGER_PINNED, ss->host.len);
+    ss->host_pinned = false;
 }
 
-/* Part k unregistered (and uncounted pinned), where it is registered. A release: cannot fail. */
-static void part_unregister(wm__dev *dv, staged_state *ss, uint32_t k) {
-    if (!(ss->host_pinned >> k & 1)) return;
-    size_t len, at = part_at(ss, k, &len);
-    dv->ops->host_unregister(dv, (unsigned char *)ss->host.base + at);
-    wm__ledger_release(WM_LEDGER_PINNED, len);
-    ss->host_pinned &= ~((uint64_t)1 << k);
-}
-
-/* Part k registered with every device (portable) and counted pinned; 0 or the device's code. */
-static int part_register(wm__dev *dv, staged_state *ss, uint32_t k) {
-    size_t len, at = part_at(ss, k, &len);
-    int ce =
-        dv->ops->host_register(dv, (unsigned char *)ss->host.base + at, len, WM__HOST_PORTABLE);
+/* The host copy registered whole with every device (portable) and counted pinned; 0 or the
+ * device's code. */
+static int host_pin(wm__dev *dv, staged_state *ss) {
+    int ce = dv->ops->host_register(dv, ss->host.base, ss->host.len, WM__HOST_PORTABLE);
     if (ce) return ce;
-    wm__ledger_acquire(WM_LEDGER_PINNED, len);
-    ss->host_pinned |= (uint64_t)1 << k;
+    wm__ledger_acquire(WM_LEDGER_PINNED, ss->host.len);
+    ss->host_pinned = true;
     return 0;
 }
 
-/* A sleeping model's host copy: its registered parts unregistered, then its pages freed
- * (registrations before pages), each part timed into t when t is not NULL (added to what the
- * wake's copies unregistered already). Accepts an empty region; leaves it empty. */
+/* A sleeping model's host copy: unregistered where it is registered (pinned_whole), then its
+ * pages freed (registration before pages), timed into t when t is not NULL (added to what t
+ * holds). Accepts an empty region; leaves it empty. */
 static void host_copy_free(wm__dev *dv, staged_state *ss, wm__swap_times *t) {
     wm__region *r = &ss->host;
     if (!r->base) return;
     double t0 = wm__os_now();
-    for (uint32_t k = 0; k < ss->host_parts; k++)
-        part_unregister(dv, ss, k);
+    host_unpin(dv, ss);
     double t1 = wm__os_now();
     wm__region_free(r);
-    ss->host_parts = 0;
     if (t) {
         t->host_unregister += t1 - t0;
-        t->host_free = wm__os_now() - t1;
+        t->host_free += wm__os_now() - t1;
     }
 }
 
@@ -458,8 +443,14 @@ void wm__staged_release(wm_model *m, wm__dev *dv) {
  * ~50 GiB/s a piece takes ~1.3 ms, so a copy call's own cost (microseconds) is under 1% of it,
  * and an 8 GiB model is 128 calls; with two streams the copy engine always has the next piece
  * queued behind the one it runs, whatever a stream does between them, and a chunk of several
- * GiB is not one copy that a failure or a wait must take whole. Every piece is queued before
- * the first wait: one event per stream, recorded after its last piece, waited for at the end. */
+ * GiB is not one copy that a failure or a wait must take whole.
+ *
+ * Why a bounce ring rather than a pinned host copy: pinning 8 GiB took 0.14-0.17 s on the H100
+ * host and unpinning it 0.13 s, beside 0.175 s of copies (bench/RESULTS.md, "The wake in
+ * parts"); both are CUDA calls, so only the loading thread may make them and nothing overlaps
+ * them. A ring of a few pieces is registered and unregistered in milliseconds, and the load's
+ * threads move the bytes between it and the pageable host copy at memory speed, beside the
+ * copies, as a staged load does from the page cache. */
 
 /* The host copy's bytes: every chunk's, packed in chunk order. */
 static size_t host_len(const wm_model *m, const staged_state *ss) {
@@ -469,11 +460,11 @@ static size_t host_len(const wm_model *m, const staged_state *ss) {
     return len;
 }
 
-/* Faulting the host copy in before it is registered. The kernel zeroes every page it faults in,
- * at one CPU's memory speed: cudaHostRegister faults what is not there yet on the calling
- * thread, most of a second for 8 GiB. Faulted first by the load's threads (MADV_POPULATE_WRITE,
- * slices of the piece size rounded up to whole huge pages), the registration only pins. A hint:
- * where a thread cannot start or a slice cannot be faulted, the registration faults the rest. */
+/* Faulting host memory in before it is used (the host copy, the bounce ring). The kernel zeroes
+ * every page it faults in, at one CPU's memory speed: on one thread, most of a second for 8 GiB.
+ * Faulted first by the load's threads (MADV_POPULATE_WRITE, slices of the piece size rounded up
+ * to whole huge pages), the copies and the registrations find the pages there. A hint: where a
+ * thread cannot start or a slice cannot be faulted, the first touch faults the rest. */
 typedef struct prefault_work {
     unsigned char *base;
     size_t len, slice;
@@ -502,9 +493,9 @@ static void prefault(wm_model *m, unsigned char *base, size_t len) {
 }
 
 /* The host copy of a model going to sleep: one page allocation (huge pages advised: a huge
- * page is one fault and one pin where 4 KiB pages are 512 of each), faulted in by the load's
- * threads, registered with every device (portable) in one call. Times its parts into t (the
- * faulting in host_alloc). On failure nothing is held. */
+ * page is one fault where 4 KiB pages are 512), faulted in by the load's threads; pageable,
+ * unless the pinned_whole choice registers it with every device (portable) in one call. Times
+ * its parts into t (the faulting in host_alloc). On failure nothing is held. */
 static wm_status host_copy_make(wm_model *m, wm__dev *dv, staged_state *ss, wm__swap_times *t,
                                 wm_error *err) {
     size_t len = host_len(m, ss);
@@ -516,17 +507,10 @@ static wm_status host_copy_make(wm_model *m, wm__dev *dv, staged_state *ss, wm__
         wm__os_advise(ss->host.base, len, WM_OS_ADV_HUGEPAGE);
     if (!wm__staged_tuning_now.swap_no_prefault) prefault(m, ss->host.base, len);
     double t1 = wm__os_now();
-    t->host_alloc = t1 - t0;
-    /* parts of whole huge pages, as many as asked where the copy is that big */
-    size_t huge = WM_OS_HUGE_PAGE, parts = wm__staged_tuning_now.swap_parts;
-    size_t part = (size_t)wm__align_up((len + parts - 1) / parts, huge);
-    ss->host_part = part;
-    ss->host_parts = (uint32_t)((len + part - 1) / part);
-    ss->host_pinned = 0;
-    int ce = 0;
-    for (uint32_t k = 0; k < ss->host_parts && !ce; k++)
-        ce = part_register(dv, ss, k);
-    t->host_register = wm__os_now() - t1;
+    t->host_alloc += t1 - t0;
+    if (!wm__staged_tuning_now.swap_pinned_whole) return WM_OK;
+    int ce = host_pin(dv, ss);
+    t->host_register += wm__os_now() - t1;
     if (!ce) return WM_OK;
     host_copy_free(dv, ss, NULL);
     char prefix[192];
@@ -535,16 +519,12 @@ static wm_status host_copy_make(wm_model *m, wm__dev *dv, staged_state *ss, wm__
     return dv->ops->fail(dv, ce, prefix, err);
 }
 
-/* The streams of a sleep's or a wake's copies, n a device (WM__SWAP_STREAMS), an event each;
- * for a wake, an event per part of the host copy on every stream too (pev, n_pev: part k's on
- * device d's stream j at (k * n_devs + d) * n + j), each recorded after the part's last piece. */
+/* The streams of a sleep's or a wake's copies, n a device (WM__SWAP_STREAMS), an event each. */
 typedef struct swap_queues {
     void *stream[WM__STAGED_MAX_DEVS][WM__STAGED_MAX_STREAMS];
     void *ev[WM__STAGED_MAX_DEVS][WM__STAGED_MAX_STREAMS];
     unsigned n;
     unsigned next[WM__STAGED_MAX_DEVS]; /* the stream a device's next piece goes to */
-    void **pev;
-    size_t n_pev;
 } swap_queues;
 
 /* Waits until what each stream holds has run, then frees streams and events: nothing is freed
@@ -557,14 +537,10 @@ static void queues_free(wm__dev *dv, unsigned n_devs, swap_queues *q) {
                 dv->ops->stream_free(dv, d, q->stream[d][k]);
             }
             if (q->ev[d][k]) dv->ops->event_free(dv, d, q->ev[d][k]);
+            q->stream[d][k] = q->ev[d][k] = NULL;
         }
-    for (size_t i = 0; i < q->n_pev; i++)
-        if (q->pev[i]) dv->ops->event_free(dv, (unsigned)(i / q->n % n_devs), q->pev[i]);
-    wm__free(q->pev);
-    q->pev = NULL;
 }
 
-/* The streams and their events, and the parts' events where q->pev has room for them. */
 static int queues_make(const wm_model *m, wm__dev *dv, swap_queues *q) {
     int ce = 0;
     for (unsigned d = 0; d < m->n_devs && !ce; d++)
@@ -572,65 +548,47 @@ static int queues_make(const wm_model *m, wm__dev *dv, swap_queues *q) {
             ce = dv->ops->stream_make(dv, d, &q->stream[d][k]);
             if (!ce) ce = dv->ops->event_make(dv, d, &q->ev[d][k]);
         }
-    for (size_t i = 0; i < q->n_pev && !ce; i++)
-        ce = dv->ops->event_make(dv, (unsigned)(i / q->n % m->n_devs), &q->pev[i]);
     return ce;
 }
 
-/* Records part k's events, one on every stream. */
-static int part_record(const wm_model *m, wm__dev *dv, swap_queues *q, uint32_t k) {
-    int ce = 0;
-    for (unsigned d = 0; d < m->n_devs && !ce; d++)
-        for (unsigned j = 0; j < q->n && !ce; j++)
-            ce = dv->ops->event_record(dv, d, q->pev[((size_t)k * m->n_devs + d) * q->n + j],
-                                       q->stream[d][j]);
-    return ce;
+/* The stream a piece to device d goes to: the device's streams in turn. */
+static void *queue_next(swap_queues *q, unsigned d) { return q->stream[d][q->next[d]++ % q->n]; }
+
+/* A swap's failure said: the chunk whose copy failed (bad), or its copies as a whole. */
+static wm_status swap_fail(wm_model *m, wm__dev *dv, bool back, int ce, uint32_t bad,
+                           wm_error *err) {
+    const staged_state *ss = m->bctx;
+    char prefix[192];
+    if (bad < ss->n_buf)
+        snprintf(prefix, sizeof prefix, "%s: %s buffer %u (%zu bytes) on device %d", m->file->path,
+                 back ? "putting to sleep" : "waking", bad, m->chunks[bad].size,
+                 m->devs[m->chunks[bad].device]);
+    else
+        snprintf(prefix, sizeof prefix, "%s: %s the model: its copies", m->file->path,
+                 back ? "putting to sleep" : "waking");
+    return dv->ops->fail(dv, ce, prefix, err);
 }
 
-/* A wake's parts of the host copy, in order: each unregistered once its events have passed
- * (the copies out of it ended), while the later parts' copies run. Times it into t. */
-static int parts_release(const wm_model *m, wm__dev *dv, staged_state *ss, swap_queues *q,
-                         wm__swap_times *t) {
-    int ce = 0;
-    for (uint32_t k = 0; k < ss->host_parts && !ce; k++) {
-        for (unsigned d = 0; d < m->n_devs && !ce; d++)
-            for (unsigned j = 0; j < q->n && !ce; j++)
-                ce = dv->ops->event_wait(dv, d, q->pev[((size_t)k * m->n_devs + d) * q->n + j]);
-        if (ce) break;
-        double t0 = wm__os_now();
-        part_unregister(dv, ss, k);
-        t->host_unregister += wm__os_now() - t0;
-    }
-    return ce;
-}
-
-/* Queues every chunk's copy between its device buffer and its place in the host copy (back:
- * device to host) in pieces that take turns on the device's streams, none across two parts of
- * the host copy (two registrations); a wake records each part's events after its last piece and
- * unregisters the parts as they are done; then records each stream's event and waits for them all.
+/* The pinned_whole choice: every chunk's copy between its device buffer and its place in the
+ * registered host copy (back: device to host), in pieces that take turns on the device's
+ * streams, all queued before the first wait; then each stream's event recorded and waited for.
  * *bad: the chunk whose copy failed (n_buf: a wait). */
 static int queue_copies(wm_model *m, wm__dev *dv, staged_state *ss, swap_queues *q, bool back,
                         wm__swap_times *t, uint32_t *bad) {
     unsigned char *h = ss->host.base;
-    size_t piece = wm__staged_tuning_now.swap_piece, ho = 0;
-    bool cut = ss->host_parts > 1, by_part = !back && q->pev; /* a copy stays in one part */
+    size_t piece = wm__staged_tuning_now.swap_piece;
     for (uint32_t c = 0; c < ss->n_buf; c++) {
         size_t size = m->chunks[c].size;
         unsigned d = m->chunks[c].device;
         for (size_t off = 0, len; off < size; off += len) {
             len = size - off < piece ? size - off : piece;
-            size_t edge = (ho / ss->host_part + 1) * ss->host_part;
-            if (cut && ho + len > edge) len = edge - ho;
-            void *s = q->stream[d][q->next[d]++ % q->n];
+            void *s = queue_next(q, d);
             int ce = back ? dv->ops->copy_back(dv, d, s, h + off, ss->buf[c] + off, len)
                           : dv->ops->copy(dv, d, s, ss->buf[c] + off, h + off, len);
-            if (!ce && by_part && ((ho + len) % ss->host_part == 0 || ho + len == ss->host.len))
-                ce = part_record(m, dv, q, (uint32_t)((ho + len - 1) / ss->host_part));
             if (ce) {
                 *bad = c;
                 return ce;
             }
-            ho += len;
             t->pieces++;
             t->bytes += len;
         }
@@ -641,39 +599,440 @@ static int queue_copies(wm_model *m, wm__dev *dv, staged_state *ss, swap_queues 
     for (unsigned d = 0; d < m->n_devs && !ce; d++)
         for (unsigned k = 0; k < q->n && !ce; k++)
             ce = dv->ops->event_record(dv, d, q->ev[d][k], q->stream[d][k]);
-    if (!ce && by_part) ce = parts_release(m, dv, ss, q, t);
     for (unsigned d = 0; d < m->n_devs && !ce; d++)
         for (unsigned k = 0; k < q->n && !ce; k++)
             ce = dv->ops->event_wait(dv, d, q->ev[d][k]);
     return ce;
 }
 
-/* A sleep's (back) or a wake's copies, queues made and given back; on failure every copy queued
+/* The pinned_whole choice's copies, queues made and given back; on failure every copy queued
  * has ended before it returns. Times the whole into t->copy. */
-static wm_status copy_all(wm_model *m, wm__dev *dv, staged_state *ss, bool back, wm__swap_times *t,
-                          wm_error *err) {
+static wm_status copy_whole(wm_model *m, wm__dev *dv, staged_state *ss, bool back,
+                            wm__swap_times *t, wm_error *err) {
     double t0 = wm__os_now();
     swap_queues q = {.n = wm__staged_tuning_now.swap_streams};
     uint32_t bad = ss->n_buf;
-    if (!back && ss->host_parts > 1) { /* a wake's: the parts' events */
-        q.n_pev = (size_t)ss->host_parts * m->n_devs * q.n;
-        q.pev = wm__calloc(q.n_pev, sizeof *q.pev);
-        if (!q.pev) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory", m->file->path);
-    }
     int ce = queues_make(m, dv, &q);
     if (!ce) ce = queue_copies(m, dv, ss, &q, back, t, &bad);
     queues_free(dv, m->n_devs, &q);
-    t->copy = wm__os_now() - t0;
-    if (!ce) return WM_OK;
-    char prefix[192];
-    if (bad < ss->n_buf)
-        snprintf(prefix, sizeof prefix, "%s: %s buffer %u (%zu bytes) on device %d", m->file->path,
-                 back ? "putting to sleep" : "waking", bad, m->chunks[bad].size,
-                 m->devs[m->chunks[bad].device]);
+    t->copy += wm__os_now() - t0;
+    return ce ? swap_fail(m, dv, back, ce, bad, err) : WM_OK;
+}
+
+/* ---- the bounce ring ----
+ *
+ * The copies of a pageable host copy go through a ring of a few registered slots of a piece
+ * each (two per stream and device, no more than the pieces). A wake: the loading thread hands
+ * each free slot the next piece, the workers (the load's threads) copy it from the host copy
+ * into the slot in grains of BOUNCE_GRAIN, the loading thread queues the filled slot's copy to
+ * the device and records the slot's event, and waits for that event before it hands the slot
+ * its next piece. A sleep, the reverse: the device's copy into a free slot queued and its event
+ * recorded, waited for, then the slot handed to the workers, who copy it into the host copy and
+ * give it back free. Only the loading thread calls the device; the workers copy memory and
+ * nothing else; the loading thread copies grains too while it has nothing else to do (all of
+ * them where no worker could start). Slot states and the hand-over are under one lock. */
+#define BOUNCE_GRAIN ((size_t)1 << 20)
+#define BOUNCE_MAX_SLOTS 64u
+
+/* FREE: nothing in it; WORK: handed to the workers; READY: filled (a wake's), its copy to be
+ * queued; BUSY: its copy queued (its event pending until slot_settle). */
+enum { SLOT_FREE, SLOT_WORK, SLOT_READY, SLOT_BUSY };
+
+typedef struct bounce_slot {
+    unsigned char *buf;  /* its part of the ring */
+    unsigned char *host; /* the piece's place in the host copy */
+    unsigned char *dev;  /* and in its device buffer */
+    size_t len;
+    uint32_t chunk;
+    unsigned d;           /* the piece's device */
+    int pending;          /* the device whose event follows the slot's copy, or -1 */
+    size_t claimed, left; /* under mu: bytes handed to a grain; bytes not yet copied */
+    int state;            /* under mu */
+    void *ev[WM__STAGED_MAX_DEVS];
+} bounce_slot;
+
+/* Where a device's next piece is: its chunk, the offset in it, the chunk's place in the host
+ * copy. */
+typedef struct bounce_cursor {
+    uint32_t c;
+    size_t off, at;
+} bounce_cursor;
+
+typedef struct bounce {
+    wm_model *m;
+    wm__dev *dv;
+    bool back; /* a sleep's: device to host */
+    size_t n_pieces, piece;
+    size_t slot_len; /* the longest piece, in whole pages */
+    bounce_cursor cur[WM__STAGED_MAX_DEVS];
+    unsigned turn; /* the device whose piece is next, where it has one */
+    wm__region ring;
+    bool pinned, sync_made, stop;
+    unsigned n_slots;
+    bounce_slot slot[BOUNCE_MAX_SLOTS];
+    unsigned work[BOUNCE_MAX_SLOTS]; /* under mu: slots with grains left, oldest first (a ring) */
+    unsigned work_head, n_work;
+    swap_queues q;
+    wm_os_mutex mu;
+    wm_os_cond to_workers, to_loader;
+    wm__crew crew;
+    wm_os_thread th[WM__MAX_THREADS];
+} bounce;
+
+/* Under mu: the next grain of the oldest slot handed over, or false where there is none. */
+static bool grain_claim(bounce *b, unsigned *s, size_t *off, size_t *len) {
+    if (!b->n_work) return false;
+    *s = b->work[b->work_head];
+    bounce_slot *sl = &b->slot[*s];
+    *off = sl->claimed;
+    *len = sl->len - sl->claimed < BOUNCE_GRAIN ? sl->len - sl->claimed : BOUNCE_GRAIN;
+    sl->claimed += *len;
+    if (sl->claimed == sl->len) {
+        b->work_head = (b->work_head + 1) % BOUNCE_MAX_SLOTS;
+        b->n_work--;
+    }
+    return true;
+}
+
+/* Called with mu held: copies one grain, if any is left, with mu released meanwhile (true), or
+ * waits to be told that something changed (false). */
+static void grain_run_or_wait(bounce *b, wm_os_cond *wait_on) {
+    unsigned s;
+    size_t off, len;
+    if (!grain_claim(b, &s, &off, &len)) {
+        wm__os_cond_wait(wait_on, &b->mu);
+        return;
+    }
+    bounce_slot *sl = &b->slot[s];
+    wm__os_mutex_unlock(&b->mu);
+    if (b->back)
+        memcpy(sl->host + off, sl->buf + off, len);
     else
-        snprintf(prefix, sizeof prefix, "%s: %s the model: its copies", m->file->path,
-                 back ? "putting to sleep" : "waking");
-    return dv->ops->fail(dv, ce, prefix, err);
+        memcpy(sl->buf + off, sl->host + off, len);
+    wm__os_mutex_lock(&b->mu);
+    sl->left -= len;
+    if (!sl->left) {
+        sl->state = b->back ? SLOT_FREE : SLOT_READY;
+        wm__os_cond_broadcast(&b->to_loader);
+    }
+}
+
+static void bounce_worker(void *arg) {
+    bounce *b = arg;
+    wm__os_mutex_lock(&b->mu);
+    while (!b->stop)
+        grain_run_or_wait(b, &b->to_workers);
+    wm__os_mutex_unlock(&b->mu);
+}
+
+/* Gives slot sl to the workers. */
+static void slot_hand(bounce *b, bounce_slot *sl) {
+    wm__os_mutex_lock(&b->mu);
+    sl->claimed = 0;
+    sl->left = sl->len;
+    sl->state = SLOT_WORK;
+    b->work[(b->work_head + b->n_work++) % BOUNCE_MAX_SLOTS] = (unsigned)(sl - b->slot);
+    wm__os_cond_broadcast(&b->to_workers);
+    wm__os_mutex_unlock(&b->mu);
+}
+
+static void slot_set(bounce *b, bounce_slot *sl, int state) {
+    wm__os_mutex_lock(&b->mu);
+    sl->state = state;
+    wm__os_mutex_unlock(&b->mu);
+}
+
+static bool slot_is(bounce *b, const bounce_slot *sl, int state) {
+    wm__os_mutex_lock(&b->mu);
+    bool is = sl->state == state;
+    wm__os_mutex_unlock(&b->mu);
+    return is;
+}
+
+/* Until slot sl is in `state`, copying grains meanwhile. */
+static void slot_await(bounce *b, const bounce_slot *sl, int state) {
+    wm__os_mutex_lock(&b->mu);
+    while (sl->state != state)
+        grain_run_or_wait(b, &b->to_loader);
+    wm__os_mutex_unlock(&b->mu);
+}
+
+/* Waits for the event after slot sl's copy, where one is pending. */
+static int slot_settle(bounce *b, bounce_slot *sl) {
+    if (sl->pending < 0) return 0;
+    unsigned d = (unsigned)sl->pending;
+    int ce = b->dv->ops->event_wait(b->dv, d, sl->ev[d]);
+    if (!ce) sl->pending = -1;
+    return ce;
+}
+
+/* Moves device d's cursor to its next chunk with bytes left; false where it has none. */
+static bool cursor_seek(const wm_model *m, bounce_cursor *k, unsigned d) {
+    const staged_state *ss = m->bctx;
+    while (k->c < ss->n_buf && (m->chunks[k->c].device != d || k->off == m->chunks[k->c].size)) {
+        k->at += m->chunks[k->c].size;
+        k->c++;
+        k->off = 0;
+    }
+    return k->c < ss->n_buf;
+}
+
+/* The next piece given to slot sl: the devices take turns (so that with several, every link
+ * is busy), each device's pieces in chunk order. */
+static void slot_take_piece(bounce *b, bounce_slot *sl) {
+    const wm_model *m = b->m;
+    const staged_state *ss = m->bctx;
+    unsigned d = b->turn;
+    for (unsigned i = 0; i < m->n_devs && !cursor_seek(m, &b->cur[d], d); i++)
+        d = (d + 1) % m->n_devs;
+    bounce_cursor *k = &b->cur[d];
+    size_t size = m->chunks[k->c].size;
+    sl->len = size - k->off < b->piece ? size - k->off : b->piece;
+    sl->host = (unsigned char *)ss->host.base + k->at + k->off;
+    sl->dev = ss->buf[k->c] + k->off;
+    sl->chunk = k->c;
+    sl->d = d;
+    k->off += sl->len;
+    b->turn = (d + 1) % m->n_devs;
+}
+
+/* Queues slot sl's copy (a wake's: to its device; a sleep's: from it) and records its event. */
+static int slot_issue(bounce *b, bounce_slot *sl, wm__swap_times *t, uint32_t *bad) {
+    wm__dev *dv = b->dv;
+    unsigned d = sl->d;
+    void *s = queue_next(&b->q, d);
+    int ce = sl->ev[d] ? 0 : dv->ops->event_make(dv, d, &sl->ev[d]);
+    if (!ce)
+        ce = b->back ? dv->ops->copy_back(dv, d, s, sl->buf, sl->dev, sl->len)
+                     : dv->ops->copy(dv, d, s, sl->dev, sl->buf, sl->len);
+    if (!ce) ce = dv->ops->event_record(dv, d, sl->ev[d], s);
+    if (ce) {
+        *bad = sl->chunk;
+        return ce;
+    }
+    sl->pending = (int)d;
+    slot_set(b, sl, SLOT_BUSY);
+    t->pieces++;
+    t->bytes += sl->len;
+    return 0;
+}
+
+/* A wake: piece i in slot i % n_slots; the next piece's copy queued as soon as its slot is
+ * filled, else the oldest slot whose copy is queued handed its next piece once the copy ended,
+ * else grains copied until the next piece is filled. */
+static int bounce_wake(bounce *b, wm__swap_times *t, uint32_t *bad) {
+    size_t handed = 0, issued = 0;
+    int ce = 0;
+    while (issued < b->n_pieces && !ce) {
+        bounce_slot *next = &b->slot[issued % b->n_slots];
+        if (issued < handed && slot_is(b, next, SLOT_READY)) {
+            ce = slot_issue(b, next, t, bad);
+            issued++;
+        } else if (handed < b->n_pieces && handed < issued + b->n_slots) {
+            bounce_slot *sl = &b->slot[handed % b->n_slots];
+            ce = slot_settle(b, sl);
+            if (!ce) {
+                slot_take_piece(b, sl);
+                slot_hand(b, sl);
+                handed++;
+            }
+        } else {
+            slot_await(b, next, SLOT_READY);
+        }
+    }
+    for (unsigned k = 0; k < b->n_slots && !ce; k++) /* the last copies ended */
+        ce = slot_settle(b, &b->slot[k]);
+    return ce;
+}
+
+/* A sleep: piece i in slot i % n_slots; the next piece's copy queued as soon as its slot is
+ * free, else the oldest slot whose copy is queued handed to the workers once it ended, else
+ * grains copied until the next slot is free; then until every slot is. */
+static int bounce_sleep(bounce *b, wm__swap_times *t, uint32_t *bad) {
+    size_t queued = 0, handed = 0;
+    int ce = 0;
+    while (handed < b->n_pieces && !ce) {
+        bounce_slot *next = &b->slot[queued % b->n_slots];
+        if (queued < b->n_pieces && slot_is(b, next, SLOT_FREE)) {
+            slot_take_piece(b, next);
+            ce = slot_issue(b, next, t, bad);
+            queued++;
+        } else if (handed < queued) {
+            bounce_slot *sl = &b->slot[handed % b->n_slots];
+            ce = slot_settle(b, sl);
+            if (!ce) {
+                slot_hand(b, sl);
+                handed++;
+            }
+        } else {
+            slot_await(b, next, SLOT_FREE);
+        }
+    }
+    for (unsigned k = 0; k < b->n_slots && !ce; k++)
+        slot_await(b, &b->slot[k], SLOT_FREE);
+    return ce;
+}
+
+/* The ring's slots, each the longest piece in whole pages (a piece, or the longest chunk where
+ * every chunk is shorter): two per stream and device, at most the pieces and BOUNCE_MAX_SLOTS. */
+static unsigned bounce_slots(const wm_model *m, size_t n_pieces) {
+    size_t n = 2 * (size_t)wm__staged_tuning_now.swap_streams * m->n_devs;
+    if (n > n_pieces) n = n_pieces;
+    return n > BOUNCE_MAX_SLOTS ? BOUNCE_MAX_SLOTS : (unsigned)n;
+}
+
+/* Gives everything of a bounce back: the workers stopped and joined, every queued copy ended
+ * (queues_free waits), the slots' events, the ring unregistered (timed into t->host_unregister)
+ * and its pages freed (t->host_free), the lock. Accepts a half-made one. Cannot fail. */
+static void bounce_free(bounce *b, wm__swap_times *t) {
+    wm__dev *dv = b->dv;
+    if (b->sync_made) {
+        wm__os_mutex_lock(&b->mu);
+        b->stop = true;
+        wm__os_cond_broadcast(&b->to_workers);
+        wm__os_mutex_unlock(&b->mu);
+    }
+    wm__crew_join(&b->crew);
+    queues_free(dv, b->m->n_devs, &b->q);
+    for (unsigned k = 0; k < b->n_slots; k++)
+        for (unsigned d = 0; d < b->m->n_devs; d++)
+            if (b->slot[k].ev[d]) dv->ops->event_free(dv, d, b->slot[k].ev[d]);
+    double t0 = wm__os_now();
+    if (b->pinned) {
+        dv->ops->host_unregister(dv, b->ring.base);
+        wm__ledger_release(WM_LEDGER_PINNED, b->ring.len);
+    }
+    double t1 = wm__os_now();
+    wm__region_free(&b->ring);
+    t->host_unregister += t1 - t0;
+    t->host_free += wm__os_now() - t1;
+    if (b->sync_made) {
+        wm__os_cond_destroy(&b->to_loader);
+        wm__os_cond_destroy(&b->to_workers);
+        wm__os_mutex_destroy(&b->mu);
+    }
+    wm__free(b);
+}
+
+/* The lock and its conditions, all or none (0 or the error number). */
+static int bounce_sync_init(bounce *b) {
+    int e = wm__os_mutex_init(&b->mu);
+    if (e) return e;
+    e = wm__os_cond_init(&b->to_workers);
+    if (!e) {
+        e = wm__os_cond_init(&b->to_loader);
+        if (e) wm__os_cond_destroy(&b->to_workers);
+    }
+    if (e) wm__os_mutex_destroy(&b->mu);
+    b->sync_made = !e;
+    return e;
+}
+
+/* The ring's pages (scratch; huge pages advised, faulted in by the load's threads) and their
+ * registration (pinned); the times into t->host_alloc and t->host_register. */
+static wm_status bounce_ring(bounce *b, wm__swap_times *t, wm_error *err) {
+    wm_model *m = b->m;
+    size_t slot_len = b->slot_len;
+    double t0 = wm__os_now();
+    wm_status st = wm__region_pages(m, slot_len * b->n_slots, WM_LEDGER_SCRATCH, &b->ring, err);
+    if (st) return st;
+    wm__os_advise(b->ring.base, b->ring.len, WM_OS_ADV_HUGEPAGE); /* a hint */
+    prefault(m, b->ring.base, b->ring.len); /* else the registration faults it on one thread */
+    for (unsigned k = 0; k < b->n_slots; k++)
+        b->slot[k] =
+            (bounce_slot){.buf = (unsigned char *)b->ring.base + k * slot_len, .pending = -1};
+    double t1 = wm__os_now();
+    t->host_alloc += t1 - t0;
+    int ce = b->dv->ops->host_register(b->dv, b->ring.base, b->ring.len, WM__HOST_PORTABLE);
+    t->host_register += wm__os_now() - t1;
+    if (ce) {
+        char prefix[192];
+        snprintf(prefix, sizeof prefix, "%s: %s: registering the bounce ring (%zu bytes)",
+                 m->file->path, b->back ? "putting to sleep" : "waking", b->ring.len);
+        return b->dv->ops->fail(b->dv, ce, prefix, err);
+    }
+    wm__ledger_acquire(WM_LEDGER_PINNED, b->ring.len);
+    b->pinned = true;
+    return WM_OK;
+}
+
+/* Sets a bounce up: the ring, the queues, the workers (fewer where some cannot start: the
+ * loading thread copies what they do not). On failure the caller runs bounce_free. */
+static wm_status bounce_open(bounce *b, wm__swap_times *t, wm_error *err) {
+    wm_model *m = b->m;
+    int e = bounce_sync_init(b);
+    if (e)
+        return wm__err(err, WM_ENOMEM, e, "%s: %s: %s", m->file->path,
+                       b->back ? "putting to sleep" : "waking", wm__errno_text(e));
+    wm_status st = bounce_ring(b, t, err);
+    if (st) return st;
+    int ce = queues_make(m, b->dv, &b->q);
+    if (ce) return swap_fail(m, b->dv, b->back, ce, m->n_chunks, err);
+    unsigned n = wm__load_threads(m);
+    b->crew = (wm__crew){.fn = bounce_worker, .arg = b, .th = b->th};
+    if (n > 1) (void)wm__crew_start(m->file->path, &b->crew, n - 1, NULL); /* fewer: still works */
+    return WM_OK;
+}
+
+/* The pieces of a swap's copies, and (*slot_len) the longest in whole pages. */
+static size_t bounce_pieces(const wm_model *m, const staged_state *ss, size_t *slot_len) {
+    size_t piece = wm__staged_tuning_now.swap_piece, n_pieces = 0, longest = 0;
+    for (uint32_t c = 0; c < ss->n_buf; c++) {
+        size_t size = m->chunks[c].size;
+        n_pieces += (size + piece - 1) / piece;
+        if ((size < piece ? size : piece) > longest) longest = size < piece ? size : piece;
+    }
+    *slot_len = (size_t)wm__align_up(longest, wm__os_page_size());
+    return n_pieces;
+}
+
+uint64_t wm__staged_swap_extra(const wm_model *m) {
+    const staged_state *ss = m->bctx;
+    if (!ss) return 0;
+    unsigned threads = wm__load_threads(m);
+    uint64_t stacks = (uint64_t)(threads ? threads - 1 : 0) * WM_OS_THREAD_STACK;
+    bool whole = ss->asleep ? ss->host_pinned : wm__staged_tuning_now.swap_pinned_whole;
+    size_t slot_len, n_pieces = bounce_pieces(m, ss, &slot_len);
+    if (whole || !n_pieces) return stacks; /* the prefaulting threads' */
+    return stacks + (uint64_t)bounce_slots(m, n_pieces) * slot_len + wm__cost_block(sizeof(bounce));
+}
+
+/* A sleep's (back) or a wake's copies through a bounce ring, all of it given back before it
+ * returns; on failure every copy queued has ended. Times the copies into t->copy and the ring's
+ * parts into host_alloc, host_register, host_unregister and host_free. */
+static wm_status copy_bounce(wm_model *m, wm__dev *dv, staged_state *ss, bool back,
+                             wm__swap_times *t, wm_error *err) {
+    size_t piece = wm__staged_tuning_now.swap_piece, slot_len;
+    size_t n_pieces = bounce_pieces(m, ss, &slot_len);
+    if (!n_pieces) return WM_OK;
+    bounce *b = wm__calloc(1, sizeof *b);
+    if (!b) return wm__err(err, WM_ENOMEM, 0, "%s: out of memory", m->file->path);
+    *b = (bounce){.m = m,
+                  .dv = dv,
+                  .back = back,
+                  .n_pieces = n_pieces,
+                  .piece = piece,
+                  .slot_len = slot_len,
+                  .n_slots = bounce_slots(m, n_pieces),
+                  .q = {.n = wm__staged_tuning_now.swap_streams}};
+    wm_status st = bounce_open(b, t, err);
+    if (!st) {
+        double t0 = wm__os_now();
+        uint32_t bad = ss->n_buf;
+        int ce = back ? bounce_sleep(b, t, &bad) : bounce_wake(b, t, &bad);
+        if (ce) st = swap_fail(m, dv, back, ce, bad, err);
+        t->copy += wm__os_now() - t0;
+    }
+    bounce_free(b, t);
+    return st;
+}
+
+/* A host copy registered whole (made so by the pinned_whole choice at its sleep, whatever the
+ * choice is at the wake) is copied directly; any other through a bounce ring. */
+static wm_status copy_all(wm_model *m, wm__dev *dv, staged_state *ss, bool back, wm__swap_times *t,
+                          wm_error *err) {
+    return ss->host_pinned ? copy_whole(m, dv, ss, back, t, err)
+                           : copy_bounce(m, dv, ss, back, t, err);
 }
 
 wm_status wm__staged_sleep(wm_model *m, wm__dev *dv, wm_error *err) {
@@ -717,9 +1076,7 @@ wm_status wm__staged_wake(wm_model *m, wm__dev *dv, wm_error *err) {
         if (m->chunks[c].size) st = make_buffer(m, dv, ss, c, "waking the model", err);
     t.device_alloc = wm__os_now() - t0;
     if (!st) st = copy_all(m, dv, ss, false, &t, err);
-    if (st) { /* as it was: asleep, its host copy registered again where parts went already */
-        for (uint32_t k = 0; k < ss->host_parts; k++)
-            if (!(ss->host_pinned >> k & 1)) (void)part_register(dv, ss, k);
+    if (st) { /* as it was: asleep, its host copy as it was */
         device_buffers_free(m, dv, ss);
         dv->ops->settle(dv);
         return st;

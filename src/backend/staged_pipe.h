@@ -20,12 +20,13 @@ typedef struct wm__staged_tuning {
     unsigned slots;   /* slots per worker */
     bool serial_ring; /* register the ring before the readers start (they fault it in otherwise) */
     bool no_reap;     /* never retire finished slots early with an event query */
-    /* A sleep's and a wake's copies (wm__staged_tune_swap): bytes a copy (WM__SWAP_PIECE),
-     * streams a device (WM__SWAP_STREAMS); no huge-page advice on the host copy; no faulting
-     * of it in by threads before its registration. */
+    /* A sleep's and a wake's copies (wm__staged_tune_swap): bytes a copy (WM__SWAP_PIECE, a
+     * bounce slot's size), streams a device (WM__SWAP_STREAMS); the host copy registered whole
+     * and copied from directly (no bounce ring); no huge-page advice on the host copy; no
+     * faulting of the host copy in by threads first. */
     size_t swap_piece;
     unsigned swap_streams;
-    unsigned swap_parts; /* the host copy's registrations (WM__SWAP_PARTS) */
+    bool swap_pinned_whole;
     bool swap_no_huge;
     bool swap_no_prefault;
 } wm__staged_tuning;
