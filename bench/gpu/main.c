@@ -45,12 +45,13 @@
  *       freed), how much of the host copy the kernel gave huge pages (AnonHugePages asleep and
  *       awake), with --verify every byte after the last wake. --piece (64M: a bounce slot),
  *       --streams (2), --no-huge, --no-prefault (no threads fault the host copy in first: at
- *       a sleep the ring's workers fault it as they copy into it) and --pinned-whole (no bounce
- * ring: the host copy registered whole at the sleep, copied from directly, unregistered after the
- * wake's copies, as in 1.8) change the copies (wm__cuda_tune_swap), to measure. gpu pread FILE
- * [--threads N] [--block BYTES] [--repeat R] [--run BYTES] the ceiling of the page cache: N threads
- * pread the file in blocks, into reused per-thread buffers and into one buffer the size of the file
- * (both pre-faulted).
+ *       a sleep the ring's workers fault it as they copy into it) and --pinned-whole (no
+ *       bounce ring: the host copy registered whole at the sleep, copied from directly,
+ *       unregistered after the wake's copies, as in 1.8) change the copies
+ *       (wm__cuda_tune_swap), to measure.
+ *   gpu pread FILE [--threads N] [--block BYTES] [--repeat R] [--run BYTES]
+ *       the ceiling of the page cache: N threads pread the file in blocks, into reused
+ *       per-thread buffers and into one buffer the size of the file (both pre-faulted).
  *       --run: each block read as runs of BYTES every 2*BYTES (half the file, a pread each: the
  *       rows of a last-dimension slice); GB/s of the bytes read. With --own-fd each thread
  *       preads through a descriptor of its own; with --mapped the runs are copied from a shared
