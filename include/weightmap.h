@@ -1012,10 +1012,11 @@ typedef struct wm_pool_options {
 
 /* wm_pool_options.flags: where a device needs room and an idle model of a backend that can
  * sleep (CUDA) holds it, the model sleeps rather than goes, if the host budget has room for it:
- * its device memory copied into one page-allocated host copy of exactly its device bytes,
- * registered with the devices (ledger: heap and pinned), and freed on the device (proven by the
- * ledger as an eviction is); its next get wakes it, copying the weights back at the bus's speed
- * (pieces queued over a few streams a device, every device buffer made first), with new device
+ * its device memory copied into one page-allocated host copy of exactly its device bytes (ledger:
+ * heap; never pinned: since 1.8.1 the copies go through a small registered bounce ring, which
+ * the host budget must have room for too), and freed on the device (proven by the ledger as an
+ * eviction is); its next get wakes it, copying the weights back through the ring (pieces
+ * queued over a few streams a device, every device buffer made first), with new device
  * pointers (ask wm_model_tensor_device_ptr again after every get), and gives the host copy
  * back. A sleeping model holds its host copy, charged to the budget, until it wakes or is
  * evicted. wm_pool_stats' last_wake_* and last_sleep_* say where the time went. */
