@@ -1172,6 +1172,41 @@ WM_TEST(sleep_and_wake_pinned_whole_and_one_thread) {
     CHECK_EQ(cudaGetLastError(), cudaSuccess);
 }
 
+/* The bounce ring's workers do the copying between the host copy and the ring: with the loading
+ * thread kept out of it (wm__staged_swap_loader_waits), every grain of a sleep and of a wake is a
+ * worker's, and the bytes are the file's after the wake; with one thread (no worker), every
+ * grain is the loading thread's. With the workers not started, the first case fails (0 grains of
+ * theirs: the loading thread copies all where none exists). */
+WM_TEST(sleep_and_wake_workers_copy) {
+    NEED_GPU();
+    wm_error err;
+    CHECK_STATUS(wm_backend_init(WM_BACKEND_CUDA, 0, &err), WM_OK);
+    const char *path = wmt_make_model("m.gguf", "--size 8M --format gguf");
+    for (unsigned threads = 2; threads >= 1; threads--) {
+        wm_file *f;
+        uint64_t dev, pieces;
+        wm_model *m = sleep_model(path, false, &f, &dev, &pieces);
+        m->opts.threads = threads;
+        wm__staged_swap_loader_waits = true;
+        CHECK_MSG(wm__model_sleep(m, &err) == WM_OK, "sleep: %s", err.msg);
+        CHECK_MSG(wm__model_wake(m, &err) == WM_OK, "wake: %s", err.msg);
+        wm__staged_swap_loader_waits = false;
+        const wm__swap_times *ts[2] = {&m->slept, &m->woke};
+        for (int k = 0; k < 2; k++) {
+            CHECK(ts[k]->grains >= ts[k]->pieces && ts[k]->pieces > 1);
+            CHECK_MSG(ts[k]->grains_by_workers == (threads > 1 ? ts[k]->grains : 0),
+                      "%s, %u threads: %u of %u grains by the workers", k ? "wake" : "sleep",
+                      threads, ts[k]->grains_by_workers, ts[k]->grains);
+        }
+        check_bytes(m);
+        wm_model_release(m);
+        wm_file_close(f);
+    }
+    wm__staged_tune_swap(0, 0, false, false, false);
+    CHECK_LEDGER_EMPTY();
+    CHECK_EQ(cudaGetLastError(), cudaSuccess);
+}
+
 /* Fails the k-th call of `kind` in a sleep (wake: a wake) for every k: a failed sleep leaves
  * the model awake with its bytes, a failed wake leaves it asleep, and either holds exactly what
  * it held before (the ledger, category by category); only a failed hint (advice) may succeed.

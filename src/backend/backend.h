@@ -83,6 +83,9 @@ typedef struct wm__swap_times {
     double total;           /* the whole call */
     uint64_t bytes;         /* bytes copied */
     uint32_t pieces;        /* copies issued */
+    uint32_t grains;        /* through a bounce ring: the grains copied between ring and host
+                               copy, and of them by the workers (the rest by the loading thread) */
+    uint32_t grains_by_workers;
 } wm__swap_times;
 
 struct wm_model {

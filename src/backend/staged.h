@@ -137,5 +137,8 @@ void wm__staged_tune_swap(size_t piece, unsigned streams, bool pinned_whole, boo
                           bool no_prefault);
 /* The base of the last staged ring (tests check that it is not registered after release). */
 void *wm__staged_last_ring(void);
+/* Test hook: where a sleep's or a wake's bounce ring has workers, the loading thread leaves every
+ * grain to them (it only queues the copies and waits), so that a test can tell the workers copy. */
+extern bool wm__staged_swap_loader_waits;
 
 #endif /* WM_STAGED_H */

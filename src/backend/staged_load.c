@@ -39,6 +39,8 @@ static _Atomic(void *) last_ring; /* test hook: base of the last staged ring */
 
 void *wm__staged_last_ring(void) { return atomic_load(&last_ring); }
 
+bool wm__staged_swap_loader_waits;
+
 /* Windows are kept within [MIN_WINDOW, MAX_WINDOW], slots within [1, WM__STAGED_MAX_SLOTS]. */
 void wm__staged_tune(size_t wsize, unsigned slots, unsigned flags) {
     wm__staged_tuning *t = &wm__staged_tuning_now;
@@ -672,6 +674,8 @@ typedef struct bounce {
     bounce_slot slot[BOUNCE_MAX_SLOTS];
     unsigned work[BOUNCE_MAX_SLOTS]; /* under mu: slots with grains left, oldest first (a ring) */
     unsigned work_head, n_work;
+    uint32_t grains, grains_by_workers; /* under mu */
+    bool loader_waits;                  /* the loading thread copies no grain (workers exist) */
     swap_queues q;
     wm_os_mutex mu;
     wm_os_cond to_workers, to_loader;
@@ -694,12 +698,12 @@ static bool grain_claim(bounce *b, unsigned *s, size_t *off, size_t *len) {
     return true;
 }
 
-/* Called with mu held: copies one grain, if any is left, with mu released meanwhile (true), or
- * waits to be told that something changed (false). */
-static void grain_run_or_wait(bounce *b, wm_os_cond *wait_on) {
+/* Called with mu held: copies one grain, if any is left, with mu released meanwhile, or waits to
+ * be told that something changed. worker: a worker's call (counted), else the loading thread's. */
+static void grain_run_or_wait(bounce *b, wm_os_cond *wait_on, bool worker) {
     unsigned s;
     size_t off, len;
-    if (!grain_claim(b, &s, &off, &len)) {
+    if ((!worker && b->loader_waits) || !grain_claim(b, &s, &off, &len)) {
         wm__os_cond_wait(wait_on, &b->mu);
         return;
     }
@@ -710,6 +714,8 @@ static void grain_run_or_wait(bounce *b, wm_os_cond *wait_on) {
     else
         memcpy(sl->buf + off, sl->host + off, len);
     wm__os_mutex_lock(&b->mu);
+    b->grains++;
+    b->grains_by_workers += worker;
     sl->left -= len;
     if (!sl->left) {
         sl->state = b->back ? SLOT_FREE : SLOT_READY;
@@ -721,7 +727,7 @@ static void bounce_worker(void *arg) {
     bounce *b = arg;
     wm__os_mutex_lock(&b->mu);
     while (!b->stop)
-        grain_run_or_wait(b, &b->to_workers);
+        grain_run_or_wait(b, &b->to_workers, true);
     wm__os_mutex_unlock(&b->mu);
 }
 
@@ -753,7 +759,7 @@ static bool slot_is(bounce *b, const bounce_slot *sl, int state) {
 static void slot_await(bounce *b, const bounce_slot *sl, int state) {
     wm__os_mutex_lock(&b->mu);
     while (sl->state != state)
-        grain_run_or_wait(b, &b->to_loader);
+        grain_run_or_wait(b, &b->to_loader, false);
     wm__os_mutex_unlock(&b->mu);
 }
 
@@ -971,6 +977,7 @@ static wm_status bounce_open(bounce *b, wm__swap_times *t, wm_error *err) {
     unsigned n = wm__load_threads(m);
     b->crew = (wm__crew){.fn = bounce_worker, .arg = b, .th = b->th};
     if (n > 1) (void)wm__crew_start(m->file->path, &b->crew, n - 1, NULL); /* fewer: still works */
+    b->loader_waits = wm__staged_swap_loader_waits && b->crew.started > 0;
     return WM_OK;
 }
 
@@ -1022,6 +1029,12 @@ static wm_status copy_bounce(wm_model *m, wm__dev *dv, staged_state *ss, bool ba
         int ce = back ? bounce_sleep(b, t, &bad) : bounce_wake(b, t, &bad);
         if (ce) st = swap_fail(m, dv, back, ce, bad, err);
         t->copy += wm__os_now() - t0;
+    }
+    if (b->sync_made) { /* the workers may still be waiting for more */
+        wm__os_mutex_lock(&b->mu);
+        t->grains += b->grains;
+        t->grains_by_workers += b->grains_by_workers;
+        wm__os_mutex_unlock(&b->mu);
     }
     bounce_free(b, t);
     return st;
