@@ -107,13 +107,8 @@ static cudaError_t ret(cudaError_t e) {
 
 static pthread_t owner;
 static int owner_set;
-static unsigned long violations;
+static unsigned long violations; /* calls from threads other than the first caller so far */
 
-/* Calls from threads other than the first caller so far (tests read it). */
-/* Copies queued and not run yet (orphans included), and host unregistrations made while some
- * were: a wake that lets the host copy's parts go as their copies end does so while the later
- * parts' copies are still queued. */
-static unsigned long pending_copies, unregistered_under_copies;
 /* The longest registration made since the tests last asked (a sleep's and a wake's bounce ring
  * against a host copy registered whole). */
 static size_t largest_registration;
@@ -123,14 +118,6 @@ size_t wm__cuda_mock_largest_registration(void) {
     pthread_mutex_lock(&lock);
     size_t n = largest_registration;
     largest_registration = 0;
-    pthread_mutex_unlock(&lock);
-    return n;
-}
-
-unsigned long wm__cuda_mock_unregistered_under_copies(void);
-unsigned long wm__cuda_mock_unregistered_under_copies(void) {
-    pthread_mutex_lock(&lock);
-    unsigned long n = unregistered_under_copies;
     pthread_mutex_unlock(&lock);
     return n;
 }
@@ -365,7 +352,6 @@ cudaError_t cudaHostUnregister(void *p) {
     for (size_t i = 0; i < n_regs; i++)
         if (regs[i].base == a) {
             orphans_clear_of(p, regs[i].len, "host memory unregistered");
-            unregistered_under_copies += pending_copies > 0;
             regs[i] = regs[--n_regs];
             e = cudaSuccess;
             break;
@@ -419,7 +405,6 @@ static void drain(struct mock_stream *ms, size_t upto) {
         }
         for (size_t r = 0; r < o->rows; r++)
             memcpy((char *)o->dst + r * o->dpitch, (const char *)o->src + r * o->spitch, o->len);
-        pending_copies--;
     }
     if (ms->head == ms->n) ms->head = ms->n = 0;
 }
@@ -429,7 +414,6 @@ static void orphans_run(void) {
         for (size_t r = 0; r < orphans[i].rows; r++)
             memcpy((char *)orphans[i].dst + r * orphans[i].dpitch,
                    (const char *)orphans[i].src + r * orphans[i].spitch, orphans[i].len);
-    pending_copies -= n_orphans;
     n_orphans = 0;
 }
 
@@ -495,7 +479,6 @@ static cudaError_t queue_copy(void *dst, const void *src, size_t len, size_t row
     if (!r) return ret(cudaErrorInvalidValue);
     if (ms->n == MAX_OPS) drain(ms, ms->n);
     if (ms->n == MAX_OPS) return ret(cudaErrorMemoryAllocation);
-    pending_copies++;
     ms->ops[ms->n++] = (op){.d2h = d2h,
                             .dst = dst,
                             .src = src,

@@ -9,9 +9,6 @@
 
 /* CUDA calls from threads other than the first caller so far (each one refused by the mock). */
 unsigned long wm__cuda_mock_violations(void);
-/* Host registrations undone while copies were still queued (ranges apart: one under a copy of
- * its own aborts the test). */
-unsigned long wm__cuda_mock_unregistered_under_copies(void);
 /* The longest host registration (bytes) made since the last call, and starts counting again. */
 size_t wm__cuda_mock_largest_registration(void);
 
