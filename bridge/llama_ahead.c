@@ -90,9 +90,18 @@ static uint64_t ahead_dst(void *user, size_t index, const wm_tensor_info *t) {
     return (uint64_t)(uintptr_t)ggml_backend_buffer_get_base(a->buf) + a->off[index] - 1;
 }
 
+/* Each quarter of the bytes on the device is a DEBUG line in llama.cpp's log (where the read
+ * ahead stands beside the making's own lines); and whether to stop. */
 static int ahead_progress(void *user, uint64_t done, uint64_t total) {
-    (void)done, (void)total;
-    return atomic_load(&((wm__llama_ahead *)user)->stop);
+    wm__llama_ahead *a = user;
+    if (total && a->quarters < 4 && done >= total / 4 * (a->quarters + 1u)) {
+        while (a->quarters < 4 && done >= total / 4 * (a->quarters + 1u)) a->quarters++;
+        wm__llama_say(GGML_LOG_LEVEL_DEBUG,
+                      "wm_llama_load: read ahead: %.1f of %.1f MiB on the device, %.1f ms\n",
+                      (double)done / 1048576.0, (double)total / 1048576.0,
+                      (wm__llama_now() - a->t0) * 1e3);
+    }
+    return atomic_load(&a->stop);
 }
 
 static void *ahead_run(void *arg) {
@@ -100,6 +109,10 @@ static void *ahead_run(void *arg) {
     /* the buffer made here, beside the making (a cudaMalloc of the model's size) */
     if (!FAULT(DEVICE)) a->buf = ggml_backend_buft_alloc_buffer(a->buft, a->bytes);
     a->seconds_buffer = wm__llama_now() - a->t0;
+    wm__llama_say(GGML_LOG_LEVEL_DEBUG,
+                  "wm_llama_load: read ahead: its device buffer (%.1f MiB) %s in %.1f ms\n",
+                  (double)a->bytes / 1048576.0, a->buf ? "made" : "refused",
+                  a->seconds_buffer * 1e3);
     if (!a->buf) {
         a->st = WM_ENOMEM;
         a->seconds = wm__llama_now() - a->t0;

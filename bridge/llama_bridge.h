@@ -188,6 +188,10 @@ void wm__llama_warn_fallback(const char *path, const char *why);
  * several threads at once each keep their own. */
 void wm__llama_log_begin(char *buf, size_t cap);
 void wm__llama_log_end(void);
+/* One line (fmt's, printf's rules) to llama.cpp's log at level: the callback llama_log_set gave,
+ * else llama.cpp's default (stderr). */
+void wm__llama_say(enum ggml_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 /* ---- llama_cuda.c: the tensors in CUDA buffers ---- */
 
@@ -260,6 +264,7 @@ typedef struct wm__llama_ahead {
     double t0, seconds, seconds_wait, seconds_copy;
     double seconds_buffer; /* of seconds, its device buffer's allocation */
     size_t taken;          /* tensors copied into place */
+    unsigned quarters;     /* of the bytes, those the log has told of */
     uint64_t bytes_taken;
 } wm__llama_ahead;
 

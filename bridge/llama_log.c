@@ -9,6 +9,8 @@
 #include "llama_bridge.h"
 
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -51,4 +53,17 @@ void wm__llama_log_end(void) {
     pthread_mutex_lock(&lock);
     if (--users == 0) llama_log_set(prev, prev_user);
     pthread_mutex_unlock(&lock);
+}
+
+void wm__llama_say(enum ggml_log_level level, const char *fmt, ...) {
+    ggml_log_callback cb = NULL;
+    void *user = NULL;
+    llama_log_get(&cb, &user);
+    if (!cb) return;
+    char text[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    cb(level, text, user);
 }

@@ -292,14 +292,6 @@ wm_status wm__llama_populate_finish(struct wm_llama_populate *p, bool stop, cons
 
 /* ---- locks ---- */
 
-/* A warning in llama.cpp's log (the callback llama_log_set gave, else llama.cpp's default). */
-static void warn(const char *text) {
-    ggml_log_callback cb = NULL;
-    void *user = NULL;
-    llama_log_get(&cb, &user);
-    if (cb) cb(GGML_LOG_LEVEL_WARN, text, user);
-}
-
 void wm__llama_lock(void *addr, size_t len, wm_llama_stats *s) {
     if (!len || s->lock_short) return; /* llama.cpp warns once, then locks no more */
     int e = FAULT_ERRNO(LOCK);
@@ -309,19 +301,15 @@ void wm__llama_lock(void *addr, size_t len, wm_llama_stats *s) {
     }
     if (!e) e = errno;
     s->lock_short = 1;
-    char text[512];
-    snprintf(text, sizeof text,
-             "wm_llama_load: warning: failed to mlock %zu-byte buffer (after previously locking "
-             "%llu bytes): %s\nTry increasing RLIMIT_MEMLOCK ('ulimit -l' as root).\n",
-             len, (unsigned long long)s->bytes_locked, strerror(e));
-    warn(text);
+    wm__llama_say(GGML_LOG_LEVEL_WARN,
+                  "wm_llama_load: warning: failed to mlock %zu-byte buffer (after previously "
+                  "locking %llu bytes): %s\nTry increasing RLIMIT_MEMLOCK ('ulimit -l' as root).\n",
+                  len, (unsigned long long)s->bytes_locked, strerror(e));
 }
 
 void wm__llama_warn_fallback(const char *path, const char *why) {
-    char text[512];
-    snprintf(text, sizeof text,
-             "wm_llama_load: %s: load_mode AUTO resolves to %s, which the bridge cannot map here "
-             "(%s): it reads the model (NONE) instead\n",
-             path, mode_name(LLAMA_LOAD_MODE_MMAP), why);
-    warn(text);
+    wm__llama_say(GGML_LOG_LEVEL_WARN,
+                  "wm_llama_load: %s: load_mode AUTO resolves to %s, which the bridge cannot map "
+                  "here (%s): it reads the model (NONE) instead\n",
+                  path, mode_name(LLAMA_LOAD_MODE_MMAP), why);
 }
