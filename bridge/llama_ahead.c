@@ -95,7 +95,8 @@ static uint64_t ahead_dst(void *user, size_t index, const wm_tensor_info *t) {
 static int ahead_progress(void *user, uint64_t done, uint64_t total) {
     wm__llama_ahead *a = user;
     if (total && a->quarters < 4 && done >= total / 4 * (a->quarters + 1u)) {
-        while (a->quarters < 4 && done >= total / 4 * (a->quarters + 1u)) a->quarters++;
+        while (a->quarters < 4 && done >= total / 4 * (a->quarters + 1u))
+            a->quarters++;
         wm__llama_say(GGML_LOG_LEVEL_DEBUG,
                       "wm_llama_load: read ahead: %.1f of %.1f MiB on the device, %.1f ms\n",
                       (double)done / 1048576.0, (double)total / 1048576.0,
