@@ -39,7 +39,9 @@
  * wm-norepack (wm_llama_load with WM_LLAMA_REPACK_OFF: no tensor repacked), wm-whole
  * (WM_LLAMA_REPACK_WHOLE: each repacked tensor handed to ggml whole once read, 1.4's way; the
  * default hands it over in row groups as read), wm-embdcpu (with --gpu: token_embd.weight in
- * a plain CPU buffer, not the GPU's pinned host buffer) and wm-set (WM_LLAMA_UPLOAD_TENSOR_SET).
+ * a plain CPU buffer, not the GPU's pinned host buffer), wm-set (WM_LLAMA_UPLOAD_TENSOR_SET)
+ * and wm-half (wm_llama_options.threads half the CPUs: with --gpu, whether the read ahead's
+ * threads slow the model's making beside them).
  * --curve prints, for each load through the bridge, when it had read each quarter of its bytes;
  * --disk, for each cold load, what the disk did meanwhile (/proc/diskstats, sampled every
  * millisecond).
@@ -439,6 +441,7 @@ enum {
     C_WM_EMBD_CPU,
     C_WM_WHOLE,
     C_WM_SET,
+    C_WM_HALF,
     N_LOAD
 };
 static const char *const load_names[N_LOAD] = {"wm_llama_load",
@@ -457,13 +460,14 @@ static const char *const load_names[N_LOAD] = {"wm_llama_load",
                                                "wm_llama_load, repack off",
                                                "wm_llama_load, token_embd in a CPU buffer",
                                                "wm_llama_load, each repacked tensor whole",
-                                               "wm_llama_load, device buffers by tensor_set"};
+                                               "wm_llama_load, device buffers by tensor_set",
+                                               "wm_llama_load, half the CPUs' threads"};
 
 /* --only: the contenders measured (their keys, comma-separated); all by default */
 static const char *const load_keys[N_LOAD] = {
-    "wm",         "wm-prefault", "wm-noprefetch", "read",     "mmap",  "direct",
-    "disk",       "disk-4k",     "disk-fresh",    "mem",      "fresh", "engine",
-    "disk-queue", "wm-norepack", "wm-embdcpu",    "wm-whole", "wm-set"};
+    "wm",         "wm-prefault", "wm-noprefetch", "read",     "mmap",   "direct",
+    "disk",       "disk-4k",     "disk-fresh",    "mem",      "fresh",  "engine",
+    "disk-queue", "wm-norepack", "wm-embdcpu",    "wm-whole", "wm-set", "wm-half"};
 static bool chosen[N_LOAD];
 static bool all_chosen = true;
 
@@ -519,13 +523,14 @@ static double load_once(int c, const char *path, uint64_t data, uint64_t size) {
         p.tensor_buft_overrides = embd_cpu;
     }
     if (c == C_WM || c == C_WM_PF || c == C_WM_NOPFT || c == C_WM_NOREPACK || c == C_WM_EMBD_CPU ||
-        c == C_WM_WHOLE || c == C_WM_SET) {
+        c == C_WM_WHOLE || c == C_WM_SET || c == C_WM_HALF) {
         wm_error err;
         wm_llama_stats st = WM_LLAMA_STATS_INIT;
         wm_llama_options o = WM_LLAMA_OPTIONS_INIT;
         o.stats = &st;
         const char *th = getenv("WM_BENCH_THREADS");
         if (th) o.threads = (unsigned)atoi(th);
+        if (c == C_WM_HALF) o.threads = (unsigned)(ncpu() + 1) / 2;
         if (c == C_WM_PF) o.prefault = WM_LLAMA_PREFAULT_ON;
         if (c == C_WM_NOPFT) o.prefetch = WM_LLAMA_PREFETCH_OFF;
         if (c == C_WM_NOREPACK) o.repack = WM_LLAMA_REPACK_OFF;
