@@ -184,8 +184,11 @@ typedef struct load {
     wm_llama_span *spans;     /* the mapped tensors' ranges (pages, rec.n entries) */
     struct wm_llama_populate *populate;      /* the mapping's pages coming in beside the load */
     struct wm_llama_populate *populate_more; /* those of mapped tensors it did not foresee */
-    int cpu_layers;    /* mapped with layers on a GPU: the layers kept on the CPU; else -1 */
-    size_t unforeseen; /* mapped tensors cpu_layers did not name (a caller's override) */
+    int cpu_layers;      /* mapped with layers on a GPU: the layers kept on the CPU; else -1 */
+    bool populate_whole; /* the populate is of the whole mapping (nothing repacked) */
+    unsigned char *pop;  /* else per file tensor: 1 where the populate has its range (pages) */
+    size_t pop_len;
+    size_t unforeseen; /* mapped tensors the populate did not foresee (a caller's override) */
     char why[200];     /* why this load cannot map */
     size_t n_spans, spans_len;
     wm__llama_cuda cuda;   /* the tensors in CUDA buffers, for the staged pipeline (upload AUTO) */
@@ -280,8 +283,7 @@ static bool in_row_groups(load *l, const struct ggml_tensor *t) {
 static bool map_tensor(load *l, struct ggml_tensor *t, size_t index) {
     if (!l->map || !t->buffer || wm__llama_buffer_map(t->buffer) != l->map) return false;
     t->data = wm__llama_map_tensor(l->map, index);
-    if (l->cpu_layers >= 0 && !wm__llama_host_tensor(ggml_get_name(t), l->cpu_layers))
-        l->unforeseen++;
+    if (!l->populate_whole && !(l->pop && l->pop[index])) l->unforeseen++;
     l->stats.mapped++;
     l->stats.bytes_mapped += ggml_nbytes(t);
     l->spans[l->n_spans++] =
@@ -435,9 +437,10 @@ static wm_status fill_cuda(load *l, wm_error *err) {
 static wm_status read_all(load *l, wm_error *err) {
     wm_read_options ro = WM_READ_OPTIONS_INIT;
     ro.threads = l->o.threads;
-    /* mapped: through the page cache, which the populate fills beside the reads (with layers on
-     * a GPU it fills only the mapped tensors' ranges: the rest are read as in the read modes) */
-    ro.direct_io = l->map && l->cpu_layers < 0 ? WM_DIRECT_OFF : l->o.direct_io;
+    /* mapped: through the page cache, where the populate fills the whole mapping beside the
+     * reads; where it fills only the mapped tensors' ranges (layers on a GPU, or tensors
+     * repacked) the rest are read as in the read modes (direct I/O for cold bytes) */
+    ro.direct_io = l->map && l->populate_whole ? WM_DIRECT_OFF : l->o.direct_io;
     ro.window = l->o.window;
     ro.flags = l->serial ? WM_READ_SINK_SERIAL : 0;
     ro.row_group = ROW_GROUP;
@@ -477,13 +480,20 @@ static wm_status refused(const load *l, const char *why, wm_error *err) {
                 why[0] ? why : "(no error line in its log)");
 }
 
+/* Whether the model runs on the CPU alone, its weights offered to the CPU's extra buffer types
+ * (repacked: llama.cpp's use_extra_bufts, which the bridge applies itself: llama_place.c). */
+static bool runs_on_cpu(const load *l) { return wm__llama_runs_on_cpu(&l->p) && l->cpu_layers < 0; }
+static bool repacks(const load *l) {
+    return l->o.repack != WM_LLAMA_REPACK_OFF && l->p.use_extra_bufts && runs_on_cpu(l);
+}
+
 /* llama.cpp's model over the file's metadata, its buffers allocated, the tensors recorded. */
 static wm_status make_model(load *l, struct llama_model **model, wm_error *err) {
     struct gguf_context *g = NULL;
     overrides ov = {0};
     wm_status st = wm__llama_metadata(l->f, &g, err);
-    bool cpu = wm__llama_runs_on_cpu(&l->p) && l->cpu_layers < 0;
-    bool repack = l->o.repack != WM_LLAMA_REPACK_OFF && l->p.use_extra_bufts && cpu;
+    bool cpu = runs_on_cpu(l);
+    bool repack = repacks(l);
     if (repack) wm__llama_cpu_extras(&l->x);
     /* (no_alloc, llama.cpp's memory-fit pass, makes dummy buffers of the type asked for: those
      * must be of llama.cpp's own types, which the scheduler knows) */
@@ -637,24 +647,44 @@ const char *wm__llama_cannot_map(const wm_file *f, const struct llama_model_para
     return NULL;
 }
 
+/* Whether file tensor i (`name`) stays in the mapping, as far as can be known before llama.cpp
+ * makes the model: with layers on a GPU, a tensor of the layers kept on the CPU; on the CPU, one
+ * that no extra buffer type x takes (it is not repacked: llama_place.c's own rule). */
+static bool stays_mapped(const load *l, const extras *x, size_t i, const char *name) {
+    if (l->cpu_layers >= 0) return wm__llama_host_tensor(name, l->cpu_layers);
+    return wm__llama_extra_for(x, l->f, i, name) < 0;
+}
+
 /* The populate, from the moment the file is mapped: the whole mapping where the model runs on the
- * CPU, else the ranges of the tensors cpu_layers names (the ones the overrides keep on the CPU:
- * llama.cpp's mmap mode populates the whole file, device tensors too). */
+ * CPU and nothing is repacked, else the ranges of the tensors that stay mapped (stays_mapped;
+ * llama.cpp's mmap mode populates the whole file, device and repacked tensors too). The
+ * repacked tensors' pages are then not mapped, nor read through the page cache when cold (their
+ * read is the read modes'): on the 16-CPU GPU host, whose CPU repacks 836 of a 1086 MiB model,
+ * the whole mapping's populate outlasted the load warm (200 ms against llama.cpp's 111 for the
+ * whole load) and the page cache's path held it under the disk cold (bench/RESULTS.md). */
 static void start_populate(load *l) {
-    if (l->cpu_layers < 0) {
+    extras x = {.n = 0};
+    if (repacks(l)) wm__llama_cpu_extras(&x);
+    if (l->cpu_layers < 0 && !x.n) {
+        l->populate_whole = true;
         l->populate = wm__llama_populate_start(l->map, NULL, 0, l->o.threads, &l->stats);
         return;
     }
     size_t nt = wm_file_tensor_count(l->f), n = 0, len = (nt ? nt : 1) * sizeof(wm_llama_span);
     wm_llama_span *spans = wm__llama_pages(len);
-    if (!spans) return; /* the pages come in as they are touched: only slower */
+    l->pop_len = nt ? nt : 1;
+    l->pop = spans ? wm__llama_pages(l->pop_len) : NULL;
+    if (!l->pop) { /* the pages come in as they are touched (populate_unforeseen): only slower */
+        wm__llama_pages_free(spans, len);
+        return;
+    }
     for (size_t i = 0; i < nt; i++) {
         wm_tensor_info ti;
-        if (wm_file_tensor(l->f, i, &ti) != WM_OK || !ti.nbytes ||
-            !wm__llama_host_tensor(ti.name, l->cpu_layers))
+        if (wm_file_tensor(l->f, i, &ti) != WM_OK || !ti.nbytes || !stays_mapped(l, &x, i, ti.name))
             continue;
         uintptr_t lo = (uintptr_t)wm__llama_map_tensor(l->map, i);
         spans[n++] = (wm_llama_span){lo, lo + (uintptr_t)ti.nbytes};
+        l->pop[i] = 1;
     }
     l->populate = wm__llama_populate_start(l->map, spans, n, l->o.threads, &l->stats);
     wm__llama_pages_free(spans, len);
@@ -766,6 +796,7 @@ static wm_status load_model(load *l, const wm_file *file, const struct llama_mod
     record_free(&l->rec);
     wm__llama_pages_free(l->items, l->items_len);
     wm__llama_pages_free(l->spans, l->spans_len);
+    wm__llama_pages_free(l->pop, l->pop_len);
     wm__llama_cuda_free(&l->cuda);
     ahead_stats(l);
     wm__llama_ahead_free(&l->ahead);
