@@ -39,7 +39,7 @@ timeout 60 build/bench/gpu h2d --bytes 8G --repeat 3 > "$O/h2d.txt" 2>&1
 cat "$O/h2d.txt"
 rm -f $M
 OUT=$W SIZE=${SIZE:-4500M} ROUNDS=${ROUNDS:-3} LIMIT_S=${LIMIT_S:-400} \
-    ONLY=${ONLY:-wm,wm-half,wm-noprefetch,read,mmap,disk} WM_BENCH_TIMELINE=1 \
+    ONLY=${ONLY:-wm,wm-auto,wm-noprefetch,read,mmap,disk} WM_BENCH_TIMELINE=1 \
     bash bench/llama_cuda.sh > "$W/llama_cuda.txt" 2>&1
 echo "llama_cuda.sh: exit $?"
 cp "$W/llama_cuda.txt" "$W/bench.err" "$W/ceiling.json" "$O/" 2>/dev/null

@@ -40,8 +40,10 @@
  * (WM_LLAMA_REPACK_WHOLE: each repacked tensor handed to ggml whole once read, 1.4's way; the
  * default hands it over in row groups as read), wm-embdcpu (with --gpu: token_embd.weight in
  * a plain CPU buffer, not the GPU's pinned host buffer), wm-set (WM_LLAMA_UPLOAD_TENSOR_SET)
- * and wm-half (wm_llama_options.threads half the CPUs: with --gpu, whether the read ahead's
- * threads slow the model's making beside them).
+ * wm-half (wm_llama_options.threads half the CPUs: with --gpu, whether the read ahead's
+ * threads slow the model's making beside them) and wm-auto (the bridge with llama.cpp's default
+ * load_mode, AUTO: MMAP where every device maps, as CUDA does; the other bridge rows read,
+ * NONE).
  * --curve prints, for each load through the bridge, when it had read each quarter of its bytes;
  * --disk, for each cold load, what the disk did meanwhile (/proc/diskstats, sampled every
  * millisecond).
@@ -442,26 +444,29 @@ enum {
     C_WM_WHOLE,
     C_WM_SET,
     C_WM_HALF,
+    C_WM_AUTO,
     N_LOAD
 };
-static const char *const load_names[N_LOAD] = {"wm_llama_load",
-                                               "wm_llama_load, prefault on",
-                                               "wm_llama_load, prefetch off (no read ahead)",
-                                               "llama.cpp read (load_mode 0)",
-                                               "llama.cpp mmap (load_mode 1)",
-                                               "llama.cpp direct I/O (load_mode 4)",
-                                               "O_DIRECT preads into huge pages (the disk)",
-                                               "O_DIRECT preads into 4 KiB pages",
-                                               "O_DIRECT preads into fresh MADV_HUGEPAGE memory",
-                                               "buffered preads into faulted memory",
-                                               "buffered preads into fresh MADV_HUGEPAGE memory",
-                                               "wm_file_read_tensors into faulted memory",
-                                               "O_DIRECT 8 MiB preads in file order, one queue",
-                                               "wm_llama_load, repack off",
-                                               "wm_llama_load, token_embd in a CPU buffer",
-                                               "wm_llama_load, each repacked tensor whole",
-                                               "wm_llama_load, device buffers by tensor_set",
-                                               "wm_llama_load, half the CPUs' threads"};
+static const char *const load_names[N_LOAD] = {
+    "wm_llama_load",
+    "wm_llama_load, prefault on",
+    "wm_llama_load, prefetch off (no read ahead)",
+    "llama.cpp read (load_mode 0)",
+    "llama.cpp mmap (load_mode 1)",
+    "llama.cpp direct I/O (load_mode 4)",
+    "O_DIRECT preads into huge pages (the disk)",
+    "O_DIRECT preads into 4 KiB pages",
+    "O_DIRECT preads into fresh MADV_HUGEPAGE memory",
+    "buffered preads into faulted memory",
+    "buffered preads into fresh MADV_HUGEPAGE memory",
+    "wm_file_read_tensors into faulted memory",
+    "O_DIRECT 8 MiB preads in file order, one queue",
+    "wm_llama_load, repack off",
+    "wm_llama_load, token_embd in a CPU buffer",
+    "wm_llama_load, each repacked tensor whole",
+    "wm_llama_load, device buffers by tensor_set",
+    "wm_llama_load, half the CPUs' threads",
+    "wm_llama_load, load_mode AUTO (llama.cpp's default)"};
 
 /* --only: the contenders measured (their keys, comma-separated); all by default */
 static const char *const load_keys[N_LOAD] = {
@@ -523,7 +528,7 @@ static double load_once(int c, const char *path, uint64_t data, uint64_t size) {
         p.tensor_buft_overrides = embd_cpu;
     }
     if (c == C_WM || c == C_WM_PF || c == C_WM_NOPFT || c == C_WM_NOREPACK || c == C_WM_EMBD_CPU ||
-        c == C_WM_WHOLE || c == C_WM_SET || c == C_WM_HALF) {
+        c == C_WM_WHOLE || c == C_WM_SET || c == C_WM_HALF || c == C_WM_AUTO) {
         wm_error err;
         wm_llama_stats st = WM_LLAMA_STATS_INIT;
         wm_llama_options o = WM_LLAMA_OPTIONS_INIT;
@@ -538,7 +543,7 @@ static double load_once(int c, const char *path, uint64_t data, uint64_t size) {
         if (c == C_WM_SET) o.upload = WM_LLAMA_UPLOAD_TENSOR_SET; /* 1.6's device upload */
         /* the bridge's reading engine (NONE), as before 1.7: the load modes' rows are
          * bench/llama_modes.c's */
-        p.load_mode = LLAMA_LOAD_MODE_NONE;
+        if (c != C_WM_AUTO) p.load_mode = LLAMA_LOAD_MODE_NONE;
         if (curve) {
             p.progress_callback = on_curve;
             curve_t0 = t0;
