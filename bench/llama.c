@@ -447,32 +447,33 @@ enum {
     C_WM_AUTO,
     N_LOAD
 };
-static const char *const load_names[N_LOAD] = {
-    "wm_llama_load",
-    "wm_llama_load, prefault on",
-    "wm_llama_load, prefetch off (no read ahead)",
-    "llama.cpp read (load_mode 0)",
-    "llama.cpp mmap (load_mode 1)",
-    "llama.cpp direct I/O (load_mode 4)",
-    "O_DIRECT preads into huge pages (the disk)",
-    "O_DIRECT preads into 4 KiB pages",
-    "O_DIRECT preads into fresh MADV_HUGEPAGE memory",
-    "buffered preads into faulted memory",
-    "buffered preads into fresh MADV_HUGEPAGE memory",
-    "wm_file_read_tensors into faulted memory",
-    "O_DIRECT 8 MiB preads in file order, one queue",
-    "wm_llama_load, repack off",
-    "wm_llama_load, token_embd in a CPU buffer",
-    "wm_llama_load, each repacked tensor whole",
-    "wm_llama_load, device buffers by tensor_set",
-    "wm_llama_load, half the CPUs' threads",
-    "wm_llama_load, load_mode AUTO (llama.cpp's default)"};
+static const char *const load_names[] = {"wm_llama_load",
+                                         "wm_llama_load, prefault on",
+                                         "wm_llama_load, prefetch off (no read ahead)",
+                                         "llama.cpp read (load_mode 0)",
+                                         "llama.cpp mmap (load_mode 1)",
+                                         "llama.cpp direct I/O (load_mode 4)",
+                                         "O_DIRECT preads into huge pages (the disk)",
+                                         "O_DIRECT preads into 4 KiB pages",
+                                         "O_DIRECT preads into fresh MADV_HUGEPAGE memory",
+                                         "buffered preads into faulted memory",
+                                         "buffered preads into fresh MADV_HUGEPAGE memory",
+                                         "wm_file_read_tensors into faulted memory",
+                                         "O_DIRECT 8 MiB preads in file order, one queue",
+                                         "wm_llama_load, repack off",
+                                         "wm_llama_load, token_embd in a CPU buffer",
+                                         "wm_llama_load, each repacked tensor whole",
+                                         "wm_llama_load, device buffers by tensor_set",
+                                         "wm_llama_load, half the CPUs' threads",
+                                         "wm_llama_load, load_mode AUTO (llama.cpp's default)"};
 
 /* --only: the contenders measured (their keys, comma-separated); all by default */
-static const char *const load_keys[N_LOAD] = {
-    "wm",         "wm-prefault", "wm-noprefetch", "read",     "mmap",   "direct",
-    "disk",       "disk-4k",     "disk-fresh",    "mem",      "fresh",  "engine",
-    "disk-queue", "wm-norepack", "wm-embdcpu",    "wm-whole", "wm-set", "wm-half"};
+static const char *const load_keys[] = {
+    "wm",         "wm-prefault", "wm-noprefetch", "read",    "mmap",   "direct",     "disk",
+    "disk-4k",    "disk-fresh",  "mem",           "fresh",   "engine", "disk-queue", "wm-norepack",
+    "wm-embdcpu", "wm-whole",    "wm-set",        "wm-half", "wm-auto"};
+_Static_assert(sizeof load_names / sizeof *load_names == N_LOAD, "a name per contender");
+_Static_assert(sizeof load_keys / sizeof *load_keys == N_LOAD, "a key per contender");
 static bool chosen[N_LOAD];
 static bool all_chosen = true;
 
