@@ -10,6 +10,7 @@
  * and no mapping; every failure, injected or from a cut or crafted file, holds nothing, and a
  * file weightmap refuses never reaches llama.cpp (it logs not one line).
  */
+#include "../bridge/llama_bridge.h" /* the placement rule (extras), for mapped_repacked_* */
 #include "gguf_builder.h"
 #include "os/fault.h"
 #include "weightmap_llama.h"
@@ -1267,6 +1268,75 @@ static void mapped_beside_gpu(const char *path) {
             CHECK_LEDGER_EMPTY();
         }
     free(ref.first);
+}
+
+/* The mmap mode on the CPU with its weights repacked (the CPU's extra buffer types): the populate
+ * maps only the tensors that stay mapped, never the repacked ones' pages, which are read as in
+ * the read modes. The bound: the mapped tensors' ranges, each widened to the 64 KiB around it (a
+ * fault maps the page cache's pages around it up to fault_around_bytes, 64 KiB by default),
+ * merged. (A huge folio the kernel maps whole would need 2 MiB; neither this VM nor the GPU host
+ * maps the file's folios by PMD: FilePmdMapped stays 0.)
+ * The tensors that stay mapped are those no extra buffer type takes (llama_place.c's rule, the
+ * same the bridge uses to place them), checked against what llama.cpp did: as many repacked as
+ * the rule names. On a CPU whose ggml repacks nothing the bound is the whole file and the test
+ * says so. 1.8.1 populated the whole mapping on the CPU (on the GPU host's CPU, 836 of 1086 MiB
+ * mapped in for nothing): the mapping's resident bytes were the file's, over the bound. */
+static void mapped_repacked_not_populated(const char *path) {
+    setup();
+    struct llama_model_params p = cpu_params();
+    p.load_mode = LLAMA_LOAD_MODE_MMAP;
+    wm_llama_stats s = WM_LLAMA_STATS_INIT;
+    wm_llama_options o = WM_LLAMA_OPTIONS_INIT;
+    o.stats = &s;
+    wm_error err;
+    struct llama_model *m = NULL;
+    wm_status st = wm_llama_load(path, &p, &o, &m, &err);
+    CHECK_MSG(st == WM_OK, "%s", err.msg);
+    uint64_t rss = file_rss(path);
+    wm_file *f = NULL;
+    CHECK_EQ(wm_file_open(path, &f, NULL), WM_OK);
+    extras x;
+    wm__llama_cpu_extras(&x);
+    const uint64_t around = (uint64_t)64 << 10;
+    uint64_t bound = 0, end = 0, file = 0;
+    size_t repacked = 0;
+    for (size_t i = 0; i < wm_file_tensor_count(f); i++) { /* in file order */
+        wm_tensor_info ti;
+        CHECK_EQ(wm_file_tensor(f, i, &ti), WM_OK);
+        file = ti.offset + ti.nbytes > file ? ti.offset + ti.nbytes : file;
+        if (wm__llama_extra_for(&x, f, i, ti.name) >= 0) {
+            repacked++;
+            continue;
+        }
+        uint64_t lo = ti.offset / around * around;
+        uint64_t hi = (ti.offset + ti.nbytes + around - 1) / around * around;
+        if (lo < end) lo = end;
+        if (hi > lo) bound += hi - lo, end = hi;
+    }
+    wm_file_close(f);
+    fprintf(stderr,
+            "%s: %zu tensors repacked (%zu by the rule), %zu mapped (%llu bytes); the mapping's "
+            "resident bytes %llu, at most %llu (the file's data %llu)%s\n",
+            path, s.repacked, repacked, s.mapped, (unsigned long long)s.bytes_mapped,
+            (unsigned long long)rss, (unsigned long long)bound, (unsigned long long)file,
+            bound >= file ? ": nothing repacked here, nothing to tell apart" : "");
+    CHECK_EQ(s.load_mode, LLAMA_LOAD_MODE_MMAP);
+    CHECK_EQ(s.repacked, repacked);
+    CHECK(rss >= s.bytes_mapped); /* every mapped byte in before the first decode */
+    CHECK_MSG(rss <= bound,
+              "the mapping has %llu bytes resident, over the %llu of the ranges of "
+              "the tensors that stay mapped: the repacked ones' pages were mapped in",
+              (unsigned long long)rss, (unsigned long long)bound);
+    llama_model_free(m);
+    CHECK_EQ(wmt_count_file_maps(path), 0);
+    CHECK_LEDGER_EMPTY();
+}
+
+WM_TEST(mapped_repacked_not_populated_q4_0) {
+    mapped_repacked_not_populated(wmt_fixture("gguf/stories260K-q4_0.gguf"));
+}
+WM_TEST(mapped_repacked_not_populated_make_model) {
+    mapped_repacked_not_populated(wmt_make_model("m.gguf", "--size 64M"));
 }
 
 WM_TEST(mapped_beside_gpu_f32) { mapped_beside_gpu(wmt_fixture("gguf/stories260K.gguf")); }
