@@ -19,7 +19,7 @@
 # finds it; builds weightmap with its CUDA backend (the bridge fills llama.cpp's CUDA buffers
 # through it), bench_llama, bench_llama_modes and test_llama, makes a model of SIZE (default
 # 1200M; the fixtures the tests read carried in .fixtures/) and runs `bench/llama --gpu` (every
-# layer offloaded; ONLY: the contenders, default wm,wm-noprefetch,wm-set,read,mmap,disk) with the time that is
+# layer offloaded; ONLY: the contenders, default wm,wm-auto,wm-noprefetch,wm-set,read,mmap,disk) with the time that is
 # left of LIMIT_S (default 560), then weightmap's own staged load of the same file to cuda:0 (the
 # ceiling, warm, median of 5) and test_llama's cuda_staged cases; with MODES=1, `bench/llama_modes
 # --gpu` (every load mode, the bridge against llama.cpp). The logs and the report go to $OUT (or
@@ -97,7 +97,7 @@ grep -hE "staged in|tensors mapped|FAIL|PASS|SKIP" "$O"/test-*.txt | head -40
 B=$(($(left) - 45))
 echo "bench: $B s left"
 timeout "$B" ../build/bench/llama -r "${ROUNDS:-5}" --load-only --gpu --warm-memory 3 \
-    --only "${ONLY:-wm,wm-noprefetch,wm-set,read,mmap,disk}" --disk "$MODEL" > "$O/bench.txt" 2> "$O/bench.err"
+    --only "${ONLY:-wm,wm-auto,wm-noprefetch,wm-set,read,mmap,disk}" --disk "$MODEL" > "$O/bench.txt" 2> "$O/bench.err"
 echo "bench exit $?"
 cat "$O/bench.txt"
 grep -E "device|tokens|windowed|staged" "$O/bench.err" | sort | uniq -c | head -20
