@@ -90,17 +90,14 @@ static uint64_t ahead_dst(void *user, size_t index, const wm_tensor_info *t) {
     return (uint64_t)(uintptr_t)ggml_backend_buffer_get_base(a->buf) + a->off[index] - 1;
 }
 
-/* Each quarter of the bytes on the device is a DEBUG line in llama.cpp's log (where the read
- * ahead stands beside the making's own lines); and whether to stop. */
+/* When the copies of each quarter of the bytes were queued (told in llama.cpp's log at the join);
+ * and whether to stop. */
 static int ahead_progress(void *user, uint64_t done, uint64_t total) {
     wm__llama_ahead *a = user;
-    if (total && a->quarters < 4 && done >= total / 4 * (a->quarters + 1u)) {
-        while (a->quarters < 4 && done >= total / 4 * (a->quarters + 1u))
-            a->quarters++;
-        wm__llama_say(GGML_LOG_LEVEL_DEBUG,
-                      "wm_llama_load: read ahead: %.1f of %.1f MiB on the device, %.1f ms\n",
-                      (double)done / 1048576.0, (double)total / 1048576.0,
-                      (wm__llama_now() - a->t0) * 1e3);
+    while (total && a->quarters < 4 && done >= total / 4 * (a->quarters + 1u)) {
+        a->quarter_at[a->quarters] = wm__llama_now() - a->t0;
+        a->quarter_bytes[a->quarters++] = done;
+        a->progress_total = total;
     }
     return atomic_load(&a->stop);
 }
@@ -110,10 +107,6 @@ static void *ahead_run(void *arg) {
     /* the buffer made here, beside the making (a cudaMalloc of the model's size) */
     if (!FAULT(DEVICE)) a->buf = ggml_backend_buft_alloc_buffer(a->buft, a->bytes);
     a->seconds_buffer = wm__llama_now() - a->t0;
-    wm__llama_say(GGML_LOG_LEVEL_DEBUG,
-                  "wm_llama_load: read ahead: its device buffer (%.1f MiB) %s in %.1f ms\n",
-                  (double)a->bytes / 1048576.0, a->buf ? "made" : "refused",
-                  a->seconds_buffer * 1e3);
     if (!a->buf) {
         a->st = WM_ENOMEM;
         a->seconds = wm__llama_now() - a->t0;
@@ -161,12 +154,31 @@ bool wm__llama_ahead_start(wm__llama_ahead *a, const wm_file *f, const struct ll
     return a->running;
 }
 
+/* What the read ahead did, as DEBUG lines in llama.cpp's log, from the loading thread once the
+ * thread is joined (llama_log_get and llama_log_set, which the load's log capture calls, are not
+ * safe beside each other on two threads): its buffer, and when the copies of each quarter of its
+ * bytes were queued to the device, in milliseconds since the load began (bench/llama's
+ * WM_BENCH_TIMELINE prints them beside the making's own lines, whose stamps are their own). */
+static void tell(const wm__llama_ahead *a) {
+    wm__llama_say(GGML_LOG_LEVEL_DEBUG,
+                  "wm_llama_load: read ahead: its device buffer (%.1f MiB) %s at %.1f ms\n",
+                  (double)a->bytes / 1048576.0, a->buf ? "made" : "refused",
+                  a->seconds_buffer * 1e3);
+    for (unsigned q = 0; q < a->quarters; q++)
+        wm__llama_say(
+            GGML_LOG_LEVEL_DEBUG,
+            "wm_llama_load: read ahead: %.1f of %.1f MiB queued to the device at %.1f ms\n",
+            (double)a->quarter_bytes[q] / 1048576.0, (double)a->progress_total / 1048576.0,
+            a->quarter_at[q] * 1e3);
+}
+
 bool wm__llama_ahead_join(wm__llama_ahead *a, bool stop) {
     if (!a->running) return false;
     double t0 = wm__llama_now();
     if (stop) atomic_store(&a->stop, 1);
     pthread_join(a->thread, NULL);
     a->running = false;
+    tell(a);
     a->seconds_wait = wm__llama_now() - t0;
     a->ready = a->st == WM_OK;
     return a->ready;

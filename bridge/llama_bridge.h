@@ -264,7 +264,9 @@ typedef struct wm__llama_ahead {
     double t0, seconds, seconds_wait, seconds_copy;
     double seconds_buffer; /* of seconds, its device buffer's allocation */
     size_t taken;          /* tensors copied into place */
-    unsigned quarters;     /* of the bytes, those the log has told of */
+    unsigned quarters;     /* of the bytes, those on the device: when, and how many bytes then */
+    double quarter_at[4];
+    uint64_t quarter_bytes[4], progress_total;
     uint64_t bytes_taken;
 } wm__llama_ahead;
 
