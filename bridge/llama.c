@@ -494,7 +494,7 @@ static wm_status make_model(load *l, struct llama_model **model, wm_error *err) 
     wm_status st = wm__llama_metadata(l->f, &g, err);
     bool cpu = runs_on_cpu(l);
     bool repack = repacks(l);
-    if (repack) wm__llama_cpu_extras(&l->x);
+    if (repack && !l->x.cpu) wm__llama_cpu_extras(&l->x); /* unless start_populate did */
     /* (no_alloc, llama.cpp's memory-fit pass, makes dummy buffers of the type asked for: those
      * must be of llama.cpp's own types, which the scheduler knows) */
     bool mine =
@@ -663,9 +663,8 @@ static bool stays_mapped(const load *l, const extras *x, size_t i, const char *n
  * the whole mapping's populate outlasted the load warm (200 ms against llama.cpp's 111 for the
  * whole load) and the page cache's path held it under the disk cold (bench/RESULTS.md). */
 static void start_populate(load *l) {
-    extras x = {.n = 0};
-    if (repacks(l)) wm__llama_cpu_extras(&x);
-    if (l->cpu_layers < 0 && !x.n) {
+    if (repacks(l)) wm__llama_cpu_extras(&l->x); /* make_model's too */
+    if (l->cpu_layers < 0 && !l->x.n) {
         l->populate_whole = true;
         l->populate = wm__llama_populate_start(l->map, NULL, 0, l->o.threads, &l->stats);
         return;
@@ -680,7 +679,8 @@ static void start_populate(load *l) {
     }
     for (size_t i = 0; i < nt; i++) {
         wm_tensor_info ti;
-        if (wm_file_tensor(l->f, i, &ti) != WM_OK || !ti.nbytes || !stays_mapped(l, &x, i, ti.name))
+        if (wm_file_tensor(l->f, i, &ti) != WM_OK || !ti.nbytes ||
+            !stays_mapped(l, &l->x, i, ti.name))
             continue;
         uintptr_t lo = (uintptr_t)wm__llama_map_tensor(l->map, i);
         spans[n++] = (wm_llama_span){lo, lo + (uintptr_t)ti.nbytes};

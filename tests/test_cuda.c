@@ -1026,6 +1026,21 @@ static wm_model *sleep_model(const char *path, bool pinned_whole, wm_file **f, u
     return m;
 }
 
+/* The CUDA backend up and a make-model file of `args` for a sleep test. */
+static const char *sleep_file(const char *args) {
+    wm_error err;
+    CHECK_STATUS(wm_backend_init(WM_BACKEND_CUDA, 0, &err), WM_OK);
+    return wmt_make_model("m.gguf", args);
+}
+
+/* A sleep test's end: the copies' choices back to their defaults, nothing held, no CUDA error
+ * left. */
+static void sleep_done(void) {
+    wm__staged_tune_swap(0, 0, false, false, false);
+    CHECK_LEDGER_EMPTY();
+    CHECK_EQ(cudaGetLastError(), cudaSuccess);
+}
+
 /* The ledger's pinned peak and the mock's longest registration begin again. */
 static void pinned_reset(void) {
     wm_ledger_reset_peaks();
@@ -1065,8 +1080,7 @@ static uint64_t host_now(uint64_t *peak) {
 WM_TEST(sleep_and_wake_bytes_and_ledger) {
     NEED_GPU();
     wm_error err;
-    CHECK_STATUS(wm_backend_init(WM_BACKEND_CUDA, 0, &err), WM_OK);
-    const char *path = wmt_make_model("m.gguf", "--size 12M --format gguf");
+    const char *path = sleep_file("--size 12M --format gguf");
     wm_file *f;
     uint64_t dev, pieces;
     wm_model *m = sleep_model(path, false, &f, &dev, &pieces);
@@ -1123,9 +1137,7 @@ WM_TEST(sleep_and_wake_bytes_and_ledger) {
     CHECK_MSG(wm__model_sleep(m, &err) == WM_OK, "sleep: %s", err.msg);
     wm_model_release(m);
     wm_file_close(f);
-    wm__staged_tune_swap(0, 0, false, false, false);
-    CHECK_LEDGER_EMPTY();
-    CHECK_EQ(cudaGetLastError(), cudaSuccess);
+    sleep_done();
 }
 
 /* The pinned_whole choice (bench/gpu sleep --pinned-whole): asleep, the host copy is registered
@@ -1135,8 +1147,7 @@ WM_TEST(sleep_and_wake_bytes_and_ledger) {
 WM_TEST(sleep_and_wake_pinned_whole_and_one_thread) {
     NEED_GPU();
     wm_error err;
-    CHECK_STATUS(wm_backend_init(WM_BACKEND_CUDA, 0, &err), WM_OK);
-    const char *path = wmt_make_model("m.gguf", "--size 8M --format gguf");
+    const char *path = sleep_file("--size 8M --format gguf");
     for (int whole = 0; whole < 2; whole++) {
         wm_file *f;
         uint64_t dev, pieces;
@@ -1167,9 +1178,7 @@ WM_TEST(sleep_and_wake_pinned_whole_and_one_thread) {
         wm_model_release(m);
         wm_file_close(f);
     }
-    wm__staged_tune_swap(0, 0, false, false, false);
-    CHECK_LEDGER_EMPTY();
-    CHECK_EQ(cudaGetLastError(), cudaSuccess);
+    sleep_done();
 }
 
 /* The bounce ring's workers do the copying between the host copy and the ring: with the loading
@@ -1180,8 +1189,7 @@ WM_TEST(sleep_and_wake_pinned_whole_and_one_thread) {
 WM_TEST(sleep_and_wake_workers_copy) {
     NEED_GPU();
     wm_error err;
-    CHECK_STATUS(wm_backend_init(WM_BACKEND_CUDA, 0, &err), WM_OK);
-    const char *path = wmt_make_model("m.gguf", "--size 8M --format gguf");
+    const char *path = sleep_file("--size 8M --format gguf");
     for (unsigned threads = 2; threads >= 1; threads--) {
         wm_file *f;
         uint64_t dev, pieces;
@@ -1202,9 +1210,7 @@ WM_TEST(sleep_and_wake_workers_copy) {
         wm_model_release(m);
         wm_file_close(f);
     }
-    wm__staged_tune_swap(0, 0, false, false, false);
-    CHECK_LEDGER_EMPTY();
-    CHECK_EQ(cudaGetLastError(), cudaSuccess);
+    sleep_done();
 }
 
 /* Fails the k-th call of `kind` in a sleep (wake: a wake) for every k: a failed sleep leaves
@@ -1251,8 +1257,7 @@ static uint64_t sweep_swap(wm_model *m, bool wake, wm_os_call kind) {
 WM_TEST(fault_sweep_sleep_and_wake) {
     NEED_GPU();
     wm_error err;
-    CHECK_STATUS(wm_backend_init(WM_BACKEND_CUDA, 0, &err), WM_OK);
-    const char *path = wmt_make_model("m.gguf", "--size 6M --format gguf");
+    const char *path = sleep_file("--size 6M --format gguf");
     for (int whole = 0; whole < 2; whole++) {
         wm_file *f;
         uint64_t dev, pieces;
