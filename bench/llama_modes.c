@@ -120,6 +120,15 @@ static int file_regions(const char *path, int *not_rs) {
     return (int)n;
 }
 
+/* The first progress call: llama.cpp's load_all_data begins (its model made), or the bridge's
+ * first tensor in. */
+static double t_first = -1;
+static bool first_progress(float done, void *user) {
+    (void)done, (void)user;
+    if (t_first < 0) t_first = bench_now_ms();
+    return true;
+}
+
 static result load_once(const char *path, int mode, bool bridge) {
     llama_log_set(quiet, NULL);
     ggml_backend_load_all_from_path(WM_LLAMA_LIBDIR);
@@ -127,6 +136,7 @@ static result load_once(const char *path, int mode, bool bridge) {
     struct llama_model_params p = llama_model_default_params();
     p.n_gpu_layers = gpu_layers;
     p.load_mode = (enum llama_load_mode)mode;
+    p.progress_callback = first_progress;
     result r = {.ms = -1, .mode_used = mode};
     uint64_t before = rss_anon();
     struct llama_model *m = NULL;
@@ -144,15 +154,20 @@ static result load_once(const char *path, int mode, bool bridge) {
         r.fell_back = (int)st.load_mode_fell_back;
         fprintf(stderr,
                 "  wm_llama_load %s: model %.1f ms, reads %.1f ms (%.1f MiB), populate %.1f ms "
-                "(%u threads, %.1f of %.1f MiB cached), trim %.1f ms\n",
+                "(%u threads, %.1f of %.1f MiB cached), from the mapping %.1f ms (%.1f MiB), "
+                "trim %.1f ms\n",
                 mode_names[mode], st.seconds_model * 1e3, st.seconds_read * 1e3,
                 (double)st.bytes_read / 1048576.0, st.seconds_populate * 1e3, st.populate_threads,
                 (double)st.bytes_mapped_cached / 1048576.0, (double)st.bytes_mapped / 1048576.0,
+                st.seconds_repacked_mapped * 1e3, (double)st.bytes_repacked_mapped / 1048576.0,
                 st.seconds_trim * 1e3);
     } else {
         m = llama_model_load_from_file(path, p);
     }
     r.ms = bench_now_ms() - t0;
+    if (!bridge && m)
+        fprintf(stderr, "  llama.cpp %s: model %.1f ms, then the tensors %.1f ms\n",
+                mode_names[mode], t_first - t0, r.ms - (t_first - t0));
     if (!m) return (result){.ms = -1};
     uint64_t after = rss_anon();
     r.anon = after > before ? (double)(after - before) / 1048576.0 : 0;

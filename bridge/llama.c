@@ -434,6 +434,34 @@ static wm_status fill_cuda(load *l, wm_error *err) {
     return st;
 }
 
+/* The mapped modes: the repacked tensors whose bytes are cached, converted straight from the
+ * mapping (wm__llama_from_map), and taken off the read's items. */
+static wm_status from_map(load *l, wm_error *err) {
+    size_t n = 0;
+    for (size_t i = 0; l->map && i < l->n_items; i++)
+        n += (l->items[i].flags & WM_READ_SINK_WRITES) != 0;
+    const char *ab = getenv("WM_AB_FROM_MAP"); /* A/B (temporary): "off", or the threads */
+    if (!n || (ab && !strcmp(ab, "off"))) return WM_OK;
+    unsigned threads = ab ? (unsigned)atoi(ab) : l->o.threads;
+    size_t len = n * (sizeof(wm_read_item) + 1);
+    wm_read_item *rep = wm__llama_pages(len);
+    if (!rep) return WM_OK; /* all of them read: only slower */
+    unsigned char *done = (unsigned char *)(rep + n);
+    for (size_t i = 0, k = 0; i < l->n_items; i++)
+        if (l->items[i].flags & WM_READ_SINK_WRITES) rep[k++] = l->items[i];
+    wm_status st = wm__llama_from_map(l->map, rep, n, done, threads, on_progress, l, &l->stats);
+    /* the read's items: those not converted, in their order */
+    size_t k = 0, kept = 0;
+    for (size_t i = 0; i < l->n_items; i++)
+        if (!((l->items[i].flags & WM_READ_SINK_WRITES) && done[k++]))
+            l->items[kept++] = l->items[i];
+    l->n_items = kept;
+    l->progress_base += l->stats.bytes_repacked_mapped;
+    wm__llama_pages_free(rep, len);
+    if (st) return fail(err, WM_ECANCELED, "%s: the progress callback cancelled the load", l->path);
+    return WM_OK;
+}
+
 static wm_status read_all(load *l, wm_error *err) {
     wm_read_options ro = WM_READ_OPTIONS_INIT;
     ro.threads = l->o.threads;
@@ -449,8 +477,10 @@ static wm_status read_all(load *l, wm_error *err) {
     ro.progress = on_progress;
     ro.progress_user = l;
     advise_buffers(l);
+    wm_status st = from_map(l, err);
+    if (st) return st;
     double t0 = wm__llama_now();
-    wm_status st = wm_file_read_tensors(l->f, l->items, l->n_items, &ro, err);
+    st = wm_file_read_tensors(l->f, l->items, l->n_items, &ro, err);
     l->stats.seconds_read = wm__llama_now() - t0;
     for (size_t i = 0; !st && i < l->n_items; i++) {
         wm_tensor_info ti;

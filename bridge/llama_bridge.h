@@ -174,6 +174,16 @@ struct wm_llama_populate *wm__llama_populate_start(const struct wm_llama_map *ma
                                                    unsigned threads, wm_llama_stats *s);
 wm_status wm__llama_populate_finish(struct wm_llama_populate *p, bool stop, const char *path,
                                     wm_llama_stats *s, wm_error *err);
+/* The mapped modes' repacked tensors (items[0 .. n): ggml tensors in .user, file tensors in
+ * .tensor) whose bytes the page cache holds, each converted straight from the mapping by
+ * ggml_backend_tensor_set (its pages mapped in for the call and their entries dropped after), on
+ * `threads` threads (0: the online CPUs) with the calling thread among them; done[k] set for each
+ * one converted. The rest are the read's. progress (from the calling thread, may be NULL): bytes
+ * converted of all the items', non-zero cancels (WM_ECANCELED). Fills s's repacked_mapped
+ * fields. */
+wm_status wm__llama_from_map(const struct wm_llama_map *map, const wm_read_item *items, size_t n,
+                             unsigned char *done, unsigned threads, wm_progress_fn progress,
+                             void *progress_user, wm_llama_stats *s);
 /* mlock of [addr, addr + len), as llama.cpp's llama_mlock: on a refusal the first warns in
  * llama.cpp's log and sets s->lock_short, and the load goes on; bytes_locked counts the rest. */
 void wm__llama_lock(void *addr, size_t len, wm_llama_stats *s);

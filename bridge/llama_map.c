@@ -124,11 +124,16 @@ struct wm_llama_populate {
     uint64_t *before;    /* per span, the bytes of the spans before it */
     size_t n, span_len;
     uint64_t total;
+    bool cold;                 /* under three quarters of the bytes cached when it began */
     atomic_uint_fast64_t next; /* bytes handed out, over the spans in order (each from a
                                   multiple of PIECE: before) */
     atomic_int error;          /* the first errno */
     atomic_int stop;           /* the load failed: hand out no more */
     pthread_t th[MAX_POPULATE_THREADS];
+    struct populate_worker {
+        struct wm_llama_populate *p;
+        double end; /* when the thread found nothing left to do */
+    } worker[MAX_POPULATE_THREADS];
     unsigned started;
     double t0;
 };
@@ -172,10 +177,16 @@ static uint64_t cached(const wm_llama_span *s, size_t n) {
 
 /* One piece: MADV_POPULATE_READ (faults the pages in, reading what is not cached, privatising
  * nothing); where the kernel lacks it (EINVAL), MADV_WILLNEED, and the first touches come later.
+ * A cold piece is first asked for whole (MADV_WILLNEED: the page cache's readahead of exactly the
+ * piece, in requests as big as the device takes), so that its faults find their pages: a fault
+ * that finds none reads the window around it (mmap read-around: read_ahead_kb, 8 MiB on the
+ * development VM), into the neighbouring tensors that are repacked and read apart, past the
+ * cache (the VM's cold 1.2 GiB load read most of them twice).
  * 0 or an errno (EFAULT: a page past the file's end, which a touch would have taken as SIGBUS). */
-static int populate_piece(void *at, size_t len) {
+static int populate_piece(void *at, size_t len, bool cold) {
     int e = FAULT_ERRNO(ADVISE);
     if (e) return e;
+    if (cold) (void)madvise(at, len, MADV_WILLNEED);
     if (madvise(at, len, MADV_POPULATE_READ) == 0) return 0;
     e = errno;
     if (e == EINTR || e == EAGAIN) return madvise(at, len, MADV_POPULATE_READ) ? errno : 0;
@@ -183,11 +194,10 @@ static int populate_piece(void *at, size_t len) {
     return e;
 }
 
-static void *populate_thread(void *arg) {
-    struct wm_llama_populate *p = arg;
+static void populate_pieces(struct wm_llama_populate *p) {
     for (;;) {
         uint64_t at = atomic_fetch_add(&p->next, PIECE);
-        if (at >= p->total || atomic_load(&p->error) || atomic_load(&p->stop)) return NULL;
+        if (at >= p->total || atomic_load(&p->error) || atomic_load(&p->stop)) return;
         size_t lo = 0, hi = p->n; /* the last span that starts at or before `at` */
         while (hi - lo > 1) {
             size_t mid = (lo + hi) / 2;
@@ -199,10 +209,17 @@ static void *populate_thread(void *arg) {
         at -= p->before[lo];
         if (at >= p->span[lo].hi - p->span[lo].lo) continue; /* the gap before the next span */
         size_t left = p->span[lo].hi - p->span[lo].lo - (size_t)at;
-        int e = populate_piece((void *)(p->span[lo].lo + at), left < PIECE ? left : PIECE);
+        int e = populate_piece((void *)(p->span[lo].lo + at), left < PIECE ? left : PIECE, p->cold);
         int none = 0;
         if (e) atomic_compare_exchange_strong(&p->error, &none, e);
     }
+}
+
+static void *populate_thread(void *arg) {
+    struct populate_worker *w = arg;
+    populate_pieces(w->p);
+    w->end = wm__llama_now();
+    return NULL;
 }
 
 /* Threads for the populate: cold bytes want requests in flight (the disk's queue, not the
@@ -261,9 +278,13 @@ struct wm_llama_populate *wm__llama_populate_start(const struct wm_llama_map *ma
     atomic_init(&p->stop, 0);
     uint64_t in_cache = cached(p->span, p->n);
     s->bytes_mapped_cached += in_cache;
+    p->cold = in_cache * 4 < p->total * 3;
+    if (getenv("WM_AB_WILLNEED") && !strcmp(getenv("WM_AB_WILLNEED"), "off"))
+        p->cold = false; /* A/B (temporary) */
     unsigned want = populate_threads(threads, p->total, in_cache);
     while (p->started < want && !FAULT(THREAD) &&
-           pthread_create(&p->th[p->started], NULL, populate_thread, p) == 0)
+           (p->worker[p->started].p = p,
+            pthread_create(&p->th[p->started], NULL, populate_thread, &p->worker[p->started])) == 0)
         p->started++; /* a thread refused: fewer do it (none: the join does it all) */
     return p;
 }
@@ -272,11 +293,14 @@ wm_status wm__llama_populate_finish(struct wm_llama_populate *p, bool stop, cons
                                     wm_llama_stats *s, wm_error *err) {
     if (!p) return WM_OK;
     if (stop) atomic_store(&p->stop, 1);
-    if (!stop && !p->started) populate_thread(p); /* no thread could start: this one */
-    for (unsigned k = 0; k < p->started; k++)
+    double end = 0;
+    if (!stop && !p->started) populate_pieces(p), end = wm__llama_now(); /* no thread could */
+    for (unsigned k = 0; k < p->started; k++) {
         pthread_join(p->th[k], NULL);
+        if (p->worker[k].end > end) end = p->worker[k].end;
+    }
     unsigned threads = p->started ? p->started : 1;
-    double seconds = wm__llama_now() - p->t0;
+    double seconds = (end > 0 ? end : wm__llama_now()) - p->t0;
     if (threads > s->populate_threads) s->populate_threads = threads;
     if (seconds > s->seconds_populate) s->seconds_populate = seconds;
     int e = stop ? 0 : atomic_load(&p->error);
@@ -288,6 +312,98 @@ wm_status wm__llama_populate_finish(struct wm_llama_populate *p, bool stop, cons
              e == EFAULT ? ": the file is shorter than when it was mapped" : "");
     if (err) err->os_errno = e;
     return st;
+}
+
+/* ---- repacked from the mapping ----
+ * In the mapped modes a tensor that an extra buffer type takes (repacked) is not used through
+ * the mapping, yet its bytes lie there. Where the page cache holds every one of them, the
+ * conversion reads them straight from the mapping, as llama.cpp's mmap mode does: no read into a
+ * window first. Each tensor's pages are mapped in by one MADV_POPULATE_READ (no fault per 64 KiB;
+ * a page past the end of a file cut short is EFAULT there, not a SIGBUS: the tensor is then left
+ * to the read, which says what is wrong), handed to ggml_backend_tensor_set whole, and their
+ * page-table entries dropped again (MADV_DONTNEED: on a shared file mapping the page cache keeps
+ * the pages), so that what the mapping holds resident stays the tensors that stay mapped. */
+
+struct from_map {
+    const struct wm_llama_map *map;
+    const wm_read_item *items;
+    unsigned char *done;
+    size_t n;
+    uint64_t total;             /* bytes of the items */
+    atomic_size_t next;         /* items handed out */
+    atomic_uint_fast64_t bytes; /* bytes converted */
+    atomic_size_t converted;    /* tensors converted */
+    atomic_int stop;            /* the progress callback cancelled */
+};
+
+/* Whether every page of [lo, hi) is in the page cache. */
+static bool all_cached(uintptr_t lo, uintptr_t hi) {
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    unsigned char vec[256];
+    for (uintptr_t at = lo; at < hi;) {
+        size_t len = hi - at < sizeof vec * pg ? hi - at : sizeof vec * pg;
+        if (mincore((void *)at, len, vec) != 0) return false;
+        for (size_t p = 0; p < (len + pg - 1) / pg; p++)
+            if (!(vec[p] & 1)) return false;
+        at += len;
+    }
+    return true;
+}
+
+/* Item k converted from the mapping, if its bytes are all cached: true where it was. */
+static bool convert_one(struct from_map *c, size_t k) {
+    const wm_read_item *it = &c->items[k];
+    struct ggml_tensor *t = it->user;
+    size_t nb = ggml_nbytes(t);
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t at = (uintptr_t)wm__llama_map_tensor(c->map, it->tensor);
+    uintptr_t lo = at / pg * pg, hi = (at + nb + pg - 1) / pg * pg;
+    if (!nb || !all_cached(lo, hi) || populate_piece((void *)lo, hi - lo, false) != 0) return false;
+    ggml_backend_tensor_set(t, (const void *)at, 0, nb);
+    (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    c->done[k] = 1;
+    atomic_fetch_add(&c->bytes, nb);
+    atomic_fetch_add(&c->converted, 1);
+    return true;
+}
+
+static void *from_map_thread(void *arg) {
+    struct from_map *c = arg;
+    for (size_t k; !atomic_load(&c->stop) && (k = atomic_fetch_add(&c->next, 1)) < c->n;)
+        convert_one(c, k);
+    return NULL;
+}
+
+wm_status wm__llama_from_map(const struct wm_llama_map *map, const wm_read_item *items, size_t n,
+                             unsigned char *done, unsigned threads, wm_progress_fn progress,
+                             void *progress_user, wm_llama_stats *s) {
+    struct from_map c = {.map = map, .items = items, .done = done, .n = n};
+    atomic_init(&c.next, 0);
+    atomic_init(&c.bytes, 0);
+    atomic_init(&c.converted, 0);
+    atomic_init(&c.stop, 0);
+    for (size_t k = 0; k < n; k++)
+        c.total += ggml_nbytes((const struct ggml_tensor *)items[k].user);
+    double t0 = wm__llama_now();
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned want = threads ? threads : (unsigned)(cpus > 0 ? cpus : 1);
+    if (want > MAX_POPULATE_THREADS) want = MAX_POPULATE_THREADS;
+    if (want > n) want = (unsigned)(n ? n : 1);
+    pthread_t th[MAX_POPULATE_THREADS];
+    unsigned started = 0;
+    while (started + 1 < want && !FAULT(THREAD) &&
+           pthread_create(&th[started], NULL, from_map_thread, &c) == 0)
+        started++; /* the calling thread is one more (and reports the progress) */
+    for (size_t k; !atomic_load(&c.stop) && (k = atomic_fetch_add(&c.next, 1)) < n;)
+        if (convert_one(&c, k) && progress &&
+            progress(progress_user, atomic_load(&c.bytes), c.total) != 0)
+            atomic_store(&c.stop, 1);
+    for (unsigned k = 0; k < started; k++)
+        pthread_join(th[k], NULL);
+    s->repacked_mapped += atomic_load(&c.converted);
+    s->bytes_repacked_mapped += atomic_load(&c.bytes);
+    s->seconds_repacked_mapped += wm__llama_now() - t0;
+    return atomic_load(&c.stop) ? WM_ECANCELED : WM_OK;
 }
 
 /* ---- locks ---- */

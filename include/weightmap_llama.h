@@ -90,7 +90,9 @@ typedef struct wm_llama_stats {
     uint64_t bytes_mapped;        /* their bytes */
     uint64_t bytes_mapped_cached; /* of those, in the page cache when the load began (mincore) */
     uint64_t bytes_locked;        /* bytes under mlock (MLOCK, MMAP_MLOCK) */
-    double seconds_populate;      /* bringing the mapped pages in (MADV_POPULATE_READ) */
+    double seconds_populate;      /* bringing the mapped pages in (MADV_POPULATE_READ): from
+                                     its start to its last piece done (1.8.2; before, to its
+                                     join after the reads) */
     unsigned populate_threads;    /* threads that did it (more where the bytes were cold) */
     /* added in 1.7: the tensors in CUDA buffers (upload AUTO) */
     size_t staged;         /* filled by weightmap's staged pipeline into their device addresses */
@@ -111,6 +113,11 @@ typedef struct wm_llama_stats {
     /* added in 1.8.1 */
     double seconds_ahead_buffer; /* of seconds_ahead, the making of its device buffer (a
                                     cudaMalloc of the tensors' bytes), before its first read */
+    /* added in 1.8.2: the mapped modes' repacked tensors whose bytes the page cache holds are
+     * converted straight from the file's mapping (no read; repacked counts them too) */
+    size_t repacked_mapped;         /* tensors */
+    uint64_t bytes_repacked_mapped; /* their bytes (not in bytes_read) */
+    double seconds_repacked_mapped; /* that conversion, start to end (before seconds_read) */
 } wm_llama_stats;
 
 #define WM_LLAMA_STATS_INIT WM_SIZED_INIT(wm_llama_stats)

@@ -1339,6 +1339,83 @@ WM_TEST(mapped_repacked_not_populated_make_model) {
     mapped_repacked_not_populated(wmt_make_model("m.gguf", "--size 64M"));
 }
 
+/* The mmap mode's repacked tensors whose bytes the page cache holds are converted straight from
+ * the mapping (bridge/llama_map.c, "repacked from the mapping"), the others read (direct I/O where
+ * cold), decided tensor by tensor: warm, every repacked tensor from the mapping and nothing read;
+ * cold, none from it; with the first half of the file's data cached, some of each, together every
+ * repacked byte. Each time the same greedy tokens and first logits as llama.cpp's own mmap load,
+ * the file mapped r--s only, and nothing of it or of the ledger after the free. Without the
+ * conversion from the mapping the warm load reads every repacked byte; converting a cold tensor
+ * from the mapping would bring it through the page cache, one fault at a time. (stories260K's
+ * tensors are smaller than a page: the pages of the mapped ones bring in most of the repacked
+ * ones' too, cold. There only the sums are checked: pages_apart false.) */
+static void repacked_from_the_mapping(const char *path, bool pages_apart) {
+    setup();
+    size_t size_read = 0;
+    free(wmt_read_file(path, &size_read)); /* warm (every byte read through the page cache) */
+    decoded ref;
+    by_llama(path, LLAMA_LOAD_MODE_MMAP, &ref);
+    wm_file *f = OPEN_OK(path);
+    uint64_t data = wm_file_data_offset(f), size = wm_file_size(f);
+    wm_file_close(f);
+    uint64_t all = 0;
+    for (int cached = 2; cached >= 0; cached--) { /* all of it, the first half, none */
+        if (cached < 2) wmt_make_cold(path, data, cached ? (size - data) / 2 : 0);
+        struct llama_model_params p = cpu_params();
+        p.load_mode = LLAMA_LOAD_MODE_MMAP;
+        wm_llama_stats s = WM_LLAMA_STATS_INIT;
+        wm_llama_options o = WM_LLAMA_OPTIONS_INIT;
+        o.stats = &s;
+        o.threads = 2;
+        struct llama_model *m = NULL;
+        wm_error err;
+        CHECK_MSG(wm_llama_load(path, &p, &o, &m, &err) == WM_OK, "%s", err.msg);
+        fprintf(stderr,
+                "%s cached: %zu repacked, %zu of them (%llu bytes) from the mapping, %llu bytes "
+                "read\n",
+                cached == 2 ? "all"
+                : cached    ? "half"
+                            : "none",
+                s.repacked, s.repacked_mapped, (unsigned long long)s.bytes_repacked_mapped,
+                (unsigned long long)s.bytes_read);
+        if (!s.repacked) {
+            fprintf(stderr, "(this CPU's ggml repacks nothing of %s: nothing to tell)\n", path);
+            llama_model_free(m);
+            break;
+        }
+        int not_rs = -1;
+        CHECK(wmt_count_file_maps_of(path, &not_rs) >= 1);
+        CHECK_EQ(not_rs, 0);
+        if (cached == 2) {
+            all = s.bytes_repacked_mapped;
+            CHECK_EQ(s.repacked_mapped, s.repacked);
+            CHECK_EQ(s.bytes_read, 0); /* on the CPU every tensor is mapped or repacked */
+        } else {
+            CHECK_EQ(s.bytes_repacked_mapped + s.bytes_read, all);
+            if (pages_apart && cached)
+                CHECK(s.repacked_mapped > 0 && s.repacked_mapped < s.repacked);
+            if (pages_apart && !cached) CHECK_EQ(s.repacked_mapped, 0);
+        }
+        decoded d;
+        greedy(m, &d);
+        same(&d, &ref, "repacked from the mapping against llama.cpp's mmap");
+        free(d.first);
+        llama_model_free(m);
+        CHECK_EQ(wmt_count_file_maps(path), 0);
+        CHECK_LEDGER_EMPTY();
+    }
+    free(ref.first);
+}
+
+WM_TEST(mapped_repacked_from_the_mapping_q4_0) { /* a copy: the fixture's pages are shared */
+    const char *path = wmt_tmp("q4_0.gguf");
+    wmt_copy_file(wmt_fixture("gguf/stories260K-q4_0.gguf"), path);
+    repacked_from_the_mapping(path, false);
+}
+WM_TEST(mapped_repacked_from_the_mapping_make_model) {
+    repacked_from_the_mapping(wmt_make_model("m.gguf", "--size 64M"), true);
+    repacked_from_the_mapping(wmt_make_model("s.gguf", "--size 16M --seed 3"), true);
+}
 WM_TEST(mapped_beside_gpu_f32) { mapped_beside_gpu(wmt_fixture("gguf/stories260K.gguf")); }
 WM_TEST(mapped_beside_gpu_q4_0) { mapped_beside_gpu(wmt_fixture("gguf/stories260K-q4_0.gguf")); }
 WM_TEST(mapped_beside_gpu_make_model) { mapped_beside_gpu(wmt_make_model("m.gguf", "--size 8M")); }
