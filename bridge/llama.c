@@ -452,9 +452,12 @@ static wm_status from_map(load *l, wm_error *err) {
     wm_status st = wm__llama_from_map(l->map, rep, n, done, threads, on_progress, l, &l->stats);
     /* the read's items: those not converted, in their order */
     size_t k = 0, kept = 0;
-    for (size_t i = 0; i < l->n_items; i++)
+    for (size_t i = 0; i < l->n_items; i++) {
         if (!((l->items[i].flags & WM_READ_SINK_WRITES) && done[k++]))
             l->items[kept++] = l->items[i];
+        else if (l->items[i].flags & WM_READ_SINK_ROWS)
+            l->stats.repacked_rows--; /* handed over whole, from the mapping */
+    }
     l->n_items = kept;
     l->progress_base += l->stats.bytes_repacked_mapped;
     wm__llama_pages_free(rep, len);
