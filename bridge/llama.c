@@ -440,16 +440,15 @@ static wm_status from_map(load *l, wm_error *err) {
     size_t n = 0;
     for (size_t i = 0; l->map && i < l->n_items; i++)
         n += (l->items[i].flags & WM_READ_SINK_WRITES) != 0;
-    const char *ab = getenv("WM_AB_FROM_MAP"); /* A/B (temporary): "off", or the threads */
-    if (!n || (ab && !strcmp(ab, "off"))) return WM_OK;
-    unsigned threads = ab ? (unsigned)atoi(ab) : l->o.threads;
+    if (!n) return WM_OK;
     size_t len = n * (sizeof(wm_read_item) + 1);
     wm_read_item *rep = wm__llama_pages(len);
     if (!rep) return WM_OK; /* all of them read: only slower */
     unsigned char *done = (unsigned char *)(rep + n);
     for (size_t i = 0, k = 0; i < l->n_items; i++)
         if (l->items[i].flags & WM_READ_SINK_WRITES) rep[k++] = l->items[i];
-    wm_status st = wm__llama_from_map(l->map, rep, n, done, threads, on_progress, l, &l->stats);
+    wm_status st =
+        wm__llama_from_map(l->map, rep, n, done, l->o.threads, on_progress, l, &l->stats);
     /* the read's items: those not converted, in their order */
     size_t k = 0, kept = 0;
     for (size_t i = 0; i < l->n_items; i++) {

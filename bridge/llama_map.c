@@ -279,8 +279,6 @@ struct wm_llama_populate *wm__llama_populate_start(const struct wm_llama_map *ma
     uint64_t in_cache = cached(p->span, p->n);
     s->bytes_mapped_cached += in_cache;
     p->cold = in_cache * 4 < p->total * 3;
-    if (getenv("WM_AB_WILLNEED") && !strcmp(getenv("WM_AB_WILLNEED"), "off"))
-        p->cold = false; /* A/B (temporary) */
     unsigned want = populate_threads(threads, p->total, in_cache);
     while (p->started < want && !FAULT(THREAD) &&
            (p->worker[p->started].p = p,
