@@ -159,17 +159,20 @@ size_t wm__llama_merge(wm_llama_span *s, size_t n) {
     return m;
 }
 
-/* Bytes of the spans in the page cache (mincore of the mapping, 1 MiB of pages a call). */
-static uint64_t cached(const wm_llama_span *s, size_t n) {
+/* Bytes of the spans in the page cache (mincore of the mapping, 1 MiB of pages a call); with
+ * `whole`, 0 at the first page that is not (the caller asks whether all of them are). */
+static uint64_t cached(const wm_llama_span *s, size_t n, bool whole) {
     size_t pg = (size_t)sysconf(_SC_PAGESIZE);
     unsigned char vec[256];
     uint64_t bytes = 0;
     for (size_t k = 0; k < n; k++)
         for (uintptr_t at = s[k].lo; at < s[k].hi;) {
             size_t len = s[k].hi - at < sizeof vec * pg ? s[k].hi - at : sizeof vec * pg;
-            if (mincore((void *)at, len, vec) != 0) return bytes;
-            for (size_t p = 0; p < (len + pg - 1) / pg; p++)
+            if (mincore((void *)at, len, vec) != 0) return whole ? 0 : bytes;
+            for (size_t p = 0; p < (len + pg - 1) / pg; p++) {
+                if (whole && !(vec[p] & 1)) return 0;
                 bytes += (vec[p] & 1) ? pg : 0;
+            }
             at += len;
         }
     return bytes;
@@ -276,7 +279,7 @@ struct wm_llama_populate *wm__llama_populate_start(const struct wm_llama_map *ma
     atomic_init(&p->next, 0);
     atomic_init(&p->error, 0);
     atomic_init(&p->stop, 0);
-    uint64_t in_cache = cached(p->span, p->n);
+    uint64_t in_cache = cached(p->span, p->n, false);
     s->bytes_mapped_cached += in_cache;
     p->cold = in_cache * 4 < p->total * 3;
     unsigned want = populate_threads(threads, p->total, in_cache);
@@ -334,20 +337,6 @@ struct from_map {
     atomic_int stop;            /* the progress callback cancelled */
 };
 
-/* Whether every page of [lo, hi) is in the page cache. */
-static bool all_cached(uintptr_t lo, uintptr_t hi) {
-    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
-    unsigned char vec[256];
-    for (uintptr_t at = lo; at < hi;) {
-        size_t len = hi - at < sizeof vec * pg ? hi - at : sizeof vec * pg;
-        if (mincore((void *)at, len, vec) != 0) return false;
-        for (size_t p = 0; p < (len + pg - 1) / pg; p++)
-            if (!(vec[p] & 1)) return false;
-        at += len;
-    }
-    return true;
-}
-
 /* Item k converted from the mapping, if its bytes are all cached: true where it was. */
 static bool convert_one(struct from_map *c, size_t k) {
     const wm_read_item *it = &c->items[k];
@@ -356,7 +345,9 @@ static bool convert_one(struct from_map *c, size_t k) {
     uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
     uintptr_t at = (uintptr_t)wm__llama_map_tensor(c->map, it->tensor);
     uintptr_t lo = at / pg * pg, hi = (at + nb + pg - 1) / pg * pg;
-    if (!nb || !all_cached(lo, hi) || populate_piece((void *)lo, hi - lo, false) != 0) return false;
+    wm_llama_span span = {lo, hi};
+    if (!nb || cached(&span, 1, true) != hi - lo || populate_piece((void *)lo, hi - lo, false) != 0)
+        return false;
     ggml_backend_tensor_set(t, (const void *)at, 0, nb);
     (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
     c->done[k] = 1;
