@@ -437,29 +437,26 @@ static wm_status fill_cuda(load *l, wm_error *err) {
 /* The mapped modes: the repacked tensors whose bytes are cached, converted straight from the
  * mapping (wm__llama_from_map), and taken off the read's items. */
 static wm_status from_map(load *l, wm_error *err) {
-    size_t n = 0;
-    for (size_t i = 0; l->map && i < l->n_items; i++)
-        n += (l->items[i].flags & WM_READ_SINK_WRITES) != 0;
-    if (!n) return WM_OK;
-    size_t len = n * (sizeof(wm_read_item) + 1);
-    wm_read_item *rep = wm__llama_pages(len);
-    if (!rep) return WM_OK; /* all of them read: only slower */
-    unsigned char *done = (unsigned char *)(rep + n);
-    for (size_t i = 0, k = 0; i < l->n_items; i++)
-        if (l->items[i].flags & WM_READ_SINK_WRITES) rep[k++] = l->items[i];
+    bool any = false;
+    for (size_t i = 0; l->map && i < l->n_items && !any; i++)
+        any = (l->items[i].flags & WM_READ_SINK_WRITES) != 0;
+    if (!any) return WM_OK;
+    size_t n = l->n_items;
+    unsigned char *done = wm__llama_pages(n);
+    if (!done) return WM_OK; /* all of them read: only slower */
     wm_status st =
-        wm__llama_from_map(l->map, rep, n, done, l->o.threads, on_progress, l, &l->stats);
+        wm__llama_from_map(l->map, l->items, n, done, l->o.threads, on_progress, l, &l->stats);
     /* the read's items: those not converted, in their order */
-    size_t k = 0, kept = 0;
-    for (size_t i = 0; i < l->n_items; i++) {
-        if (!((l->items[i].flags & WM_READ_SINK_WRITES) && done[k++]))
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!done[i])
             l->items[kept++] = l->items[i];
         else if (l->items[i].flags & WM_READ_SINK_ROWS)
             l->stats.repacked_rows--; /* handed over whole, from the mapping */
     }
     l->n_items = kept;
     l->progress_base += l->stats.bytes_repacked_mapped;
-    wm__llama_pages_free(rep, len);
+    wm__llama_pages_free(done, n);
     if (st) return fail(err, WM_ECANCELED, "%s: the progress callback cancelled the load", l->path);
     return WM_OK;
 }

@@ -174,8 +174,9 @@ struct wm_llama_populate *wm__llama_populate_start(const struct wm_llama_map *ma
                                                    unsigned threads, wm_llama_stats *s);
 wm_status wm__llama_populate_finish(struct wm_llama_populate *p, bool stop, const char *path,
                                     wm_llama_stats *s, wm_error *err);
-/* The mapped modes' repacked tensors (items[0 .. n): ggml tensors in .user, file tensors in
- * .tensor) whose bytes the page cache holds, each converted straight from the mapping by
+/* The mapped modes' repacked tensors (those of items[0 .. n), the read's, flagged
+ * WM_READ_SINK_WRITES: ggml tensors in .user, file tensors in .tensor) whose bytes the page cache
+ * holds, each converted straight from the mapping by
  * ggml_backend_tensor_set (its pages mapped in for the call and their entries dropped after), on
  * `threads` threads (0: the online CPUs) with the calling thread among them; done[k] set for each
  * one converted. The rest are the read's. progress (from the calling thread, may be NULL): bytes

@@ -227,11 +227,11 @@ static void *populate_thread(void *arg) {
 
 /* Threads for the populate: cold bytes want requests in flight (the disk's queue, not the
  * CPUs, bounds them), cached ones only page tables. */
-static unsigned populate_threads(unsigned asked, uint64_t total, uint64_t in_cache) {
+static unsigned populate_threads(unsigned asked, uint64_t total, bool cold) {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     unsigned n = asked ? asked : (unsigned)(cpus > 16 ? cpus : 16);
-    if (in_cache * 4 >= total * 3) { /* three quarters cached: page tables only, beside the
-                                          model's making: half the CPUs, at most 4 */
+    if (!cold) { /* three quarters cached: page tables only, beside the model's making: half the
+                    CPUs, at most 4 */
         unsigned half = cpus > 1 ? (unsigned)(cpus / 2) : 1;
         n = half < 4 ? half : 4;
     }
@@ -282,7 +282,7 @@ struct wm_llama_populate *wm__llama_populate_start(const struct wm_llama_map *ma
     uint64_t in_cache = cached(p->span, p->n, false);
     s->bytes_mapped_cached += in_cache;
     p->cold = in_cache * 4 < p->total * 3;
-    unsigned want = populate_threads(threads, p->total, in_cache);
+    unsigned want = populate_threads(threads, p->total, p->cold);
     while (p->started < want && !FAULT(THREAD) &&
            (p->worker[p->started].p = p,
             pthread_create(&p->th[p->started], NULL, populate_thread, &p->worker[p->started])) == 0)
@@ -327,7 +327,7 @@ wm_status wm__llama_populate_finish(struct wm_llama_populate *p, bool stop, cons
 
 struct from_map {
     const struct wm_llama_map *map;
-    const wm_read_item *items;
+    const wm_read_item *items; /* the read's: only the repacked (WM_READ_SINK_WRITES) are taken */
     unsigned char *done;
     size_t n;
     uint64_t total;             /* bytes of the items */
@@ -337,9 +337,11 @@ struct from_map {
     atomic_int stop;            /* the progress callback cancelled */
 };
 
-/* Item k converted from the mapping, if its bytes are all cached: true where it was. */
+/* Item k converted from the mapping, if it is repacked and its bytes are all cached: true where
+ * it was. */
 static bool convert_one(struct from_map *c, size_t k) {
     const wm_read_item *it = &c->items[k];
+    if (!(it->flags & WM_READ_SINK_WRITES)) return false;
     struct ggml_tensor *t = it->user;
     size_t nb = ggml_nbytes(t);
     uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
@@ -372,7 +374,8 @@ wm_status wm__llama_from_map(const struct wm_llama_map *map, const wm_read_item 
     atomic_init(&c.converted, 0);
     atomic_init(&c.stop, 0);
     for (size_t k = 0; k < n; k++)
-        c.total += ggml_nbytes((const struct ggml_tensor *)items[k].user);
+        if (items[k].flags & WM_READ_SINK_WRITES)
+            c.total += ggml_nbytes((const struct ggml_tensor *)items[k].user);
     double t0 = wm__llama_now();
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     unsigned want = threads ? threads : (unsigned)(cpus > 0 ? cpus : 1);
