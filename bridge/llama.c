@@ -695,7 +695,7 @@ static void start_populate(load *l) {
     if (repacks(l)) wm__llama_cpu_extras(&l->x); /* make_model's too */
     if (l->cpu_layers < 0 && !l->x.n) {
         l->populate_whole = true;
-        l->populate = wm__llama_populate_start(l->map, NULL, 0, l->o.threads, &l->stats);
+        l->populate = wm__llama_populate_start(l->map, NULL, 0, l->o.threads, true);
         return;
     }
     size_t nt = wm_file_tensor_count(l->f), n = 0, len = (nt ? nt : 1) * sizeof(wm_llama_span);
@@ -715,7 +715,7 @@ static void start_populate(load *l) {
         spans[n++] = (wm_llama_span){lo, lo + (uintptr_t)ti.nbytes};
         l->pop[i] = 1;
     }
-    l->populate = wm__llama_populate_start(l->map, spans, n, l->o.threads, &l->stats);
+    l->populate = wm__llama_populate_start(l->map, spans, n, l->o.threads, true);
     wm__llama_pages_free(spans, len);
 }
 
@@ -745,9 +745,8 @@ static wm_status open_map(load *l, wm_error *err) {
  * too, beside the reads. */
 static void populate_unforeseen(load *l) {
     if (!l->unforeseen || !l->n_spans) return;
-    wm_llama_stats scratch = {0}; /* their cached bytes were counted (or brought in) already */
-    l->populate_more =
-        wm__llama_populate_start(l->map, l->spans, l->n_spans, l->o.threads, &scratch);
+    /* (their cached bytes not counted again: the spans include the foreseen ones) */
+    l->populate_more = wm__llama_populate_start(l->map, l->spans, l->n_spans, l->o.threads, false);
 }
 
 /* The mapping's pages in (the populate joined), then what the mode locks: the mapped tensors'

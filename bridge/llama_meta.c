@@ -22,18 +22,13 @@ static size_t value_size(wm_value_type t) {
     }
 }
 
-/* A numeric array entry copied element by element into pages of its GGUF type. */
+/* A numeric array entry copied element by element, in its GGUF type, into buf (cap bytes). */
 static wm_status set_num_array(struct gguf_context *g, const wm_file *f, size_t i, const wm_kv *kv,
-                               wm_error *err) {
+                               unsigned char *buf, size_t cap, wm_error *err) {
     size_t es = value_size(kv->elem_type);
-    if (es == 0 || kv->length > SIZE_MAX / es)
+    if (es == 0 || kv->length > cap / es)
         return fail(err, WM_EFORMAT, "%s: metadata '%s' is an array of %s, which GGUF lacks",
                     wm_file_path(f), kv->key, wm_value_type_name(kv->elem_type));
-    size_t len = (size_t)kv->length * es;
-    unsigned char *buf = wm__llama_pages(len);
-    if (!buf)
-        return fail(err, WM_ENOMEM, "%s: out of memory for metadata '%s'", wm_file_path(f),
-                    kv->key);
     wm_status st = WM_OK;
     for (uint64_t e = 0; !st && e < kv->length; e++) {
         unsigned char *p = buf + e * es;
@@ -65,46 +60,37 @@ static wm_status set_num_array(struct gguf_context *g, const wm_file *f, size_t 
         }
     }
     if (!st) gguf_set_arr_data(g, kv->key, (enum gguf_type)kv->elem_type, buf, (size_t)kv->length);
-    wm__llama_pages_free(buf, len);
     return st ? fail(err, WM_EFORMAT, "%s: metadata '%s' could not be read (%s)", wm_file_path(f),
                      kv->key, wm_status_name(st))
               : WM_OK;
 }
 
-/* A string array entry: NUL-terminated copies and their pointers, in pages. */
+/* A string array entry: NUL-terminated copies and their pointers, in buf (cap bytes). */
 static wm_status set_str_array(struct gguf_context *g, const wm_file *f, size_t i, const wm_kv *kv,
-                               wm_error *err) {
+                               unsigned char *buf, size_t cap, wm_error *err) {
     wm_array_iter it;
     wm_string s;
-    size_t bytes = 0;
-    wm_status st = wm_file_array_iter(f, i, &it);
-    while (!st && (st = wm_array_iter_next(&it, &s)) == WM_OK)
-        bytes += s.len + 1;
-    if (st != WM_ERANGE)
+    size_t n = (size_t)kv->length, e = 0;
+    const char **ptrs = (const char **)(void *)buf;
+    char *text = (char *)buf + (n <= cap / sizeof(char *) ? n * sizeof(char *) : cap);
+    char *end = (char *)buf + cap;
+    if (text < end && wm_file_array_iter(f, i, &it) == WM_OK)
+        for (; e < n && wm_array_iter_next(&it, &s) == WM_OK && s.len < (size_t)(end - text); e++) {
+            memcpy(text, s.ptr, s.len);
+            text[s.len] = 0;
+            ptrs[e] = text;
+            text += s.len + 1;
+        }
+    if (e != n)
         return fail(err, WM_EFORMAT, "%s: metadata '%s' could not be read", wm_file_path(f),
                     kv->key);
-    size_t n = (size_t)kv->length, len = n * sizeof(char *) + bytes;
-    unsigned char *buf = wm__llama_pages(len);
-    if (!buf)
-        return fail(err, WM_ENOMEM, "%s: out of memory for metadata '%s'", wm_file_path(f),
-                    kv->key);
-    const char **ptrs = (const char **)(void *)buf;
-    char *text = (char *)(buf + n * sizeof(char *));
-    wm_file_array_iter(f, i, &it);
-    for (size_t e = 0; e < n && wm_array_iter_next(&it, &s) == WM_OK; e++) {
-        memcpy(text, s.ptr, s.len);
-        text[s.len] = 0;
-        ptrs[e] = text;
-        text += s.len + 1;
-    }
     gguf_set_arr_str(g, kv->key, ptrs, n);
-    wm__llama_pages_free(buf, len);
     return WM_OK;
 }
 
 /* A scalar entry, of the same GGUF type. */
 static wm_status set_scalar(struct gguf_context *g, const wm_file *f, size_t i, const wm_kv *kv,
-                            wm_error *err) {
+                            char *buf, size_t cap, wm_error *err) {
     uint64_t u = 0;
     int64_t s = 0;
     double d = 0;
@@ -135,15 +121,11 @@ static wm_status set_scalar(struct gguf_context *g, const wm_file *f, size_t i, 
         break;
     case WM_VALUE_STRING: {
         st = wm_file_kv_string(f, i, &str);
-        char *c = st ? NULL : wm__llama_pages(str.len + 1);
-        if (!st && !c)
-            return fail(err, WM_ENOMEM, "%s: out of memory for metadata '%s'", wm_file_path(f),
-                        kv->key);
-        if (c) {
-            memcpy(c, str.ptr, str.len);
-            c[str.len] = 0;
-            gguf_set_val_str(g, kv->key, c);
-            wm__llama_pages_free(c, str.len + 1);
+        if (!st && str.len >= cap) st = WM_ERANGE; /* cannot be: cap is at least its size */
+        if (!st) {
+            memcpy(buf, str.ptr, str.len);
+            buf[str.len] = 0;
+            gguf_set_val_str(g, kv->key, buf);
         }
         break;
     }
@@ -154,6 +136,27 @@ static wm_status set_scalar(struct gguf_context *g, const wm_file *f, size_t i, 
     return st ? fail(err, WM_EFORMAT, "%s: metadata '%s' could not be read (%s)", wm_file_path(f),
                      kv->key, wm_status_name(st))
               : WM_OK;
+}
+
+/* The scratch bytes entry i needs (a copy in its GGUF form: NUL-terminated strings and their
+ * pointers, numbers in their type); 0 where it cannot be read (its setter says why). */
+static size_t entry_bytes(const wm_file *f, size_t i, const wm_kv *kv) {
+    if (kv->type == WM_VALUE_STRING) {
+        wm_string str;
+        return wm_file_kv_string(f, i, &str) == WM_OK ? str.len + 1 : 0;
+    }
+    if (kv->type != WM_VALUE_ARRAY) return 0;
+    if (kv->elem_type != WM_VALUE_STRING) {
+        size_t es = value_size(kv->elem_type);
+        return es && kv->length <= SIZE_MAX / es ? (size_t)kv->length * es : 0;
+    }
+    wm_array_iter it;
+    wm_string s;
+    size_t bytes = (size_t)kv->length * sizeof(char *);
+    wm_status st = wm_file_array_iter(f, i, &it);
+    while (!st && (st = wm_array_iter_next(&it, &s)) == WM_OK)
+        bytes += s.len + 1;
+    return st == WM_ERANGE ? bytes : 0;
 }
 
 /* A tensor's description for gguf_add_tensor (name, type, ne and ggml's strides; no data). */
@@ -178,22 +181,37 @@ wm_status wm__llama_metadata(const wm_file *f, struct gguf_context **out, wm_err
     *out = NULL;
     struct gguf_context *g = FAULT(DEVICE) ? NULL : gguf_init_empty();
     if (!g) return fail(err, WM_ENOMEM, "%s: gguf_init_empty failed", wm_file_path(f));
-    wm_status st = WM_OK;
+    /* one scratch for every entry, the largest one's size: one mapping, not one an entry (each
+     * waits for the mapped modes' populate, which holds the address space's lock a piece at a
+     * time: 15-20 ms on the GPU host, 20-35 ms on the development VM, before llama.cpp could
+     * begin) */
+    size_t most = 1;
+    for (size_t i = 0; i < wm_file_metadata_count(f); i++) {
+        wm_kv kv;
+        wm_file_metadata(f, i, &kv);
+        size_t b = entry_bytes(f, i, &kv);
+        if (b > most) most = b;
+    }
+    unsigned char *buf = wm__llama_pages(most);
+    wm_status st = buf ? WM_OK
+                       : fail(err, WM_ENOMEM, "%s: out of memory for the metadata (%zu bytes)",
+                              wm_file_path(f), most);
     for (size_t i = 0; !st && i < wm_file_metadata_count(f); i++) {
         wm_kv kv;
         wm_file_metadata(f, i, &kv);
         if (kv.type != WM_VALUE_ARRAY)
-            st = set_scalar(g, f, i, &kv, err);
+            st = set_scalar(g, f, i, &kv, (char *)buf, most, err);
         else if (kv.elem_type == WM_VALUE_STRING)
-            st = set_str_array(g, f, i, &kv, err);
+            st = set_str_array(g, f, i, &kv, buf, most, err);
         else if (kv.elem_type == WM_VALUE_ARRAY)
             st = fail(err, WM_EFORMAT,
                       "%s: metadata '%s' is an array of arrays, which ggml's GGUF "
                       "reader refuses",
                       wm_file_path(f), kv.key);
         else
-            st = set_num_array(g, f, i, &kv, err);
+            st = set_num_array(g, f, i, &kv, buf, most, err);
     }
+    wm__llama_pages_free(buf, most);
     for (size_t i = 0; !st && i < wm_file_tensor_count(f); i++) {
         wm_tensor_info ti;
         wm_file_tensor(f, i, &ti);

@@ -1397,6 +1397,9 @@ static void repacked_from_the_mapping(const char *path, bool pages_apart) {
         int not_rs = -1;
         CHECK(wmt_count_file_maps_of(path, &not_rs) >= 1);
         CHECK_EQ(not_rs, 0);
+        /* the mapped tensors' bytes that the populate found cached (page-rounded spans) */
+        if (cached == 2) CHECK(s.bytes_mapped_cached >= s.bytes_mapped);
+        if (pages_apart && !cached) CHECK(s.bytes_mapped_cached * 4 < s.bytes_mapped);
         if (cached == 2) {
             all = s.bytes_repacked_mapped;
             CHECK_EQ(s.repacked_mapped, s.repacked);
@@ -1416,6 +1419,55 @@ static void repacked_from_the_mapping(const char *path, bool pages_apart) {
         CHECK_LEDGER_EMPTY();
     }
     free(ref.first);
+}
+
+/* The metadata llama.cpp makes the model from (bridge/llama_meta.c) is copied through one
+ * scratch mapping, the size of the largest entry, not one an entry: in the mapped modes each
+ * mapping waited for the populate (which holds the address space's lock a piece at a time), 15-20
+ * ms on the GPU host before llama.cpp could begin. Counted by the fault table's allocations
+ * (wm__llama_pages asks it first): one, where one an entry made six of the make-model file (three
+ * strings, three arrays: tokens, scores, types). Every entry arrives with its value: the
+ * tokens, the scores and a string compared with the file's. */
+WM_TEST(metadata_copied_through_one_scratch) {
+    setup();
+    const char *path = wmt_make_model("m.gguf", "--size 16M");
+    wm_file *f = OPEN_OK(path);
+    struct gguf_context *g = NULL;
+    wm_error err;
+    wm__fault_reset();
+    CHECK_MSG(wm__llama_metadata(f, &g, &err) == WM_OK, "%s", err.msg);
+    CHECK_EQ(wm__fault_count(WM_OS_ALLOC), 1);
+    CHECK_EQ((size_t)gguf_get_n_kv(g), wm_file_metadata_count(f));
+    int64_t tokens = gguf_find_key(g, "tokenizer.ggml.tokens");
+    int64_t scores = gguf_find_key(g, "tokenizer.ggml.scores");
+    CHECK(tokens >= 0 && scores >= 0);
+    size_t tk = 0, sk = 0;
+    CHECK_EQ(wm_file_find_metadata(f, "tokenizer.ggml.tokens", &tk), WM_OK);
+    CHECK_EQ(wm_file_find_metadata(f, "tokenizer.ggml.scores", &sk), WM_OK);
+    wm_kv kv;
+    wm_file_metadata(f, tk, &kv);
+    CHECK(kv.length > 1000);
+    CHECK_EQ((uint64_t)gguf_get_arr_n(g, tokens), kv.length);
+    const float *sc = gguf_get_arr_data(g, scores);
+    wm_array_iter it;
+    wm_string str;
+    CHECK_EQ(wm_file_array_iter(f, tk, &it), WM_OK);
+    for (uint64_t e = 0; e < kv.length; e++) {
+        CHECK_EQ(wm_array_iter_next(&it, &str), WM_OK);
+        const char *got = gguf_get_arr_str(g, tokens, e);
+        CHECK(strlen(got) == str.len && memcmp(got, str.ptr, str.len) == 0);
+        double d = 0;
+        CHECK_EQ(wm_file_array_f64(f, sk, e, &d), WM_OK);
+        CHECK_EQ(sc[e], (float)d);
+    }
+    wm_string arch;
+    CHECK_EQ(wm_file_get_string(f, "general.architecture", &arch), WM_OK);
+    int64_t ak = gguf_find_key(g, "general.architecture");
+    CHECK(ak >= 0 && strlen(gguf_get_val_str(g, ak)) == arch.len &&
+          memcmp(gguf_get_val_str(g, ak), arch.ptr, arch.len) == 0);
+    gguf_free(g);
+    wm_file_close(f);
+    CHECK_LEDGER_EMPTY();
 }
 
 WM_TEST(mapped_repacked_from_the_mapping_q4_0) { /* a copy: the fixture's pages are shared */
