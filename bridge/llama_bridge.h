@@ -159,20 +159,23 @@ typedef struct wm_llama_span {
  * are left. */
 size_t wm__llama_merge(wm_llama_span *s, size_t n);
 
-/* The mapping's pages brought in by threads beside the load, from the moment the file is mapped:
- * MADV_POPULATE_READ in 1 MiB pieces, by as many threads as `threads` (0: the online CPUs, at
- * least 16, at most 64) where mincore finds most of a sample of the bytes (64 KiB a MiB) out of
- * the page cache, else half the CPUs, at most 4. count_cached: each piece's bytes found cached
- * before it was brought in go to _finish's bytes_mapped_cached. NULL where its pages cannot be had
- * (the pages then come in as they are touched). _finish joins the threads (stop: the load failed,
- * hand out no more), fills seconds_populate and populate_threads, and returns WM_EIO where a page
- * could not be read (the file cut short under the mapping: said where a touch would have been a
- * SIGBUS). Every start is finished before the mapping can go. */
+/* The mapping's pages brought in by threads beside the load (a cold file's from the moment it is
+ * mapped, a cached one's from _go): MADV_POPULATE_READ in 1 MiB pieces, by as many threads as
+ * `threads` (0: the online CPUs, at least 16, at most 64) where mincore finds most of a sample of
+ * the bytes (64 KiB a MiB) out of the page cache, else half the CPUs, at most 4. count_cached: each
+ * piece's bytes found cached before it was brought in go to _finish's bytes_mapped_cached. NULL
+ * where its pages cannot be had (the pages then come in as they are touched). _finish joins the
+ * threads (stop: the load failed, hand out no more), fills seconds_populate and populate_threads,
+ * and returns WM_EIO where a page could not be read (the file cut short under the mapping: said
+ * where a touch would have been a SIGBUS). Every start is finished before the mapping can go. */
 struct wm_llama_populate;
 /* spans (n of them; NULL: the whole mapping): the ranges to bring in, copied. */
 struct wm_llama_populate *wm__llama_populate_start(const struct wm_llama_map *map,
                                                    const wm_llama_span *spans, size_t n,
                                                    unsigned threads, bool count_cached);
+/* Where the sample found the spans cached, _start starts no thread: _go does (a no-op once they
+ * run; _finish does the pieces itself where no thread ever started). */
+void wm__llama_populate_go(struct wm_llama_populate *p);
 wm_status wm__llama_populate_finish(struct wm_llama_populate *p, bool stop, const char *path,
                                     wm_llama_stats *s, wm_error *err);
 /* The mapped modes' repacked tensors (those of items[0 .. n), the read's, flagged

@@ -136,7 +136,7 @@ struct wm_llama_populate {
         struct wm_llama_populate *p;
         double end; /* when the thread found nothing left to do */
     } worker[MAX_POPULATE_THREADS];
-    unsigned started;
+    unsigned started, asked;
     double t0;
 };
 
@@ -302,12 +302,19 @@ struct wm_llama_populate *wm__llama_populate_start(const struct wm_llama_map *ma
     atomic_init(&p->in_cache, 0);
     p->count = count_cached;
     p->cold = sampled_cold(p->span, p->n);
-    unsigned want = populate_threads(threads, p->total, p->cold);
+    p->asked = threads;
+    if (p->cold) wm__llama_populate_go(p);
+    return p;
+}
+
+void wm__llama_populate_go(struct wm_llama_populate *p) {
+    if (!p || p->started) return;
+    p->t0 = wm__llama_now();
+    unsigned want = populate_threads(p->asked, p->total, p->cold);
     while (p->started < want && !FAULT(THREAD) &&
            (p->worker[p->started].p = p,
             pthread_create(&p->th[p->started], NULL, populate_thread, &p->worker[p->started])) == 0)
         p->started++; /* a thread refused: fewer do it (none: the join does it all) */
-    return p;
 }
 
 wm_status wm__llama_populate_finish(struct wm_llama_populate *p, bool stop, const char *path,
