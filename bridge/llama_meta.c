@@ -26,9 +26,12 @@ static size_t value_size(wm_value_type t) {
 static wm_status set_num_array(struct gguf_context *g, const wm_file *f, size_t i, const wm_kv *kv,
                                unsigned char *buf, size_t cap, wm_error *err) {
     size_t es = value_size(kv->elem_type);
-    if (es == 0 || kv->length > cap / es)
+    if (es == 0)
         return fail(err, WM_EFORMAT, "%s: metadata '%s' is an array of %s, which GGUF lacks",
                     wm_file_path(f), kv->key, wm_value_type_name(kv->elem_type));
+    if (kv->length > cap / es) /* cannot be: cap is at least its size, unless that overflows */
+        return fail(err, WM_EFORMAT, "%s: metadata '%s' has %llu elements, too many to copy",
+                    wm_file_path(f), kv->key, (unsigned long long)kv->length);
     wm_status st = WM_OK;
     for (uint64_t e = 0; !st && e < kv->length; e++) {
         unsigned char *p = buf + e * es;
