@@ -165,6 +165,19 @@ static void same(const decoded *a, const decoded *b, const char *what) {
               "%s: the first logits differ", what);
 }
 
+/* A loaded model decodes as ref does, then its free leaves no mapping of path and an empty
+ * ledger. */
+static void same_then_freed(struct llama_model *m, const decoded *ref, const char *what,
+                            const char *path) {
+    decoded d;
+    greedy(m, &d);
+    same(&d, ref, what);
+    free(d.first);
+    llama_model_free(m);
+    CHECK_EQ(wmt_count_file_maps(path), 0);
+    CHECK_LEDGER_EMPTY();
+}
+
 /* Greedy tokens and first logits: the bridge (in place, windowed, in llama.cpp's buffers, each
  * repacked tensor handed over whole) equals llama.cpp's read and mmap modes; the extra buffer
  * types are the same as llama.cpp's read mode chose. Where ggml repacks (on this CPU), every
@@ -1270,13 +1283,9 @@ static void mapped_beside_gpu(const char *path) {
             CHECK_EQ(s.tensors, s.mapped + s.filled);
             CHECK(rss >= s.bytes_mapped);
             CHECK_EQ(s.repacked, 0);
-            decoded d;
-            greedy(m, &d);
-            same(&d, &ref, "mapped beside a GPU's layers (on the CPU) against llama.cpp's mmap");
-            free(d.first);
-            llama_model_free(m);
-            CHECK_EQ(wmt_count_file_maps(path), 0);
-            CHECK_LEDGER_EMPTY();
+            same_then_freed(m, &ref,
+                            "mapped beside a GPU's layers (on the CPU) against llama.cpp's mmap",
+                            path);
         }
     free(ref.first);
 }
@@ -1410,13 +1419,7 @@ static void repacked_from_the_mapping(const char *path, bool pages_apart) {
                 CHECK(s.repacked_mapped > 0 && s.repacked_mapped < s.repacked);
             if (pages_apart && !cached) CHECK_EQ(s.repacked_mapped, 0);
         }
-        decoded d;
-        greedy(m, &d);
-        same(&d, &ref, "repacked from the mapping against llama.cpp's mmap");
-        free(d.first);
-        llama_model_free(m);
-        CHECK_EQ(wmt_count_file_maps(path), 0);
-        CHECK_LEDGER_EMPTY();
+        same_then_freed(m, &ref, "repacked from the mapping against llama.cpp's mmap", path);
     }
     free(ref.first);
 }
