@@ -186,7 +186,8 @@ typedef struct load {
     struct wm_llama_populate *populate_more; /* those of mapped tensors it did not foresee */
     int cpu_layers;      /* mapped with layers on a GPU: the layers kept on the CPU; else -1 */
     bool populate_whole; /* the populate is of the whole mapping (nothing repacked) */
-    unsigned char *pop;  /* else per file tensor: 1 where the populate has its range (pages) */
+    unsigned char *pop;  /* else per file tensor: POP_MAPPED where the populate has its range,
+                            POP_EXTRA + k where extra type k takes it (pages) */
     size_t pop_len;
     size_t unforeseen; /* mapped tensors the populate did not foresee (a caller's override) */
     char why[200];     /* why this load cannot map */
@@ -194,6 +195,7 @@ typedef struct load {
     wm__llama_cuda cuda;   /* the tensors in CUDA buffers, for the staged pipeline (upload AUTO) */
     bool cuda_on;          /* upload AUTO and this weightmap has the CUDA backend */
     wm__llama_ahead ahead; /* those tensors loaded ahead, during the model's making */
+    struct wm_llama_early *early; /* the repacked tensors converted during it (llama_early.c) */
     uint64_t progress_base, progress_all; /* progress: bytes before this read, and of all reads */
 } load;
 
@@ -283,11 +285,22 @@ static bool in_row_groups(load *l, const struct ggml_tensor *t) {
 static bool map_tensor(load *l, struct ggml_tensor *t, size_t index) {
     if (!l->map || !t->buffer || wm__llama_buffer_map(t->buffer) != l->map) return false;
     t->data = wm__llama_map_tensor(l->map, index);
-    if (!l->populate_whole && !(l->pop && l->pop[index])) l->unforeseen++;
+    if (!l->populate_whole && !(l->pop && l->pop[index] == POP_MAPPED)) l->unforeseen++;
     l->stats.mapped++;
     l->stats.bytes_mapped += ggml_nbytes(t);
     l->spans[l->n_spans++] =
         (wm_llama_span){(uintptr_t)t->data, (uintptr_t)t->data + ggml_nbytes(t)};
+    return true;
+}
+
+/* A repacked tensor whose pages were converted during the making and moved into its place
+ * (llama_early.c): converted from the mapping, as wm__llama_from_map's are; true where it was. */
+static bool placed_early(load *l, const struct ggml_tensor *t, size_t index) {
+    if (!wm__llama_early_placed(l->early, index)) return false;
+    l->stats.windowed++;
+    l->stats.repacked++;
+    l->stats.repacked_mapped++;
+    l->stats.bytes_repacked_mapped += ggml_nbytes(t);
     return true;
 }
 
@@ -329,7 +342,8 @@ static wm_status make_items(load *l, wm_error *err) {
         wm_status st = match_tensor(l, t, &index, err);
         if (st == WM_ENOENT)
             st = fill_neutral(l, t, err);
-        else if (!st && ggml_nbytes(t) && !map_tensor(l, t, index) && !staged_tensor(l, t, index)) {
+        else if (!st && ggml_nbytes(t) && !map_tensor(l, t, index) && !placed_early(l, t, index) &&
+                 !staged_tensor(l, t, index)) {
             wm_read_item *it = &l->items[l->n_items++];
             ggml_backend_buffer_t buf = t->buffer;
             ggml_backend_buffer_type_t buft = buf ? ggml_backend_buffer_get_type(buf) : NULL;
@@ -424,13 +438,13 @@ static wm_status fill_cuda(load *l, wm_error *err) {
         wm_tensor_info ti;
         if (wm_file_tensor(l->f, l->items[i].tensor, &ti) == WM_OK) rest += ti.nbytes;
     }
-    uint64_t ahead = l->ahead.bytes_taken;
-    l->progress_all = ahead + l->cuda.bytes + rest;
-    l->progress_base = ahead;
+    uint64_t ahead = l->ahead.bytes_taken, early = l->stats.bytes_repacked_early; /* done */
+    l->progress_all = early + ahead + l->cuda.bytes + rest;
+    l->progress_base = early + ahead;
     wm_status st = wm__llama_cuda_fill(&l->cuda, l->f, &l->o, on_progress, l, err);
     l->stats.seconds_staged = l->cuda.seconds;
     if (!st) l->stats.bytes_read += ahead + l->cuda.bytes;
-    l->progress_base = ahead + l->cuda.bytes;
+    l->progress_base = early + ahead + l->cuda.bytes;
     return st;
 }
 
@@ -444,6 +458,7 @@ static wm_status from_map(load *l, wm_error *err) {
     size_t n = l->n_items;
     unsigned char *done = wm__llama_pages(n);
     if (!done) return WM_OK; /* all of them read: only slower */
+    uint64_t before = l->stats.bytes_repacked_mapped;
     wm_status st =
         wm__llama_from_map(l->map, l->items, n, done, l->o.threads, on_progress, l, &l->stats);
     /* the read's items: those not converted, in their order */
@@ -455,8 +470,10 @@ static wm_status from_map(load *l, wm_error *err) {
             l->stats.repacked_rows--; /* handed over whole, from the mapping */
     }
     l->n_items = kept;
-    l->progress_base += l->stats.bytes_repacked_mapped;
+    l->progress_base += l->stats.bytes_repacked_mapped - before;
     wm__llama_pages_free(done, n);
+    /* (the other threads' conversions counted too: the calling thread's last report missed them) */
+    if (!st && l->stats.bytes_repacked_mapped > before && on_progress(l, 0, 0)) st = WM_ECANCELED;
     if (st) return fail(err, WM_ECANCELED, "%s: the progress callback cancelled the load", l->path);
     return WM_OK;
 }
@@ -476,6 +493,9 @@ static wm_status read_all(load *l, wm_error *err) {
     ro.progress = on_progress;
     ro.progress_user = l;
     advise_buffers(l);
+    /* the bytes converted during the making, as progress (the callback may cancel there) */
+    if (l->stats.bytes_repacked_early && on_progress(l, 0, 0))
+        return fail(err, WM_ECANCELED, "%s: the progress callback cancelled the load", l->path);
     wm_status st = from_map(l, err);
     if (st) return st;
     double t0 = wm__llama_now();
@@ -552,12 +572,18 @@ static wm_status make_model(load *l, struct llama_model **model, wm_error *err) 
          * "avoid using a host buffer when using mmap") */
         if (l->cpu_layers >= 0) p.no_host = true;
         if (own_cpu) wm__llama_notes_begin(l->f, l->map); /* laid out as the file; mapped */
+        /* warm repacked tensors converted meanwhile, moved into their places (llama_early.c) */
+        if (own_cpu && repack && l->map && !l->populate_whole && wm__llama_test_early != 0)
+            l->early = wm__llama_early_start(l->f, l->map, l->pop, &l->x, own, l->o.threads);
+        wm__llama_own_early_begin(l->early);
         char why[200];
         double t0 = wm__llama_now();
         wm__llama_log_begin(why, sizeof why);
         *model = FAULT(DEVICE) ? NULL : llama_model_init_from_user(g, on_tensor, &l->rec, p);
         wm__llama_log_end();
         l->stats.seconds_model = wm__llama_now() - t0;
+        wm__llama_own_early_end();
+        wm__llama_early_join(l->early, &l->stats); /* stopped; the pages not moved unmapped */
         if (own_cpu) wm__llama_notes_end();
         if (!*model)
             st = refused(l, why, err);
@@ -638,6 +664,7 @@ static wm_status check_options(load *l, const struct llama_model_params *params,
 }
 
 int wm__llama_test_cpu_layers = -1;
+int wm__llama_test_early = -1;
 
 /* A device of the model that makes its buffers from the mapping itself (Metal): llama.cpp maps
  * its tensors too, which the bridge does not. NULL where there is none; else the reason, in why. */
@@ -680,14 +707,6 @@ const char *wm__llama_cannot_map(const wm_file *f, const struct llama_model_para
     return NULL;
 }
 
-/* Whether file tensor i (`name`) stays in the mapping, as far as can be known before llama.cpp
- * makes the model: with layers on a GPU, a tensor of the layers kept on the CPU; on the CPU, one
- * that no extra buffer type x takes (it is not repacked: llama_place.c's own rule). */
-static bool stays_mapped(const load *l, const extras *x, size_t i, const char *name) {
-    if (l->cpu_layers >= 0) return wm__llama_host_tensor(name, l->cpu_layers);
-    return wm__llama_extra_for(x, l->f, i, name) < 0;
-}
-
 /* The populate, from the moment the file is mapped: the whole mapping where the model runs on the
  * CPU and nothing is repacked, else the ranges of the tensors that stay mapped (stays_mapped;
  * llama.cpp's mmap mode populates the whole file, device and repacked tensors too). The
@@ -712,12 +731,13 @@ static void start_populate(load *l) {
     }
     for (size_t i = 0; i < nt; i++) {
         wm_tensor_info ti;
-        if (wm_file_tensor(l->f, i, &ti) != WM_OK || !ti.nbytes ||
-            !stays_mapped(l, &l->x, i, ti.name))
-            continue;
+        if (wm_file_tensor(l->f, i, &ti) != WM_OK || !ti.nbytes) continue;
+        int k = l->cpu_layers < 0 ? wm__llama_extra_for(&l->x, l->f, i, ti.name) : -1;
+        if (k >= 0) l->pop[i] = (unsigned char)(POP_EXTRA + k);
+        if (l->cpu_layers >= 0 ? !wm__llama_host_tensor(ti.name, l->cpu_layers) : k >= 0) continue;
         uintptr_t lo = (uintptr_t)wm__llama_map_tensor(l->map, i);
         spans[n++] = (wm_llama_span){lo, lo + (uintptr_t)ti.nbytes};
-        l->pop[i] = 1;
+        l->pop[i] = POP_MAPPED;
     }
     l->populate = wm__llama_populate_start(l->map, spans, n, l->o.threads, true);
     wm__llama_pages_free(spans, len);
@@ -763,8 +783,12 @@ static wm_status populate_and_lock(load *l, wm_error *err) {
         wm__llama_populate_finish(l->populate_more, false, l->path, &l->stats, st ? NULL : err);
     l->populate = l->populate_more = NULL;
     if (!st) st = more;
-    if (st || !wm__llama_mode_locks(l->mode)) return st;
+    if (st) return st;
     l->n_spans = l->map ? wm__llama_merge(l->spans, l->n_spans) : 0;
+    /* what the repacked (or device) tensors' conversions and the populate's faults mapped around
+     * their ranges, in the ranges of tensors not used from the mapping: unmapped again */
+    if (l->map && !l->populate_whole) wm__llama_map_keep_only(l->map, l->spans, l->n_spans);
+    if (!wm__llama_mode_locks(l->mode)) return st;
     for (size_t k = 0; l->map && k < l->n_spans; k++)
         wm__llama_lock((void *)l->spans[k].lo, l->spans[k].hi - l->spans[k].lo, &l->stats);
     ggml_backend_buffer_t seen[MAX_OWN * 4];
@@ -833,6 +857,7 @@ static wm_status load_model(load *l, const wm_file *file, const struct llama_mod
     wm__llama_cuda_free(&l->cuda);
     ahead_stats(l);
     wm__llama_ahead_free(&l->ahead);
+    wm__llama_early_free(l->early);
     wm__llama_populate_finish(l->populate, true, l->path, &l->stats, NULL); /* a failure's */
     wm__llama_populate_finish(l->populate_more, true, l->path, &l->stats, NULL);
     if (st && model) llama_model_free(model); /* drops its buffers' references to the mapping */

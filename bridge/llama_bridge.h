@@ -8,6 +8,7 @@
  *   llama_meta.c   the file's metadata and tensor table as a gguf_context
  *   llama_place.c  where the weights go: the CPU's extra (repack) buffer types, the overrides
  *   llama_own.c    the bridge's own weight buffers (ggml's internal layout, version-checked)
+ *   llama_early.c  the mapped modes' repacked tensors converted while llama.cpp makes the model
  *   llama_map.c    the load modes: AUTO resolved, the file's mapping, its populate, the locks
  *   llama_log.c    llama.cpp's log during the load: passed on, and its reason for a refusal kept
  *   llama_cuda.c   the tensors in CUDA buffers, filled by the library's staged pipeline
@@ -108,6 +109,10 @@ wm_status wm__llama_overrides(const wm_file *f, const struct llama_model_params 
  * load whose model runs on the CPU place its tensors as with layers on a GPU from this layer on
  * (the GPU path on a host without one). -1, its value, changes nothing. */
 extern int wm__llama_test_cpu_layers;
+/* For test_llama, likewise: 0 has no load convert early (llama_early.c); 1 has each place wait
+ * for its tensor's early conversion, begun or not (every cached one then moved into place: the
+ * same outcome on any machine); -1, its value, is the bridge as built. */
+extern int wm__llama_test_early;
 
 /* ---- llama_own.c: the bridge's own weight buffers ---- */
 
@@ -132,6 +137,48 @@ void wm__llama_notes_begin(const wm_file *f, struct wm_llama_map *map);
 void wm__llama_notes_end(void);
 /* The mapping own buffer b holds (NULL: none, or not an own buffer). */
 struct wm_llama_map *wm__llama_buffer_map(ggml_backend_buffer_t b);
+/* From begin to end, while llama.cpp makes the model on this thread with early conversions under
+ * way (e; NULL: none, a no-op): the extra types' wrappers lay their tensors out on whole pages
+ * (their alignment the page), their buffers have the wrapper's type until _end gives them the
+ * real one (ggml's allocator takes a buffer's alignment from its type), and each tensor given its
+ * place in one is offered to wm__llama_early_place. */
+struct wm_llama_early;
+void wm__llama_own_early_begin(struct wm_llama_early *e);
+void wm__llama_own_early_end(void);
+/* The real type of wrapper w (w itself where it is not one). */
+ggml_backend_buffer_type_t wm__llama_own_real(ggml_backend_buffer_type_t w);
+/* A buffer struct of wrapper w's real type over [base, base + size), pages the caller keeps
+ * (ggml_backend_tensor_set converts into them), in a page of its own; NULL where w is not a
+ * wrapper or the page cannot be had. wm__llama_own_scratch_free frees the struct (NULL accepted),
+ * never base. */
+ggml_backend_buffer_t wm__llama_own_scratch(ggml_backend_buffer_type_t w, void *base, size_t size);
+void wm__llama_own_scratch_free(ggml_backend_buffer_t b);
+
+/* ---- llama_early.c: the repacked tensors converted during the model's making ---- */
+
+/* llama.c's plan of a mapped load, per file tensor (load.pop): */
+#define POP_MAPPED 1 /* it stays in the mapping: the populate brings its range in */
+#define POP_EXTRA 2  /* POP_EXTRA + k: extra buffer type k takes it (repacked) */
+
+/* Threads (threads - 1 of them, 0: the online CPUs less one; at least one) converting, from the
+ * mapping, every tensor pop gives an extra type whose wrapper own[k] is, each whose bytes are all
+ * cached, into pages of their own; NULL where none is (nothing held then). Linux only. */
+struct wm_llama_early *wm__llama_early_start(const wm_file *f, const struct wm_llama_map *map,
+                                             const unsigned char *pop, const extras *x,
+                                             ggml_backend_buffer_type_t const *own,
+                                             unsigned threads);
+/* Tensor t just given its place in own buffer b of extra type `real` (its init_tensor, on the
+ * making's thread): its converted pages moved there, waiting for its conversion where one runs;
+ * one not yet begun is left to after the making. false where its place lost its pages (the
+ * buffer cannot be used). */
+bool wm__llama_early_place(struct wm_llama_early *e, ggml_backend_buffer_type_t real,
+                           ggml_backend_buffer_t b, struct ggml_tensor *t);
+/* After the making: the threads stopped and joined, the pages not moved unmapped, s's
+ * repacked_early fields filled (NULL e: a no-op). */
+void wm__llama_early_join(struct wm_llama_early *e, wm_llama_stats *s);
+/* Whether file tensor `index` was moved into its place converted. */
+bool wm__llama_early_placed(const struct wm_llama_early *e, size_t index);
+void wm__llama_early_free(struct wm_llama_early *e);
 
 /* ---- llama_map.c: the load modes ---- */
 
@@ -189,6 +236,17 @@ wm_status wm__llama_populate_finish(struct wm_llama_populate *p, bool stop, cons
 wm_status wm__llama_from_map(const struct wm_llama_map *map, const wm_read_item *items, size_t n,
                              unsigned char *done, unsigned threads, wm_progress_fn progress,
                              void *progress_user, wm_llama_stats *s);
+/* File tensor `index` (nb bytes) in the mapping, its pages mapped in (one MADV_POPULATE_READ),
+ * where the page cache holds every one of them: where its bytes lie; else NULL. */
+const void *wm__llama_map_bring(const struct wm_llama_map *map, size_t index, size_t nb);
+/* The page-table entries of the pages wholly inside [at, at + nb) dropped again (on a shared file
+ * mapping the page cache keeps the pages; the first and last may hold a mapped neighbour's bytes,
+ * and stay). */
+void wm__llama_map_drop(const void *at, size_t nb);
+/* The page-table entries of the mapping dropped but those of the spans (merged: sorted, on
+ * pages): a fault or a populate maps the page cache's pages around it too (the kernel's fault
+ * around, 64 KiB), into the ranges of the tensors that are not used from the mapping. */
+void wm__llama_map_keep_only(const struct wm_llama_map *map, const wm_llama_span *spans, size_t n);
 /* mlock of [addr, addr + len), as llama.cpp's llama_mlock: on a refusal the first warns in
  * llama.cpp's log and sets s->lock_short, and the load goes on; bytes_locked counts the rest. */
 void wm__llama_lock(void *addr, size_t len, wm_llama_stats *s);

@@ -365,6 +365,37 @@ struct from_map {
     atomic_int stop;            /* the progress callback cancelled */
 };
 
+const void *wm__llama_map_bring(const struct wm_llama_map *map, size_t index, size_t nb) {
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t at = (uintptr_t)wm__llama_map_tensor(map, index);
+    wm_llama_span span = {at / pg * pg, (at + nb + pg - 1) / pg * pg};
+    if (!nb || cached(&span, 1, true) != span.hi - span.lo ||
+        populate_piece((void *)span.lo, span.hi - span.lo, false) != 0)
+        return NULL;
+    return (const void *)at;
+}
+
+void wm__llama_map_drop(const void *at, size_t nb) {
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), lo = ((uintptr_t)at + pg - 1) / pg * pg;
+    uintptr_t hi = ((uintptr_t)at + nb) / pg * pg;
+    if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
+void wm__llama_map_keep_only(const struct wm_llama_map *map, const wm_llama_span *spans, size_t n) {
+    for (size_t b = 0; b < wm_model_buffer_count(map->model); b++) {
+        uintptr_t at = (uintptr_t)wm_model_buffer_data(map->model, b);
+        uintptr_t end = at + wm_model_buffer_size(map->model, b);
+        if (!at) continue;
+        for (size_t k = 0; k <= n && at < end; k++) {
+            uintptr_t lo = k < n ? spans[k].lo : end, hi = k < n ? spans[k].hi : end;
+            if (hi <= at) continue;
+            if (lo > end) lo = end;
+            if (lo > at) (void)madvise((void *)at, lo - at, MADV_DONTNEED);
+            at = hi;
+        }
+    }
+}
+
 /* Item k converted from the mapping, if it is repacked and its bytes are all cached: true where
  * it was. */
 static bool convert_one(struct from_map *c, size_t k) {
@@ -372,14 +403,10 @@ static bool convert_one(struct from_map *c, size_t k) {
     if (!(it->flags & WM_READ_SINK_WRITES)) return false;
     struct ggml_tensor *t = it->user;
     size_t nb = ggml_nbytes(t);
-    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t at = (uintptr_t)wm__llama_map_tensor(c->map, it->tensor);
-    uintptr_t lo = at / pg * pg, hi = (at + nb + pg - 1) / pg * pg;
-    wm_llama_span span = {lo, hi};
-    if (!nb || cached(&span, 1, true) != hi - lo || populate_piece((void *)lo, hi - lo, false) != 0)
-        return false;
-    ggml_backend_tensor_set(t, (const void *)at, 0, nb);
-    (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    const void *src = wm__llama_map_bring(c->map, it->tensor, nb);
+    if (!src) return false;
+    ggml_backend_tensor_set(t, src, 0, nb);
+    wm__llama_map_drop(src, nb);
     c->done[k] = 1;
     atomic_fetch_add(&c->bytes, nb);
     atomic_fetch_add(&c->converted, 1);

@@ -47,7 +47,9 @@
 typedef struct own_type {
     struct ggml_backend_buffer_type buft; /* first: the wrapper a buft pointer points at */
     ggml_backend_buffer_type_t real;
-    struct ggml_backend_buffer_i iface; /* the real type's buffer's, free_buffer: own_free */
+    struct ggml_backend_buffer_i iface; /* the real type's buffer's, free_buffer: own_free, and
+                                           an extra type's init_tensor: own_init_tensor */
+    enum ggml_status (*real_init)(ggml_backend_buffer_t, struct ggml_tensor *); /* the real one */
 } own_type;
 
 static struct {
@@ -56,7 +58,7 @@ static struct {
     void (*cpu_free)(ggml_backend_buffer_t);
     void *(*cpu_base)(ggml_backend_buffer_t);
     own_type t[MAX_OWN];
-    size_t n;
+    _Atomic size_t n; /* t[0 .. n) made (each whole before n counts it) and never changed */
 } owns = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static own_type *own_of(ggml_backend_buffer_type_t w) { return (own_type *)(void *)w; }
@@ -64,8 +66,19 @@ static own_type *own_of(ggml_backend_buffer_type_t w) { return (own_type *)(void
 static const char *own_name(ggml_backend_buffer_type_t w) {
     return ggml_backend_buft_name(own_of(w)->real);
 }
+/* The load's early conversions (llama_early.c) while llama.cpp makes its model on this thread. */
+static _Thread_local struct wm_llama_early *early_now;
+
+/* An extra type's wrapper during a making with early conversions lays its tensors out on pages
+ * (each tensor's place then starts a page and its size is padded to whole pages: at most a page
+ * more a tensor), so that the pages converted early can be moved into place whole. */
+static bool on_pages(const own_type *o) {
+    return early_now && o->real != ggml_backend_cpu_buffer_type();
+}
+
 static size_t own_alignment(ggml_backend_buffer_type_t w) {
-    return ggml_backend_buft_get_alignment(own_of(w)->real);
+    size_t a = ggml_backend_buft_get_alignment(own_of(w)->real), pg = (size_t)sysconf(_SC_PAGESIZE);
+    return on_pages(own_of(w)) && a < pg ? pg : a;
 }
 static size_t own_max_size(ggml_backend_buffer_type_t w) {
     return ggml_backend_buft_get_max_size(own_of(w)->real);
@@ -183,7 +196,10 @@ static own_header *header_of(ggml_backend_buffer_t b) {
     return (own_header *)(void *)((char *)b->context - shift - pg);
 }
 
+static void forget_early(ggml_backend_buffer_t b);
+
 static void own_free(ggml_backend_buffer_t b) {
+    forget_early(b); /* (a making that failed after this buffer was made) */
     size_t pg = (size_t)sysconf(_SC_PAGESIZE), shift = (uintptr_t)b->context % pg;
     own_header *h = header_of(b);
     struct wm_llama_map *map = h->map;
@@ -208,13 +224,29 @@ static char *own_map(size_t size) {
     return base;
 }
 
+/* The buffers made with the wrapper's type during a making with early conversions (ggml's
+ * allocator takes a buffer's alignment from its type: ggml-alloc.c ggml_tallocr_new), given the
+ * real type by wm__llama_own_early_end. */
+#define MAX_EARLY_BUFFERS 64
+static _Thread_local ggml_backend_buffer_t early_bufs[MAX_EARLY_BUFFERS];
+static _Thread_local size_t early_n;
+
+static void forget_early(ggml_backend_buffer_t b) {
+    for (size_t k = early_n; k-- > 0;)
+        if (early_bufs[k] == b) early_bufs[k] = early_bufs[--early_n];
+}
+
 static ggml_backend_buffer_t own_alloc(ggml_backend_buffer_type_t w, size_t size) {
     own_type *o = own_of(w);
     size_t shift = own_shift(notes_now, w, size), pg = (size_t)sysconf(_SC_PAGESIZE);
     if (shift + size < size) return NULL;
+    bool pages = on_pages(o) && early_n < MAX_EARLY_BUFFERS;
+    if (pages) shift = 0; /* (a page-aligned type's notes can shift nothing anyway) */
     char *map = own_map(shift + size);
     if (!map) return NULL;
-    ggml_backend_buffer_t b = ggml_backend_buffer_init(o->real, o->iface, map + shift, size);
+    ggml_backend_buffer_t b =
+        ggml_backend_buffer_init(pages ? w : o->real, o->iface, map + shift, size);
+    if (b && pages) early_bufs[early_n++] = b;
     if (!b) {
         munmap(map - pg, pg + own_len(shift + size));
         return NULL;
@@ -227,6 +259,21 @@ static ggml_backend_buffer_t own_alloc(ggml_backend_buffer_type_t w, size_t size
         atomic_fetch_add(&own_live, (uint64_t)header_of(b)->counted);
     }
     return b;
+}
+
+/* An extra type's tensor just given its place: the real type's init_tensor (its repack traits),
+ * then, during a making with early conversions, its pages moved in where they were converted
+ * early (wm__llama_early_place). */
+static enum ggml_status own_init_tensor(ggml_backend_buffer_t b, struct ggml_tensor *t) {
+    const own_type *o = NULL;
+    for (size_t k = 0, n = atomic_load(&owns.n); k < n && !o; k++)
+        if (b->buft == &owns.t[k].buft || b->buft == owns.t[k].real) o = &owns.t[k];
+    if (!o) return GGML_STATUS_FAILED; /* cannot be: only the wrappers' buffers call it */
+    enum ggml_status st = o->real_init ? o->real_init(b, t) : GGML_STATUS_SUCCESS;
+    if (st == GGML_STATUS_SUCCESS && early_now && b->buft == &o->buft &&
+        !wm__llama_early_place(early_now, o->real, b, t))
+        st = GGML_STATUS_ALLOC_FAILED; /* its place lost its pages */
+    return st;
 }
 
 /* The real type's buffer functions, read from a small buffer of it, if it holds what a CPU
@@ -272,6 +319,8 @@ ggml_backend_buffer_type_t wm__llama_own_type(const extras *x, ggml_backend_buff
         if (probe(real, &o->iface)) {
             o->real = real;
             o->iface.free_buffer = own_free;
+            o->real_init = o->iface.init_tensor;
+            if (real != ggml_backend_cpu_buffer_type()) o->iface.init_tensor = own_init_tensor;
             o->buft.iface = (struct ggml_backend_buffer_type_i){
                 .get_name = own_name,
                 .alloc_buffer = own_alloc,
@@ -319,6 +368,44 @@ void wm__llama_notes_end(void) {
     wm__llama_pages_free(ns->e, ns->len);
     ns->e = NULL;
 }
+
+void wm__llama_own_early_begin(struct wm_llama_early *e) {
+    early_now = e;
+    early_n = 0;
+}
+
+void wm__llama_own_early_end(void) {
+    for (size_t k = 0; k < early_n; k++)
+        early_bufs[k]->buft = own_of(early_bufs[k]->buft)->real;
+    early_n = 0;
+    early_now = NULL;
+}
+
+ggml_backend_buffer_type_t wm__llama_own_real(ggml_backend_buffer_type_t w) {
+    for (size_t k = 0, n = atomic_load(&owns.n); k < n; k++)
+        if (w == &owns.t[k].buft) return owns.t[k].real;
+    return w;
+}
+
+/* A buffer struct of ggml's (its internal layout) in a page of the bridge's, over pages that are
+ * not its own: the real type's, with its functions but free_buffer (never called). */
+ggml_backend_buffer_t wm__llama_own_scratch(ggml_backend_buffer_type_t w, void *base, size_t size) {
+    const own_type *o = NULL;
+    for (size_t k = 0, n = atomic_load(&owns.n); k < n && !o; k++)
+        if (w == &owns.t[k].buft) o = &owns.t[k];
+    ggml_backend_buffer_t b = o ? wm__llama_pages(sizeof *b) : NULL;
+    if (!b) return NULL;
+    *b = (struct ggml_backend_buffer){.iface = o->iface,
+                                      .buft = o->real,
+                                      .context = base,
+                                      .size = size,
+                                      .usage = GGML_BACKEND_BUFFER_USAGE_WEIGHTS};
+    b->iface.init_tensor = o->real_init;
+    b->iface.free_buffer = NULL;
+    return b;
+}
+
+void wm__llama_own_scratch_free(ggml_backend_buffer_t b) { wm__llama_pages_free(b, sizeof *b); }
 #else
 void wm__llama_notes_begin(const wm_file *f, struct wm_llama_map *map) { (void)f, (void)map; }
 void wm__llama_notes_end(void) {}
@@ -337,6 +424,17 @@ bool wm__llama_is_own(ggml_backend_buffer_t b) {
     (void)b;
     return false;
 }
+
+void wm__llama_own_early_begin(struct wm_llama_early *e) { (void)e; }
+void wm__llama_own_early_end(void) {}
+ggml_backend_buffer_type_t wm__llama_own_real(ggml_backend_buffer_type_t w) { return w; }
+
+ggml_backend_buffer_t wm__llama_own_scratch(ggml_backend_buffer_type_t w, void *base, size_t size) {
+    (void)w, (void)base, (void)size;
+    return NULL;
+}
+
+void wm__llama_own_scratch_free(ggml_backend_buffer_t b) { (void)b; }
 
 uint64_t wm__llama_own_bytes(void) { return 0; }
 #endif

@@ -120,6 +120,12 @@ typedef struct wm_llama_stats {
     size_t repacked_mapped;         /* tensors */
     uint64_t bytes_repacked_mapped; /* their bytes (not in bytes_read) */
     double seconds_repacked_mapped; /* that conversion, start to end (before seconds_read) */
+    /* added in 1.8.4: of those, converted while llama.cpp made the model, into pages moved into
+     * their places as it made the buffers (docs/LLAMA.md, "Warm loads: the conversion beside the
+     * making"); repacked_mapped and bytes_repacked_mapped count them too */
+    size_t repacked_early;
+    uint64_t bytes_repacked_early;
+    double seconds_early; /* from the making's start to the last of those conversions */
 } wm_llama_stats;
 
 #define WM_LLAMA_STATS_INIT WM_SIZED_INIT(wm_llama_stats)

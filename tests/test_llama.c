@@ -540,7 +540,10 @@ WM_TEST(progress_cancels) {
         o.stats = &s;
         struct llama_model *m = NULL;
         wm_error err;
-        CHECK_STATUS(wm_llama_load(path, &p, &o, &m, &err), WM_ECANCELED);
+        wm__llama_test_early = 0; /* converted after the making: progress tensor by tensor */
+        wm_status st = wm_llama_load(path, &p, &o, &m, &err);
+        wm__llama_test_early = -1;
+        CHECK_STATUS(st, WM_ECANCELED);
         CHECK(m == NULL);
         CHECK(last >= 0.5f && last < 1.0f);
         CHECK_EQ(wmt_count_file_maps(path), 0);
@@ -1058,7 +1061,9 @@ static void sweep_mapped(int mode) {
                    .cycle = 1};
     static const int errs[] = {EIO, ENOMEM};
     wmt_sweep_result res = {0};
+    wm__llama_test_early = 1; /* every repacked tensor converted early: its calls every run */
     wmt_sweep_any(&s, errs, 2, &res);
+    wm__llama_test_early = -1;
     CHECK(res.counts[WM_OS_MAP] >= 1 && res.counts[WM_OS_ADVISE] >= 1);
     if (mode == LLAMA_LOAD_MODE_MMAP_MLOCK) CHECK(res.counts[WM_OS_LOCK] >= 1);
     CHECK(res.failed > 0);
@@ -1292,10 +1297,13 @@ static void mapped_beside_gpu(const char *path) {
 
 /* The mmap mode on the CPU with its weights repacked (the CPU's extra buffer types): the populate
  * maps only the tensors that stay mapped, never the repacked ones' pages, which are read as in
- * the read modes. The bound: the mapped tensors' ranges, each widened to the 64 KiB around it (a
- * fault maps the page cache's pages around it up to fault_around_bytes, 64 KiB by default),
- * merged. (A huge folio the kernel maps whole would need 2 MiB; neither this VM nor the GPU host
- * maps the file's folios by PMD: FilePmdMapped stays 0.)
+ * the read modes or converted from the mapping and unmapped again. The bound: the mapped
+ * tensors' ranges on whole pages, merged. A fault (and a populate) maps the page cache's pages
+ * around it too, up to fault_around_bytes (64 KiB by default), into the repacked neighbours'
+ * ranges: the load unmaps those once it is done (bridge/llama_map.c wm__llama_map_keep_only;
+ * without it, 1.8.3, 0.9-1.2 MiB of a 64 MiB model stayed mapped over this bound). (A huge folio
+ * the kernel maps whole would need 2 MiB; neither this VM nor the GPU host maps the file's folios
+ * by PMD: FilePmdMapped stays 0.)
  * The tensors that stay mapped are those no extra buffer type takes (llama_place.c's rule, the
  * same the bridge uses to place them), checked against what llama.cpp did: as many repacked as
  * the rule names. On a CPU whose ggml repacks nothing the bound is the whole file and the test
@@ -1317,7 +1325,7 @@ static void mapped_repacked_not_populated(const char *path) {
     CHECK_EQ(wm_file_open(path, &f, NULL), WM_OK);
     extras x;
     wm__llama_cpu_extras(&x);
-    const uint64_t around = (uint64_t)64 << 10;
+    const uint64_t around = (uint64_t)sysconf(_SC_PAGESIZE);
     uint64_t bound = 0, end = 0, file = 0;
     size_t repacked = 0;
     for (size_t i = 0; i < wm_file_tensor_count(f); i++) { /* in file order */
@@ -1481,6 +1489,77 @@ WM_TEST(mapped_repacked_from_the_mapping_q4_0) { /* a copy: the fixture's pages 
 WM_TEST(mapped_repacked_from_the_mapping_make_model) {
     repacked_from_the_mapping(wmt_make_model("m.gguf", "--size 64M"), true);
     repacked_from_the_mapping(wmt_make_model("s.gguf", "--size 16M --seed 3"), true);
+}
+
+static bool keep_progress(float f, void *user) {
+    *(float *)user = f;
+    return true;
+}
+
+/* The mmap mode's repacked tensors, warm, converted while llama.cpp makes the model and their
+ * pages moved into their places as it makes the buffers (bridge/llama_early.c); each place here
+ * waits for its tensor's conversion (wm__llama_test_early 1), so that all of them are converted
+ * early on any machine. Every repacked tensor early (and from the mapping), nothing read, the
+ * progress at 1, the same greedy tokens and first logits as llama.cpp's own mmap load, and after
+ * the free no mapping of the file and the ledger empty. Off (0): none early, the same tokens.
+ * Without the early start no tensor is early; without the move (the pages converted but left in
+ * the scratch) neither, and each is converted again after the making; a move into the wrong
+ * place, or from pages the conversion had not finished, changes the tokens. */
+static void converted_early(const char *path) {
+    setup();
+    size_t size_read = 0;
+    free(wmt_read_file(path, &size_read)); /* warm */
+    decoded ref;
+    by_llama(path, LLAMA_LOAD_MODE_MMAP, &ref);
+    for (int on = 1; on >= 0; on--) {
+        struct llama_model_params p = cpu_params();
+        p.load_mode = LLAMA_LOAD_MODE_MMAP;
+        float last = -1;
+        p.progress_callback = keep_progress;
+        p.progress_callback_user_data = &last;
+        wm_llama_stats s = WM_LLAMA_STATS_INIT;
+        wm_llama_options o = WM_LLAMA_OPTIONS_INIT;
+        o.stats = &s;
+        o.threads = 2;
+        struct llama_model *m = NULL;
+        wm_error err;
+        wm__llama_test_early = on;
+        wm_status st = wm_llama_load(path, &p, &o, &m, &err);
+        wm__llama_test_early = -1;
+        CHECK_MSG(st == WM_OK, "%s", err.msg);
+        fprintf(stderr, "%s: %zu repacked, %zu early (%llu bytes, %.1f ms), %llu bytes read\n",
+                on ? "early" : "off", s.repacked, s.repacked_early,
+                (unsigned long long)s.bytes_repacked_early, s.seconds_early * 1e3,
+                (unsigned long long)s.bytes_read);
+        if (!s.repacked) {
+            fprintf(stderr, "(this CPU's ggml repacks nothing of %s: nothing to tell)\n", path);
+            llama_model_free(m);
+            break;
+        }
+        CHECK_EQ(s.repacked_mapped, s.repacked);
+        CHECK_EQ(s.bytes_read, 0);
+        if (on) {
+            CHECK_EQ(s.repacked_early, s.repacked);
+            CHECK_EQ(s.bytes_repacked_early, s.bytes_repacked_mapped);
+            CHECK(s.seconds_early > 0);
+        } else {
+            CHECK_EQ(s.repacked_early, 0);
+            CHECK_EQ(s.bytes_repacked_early, 0);
+        }
+        CHECK(last == 1.0f);
+        same_then_freed(m, &ref, "converted early against llama.cpp's mmap", path);
+    }
+    free(ref.first);
+}
+
+WM_TEST(mapped_repacked_converted_early_q4_0) { /* a copy: the fixture's pages are shared */
+    const char *path = wmt_tmp("q4_0.gguf");
+    wmt_copy_file(wmt_fixture("gguf/stories260K-q4_0.gguf"), path);
+    converted_early(path);
+}
+WM_TEST(mapped_repacked_converted_early_make_model) {
+    converted_early(wmt_make_model("m.gguf", "--size 64M"));
+    converted_early(wmt_make_model("s.gguf", "--size 16M --seed 3"));
 }
 WM_TEST(mapped_beside_gpu_f32) { mapped_beside_gpu(wmt_fixture("gguf/stories260K.gguf")); }
 WM_TEST(mapped_beside_gpu_q4_0) { mapped_beside_gpu(wmt_fixture("gguf/stories260K-q4_0.gguf")); }
