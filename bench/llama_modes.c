@@ -154,12 +154,13 @@ static result load_once(const char *path, int mode, bool bridge) {
         r.fell_back = (int)st.load_mode_fell_back;
         fprintf(stderr,
                 "  wm_llama_load %s: model %.1f ms, reads %.1f ms (%.1f MiB), populate %.1f ms "
-                "(%u threads, %.1f of %.1f MiB cached), from the mapping %.1f ms (%.1f MiB), "
-                "trim %.1f ms\n",
+                "(%u threads, %.1f of %.1f MiB cached), from the mapping %.1f ms (%.1f MiB; "
+                "%.1f MiB during the making, %.1f ms), trim %.1f ms\n",
                 mode_names[mode], st.seconds_model * 1e3, st.seconds_read * 1e3,
                 (double)st.bytes_read / 1048576.0, st.seconds_populate * 1e3, st.populate_threads,
                 (double)st.bytes_mapped_cached / 1048576.0, (double)st.bytes_mapped / 1048576.0,
                 st.seconds_repacked_mapped * 1e3, (double)st.bytes_repacked_mapped / 1048576.0,
+                (double)st.bytes_repacked_early / 1048576.0, st.seconds_early * 1e3,
                 st.seconds_trim * 1e3);
     } else {
         m = llama_model_load_from_file(path, p);

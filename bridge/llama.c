@@ -572,8 +572,10 @@ static wm_status make_model(load *l, struct llama_model **model, wm_error *err) 
          * "avoid using a host buffer when using mmap") */
         if (l->cpu_layers >= 0) p.no_host = true;
         if (own_cpu) wm__llama_notes_begin(l->f, l->map); /* laid out as the file; mapped */
-        /* warm repacked tensors converted meanwhile, moved into their places (llama_early.c) */
-        if (own_cpu && repack && l->map && !l->populate_whole && wm__llama_test_early != 0)
+        /* a cached file's repacked tensors converted meanwhile, moved into their places
+         * (llama_early.c); a cold file's disk time is the load's, and its reads' */
+        if (own_cpu && repack && l->map && !l->populate_whole && l->populate &&
+            !wm__llama_populate_cold(l->populate) && wm__llama_test_early != 0)
             l->early = wm__llama_early_start(l->f, l->map, l->pop, &l->x, own, l->o.threads);
         wm__llama_own_early_begin(l->early);
         char why[200];

@@ -223,6 +223,8 @@ struct wm_llama_populate *wm__llama_populate_start(const struct wm_llama_map *ma
 /* Where the sample found the spans cached, _start starts no thread: _go does (a no-op once they
  * run; _finish does the pieces itself where no thread ever started). */
 void wm__llama_populate_go(struct wm_llama_populate *p);
+/* Whether the sample found the spans cold (NULL: false). */
+bool wm__llama_populate_cold(const struct wm_llama_populate *p);
 wm_status wm__llama_populate_finish(struct wm_llama_populate *p, bool stop, const char *path,
                                     wm_llama_stats *s, wm_error *err);
 /* The mapped modes' repacked tensors (those of items[0 .. n), the read's, flagged

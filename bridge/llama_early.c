@@ -50,7 +50,7 @@ struct wm_llama_early {
     size_t scratch_map_len, scratch_len;  /* (scratch_len: the tensors' pages, from scratch) */
     ggml_backend_buffer_t buf[MAX_EXTRA]; /* the scratch as a buffer of each extra type */
     _Atomic size_t next;
-    _Atomic int stop;
+    _Atomic int stop; /* the making reached its buffers (or ended): no conversion begins */
     pthread_mutex_t lock;
     pthread_cond_t ended; /* a CONVERTING tensor's end */
     pthread_t th[MAX_EARLY_THREADS];
@@ -158,7 +158,7 @@ static void convert(struct wm_llama_early *e, size_t j) {
 static void *early_thread(void *arg) {
     struct wm_llama_early *e = arg;
     for (size_t j; !atomic_load(&e->stop) && (j = atomic_fetch_add(&e->next, 1)) < e->n;)
-        convert(e, j);
+        if (!atomic_load(&e->stop)) convert(e, j);
     return NULL;
 }
 
@@ -221,6 +221,11 @@ bool wm__llama_early_place(struct wm_llama_early *e, ggml_backend_buffer_type_t 
     bool fits = x->real == real && same_shape(&x->t, t) && at % pg == 0 && at >= base &&
                 (size + pg - 1) / pg * pg == x->len && x->len <= end - at;
     bool wait_all = wm__llama_test_early == 1 && fits;
+    /* The places come in llama.cpp's order, much the file's: a conversion begun now would be the
+     * next place's, which would wait for it, and so on (the making then waits for every
+     * conversion left, one at a time). Those left are converted after the making, by every
+     * thread at once. */
+    if (!wait_all) atomic_store(&e->stop, 1);
     int s = WAITING;
     if ((!wait_all && atomic_compare_exchange_strong(&x->state, &s, TAKEN)) || !fits) return true;
     pthread_mutex_lock(&e->lock); /* its conversion (or, wait_all, any to come) ends */

@@ -307,6 +307,8 @@ struct wm_llama_populate *wm__llama_populate_start(const struct wm_llama_map *ma
     return p;
 }
 
+bool wm__llama_populate_cold(const struct wm_llama_populate *p) { return p && p->cold; }
+
 void wm__llama_populate_go(struct wm_llama_populate *p) {
     if (!p || p->started) return;
     p->t0 = wm__llama_now();

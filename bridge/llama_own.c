@@ -29,8 +29,13 @@
  * one the bridge was built with: ggml_version() the header's version, the CPU backend's API
  * version the header's, and a probe buffer of each real type that holds what a CPU buffer does
  * (its type, size and base as asked; for an extra type, the CPU buffer's get_base and
- * free_buffer). Where any check fails the type is not wrapped and llama.cpp allocates it, as
- * without the bridge (wm_llama_stats.bytes_own says how many bytes were the bridge's). */
+ * free_buffer; or ggml's AMX type, whose buffer has functions of its own over the same layout:
+ * ggml-cpu/amx/amx.cpp, at the version checked, makes its buffer from ggml_aligned_malloc's
+ * memory, its context that memory, get_base returning it, free_buffer freeing it and nothing
+ * else, every other function working on tensor->data or on the context as the base). Where any
+ * check fails the type is not wrapped and llama.cpp allocates it, as without the bridge
+ * (wm_llama_stats.bytes_own says how many bytes were the bridge's). AMX was not wrapped before
+ * 1.8.4 (its buffers were llama.cpp's: posix_memalign). */
 
 #include "llama_bridge.h"
 
@@ -289,7 +294,8 @@ static bool probe(ggml_backend_buffer_type_t real, struct ggml_backend_buffer_i 
         owns.cpu_free = b->iface.free_buffer;
         owns.cpu_base = b->iface.get_base;
     } else if (ok) {
-        ok = b->iface.free_buffer == owns.cpu_free && b->iface.get_base == owns.cpu_base;
+        ok = (b->iface.free_buffer == owns.cpu_free && b->iface.get_base == owns.cpu_base) ||
+             strcmp(ggml_backend_buft_name(real), "AMX") == 0;
     }
     if (ok) *iface = b->iface;
     ggml_backend_buffer_free(b);

@@ -216,11 +216,9 @@ static void tokens_equal(const char *path) {
               rd.buffers);
     CHECK_MSG(strcmp(lb.buffers, rd.buffers) == 0, "buffers: bridge\n%s\nllama.cpp\n%s", lb.buffers,
               rd.buffers);
-    /* every weight buffer the bridge's own pages (the ggml it was built with), but those of a
-     * buffer type that does not hold its memory as ggml's CPU type does (AMX, on the H200
-     * host's CPU: llama.cpp allocates those) */
-    CHECK_MSG(amx ? s.bytes_own > 0 && s.bytes_own < s.bytes_read
-                  : s.bytes_own >= s.bytes_read && sw.bytes_own >= sw.bytes_read,
+    /* every weight buffer the bridge's own pages (the ggml it was built with); AMX's too since
+     * 1.8.4 (the GPU hosts' CPUs: llama.cpp allocated those before) */
+    CHECK_MSG(s.bytes_own >= s.bytes_read && sw.bytes_own >= sw.bytes_read,
               "own buffers: %llu bytes for %llu read", (unsigned long long)s.bytes_own,
               (unsigned long long)s.bytes_read);
     CHECK_EQ(sl.bytes_own, 0);
@@ -1423,7 +1421,14 @@ static void repacked_from_the_mapping(const char *path, bool pages_apart) {
             CHECK_EQ(s.bytes_read, 0); /* on the CPU every tensor is mapped or repacked */
         } else {
             CHECK_EQ(s.bytes_repacked_mapped + s.bytes_read, all);
-            if (pages_apart && cached)
+            /* (where the populate's faults read around them the whole second half into the
+             * page cache, every tensor found its bytes cached: a 16 MiB file on the GPU host,
+             * whose device reads around more; then the file is all cached, and said) */
+            bool read_around = s.repacked_mapped == s.repacked &&
+                               wmt_cached_bytes(path, data, size - data) == size - data;
+            if (read_around)
+                fprintf(stderr, "half cached: the load's faults read the rest in around them\n");
+            if (pages_apart && cached && !read_around)
                 CHECK(s.repacked_mapped > 0 && s.repacked_mapped < s.repacked);
             if (pages_apart && !cached) CHECK_EQ(s.repacked_mapped, 0);
         }
