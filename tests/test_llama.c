@@ -1365,6 +1365,24 @@ WM_TEST(mapped_repacked_not_populated_make_model) {
     mapped_repacked_not_populated(wmt_make_model("m.gguf", "--size 64M"));
 }
 
+static bool keep_progress(float f, void *user) {
+    *(float *)user = f;
+    return true;
+}
+
+/* wm_llama_load of path in the MMAP mode on the CPU, two threads, the stats in *s; with last, the
+ * progress callback keeps its last value there. */
+static wm_status load_mmap(const char *path, float *last, wm_llama_stats *s, struct llama_model **m,
+                           wm_error *err) {
+    struct llama_model_params p = cpu_params();
+    p.load_mode = LLAMA_LOAD_MODE_MMAP;
+    if (last) p.progress_callback = keep_progress, p.progress_callback_user_data = last;
+    wm_llama_options o = WM_LLAMA_OPTIONS_INIT;
+    o.stats = s;
+    o.threads = 2;
+    return wm_llama_load(path, &p, &o, m, err);
+}
+
 /* The mmap mode's repacked tensors whose bytes the page cache holds are converted straight from
  * the mapping (bridge/llama_map.c, "repacked from the mapping"), the others read (direct I/O where
  * cold), decided tensor by tensor: warm, every repacked tensor from the mapping and nothing read;
@@ -1387,15 +1405,10 @@ static void repacked_from_the_mapping(const char *path, bool pages_apart) {
     uint64_t all = 0;
     for (int cached = 2; cached >= 0; cached--) { /* all of it, the first half, none */
         if (cached < 2) wmt_make_cold(path, data, cached ? (size - data) / 2 : 0);
-        struct llama_model_params p = cpu_params();
-        p.load_mode = LLAMA_LOAD_MODE_MMAP;
         wm_llama_stats s = WM_LLAMA_STATS_INIT;
-        wm_llama_options o = WM_LLAMA_OPTIONS_INIT;
-        o.stats = &s;
-        o.threads = 2;
         struct llama_model *m = NULL;
         wm_error err;
-        CHECK_MSG(wm_llama_load(path, &p, &o, &m, &err) == WM_OK, "%s", err.msg);
+        CHECK_MSG(load_mmap(path, NULL, &s, &m, &err) == WM_OK, "%s", err.msg);
         fprintf(stderr,
                 "%s cached: %zu repacked, %zu of them (%llu bytes) from the mapping, %llu bytes "
                 "read\n",
@@ -1496,11 +1509,6 @@ WM_TEST(mapped_repacked_from_the_mapping_make_model) {
     repacked_from_the_mapping(wmt_make_model("s.gguf", "--size 16M --seed 3"), true);
 }
 
-static bool keep_progress(float f, void *user) {
-    *(float *)user = f;
-    return true;
-}
-
 /* The mmap mode's repacked tensors, warm, converted while llama.cpp makes the model and their
  * pages moved into their places as it makes the buffers (bridge/llama_early.c); each place here
  * waits for its tensor's conversion (wm__llama_test_early 1), so that all of them are converted
@@ -1517,19 +1525,12 @@ static void converted_early(const char *path) {
     decoded ref;
     by_llama(path, LLAMA_LOAD_MODE_MMAP, &ref);
     for (int on = 1; on >= 0; on--) {
-        struct llama_model_params p = cpu_params();
-        p.load_mode = LLAMA_LOAD_MODE_MMAP;
         float last = -1;
-        p.progress_callback = keep_progress;
-        p.progress_callback_user_data = &last;
         wm_llama_stats s = WM_LLAMA_STATS_INIT;
-        wm_llama_options o = WM_LLAMA_OPTIONS_INIT;
-        o.stats = &s;
-        o.threads = 2;
         struct llama_model *m = NULL;
         wm_error err;
         wm__llama_test_early = on;
-        wm_status st = wm_llama_load(path, &p, &o, &m, &err);
+        wm_status st = load_mmap(path, &last, &s, &m, &err);
         wm__llama_test_early = -1;
         CHECK_MSG(st == WM_OK, "%s", err.msg);
         fprintf(stderr, "%s: %zu repacked, %zu early (%llu bytes, %.1f ms), %llu bytes read\n",
