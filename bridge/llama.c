@@ -777,8 +777,9 @@ static void populate_unforeseen(load *l) {
 }
 
 /* The mapping's pages in (the populate joined), then what the mode locks: the mapped tensors'
- * ranges, and each of the bridge's own buffers that is not mapped (llama.cpp locks every host
- * buffer it reads). */
+ * ranges, and each of the bridge's own host buffers that is not mapped, as llama.cpp locks each
+ * host buffer it reads (llama-model.cpp load_tensors: `use_mlock && ggml_backend_buffer_is_host`;
+ * the extra types, CPU_REPACK and AMX, are not host, so it locks no repacked buffer; 1.8.3 did). */
 static wm_status populate_and_lock(load *l, wm_error *err) {
     wm_status st = wm__llama_populate_finish(l->populate, false, l->path, &l->stats, err);
     wm_status more =
@@ -797,7 +798,8 @@ static wm_status populate_and_lock(load *l, wm_error *err) {
     size_t n = 0;
     for (size_t i = 0; i < l->rec.n; i++) {
         ggml_backend_buffer_t b = l->rec.t[i]->buffer;
-        bool skip = !wm__llama_is_own(b) || wm__llama_buffer_map(b);
+        bool skip = !wm__llama_is_own(b) || wm__llama_buffer_map(b) ||
+                    !ggml_backend_buffer_is_host(b); /* (the repacked types are not host) */
         for (size_t k = 0; !skip && k < n; k++)
             skip = seen[k] == b;
         if (skip) continue;

@@ -262,10 +262,11 @@ typedef enum wm_llama_prefetch {
  *       from the mapping (caps.buffer_from_host_ptr: Metal, whose buffers llama.cpp's mmap mode
  *       maps too); elsewhere an explicit MMAP fails with WM_EUNSUPPORTED naming the mode and the
  *       reason, before llama.cpp is called.
- *   MLOCK: NONE, then every buffer of the bridge's own pages locked (mlock), as llama.cpp locks
- *       each host buffer (a buffer llama.cpp allocates is not locked: wm_llama_stats.bytes_locked
+ *   MLOCK: NONE, then each host buffer of the bridge's own pages locked (mlock), as llama.cpp
+ *       locks each host buffer (the repacked types' buffers are not host: neither locks them;
+ *       1.8.3 locked them; a buffer llama.cpp allocates is not locked: wm_llama_stats.bytes_locked
  *       counts what is).
- *   MMAP_MLOCK: MMAP, the mapped tensors' ranges locked, and the own buffers that are not mapped.
+ *   MMAP_MLOCK: MMAP, the mapped tensors' ranges locked (no repacked buffer, as in MLOCK).
  *       Over RLIMIT_MEMLOCK both lock what they can, warn in llama.cpp's log (as llama.cpp does)
  *       and go on: wm_llama_stats.lock_short.
  *   NONE, DIRECT_IO: weightmap's reader, as before 1.7 (wm_llama_options.direct_io: AUTO reads

@@ -752,22 +752,25 @@ static bool maps_file(int mode) {
     return mode == LLAMA_LOAD_MODE_MMAP || mode == LLAMA_LOAD_MODE_MMAP_MLOCK;
 }
 
-/* RssAnon of this process (/proc/self/status), bytes. */
-static uint64_t rss_anon(void) {
+/* A figure of /proc/self/status in kB (its line's format, "RssAnon: %llu kB"), bytes. */
+static uint64_t status_bytes(const char *format) {
     FILE *f = fopen("/proc/self/status", "r");
     CHECK(f != NULL);
     char line[256];
     unsigned long long kb = 0;
     while (fgets(line, sizeof line, f))
-        if (sscanf(line, "RssAnon: %llu kB", &kb) == 1) break;
+        if (sscanf(line, format, &kb) == 1) break;
     fclose(f);
     return (uint64_t)kb << 10;
 }
+
+static uint64_t rss_anon(void) { return status_bytes("RssAnon: %llu kB"); }
 
 typedef struct in_mode {
     decoded d;
     uint64_t anon;    /* RssAnon while loaded, over the process's before the load */
     int maps, not_rs; /* the file's regions while loaded, and those not r--s */
+    uint64_t locked;  /* VmLck while loaded */
     wm_llama_stats s;
 } in_mode;
 
@@ -793,6 +796,7 @@ static void load_in_child(const char *path, int mode, bool bridge, in_mode *r, i
     }
     uint64_t after = rss_anon();
     r->anon = after > before ? after - before : 0; /* malloc may give back more than it takes */
+    r->locked = status_bytes("VmLck: %llu kB");
     r->maps = wmt_count_file_maps_of(path, &r->not_rs);
     keep_buffers(&r->d);
     greedy(m, &r->d);
@@ -834,6 +838,9 @@ static void load_in_mode(const char *path, int mode, bool bridge, in_mode *r) {
         CHECK_EQ(r->s.load_mode_asked, mode);
     }
 }
+
+/* What the bridge may lock more than llama.cpp: a page at each end of each buffer and range. */
+#define LOCK_SLACK ((uint64_t)64 << 10)
 
 /* What the anonymous memory of a load through the bridge may exceed llama.cpp's own load in the
  * same mode by (RssAnon while loaded, over the process's before, each load in a fresh child): the
@@ -881,17 +888,27 @@ static void modes_equal(const char *path) {
         }
         if (mode == LLAMA_LOAD_MODE_MLOCK || mode == LLAMA_LOAD_MODE_MMAP_MLOCK)
             CHECK(wm.s.bytes_locked > 0 || wm.s.lock_short);
+        /* locked what llama.cpp locks, no more: its host buffers (not the repacked ones, whose
+         * types are not host: 1.8.3 locked those too), and of the mapping the tensors used from
+         * it (llama.cpp locks the mapping from its start to the last of those, repacked ranges
+         * between included), each rounded to pages */
+        if (!wm.s.lock_short)
+            CHECK_MSG(wm.locked <= ll.locked + LOCK_SLACK,
+                      "%s: %llu KiB locked through the bridge, %llu KiB by llama.cpp",
+                      llama_load_mode_name((enum llama_load_mode)mode),
+                      (unsigned long long)(wm.locked >> 10), (unsigned long long)(ll.locked >> 10));
         CHECK_MSG(!JUDGE_ANON || wm.anon <= ll.anon + ANON_SLACK,
                   "%s: RssAnon +%llu KiB while loaded through the bridge, +%llu KiB by llama.cpp",
                   llama_load_mode_name((enum llama_load_mode)mode),
                   (unsigned long long)(wm.anon >> 10), (unsigned long long)(ll.anon >> 10));
         fprintf(stderr,
                 "%-10s RssAnon +%6llu KiB (llama.cpp +%6llu KiB); regions %d (llama.cpp %d); "
-                "%zu mapped, %llu bytes read, %llu locked%s\n",
+                "%zu mapped, %llu bytes read, %llu locked%s; VmLck %llu KiB (llama.cpp %llu)\n",
                 llama_load_mode_name((enum llama_load_mode)mode),
                 (unsigned long long)(wm.anon >> 10), (unsigned long long)(ll.anon >> 10), wm.maps,
                 ll.maps, wm.s.mapped, (unsigned long long)wm.s.bytes_read,
-                (unsigned long long)wm.s.bytes_locked, wm.s.lock_short ? " (lock short)" : "");
+                (unsigned long long)wm.s.bytes_locked, wm.s.lock_short ? " (lock short)" : "",
+                (unsigned long long)(wm.locked >> 10), (unsigned long long)(ll.locked >> 10));
         free(ll.d.first), free(wm.d.first);
     }
 }
