@@ -18,8 +18,6 @@
  */
 #include "llama_bridge.h"
 
-#include <dirent.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -38,42 +36,6 @@ void *wm__llama_pages(size_t len) {
 
 void wm__llama_pages_free(void *p, size_t len) {
     if (p) munmap(p, len ? len : 1);
-}
-
-/* ---- huge pages ---- */
-
-const char *wm__llama_test_sysfs = NULL;
-
-/* Whether a virtio balloon of this machine offers free page reporting (VIRTIO_BALLOON_F_REPORTING,
- * feature bit 5: sysfs's features string, a '0' or '1' per bit). Linux only. */
-static bool balloon_reports(void) {
-#ifdef __linux__
-    char dir[512];
-    snprintf(dir, sizeof dir, "%s/bus/virtio/drivers/virtio_balloon",
-             wm__llama_test_sysfs ? wm__llama_test_sysfs : "/sys");
-    DIR *d = opendir(dir);
-    if (!d) return false;
-    bool reports = false;
-    for (struct dirent *e; !reports && (e = readdir(d));) {
-        if (strncmp(e->d_name, "virtio", 6) != 0) continue;
-        char path[1024], bits[64] = "";
-        snprintf(path, sizeof path, "%s/%s/features", dir, e->d_name);
-        FILE *f = fopen(path, "re");
-        if (!f) continue;
-        if (fgets(bits, sizeof bits, f)) reports = strlen(bits) > 5 && bits[5] == '1';
-        fclose(f);
-    }
-    closedir(d);
-    return reports;
-#else
-    return false;
-#endif
-}
-
-void wm__llama_advise_huge(void *p, size_t len) {
-    const uintptr_t huge = (uintptr_t)2 << 20;
-    uintptr_t lo = ((uintptr_t)p + huge - 1) / huge * huge, hi = ((uintptr_t)p + len) / huge * huge;
-    if (hi > lo && !balloon_reports()) (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
 }
 
 double wm__llama_now(void) {
@@ -418,9 +380,9 @@ static wm_status make_items(load *l, wm_error *err) {
 /* llama.cpp's host buffers are fresh malloc'd memory: filling them faults a 4 KiB page at a
  * time, which bounds a warm load (docs/LLAMA.md, "Cold loads: prefetch and prefault"). Each buffer
  * an item reads into is advised huge pages first (the whole 2 MiB pages inside it: a hint on memory
- * that the weights fill whole, which llama.cpp frees with the model), but on a VM whose balloon
- * reports free pages (wm__llama_advise_huge). */
+ * that the weights fill whole, which llama.cpp frees with the model). */
 static void advise_buffers(const load *l) {
+    const size_t huge = (size_t)2 << 20;
     ggml_backend_buffer_t done[16];
     size_t n_done = 0;
     for (size_t i = 0; i < l->n_items; i++) {
@@ -431,7 +393,11 @@ static void advise_buffers(const load *l) {
             seen = seen || done[k] == b;
         if (seen) continue;
         if (n_done < sizeof done / sizeof *done) done[n_done++] = b;
-        wm__llama_advise_huge(ggml_backend_buffer_get_base(b), ggml_backend_buffer_get_size(b));
+        uintptr_t lo = (uintptr_t)ggml_backend_buffer_get_base(b);
+        uintptr_t hi = lo + ggml_backend_buffer_get_size(b);
+        lo = (lo + huge - 1) / huge * huge;
+        hi = hi / huge * huge;
+        if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
     }
 }
 

@@ -50,15 +50,6 @@
 void *wm__llama_pages(size_t len);
 void wm__llama_pages_free(void *p, size_t len);
 double wm__llama_now(void);
-/* MADV_HUGEPAGE on the whole 2 MiB pages inside [p, p + len): weights fill such memory whole, and
- * the kernel zeroes a huge page in one go where a fault a 4 KiB page costs more. Not on a VM whose
- * balloon reports free pages to its host (virtio_balloon's free page reporting): the host drops
- * each free 2 MiB block, and the first touch of a huge page made of one faults on the host 4 KiB
- * at a time (0.33-0.43 GB/s against 3.3-4.7 for 4 KiB pages on the development VM: a warm NONE
- * load of the 1.2 GiB model 1.8-2.1 s against 0.37; bench/RESULTS.md, llama, "First touch"). */
-void wm__llama_advise_huge(void *p, size_t len);
-/* For test_llama: the sysfs root that balloon's features are read under (NULL: /sys). */
-extern const char *wm__llama_test_sysfs;
 bool wm__llama_ends_with(const char *s, const char *tail);
 
 /* llama_meta.c: the gguf_context llama.cpp reads the model from (gguf_free frees it). */

@@ -122,7 +122,7 @@ static bool plan(struct wm_llama_early *e, const unsigned char *pop, const extra
     if (!e->scratch_map) return false;
     e->scratch = (char *)(((uintptr_t)e->scratch_map + huge - 1) / huge * huge);
     e->scratch_len = at;
-    wm__llama_advise_huge(e->scratch, at);
+    if (at >= huge) (void)madvise(e->scratch, at / huge * huge, MADV_HUGEPAGE);
     for (size_t j = 0; j < e->n; j++) {
         early_tensor *t = &e->e[j];
         size_t k = 0;

@@ -213,8 +213,8 @@ static void own_free(ggml_backend_buffer_t b) {
     if (map) wm__llama_map_release(map); /* the buffer's reference: the last unmaps the file */
 }
 
-/* size bytes of pages at a 2 MiB boundary (the whole huge pages inside advised:
- * wm__llama_advise_huge) after a header page, or NULL. */
+/* size bytes of pages at a 2 MiB boundary (the whole huge pages inside advised) after a header
+ * page, or NULL. */
 static char *own_map(size_t size) {
     size_t pg = (size_t)sysconf(_SC_PAGESIZE), len = own_len(size), span = pg + len + huge_page;
     if (len < size || span < len) return NULL;
@@ -224,7 +224,7 @@ static char *own_map(size_t size) {
     char *base = (char *)at, *head = base - pg;
     if (head > p) munmap(p, (size_t)(head - p));
     if (p + span > base + len) munmap(base + len, (size_t)(p + span - (base + len)));
-    wm__llama_advise_huge(base, len);
+    if (len >= huge_page) (void)madvise(base, len / huge_page * huge_page, MADV_HUGEPAGE);
     *(own_header *)(void *)head = (own_header){.map = NULL};
     return base;
 }
