@@ -472,8 +472,6 @@ static wm_status from_map(load *l, wm_error *err) {
     l->n_items = kept;
     l->progress_base += l->stats.bytes_repacked_mapped - before;
     wm__llama_pages_free(done, n);
-    /* (the other threads' conversions counted too: the calling thread's last report missed them) */
-    if (!st && l->stats.bytes_repacked_mapped > before && on_progress(l, 0, 0)) st = WM_ECANCELED;
     if (st) return fail(err, WM_ECANCELED, "%s: the progress callback cancelled the load", l->path);
     return WM_OK;
 }
@@ -493,11 +491,12 @@ static wm_status read_all(load *l, wm_error *err) {
     ro.progress = on_progress;
     ro.progress_user = l;
     advise_buffers(l);
-    /* the bytes converted during the making, as progress (the callback may cancel there) */
-    if (l->stats.bytes_repacked_early && on_progress(l, 0, 0))
-        return fail(err, WM_ECANCELED, "%s: the progress callback cancelled the load", l->path);
     wm_status st = from_map(l, err);
     if (st) return st;
+    /* what was converted from the mapping, as progress: during the making (llama_early.c), and
+     * by from_map's other threads (its calling thread reported its own); may cancel */
+    if (l->stats.bytes_repacked_mapped && on_progress(l, 0, 0))
+        return fail(err, WM_ECANCELED, "%s: the progress callback cancelled the load", l->path);
     double t0 = wm__llama_now();
     st = wm_file_read_tensors(l->f, l->items, l->n_items, &ro, err);
     l->stats.seconds_read = wm__llama_now() - t0;

@@ -36,6 +36,7 @@ typedef struct early_tensor {
     size_t index;
     size_t len;                      /* its scratch: whole pages */
     ggml_backend_buffer_type_t real; /* the extra type */
+    size_t extra;                    /* its index in the extras */
     _Atomic int state;
 } early_tensor;
 
@@ -62,8 +63,8 @@ struct wm_llama_early {
 
 static size_t page(void) { return (size_t)sysconf(_SC_PAGESIZE); }
 
-/* The tensor the file holds as index i (type and shape), with its data at `data` in buf. */
-static void file_tensor(struct ggml_tensor *t, const wm_tensor_info *ti, const char *name) {
+/* The tensor as the file holds it (its name, type and shape; contiguous, no data yet). */
+static void file_tensor(struct ggml_tensor *t, const wm_tensor_info *ti) {
     memset(t, 0, sizeof *t);
     t->type = (enum ggml_type)ti->type;
     for (int d = 0; d < GGML_MAX_DIMS; d++)
@@ -72,7 +73,7 @@ static void file_tensor(struct ggml_tensor *t, const wm_tensor_info *ti, const c
     t->nb[1] = t->nb[0] * (size_t)(t->ne[0] / ggml_blck_size(t->type));
     for (int d = 2; d < GGML_MAX_DIMS; d++)
         t->nb[d] = t->nb[d - 1] * (size_t)t->ne[d - 1];
-    snprintf(t->name, sizeof t->name, "%s", name);
+    snprintf(t->name, sizeof t->name, "%s", ti->name);
 }
 
 static void early_free(struct wm_llama_early *e) {
@@ -105,9 +106,10 @@ static bool plan(struct wm_llama_early *e, const unsigned char *pop, const extra
         size_t k = pop[i] - (size_t)POP_EXTRA;
         if (wm__llama_own_real(own[k]) != x->buft[k]) continue; /* not the bridge's: no pages */
         early_tensor *t = &e->e[e->n];
-        file_tensor(&t->t, &ti, ti.name);
+        file_tensor(&t->t, &ti);
         t->index = i;
         t->real = x->buft[k];
+        t->extra = k;
         size_t size = ggml_backend_buft_get_alloc_size(t->real, &t->t);
         t->len = (size + pg - 1) / pg * pg;
         t->t.data = (void *)(uintptr_t)at; /* an offset until the scratch exists */
@@ -125,9 +127,7 @@ static bool plan(struct wm_llama_early *e, const unsigned char *pop, const extra
     if (at >= huge) (void)madvise(e->scratch, at / huge * huge, MADV_HUGEPAGE);
     for (size_t j = 0; j < e->n; j++) {
         early_tensor *t = &e->e[j];
-        size_t k = 0;
-        while (x->buft[k] != t->real)
-            k++;
+        size_t k = t->extra;
         if (!e->buf[k] && !(e->buf[k] = wm__llama_own_scratch(own[k], e->scratch, at)))
             return false;
         t->t.buffer = e->buf[k];

@@ -269,10 +269,15 @@ static ggml_backend_buffer_t own_alloc(ggml_backend_buffer_type_t w, size_t size
 /* An extra type's tensor just given its place: the real type's init_tensor (its repack traits),
  * then, during a making with early conversions, its pages moved in where they were converted
  * early (wm__llama_early_place). */
+/* The wrapper whose buffer type (or real type) t is, or NULL. */
+static const own_type *own_find(ggml_backend_buffer_type_t t) {
+    for (size_t k = 0, n = atomic_load(&owns.n); k < n; k++)
+        if (t == &owns.t[k].buft || t == owns.t[k].real) return &owns.t[k];
+    return NULL;
+}
+
 static enum ggml_status own_init_tensor(ggml_backend_buffer_t b, struct ggml_tensor *t) {
-    const own_type *o = NULL;
-    for (size_t k = 0, n = atomic_load(&owns.n); k < n && !o; k++)
-        if (b->buft == &owns.t[k].buft || b->buft == owns.t[k].real) o = &owns.t[k];
+    const own_type *o = own_find(b->buft);
     if (!o) return GGML_STATUS_FAILED; /* cannot be: only the wrappers' buffers call it */
     enum ggml_status st = o->real_init ? o->real_init(b, t) : GGML_STATUS_SUCCESS;
     if (st == GGML_STATUS_SUCCESS && early_now && b->buft == &o->buft &&
@@ -388,17 +393,14 @@ void wm__llama_own_early_end(void) {
 }
 
 ggml_backend_buffer_type_t wm__llama_own_real(ggml_backend_buffer_type_t w) {
-    for (size_t k = 0, n = atomic_load(&owns.n); k < n; k++)
-        if (w == &owns.t[k].buft) return owns.t[k].real;
-    return w;
+    const own_type *o = own_find(w);
+    return o ? o->real : w;
 }
 
 /* A buffer struct of ggml's (its internal layout) in a page of the bridge's, over pages that are
  * not its own: the real type's, with its functions but free_buffer (never called). */
 ggml_backend_buffer_t wm__llama_own_scratch(ggml_backend_buffer_type_t w, void *base, size_t size) {
-    const own_type *o = NULL;
-    for (size_t k = 0, n = atomic_load(&owns.n); k < n && !o; k++)
-        if (w == &owns.t[k].buft) o = &owns.t[k];
+    const own_type *o = own_find(w);
     ggml_backend_buffer_t b = o ? wm__llama_pages(sizeof *b) : NULL;
     if (!b) return NULL;
     *b = (struct ggml_backend_buffer){.iface = o->iface,
