@@ -1533,8 +1533,9 @@ WM_TEST(mapped_repacked_from_the_mapping_make_model) {
  * progress at 1, the same greedy tokens and first logits as llama.cpp's own mmap load, and after
  * the free no mapping of the file and the ledger empty. Off (0): none early, the same tokens.
  * Without the early start no tensor is early; without the move (the pages converted but left in
- * the scratch) neither, and each is converted again after the making; a move into the wrong
- * place, or from pages the conversion had not finished, changes the tokens. */
+ * the scratch) neither ("0 != 48"), and each is converted again after the making; a neighbour's
+ * pages moved into a place leave tensors not early ("17 != 48"); pages moved before their
+ * conversion ended would change the tokens. */
 static void converted_early(const char *path) {
     setup();
     size_t size_read = 0;
