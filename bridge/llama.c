@@ -460,7 +460,8 @@ static wm_status from_map(load *l, wm_error *err) {
     if (!done) return WM_OK; /* all of them read: only slower */
     uint64_t before = l->stats.bytes_repacked_mapped;
     wm_status st =
-        wm__llama_from_map(l->map, l->items, n, done, l->o.threads, on_progress, l, &l->stats);
+        wm__llama_from_map(l->map, l->items, n, done, wm__llama_populate_brings_more(l->populate),
+                           l->o.threads, on_progress, l, &l->stats);
     /* the read's items: those not converted, in their order */
     size_t kept = 0;
     for (size_t i = 0; i < n; i++) {
@@ -571,11 +572,12 @@ static wm_status make_model(load *l, struct llama_model **model, wm_error *err) 
          * "avoid using a host buffer when using mmap") */
         if (l->cpu_layers >= 0) p.no_host = true;
         if (own_cpu) wm__llama_notes_begin(l->f, l->map); /* laid out as the file; mapped */
-        /* a cached file's repacked tensors converted meanwhile, moved into their places
-         * (llama_early.c); a cold file's disk time is the load's, and its reads' */
+        /* the repacked tensors converted meanwhile, moved into their places (llama_early.c): a
+         * cached file's, or a cold one's as the populate brings their pages in */
+        bool wait = wm__llama_populate_brings_more(l->populate);
         if (own_cpu && repack && l->map && !l->populate_whole && l->populate &&
-            !wm__llama_populate_cold(l->populate) && wm__llama_test_early != 0)
-            l->early = wm__llama_early_start(l->f, l->map, l->pop, &l->x, own, l->o.threads);
+            (wait || !wm__llama_populate_cold(l->populate)) && wm__llama_test_early != 0)
+            l->early = wm__llama_early_start(l->f, l->map, l->pop, &l->x, own, wait, l->o.threads);
         wm__llama_own_early_begin(l->early);
         char why[200];
         double t0 = wm__llama_now();
@@ -710,38 +712,50 @@ const char *wm__llama_cannot_map(const wm_file *f, const struct llama_model_para
 
 /* The populate, from the moment the file is mapped: the whole mapping where the model runs on the
  * CPU and nothing is repacked, else the ranges of the tensors that stay mapped (stays_mapped;
- * llama.cpp's mmap mode populates the whole file, device and repacked tensors too). The
- * repacked tensors' pages are then not mapped, nor read through the page cache when cold (their
- * read is the read modes'): on the 16-CPU GPU host, whose CPU repacks 836 of a 1086 MiB model,
- * the whole mapping's populate outlasted the load warm (200 ms against llama.cpp's 111 for the
- * whole load) and the page cache's path held it under the disk cold (bench/RESULTS.md). */
+ * llama.cpp's mmap mode populates the whole file, device and repacked tensors too) and, where
+ * those are cold, the repacked tensors' ranges after them, in the file's order.
+ *
+ * Warm, the repacked tensors' pages are not mapped in beside the making: on the 16-CPU GPU host,
+ * whose CPU repacks 836 of a 1086 MiB model, the whole mapping's populate outlasted the load (200
+ * ms against llama.cpp's 111 for the whole load); they are converted from the mapping by threads
+ * of their own (llama_early.c, wm__llama_from_map). Cold, every byte comes through the page cache
+ * once, in the file's order from the load's start, and the repacked tensors are converted from
+ * the mapping as their pages come (the conversions fault them in, waiting on the populate's
+ * reads): until 1.8.4 they were read after the making, with direct I/O, and the disk idled while
+ * the making ran (the development VM, 1.2 GiB: 0.70x the disk against 0.81-0.83x, at the page
+ * cache's own speed there; 256 MiB: 0.66x against 0.89x; bench/RESULTS.md). */
 static void start_populate(load *l) {
     if (repacks(l)) wm__llama_cpu_extras(&l->x); /* make_model's too */
     if (l->cpu_layers < 0 && !l->x.n) {
         l->populate_whole = true;
-        l->populate = wm__llama_populate_start(l->map, NULL, 0, l->o.threads, true);
+        l->populate = wm__llama_populate_start(l->map, NULL, 0, NULL, 0, l->o.threads, true);
         return;
     }
-    size_t nt = wm_file_tensor_count(l->f), n = 0, len = (nt ? nt : 1) * sizeof(wm_llama_span);
-    wm_llama_span *spans = wm__llama_pages(len);
+    size_t nt = wm_file_tensor_count(l->f), n = 0, n_more = 0;
+    size_t len = (nt ? nt : 1) * sizeof(wm_llama_span);
+    wm_llama_span *spans = wm__llama_pages(2 * len), *more = spans ? spans + (nt ? nt : 1) : NULL;
     l->pop_len = nt ? nt : 1;
     l->pop = spans ? wm__llama_pages(l->pop_len) : NULL;
     if (!l->pop) { /* the pages come in as they are touched (populate_unforeseen): only slower */
-        wm__llama_pages_free(spans, len);
+        wm__llama_pages_free(spans, 2 * len);
         return;
     }
     for (size_t i = 0; i < nt; i++) {
         wm_tensor_info ti;
         if (wm_file_tensor(l->f, i, &ti) != WM_OK || !ti.nbytes) continue;
         int k = l->cpu_layers < 0 ? wm__llama_extra_for(&l->x, l->f, i, ti.name) : -1;
-        if (k >= 0) l->pop[i] = (unsigned char)(POP_EXTRA + k);
-        if (l->cpu_layers >= 0 ? !wm__llama_host_tensor(ti.name, l->cpu_layers) : k >= 0) continue;
         uintptr_t lo = (uintptr_t)wm__llama_map_tensor(l->map, i);
-        spans[n++] = (wm_llama_span){lo, lo + (uintptr_t)ti.nbytes};
+        wm_llama_span range = {lo, lo + (uintptr_t)ti.nbytes};
+        if (k >= 0) {
+            l->pop[i] = (unsigned char)(POP_EXTRA + k);
+            more[n_more++] = range;
+        }
+        if (l->cpu_layers >= 0 ? !wm__llama_host_tensor(ti.name, l->cpu_layers) : k >= 0) continue;
+        spans[n++] = range;
         l->pop[i] = POP_MAPPED;
     }
-    l->populate = wm__llama_populate_start(l->map, spans, n, l->o.threads, true);
-    wm__llama_pages_free(spans, len);
+    l->populate = wm__llama_populate_start(l->map, spans, n, more, n_more, l->o.threads, true);
+    wm__llama_pages_free(spans, 2 * len);
 }
 
 /* The mapped modes, before llama.cpp is called: the file mapped (or AUTO read instead, where
@@ -771,7 +785,8 @@ static wm_status open_map(load *l, wm_error *err) {
 static void populate_unforeseen(load *l) {
     if (!l->unforeseen || !l->n_spans) return;
     /* (their cached bytes not counted again: the spans include the foreseen ones) */
-    l->populate_more = wm__llama_populate_start(l->map, l->spans, l->n_spans, l->o.threads, false);
+    l->populate_more =
+        wm__llama_populate_start(l->map, l->spans, l->n_spans, NULL, 0, l->o.threads, false);
     wm__llama_populate_go(l->populate_more);
 }
 

@@ -162,10 +162,11 @@ void wm__llama_own_scratch_free(ggml_backend_buffer_t b);
 
 /* Threads (threads - 1 of them, 0: the online CPUs less one; at least one) converting, from the
  * mapping, every tensor pop gives an extra type whose wrapper own[k] is, each whose bytes are all
- * cached, into pages of their own; NULL where none is (nothing held then). Linux only. */
+ * cached (wait: each, its pages faulted in: a cold file's, which the populate brings in), into
+ * pages of their own; NULL where none is (nothing held then). Linux only. */
 struct wm_llama_early *wm__llama_early_start(const wm_file *f, const struct wm_llama_map *map,
                                              const unsigned char *pop, const extras *x,
-                                             ggml_backend_buffer_type_t const *own,
+                                             ggml_backend_buffer_type_t const *own, bool wait,
                                              unsigned threads);
 /* Tensor t just given its place in own buffer b of extra type `real` (its init_tensor, on the
  * making's thread): its converted pages moved there, waiting for its conversion where one runs;
@@ -216,10 +217,16 @@ size_t wm__llama_merge(wm_llama_span *s, size_t n);
  * and returns WM_EIO where a page could not be read (the file cut short under the mapping: said
  * where a touch would have been a SIGBUS). Every start is finished before the mapping can go. */
 struct wm_llama_populate;
-/* spans (n of them; NULL: the whole mapping): the ranges to bring in, copied. */
+/* spans (n of them; NULL: the whole mapping): the ranges to bring in, copied; the sample is of
+ * them. more (n_more, may be NULL): ranges brought in too where the sample finds the spans cold
+ * (the repacked tensors', converted from the mapping as their pages come: a cold file's bytes
+ * all come through the page cache, once, in the file's order), never counted. */
 struct wm_llama_populate *wm__llama_populate_start(const struct wm_llama_map *map,
                                                    const wm_llama_span *spans, size_t n,
+                                                   const wm_llama_span *more, size_t n_more,
                                                    unsigned threads, bool count_cached);
+/* Whether the populate brings the `more` ranges in (NULL: false). */
+bool wm__llama_populate_brings_more(const struct wm_llama_populate *p);
 /* Where the sample found the spans cached, _start starts no thread: _go does (a no-op once they
  * run; _finish does the pieces itself where no thread ever started). */
 void wm__llama_populate_go(struct wm_llama_populate *p);
@@ -229,18 +236,20 @@ wm_status wm__llama_populate_finish(struct wm_llama_populate *p, bool stop, cons
                                     wm_llama_stats *s, wm_error *err);
 /* The mapped modes' repacked tensors (those of items[0 .. n), the read's, flagged
  * WM_READ_SINK_WRITES: ggml tensors in .user, file tensors in .tensor) whose bytes the page cache
- * holds, each converted straight from the mapping by
+ * holds (wait: every one, its pages faulted in: those the populate brings), each converted
+ * straight from the mapping by
  * ggml_backend_tensor_set (its pages mapped in for the call and their entries dropped after), on
  * `threads` threads (0: the online CPUs) with the calling thread among them; done[k] set for each
  * one converted. The rest are the read's. progress (from the calling thread, may be NULL): bytes
  * converted of all the items', non-zero cancels (WM_ECANCELED). Fills s's repacked_mapped
  * fields. */
 wm_status wm__llama_from_map(const struct wm_llama_map *map, const wm_read_item *items, size_t n,
-                             unsigned char *done, unsigned threads, wm_progress_fn progress,
-                             void *progress_user, wm_llama_stats *s);
+                             unsigned char *done, bool wait, unsigned threads,
+                             wm_progress_fn progress, void *progress_user, wm_llama_stats *s);
 /* File tensor `index` (nb bytes) in the mapping, its pages mapped in (one MADV_POPULATE_READ),
- * where the page cache holds every one of them: where its bytes lie; else NULL. */
-const void *wm__llama_map_bring(const struct wm_llama_map *map, size_t index, size_t nb);
+ * where the page cache holds every one of them (wait: in any case, reading or waiting for what
+ * is not): where its bytes lie; else NULL (EFAULT: the file cut short). */
+const void *wm__llama_map_bring(const struct wm_llama_map *map, size_t index, size_t nb, bool wait);
 /* The page-table entries of the pages wholly inside [at, at + nb) dropped again (on a shared file
  * mapping the page cache keeps the pages; the first and last may hold a mapped neighbour's bytes,
  * and stay). */

@@ -52,6 +52,7 @@ struct wm_llama_early {
     ggml_backend_buffer_t buf[MAX_EXTRA]; /* the scratch as a buffer of each extra type */
     _Atomic size_t next;
     _Atomic int stop; /* the making reached its buffers (or ended): no conversion begins */
+    bool wait;        /* cold: the populate brings the tensors' pages in; wait for them */
     pthread_mutex_t lock;
     pthread_cond_t ended; /* a CONVERTING tensor's end */
     pthread_t th[MAX_EARLY_THREADS];
@@ -143,7 +144,7 @@ static void convert(struct wm_llama_early *e, size_t j) {
     int s = WAITING;
     if (!atomic_compare_exchange_strong(&t->state, &s, CONVERTING)) return;
     size_t nb = ggml_nbytes(&t->t);
-    const void *src = wm__llama_map_bring(e->map, t->index, nb);
+    const void *src = wm__llama_map_bring(e->map, t->index, nb, e->wait);
     if (src) {
         ggml_backend_tensor_set(&t->t, src, 0, nb);
         wm__llama_map_drop(src, nb);
@@ -164,10 +165,10 @@ static void *early_thread(void *arg) {
 
 struct wm_llama_early *wm__llama_early_start(const wm_file *f, const struct wm_llama_map *map,
                                              const unsigned char *pop, const extras *x,
-                                             ggml_backend_buffer_type_t const *own,
+                                             ggml_backend_buffer_type_t const *own, bool wait,
                                              unsigned threads) {
 #ifndef __linux__
-    (void)f, (void)map, (void)pop, (void)x, (void)own, (void)threads;
+    (void)f, (void)map, (void)pop, (void)x, (void)own, (void)wait, (void)threads;
     return NULL; /* the move is mremap's */
 #else
     if (!map || !pop || !x->n || !wm_file_tensor_count(f)) return NULL;
@@ -175,6 +176,7 @@ struct wm_llama_early *wm__llama_early_start(const wm_file *f, const struct wm_l
     if (!e) return NULL;
     e->f = f;
     e->map = map;
+    e->wait = wait;
     e->t0 = wm__llama_now();
     atomic_init(&e->next, 0);
     atomic_init(&e->stop, 0);

@@ -120,17 +120,23 @@ void *wm__llama_map_tensor(const struct wm_llama_map *map, size_t index) {
 
 struct wm_llama_populate {
     const struct wm_llama_map *map;
-    wm_llama_span *span; /* the ranges, merged (pages: span_len bytes) */
+    wm_llama_span *span; /* the ranges, merged (pages: span_len bytes), in address order */
     uint64_t *before;    /* per span, the bytes of the spans before it */
+    unsigned char *more; /* per span, 1 where it is of the `more` ranges (not counted) */
     size_t n, span_len;
     uint64_t total;
     bool cold;                     /* under three quarters of a sample cached when it began */
+    bool brings_more;              /* the `more` spans are among them (cold) */
+    atomic_size_t next_edge;       /* edges handed out (populate_edges): 2 a span */
     atomic_uint_fast64_t next;     /* bytes handed out, over the spans in order (each from a
                                       multiple of PIECE: before) */
     atomic_int error;              /* the first errno */
     atomic_int stop;               /* the load failed: hand out no more */
     atomic_uint_fast64_t in_cache; /* bytes the pieces found cached before bringing them in */
-    bool count;                    /* in_cache goes to the stats' bytes_mapped_cached */
+    atomic_uint_fast64_t next_count, counted; /* count_pieces: bytes handed out, pieces done */
+    pthread_mutex_t lock;
+    pthread_cond_t all_counted;
+    bool count; /* in_cache goes to the stats' bytes_mapped_cached */
     pthread_t th[MAX_POPULATE_THREADS];
     struct populate_worker {
         struct wm_llama_populate *p;
@@ -182,16 +188,10 @@ static uint64_t cached(const wm_llama_span *s, size_t n, bool whole) {
 
 /* One piece: MADV_POPULATE_READ (faults the pages in, reading what is not cached, privatising
  * nothing); where the kernel lacks it (EINVAL), MADV_WILLNEED, and the first touches come later.
- * A cold piece is first asked for whole (MADV_WILLNEED: the page cache's readahead of exactly the
- * piece, in requests as big as the device takes), so that its faults find their pages: a fault
- * that finds none reads the window around it (mmap read-around), into the neighbouring tensors
- * that are repacked and read apart, past the cache. On the development VM a cold load of the
- * 1.2 GiB bench model (1086 MiB) read 1147 MiB from the disk without, 1088-1113 with.
  * 0 or an errno (EFAULT: a page past the file's end, which a touch would have taken as SIGBUS). */
-static int populate_piece(void *at, size_t len, bool cold) {
+static int populate_piece(void *at, size_t len) {
     int e = FAULT_ERRNO(ADVISE);
     if (e) return e;
-    if (cold) (void)madvise(at, len, MADV_WILLNEED);
     if (madvise(at, len, MADV_POPULATE_READ) == 0) return 0;
     e = errno;
     if (e == EINTR || e == EAGAIN) return madvise(at, len, MADV_POPULATE_READ) ? errno : 0;
@@ -214,25 +214,91 @@ static bool sampled_cold(const wm_llama_span *s, size_t n) {
     return in * 4 < seen * 3;
 }
 
+/* A cold span's outer edges, asked for ahead of its pieces. A fault that finds no page reads a
+ * window around it: where the mapping is advised huge pages (load_mapped), two 2 MiB folios from
+ * the 2 MiB line of the file at or below it (Linux 6.x's fault path), else the readahead window
+ * around it. At an edge with no span beside it that reads into the neighbouring tensors (on a
+ * GPU, or repacked and warm: read apart, past the page cache), and the next async readahead
+ * further; on the development VM a cold load of the 1.2 GiB bench model read 1147-1155 MiB from
+ * the disk for its 1086. So the first 2 MiB and the last 4 MiB of each such span are asked for
+ * first (MADV_WILLNEED: exactly those pages, in small folios), and the faults within stop there
+ * (1120 MiB). Only the edges: 1.8.4 so asked for every piece, so that the page cache held the
+ * file in small folios: a fill of 1.35-1.75 GB/s against 1.97-2.27 (the same VM, 1.2 GiB, 16
+ * threads, 1 MiB pieces), and a populate of the warm file later mapped it a page an entry (40-48
+ * ms for 1086 MiB, against 0.3-0.6). */
+#define EDGE_HEAD ((uintptr_t)2 << 20)
+#define EDGE_TAIL ((uintptr_t)4 << 20)
+
+static void populate_edges(struct wm_llama_populate *p) {
+    for (;;) {
+        size_t e = atomic_fetch_add(&p->next_edge, 1), k = e / 2;
+        if (e >= 2 * p->n || atomic_load(&p->stop)) return;
+        const wm_llama_span *s = &p->span[k];
+        bool tail = e % 2;
+        /* (a span beside it is brought in too: no neighbour's bytes there) */
+        if (tail ? k + 1 < p->n && p->span[k + 1].lo <= s->hi : k > 0 && p->span[k - 1].hi >= s->lo)
+            continue;
+        uintptr_t head = s->hi - s->lo > EDGE_HEAD ? s->lo + EDGE_HEAD : s->hi;
+        uintptr_t lo = tail ? (s->hi - head > EDGE_TAIL ? s->hi - EDGE_TAIL : head) : s->lo;
+        uintptr_t hi = tail ? s->hi : head;
+        if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_WILLNEED);
+    }
+}
+
+/* The piece at byte `at` of the spans, in span *k; false in the gap before a span. */
+static bool piece_at(const struct wm_llama_populate *p, uint64_t at, wm_llama_span *piece,
+                     size_t *k) {
+    size_t lo = 0, hi = p->n; /* the last span that starts at or before `at` */
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if (p->before[mid] <= at)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    at -= p->before[lo];
+    if (at >= p->span[lo].hi - p->span[lo].lo) return false;
+    size_t left = p->span[lo].hi - p->span[lo].lo - (size_t)at;
+    piece->lo = p->span[lo].lo + (uintptr_t)at;
+    piece->hi = piece->lo + (left < PIECE ? left : PIECE);
+    *k = lo;
+    return true;
+}
+
+/* count_cached: the counted spans' cached bytes, every piece's looked at (mincore) before any
+ * piece is brought in: a fault reads around it (two 2 MiB folios, and ahead), into pieces that
+ * another thread has yet to count. */
+static void count_pieces(struct wm_llama_populate *p) {
+    uint64_t pieces = (p->total + PIECE - 1) / PIECE;
+    for (;;) {
+        uint64_t at = atomic_fetch_add(&p->next_count, PIECE);
+        if (at >= p->total) break;
+        wm_llama_span piece;
+        size_t k;
+        if (piece_at(p, at, &piece, &k) && !p->more[k])
+            atomic_fetch_add(&p->in_cache, cached(&piece, 1, false));
+        if (atomic_fetch_add(&p->counted, 1) + 1 == pieces) {
+            pthread_mutex_lock(&p->lock);
+            pthread_cond_broadcast(&p->all_counted);
+            pthread_mutex_unlock(&p->lock);
+        }
+    }
+    pthread_mutex_lock(&p->lock);
+    while (atomic_load(&p->counted) < pieces)
+        pthread_cond_wait(&p->all_counted, &p->lock);
+    pthread_mutex_unlock(&p->lock);
+}
+
 static void populate_pieces(struct wm_llama_populate *p) {
+    if (p->count) count_pieces(p);
+    if (p->cold) populate_edges(p);
     for (;;) {
         uint64_t at = atomic_fetch_add(&p->next, PIECE);
         if (at >= p->total || atomic_load(&p->error) || atomic_load(&p->stop)) return;
-        size_t lo = 0, hi = p->n; /* the last span that starts at or before `at` */
-        while (hi - lo > 1) {
-            size_t mid = (lo + hi) / 2;
-            if (p->before[mid] <= at)
-                lo = mid;
-            else
-                hi = mid;
-        }
-        at -= p->before[lo];
-        if (at >= p->span[lo].hi - p->span[lo].lo) continue; /* the gap before the next span */
-        size_t left = p->span[lo].hi - p->span[lo].lo - (size_t)at;
-        wm_llama_span piece = {p->span[lo].lo + (uintptr_t)at, 0};
-        piece.hi = piece.lo + (left < PIECE ? left : PIECE);
-        if (p->count) atomic_fetch_add(&p->in_cache, cached(&piece, 1, false));
-        int e = populate_piece((void *)piece.lo, piece.hi - piece.lo, p->cold);
+        wm_llama_span piece;
+        size_t k;
+        if (!piece_at(p, at, &piece, &k)) continue; /* the gap before the next span */
+        int e = populate_piece((void *)piece.lo, piece.hi - piece.lo);
         int none = 0;
         if (e) atomic_compare_exchange_strong(&p->error, &none, e);
     }
@@ -261,23 +327,47 @@ static unsigned populate_threads(unsigned asked, uint64_t total, bool cold) {
 }
 
 static void populate_free(struct wm_llama_populate *p) {
+    pthread_cond_destroy(&p->all_counted);
+    pthread_mutex_destroy(&p->lock);
     wm__llama_pages_free(p->span, p->span_len);
     wm__llama_pages_free(p, sizeof *p);
 }
 
-/* The ranges to bring in: the spans given, else the mapping's buffers (one per shard). */
-static bool populate_spans(struct wm_llama_populate *p, const wm_llama_span *spans, size_t n) {
-    size_t nb = wm_model_buffer_count(p->map->model), cap = spans ? n : nb;
-    p->span_len = (cap ? cap : 1) * (sizeof *p->span + sizeof *p->before);
+/* The ranges to bring in: the spans given (and, cold, the `more` ones after them), else the
+ * mapping's buffers (one per shard); each list merged apart (the `more` ones are not counted),
+ * then all in address order: the file's, which the pieces follow. */
+static bool populate_spans(struct wm_llama_populate *p, const wm_llama_span *spans, size_t n,
+                           const wm_llama_span *more, size_t n_more) {
+    size_t nb = wm_model_buffer_count(p->map->model), cap = (spans ? n : nb) + n_more;
+    p->span_len = (cap ? cap : 1) * (sizeof *p->span + sizeof *p->before + 1);
     p->span = wm__llama_pages(p->span_len);
     if (!p->span) return false;
     p->before = (uint64_t *)(void *)(p->span + (cap ? cap : 1));
-    for (size_t b = 0; b < cap; b++) {
+    p->more = (unsigned char *)(p->before + (cap ? cap : 1));
+    for (size_t b = 0; b < cap - n_more; b++) {
         uintptr_t lo = spans ? spans[b].lo : (uintptr_t)wm_model_buffer_data(p->map->model, b);
         uintptr_t hi = spans ? spans[b].hi : lo + wm_model_buffer_size(p->map->model, b);
         if (lo && hi > lo) p->span[p->n++] = (wm_llama_span){lo, hi};
     }
     p->n = wm__llama_merge(p->span, p->n);
+    p->cold = sampled_cold(p->span, p->n); /* of the counted spans alone */
+    if (p->cold && n_more) {
+        size_t first = p->n;
+        for (size_t b = 0; b < n_more; b++)
+            if (more[b].hi > more[b].lo) p->span[p->n++] = more[b];
+        p->n = first + wm__llama_merge(p->span + first, p->n - first);
+        for (size_t k = first; k < p->n; k++)
+            p->more[k] = 1;
+        /* in address order, flags with them (few spans: an insertion sort) */
+        for (size_t k = 1; k < p->n; k++)
+            for (size_t j = k; j > 0 && p->span[j - 1].lo > p->span[j].lo; j--) {
+                wm_llama_span t = p->span[j];
+                p->span[j] = p->span[j - 1], p->span[j - 1] = t;
+                unsigned char f = p->more[j];
+                p->more[j] = p->more[j - 1], p->more[j - 1] = f;
+            }
+        p->brings_more = true;
+    }
     for (size_t k = 0; k < p->n; k++) { /* each span from a piece's start: none straddles two */
         p->before[k] = (p->total + PIECE - 1) / PIECE * PIECE;
         p->total = p->before[k] + (p->span[k].hi - p->span[k].lo);
@@ -287,24 +377,33 @@ static bool populate_spans(struct wm_llama_populate *p, const wm_llama_span *spa
 
 struct wm_llama_populate *wm__llama_populate_start(const struct wm_llama_map *map,
                                                    const wm_llama_span *spans, size_t n,
+                                                   const wm_llama_span *more, size_t n_more,
                                                    unsigned threads, bool count_cached) {
     struct wm_llama_populate *p = wm__llama_pages(sizeof *p);
     if (!p) return NULL; /* the pages come in as they are touched: only slower */
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_cond_init(&p->all_counted, NULL);
     p->map = map;
     p->t0 = wm__llama_now();
-    if (!populate_spans(p, spans, n)) {
+    if (!populate_spans(p, spans, n, more, n_more)) {
         populate_free(p);
         return NULL;
     }
     atomic_init(&p->next, 0);
+    atomic_init(&p->next_edge, 0);
     atomic_init(&p->error, 0);
     atomic_init(&p->stop, 0);
     atomic_init(&p->in_cache, 0);
+    atomic_init(&p->next_count, 0);
+    atomic_init(&p->counted, 0);
     p->count = count_cached;
-    p->cold = sampled_cold(p->span, p->n);
     p->asked = threads;
     if (p->cold) wm__llama_populate_go(p);
     return p;
+}
+
+bool wm__llama_populate_brings_more(const struct wm_llama_populate *p) {
+    return p && p->brings_more;
 }
 
 bool wm__llama_populate_cold(const struct wm_llama_populate *p) { return p && p->cold; }
@@ -365,14 +464,16 @@ struct from_map {
     atomic_uint_fast64_t bytes; /* bytes converted */
     atomic_size_t converted;    /* tensors converted */
     atomic_int stop;            /* the progress callback cancelled */
+    bool wait;                  /* the populate brings every item's pages in: wait for them */
 };
 
-const void *wm__llama_map_bring(const struct wm_llama_map *map, size_t index, size_t nb) {
+const void *wm__llama_map_bring(const struct wm_llama_map *map, size_t index, size_t nb,
+                                bool wait) {
     uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
     uintptr_t at = (uintptr_t)wm__llama_map_tensor(map, index);
     wm_llama_span span = {at / pg * pg, (at + nb + pg - 1) / pg * pg};
-    if (!nb || cached(&span, 1, true) != span.hi - span.lo ||
-        populate_piece((void *)span.lo, span.hi - span.lo, false) != 0)
+    if (!nb || (!wait && cached(&span, 1, true) != span.hi - span.lo) ||
+        populate_piece((void *)span.lo, span.hi - span.lo) != 0)
         return NULL;
     return (const void *)at;
 }
@@ -405,7 +506,7 @@ static bool convert_one(struct from_map *c, size_t k) {
     if (!(it->flags & WM_READ_SINK_WRITES)) return false;
     struct ggml_tensor *t = it->user;
     size_t nb = ggml_nbytes(t);
-    const void *src = wm__llama_map_bring(c->map, it->tensor, nb);
+    const void *src = wm__llama_map_bring(c->map, it->tensor, nb, c->wait);
     if (!src) return false;
     ggml_backend_tensor_set(t, src, 0, nb);
     wm__llama_map_drop(src, nb);
@@ -423,9 +524,9 @@ static void *from_map_thread(void *arg) {
 }
 
 wm_status wm__llama_from_map(const struct wm_llama_map *map, const wm_read_item *items, size_t n,
-                             unsigned char *done, unsigned threads, wm_progress_fn progress,
-                             void *progress_user, wm_llama_stats *s) {
-    struct from_map c = {.map = map, .items = items, .done = done, .n = n};
+                             unsigned char *done, bool wait, unsigned threads,
+                             wm_progress_fn progress, void *progress_user, wm_llama_stats *s) {
+    struct from_map c = {.map = map, .items = items, .done = done, .n = n, .wait = wait};
     atomic_init(&c.next, 0);
     atomic_init(&c.bytes, 0);
     atomic_init(&c.converted, 0);

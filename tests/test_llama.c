@@ -1400,16 +1400,18 @@ static wm_status load_mmap(const char *path, float *last, wm_llama_stats *s, str
     return wm_llama_load(path, &p, &o, m, err);
 }
 
-/* The mmap mode's repacked tensors whose bytes the page cache holds are converted straight from
- * the mapping (bridge/llama_map.c, "repacked from the mapping"), the others read (direct I/O where
- * cold), decided tensor by tensor: warm, every repacked tensor from the mapping and nothing read;
- * cold, none from it; with the first half of the file's data cached, some of each, together every
- * repacked byte. Each time the same greedy tokens and first logits as llama.cpp's own mmap load,
- * the file mapped r--s only, and nothing of it or of the ledger after the free. Without the
- * conversion from the mapping the warm load reads every repacked byte; converting a cold tensor
- * from the mapping would bring it through the page cache, one fault at a time. (stories260K's
- * tensors are smaller than a page: the pages of the mapped ones bring in most of the repacked
- * ones' too, cold. There only the sums are checked: pages_apart false.) */
+/* The mmap mode's repacked tensors are converted straight from the mapping (bridge/llama_map.c,
+ * "repacked from the mapping"): warm, every one, nothing read; cold, every one too, their pages
+ * brought in by the populate after the mapped tensors' and the conversions waiting for them
+ * (bridge/llama.c, start_populate), nothing read past the page cache; with the first half of the
+ * file's data cached, every one where the mapped tensors' sample found them cold, else those
+ * whose bytes are cached and the others read (direct I/O), decided tensor by tensor: together
+ * every repacked byte. Each time the same greedy tokens and first logits as llama.cpp's own mmap
+ * load, the file mapped r--s only, and nothing of it or of the ledger after the free. Without
+ * the conversion from the mapping the warm load reads every repacked byte; without the wait, the
+ * cold one (1.8.4 read them with direct I/O after the making, the disk idle meanwhile).
+ * (stories260K's tensors are smaller than a page: the pages of the mapped ones bring in most of
+ * the repacked ones' too. There only the sums are checked: pages_apart false.) */
 static void repacked_from_the_mapping(const char *path, bool pages_apart) {
     setup();
     size_t size_read = 0;
@@ -1451,16 +1453,14 @@ static void repacked_from_the_mapping(const char *path, bool pages_apart) {
             CHECK_EQ(s.bytes_read, 0); /* on the CPU every tensor is mapped or repacked */
         } else {
             CHECK_EQ(s.bytes_repacked_mapped + s.bytes_read, all);
-            /* (where the populate's faults read around them the whole second half into the
-             * page cache, every tensor found its bytes cached: a 16 MiB file on the GPU host,
-             * whose device reads around more; then the file is all cached, and said) */
-            bool read_around = s.repacked_mapped == s.repacked &&
-                               wmt_cached_bytes(path, data, size - data) == size - data;
-            if (read_around)
-                fprintf(stderr, "half cached: the load's faults read the rest in around them\n");
-            if (pages_apart && cached && !read_around)
+            bool every = s.repacked_mapped == s.repacked && s.bytes_read == 0;
+            if (pages_apart && !cached)
+                CHECK_MSG(every, "cold: %zu of %zu repacked from the mapping, %llu bytes read",
+                          s.repacked_mapped, s.repacked, (unsigned long long)s.bytes_read);
+            /* half: every one (the sample found the mapped tensors cold), or some of each */
+            if (pages_apart && cached && !every)
                 CHECK(s.repacked_mapped > 0 && s.repacked_mapped < s.repacked);
-            if (pages_apart && !cached) CHECK_EQ(s.repacked_mapped, 0);
+            if (cached && every) fprintf(stderr, "half cached: the populate brought the rest\n");
         }
         same_then_freed(m, &ref, "repacked from the mapping against llama.cpp's mmap", path);
     }
