@@ -316,10 +316,12 @@ typedef struct sweep_run {
     wm_file *f;
     wm_llama_options o;
     const struct llama_model_tensor_buft_override *ov; /* params' (NULL: none) */
+    bool cold; /* the file dropped from the page cache before each run */
 } sweep_run;
 
 static wm_status sweep_once(void *user, wm_error *err) {
     sweep_run *r = user;
+    if (r->cold) wmt_make_cold(wm_file_path(r->f), 0, 0);
     struct llama_model_params p = cpu_params();
     p.tensor_buft_overrides = r->ov;
     struct llama_model *m = (struct llama_model *)(uintptr_t)1;
@@ -1060,11 +1062,13 @@ WM_TEST(mode_cycles_leave_nothing) {
 
 /* Every call of the mapped load failed in turn (the mapping's open, stat and map, the populate's
  * advice and threads, the locks, the bridge's allocations): a failure holds nothing (the sweep
- * checks the ledger and the file's regions after each run); a lock refused is not a failure. */
-static void sweep_mapped(int mode) {
+ * checks the ledger and the file's regions after each run); a lock refused is not a failure.
+ * Cold: the file dropped from the page cache before each run, so that the populate brings the
+ * repacked tensors' pages too and their conversions wait for them (1.8.5). */
+static void sweep_mapped(int mode, bool cold) {
     setup();
     const char *path = wmt_fixture("gguf/stories260K-q4_0.gguf");
-    sweep_run run = {.f = OPEN_OK(path), .o = WM_LLAMA_OPTIONS_INIT};
+    sweep_run run = {.f = OPEN_OK(path), .o = WM_LLAMA_OPTIONS_INIT, .cold = cold};
     run.o.threads = 2;
     run.o.load_mode = (wm_llama_load_mode)(mode + 2);
     wmt_sweep s = {.what = "wm_llama_load_file (mapped)",
@@ -1090,8 +1094,9 @@ static void sweep_mapped(int mode) {
     wm_file_close(run.f);
 }
 
-WM_TEST(fault_sweep_mmap) { sweep_mapped(LLAMA_LOAD_MODE_MMAP); }
-WM_TEST(fault_sweep_mmap_mlock) { sweep_mapped(LLAMA_LOAD_MODE_MMAP_MLOCK); }
+WM_TEST(fault_sweep_mmap) { sweep_mapped(LLAMA_LOAD_MODE_MMAP, false); }
+WM_TEST(fault_sweep_mmap_cold) { sweep_mapped(LLAMA_LOAD_MODE_MMAP, true); }
+WM_TEST(fault_sweep_mmap_mlock) { sweep_mapped(LLAMA_LOAD_MODE_MMAP_MLOCK, false); }
 
 /* MLOCK and MMAP_MLOCK over RLIMIT_MEMLOCK: as llama.cpp, a warning in llama.cpp's log ("failed
  * to mlock") and the load goes on; the stats say it. The soft limit is lowered to 0 for the case
