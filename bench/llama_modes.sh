@@ -8,7 +8,9 @@
 # defaults to bench-llama-1200M.gguf (made with BUILD/weightmap make-model --size 1200M when
 # missing); BUILD: a build folder with the tests and benchmarks (build-test). FLAGS go to the
 # load table: --gpu (n_gpu_layers 999; the tracer's drivers stay on the CPU), --warm-memory GIB
-# (the development VM: 1.5).
+# (the development VM: 1.5). TRACE_COLD=1: the file dropped from the page cache before each
+# trace, so that its first cycle loads cold; TRACE_ONLY=1 leaves the load table out, TRACE_MODES
+# (default "0 1 2 3 4") names the modes traced.
 set -euo pipefail
 B=$1
 M=${2:-bench-llama-1200M.gguf}
@@ -16,7 +18,7 @@ R=${3:-3}
 shift; shift || true; shift || true
 G="$*"
 [ -f "$M" ] || "$B/weightmap" make-model "$M" --size 1200M >/dev/null
-"$B/bench/llama_modes" -r "$R" $G "$M"
+[ "${TRACE_ONLY:-0}" = 1 ] || "$B/bench/llama_modes" -r "$R" $G "$M"
 P=$(cd bench/peers/llama/lib && pwd) # the prebuilt libraries (scripts/llama.sh's links)
 J=$(mktemp)
 trap 'rm -f "$J"' EXIT
@@ -43,10 +45,14 @@ echo
 echo "| mode | loader | peak footprint MiB | footprint at releases 1-5, MiB | scratch of load 1 (largest), MiB | kept past load 1, MiB | mappings (live at exit) | verdict |"
 echo "|---|---|---:|---|---:|---:|---:|---|"
 names=(none mmap mlock mmap+mlock dio)
-for mode in 0 1 2 3 4; do
+cold() { [ "${TRACE_COLD:-0}" = 1 ] || return 0
+  python3 -c "import os,sys; fd=os.open(sys.argv[1],os.O_RDONLY); os.posix_fadvise(fd,0,0,os.POSIX_FADV_DONTNEED)" "$M"; }
+for mode in ${TRACE_MODES:-0 1 2 3 4}; do
+  cold
   "$B/weightmap" trace --json --out "$J" --cycles-marker llama_model_free -- \
     "$B/tests/trace/llama_driver" "$P" $mode 5 "$M" >/dev/null 2>&1 || true
   verdict "llama.cpp" "${names[$mode]}"
+  cold
   WM_LLAMA_LOAD_MODE=$mode "$B/weightmap" trace --json --out "$J" --cycles-marker llama_model_free \
     -- "$B/tests/trace/wm_llama_driver" "$P" 5 "$M" >/dev/null 2>&1 || true
   verdict "wm_llama_load" "${names[$mode]}"
