@@ -113,6 +113,10 @@ extern int wm__llama_test_cpu_layers;
  * for its tensor's early conversion, begun or not (every cached one then moved into place: the
  * same outcome on any machine); -1, its value, is the bridge as built. */
 extern int wm__llama_test_early;
+/* For test_llama, likewise: 0 has a cold populate leave the repacked tensors' ranges (its `more`
+ * ones) to the conversions' own faults, so that those conversions wait for pages nobody else
+ * brings; -1, its value, is the bridge as built. */
+extern int wm__llama_test_populate_more;
 
 /* ---- llama_own.c: the bridge's own weight buffers ---- */
 

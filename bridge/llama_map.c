@@ -298,6 +298,7 @@ static void populate_pieces(struct wm_llama_populate *p) {
         wm_llama_span piece;
         size_t k;
         if (!piece_at(p, at, &piece, &k)) continue; /* the gap before the next span */
+        if (p->more[k] && wm__llama_test_populate_more == 0) continue;
         int e = populate_piece((void *)piece.lo, piece.hi - piece.lo);
         int none = 0;
         if (e) atomic_compare_exchange_strong(&p->error, &none, e);
@@ -401,6 +402,8 @@ struct wm_llama_populate *wm__llama_populate_start(const struct wm_llama_map *ma
     if (p->cold) wm__llama_populate_go(p);
     return p;
 }
+
+int wm__llama_test_populate_more = -1;
 
 bool wm__llama_populate_brings_more(const struct wm_llama_populate *p) {
     return p && p->brings_more;

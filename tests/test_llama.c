@@ -1413,8 +1413,10 @@ static wm_status load_mmap(const char *path, float *last, wm_llama_stats *s, str
  * whose bytes are cached and the others read (direct I/O), decided tensor by tensor: together
  * every repacked byte. Each time the same greedy tokens and first logits as llama.cpp's own mmap
  * load, the file mapped r--s only, and nothing of it or of the ledger after the free. Without
- * the conversion from the mapping the warm load reads every repacked byte; without the wait, the
- * cold one (1.8.4 read them with direct I/O after the making, the disk idle meanwhile).
+ * the conversion from the mapping the warm load reads every repacked byte; with the repacked
+ * ranges left out of the cold populate, the cold one reads them (1.8.4 did, with direct I/O after
+ * the making, the disk idle meanwhile). The conversions' wait for pages the populate has not yet
+ * brought is converted_early's to show (here the populate wins the race on these small files).
  * (stories260K's tensors are smaller than a page: the pages of the mapped ones bring in most of
  * the repacked ones' too. There only the sums are checked: pages_apart false.) */
 static void repacked_from_the_mapping(const char *path, bool pages_apart) {
@@ -1531,53 +1533,62 @@ WM_TEST(mapped_repacked_from_the_mapping_make_model) {
     repacked_from_the_mapping(wmt_make_model("s.gguf", "--size 16M --seed 3"), true);
 }
 
-/* The mmap mode's repacked tensors, warm, converted while llama.cpp makes the model and their
- * pages moved into their places as it makes the buffers (bridge/llama_early.c); each place here
- * waits for its tensor's conversion (wm__llama_test_early 1), so that all of them are converted
- * early on any machine. Every repacked tensor early (and from the mapping), nothing read, the
- * progress at 1, the same greedy tokens and first logits as llama.cpp's own mmap load, and after
- * the free no mapping of the file and the ledger empty. Off (0): none early, the same tokens.
- * Without the early start no tensor is early; without the move (the pages converted but left in
- * the scratch) neither ("0 != 48"), and each is converted again after the making; a neighbour's
- * pages moved into a place leave tensors not early ("17 != 48"); pages moved before their
- * conversion ended would change the tokens. */
+/* The mmap mode's repacked tensors converted while llama.cpp makes the model and their pages
+ * moved into their places as it makes the buffers (bridge/llama_early.c); each place here waits
+ * for its tensor's conversion (wm__llama_test_early 1), so that all of them are converted early
+ * on any machine. Every repacked tensor early (and from the mapping), nothing read, the progress
+ * at 1, the same greedy tokens and first logits as llama.cpp's own mmap load, and after the free
+ * no mapping of the file and the ledger empty. Off (0): none early, the same tokens. Warm, then
+ * cold (1.8.5), where the populate leaves the repacked tensors' pages to the conversions
+ * (wm__llama_test_populate_more 0), so that each conversion, early or after the making, brings
+ * its own: without the early conversions' wait none is early cold; without from_map's, the off
+ * load reads them. Without the early start no tensor is early; without the move (the pages
+ * converted but left in the scratch) neither ("0 != 48"), and each is converted again after the
+ * making; a neighbour's pages moved into a place leave tensors not early ("17 != 48"); pages
+ * moved before their conversion ended would change the tokens. */
 static void converted_early(const char *path) {
     setup();
     size_t size_read = 0;
     free(wmt_read_file(path, &size_read)); /* warm */
     decoded ref;
     by_llama(path, LLAMA_LOAD_MODE_MMAP, &ref);
-    for (int on = 1; on >= 0; on--) {
-        float last = -1;
-        wm_llama_stats s = WM_LLAMA_STATS_INIT;
-        struct llama_model *m = NULL;
-        wm_error err;
-        wm__llama_test_early = on;
-        wm_status st = load_mmap(path, &last, &s, &m, &err);
-        wm__llama_test_early = -1;
-        CHECK_MSG(st == WM_OK, "%s", err.msg);
-        fprintf(stderr, "%s: %zu repacked, %zu early (%llu bytes, %.1f ms), %llu bytes read\n",
-                on ? "early" : "off", s.repacked, s.repacked_early,
-                (unsigned long long)s.bytes_repacked_early, s.seconds_early * 1e3,
-                (unsigned long long)s.bytes_read);
-        if (!s.repacked) {
-            fprintf(stderr, "(this CPU's ggml repacks nothing of %s: nothing to tell)\n", path);
-            llama_model_free(m);
-            break;
+    for (int cold = 0; cold < 2; cold++)
+        for (int on = 1; on >= 0; on--) {
+            float last = -1;
+            wm_llama_stats s = WM_LLAMA_STATS_INIT;
+            struct llama_model *m = NULL;
+            wm_error err;
+            if (cold) wmt_make_cold(path, 0, 0);
+            wm__llama_test_early = on;
+            wm__llama_test_populate_more = cold ? 0 : -1;
+            wm_status st = load_mmap(path, &last, &s, &m, &err);
+            wm__llama_test_early = -1;
+            wm__llama_test_populate_more = -1;
+            CHECK_MSG(st == WM_OK, "%s", err.msg);
+            fprintf(stderr,
+                    "%s, %s: %zu repacked, %zu early (%llu bytes, %.1f ms), %llu bytes read\n",
+                    cold ? "cold" : "warm", on ? "early" : "off", s.repacked, s.repacked_early,
+                    (unsigned long long)s.bytes_repacked_early, s.seconds_early * 1e3,
+                    (unsigned long long)s.bytes_read);
+            if (!s.repacked) {
+                fprintf(stderr, "(this CPU's ggml repacks nothing of %s: nothing to tell)\n", path);
+                llama_model_free(m);
+                free(ref.first);
+                return;
+            }
+            CHECK_EQ(s.repacked_mapped, s.repacked);
+            CHECK_EQ(s.bytes_read, 0);
+            if (on) {
+                CHECK_EQ(s.repacked_early, s.repacked);
+                CHECK_EQ(s.bytes_repacked_early, s.bytes_repacked_mapped);
+                CHECK(s.seconds_early > 0);
+            } else {
+                CHECK_EQ(s.repacked_early, 0);
+                CHECK_EQ(s.bytes_repacked_early, 0);
+            }
+            CHECK(last == 1.0f);
+            same_then_freed(m, &ref, "converted early against llama.cpp's mmap", path);
         }
-        CHECK_EQ(s.repacked_mapped, s.repacked);
-        CHECK_EQ(s.bytes_read, 0);
-        if (on) {
-            CHECK_EQ(s.repacked_early, s.repacked);
-            CHECK_EQ(s.bytes_repacked_early, s.bytes_repacked_mapped);
-            CHECK(s.seconds_early > 0);
-        } else {
-            CHECK_EQ(s.repacked_early, 0);
-            CHECK_EQ(s.bytes_repacked_early, 0);
-        }
-        CHECK(last == 1.0f);
-        same_then_freed(m, &ref, "converted early against llama.cpp's mmap", path);
-    }
     free(ref.first);
 }
 
