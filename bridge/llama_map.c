@@ -339,39 +339,39 @@ static void populate_free(struct wm_llama_populate *p) {
  * then all in address order: the file's, which the pieces follow. */
 static bool populate_spans(struct wm_llama_populate *p, const wm_llama_span *spans, size_t n,
                            const wm_llama_span *more, size_t n_more) {
-    size_t nb = wm_model_buffer_count(p->map->model), cap = (spans ? n : nb) + n_more;
-    p->span_len = (cap ? cap : 1) * (sizeof *p->span + sizeof *p->before + 1);
+    size_t nb = wm_model_buffer_count(p->map->model), c1 = spans ? n : nb, cap = c1 + n_more;
+    cap = cap ? cap : 1;
+    /* the spans, then room for the `more` ones and for the two merged (pages) */
+    p->span_len = cap * (3 * sizeof *p->span + sizeof *p->before + 1);
     p->span = wm__llama_pages(p->span_len);
     if (!p->span) return false;
-    p->before = (uint64_t *)(void *)(p->span + (cap ? cap : 1));
-    p->more = (unsigned char *)(p->before + (cap ? cap : 1));
-    for (size_t b = 0; b < cap - n_more; b++) {
+    wm_llama_span *m = p->span + cap, *all = p->span + 2 * cap;
+    p->before = (uint64_t *)(void *)(p->span + 3 * cap);
+    p->more = (unsigned char *)(p->before + cap);
+    for (size_t b = 0; b < c1; b++) {
         uintptr_t lo = spans ? spans[b].lo : (uintptr_t)wm_model_buffer_data(p->map->model, b);
         uintptr_t hi = spans ? spans[b].hi : lo + wm_model_buffer_size(p->map->model, b);
         if (lo && hi > lo) p->span[p->n++] = (wm_llama_span){lo, hi};
     }
     p->n = wm__llama_merge(p->span, p->n);
     p->cold = sampled_cold(p->span, p->n); /* of the counted spans alone */
-    if (p->cold && n_more) {
-        size_t first = p->n;
-        for (size_t b = 0; b < n_more; b++)
-            if (more[b].hi > more[b].lo) p->span[p->n++] = more[b];
-        p->n = first + wm__llama_merge(p->span + first, p->n - first);
-        for (size_t k = first; k < p->n; k++)
-            p->more[k] = 1;
-        /* in address order, flags with them (few spans: an insertion sort) */
-        for (size_t k = 1; k < p->n; k++)
-            for (size_t j = k; j > 0 && p->span[j - 1].lo > p->span[j].lo; j--) {
-                wm_llama_span t = p->span[j];
-                p->span[j] = p->span[j - 1], p->span[j - 1] = t;
-                unsigned char f = p->more[j];
-                p->more[j] = p->more[j - 1], p->more[j - 1] = f;
-            }
-        p->brings_more = true;
+    size_t n2 = 0;
+    for (size_t b = 0; p->cold && b < n_more; b++)
+        if (more[b].hi > more[b].lo) m[n2++] = more[b];
+    n2 = wm__llama_merge(m, n2);
+    p->brings_more = n2 > 0;
+    /* the two lists (each in address order) merged, each span's flag with it */
+    size_t i = 0, j = 0, k = 0;
+    while (i < p->n || j < n2) {
+        bool from_more = j < n2 && (i == p->n || m[j].lo < p->span[i].lo);
+        all[k] = from_more ? m[j++] : p->span[i++];
+        p->more[k++] = from_more;
     }
-    for (size_t k = 0; k < p->n; k++) { /* each span from a piece's start: none straddles two */
-        p->before[k] = (p->total + PIECE - 1) / PIECE * PIECE;
-        p->total = p->before[k] + (p->span[k].hi - p->span[k].lo);
+    memcpy(p->span, all, k * sizeof *all);
+    p->n = k;
+    for (size_t x = 0; x < p->n; x++) { /* each span from a piece's start: none straddles two */
+        p->before[x] = (p->total + PIECE - 1) / PIECE * PIECE;
+        p->total = p->before[x] + (p->span[x].hi - p->span[x].lo);
     }
     return true;
 }
