@@ -724,6 +724,25 @@ const char *wm__llama_cannot_map(const wm_file *f, const struct llama_model_para
  * reads): until 1.8.4 they were read after the making, with direct I/O, and the disk idled while
  * the making ran (the development VM, 1.2 GiB: 0.70x the disk against 0.81-0.83x, at the page
  * cache's own speed there; 256 MiB: 0.66x against 0.89x; bench/RESULTS.md). */
+/* Whether a cold file's repacked tensors may come through the page cache: where the system has
+ * room (wm_mem_available_get: MemAvailable, the cgroup's room, which counts the page cache) for
+ * the whole file's pages beside the repacked tensors' converted copies. Else they are read past
+ * it, with direct I/O, after the making (1.8.4's way: slower, no page cache of theirs to be
+ * reclaimed on a machine that has none to spare). Unknown (macOS): room. */
+int64_t wm__llama_test_room = -1;
+static bool room_for_more(const load *l, const wm_llama_span *more, size_t n_more) {
+    uint64_t repacked = 0;
+    for (size_t k = 0; k < n_more; k++)
+        repacked += more[k].hi - more[k].lo;
+    if (!repacked) return false;
+    wm_mem_available a = WM_MEM_AVAILABLE_INIT;
+    if (wm__llama_test_room >= 0)
+        a.host = (uint64_t)wm__llama_test_room;
+    else if (wm_mem_available_get(WM_BACKEND_CPU, 0, &a, NULL) != WM_OK)
+        return false;
+    return a.host == UINT64_MAX || a.host >= wm_file_tensor_bytes(l->f) + repacked;
+}
+
 static void start_populate(load *l) {
     if (repacks(l)) wm__llama_cpu_extras(&l->x); /* make_model's too */
     if (l->cpu_layers < 0 && !l->x.n) {
@@ -754,6 +773,7 @@ static void start_populate(load *l) {
         spans[n++] = range;
         l->pop[i] = POP_MAPPED;
     }
+    if (!room_for_more(l, more, n_more)) n_more = 0;
     l->populate = wm__llama_populate_start(l->map, spans, n, more, n_more, l->o.threads, true);
     wm__llama_pages_free(spans, 2 * len);
 }

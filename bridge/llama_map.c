@@ -125,17 +125,19 @@ struct wm_llama_populate {
     unsigned char *more; /* per span, 1 where it is of the `more` ranges (not counted) */
     size_t n, span_len;
     uint64_t total;
-    bool cold;                     /* under three quarters of a sample cached when it began */
-    bool brings_more;              /* the `more` spans are among them (cold) */
-    atomic_size_t next_edge;       /* edges handed out (populate_edges): 2 a span */
-    atomic_uint_fast64_t next;     /* bytes handed out, over the spans in order (each from a
-                                      multiple of PIECE: before) */
-    atomic_int error;              /* the first errno */
-    atomic_int stop;               /* the load failed: hand out no more */
-    atomic_uint_fast64_t in_cache; /* bytes the pieces found cached before bringing them in */
-    atomic_uint_fast64_t next_count, counted; /* count_pieces: bytes handed out, pieces done */
+    bool cold;                       /* under three quarters of a sample cached when it began */
+    bool brings_more;                /* the `more` spans are among them (cold) */
+    atomic_size_t next_edge;         /* edges handed out (populate_edges): 2 a span */
+    atomic_uint_fast64_t next;       /* bytes handed out, over the spans in order (each from a
+                                        multiple of PIECE: before) */
+    atomic_int error;                /* the first errno */
+    atomic_int stop;                 /* the load failed: hand out no more */
+    atomic_uint_fast64_t in_cache;   /* bytes the pieces found cached before bringing them in */
+    atomic_uint_fast64_t next_count; /* count_pieces: bytes handed out */
+    atomic_uint_fast64_t prepared;   /* edges and counts done (prepare) */
+    uint64_t to_prepare;             /* edges (cold: 2 a span) and pieces (count) */
     pthread_mutex_t lock;
-    pthread_cond_t all_counted;
+    pthread_cond_t all_prepared;
     bool count; /* in_cache goes to the stats' bytes_mapped_cached */
     pthread_t th[MAX_POPULATE_THREADS];
     struct populate_worker {
@@ -221,27 +223,36 @@ static bool sampled_cold(const wm_llama_span *s, size_t n) {
  * GPU, or repacked and warm: read apart, past the page cache), and the next async readahead
  * further; on the development VM a cold load of the 1.2 GiB bench model read 1147-1155 MiB from
  * the disk for its 1086. So the first 2 MiB and the last 4 MiB of each such span are asked for
- * first (MADV_WILLNEED: exactly those pages, in small folios), and the faults within stop there
- * (1120 MiB). Only the edges: 1.8.4 so asked for every piece, so that the page cache held the
- * file in small folios: a fill of 1.35-1.75 GB/s against 1.97-2.27 (the same VM, 1.2 GiB, 16
- * threads, 1 MiB pieces), and a populate of the warm file later mapped it a page an entry (40-48
- * ms for 1086 MiB, against 0.3-0.6). */
+ * first (MADV_WILLNEED: exactly those pages, in small folios), and the faults' own windows stop
+ * there; an async readahead begun inside may still carry past (1120 MiB). Only the edges: 1.8.4 so
+ * asked for every piece, so that the page cache held the file in small folios: a fill of 1.35-1.75
+ * GB/s against 1.97-2.27 (the same VM, 1.2 GiB, 16 threads, 1 MiB pieces), and a populate of the
+ * warm file later mapped it a page an entry (40-48 ms for 1086 MiB, against 0.3-0.6). */
+/* One edge or count done (prepare): the last wakes the threads that wait for it. */
+static void prepared(struct wm_llama_populate *p) {
+    if (atomic_fetch_add(&p->prepared, 1) + 1 < p->to_prepare) return;
+    pthread_mutex_lock(&p->lock);
+    pthread_cond_broadcast(&p->all_prepared);
+    pthread_mutex_unlock(&p->lock);
+}
+
 #define EDGE_HEAD ((uintptr_t)2 << 20)
 #define EDGE_TAIL ((uintptr_t)4 << 20)
 
 static void populate_edges(struct wm_llama_populate *p) {
     for (;;) {
         size_t e = atomic_fetch_add(&p->next_edge, 1), k = e / 2;
-        if (e >= 2 * p->n || atomic_load(&p->stop)) return;
+        if (e >= 2 * p->n) return;
         const wm_llama_span *s = &p->span[k];
         bool tail = e % 2;
         /* (a span beside it is brought in too: no neighbour's bytes there) */
-        if (tail ? k + 1 < p->n && p->span[k + 1].lo <= s->hi : k > 0 && p->span[k - 1].hi >= s->lo)
-            continue;
+        bool beside =
+            tail ? k + 1 < p->n && p->span[k + 1].lo <= s->hi : k > 0 && p->span[k - 1].hi >= s->lo;
         uintptr_t head = s->hi - s->lo > EDGE_HEAD ? s->lo + EDGE_HEAD : s->hi;
         uintptr_t lo = tail ? (s->hi - head > EDGE_TAIL ? s->hi - EDGE_TAIL : head) : s->lo;
         uintptr_t hi = tail ? s->hi : head;
-        if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_WILLNEED);
+        if (!beside && hi > lo) (void)madvise((void *)lo, hi - lo, MADV_WILLNEED);
+        prepared(p);
     }
 }
 
@@ -269,29 +280,31 @@ static bool piece_at(const struct wm_llama_populate *p, uint64_t at, wm_llama_sp
  * piece is brought in: a fault reads around it (two 2 MiB folios, and ahead), into pieces that
  * another thread has yet to count. */
 static void count_pieces(struct wm_llama_populate *p) {
-    uint64_t pieces = (p->total + PIECE - 1) / PIECE;
     for (;;) {
         uint64_t at = atomic_fetch_add(&p->next_count, PIECE);
-        if (at >= p->total) break;
+        if (at >= p->total) return;
         wm_llama_span piece;
         size_t k;
         if (piece_at(p, at, &piece, &k) && !p->more[k])
             atomic_fetch_add(&p->in_cache, cached(&piece, 1, false));
-        if (atomic_fetch_add(&p->counted, 1) + 1 == pieces) {
-            pthread_mutex_lock(&p->lock);
-            pthread_cond_broadcast(&p->all_counted);
-            pthread_mutex_unlock(&p->lock);
-        }
+        prepared(p);
     }
+}
+
+/* The edges asked for and the pieces counted, by every thread, before any thread faults: a
+ * fault's read around would both read past an edge not yet asked for and into a piece not yet
+ * counted. */
+static void prepare(struct wm_llama_populate *p) {
+    if (p->cold) populate_edges(p);
+    if (p->count) count_pieces(p);
     pthread_mutex_lock(&p->lock);
-    while (atomic_load(&p->counted) < pieces)
-        pthread_cond_wait(&p->all_counted, &p->lock);
+    while (atomic_load(&p->prepared) < p->to_prepare)
+        pthread_cond_wait(&p->all_prepared, &p->lock);
     pthread_mutex_unlock(&p->lock);
 }
 
 static void populate_pieces(struct wm_llama_populate *p) {
-    if (p->count) count_pieces(p);
-    if (p->cold) populate_edges(p);
+    prepare(p);
     for (;;) {
         uint64_t at = atomic_fetch_add(&p->next, PIECE);
         if (at >= p->total || atomic_load(&p->error) || atomic_load(&p->stop)) return;
@@ -328,7 +341,7 @@ static unsigned populate_threads(unsigned asked, uint64_t total, bool cold) {
 }
 
 static void populate_free(struct wm_llama_populate *p) {
-    pthread_cond_destroy(&p->all_counted);
+    pthread_cond_destroy(&p->all_prepared);
     pthread_mutex_destroy(&p->lock);
     wm__llama_pages_free(p->span, p->span_len);
     wm__llama_pages_free(p, sizeof *p);
@@ -383,7 +396,7 @@ struct wm_llama_populate *wm__llama_populate_start(const struct wm_llama_map *ma
     struct wm_llama_populate *p = wm__llama_pages(sizeof *p);
     if (!p) return NULL; /* the pages come in as they are touched: only slower */
     pthread_mutex_init(&p->lock, NULL);
-    pthread_cond_init(&p->all_counted, NULL);
+    pthread_cond_init(&p->all_prepared, NULL);
     p->map = map;
     p->t0 = wm__llama_now();
     if (!populate_spans(p, spans, n, more, n_more)) {
@@ -396,8 +409,10 @@ struct wm_llama_populate *wm__llama_populate_start(const struct wm_llama_map *ma
     atomic_init(&p->stop, 0);
     atomic_init(&p->in_cache, 0);
     atomic_init(&p->next_count, 0);
-    atomic_init(&p->counted, 0);
+    atomic_init(&p->prepared, 0);
     p->count = count_cached;
+    p->to_prepare =
+        (p->cold ? 2 * (uint64_t)p->n : 0) + (p->count ? (p->total + PIECE - 1) / PIECE : 0);
     p->asked = threads;
     if (p->cold) wm__llama_populate_go(p);
     return p;
