@@ -5,8 +5,10 @@
 # BUILD/bench/llama_modes), then each under `weightmap trace --cycles-marker llama_model_free`,
 # 5 cycles (tests/trace/llama_driver and tests/trace/wm_llama_driver, WM_LLAMA_LOAD_MODE), with
 # the CPU variant ggml picks for this machine: the rules broken, the footprint at each release. MODEL
-# defaults to bench-llama-1200M.gguf (made with BUILD/weightmap make-model --size 1200M when
-# missing); BUILD: a build folder with the tests and benchmarks (build-test). FLAGS go to the
+# defaults to bench-llama-1200M.gguf (made with BUILD/weightmap make-model when missing, at the
+# size its name ends in, bench-llama-SIZE.gguf: 1200M here; a missing file of another name is an
+# error, not a 1200M model under that name: 1.8.5's first host run of "256M" loaded 1.2 GiB);
+# BUILD: a build folder with the tests and benchmarks (build-test). FLAGS go to the
 # load table: --gpu (n_gpu_layers 999; the tracer's drivers stay on the CPU), --warm-memory GIB
 # (the development VM: 1.5). TRACE_COLD=1: the file dropped from the page cache before each
 # trace, so that its first cycle loads cold; TRACE_ONLY=1 leaves the load table out, TRACE_MODES
@@ -17,7 +19,11 @@ M=${2:-bench-llama-1200M.gguf}
 R=${3:-3}
 shift; shift || true; shift || true
 G="$*"
-[ -f "$M" ] || "$B/weightmap" make-model "$M" --size 1200M >/dev/null
+if [ ! -f "$M" ]; then
+  S=$(basename "$M" | sed -n 's/^bench-llama-\([0-9]*[KMG]\)\.gguf$/\1/p')
+  [ -n "$S" ] || { echo "llama_modes.sh: $M missing (bench-llama-SIZE.gguf names are made)" >&2; exit 2; }
+  "$B/weightmap" make-model "$M" --size "$S" >/dev/null
+fi
 [ "${TRACE_ONLY:-0}" = 1 ] || "$B/bench/llama_modes" -r "$R" $G "$M"
 P=$(cd bench/peers/llama/lib && pwd) # the prebuilt libraries (scripts/llama.sh's links)
 J=$(mktemp)
