@@ -216,6 +216,14 @@ static bool sampled_cold(const wm_llama_span *s, size_t n) {
     return in * 4 < seen * 3;
 }
 
+/* One edge or count done (prepare): the last wakes the threads that wait for it. */
+static void prepared(struct wm_llama_populate *p) {
+    if (atomic_fetch_add(&p->prepared, 1) + 1 < p->to_prepare) return;
+    pthread_mutex_lock(&p->lock);
+    pthread_cond_broadcast(&p->all_prepared);
+    pthread_mutex_unlock(&p->lock);
+}
+
 /* A cold span's outer edges, asked for ahead of its pieces. A fault that finds no page reads a
  * window around it: where the mapping is advised huge pages (load_mapped), two 2 MiB folios from
  * the 2 MiB line of the file at or below it (Linux 6.x's fault path), else the readahead window
@@ -228,14 +236,6 @@ static bool sampled_cold(const wm_llama_span *s, size_t n) {
  * asked for every piece, so that the page cache held the file in small folios: a fill of 1.35-1.75
  * GB/s against 1.97-2.27 (the same VM, 1.2 GiB, 16 threads, 1 MiB pieces), and a populate of the
  * warm file later mapped it a page an entry (40-48 ms for 1086 MiB, against 0.3-0.6). */
-/* One edge or count done (prepare): the last wakes the threads that wait for it. */
-static void prepared(struct wm_llama_populate *p) {
-    if (atomic_fetch_add(&p->prepared, 1) + 1 < p->to_prepare) return;
-    pthread_mutex_lock(&p->lock);
-    pthread_cond_broadcast(&p->all_prepared);
-    pthread_mutex_unlock(&p->lock);
-}
-
 #define EDGE_HEAD ((uintptr_t)2 << 20)
 #define EDGE_TAIL ((uintptr_t)4 << 20)
 
