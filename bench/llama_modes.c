@@ -12,7 +12,10 @@
  *             Android: the low-memory killer's anon+swap), which mapped file pages are not;
  *   regions   the file's mappings while loaded (r--s: shared, read-only);
  *   the disk  parallel O_DIRECT 8 MiB preads of the tensor data from the cold file, the same
- *             rounds: each cold load's ratio to it, paired round by round (median).
+ *             rounds: each cold load's ratio to it, paired round by round (median);
+ *   the page cache  the cold file's tensor data brought into the page cache through a shared
+ *             mapping (below), the same rounds: the most a mapped load can reach where the page
+ *             cache fills slower than the disk reads; each cold load's ratio to it, paired.
  *
  *     build/bench/llama_modes [-r ROUNDS] [--gpu] [--warm-memory GIB] [--modes LIST] [MODEL]
  *
@@ -247,6 +250,7 @@ static result in_child(const char *path, int mode, bool bridge) {
 
 typedef struct cell {
     double ms[MAX_ROUNDS], anon[MAX_ROUNDS], ratio[MAX_ROUNDS];
+    double to_cache[MAX_ROUNDS]; /* cold: the round's page cache fill / the load */
     result last;
 } cell;
 
@@ -259,18 +263,22 @@ static void print_row(int cold, int k, int b, int rounds) {
     cell *c = &cells[cold][k][b];
     for (int r = 0; r < rounds; r++)
         if (c->ms[r] < 0) { /* refused (the bridge's explicit MMAP where it cannot map) */
-            printf("| %s | %s | %s | refused (stderr says why) | - | - | - |\n",
+            printf("| %s | %s | %s | refused (stderr says why) | - | - | - | - |\n",
                    cold ? "cold" : "warm", mode_names[k], b ? "wm_llama_load" : "llama.cpp");
             return;
         }
-    double ms[MAX_ROUNDS], an[MAX_ROUNDS], ra[MAX_ROUNDS];
+    double ms[MAX_ROUNDS], an[MAX_ROUNDS], ra[MAX_ROUNDS], tc[MAX_ROUNDS];
     memcpy(ms, c->ms, sizeof ms), memcpy(an, c->anon, sizeof an), memcpy(ra, c->ratio, sizeof ra);
+    memcpy(tc, c->to_cache, sizeof tc);
     bench_stats s = bench_stats_of(ms, (size_t)rounds), a = bench_stats_of(an, (size_t)rounds);
-    char pair[32] = "-";
-    if (cold) snprintf(pair, sizeof pair, "%.3f", bench_stats_of(ra, (size_t)rounds).median);
-    printf("| %s | %s | %s | %.1f (%.1f-%.1f) | %s | %.1f | %d (%d not r--s)%s |\n",
+    char pair[32] = "-", pair_cache[32] = "-";
+    if (cold) {
+        snprintf(pair, sizeof pair, "%.3f", bench_stats_of(ra, (size_t)rounds).median);
+        snprintf(pair_cache, sizeof pair_cache, "%.3f", bench_stats_of(tc, (size_t)rounds).median);
+    }
+    printf("| %s | %s | %s | %.1f (%.1f-%.1f) | %s | %s | %.1f | %d (%d not r--s)%s |\n",
            cold ? "cold" : "warm", mode_names[k], b ? "wm_llama_load" : "llama.cpp", s.median,
-           s.p10, s.p90, pair, a.median, c->last.regions, c->last.not_rs,
+           s.p10, s.p90, pair, pair_cache, a.median, c->last.regions, c->last.not_rs,
            c->last.fell_back ? ", read instead (AUTO fell back)" : "");
 }
 
@@ -294,6 +302,7 @@ static void run_rounds(const char *path, uint64_t data, uint64_t size, int round
                     cell *c = &cells[cold][k][b];
                     c->ms[r] = x.ms, c->anon[r] = x.anon, c->last = x;
                     c->ratio[r] = x.ms > 0 ? disk[r] / x.ms : 0;
+                    c->to_cache[r] = x.ms > 0 ? cache[r] / x.ms : 0;
                     if (cold && left > (64u << 20))
                         fprintf(stderr,
                                 "llama_modes: %llu bytes stayed cached before a cold load\n",
@@ -357,8 +366,9 @@ int main(int argc, char **argv) {
            "(%.1f-%.1f), %.2f GB/s, %.3fx the disk\n\n",
            PC_THREADS, pc.median, pc.p10, pc.p90, (double)(size - data) / pc.median / 1e6,
            pc.median > 0 ? d.median / pc.median : 0);
-    printf("| | mode | loader | load ms | cold: the disk / it, paired | RssAnon while loaded, MiB "
-           "| the file's regions while loaded |\n|---|---|---|---:|---:|---:|---|\n");
+    printf("| | mode | loader | load ms | cold: the disk / it, paired | cold: the page cache / it, "
+           "paired | RssAnon while loaded, MiB | the file's regions while loaded "
+           "|\n|---|---|---|---:|---:|---:|---:|---|\n");
     for (int cold = 1; cold >= 0; cold--)
         for (int k = 0; k < N_MODES; k++)
             for (int b = 0; b < 2 && !skip[k]; b++)
