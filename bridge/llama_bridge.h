@@ -117,6 +117,10 @@ extern int wm__llama_test_early;
  * ones) to the conversions' own faults, so that those conversions wait for pages nobody else
  * brings; -1, its value, is the bridge as built. */
 extern int wm__llama_test_populate_more;
+/* For test_llama, likewise: >= 0 has a populate hand out only its first that many bytes (of
+ * its spans, in the order it brings them: order_spans), so that what it brings first shows in the
+ * page cache; -1, its value, is the bridge as built. */
+extern int64_t wm__llama_test_populate_bytes;
 /* For test_llama, likewise: >= 0 is the room (bytes) start_populate finds instead of
  * wm_mem_available_get's; -1, its value, is the bridge as built. */
 extern int64_t wm__llama_test_room;

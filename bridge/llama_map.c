@@ -120,9 +120,10 @@ void *wm__llama_map_tensor(const struct wm_llama_map *map, size_t index) {
 
 struct wm_llama_populate {
     const struct wm_llama_map *map;
-    wm_llama_span *span; /* the ranges, merged (pages: span_len bytes), in address order */
-    uint64_t *before;    /* per span, the bytes of the spans before it */
-    unsigned char *more; /* per span, 1 where it is of the `more` ranges (not counted) */
+    wm_llama_span *span;   /* the ranges, merged (pages: span_len bytes), in order_spans's order */
+    uint64_t *before;      /* per span, the bytes of the spans before it */
+    unsigned char *more;   /* per span, 1 where it is of the `more` ranges (not counted) */
+    unsigned char *beside; /* per span: BESIDE_BEFORE, BESIDE_AFTER where a span abuts it */
     size_t n, span_len;
     uint64_t total;
     bool cold;                       /* under three quarters of a sample cached when it began */
@@ -239,15 +240,17 @@ static void prepared(struct wm_llama_populate *p) {
 #define EDGE_HEAD ((uintptr_t)2 << 20)
 #define EDGE_TAIL ((uintptr_t)4 << 20)
 
+#define BESIDE_BEFORE 1
+#define BESIDE_AFTER 2
+
 static void populate_edges(struct wm_llama_populate *p) {
     for (;;) {
         size_t e = atomic_fetch_add(&p->next_edge, 1), k = e / 2;
         if (e >= 2 * p->n) return;
         const wm_llama_span *s = &p->span[k];
         bool tail = e % 2;
-        /* (a span beside it is brought in too: no neighbour's bytes there) */
-        bool beside =
-            tail ? k + 1 < p->n && p->span[k + 1].lo <= s->hi : k > 0 && p->span[k - 1].hi >= s->lo;
+        /* (a span beside it, in the file, is brought in too: no neighbour's bytes there) */
+        bool beside = (p->beside[k] & (tail ? BESIDE_AFTER : BESIDE_BEFORE)) != 0;
         uintptr_t head = s->hi - s->lo > EDGE_HEAD ? s->lo + EDGE_HEAD : s->hi;
         uintptr_t lo = tail ? (s->hi - head > EDGE_TAIL ? s->hi - EDGE_TAIL : head) : s->lo;
         uintptr_t hi = tail ? s->hi : head;
@@ -303,11 +306,16 @@ static void prepare(struct wm_llama_populate *p) {
     pthread_mutex_unlock(&p->lock);
 }
 
+int64_t wm__llama_test_populate_bytes = -1;
+
 static void populate_pieces(struct wm_llama_populate *p) {
     prepare(p);
+    uint64_t total = p->total;
+    if (wm__llama_test_populate_bytes >= 0 && (uint64_t)wm__llama_test_populate_bytes < total)
+        total = (uint64_t)wm__llama_test_populate_bytes;
     for (;;) {
         uint64_t at = atomic_fetch_add(&p->next, PIECE);
-        if (at >= p->total || atomic_load(&p->error) || atomic_load(&p->stop)) return;
+        if (at >= total || atomic_load(&p->error) || atomic_load(&p->stop)) return;
         wm_llama_span piece;
         size_t k;
         if (!piece_at(p, at, &piece, &k)) continue; /* the gap before the next span */
@@ -347,20 +355,44 @@ static void populate_free(struct wm_llama_populate *p) {
     wm__llama_pages_free(p, sizeof *p);
 }
 
-/* The ranges to bring in: the spans given (and, cold, the `more` ones after them), else the
- * mapping's buffers (one per shard); each list merged apart (the `more` ones are not counted),
- * then all in address order: the file's, which the pieces follow. */
+/* The order the spans come in (from `all`, in the file's order, into p->span, their flags with
+ * them; `scratch`: 2 x p->n bytes): the `more` ones (repacked, cold) first, then the mapped ones,
+ * each in the file's order. A repacked tensor's bytes have a conversion to go through once they
+ * are in, a mapped tensor's are done: the conversions of the last repacked tensors then run while
+ * the mapped ones come in. In the file's order the last tensor of the 256 MiB bench model, the
+ * output head (34 MiB of q8_0, which the GPU host's AMX type converts only whole), came last and
+ * its conversion began when the fill was over: 6-16 ms past it. On the GPU host, alternated in
+ * one call: 0.941x and 0.899x the disk against 0.871x and 0.841x at 256 MiB, 0.951-1.004x against
+ * 0.959-0.985x at 1.2 GiB (bench/RESULTS.md, llama, "1.8.6"). */
+static void order_spans(struct wm_llama_populate *p, const wm_llama_span *all,
+                        unsigned char *scratch) {
+    memcpy(scratch, p->more, p->n);
+    memcpy(scratch + p->n, p->beside, p->n);
+    size_t at = 0;
+    for (int more = 1; more >= 0; more--)
+        for (size_t x = 0; x < p->n; x++)
+            if (scratch[x] == more) {
+                p->span[at] = all[x];
+                p->more[at] = scratch[x];
+                p->beside[at++] = scratch[p->n + x];
+            }
+}
+
+/* The ranges to bring in: the spans given (and, cold, the `more` ones), else the mapping's
+ * buffers (one per shard); each list merged apart (the `more` ones are not counted), then in the
+ * order the pieces follow (order_spans: the `more` ones first, each list in the file's order). */
 static bool populate_spans(struct wm_llama_populate *p, const wm_llama_span *spans, size_t n,
                            const wm_llama_span *more, size_t n_more) {
     size_t nb = wm_model_buffer_count(p->map->model), c1 = spans ? n : nb, cap = c1 + n_more;
     cap = cap ? cap : 1;
     /* the spans, then room for the `more` ones and for the two merged (pages) */
-    p->span_len = cap * (3 * sizeof *p->span + sizeof *p->before + 1);
+    p->span_len = cap * (3 * sizeof *p->span + sizeof *p->before + 2);
     p->span = wm__llama_pages(p->span_len);
     if (!p->span) return false;
     wm_llama_span *m = p->span + cap, *all = p->span + 2 * cap;
     p->before = (uint64_t *)(void *)(p->span + 3 * cap);
     p->more = (unsigned char *)(p->before + cap);
+    p->beside = p->more + cap;
     for (size_t b = 0; b < c1; b++) {
         uintptr_t lo = spans ? spans[b].lo : (uintptr_t)wm_model_buffer_data(p->map->model, b);
         uintptr_t hi = spans ? spans[b].hi : lo + wm_model_buffer_size(p->map->model, b);
@@ -373,15 +405,20 @@ static bool populate_spans(struct wm_llama_populate *p, const wm_llama_span *spa
         if (more[b].hi > more[b].lo) m[n2++] = more[b];
     n2 = wm__llama_merge(m, n2);
     p->brings_more = n2 > 0;
-    /* the two lists (each in address order) merged, each span's flag with it */
+    /* the two lists (each in address order) merged, each span's flag with it, and which spans
+     * abut another in the file (populate_edges) */
     size_t i = 0, j = 0, k = 0;
     while (i < p->n || j < n2) {
         bool from_more = j < n2 && (i == p->n || m[j].lo < p->span[i].lo);
         all[k] = from_more ? m[j++] : p->span[i++];
         p->more[k++] = from_more;
     }
-    memcpy(p->span, all, k * sizeof *all);
+    for (size_t x = 0; x < k; x++)
+        p->beside[x] =
+            (unsigned char)((x > 0 && all[x - 1].hi >= all[x].lo ? BESIDE_BEFORE : 0) |
+                            (x + 1 < k && all[x + 1].lo <= all[x].hi ? BESIDE_AFTER : 0));
     p->n = k;
+    order_spans(p, all, (unsigned char *)m); /* (m: spare since the merge) */
     for (size_t x = 0; x < p->n; x++) { /* each span from a piece's start: none straddles two */
         p->before[x] = (p->total + PIECE - 1) / PIECE * PIECE;
         p->total = p->before[x] + (p->span[x].hi - p->span[x].lo);

@@ -1614,6 +1614,61 @@ WM_TEST(mapped_repacked_converted_early_make_model) {
     converted_early(wmt_make_model("m.gguf", "--size 64M"));
     converted_early(wmt_make_model("s.gguf", "--size 16M --seed 3"));
 }
+/* Cold, the populate brings the repacked tensors' ranges in first, then the mapped ones (1.8.6,
+ * llama_map.c order_spans), so that the last repacked tensors' conversions run while the mapped
+ * tensors come in rather than after the fill. Told to hand out only its first 4 MiB
+ * (wm__llama_test_populate_bytes), the populate leaves the token embedding (mapped, the file's
+ * first tensor) uncached past its first 2 MiB (asked for apart, as an edge); the conversions
+ * fault in only the repacked tensors' pages. In the file's order (1.8.5) those 4 MiB were the
+ * embedding's own and this fails ("2097152 of the embedding's 2 MiB at 3 MiB cached"). Then the
+ * same greedy tokens as llama.cpp's own mmap load, and nothing held after the free. */
+static void repacked_first(const char *path) {
+    setup();
+    wm_file *f = NULL;
+    wm_tensor_info ti;
+    size_t e;
+    CHECK_EQ(wm_file_open(path, &f, NULL), WM_OK);
+    CHECK_EQ(wm_file_find_tensor(f, "token_embd.weight", &e), WM_OK);
+    CHECK_EQ(wm_file_tensor(f, e, &ti), WM_OK);
+    wm_file_close(f);
+    const uint64_t mib = (uint64_t)1 << 20, page = (uint64_t)sysconf(_SC_PAGESIZE);
+    CHECK(ti.nbytes >= 8 * mib); /* the window below lies inside it, clear of its edges */
+    uint64_t window = (ti.offset + 3 * mib) / page * page;
+    decoded ref;
+    by_llama(path, LLAMA_LOAD_MODE_MMAP, &ref);
+    wmt_make_cold(path, 0, 0);
+    wm__llama_test_populate_bytes = (int64_t)(4 * mib);
+    wm__llama_test_room = INT64_MAX; /* the repacked ranges through the page cache on any host */
+    wm_llama_stats s = WM_LLAMA_STATS_INIT;
+    struct llama_model *m = NULL;
+    wm_error err;
+    wm_status st = load_mmap(path, NULL, &s, &m, &err);
+    wm__llama_test_populate_bytes = -1;
+    wm__llama_test_room = -1;
+    CHECK_MSG(st == WM_OK, "%s", err.msg);
+    uint64_t cached = wmt_cached_bytes(path, window, 2 * mib); /* before a decode touches it */
+    fprintf(
+        stderr,
+        "%s: %zu repacked (%zu from the mapping), %llu of the embedding's 2 MiB at 3 MiB cached\n",
+        path, s.repacked, s.repacked_mapped, (unsigned long long)cached);
+    if (!s.repacked) {
+        fprintf(stderr, "(this CPU's ggml repacks nothing of %s: nothing to tell)\n", path);
+    } else {
+        CHECK_EQ(s.repacked_mapped, s.repacked); /* the cold path: through the page cache */
+        CHECK_EQ(s.bytes_read, 0);
+        CHECK_MSG(cached == 0,
+                  "%llu of the embedding's 2 MiB at 3 MiB cached: the populate began with a "
+                  "mapped tensor",
+                  (unsigned long long)cached);
+    }
+    same_then_freed(m, &ref, "repacked ranges first against llama.cpp's mmap", path);
+    free(ref.first);
+}
+
+WM_TEST(mapped_repacked_ranges_first_make_model) {
+    repacked_first(wmt_make_model("m.gguf", "--size 64M"));
+}
+
 WM_TEST(mapped_beside_gpu_f32) { mapped_beside_gpu(wmt_fixture("gguf/stories260K.gguf")); }
 WM_TEST(mapped_beside_gpu_q4_0) { mapped_beside_gpu(wmt_fixture("gguf/stories260K-q4_0.gguf")); }
 WM_TEST(mapped_beside_gpu_make_model) { mapped_beside_gpu(wmt_make_model("m.gguf", "--size 8M")); }
