@@ -710,20 +710,6 @@ const char *wm__llama_cannot_map(const wm_file *f, const struct llama_model_para
     return NULL;
 }
 
-/* The populate, from the moment the file is mapped: the whole mapping where the model runs on the
- * CPU and nothing is repacked, else the ranges of the tensors that stay mapped (stays_mapped;
- * llama.cpp's mmap mode populates the whole file, device and repacked tensors too) and, where
- * those are cold, the repacked tensors' ranges after them, in the file's order.
- *
- * Warm, the repacked tensors' pages are not mapped in beside the making: on the 16-CPU GPU host,
- * whose CPU repacks 836 of a 1086 MiB model, the whole mapping's populate outlasted the load (200
- * ms against llama.cpp's 111 for the whole load); they are converted from the mapping by threads
- * of their own (llama_early.c, wm__llama_from_map). Cold, every byte comes through the page cache
- * once, in the file's order from the load's start, and the repacked tensors are converted from
- * the mapping as their pages come (the conversions fault them in, waiting on the populate's
- * reads): until 1.8.4 they were read after the making, with direct I/O, and the disk idled while
- * the making ran (the development VM, 1.2 GiB: 0.70x the disk against 0.81-0.83x, at the page
- * cache's own speed there; 256 MiB: 0.66x against 0.89x; bench/RESULTS.md). */
 /* Whether a cold file's repacked tensors may come through the page cache: where the system has
  * room (wm_mem_available_get: MemAvailable, the cgroup's room, which counts the page cache) for
  * the whole file's pages beside the repacked tensors' converted copies. Else they are read past
@@ -743,6 +729,21 @@ static bool room_for_more(const load *l, const wm_llama_span *more, size_t n_mor
     return a.host == UINT64_MAX || a.host >= wm_file_tensor_bytes(l->f) + repacked;
 }
 
+/* The populate, from the moment the file is mapped: the whole mapping where the model runs on the
+ * CPU and nothing is repacked, else the ranges of the tensors that stay mapped (stays_mapped;
+ * llama.cpp's mmap mode populates the whole file, device and repacked tensors too) and, where
+ * those are cold, the repacked tensors' ranges, brought in before them (llama_map.c order_spans:
+ * their conversions then run while the mapped tensors come in), each in the file's order.
+ *
+ * Warm, the repacked tensors' pages are not mapped in beside the making: on the 16-CPU GPU host,
+ * whose CPU repacks 836 of a 1086 MiB model, the whole mapping's populate outlasted the load (200
+ * ms against llama.cpp's 111 for the whole load); they are converted from the mapping by threads
+ * of their own (llama_early.c, wm__llama_from_map). Cold, every byte comes through the page cache
+ * once, from the load's start, and the repacked tensors are converted from the mapping as their
+ * pages come (the conversions fault them in, waiting on the populate's reads): until 1.8.4 they
+ * were read after the making, with direct I/O, and the disk idled while the making ran (the
+ * development VM, 1.2 GiB: 0.70x the disk against 0.81-0.83x, at the page cache's own speed there;
+ * 256 MiB: 0.66x against 0.89x; bench/RESULTS.md). */
 static void start_populate(load *l) {
     if (repacks(l)) wm__llama_cpu_extras(&l->x); /* make_model's too */
     if (l->cpu_layers < 0 && !l->x.n) {

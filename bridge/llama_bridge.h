@@ -231,7 +231,8 @@ struct wm_llama_populate;
 /* spans (n of them; NULL: the whole mapping): the ranges to bring in, copied; the sample is of
  * them. more (n_more, may be NULL): ranges brought in too where the sample finds the spans cold
  * (the repacked tensors', converted from the mapping as their pages come: a cold file's bytes
- * all come through the page cache, once, in the file's order), never counted. */
+ * all come through the page cache, once; brought in before the spans, each list in the file's
+ * order), never counted. */
 struct wm_llama_populate *wm__llama_populate_start(const struct wm_llama_map *map,
                                                    const wm_llama_span *spans, size_t n,
                                                    const wm_llama_span *more, size_t n_more,
