@@ -89,8 +89,9 @@ typedef struct wm_llama_stats {
                                      (the mapped modes), not read */
     uint64_t bytes_mapped;        /* their bytes */
     uint64_t bytes_mapped_cached; /* of those, in the page cache when the populate came to
-                                     them (mincore, 1 MiB at a time; 1.8.3: before, when the
-                                     load began) */
+                                     them, before it asked for any (1.8.7: the kernel's count,
+                                     cachestat, where it has one, else mincore; 1 MiB at a time;
+                                     1.8.3: before, when the load began) */
     uint64_t bytes_locked;        /* bytes under mlock (MLOCK, MMAP_MLOCK) */
     double seconds_populate;      /* bringing the mapped pages in (MADV_POPULATE_READ): from
                                      its start to its last piece done (1.8.2; before, to its
@@ -246,20 +247,20 @@ typedef enum wm_llama_prefetch {
  * by one MAP_SHARED, PROT_READ mapping of the file (weightmap's WM_MODE_MMAP model, made before
  * llama.cpp is called; counted in the ledger while the model lives): never private, never written.
  * Its pages are brought in before the call returns (MADV_POPULATE_READ over the mapped tensors'
- * ranges, by more threads where mincore finds them cold), so that decoding does not fault them one
- * at a time. Repacked (extra buffer type) tensors are read as NONE reads them. The CPU buffer's
- * free (llama_model_free) drops the mapping. With layers on a GPU (n_gpu_layers != 0 and a GPU
- * among the model's devices), as llama.cpp's mmap mode: the input layer's tensors and those of the
- * repeating layers below max(block_count + 1 - n_gpu_layers, 0) stay on the CPU in the CPU's own
- * buffer type (not the GPU's pinned host type: params.no_host is set for llama.cpp) and are mapped,
- * with any other tensor llama.cpp puts in a CPU buffer (a caller's override to ggml's CPU type
- * among them); the device buffers are filled as in NONE (CUDA: weightmap's staged pipeline, cold
- *       bytes with O_DIRECT; other devices: the window and ggml_backend_tensor_set), not through
- *       the page cache as llama.cpp's mmap mode fills them; wm_llama_stats.cpu_layers says how
- *       many layers stayed. It needs the bridge's own CPU buffer type (wm_llama_buffers: the ggml
- *       the bridge was built with, buffers AUTO, params.no_alloc false) and, with layers on a
- *       GPU, the file's <arch>.block_count and no device of the model that makes its own buffers
- *       from the mapping (caps.buffer_from_host_ptr: Metal, whose buffers llama.cpp's mmap mode
+ * ranges, by more threads where the page cache holds under three quarters of them), so that
+ * decoding does not fault them one at a time. Repacked (extra buffer type) tensors are read as NONE
+ * reads them. The CPU buffer's free (llama_model_free) drops the mapping. With layers on a GPU
+ * (n_gpu_layers != 0 and a GPU among the model's devices), as llama.cpp's mmap mode: the input
+ * layer's tensors and those of the repeating layers below max(block_count + 1 - n_gpu_layers, 0)
+ * stay on the CPU in the CPU's own buffer type (not the GPU's pinned host type: params.no_host is
+ * set for llama.cpp) and are mapped, with any other tensor llama.cpp puts in a CPU buffer (a
+ * caller's override to ggml's CPU type among them); the device buffers are filled as in NONE (CUDA:
+ * weightmap's staged pipeline, cold bytes with O_DIRECT; other devices: the window and
+ * ggml_backend_tensor_set), not through the page cache as llama.cpp's mmap mode fills them;
+ * wm_llama_stats.cpu_layers says how many layers stayed. It needs the bridge's own CPU buffer type
+ * (wm_llama_buffers: the ggml the bridge was built with, buffers AUTO, params.no_alloc false) and,
+ * with layers on a GPU, the file's <arch>.block_count and no device of the model that makes its own
+ * buffers from the mapping (caps.buffer_from_host_ptr: Metal, whose buffers llama.cpp's mmap mode
  *       maps too); elsewhere an explicit MMAP fails with WM_EUNSUPPORTED naming the mode and the
  *       reason, before llama.cpp is called.
  *   MLOCK: NONE, then each host buffer of the bridge's own pages locked (mlock), as llama.cpp

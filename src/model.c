@@ -435,6 +435,23 @@ size_t wm_model_buffer_size(const wm_model *m, size_t index) {
     return m && index < m->n_chunks ? m->chunks[index].size : 0;
 }
 
+wm_status wm_model_cached(const wm_model *m, const void *at, size_t len, uint64_t *bytes) {
+    if (!m || !at || !bytes ||
+        (m->opts.mode != WM_MODE_MMAP && m->opts.mode != WM_MODE_MMAP_PRIVATE))
+        return WM_EINVAL;
+    uintptr_t a = (uintptr_t)at;
+    for (size_t c = 0; c < m->n_chunks; c++) {
+        uintptr_t base = (uintptr_t)wm_model_buffer_data(m, c);
+        const wm__chunk *ch = &m->chunks[c];
+        uint64_t page = wm__os_page_size(), room = (ch->size + page - 1) / page * page;
+        if (!base || a < base || a - base > room || len > room - (a - base)) continue;
+        int e = wm__os_cache_count(m->file->shards[ch->shard].fd, ch->file_start + (a - base), len,
+                                   bytes);
+        return e == ENOSYS ? WM_EUNSUPPORTED : e ? wm__status_io(e) : WM_OK;
+    }
+    return WM_EINVAL; /* not inside one buffer */
+}
+
 wm_status wm_model_tensor_buffer(const wm_model *m, size_t index, size_t *buffer,
                                  uint64_t *offset) {
     if (!m || !buffer || !offset) return WM_EINVAL;

@@ -1077,7 +1077,10 @@ static void sweep_mapped(int mode, bool cold) {
                    .user = &run,
                    .path = path,
                    .shown = "stories260K-q4_0.gguf",
-                   .cycle = 1};
+                   .cycle = 1,
+                   .real_cache = cold}; /* (cold: each run drops the file; the bridge's count of
+                                           the page cache is the kernel's, which a pin would
+                                           answer "all cached") */
     static const int errs[] = {EIO, ENOMEM};
     wmt_sweep_result res = {0};
     wm__llama_test_early = 1; /* every repacked tensor converted early: its calls every run */

@@ -289,6 +289,96 @@ WM_TEST(mmap_mapping_advised_huge_pages) {
     wm_file_close(f);
 }
 
+/* The page cache's bytes of [at, at + len) by the kernel's answer for each page: mincore over
+ * the model's own mapping (a lookup a page; at page-aligned). */
+static uint64_t mincore_bytes(const void *at, size_t len) {
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE), n = (len + pg - 1) / pg;
+    unsigned char *vec = malloc(n ? n : 1);
+    CHECK(vec != NULL && mincore((void *)(uintptr_t)at, len, vec) == 0);
+    uint64_t bytes = 0;
+    for (size_t k = 0; k < n; k++)
+        bytes += (vec[k] & 1) ? pg : 0;
+    free(vec);
+    return bytes;
+}
+
+/* wm_model_cached (1.8.7: the kernel's own count, cachestat) against mincore over the same bytes:
+ * equal over every buffer, its first pages, its middle and its last (part) page, with the file
+ * partly cached (single pages read, readahead off, in a pattern of no period) and then whole. The
+ * buffers are cut at 5 MiB, so that all but the first begin past the file's start: the count asks
+ * the file at the buffer's own offset. Outside a buffer, in heap mode or with NULL: WM_EINVAL. */
+WM_TEST(mmap_cached_counts_what_mincore_sees) {
+    const char *path = made_model("m.gguf", "8M");
+    wm_file *f = open_ok(path);
+    wm_load_options o = {.mode = WM_MODE_MMAP, .max_buffer_size = 5 << 20};
+    wm_model *m = load_ok(f, &o);
+    size_t nb = wm_model_buffer_count(m), pg = (size_t)sysconf(_SC_PAGESIZE);
+    CHECK_MSG(nb >= 2, "%zu buffers", nb);
+    uint64_t got;
+    wm_status st = wm_model_cached(m, wm_model_buffer_data(m, 0), pg, &got);
+    if (st == WM_EUNSUPPORTED) {
+        wm_model_release(m);
+        wm_file_close(f);
+        WM_SKIP("the kernel has no count of its own over a range (cachestat, Linux 6.5)");
+    }
+    CHECK_STATUS(st, WM_OK);
+    int fd = open(path, O_RDONLY);
+    CHECK(fd >= 0);
+    bool partial = false;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 0) { /* dropped, then a page of each 64 KiB read back alone */
+            CHECK(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0);
+            CHECK(posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM) == 0);
+            char page[4096];
+            struct stat sb;
+            CHECK(fstat(fd, &sb) == 0);
+            for (off_t k = 0; k * (64 << 10) < sb.st_size; k++) /* no period a buffer repeats */
+                if ((k * k + k / 3) % 7 < 3)
+                    CHECK(pread(fd, page, sizeof page, k * (64 << 10)) > 0);
+        } else { /* all of it */
+            for (size_t b = 0; b < nb; b++)
+                CHECK(madvise((void *)(uintptr_t)wm_model_buffer_data(m, b),
+                              wm_model_buffer_size(m, b), MADV_WILLNEED) == 0);
+            for (size_t b = 0; b < nb; b++) {
+                const volatile unsigned char *p = wm_model_buffer_data(m, b);
+                for (size_t k = 0; k < wm_model_buffer_size(m, b); k += pg)
+                    (void)p[k];
+            }
+        }
+        for (size_t b = 0; b < nb; b++) {
+            const unsigned char *base = wm_model_buffer_data(m, b);
+            size_t size = wm_model_buffer_size(m, b), last = (size - 1) / pg * pg;
+            const struct {
+                size_t at, len;
+            } r[] = {{0, size}, {0, 3 * pg}, {size / 2 / pg * pg, 5 * pg}, {last, size - last}};
+            for (size_t k = 0; k < sizeof r / sizeof r[0]; k++) {
+                CHECK_STATUS(wm_model_cached(m, base + r[k].at, r[k].len, &got), WM_OK);
+                uint64_t want = mincore_bytes(base + r[k].at, r[k].len);
+                CHECK_MSG(got == want,
+                          "pass %d, buffer %zu, %zu bytes at %zu: %llu cached, mincore %llu", pass,
+                          b, r[k].len, r[k].at, (unsigned long long)got, (unsigned long long)want);
+                partial = partial || (pass == 0 && got > 0 && got < r[k].len);
+                if (pass == 1) CHECK_EQ(got, (r[k].len + pg - 1) / pg * pg);
+            }
+        }
+    }
+    close(fd);
+    /* (a file system that keeps every page, tmpfs, leaves nothing partly cached) */
+    if (!partial)
+        fprintf(stderr, "nothing was partly cached: the page cache kept the dropped file\n");
+    const unsigned char *b0 = wm_model_buffer_data(m, 0);
+    CHECK_STATUS(wm_model_cached(m, b0, wm_model_buffer_size(m, 0) + 2 * pg, &got), WM_EINVAL);
+    CHECK_STATUS(wm_model_cached(m, b0 - pg, pg, &got), WM_EINVAL);
+    CHECK_STATUS(wm_model_cached(m, b0, pg, NULL), WM_EINVAL);
+    CHECK_STATUS(wm_model_cached(NULL, b0, pg, &got), WM_EINVAL);
+    wm_model_release(m);
+    wm_load_options h = {.mode = WM_MODE_HEAP};
+    m = load_ok(f, &h);
+    CHECK_STATUS(wm_model_cached(m, wm_model_buffer_data(m, 0), pg, &got), WM_EINVAL);
+    wm_model_release(m);
+    wm_file_close(f);
+}
+
 WM_TEST(mmap_private_write_privatises_exact_pages) {
     const char *path = made_model("m.gguf", "8M");
     wm_file *f = open_ok(path);

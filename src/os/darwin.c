@@ -98,6 +98,13 @@ int wm__os_cached(int fd, uint64_t off, uint64_t len, uint64_t *cached_out) {
     return e ? e : wm__unix_cached(fd, off, len, cached_out);
 }
 
+/* No count of the kernel's own over a range here (mincore is a lookup per page). */
+int wm__os_cache_count(int fd, uint64_t off, uint64_t len, uint64_t *cached_out) {
+    (void)fd, (void)off, (void)len, (void)cached_out;
+    int e = wm__fault_hit(WM_OS_ADVISE);
+    return e ? e : ENOSYS;
+}
+
 int wm__os_file_drop(int fd, uint64_t off, uint64_t len) {
     (void)fd, (void)off, (void)len;
     return ENOTSUP; /* no per-range drop of clean pages on Darwin */

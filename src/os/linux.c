@@ -73,28 +73,37 @@ struct cachestat_counts {
     uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
 };
 
-int wm__os_cached(int fd, uint64_t off, uint64_t len, uint64_t *cached_out) {
-    int e = wm__fault_hit(WM_OS_ADVISE);
-    if (e) return e;
+/* cachestat over [off, off + len), whole pages; 0 or the call's errno. */
+static int cache_count(int fd, uint64_t off, uint64_t len, uint64_t *cached_out) {
     uint64_t page = wm__os_page_size(), a = off / page * page;
     uint64_t b = (off + len + page - 1) / page * page;
     if (wm__fault_cached_pinned()) {
         *cached_out = b - a;
         return 0;
     }
-    struct cachestat_range r = {a, b - a};
-    struct cachestat_counts c;
-    /* len 0 means "to the end of the file" to cachestat: never asked for here. */
-    if (b > a && syscall(SYS_cachestat, fd, &r, &c, 0) == 0) {
-        *cached_out = c.nr_cache * page;
-        return 0;
-    }
-    if (b == a) {
+    if (b == a) { /* len 0 means "to the end of the file" to cachestat: never asked for here */
         *cached_out = 0;
         return 0;
     }
+    struct cachestat_range r = {a, b - a};
+    struct cachestat_counts c;
+    if (syscall(SYS_cachestat, fd, &r, &c, 0) != 0) return errno;
+    *cached_out = c.nr_cache * page;
+    return 0;
+}
+
+int wm__os_cache_count(int fd, uint64_t off, uint64_t len, uint64_t *cached_out) {
+    int e = wm__fault_hit(WM_OS_ADVISE);
+    if (e) return e;
+    e = cache_count(fd, off, len, cached_out);
+    return e == EPERM ? ENOSYS : e; /* EPERM: a seccomp filter's refusal */
+}
+
+int wm__os_cached(int fd, uint64_t off, uint64_t len, uint64_t *cached_out) {
+    int e = wm__fault_hit(WM_OS_ADVISE);
+    if (e) return e;
     /* ENOSYS (before 6.5), EPERM (a seccomp filter): the portable way. */
-    return wm__unix_cached(fd, off, len, cached_out);
+    return cache_count(fd, off, len, cached_out) ? wm__unix_cached(fd, off, len, cached_out) : 0;
 }
 
 int wm__os_file_drop(int fd, uint64_t off, uint64_t len) {

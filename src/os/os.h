@@ -125,6 +125,12 @@ int wm__os_preadv(int fd, const wm_os_iov *iov, int n, uint64_t off, size_t *got
  * read-only shared mapping of the range, unmapped before returning (about 60x slower: a lookup
  * per page). Darwin: unix.c's (mincore reports file pages there too). */
 int wm__os_cached(int fd, uint64_t off, uint64_t len, uint64_t *cached_out);
+/* The page cache's own count of [off, off + len) of fd, as wm__os_cached, but only where the kernel
+ * answers for the whole range in one call (Linux 6.5+: cachestat(2)): ENOSYS where it has none
+ * (older Linux, Darwin) or refuses it (EPERM: a seccomp filter), and no mincore fallback, so that a
+ * caller who would rather sample than pay a lookup per page can tell. ADVISE for fault injection.
+ */
+int wm__os_cache_count(int fd, uint64_t off, uint64_t len, uint64_t *cached_out);
 /* A hint on a file's page cache, ADVISE for fault injection: the range's clean, unmapped cached
  * pages are dropped (Linux: POSIX_FADV_DONTNEED; Darwin: nothing, ENOTSUP). For reads that went
  * through the cache where the file was cold (wm_file_prefetch's without O_DIRECT), so that the
