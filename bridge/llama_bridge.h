@@ -222,8 +222,9 @@ size_t wm__llama_merge(wm_llama_span *s, size_t n);
  * mapped, a cached one's from _go): MADV_POPULATE_READ in 1 MiB pieces, by as many threads as
  * `threads` (0: the online CPUs, at least 16, at most 64) where most of the bytes are out of the
  * page cache (the kernel's count, wm_model_cached; where it has none, mincore over a sample, 64 KiB
- * a MiB), else half the CPUs, at most 4. count_cached: each piece's bytes found cached before any
- * was asked for go to _finish's bytes_mapped_cached. NULL
+ * a MiB), else half the CPUs, at most 4. count_cached: the bytes found cached go to _finish's
+ * bytes_mapped_cached (the kernel's count of them all as it began; mincore's, each piece's before
+ * it was brought in). NULL
  * where its pages cannot be had (the pages then come in as they are touched). _finish joins the
  * threads (stop: the load failed, hand out no more), fills seconds_populate and populate_threads,
  * and returns WM_EIO where a page could not be read (the file cut short under the mapping: said

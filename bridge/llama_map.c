@@ -126,7 +126,7 @@ struct wm_llama_populate {
     unsigned char *beside; /* per span: BESIDE_BEFORE, BESIDE_AFTER where a span abuts it */
     size_t n, span_len;
     uint64_t total;
-    bool cold;                       /* under three quarters of a sample cached when it began */
+    bool cold;                       /* under three quarters cached when it began (find_cold) */
     bool brings_more;                /* the `more` spans are among them (cold) */
     atomic_size_t next_edge;         /* edges handed out (populate_edges): 2 a span */
     atomic_uint_fast64_t next;       /* bytes handed out, over the spans in order (each from a
@@ -136,11 +136,13 @@ struct wm_llama_populate {
     atomic_uint_fast64_t in_cache;   /* bytes the pieces found cached before bringing them in */
     atomic_uint_fast64_t next_count; /* count_pieces: bytes handed out */
     atomic_uint_fast64_t prepared;   /* edges and counts done (prepare) */
-    uint64_t to_count, to_prepare;   /* pieces (count), then those and the edges (cold: 2 a
-                                        span) */
+    uint64_t to_prepare;             /* edges (cold: 2 a span) and pieces (count) */
     pthread_mutex_t lock;
     pthread_cond_t all_prepared;
-    bool count; /* in_cache goes to the stats' bytes_mapped_cached */
+    bool report;     /* in_cache goes to the stats' bytes_mapped_cached */
+    bool count;      /* the threads count the pieces for it (count_pieces) */
+    bool counted;    /* the kernel counted the spans at the start (find_cold): no pieces to count */
+    uint64_t in_all; /* that count */
     pthread_t th[MAX_POPULATE_THREADS];
     struct populate_worker {
         struct wm_llama_populate *p;
@@ -216,33 +218,37 @@ static int populate_piece(void *at, size_t len) {
     return e;
 }
 
-/* Whether under three quarters of the spans are in the page cache: counted whole where the
- * kernel counts a range in one call (wm_model_cached), else from a sample, the first 64 KiB of
- * each 1 MiB (mincore costs a page-cache lookup a page: 7 ms over the 723 MiB that stay mapped of
- * the 1.2 GiB bench model on the development VM, before llama.cpp could begin). */
-static bool sampled_cold(const struct wm_llama_map *map, const wm_llama_span *s, size_t n) {
+/* Whether under three quarters of the spans are in the page cache. Where the kernel counts a
+ * range in one call (wm_model_cached) every span is counted, and that count, taken before the
+ * populate asks for any page, is the populate's (counted, in_all): no piece is counted again.
+ * Else from a sample, the first 64 KiB of each 1 MiB (mincore costs a page-cache lookup a page: 7
+ * ms over the 723 MiB that stay mapped of the 1.2 GiB bench model on the development VM, before
+ * llama.cpp could begin), and the populate's threads count the pieces (count_pieces). */
+static bool find_cold(struct wm_llama_populate *p) {
+    const wm_llama_span *s = p->span;
     const uintptr_t every = PIECE, look = (uintptr_t)64 << 10;
     uint64_t seen = 0, in = 0, first;
-    if (n &&
-        wm_model_cached(map->model, (const void *)s[0].lo, s[0].hi - s[0].lo, &first) == WM_OK) {
-        for (size_t k = 0; k < n; k++)
-            seen += s[k].hi - s[k].lo;
-        return cached(map, s, n, false) * 4 < seen * 3;
+    for (size_t k = 0; k < p->n; k++)
+        seen += s[k].hi - s[k].lo;
+    if (p->n &&
+        wm_model_cached(p->map->model, (const void *)s[0].lo, s[0].hi - s[0].lo, &first) == WM_OK) {
+        p->in_all = cached(p->map, s, p->n, false);
+        p->counted = true;
+        return p->in_all * 4 < seen * 3;
     }
-    for (size_t k = 0; k < n; k++)
+    seen = 0;
+    for (size_t k = 0; k < p->n; k++)
         for (uintptr_t at = s[k].lo; at < s[k].hi; at += every) {
             wm_llama_span one = {at, s[k].hi - at < look ? s[k].hi : at + look};
             seen += one.hi - one.lo;
-            in += cached(map, &one, 1, false);
+            in += cached(p->map, &one, 1, false);
         }
     return in * 4 < seen * 3;
 }
 
-/* One count or edge done (prepare): the last count and the last edge wake the threads that wait
- * for them. */
+/* One edge or count done (prepare): the last wakes the threads that wait for it. */
 static void prepared(struct wm_llama_populate *p) {
-    uint64_t done = atomic_fetch_add(&p->prepared, 1) + 1;
-    if (done != p->to_count && done != p->to_prepare) return;
+    if (atomic_fetch_add(&p->prepared, 1) + 1 < p->to_prepare) return;
     pthread_mutex_lock(&p->lock);
     pthread_cond_broadcast(&p->all_prepared);
     pthread_mutex_unlock(&p->lock);
@@ -302,9 +308,9 @@ static bool piece_at(const struct wm_llama_populate *p, uint64_t at, wm_llama_sp
     return true;
 }
 
-/* count_cached: the counted spans' cached bytes, every piece's looked at (mincore) before any
- * piece is brought in: a fault reads around it (two 2 MiB folios, and ahead), into pieces that
- * another thread has yet to count. */
+/* count_cached where the kernel did not count the spans at the start (find_cold): their cached
+ * bytes, every piece's looked at (mincore) before any piece is brought in: a fault reads around it
+ * (two 2 MiB folios, and ahead), into pieces that another thread has yet to count. */
 static void count_pieces(struct wm_llama_populate *p) {
     for (;;) {
         uint64_t at = atomic_fetch_add(&p->next_count, PIECE);
@@ -317,21 +323,16 @@ static void count_pieces(struct wm_llama_populate *p) {
     }
 }
 
-static void wait_prepared(struct wm_llama_populate *p, uint64_t n) {
+/* The edges asked for and the pieces counted (where the kernel did not count them at the start),
+ * by every thread, before any thread faults: a fault's read around would both read past an edge
+ * not yet asked for and into a piece not yet counted. */
+static void prepare(struct wm_llama_populate *p) {
+    if (p->cold) populate_edges(p);
+    if (p->count) count_pieces(p);
     pthread_mutex_lock(&p->lock);
-    while (atomic_load(&p->prepared) < n)
+    while (atomic_load(&p->prepared) < p->to_prepare)
         pthread_cond_wait(&p->all_prepared, &p->lock);
     pthread_mutex_unlock(&p->lock);
-}
-
-/* The pieces counted, then the edges asked for, by every thread, before any thread faults: a
- * fault's read around would both read past an edge not yet asked for and into a piece not yet
- * counted; and an edge's read, under way, is a cached page to cachestat. */
-static void prepare(struct wm_llama_populate *p) {
-    if (p->count) count_pieces(p);
-    wait_prepared(p, p->to_count);
-    if (p->cold) populate_edges(p);
-    wait_prepared(p, p->to_prepare);
 }
 
 int64_t wm__llama_test_populate_bytes = -1;
@@ -427,7 +428,7 @@ static bool populate_spans(struct wm_llama_populate *p, const wm_llama_span *spa
         if (lo && hi > lo) p->span[p->n++] = (wm_llama_span){lo, hi};
     }
     p->n = wm__llama_merge(p->span, p->n);
-    p->cold = sampled_cold(p->map, p->span, p->n); /* of the counted spans alone */
+    p->cold = find_cold(p); /* of the counted spans alone */
     size_t n2 = 0;
     for (size_t b = 0; p->cold && b < n_more; b++)
         if (more[b].hi > more[b].lo) m[n2++] = more[b];
@@ -472,12 +473,13 @@ struct wm_llama_populate *wm__llama_populate_start(const struct wm_llama_map *ma
     atomic_init(&p->next_edge, 0);
     atomic_init(&p->error, 0);
     atomic_init(&p->stop, 0);
-    atomic_init(&p->in_cache, 0);
+    atomic_init(&p->in_cache, count_cached && p->counted ? p->in_all : 0);
     atomic_init(&p->next_count, 0);
     atomic_init(&p->prepared, 0);
-    p->count = count_cached;
-    p->to_count = p->count ? (p->total + PIECE - 1) / PIECE : 0;
-    p->to_prepare = p->to_count + (p->cold ? 2 * (uint64_t)p->n : 0);
+    p->report = count_cached;
+    p->count = count_cached && !p->counted;
+    p->to_prepare =
+        (p->cold ? 2 * (uint64_t)p->n : 0) + (p->count ? (p->total + PIECE - 1) / PIECE : 0);
     p->asked = threads;
     if (p->cold) wm__llama_populate_go(p);
     return p;
@@ -515,7 +517,7 @@ wm_status wm__llama_populate_finish(struct wm_llama_populate *p, bool stop, cons
     double seconds = (end > 0 ? end : wm__llama_now()) - p->t0;
     if (threads > s->populate_threads) s->populate_threads = threads;
     if (seconds > s->seconds_populate) s->seconds_populate = seconds;
-    if (p->count) s->bytes_mapped_cached += atomic_load(&p->in_cache);
+    if (p->report) s->bytes_mapped_cached += atomic_load(&p->in_cache);
     int e = stop ? 0 : atomic_load(&p->error);
     populate_free(p);
     if (!e) return WM_OK;

@@ -88,10 +88,10 @@ typedef struct wm_llama_stats {
     size_t mapped;                /* tensors backed by the file's MAP_SHARED, PROT_READ mapping
                                      (the mapped modes), not read */
     uint64_t bytes_mapped;        /* their bytes */
-    uint64_t bytes_mapped_cached; /* of those, in the page cache when the populate came to
-                                     them, before it asked for any (1.8.7: the kernel's count,
-                                     cachestat, where it has one, else mincore; 1 MiB at a time;
-                                     1.8.3: before, when the load began) */
+    uint64_t bytes_mapped_cached; /* of those, in the page cache when the populate began
+                                     (1.8.7: the kernel's count, cachestat, where it has one;
+                                     else mincore's when the populate came to them, 1 MiB at a
+                                     time; 1.8.3: before, when the load began) */
     uint64_t bytes_locked;        /* bytes under mlock (MLOCK, MMAP_MLOCK) */
     double seconds_populate;      /* bringing the mapped pages in (MADV_POPULATE_READ): from
                                      its start to its last piece done (1.8.2; before, to its

@@ -17,6 +17,7 @@
 #include "wmtest.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <ggml-backend.h>
 #include <malloc.h>
 #include <regex.h>
@@ -1670,6 +1671,61 @@ static void repacked_first(const char *path) {
 
 WM_TEST(mapped_repacked_ranges_first_make_model) {
     repacked_first(wmt_make_model("m.gguf", "--size 64M"));
+}
+
+/* A cold populate's decision counts every byte where the kernel counts a range in one call (1.8.7:
+ * wm_model_cached, cachestat), not a sample: a 64 MiB make-model file, nothing repacked (the
+ * extra buffer types off, so that the populate covers the whole mapping), with exactly the first
+ * 64 KiB of each MiB of the mapping cached, is a sixteenth cached: cold, the populate's threads
+ * for a cold file (more than the 4 of a cached one); 1.8.6's sample, those very 64 KiB, found it
+ * all cached and took the cached route. bytes_mapped_cached is what was cached, and what the
+ * open read (its header buffer, 2 MiB of whole huge pages, which it keeps cached where the file's
+ * start was not cold: src/open/open.c). Skipped where the kernel has no count (the sample is then
+ * the rule). */
+WM_TEST(mapped_cold_counted_whole_make_model) {
+    setup();
+    const char *path = wmt_make_model("m.gguf", "--size 64M");
+    uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE), mib = 1u << 20, seg = 64u << 10;
+    wm_file *f = OPEN_OK(path);
+    uint64_t start = wm_file_data_offset(f) / pg * pg, size = wm_file_size(f);
+    wm_load_options lo = {.mode = WM_MODE_MMAP};
+    wm_model *probe = NULL;
+    CHECK_STATUS(wm_model_load(f, &lo, &probe, NULL), WM_OK);
+    uint64_t any;
+    wm_status counts = wm_model_cached(probe, wm_model_buffer_data(probe, 0), pg, &any);
+    wm_model_release(probe);
+    wm_file_close(f);
+    if (counts == WM_EUNSUPPORTED) WM_SKIP("the kernel has no count of its own over a range");
+    wmt_make_cold(path, 0, 0);
+    int fd = open(path, O_RDONLY);
+    CHECK(fd >= 0 && posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM) == 0);
+    static unsigned char buf[64 << 10];
+    for (uint64_t at = start; at < size; at += mib)
+        CHECK(pread(fd, buf, size - at < seg ? (size_t)(size - at) : sizeof buf, (off_t)at) > 0);
+    close(fd);
+    uint64_t warm = wmt_cached_bytes(path, start, size - start);
+    CHECK_MSG(warm * 8 < size - start, "%llu of %llu bytes cached (readahead)",
+              (unsigned long long)warm, (unsigned long long)(size - start));
+    struct llama_model_params p = cpu_params();
+    p.load_mode = LLAMA_LOAD_MODE_MMAP;
+    p.use_extra_bufts = false;
+    wm_llama_stats s = WM_LLAMA_STATS_INIT;
+    wm_llama_options o = WM_LLAMA_OPTIONS_INIT;
+    o.stats = &s;
+    struct llama_model *m = NULL;
+    wm_error err;
+    CHECK_MSG(wm_llama_load(path, &p, &o, &m, &err) == WM_OK, "%s", err.msg);
+    fprintf(stderr, "%llu of %llu MiB cached: %u populate threads, %llu bytes found cached\n",
+            (unsigned long long)(warm >> 20), (unsigned long long)((size - start) >> 20),
+            s.populate_threads, (unsigned long long)s.bytes_mapped_cached);
+    CHECK_EQ(s.repacked, 0);
+    CHECK_MSG(s.populate_threads > 4,
+              "%u populate threads: a sixteenth cached taken for cached (a sample's decision)",
+              s.populate_threads);
+    CHECK(s.bytes_mapped_cached >= warm && s.bytes_mapped_cached <= warm + 2 * mib);
+    llama_model_free(m);
+    CHECK_EQ(wmt_count_file_maps(path), 0);
+    CHECK_LEDGER_EMPTY();
 }
 
 WM_TEST(mapped_beside_gpu_f32) { mapped_beside_gpu(wmt_fixture("gguf/stories260K.gguf")); }
