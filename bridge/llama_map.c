@@ -173,25 +173,15 @@ size_t wm__llama_merge(wm_llama_span *s, size_t n) {
     return m;
 }
 
-/* Bytes of the spans in the page cache; with `whole`, 0 at the first page that is not, and in
- * (the caller asks whether all of them are, to read them now from the mapping). The count by the
- * kernel's own where it has one (wm_model_cached: cachestat on Linux 6.5+, which walks the cache
- * by folio), else mincore of the mapping, 1 MiB of pages a call (a page-cache lookup a page on a
- * fresh mapping: 9 ms for a warm 1.3 GB file on the development VM, against cachestat's 0.06).
- * `whole` asks mincore always: cachestat counts a page still being read in (a readahead's, a
- * neighbour's fault's) as cached, mincore only once it is in. */
-static uint64_t cached(const struct wm_llama_map *map, const wm_llama_span *s, size_t n,
-                       bool whole) {
+/* Bytes of the spans in the page cache (mincore of the mapping, 1 MiB of pages a call); with
+ * `whole`, 0 at the first page that is not (the caller asks whether all of them are, to read them
+ * now from the mapping: mincore counts a page once it is in, where cachestat counts one still
+ * being read in, a readahead's or a neighbour's fault's). */
+static uint64_t cached(const wm_llama_span *s, size_t n, bool whole) {
     size_t pg = (size_t)sysconf(_SC_PAGESIZE);
     unsigned char vec[256];
     uint64_t bytes = 0;
-    for (size_t k = 0; k < n; k++) {
-        uint64_t in;
-        if (!whole &&
-            wm_model_cached(map->model, (const void *)s[k].lo, s[k].hi - s[k].lo, &in) == WM_OK) {
-            bytes += in < s[k].hi - s[k].lo ? in : s[k].hi - s[k].lo; /* (whole pages: spans are) */
-            continue;
-        }
+    for (size_t k = 0; k < n; k++)
         for (uintptr_t at = s[k].lo; at < s[k].hi;) {
             size_t len = s[k].hi - at < sizeof vec * pg ? s[k].hi - at : sizeof vec * pg;
             if (mincore((void *)at, len, vec) != 0) return whole ? 0 : bytes;
@@ -201,8 +191,23 @@ static uint64_t cached(const struct wm_llama_map *map, const wm_llama_span *s, s
             }
             at += len;
         }
-    }
     return bytes;
+}
+
+/* The spans' bytes in the page cache by the kernel's own count (wm_model_cached: cachestat on
+ * Linux 6.5+, which walks the cache by folio: 0.06 ms for a warm 1.3 GB file on the development
+ * VM, where mincore on a fresh mapping looks each page up, 9 ms), in *bytes; false where the
+ * kernel has none, or a span is not inside one of the mapping's buffers. */
+static bool kernel_cached(const struct wm_llama_map *map, const wm_llama_span *s, size_t n,
+                          uint64_t *bytes) {
+    *bytes = 0;
+    for (size_t k = 0; k < n; k++) {
+        uint64_t in, len = s[k].hi - s[k].lo;
+        if (wm_model_cached(map->model, (const void *)s[k].lo, (size_t)len, &in) != WM_OK)
+            return false;
+        *bytes += in < len ? in : len; /* (whole pages: the spans are) */
+    }
+    return true;
 }
 
 /* One piece: MADV_POPULATE_READ (faults the pages in, reading what is not cached, privatising
@@ -227,12 +232,10 @@ static int populate_piece(void *at, size_t len) {
 static bool find_cold(struct wm_llama_populate *p) {
     const wm_llama_span *s = p->span;
     const uintptr_t every = PIECE, look = (uintptr_t)64 << 10;
-    uint64_t seen = 0, in = 0, first;
+    uint64_t seen = 0, in = 0;
     for (size_t k = 0; k < p->n; k++)
         seen += s[k].hi - s[k].lo;
-    if (p->n &&
-        wm_model_cached(p->map->model, (const void *)s[0].lo, s[0].hi - s[0].lo, &first) == WM_OK) {
-        p->in_all = cached(p->map, s, p->n, false);
+    if (p->n && kernel_cached(p->map, s, p->n, &p->in_all)) {
         p->counted = true;
         return p->in_all * 4 < seen * 3;
     }
@@ -241,7 +244,7 @@ static bool find_cold(struct wm_llama_populate *p) {
         for (uintptr_t at = s[k].lo; at < s[k].hi; at += every) {
             wm_llama_span one = {at, s[k].hi - at < look ? s[k].hi : at + look};
             seen += one.hi - one.lo;
-            in += cached(p->map, &one, 1, false);
+            in += cached(&one, 1, false);
         }
     return in * 4 < seen * 3;
 }
@@ -318,7 +321,7 @@ static void count_pieces(struct wm_llama_populate *p) {
         wm_llama_span piece;
         size_t k;
         if (piece_at(p, at, &piece, &k) && !p->more[k])
-            atomic_fetch_add(&p->in_cache, cached(p->map, &piece, 1, false));
+            atomic_fetch_add(&p->in_cache, cached(&piece, 1, false));
         prepared(p);
     }
 }
@@ -557,7 +560,7 @@ const void *wm__llama_map_bring(const struct wm_llama_map *map, size_t index, si
     uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
     uintptr_t at = (uintptr_t)wm__llama_map_tensor(map, index);
     wm_llama_span span = {at / pg * pg, (at + nb + pg - 1) / pg * pg};
-    if (!nb || (!wait && cached(map, &span, 1, true) != span.hi - span.lo) ||
+    if (!nb || (!wait && cached(&span, 1, true) != span.hi - span.lo) ||
         populate_piece((void *)span.lo, span.hi - span.lo) != 0)
         return NULL;
     return (const void *)at;
