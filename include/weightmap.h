@@ -868,14 +868,14 @@ WM_API wm_status wm_model_tensor_buffer(const wm_model *model, size_t index, siz
 
 /* Added in 1.8.7: of [at, at + len), a range inside one buffer of a model in mode mmap or
  * mmap-private (wm_model_buffer_data; to the end of its last page), the bytes whose file pages the
- * page cache holds now, in *bytes: whole pages (a page the range only partly covers counts whole),
- * nothing faulted in, read or kept. The kernel's own count over the range in one call (Linux 6.5
- * and later: cachestat(2), which walks the cache by folio: 0.06 ms for a warm 1.3 GB file where
- * mincore on a fresh mapping looks each page up, 9 ms, on the development VM); WM_EUNSUPPORTED
- * where the kernel has none (Linux before 6.5 or a seccomp filter refusing it; Darwin), so that a
- * caller can sample with mincore instead of paying a lookup per page. A snapshot, never a promise.
- * WM_EINVAL for a NULL model, at or bytes, another mode, or a range not inside one buffer; a
- * failing call's errno as a status otherwise (WM_EIO, WM_ENOMEM). */
+ * page cache holds now, in *bytes: whole pages (a page the range only partly covers counts whole;
+ * an empty range, 0), nothing faulted in, read or kept. The kernel's own count over the range in
+ * one call (Linux 6.5 and later: cachestat(2), which walks the cache by folio: 0.06 ms for a warm
+ * 1.3 GB file where mincore on a fresh mapping looks each page up, 9 ms, on the development VM);
+ * WM_EUNSUPPORTED where the kernel has none (Linux before 6.5 or a seccomp filter refusing it;
+ * Darwin), so that a caller can sample with mincore instead of paying a lookup per page. A
+ * snapshot, never a promise. WM_EINVAL for a NULL model, at or bytes, another mode, or a range not
+ * inside one buffer; a failing call's errno as a status otherwise (WM_EIO, WM_ENOMEM). */
 WM_API wm_status wm_model_cached(const wm_model *model, const void *at, size_t len,
                                  uint64_t *bytes);
 

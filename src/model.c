@@ -440,11 +440,16 @@ wm_status wm_model_cached(const wm_model *m, const void *at, size_t len, uint64_
         (m->opts.mode != WM_MODE_MMAP && m->opts.mode != WM_MODE_MMAP_PRIVATE))
         return WM_EINVAL;
     uintptr_t a = (uintptr_t)at;
+    uint64_t page = wm__os_page_size();
     for (size_t c = 0; c < m->n_chunks; c++) {
         uintptr_t base = (uintptr_t)wm_model_buffer_data(m, c);
         const wm__chunk *ch = &m->chunks[c];
-        uint64_t page = wm__os_page_size(), room = (ch->size + page - 1) / page * page;
+        uint64_t room = (ch->size + page - 1) / page * page;
         if (!base || a < base || a - base > room || len > room - (a - base)) continue;
+        if (len == 0) {
+            *bytes = 0;
+            return WM_OK;
+        }
         int e = wm__os_cache_count(m->file->shards[ch->shard].fd, ch->file_start + (a - base), len,
                                    bytes);
         return e == ENOSYS ? WM_EUNSUPPORTED : e ? wm__status_io(e) : WM_OK;

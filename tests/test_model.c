@@ -321,6 +321,9 @@ WM_TEST(mmap_cached_counts_what_mincore_sees) {
     CHECK_STATUS(wm_model_cached(m, b0 - pg, pg, &got), WM_EINVAL);
     CHECK_STATUS(wm_model_cached(m, b0, pg, NULL), WM_EINVAL);
     CHECK_STATUS(wm_model_cached(NULL, b0, pg, &got), WM_EINVAL);
+    got = 1;
+    CHECK_STATUS(wm_model_cached(m, b0 + 5, 0, &got), WM_OK); /* an empty range: nothing asked */
+    CHECK_EQ(got, 0);
     wm_load_options h = {.mode = WM_MODE_HEAP};
     wm_model *heap = load_ok(f, &h);
     CHECK_STATUS(wm_model_cached(heap, wm_model_buffer_data(heap, 0), pg, &got), WM_EINVAL);
