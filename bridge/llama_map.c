@@ -139,10 +139,9 @@ struct wm_llama_populate {
     uint64_t to_prepare;             /* edges (cold: 2 a span) and pieces (count) */
     pthread_mutex_t lock;
     pthread_cond_t all_prepared;
-    bool report;     /* in_cache goes to the stats' bytes_mapped_cached */
-    bool count;      /* the threads count the pieces for it (count_pieces) */
-    bool counted;    /* the kernel counted the spans at the start (find_cold): no pieces to count */
-    uint64_t in_all; /* that count */
+    bool report;  /* in_cache goes to the stats' bytes_mapped_cached */
+    bool count;   /* the threads count the pieces for it (count_pieces) */
+    bool counted; /* the kernel counted the spans at the start (find_cold): in_cache already */
     pthread_t th[MAX_POPULATE_THREADS];
     struct populate_worker {
         struct wm_llama_populate *p;
@@ -225,7 +224,7 @@ static int populate_piece(void *at, size_t len) {
 
 /* Whether under three quarters of the spans are in the page cache. Where the kernel counts a
  * range in one call (wm_model_cached) every span is counted, and that count, taken before the
- * populate asks for any page, is the populate's (counted, in_all): no piece is counted again.
+ * populate asks for any page, is the populate's (counted, in_cache): no piece is counted again.
  * Else from a sample, the first 64 KiB of each 1 MiB (mincore costs a page-cache lookup a page: 7
  * ms over the 723 MiB that stay mapped of the 1.2 GiB bench model on the development VM, before
  * llama.cpp could begin), and the populate's threads count the pieces (count_pieces). */
@@ -233,13 +232,13 @@ static bool find_cold(struct wm_llama_populate *p) {
     const wm_llama_span *s = p->span;
     const uintptr_t every = PIECE, look = (uintptr_t)64 << 10;
     uint64_t seen = 0, in = 0;
-    for (size_t k = 0; k < p->n; k++)
-        seen += s[k].hi - s[k].lo;
-    if (p->n && kernel_cached(p->map, s, p->n, &p->in_all)) {
+    if (p->n && kernel_cached(p->map, s, p->n, &in)) {
+        for (size_t k = 0; k < p->n; k++)
+            seen += s[k].hi - s[k].lo;
+        atomic_store(&p->in_cache, in);
         p->counted = true;
-        return p->in_all * 4 < seen * 3;
+        return in * 4 < seen * 3;
     }
-    seen = 0;
     for (size_t k = 0; k < p->n; k++)
         for (uintptr_t at = s[k].lo; at < s[k].hi; at += every) {
             wm_llama_span one = {at, s[k].hi - at < look ? s[k].hi : at + look};
@@ -468,6 +467,7 @@ struct wm_llama_populate *wm__llama_populate_start(const struct wm_llama_map *ma
     pthread_cond_init(&p->all_prepared, NULL);
     p->map = map;
     p->t0 = wm__llama_now();
+    atomic_init(&p->in_cache, 0); /* (find_cold may count into it) */
     if (!populate_spans(p, spans, n, more, n_more)) {
         populate_free(p);
         return NULL;
@@ -476,7 +476,6 @@ struct wm_llama_populate *wm__llama_populate_start(const struct wm_llama_map *ma
     atomic_init(&p->next_edge, 0);
     atomic_init(&p->error, 0);
     atomic_init(&p->stop, 0);
-    atomic_init(&p->in_cache, count_cached && p->counted ? p->in_all : 0);
     atomic_init(&p->next_count, 0);
     atomic_init(&p->prepared, 0);
     p->report = count_cached;

@@ -289,22 +289,25 @@ WM_TEST(mmap_mapping_advised_huge_pages) {
     wm_file_close(f);
 }
 
-/* The page cache's bytes of [at, at + len) by the kernel's answer for each page: mincore over
- * the model's own mapping (a lookup a page; at page-aligned). */
-static uint64_t mincore_bytes(const void *at, size_t len) {
-    size_t pg = (size_t)sysconf(_SC_PAGESIZE), n = (len + pg - 1) / pg;
-    unsigned char *vec = malloc(n ? n : 1);
-    CHECK(vec != NULL &&
-          mincore((void *)(uintptr_t)at, len, (void *)vec) == 0); /* (Darwin: char *) */
-    uint64_t bytes = 0;
-    for (size_t k = 0; k < n; k++)
-        bytes += (vec[k] & 1) ? pg : 0;
-    free(vec);
-    return bytes;
+/* The file offset buffer b of m begins at: a tensor of it, its file offset less its offset in
+ * the buffer (public figures only, not the buffer's own record). */
+static uint64_t buffer_file_offset(const wm_model *m, size_t b) {
+    const wm_file *f = wm_model_file(m);
+    for (size_t i = 0; i < wm_file_tensor_count(f); i++) {
+        size_t in;
+        uint64_t off;
+        wm_tensor_info t;
+        if (wm_model_tensor_buffer(m, i, &in, &off) == WM_OK && in == b &&
+            wm_file_tensor(f, i, &t) == WM_OK)
+            return t.offset - off;
+    }
+    CHECK_MSG(0, "buffer %zu holds no tensor", b);
+    return 0;
 }
 
-/* wm_model_cached (1.8.7: the kernel's own count, cachestat) against mincore over the same bytes:
- * equal over every buffer, its first pages, its middle and its last (part) page, with the file
+/* wm_model_cached (1.8.7: the kernel's own count, cachestat) against mincore over the same bytes
+ * of the file (wmt_cached_bytes, at the buffer's file offset as its tensors give it): equal over
+ * every buffer, its first pages, its middle and its last (part) page, with the file
  * partly cached (single pages read, readahead off, in a pattern of no period) and then whole. The
  * buffers are cut at 5 MiB, so that all but the first begin past the file's start: the count asks
  * the file at the buffer's own offset. Outside a buffer, in heap mode or with NULL: WM_EINVAL. */
@@ -368,7 +371,8 @@ WM_TEST(mmap_cached_counts_what_mincore_sees) {
             } r[] = {{0, size}, {0, 3 * pg}, {size / 2 / pg * pg, 5 * pg}, {last, size - last}};
             for (size_t k = 0; k < sizeof r / sizeof r[0]; k++) {
                 CHECK_STATUS(wm_model_cached(m, base + r[k].at, r[k].len, &got), WM_OK);
-                uint64_t want = mincore_bytes(base + r[k].at, r[k].len);
+                uint64_t want =
+                    wmt_cached_bytes(path, buffer_file_offset(m, b) + r[k].at, r[k].len);
                 CHECK_MSG(got == want,
                           "pass %d, buffer %zu, %zu bytes at %zu: %llu cached, mincore %llu", pass,
                           b, r[k].len, r[k].at, (unsigned long long)got, (unsigned long long)want);
